@@ -7,3 +7,50 @@ whole aggregate so far as a :class:`Snapshot` (mergeable, invertible for count/s
 checksummed wire format); ``empty`` starts a new batch. This package knows nothing of jobs,
 the overlay or the network.
 """
+
+from cbt.aggregators import (
+    Aggregator,
+    ApproxDistinct,
+    Avg,
+    CollectSet,
+    Count,
+    Distinct,
+    Max,
+    Min,
+    Sum,
+    TopK,
+    aggregator_names,
+    get_aggregator,
+    register_aggregator,
+)
+from cbt.errors import CBTError, SnapshotError, SpillError
+from cbt.hashing import xxh3_64
+from cbt.hll import HyperLogLog
+from cbt.snapshot import Snapshot
+from cbt.tree import CompressedBufferTree
+from cbt.window import SlidingWindow, TumblingWindow
+
+__all__ = [
+    "Aggregator",
+    "ApproxDistinct",
+    "Avg",
+    "CBTError",
+    "CollectSet",
+    "CompressedBufferTree",
+    "Count",
+    "Distinct",
+    "HyperLogLog",
+    "Max",
+    "Min",
+    "SlidingWindow",
+    "Snapshot",
+    "SnapshotError",
+    "SpillError",
+    "Sum",
+    "TopK",
+    "TumblingWindow",
+    "aggregator_names",
+    "get_aggregator",
+    "register_aggregator",
+    "xxh3_64",
+]

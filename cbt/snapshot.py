@@ -1,0 +1,366 @@
+"""Snapshots: immutable, hash-ordered group-by-aggregate results and their wire format.
+
+A :class:`Snapshot` is what ``CompressedBufferTree.flush`` returns: one entry per distinct key,
+ordered by (64-bit hash, key encoding), stored as three numpy columns. It iterates
+``(key, value)`` pairs (values finalized: ``avg`` is the mean, ``distinct`` the count), supports
+``len``, ``key in snap``, ``snap[key]``/``get``, ``top(k)``, ``merge(other)`` and - for
+invertible aggregators - ``subtract(other)``, the paper's invertible reduce
+(``snap15.subtract(snap5)`` is the window [5, 15)). Operations never modify a snapshot: merge
+and subtract return new snapshots (which may share immutable state objects with their inputs).
+
+Wire format (``to_bytes``; all integers little-endian)::
+
+    offset  size  field
+    0       8     magic b"CBTSNAP\\0"
+    8       2     format version (1)
+    10      2     flags (0; reserved)
+    12      8     total length of the blob in bytes, trailer included
+    20      4     header length H
+    24      H     header: msgpack map {"aggregator": name, "params": {...}, "hash": hash name,
+                  "count": n, "columns": [[compressed, raw] lengths of the 3 columns]}
+    24+H    ...   hashes column (zstd of delta-encoded, byte-transposed uint64)
+            ...   keys column (zstd of one msgpack array of the n keys)
+            ...   values column (zstd of the aggregator's column encoding)
+    total-4 4     CRC-32 of every preceding byte
+
+``from_bytes`` checks length, magic, version and CRC before parsing anything (CRC-32 detects
+every error burst of up to 32 bits, so every single-byte corruption is caught), then validates
+the header and every column, raising :class:`~cbt.errors.SnapshotError` naming the problem.
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+import numpy as np
+import zstandard
+
+from cbt.aggregators import Aggregator, get_aggregator, object_array
+from cbt.buffers import Run, decode_hashes, encode_hashes, sort_and_aggregate
+from cbt.errors import SnapshotError
+from cbt.hashing import (
+    HashFunction,
+    check_keys,
+    decode_keys,
+    hash_key,
+    hash_name,
+    xxh3_64,
+)
+
+MAGIC = b"CBTSNAP\x00"
+VERSION = 1
+_FIXED = struct.Struct("<8sHHQI")
+_TRAILER = struct.Struct("<I")
+_MIN_SIZE = _FIXED.size + _TRAILER.size
+_MISSING = object()
+
+
+class Snapshot:
+    """An immutable group-by-aggregate result ordered by key hash (see module docstring)."""
+
+    __slots__ = ("_hash_fn", "agg", "hashes", "keys_column", "values_column")
+
+    def __init__(
+        self,
+        agg: Aggregator,
+        hashes: np.ndarray,
+        keys: np.ndarray,
+        values: np.ndarray,
+        hash_function: HashFunction = xxh3_64,
+    ) -> None:
+        self.agg = agg
+        self.hashes = hashes
+        self.keys_column = keys
+        self.values_column = values
+        self._hash_fn = hash_function
+        for arr in (hashes, keys, values):
+            arr.flags.writeable = False
+
+    @classmethod
+    def empty(cls, agg: Aggregator, hash_function: HashFunction = xxh3_64) -> Snapshot:
+        return cls(agg, np.empty(0, np.uint64), object_array((), 0), agg.column((), 0),
+                   hash_function)
+
+    @classmethod
+    def _from_run(cls, agg: Aggregator, run: Run, hash_function: HashFunction) -> Snapshot:
+        return cls(agg, run.hashes, run.keys, run.values, hash_function)
+
+    # ---- mapping-like access ------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        return zip(self.keys_column.tolist(), self.agg.finalize_column(self.values_column),
+                   strict=True)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        return iter(self)
+
+    def keys(self) -> list:
+        return self.keys_column.tolist()
+
+    def values(self) -> list:
+        return self.agg.finalize_column(self.values_column)
+
+    def to_dict(self) -> dict[Any, Any]:
+        return dict(iter(self))
+
+    def _index(self, key: Any) -> int:
+        h = np.uint64(hash_key(key, self._hash_fn))
+        lo = int(np.searchsorted(self.hashes, h, side="left"))
+        hi = int(np.searchsorted(self.hashes, h, side="right"))
+        keys = self.keys_column
+        for i in range(lo, hi):
+            k = keys[i]
+            if type(k) is type(key) and k == key:
+                return i
+        return -1
+
+    def state(self, key: Any) -> Any:
+        """The raw PAO state of ``key`` (read-only; KeyError if absent)."""
+        i = self._index(key)
+        if i < 0:
+            raise KeyError(key)
+        return self.values_column[i]
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.agg.finalize(self.state(key))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            i = self._index(key)
+        except TypeError:
+            return default
+        return default if i < 0 else self.agg.finalize(self.values_column[i])
+
+    def __contains__(self, key: Any) -> bool:
+        try:
+            return self._index(key) >= 0
+        except TypeError:
+            return False
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Snapshot):
+            return NotImplemented
+        return (
+            self.agg == other.agg
+            and np.array_equal(self.hashes, other.hashes)
+            and self.keys_column.tolist() == other.keys_column.tolist()
+            and self.agg.encode_column(self.values_column)
+            == other.agg.encode_column(other.values_column)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<Snapshot {self.agg!r} with {len(self)} keys>"
+
+    def top(self, k: int) -> list[tuple[Any, Any]]:
+        """The ``k`` entries with the largest finalized values, largest first (ties: hash order)."""
+        if k <= 0 or not len(self):
+            return []
+        vals = self.values_column
+        if vals.dtype != object:
+            n = len(vals)
+            if k < n:
+                part = np.argpartition(-vals, k - 1)[:k]
+                order = part[np.lexsort((part, -vals[part]))]
+            else:
+                order = np.lexsort((np.arange(n), -vals))
+            keys = self.keys_column
+            return [(keys[i], v) for i, v in zip(order.tolist(), vals[order].tolist(),
+                                                 strict=True)]
+        return heapq.nlargest(k, iter(self), key=lambda kv: kv[1])
+
+    # ---- algebra --------------------------------------------------------------------------
+    def _check_compatible(self, other: Snapshot) -> None:
+        if not isinstance(other, Snapshot):
+            raise TypeError(f"expected a Snapshot, got {type(other).__name__}")
+        if self.agg != other.agg:
+            raise ValueError(f"cannot combine {self.agg!r} with {other.agg!r} snapshots")
+        if hash_name(self._hash_fn) != hash_name(other._hash_fn):
+            raise ValueError("cannot combine snapshots built with different hash functions")
+
+    def merge(self, other: Snapshot) -> Snapshot:
+        """A new snapshot aggregating both (for every key: ``merge(self[k], other[k])``)."""
+        self._check_compatible(other)
+        if not len(other):
+            return self
+        if not len(self):
+            return other
+        run = sort_and_aggregate(
+            np.concatenate([self.hashes, other.hashes]),
+            np.concatenate([self.keys_column, other.keys_column]),
+            np.concatenate([self.values_column, other.values_column]),
+            self.agg,
+            owned=False,
+        )
+        return Snapshot._from_run(self.agg, run, self._hash_fn)
+
+    def subtract(self, other: Snapshot) -> Snapshot:
+        """A new snapshot ``self ⊖ other`` (invertible aggregators only).
+
+        Keys whose state becomes empty (``Aggregator.is_zero``: count 0, no summed values) are
+        dropped, so subtracting a prefix leaves exactly the keys seen after it. Keys only in
+        ``other`` come out negated.
+        """
+        self._check_compatible(other)
+        agg = self.agg
+        if not agg.invertible:
+            raise TypeError(f"aggregator {agg.name!r} is not invertible; merge panes instead")
+        if not len(other):
+            return self
+        run = sort_and_aggregate(
+            np.concatenate([self.hashes, other.hashes]),
+            np.concatenate([self.keys_column, other.keys_column]),
+            np.concatenate([self.values_column, agg.negate_column(other.values_column)]),
+            agg,
+            owned=False,
+        )
+        keep = agg.nonzero_mask(run.values)
+        if not keep.all():
+            run = Run(run.hashes[keep], run.keys[keep], run.values[keep])
+        return Snapshot._from_run(agg, run, self._hash_fn)
+
+    # ---- wire format ----------------------------------------------------------------------
+    def to_bytes(self, level: int = 3) -> bytes:
+        """Compact, compressed, versioned, checksummed encoding (layout in the module doc)."""
+        raws = (
+            encode_hashes(self.hashes),
+            msgpack.packb(self.keys_column.tolist(), use_bin_type=True),
+            self.agg.encode_column(self.values_column),
+        )
+        c = zstandard.ZstdCompressor(level=level)
+        cols = [c.compress(r) for r in raws]
+        name, params = self.agg.describe()
+        header = msgpack.packb(
+            {
+                "aggregator": name,
+                "params": params,
+                "hash": hash_name(self._hash_fn),
+                "count": len(self),
+                "columns": [[len(cc), len(r)] for cc, r in zip(cols, raws, strict=True)],
+            },
+            use_bin_type=True,
+        )
+        total = _FIXED.size + len(header) + sum(map(len, cols)) + _TRAILER.size
+        body = b"".join(
+            [_FIXED.pack(MAGIC, VERSION, 0, total, len(header)), header, *cols]
+        )
+        return body + _TRAILER.pack(zlib.crc32(body))
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes | bytearray | memoryview, hash_function: HashFunction | None = None
+    ) -> Snapshot:
+        """Decode ``to_bytes`` output; raises :class:`SnapshotError` on any defect."""
+        data = bytes(data)
+        size = len(data)
+        if size < _MIN_SIZE:
+            raise SnapshotError(
+                f"truncated snapshot: {size} bytes, the fixed header alone needs {_MIN_SIZE}"
+            )
+        magic, version, flags, total, hlen = _FIXED.unpack_from(data)
+        if magic != MAGIC:
+            raise SnapshotError(f"bad magic {magic!r}: not a CBT snapshot")
+        if version != VERSION:
+            raise SnapshotError(f"unsupported snapshot version {version} (this reads {VERSION})")
+        if size < total:
+            raise SnapshotError(f"truncated snapshot: ends at byte {size}, header says {total}")
+        if size > total:
+            raise SnapshotError(f"{size - total} unexpected bytes after the snapshot's end")
+        (crc,) = _TRAILER.unpack_from(data, size - _TRAILER.size)
+        if zlib.crc32(memoryview(data)[: size - _TRAILER.size]) != crc:
+            raise SnapshotError("snapshot checksum mismatch: the bytes are corrupt")
+        if flags != 0:
+            raise SnapshotError(f"unknown snapshot flags {flags:#x}")
+        try:
+            return cls._decode(data, hlen, hash_function)
+        except SnapshotError:
+            raise
+        except Exception as e:  # any decoding failure past the checksum is still a bad snapshot
+            raise SnapshotError(f"invalid snapshot contents: {e}") from e
+
+    @classmethod
+    def _decode(cls, data: bytes, hlen: int, hash_function: HashFunction | None) -> Snapshot:
+        end = len(data) - _TRAILER.size
+        start = _FIXED.size
+        if start + hlen > end:
+            raise SnapshotError(f"header length {hlen} runs past the end of the snapshot")
+        header = msgpack.unpackb(data[start : start + hlen], raw=False, use_list=False)
+        if not isinstance(header, dict):
+            raise SnapshotError("snapshot header is not a map")
+        name = header.get("aggregator")
+        params = header.get("params")
+        n = header.get("count")
+        columns = header.get("columns")
+        hname = header.get("hash")
+        if not isinstance(name, str) or not isinstance(params, dict):
+            raise SnapshotError("snapshot header lacks the aggregator name or params")
+        if not isinstance(n, int) or n < 0:
+            raise SnapshotError(f"bad entry count {n!r} in snapshot header")
+        if not isinstance(hname, str):
+            raise SnapshotError("snapshot header lacks the hash function name")
+        if (
+            not isinstance(columns, tuple)
+            or len(columns) != 3
+            or not all(
+                isinstance(c, tuple) and len(c) == 2 and all(isinstance(x, int) and x >= 0
+                                                             for x in c)
+                for c in columns
+            )
+        ):
+            raise SnapshotError("snapshot header has malformed column lengths")
+        try:
+            agg = get_aggregator(name, params)
+        except ValueError as e:
+            raise SnapshotError(
+                f"snapshot uses aggregator {name!r} that is not registered here "
+                "(see cbt.register_aggregator)" if "unknown aggregator" in str(e)
+                else f"cannot rebuild aggregator {name!r} with {params!r}: {e}"
+            ) from e
+        except TypeError as e:
+            raise SnapshotError(f"cannot rebuild aggregator {name!r} with {params!r}: {e}") from e
+        if hash_function is None:
+            if hname != "xxh3_64":
+                raise SnapshotError(
+                    f"snapshot keys were hashed with {hname!r}; pass hash_function= to read it"
+                )
+            hash_function = xxh3_64
+        pos = start + hlen
+        if pos + sum(c[0] for c in columns) != end:
+            raise SnapshotError("snapshot column lengths do not add up to its size")
+        d = zstandard.ZstdDecompressor()
+        raws = []
+        for (clen, rlen), label in zip(columns, ("hashes", "keys", "values"), strict=True):
+            try:
+                raw = d.decompress(data[pos : pos + clen], max_output_size=rlen)
+            except zstandard.ZstdError as e:
+                raise SnapshotError(f"{label} column does not decompress: {e}") from e
+            if len(raw) != rlen:
+                raise SnapshotError(f"{label} column is {len(raw)} bytes, header says {rlen}")
+            raws.append(raw)
+            pos += clen
+        try:
+            hashes = decode_hashes(raws[0], n)
+        except ValueError as e:
+            raise SnapshotError(str(e)) from e
+        if n > 1 and not bool(np.all(hashes[1:] >= hashes[:-1])):
+            raise SnapshotError("snapshot hashes are not in order")
+        keys = decode_keys(raws[1])
+        if not isinstance(keys, tuple) or len(keys) != n:
+            raise SnapshotError(f"keys column does not hold {n} keys")
+        try:
+            check_keys(keys)
+        except TypeError as e:
+            raise SnapshotError(f"snapshot holds an invalid key: {e}") from e
+        try:
+            values = agg.decode_column(raws[2], n)
+        except (ValueError, TypeError) as e:
+            raise SnapshotError(f"values column is invalid: {e}") from e
+        return cls(agg, hashes, object_array(keys, n), values, hash_function)

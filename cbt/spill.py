@@ -1,0 +1,105 @@
+"""Spill store: compressed buffers written to files and read back on demand.
+
+Contract: :meth:`SpillStore.write` atomically writes a compressed run's three columns to a new
+file in the store's private directory (temp file + ``os.replace``, so a crash never leaves a
+half-written file under the final name) and returns its path; :meth:`read` returns exactly the
+bytes written or raises :class:`~cbt.errors.SpillError` (missing, truncated, bad magic or
+checksum mismatch); :meth:`delete` removes one file; :meth:`close` removes the directory. A
+store that is garbage collected without ``close`` still removes its directory.
+
+File layout: ``b"CBTSPIL1"`` | three little-endian u64 column lengths | u32 CRC-32 of the
+payload | hashes column | keys column | values column.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import tempfile
+import weakref
+import zlib
+from pathlib import Path
+
+from cbt.errors import SpillError
+
+_MAGIC = b"CBTSPIL1"
+_HEADER = struct.Struct("<8sQQQI")
+
+
+class SpillStore:
+    """A private directory of spill files under ``parent`` (a fresh temp dir if None)."""
+
+    def __init__(self, parent: str | os.PathLike[str] | None = None) -> None:
+        if parent is not None:
+            Path(parent).mkdir(parents=True, exist_ok=True)
+        self.directory = tempfile.mkdtemp(prefix="cbt-spill-", dir=parent)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.directory, True)
+        self._seq = 0
+        self.files = 0
+        self.bytes_on_disk = 0
+        self.writes = 0
+        self.reads = 0
+
+    def write(self, hcol: bytes, kcol: bytes, vcol: bytes) -> str:
+        self._seq += 1
+        path = os.path.join(self.directory, f"run-{self._seq:08d}.cbt")
+        payload_crc = zlib.crc32(vcol, zlib.crc32(kcol, zlib.crc32(hcol)))
+        header = _HEADER.pack(_MAGIC, len(hcol), len(kcol), len(vcol), payload_crc)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(header)
+            f.write(hcol)
+            f.write(kcol)
+            f.write(vcol)
+        os.replace(tmp, path)
+        self.files += 1
+        self.writes += 1
+        self.bytes_on_disk += _HEADER.size + len(hcol) + len(kcol) + len(vcol)
+        return path
+
+    def read(self, path: str) -> tuple[bytes, bytes, bytes]:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise SpillError(f"spill file {path} unreadable: {e}") from e
+        if len(data) < _HEADER.size:
+            raise SpillError(f"spill file {path} truncated: {len(data)} bytes, header incomplete")
+        magic, lh, lk, lv, crc = _HEADER.unpack_from(data)
+        if magic != _MAGIC:
+            raise SpillError(f"spill file {path} has bad magic {magic!r}")
+        expected = _HEADER.size + lh + lk + lv
+        if len(data) != expected:
+            raise SpillError(f"spill file {path} has {len(data)} bytes, expected {expected}")
+        mv = memoryview(data)
+        a = _HEADER.size
+        hcol, kcol, vcol = bytes(mv[a : a + lh]), bytes(mv[a + lh : a + lh + lk]), bytes(
+            mv[a + lh + lk :]
+        )
+        if zlib.crc32(vcol, zlib.crc32(kcol, zlib.crc32(hcol))) != crc:
+            raise SpillError(f"spill file {path} fails its CRC-32 check")
+        self.reads += 1
+        return hcol, kcol, vcol
+
+    def delete(self, path: str) -> None:
+        try:
+            size = os.path.getsize(path)
+            os.remove(path)
+        except FileNotFoundError:
+            return
+        self.files -= 1
+        self.bytes_on_disk -= size
+
+    def clear(self) -> None:
+        for name in os.listdir(self.directory):
+            os.remove(os.path.join(self.directory, name))
+        self.files = 0
+        self.bytes_on_disk = 0
+
+    def close(self) -> None:
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive

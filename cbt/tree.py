@@ -1,0 +1,518 @@
+"""The compressed buffer tree: insert, flush, empty.
+
+Contract (see docs/cbt.md): ``insert``/``insert_many`` fold ``(key, value)`` pairs into
+per-key PAOs; ``flush`` returns a :class:`~cbt.snapshot.Snapshot` of everything inserted since
+the last ``empty`` without destroying the tree (it can be called repeatedly, e.g. for sliding
+windows); ``empty`` drops everything. Memory is bounded by the buffers' thresholds, not by the
+number of keys: at most ``root_capacity`` (+ one ``insert_many`` chunk) uncompressed entries,
+everything else zstd-compressed (or spilled to disk under a memory budget).
+
+Structure. An uncompressed root dict pre-aggregates inserts at C speed. When it reaches
+``root_capacity`` entries it is spilled: keys are hashed (64-bit xxh3 of the msgpack
+encoding), sorted by hash and appended, as one compressed run, to the buffer of the top node of
+an (a,b)-tree (b = ``fanout``, a = fanout // 2) partitioned by hash ranges. An internal node
+whose buffer passes ``buffer_entries`` is flushed: its runs are decompressed, merged (sort by
+hash, aggregate equal keys, comparing full keys on hash ties) and partitioned into its
+children's buffers. A leaf compacts its runs once it has buffered ``leaf_capacity // 2`` new
+entries and splits when it holds more than ``leaf_capacity`` distinct keys; an internal node
+with more than ``fanout`` children splits too, growing the tree at the top like a B-tree.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from collections import _count_elements  # type: ignore[attr-defined]
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from cbt.aggregators import Aggregator, Count, Sum, get_aggregator, object_array
+from cbt.buffers import (
+    Codec,
+    CompressedRun,
+    Run,
+    deep_sizeof,
+    empty_run,
+    merge_runs,
+    sort_and_aggregate,
+)
+from cbt.hashing import HashFunction, check_key, check_keys, hash_keys, xxh3_64
+from cbt.snapshot import Snapshot
+from cbt.spill import SpillStore
+
+_MISSING = object()
+_CHUNK = 16384
+
+
+class _Node:
+    """A tree node: a buffer of compressed runs plus, for internal nodes, children and pivots.
+
+    Child ``i`` owns hashes in ``[pivots[i-1], pivots[i])``.
+    """
+
+    __slots__ = ("buffered", "children", "compacted", "pivots", "runs")
+
+    def __init__(self, children: list[_Node] | None = None, pivots: list[int] | None = None):
+        self.runs: list[CompressedRun] = []
+        self.buffered = 0  # entries in ``runs`` (duplicates across runs included)
+        self.compacted = 0  # leaf only: entries in its compacted (first) run
+        self.children = children
+        self.pivots = pivots
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.children is None
+
+
+Split = list[tuple[int, _Node]]
+
+
+class CompressedBufferTree:
+    """Group-by-aggregate store over compressed, hash-partitioned buffers.
+
+    Parameters: ``aggregator`` (a name from ``cbt.aggregator_names()`` or an
+    :class:`~cbt.aggregators.Aggregator`), ``aggregator_params`` (constructor arguments for a
+    named aggregator, e.g. ``{"k": 5}`` for topk), ``hash_function`` (bytes -> 64-bit int;
+    inject a tiny one to force collisions in tests), ``fanout``, ``root_capacity``,
+    ``buffer_entries``, ``leaf_capacity`` (thresholds in entries), ``compression_level``
+    (zstd), ``memory_budget_bytes`` and ``spill_dir`` (compressed runs beyond the budget go to
+    files under ``spill_dir``, a temp dir by default).
+    """
+
+    def __init__(
+        self,
+        aggregator: str | Aggregator = "count",
+        *,
+        aggregator_params: dict[str, Any] | None = None,
+        hash_function: HashFunction | None = None,
+        fanout: int = 8,
+        root_capacity: int = 65536,
+        buffer_entries: int = 262144,
+        leaf_capacity: int = 131072,
+        compression_level: int = 3,
+        memory_budget_bytes: int | None = None,
+        spill_dir: str | None = None,
+    ) -> None:
+        if fanout < 4:
+            raise ValueError("fanout must be at least 4")
+        for name, v in (("root_capacity", root_capacity), ("buffer_entries", buffer_entries),
+                        ("leaf_capacity", leaf_capacity)):
+            if not isinstance(v, int) or v < 2:
+                raise ValueError(f"{name} must be an int >= 2, got {v!r}")
+        if memory_budget_bytes is not None and memory_budget_bytes < 0:
+            raise ValueError("memory_budget_bytes must be >= 0")
+        self.agg = get_aggregator(aggregator, aggregator_params)
+        self.hash_function = hash_function or xxh3_64
+        self.fanout = fanout
+        self.root_capacity = root_capacity
+        self.buffer_entries = buffer_entries
+        self.leaf_capacity = leaf_capacity
+        self.memory_budget_bytes = memory_budget_bytes
+        self._spill_dir = spill_dir
+        self._store: SpillStore | None = None
+        self._codec = Codec(self.agg, compression_level)
+        self._root: dict[Any, Any] = {}
+        self._top = _Node()
+        self._chunk = max(1, min(_CHUNK, root_capacity))
+        self._counts = dict.fromkeys(
+            ("inserts", "flushes", "empties", "root_spills", "node_flushes",
+             "leaf_compactions", "leaf_splits", "node_splits", "runs_spilled"), 0)
+
+    # ---- inserting ------------------------------------------------------------------------
+    def insert(self, key: Any, value: Any = 1) -> None:
+        """Fold ``value`` into ``key``'s PAO."""
+        root = self._root
+        state = root.get(key, _MISSING)
+        if state is _MISSING:
+            check_key(key)
+            root[key] = self.agg.lift(value)
+        else:
+            root[key] = self.agg.add(state, value)
+        self._counts["inserts"] += 1
+        if len(root) >= self.root_capacity:
+            self._spill_root()
+
+    def insert_many(self, keys: Sequence[Any] | np.ndarray | Iterable[Any],
+                    values: Sequence[Any] | np.ndarray | None = None) -> None:
+        """Insert many pairs (``values`` None means the default value 1 for each key).
+
+        Equivalent to ``insert`` in a loop, only faster: it works in chunks, so the root never
+        exceeds its capacity by more than one chunk. On an invalid key or value it raises
+        ``TypeError``; the pairs before the offending one are inserted, as with the loop.
+        """
+        if not isinstance(keys, list | tuple | np.ndarray):
+            keys = list(keys)
+        n = len(keys)
+        if values is not None:
+            if not isinstance(values, list | tuple | np.ndarray):
+                values = list(values)
+            if len(values) != n:
+                raise ValueError(f"{n} keys but {len(values)} values")
+        step = self._chunk
+        for lo in range(0, n, step):
+            ck = keys[lo : lo + step]
+            if isinstance(ck, np.ndarray):
+                ck = ck.tolist()
+            cv = None
+            if values is not None:
+                cv = values[lo : lo + step]
+                if isinstance(cv, np.ndarray):
+                    cv = cv.tolist()
+            self._insert_chunk(ck, cv)
+            if len(self._root) >= self.root_capacity:
+                self._spill_root()
+
+    def _insert_chunk(self, keys: Sequence[Any], values: Sequence[Any] | None) -> None:
+        root = self._root
+        agg = self.agg
+        before = len(root)
+        if type(agg) is Count and values is None:
+            # The C loop behind Counter.update: one dict lookup per key, no bytecode.
+            try:
+                _count_elements(root, keys)
+                new = len(root) - before
+                if new:
+                    check_keys(list(itertools.islice(reversed(root), new)))
+            except TypeError:
+                self._undo_counts(keys, before)
+                self._insert_slow(keys, None)  # re-raises at the offending pair
+                raise AssertionError("unreachable") from None
+            self._counts["inserts"] += len(keys)
+            return
+        if type(agg) in (Count, Sum) and values is not None:
+            allowed = {int} if type(agg) is Count else {int, float}
+            if not set(map(type, values)) <= allowed:
+                self._insert_slow(keys, values)
+                return
+            get = root.get
+            try:
+                if type(agg) is Count:
+                    for k, v in zip(keys, values, strict=True):
+                        root[k] = get(k, 0) + v
+                else:
+                    for k, v in zip(keys, values, strict=True):
+                        s = get(k)
+                        root[k] = (v, 1) if s is None else (s[0] + v, s[1] + 1)
+                new = len(root) - before
+                if new:
+                    check_keys(list(itertools.islice(reversed(root), new)))
+            except TypeError:
+                self._undo_values(keys, values, before)
+                self._insert_slow(keys, values)
+                raise AssertionError("unreachable") from None
+            self._counts["inserts"] += len(keys)
+            return
+        self._insert_slow(keys, values)
+
+    def _insert_slow(self, keys: Sequence[Any], values: Sequence[Any] | None) -> None:
+        root = self._root
+        agg = self.agg
+        lift, add = agg.lift, agg.add
+        done = 0
+        try:
+            for i, k in enumerate(keys):
+                v = 1 if values is None else values[i]
+                state = root.get(k, _MISSING)
+                if state is _MISSING:
+                    check_key(k)
+                    root[k] = lift(v)
+                else:
+                    root[k] = add(state, v)
+                done += 1
+        finally:
+            self._counts["inserts"] += done
+
+    def _undo_counts(self, keys: Sequence[Any], before: int) -> None:
+        """Roll back a partially or fully applied ``_count_elements`` over ``keys``."""
+        new_keys = list(itertools.islice(reversed(self._root), len(self._root) - before))
+        root = self._root
+        for k in keys:
+            try:
+                hash(k)
+            except TypeError:
+                break  # _count_elements stopped here
+            root[k] -= 1
+        for k in new_keys:
+            del root[k]
+
+    def _undo_values(self, keys: Sequence[Any], values: Sequence[Any], before: int) -> None:
+        root = self._root
+        new_keys = list(itertools.islice(reversed(root), len(root) - before))
+        applied = 0
+        for k in keys:
+            try:
+                hash(k)
+            except TypeError:
+                break
+            applied += 1
+        for k, v in zip(keys[:applied], values[:applied], strict=True):
+            s = root[k]
+            root[k] = s - v if type(self.agg) is Count else (s[0] - v, s[1] - 1)
+        for k in new_keys:
+            del root[k]
+
+    # ---- moving data down -----------------------------------------------------------------
+    def _spill_root(self) -> None:
+        root = self._root
+        if not root:
+            return
+        self._root = {}
+        n = len(root)
+        keys = list(root)
+        hashes = hash_keys(keys, self.hash_function)
+        run = sort_and_aggregate(
+            hashes, object_array(keys, n), self.agg.column(root.values(), n), self.agg,
+            owned=True,
+        )
+        del root, keys
+        self._counts["root_spills"] += 1
+        self._grow(self._push(self._top, run))
+        self._enforce_budget()
+
+    def _grow(self, splits: Split) -> None:
+        """Add a new top node when the old one split (the tree grows at the top)."""
+        while splits:
+            top = _Node([self._top, *(c for _, c in splits)], [p for p, _ in splits])
+            self._top = top
+            splits = self._split_internal(top) if len(top.children) > self.fanout else []
+
+    def _decompress_all(self, node: _Node) -> list[Run]:
+        runs = [self._codec.decompress(cr, self._store) for cr in node.runs]
+        self._release(node.runs)
+        node.runs = []
+        node.buffered = 0
+        node.compacted = 0
+        return runs
+
+    def _release(self, runs: list[CompressedRun]) -> None:
+        if self._store is not None:
+            for cr in runs:
+                if cr.path is not None:
+                    self._store.delete(cr.path)
+                    cr.path = None
+
+    def _push(self, node: _Node, run: Run) -> Split:
+        if not len(run):
+            return []
+        if node.is_leaf:
+            if node.buffered - node.compacted + len(run) > self.leaf_capacity // 2:
+                return self._compact_leaf(node, run)
+        elif node.buffered + len(run) > self.buffer_entries:
+            return self._flush_node(node, run, drain=False)
+        node.runs.append(self._codec.compress(run))
+        node.buffered += len(run)
+        return []
+
+    def _compact_leaf(self, node: _Node, extra: Run | None) -> Split:
+        runs = self._decompress_all(node)
+        if extra is not None:
+            runs.append(extra)
+        merged = merge_runs(runs, self.agg, owned=True) if runs else empty_run(self.agg)
+        del runs
+        self._counts["leaf_compactions"] += 1
+        n = len(merged)
+        pieces = [merged]
+        if n > self.leaf_capacity:
+            pieces = self._cut(merged, max(2, math.ceil(n * 4 / (3 * self.leaf_capacity))))
+        first = pieces[0]
+        if len(first):
+            node.runs = [self._codec.compress(first)]
+        node.buffered = node.compacted = len(first)
+        splits: Split = []
+        for piece in pieces[1:]:
+            leaf = _Node()
+            leaf.runs = [self._codec.compress(piece)]
+            leaf.buffered = leaf.compacted = len(piece)
+            splits.append((int(piece.hashes[0]), leaf))
+        self._counts["leaf_splits"] += len(splits)
+        return splits
+
+    @staticmethod
+    def _cut(run: Run, parts: int) -> list[Run]:
+        """Cut a run into about ``parts`` pieces, never separating equal hashes."""
+        n = len(run)
+        guesses = [n * i // parts for i in range(1, parts)]
+        cuts = sorted({int(np.searchsorted(run.hashes, run.hashes[g], side="left"))
+                       for g in guesses})
+        bounds = [0, *(c for c in cuts if 0 < c < n), n]
+        return [run.slice(a, b) for a, b in itertools.pairwise(bounds)]
+
+    def _flush_node(self, node: _Node, extra: Run | None, drain: bool) -> Split:
+        runs = self._decompress_all(node)
+        if extra is not None:
+            runs.append(extra)
+        merged = merge_runs(runs, self.agg, owned=True) if runs else empty_run(self.agg)
+        del runs
+        self._counts["node_flushes"] += 1
+        assert node.children is not None and node.pivots is not None
+        bounds = [0, *np.searchsorted(merged.hashes, np.array(node.pivots, dtype=np.uint64),
+                                      side="left").tolist(), len(merged)]
+        children: list[_Node] = []
+        pivots: list[int] = []
+        for i, child in enumerate(node.children):
+            if i:
+                pivots.append(node.pivots[i - 1])
+            children.append(child)
+            part = merged.slice(bounds[i], bounds[i + 1])
+            if drain:
+                splits = self._drain(child, part if len(part) else None)
+            else:
+                splits = self._push(child, part) if len(part) else []
+            for p, c in splits:
+                pivots.append(p)
+                children.append(c)
+        node.children, node.pivots = children, pivots
+        if len(children) > self.fanout:
+            return self._split_internal(node)
+        return []
+
+    def _split_internal(self, node: _Node) -> Split:
+        assert node.children is not None and node.pivots is not None and not node.runs
+        children, pivots = node.children, node.pivots
+        parts = math.ceil(len(children) / self.fanout)
+        bounds = [len(children) * i // parts for i in range(parts + 1)]
+        node.children, node.pivots = children[: bounds[1]], pivots[: bounds[1] - 1]
+        splits: Split = []
+        for a, b in itertools.pairwise(bounds[1:]):
+            splits.append((pivots[a - 1], _Node(children[a:b], pivots[a : b - 1])))
+        self._counts["node_splits"] += len(splits)
+        return splits
+
+    def _drain(self, node: _Node, extra: Run | None = None) -> Split:
+        """Push ``extra`` and every buffered entry below ``node`` down to the leaves and compact
+        each leaf to one run (the tree's contents are unchanged)."""
+        if node.is_leaf:
+            if extra is not None or len(node.runs) > 1:
+                return self._compact_leaf(node, extra)
+            return []
+        return self._flush_node(node, extra, drain=True)
+
+    # ---- reading --------------------------------------------------------------------------
+    def _leaves(self) -> Iterable[_Node]:
+        stack = [self._top]
+        while stack:
+            node = stack.pop()
+            if node.is_leaf:
+                yield node
+            else:
+                stack.extend(reversed(node.children))  # type: ignore[arg-type]
+
+    def _nodes(self) -> Iterable[_Node]:
+        stack = [self._top]
+        while stack:
+            node = stack.pop()
+            yield node
+            if not node.is_leaf:
+                stack.extend(node.children)  # type: ignore[arg-type]
+
+    def flush(self) -> Snapshot:
+        """The whole group-by-aggregate result so far (the tree keeps its contents)."""
+        self._spill_root()
+        self._grow(self._drain(self._top))
+        self._enforce_budget()
+        self._counts["flushes"] += 1
+        runs = [
+            self._codec.decompress(leaf.runs[0], self._store)
+            for leaf in self._leaves()
+            if leaf.runs
+        ]
+        if not runs:
+            return Snapshot.empty(self.agg, self.hash_function)
+        if len(runs) == 1:
+            run = runs[0]
+        else:
+            run = Run(
+                np.concatenate([r.hashes for r in runs]),
+                np.concatenate([r.keys for r in runs]),
+                np.concatenate([r.values for r in runs]),
+            )
+        return Snapshot(self.agg, run.hashes, run.keys, run.values, self.hash_function)
+
+    def empty(self) -> None:
+        """Drop everything and start a new batch (spill files are removed)."""
+        self._root = {}
+        self._top = _Node()
+        if self._store is not None:
+            self._store.clear()
+        self._counts["empties"] += 1
+
+    def close(self) -> None:
+        """Release spill files and their directory; the tree is empty afterwards."""
+        self.empty()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def __enter__(self) -> CompressedBufferTree:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- spill ----------------------------------------------------------------------------
+    def _enforce_budget(self) -> None:
+        budget = self.memory_budget_bytes
+        if budget is None:
+            return
+        resident = [cr for node in self._nodes() for cr in node.runs if cr.resident]
+        total = sum(cr.compressed_bytes for cr in resident)
+        if total <= budget:
+            return
+        if self._store is None:
+            self._store = SpillStore(self._spill_dir)
+        # Largest first: fewest files for the most bytes freed.
+        for cr in sorted(resident, key=lambda c: c.compressed_bytes, reverse=True):
+            if total <= budget:
+                break
+            total -= cr.compressed_bytes
+            cr.path = self._store.write(cr.hcol, cr.kcol, cr.vcol)  # type: ignore[arg-type]
+            cr.hcol = cr.kcol = cr.vcol = None
+            self._counts["runs_spilled"] += 1
+
+    # ---- accounting -----------------------------------------------------------------------
+    def memory_bytes(self) -> int:
+        """Bytes held by this tree: the root dict with its key and state objects (even when
+        shared with the caller: the tree keeps them alive), nodes, lists and compressed
+        columns. Spilled columns are on disk and not counted."""
+        root = self._root
+        size = sys.getsizeof(self) + sys.getsizeof(self.__dict__) + sys.getsizeof(root)
+        size += sum(map(deep_sizeof, root)) + sum(map(deep_sizeof, root.values()))
+        for node in self._nodes():
+            size += sys.getsizeof(node) + sys.getsizeof(node.runs)
+            size += sum(cr.memory_bytes() for cr in node.runs)
+            if node.children is not None:
+                size += sys.getsizeof(node.children) + sys.getsizeof(node.pivots)
+                size += sum(map(sys.getsizeof, node.pivots))  # type: ignore[arg-type]
+        return size
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and sizes: inserts, flushes, spills, compression ratio, shape..."""
+        nodes = list(self._nodes())
+        runs = [cr for node in nodes for cr in node.runs]
+        raw = sum(cr.raw_bytes for cr in runs)
+        comp = sum(cr.compressed_bytes for cr in runs if cr.resident)
+        height, node = 1, self._top
+        while not node.is_leaf:
+            height += 1
+            node = node.children[0]  # type: ignore[index]
+        out: dict[str, Any] = dict(self._counts)
+        spilled_raw = sum(cr.raw_bytes for cr in runs if not cr.resident)
+        out.update(
+            root_entries=len(self._root),
+            buffered_entries=sum(node.buffered for node in nodes),
+            height=height,
+            nodes=len(nodes),
+            leaves=sum(1 for n in nodes if n.is_leaf),
+            runs=len(runs),
+            uncompressed_bytes=raw,
+            compressed_bytes=comp,
+            compression_ratio=(raw - spilled_raw) / comp if comp else None,
+            spilled_runs=sum(1 for cr in runs if not cr.resident),
+            spill_bytes=self._store.bytes_on_disk if self._store else 0,
+            spill_reads=self._store.reads if self._store else 0,
+            memory_bytes=self.memory_bytes(),
+        )
+        return out
