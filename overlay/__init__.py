@@ -6,3 +6,32 @@ digit per hop, with forward/deliver upcalls), authenticated direct request/respo
 a leaf set of neighbours, membership with failure detection, and an in-memory simulated network
 for running thousands of nodes deterministically. It knows nothing of jobs or trees.
 """
+
+from overlay.config import Tunables
+from overlay.errors import (
+    MessageTooLarge,
+    NotRunning,
+    OverlayError,
+    RemoteError,
+    RequestTimeout,
+    RouteError,
+)
+from overlay.ids import key_for, node_id_for
+from overlay.node import OverlayNode, RouteResult, RoutingApplication
+from overlay.nodeinfo import NodeInfo
+
+__all__ = [
+    "MessageTooLarge",
+    "NodeInfo",
+    "NotRunning",
+    "OverlayError",
+    "OverlayNode",
+    "RemoteError",
+    "RequestTimeout",
+    "RouteError",
+    "RouteResult",
+    "RoutingApplication",
+    "Tunables",
+    "key_for",
+    "node_id_for",
+]

@@ -1,0 +1,47 @@
+"""Tunables of an overlay node, with defaults for production clusters.
+
+Contract: a frozen dataclass; tests pass shorter timings via ``dataclasses.replace``. With the
+defaults a node sends about 2 probes + 2 probe replies per second plus one leaf-set refresh
+every 5 s (≈ 4.4 maintenance datagrams per node per second, under the paper's 10), suspects a
+silent peer after ``misses_before_suspect`` consecutive unanswered probes (≈ 1.5 s once it is
+probed) and declares it failed ``fail_timeout`` seconds later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Tunables:
+    """Timings (seconds) and sizes of one overlay node."""
+
+    ksize: int = 20  # Kademlia k: bucket size and lookup width
+    alpha: int = 3  # Kademlia lookup parallelism
+    leaf_set_size: int = 8
+    slot_capacity: int = 3  # contacts kept per routing-table slot (designated + backups)
+    request_timeout: float = 1.0
+    request_retries: int = 2
+    probe_interval: float = 0.5
+    probe_timeout: float = 0.5
+    misses_before_suspect: int = 3
+    fail_timeout: float = 2.0  # suspected this long without a reply → failed
+    leaf_refresh_interval: float = 5.0
+    kademlia_refresh_interval: float = 600.0
+    gossip_sends: int = 12  # times each failure/leave rumour is piggybacked on probes
+    gossip_per_message: int = 6
+    tombstone_ttl: float = 60.0  # ignore second-hand news of a failed node this long
+    rejoin_interval: float = 10.0  # how often to re-ping a few failed nodes (heals partitions)
+    rejoin_batch: int = 2
+    graveyard_size: int = 256  # failed nodes remembered for re-pinging
+    graveyard_ttl: float = 3600.0
+    max_hops: int = 64
+    route_timeout: float = 10.0
+    max_datagram: int = 8192
+    max_skew: float = 30.0  # accepted clock skew for datagram timestamps
+
+    def __post_init__(self) -> None:
+        if self.misses_before_suspect < 1 or self.leaf_set_size < 1 or self.ksize < 1:
+            raise ValueError("sizes and miss counts must be positive")
+        if min(self.request_timeout, self.probe_interval, self.probe_timeout) <= 0:
+            raise ValueError("timings must be positive")
