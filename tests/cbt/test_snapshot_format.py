@@ -1,0 +1,184 @@
+"""Snapshot wire format: round trips for every aggregator, and every single-byte corruption and
+every truncation of a small snapshot is rejected with SnapshotError (never garbage)."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cbt import (
+    Aggregator,
+    CompressedBufferTree,
+    Snapshot,
+    SnapshotError,
+    aggregator_names,
+    register_aggregator,
+)
+
+
+def tiny_hash(data: bytes) -> int:
+    return len(data) & 1
+
+
+def small_snapshot() -> Snapshot:
+    t = CompressedBufferTree("avg", root_capacity=2)
+    for k, v in [("a", 1), ("b", 2), (("t", 1), 3), (b"x", 4), ("a", 5), (7, 6)]:
+        t.insert(k, v)
+    return t.flush()
+
+
+def test_round_trip_small() -> None:
+    snap = small_snapshot()
+    data = snap.to_bytes()
+    back = Snapshot.from_bytes(data)
+    assert back == snap
+    assert back.to_dict() == snap.to_dict() == {
+        "a": 3.0, "b": 2.0, ("t", 1): 3.0, b"x": 4.0, 7: 6.0
+    }
+    assert back.to_bytes() == data  # deterministic
+
+
+def test_every_single_byte_corruption_is_rejected() -> None:
+    data = small_snapshot().to_bytes()
+    assert len(data) < 400
+    for i in range(len(data)):
+        for delta in range(1, 256):
+            bad = bytearray(data)
+            bad[i] = (bad[i] + delta) % 256
+            with pytest.raises(SnapshotError):
+                Snapshot.from_bytes(bytes(bad))
+
+
+def test_every_truncation_is_rejected() -> None:
+    data = small_snapshot().to_bytes()
+    for n in range(len(data)):
+        with pytest.raises(SnapshotError, match=r"truncated|magic"):
+            Snapshot.from_bytes(data[:n])
+    with pytest.raises(SnapshotError, match="unexpected bytes"):
+        Snapshot.from_bytes(data + b"\0")
+
+
+def test_error_messages_name_the_problem() -> None:
+    data = bytearray(small_snapshot().to_bytes())
+    with pytest.raises(SnapshotError, match="bad magic"):
+        Snapshot.from_bytes(b"XXXXXXXX" + bytes(data[8:]))
+    bad = bytearray(data)
+    bad[8] = 9
+    with pytest.raises(SnapshotError, match="unsupported snapshot version 9"):
+        Snapshot.from_bytes(bytes(bad))
+    bad = bytearray(data)
+    bad[-10] ^= 1
+    with pytest.raises(SnapshotError, match="checksum"):
+        Snapshot.from_bytes(bytes(bad))
+    with pytest.raises(SnapshotError, match="truncated"):
+        Snapshot.from_bytes(bytes(data[:-1]))
+
+
+def _reseal(body: bytes) -> bytes:
+    """Re-checksum a hand-edited snapshot so parsing reaches the header and columns."""
+    body = body[:12] + struct.pack("<Q", len(body) + 4) + body[20:]
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def _rebuild(header: dict, cols: bytes) -> bytes:
+    h = msgpack.packb(header, use_bin_type=True)
+    fixed = struct.pack("<8sHHQI", b"CBTSNAP\x00", 1, 0, 0, len(h))
+    return _reseal(fixed + h + cols)
+
+
+def _split(data: bytes) -> tuple[dict, bytes]:
+    hlen = struct.unpack_from("<I", data, 20)[0]
+    header = msgpack.unpackb(data[24 : 24 + hlen], raw=False)
+    return header, data[24 + hlen : -4]
+
+
+def test_validated_contents_behind_a_valid_checksum() -> None:
+    header, cols = _split(small_snapshot().to_bytes())
+    with pytest.raises(SnapshotError, match="not registered"):
+        Snapshot.from_bytes(_rebuild({**header, "aggregator": "nope"}, cols))
+    with pytest.raises(SnapshotError, match="entry count"):
+        Snapshot.from_bytes(_rebuild({**header, "count": -1}, cols))
+    with pytest.raises(SnapshotError):
+        Snapshot.from_bytes(_rebuild({**header, "count": header["count"] + 1}, cols))
+    with pytest.raises(SnapshotError, match="column lengths"):
+        Snapshot.from_bytes(_rebuild({**header, "columns": [[1, 2]]}, cols))
+    with pytest.raises(SnapshotError, match="add up"):
+        Snapshot.from_bytes(_rebuild(header, cols + b"\0"))
+    with pytest.raises(SnapshotError, match="hash_function"):
+        Snapshot.from_bytes(_rebuild({**header, "hash": "custom:other"}, cols))
+
+
+def test_custom_hash_function_must_be_supplied() -> None:
+    t = CompressedBufferTree("count", hash_function=tiny_hash)
+    t.insert_many(["a", "bb", "ccc", "a"])
+    data = t.flush().to_bytes()
+    with pytest.raises(SnapshotError, match="hash_function"):
+        Snapshot.from_bytes(data)
+    back = Snapshot.from_bytes(data, hash_function=tiny_hash)
+    assert back.to_dict() == {"a": 2, "bb": 1, "ccc": 1}
+    assert back["a"] == 2
+
+
+class BitOr(Aggregator):
+    """A custom aggregator: bitwise OR of int flags."""
+
+    name = "test_bitor"
+
+    def lift(self, value: Any) -> int:
+        return int(value)
+
+    def merge(self, a: int, b: int) -> int:
+        return a | b
+
+
+def test_custom_aggregator_round_trips_once_registered() -> None:
+    t = CompressedBufferTree(BitOr(), root_capacity=2)
+    t.insert_many(["a", "b", "a", "c"], [1, 2, 4, 8])
+    snap = t.flush()
+    assert snap.to_dict() == {"a": 5, "b": 2, "c": 8}
+    data = snap.to_bytes()
+    with pytest.raises(SnapshotError, match="not registered"):
+        Snapshot.from_bytes(data)
+    register_aggregator("test_bitor", BitOr)
+    assert Snapshot.from_bytes(data).to_dict() == {"a": 5, "b": 2, "c": 8}
+
+
+VALUES = {
+    "count": st.integers(1, 1000),
+    "sum": st.one_of(st.integers(-(2**40), 2**40), st.floats(allow_nan=False, width=32)),
+    "avg": st.integers(-100, 100),
+    "min": st.floats(allow_nan=False, allow_infinity=False),
+    "max": st.integers(-(2**62), 2**62),
+    "topk": st.tuples(st.text(max_size=4), st.integers(0, 100)),
+    "distinct": st.text(max_size=4),
+    "collect_set": st.one_of(st.binary(max_size=3), st.integers(-(2**63), 2**64 - 1)),
+    "approx_distinct": st.integers(-(2**63), 2**64 - 1),
+    "hll": st.text(max_size=3),
+}
+KEYS = st.one_of(st.text(max_size=8), st.binary(max_size=8), st.integers(-(2**63), 2**64 - 1),
+                 st.tuples(st.text(max_size=3), st.integers(0, 9)))
+
+
+@pytest.mark.parametrize("name", aggregator_names())
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_round_trip_every_aggregator(name: str, data: st.DataObject) -> None:
+    if name not in VALUES:
+        pytest.skip("custom test aggregator")
+    pairs = data.draw(st.lists(st.tuples(KEYS, VALUES[name]), max_size=40))
+    t = CompressedBufferTree(name, root_capacity=4)
+    for k, v in pairs:
+        t.insert(k, v)
+    snap = t.flush()
+    back = Snapshot.from_bytes(snap.to_bytes())
+    assert back == snap
+    keys = snap.keys()
+    assert back.keys() == keys
+    assert [back.state(k) == snap.state(k) for k in keys] == [True] * len(snap)
+    assert all(k in back for k in keys)

@@ -1,0 +1,167 @@
+"""Tree API details: input forms, validation, bounded memory, stats, aggregator behaviour."""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections import Counter
+
+import msgpack
+import numpy as np
+import pytest
+
+from cbt import (
+    Aggregator,
+    CompressedBufferTree,
+    HyperLogLog,
+    Snapshot,
+    TopK,
+    aggregator_names,
+    get_aggregator,
+    xxh3_64,
+)
+
+
+def test_insert_many_accepts_numpy_and_iterables() -> None:
+    t = CompressedBufferTree("count", root_capacity=4)
+    t.insert_many(np.array(["a", "b", "a"]))
+    t.insert_many(np.array([5, 6, 5, 5]))
+    t.insert_many(iter(["a", "z"]))
+    t.insert_many(["b"], np.array([10]))
+    assert t.flush().to_dict() == {"a": 3, "b": 11, 5: 3, 6: 1, "z": 1}
+    s = CompressedBufferTree("sum")
+    s.insert_many(np.array(["p", "q", "p"]), np.array([1.5, 2.0, 3.0]))
+    assert s.flush().to_dict() == {"p": 4.5, "q": 2.0}
+
+
+@pytest.mark.parametrize("name", ["count", "sum", "max"])
+@pytest.mark.parametrize("bad", [1.5, True, None, [1], frozenset()])
+def test_invalid_keys_raise_and_earlier_pairs_stay(name: str, bad: object) -> None:
+    t = CompressedBufferTree(name, root_capacity=1000)
+    t.insert_many(["keep"], [1])
+    with pytest.raises(TypeError):
+        t.insert_many(["a", "b", bad, "c"], [1, 1, 1, 1])
+    with pytest.raises(TypeError):
+        t.insert_many(["d", bad, "e"])
+    with pytest.raises(TypeError):
+        t.insert(bad, 1)
+    expected = {"keep": 1, "a": 1, "b": 1, "d": 1}
+    assert t.flush().to_dict() == expected
+    assert t.stats()["inserts"] == 4
+
+
+def test_invalid_values_raise() -> None:
+    with pytest.raises(TypeError):
+        CompressedBufferTree("count").insert("a", 1.5)
+    with pytest.raises(TypeError):
+        CompressedBufferTree("sum").insert_many(["a"], ["x"])
+    with pytest.raises(ValueError):
+        CompressedBufferTree("sum").insert_many(["a", "b"], [1])
+    with pytest.raises(ValueError):
+        CompressedBufferTree("nope")
+    with pytest.raises(ValueError):
+        TopK(0)
+
+
+def test_root_stays_bounded_and_memory_beats_a_counter() -> None:
+    rng = random.Random(7)
+    keys = [f"/catalog/{rng.choice(['toys', 'books', 'games'])}/item-{i:07d}"
+            for i in range(60000)]
+    t = CompressedBufferTree("count", root_capacity=2000, buffer_entries=8000,
+                             leaf_capacity=8000)
+    for lo in range(0, len(keys), 5000):
+        t.insert_many(keys[lo : lo + 5000])
+        assert t.stats()["root_entries"] <= 2000 + 2000
+    t.flush()
+    counter = Counter(keys)
+    counter_bytes = sys.getsizeof(counter) + sum(map(sys.getsizeof, counter))
+    assert t.memory_bytes() < counter_bytes / 4
+    stats = t.stats()
+    for field in ("inserts", "flushes", "root_spills", "compression_ratio", "height", "leaves"):
+        assert field in stats
+    assert stats["inserts"] == 60000 and stats["flushes"] == 1
+    assert stats["compression_ratio"] > 2
+    assert stats["height"] >= 2
+
+
+def test_flush_is_repeatable_and_empty_resets() -> None:
+    t = CompressedBufferTree("count", root_capacity=3, buffer_entries=4, leaf_capacity=4)
+    t.insert_many(list("abcdefghij") * 3)
+    a = t.flush()
+    assert a == t.flush()
+    t.empty()
+    assert len(t.flush()) == 0
+    assert a.to_dict() == dict.fromkeys("abcdefghij", 3)  # the old snapshot is unaffected
+
+
+def test_snapshot_merge_does_not_mutate_inputs_with_mutable_states() -> None:
+    t1 = CompressedBufferTree("collect_set")
+    t1.insert_many(["k", "k"], [1, 2])
+    t2 = CompressedBufferTree("collect_set")
+    t2.insert("k", 3)
+    a, b = t1.flush(), t2.flush()
+    m = a.merge(b)
+    assert m["k"] == {1, 2, 3} and a["k"] == {1, 2} and b["k"] == {3}
+    assert m.merge(a)["k"] == {1, 2, 3} and a["k"] == {1, 2}
+
+
+def test_merge_rejects_incompatible_snapshots() -> None:
+    a = CompressedBufferTree("count").flush()
+    with pytest.raises(ValueError):
+        a.merge(CompressedBufferTree("sum").flush())
+    with pytest.raises(ValueError):
+        a.merge(CompressedBufferTree("count", hash_function=lambda b: 1).flush())
+    with pytest.raises(TypeError):
+        CompressedBufferTree("max").flush().subtract(CompressedBufferTree("max").flush())
+
+
+def test_hll_estimates_within_error_and_merges_exactly() -> None:
+    t1 = CompressedBufferTree("approx_distinct", aggregator_params={"precision": 12})
+    t2 = CompressedBufferTree("hll", aggregator_params={"precision": 12})
+    t1.insert_many(["u"] * 20000, [f"user{i}" for i in range(20000)])
+    t2.insert_many(["u"] * 20000, [f"user{i}" for i in range(10000, 30000)])
+    a, b = t1.flush(), t2.flush()
+    assert abs(a["u"] - 20000) / 20000 < 0.05
+    union = a.merge(b)["u"]
+    assert abs(union - 30000) / 30000 < 0.05
+    direct = HyperLogLog(12)
+    for i in range(30000):
+        direct.add_hash(xxh3_64(msgpack.packb(f"user{i}")))
+    assert bytes(union_state := a.merge(b).state("u")) == bytes(direct.registers)
+    assert union_state is not a.state("u")
+    small = CompressedBufferTree("hll")
+    small.insert_many(["s"] * 5, ["a", "b", "c", "a", "b"])
+    assert round(small.flush()["s"]) == 3
+
+
+def test_topk_semantics() -> None:
+    t = CompressedBufferTree("topk", aggregator_params={"k": 2})
+    t.insert_many(["p"] * 4, [("a", 5), ("b", 9), ("c", 1), ("a", 7)])
+    t.insert("q", 3)
+    assert t.flush().to_dict() == {"p": [("b", 9), ("a", 7)], "q": [(3, 3)]}
+
+
+def test_tuple_keys_for_multi_column_group_by() -> None:
+    t = CompressedBufferTree("sum", root_capacity=2)
+    rows = [(("video games", "US"), 2), (("video games", "DE"), 1), (("video games", "US"), 5)]
+    for k, v in rows:
+        t.insert(k, v)
+    snap = t.flush()
+    assert snap[("video games", "US")] == 7
+    assert Snapshot.from_bytes(snap.to_bytes())[("video games", "DE")] == 1
+
+
+def test_registry_and_custom_instance() -> None:
+    assert {"count", "sum", "avg", "min", "max", "topk", "distinct", "collect_set",
+            "approx_distinct"} <= set(aggregator_names())
+    assert get_aggregator("topk", {"k": 4}) == TopK(4)
+
+    class Concat(Aggregator):
+        name = "test_concat"
+
+        def merge(self, a: str, b: str) -> str:
+            return "".join(sorted(a + b))
+
+    t = CompressedBufferTree(Concat(), root_capacity=2)
+    t.insert_many(["x", "x", "y", "x"], ["c", "a", "z", "b"])
+    assert t.flush().to_dict() == {"x": "abc", "y": "z"}
