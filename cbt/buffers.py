@@ -165,10 +165,16 @@ class Codec:
         h_raw = encode_hashes(run.hashes)
         k_raw = msgpack.packb(run.keys.tolist(), use_bin_type=True)
         v_raw = self.agg.encode_column(run.values)
-        c = self._c.compress
+        c = self._compress_tight
         return CompressedRun(
             n, c(h_raw), c(k_raw), c(v_raw), len(h_raw) + len(k_raw) + len(v_raw)
         )
+
+    def _compress_tight(self, raw: bytes) -> bytes:
+        # python-zstandard returns a bytes object whose allocation is the worst-case bound
+        # (about the input size) with only the length shrunk; copying releases the slack,
+        # which is most of the memory the compression is meant to save.
+        return bytes(memoryview(self._c.compress(raw)))
 
     def decompress(self, cr: CompressedRun, store: SpillStore | None) -> Run:
         hcol, kcol, vcol = cr.columns(store)
