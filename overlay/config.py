@@ -27,6 +27,7 @@ class Tunables:
     misses_before_suspect: int = 3
     fail_timeout: float = 2.0  # suspected this long without a reply → failed
     leaf_refresh_interval: float = 5.0
+    slot_refresh_interval: float = 2.0  # one routing-table slot re-looked-up per interval
     kademlia_refresh_interval: float = 600.0
     gossip_sends: int = 12  # times each failure/leave rumour is piggybacked on probes
     gossip_per_message: int = 6

@@ -159,7 +159,7 @@ class OverlayNode:
         self._failed_cbs: list[Callable[[NodeInfo], Any]] = []
         self._routes: dict[bytes, asyncio.Future[RouteResult]] = {}
         self._seen_routes: OrderedDict[tuple[bytes, int], None] = OrderedDict()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: dict[asyncio.Task[Any], None] = {}  # dict: deterministic order (sim)
         self._probe_queue: list[int] = []
         # Failed nodes, re-pinged now and then: after a partition heals each side finds the
         # other again this way (tombstones stop second-hand news of them meanwhile).
@@ -236,6 +236,8 @@ class OverlayNode:
         self._bootstrap = addrs
         if addrs:
             await self.server.bootstrap(addrs)
+            await self._fill_slots()
+            await self._announce()
         self.server.refresh_table(t.kademlia_refresh_interval)
         self._spawn(self._maintenance())
 
@@ -743,12 +745,16 @@ class OverlayNode:
         await asyncio.sleep(self._rng.uniform(0, t.probe_interval))
         next_leaf_refresh = self._now() + self._rng.uniform(0, t.leaf_refresh_interval)
         next_rejoin = self._now() + self._rng.uniform(0, t.rejoin_interval)
+        next_slot = self._now() + self._rng.uniform(0, t.slot_refresh_interval)
         while self._running:
             try:
                 self._maintenance_tick()
                 if self._now() >= next_leaf_refresh:
                     next_leaf_refresh = self._now() + t.leaf_refresh_interval
                     self._spawn(self._refresh_leaves())
+                if self._now() >= next_slot:
+                    next_slot = self._now() + t.slot_refresh_interval
+                    self._spawn(self._refresh_slot())
                 if self._now() >= next_rejoin:
                     next_rejoin = self._now() + t.rejoin_interval
                     self._spawn(self._rejoin())
@@ -773,6 +779,80 @@ class OverlayNode:
         if self._rng.random() < 0.05:
             self.membership.prune_tombstones(now)
 
+    def _slot_target(self, row: int, col: int) -> int:
+        """A random id in this node's routing-table slot ``(row, col)``."""
+        shift = ids.ID_BITS - ids.DIGIT_BITS * (row + 1)
+        prefix = (self.info.id >> (shift + ids.DIGIT_BITS)) << ids.DIGIT_BITS | col
+        return (prefix << shift) | self._rng.getrandbits(shift)
+
+    def size_estimate(self) -> int:
+        """Network size estimated from the leaf set's spread: k nodes within XOR distance d
+        means about k·2¹⁶⁰/d nodes in all."""
+        members = self.leaves.members()
+        if not members:
+            return 1
+        spread = max(members[-1].id ^ self.info.id, 1)
+        return max(len(members) + 1, (len(members) << ids.ID_BITS) // spread)
+
+    def _depth(self) -> int:
+        """Rows worth filling: those whose slots expect at least ¼ node (16^(row+1) ≤ 4N).
+        Deeper slots are covered by the leaf set."""
+        n4 = 4 * self.size_estimate()
+        rows = 1
+        while rows < ids.DIGITS and 16 ** (rows + 1) <= n4:
+            rows += 1
+        return rows
+
+    async def _lookup_slot(self, row: int, col: int) -> None:
+        """One find_node for a random id of an empty slot, asked of the contact closest to it
+        (a single RPC, not a full crawl): this is how slots get (re)filled."""
+        target = self._slot_target(row, col)
+        pool = self.contacts()
+        if not pool:
+            return
+        peer = min(pool, key=lambda n: n.id ^ target)
+        await self.protocol.call_find_node(_kad_node(peer), Node(ids.to_bytes(target)))
+
+    def _empty_slots(self) -> list[tuple[int, int]]:
+        me = self.info.id
+        filled = {self.table.slot_of(n.id) for n in self.contacts()}
+        return [
+            (row, col)
+            for row in range(self._depth())
+            for col in range(16)
+            if col != ids.digit(me, row) and (row, col) not in filled
+        ]
+
+    async def _fill_slots(self) -> None:
+        """After the join crawl: look up every empty slot once (Pastry fills its table from
+        the nodes on its join route; this is the Kademlia way to the same end)."""
+        empty = self._empty_slots()
+        if empty:
+            await asyncio.gather(*(self._lookup_slot(r, c) for r, c in empty))
+
+    async def _announce(self) -> None:
+        """Ping every contact once so nodes that should route to us learn us directly."""
+        t = self.tunables
+        calls = []
+        for n in self.contacts():
+            with contextlib.suppress(OverlayError):
+                calls.append(self.protocol.call(n.address, "ping", [[]], t.probe_timeout))
+        if calls:
+            await asyncio.gather(*calls)
+
+    async def _refresh_slot(self) -> None:
+        """Periodic table upkeep: an empty slot if any (new nodes may have appeared there),
+        else a random filled one (finds closer designated entries)."""
+        empty = self._empty_slots()
+        if empty:
+            row, col = self._rng.choice(empty)
+        else:
+            filled = [self.table.slot_of(n.id) for n in self.table.designated()]
+            if not filled:
+                return
+            row, col = self._rng.choice(filled)
+        await self._lookup_slot(row, col)
+
     async def _refresh_leaves(self) -> None:
         """Ask one leaf-set member for the nodes closest to us: learns joins next to us and
         refills the leaf set after failures."""
@@ -792,11 +872,11 @@ class OverlayNode:
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
+        self._tasks[task] = None
         task.add_done_callback(self._task_done)
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
             if not isinstance(exc, NotRunning):

@@ -87,7 +87,7 @@ class OverlayProtocol(KademliaProtocol):
             **handlers,
         }
         self.allowed = frozenset(self._rpcs)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: dict[asyncio.Task[Any], None] = {}  # dict: deterministic order (sim)
         self.closed = False
 
     # rpcudp turns any unknown attribute into a remote call; make it an ordinary error.
@@ -203,8 +203,8 @@ class OverlayProtocol(KademliaProtocol):
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(lambda t: self._tasks.pop(t, None))
 
     def close(self) -> None:
         """Stop serving: pending calls time out at once, running handlers are cancelled."""
