@@ -7,12 +7,15 @@ disagree during churn.
 
 Routing table. Contacts are grouped into slots ``(row, column)``: a contact sharing exactly
 ``row`` leading hex digits with this node, whose digit ``row`` is ``column`` (Pastry's table,
-b = 4). Each slot has one *designated* entry: the member XOR-closest to this node's own id.
-Toward a key sharing ``p`` digits with this node the next hop is the designated entry of slot
-``(p, key[p])`` — it corrects one digit, so paths take about ⌈log₁₆ N⌉ hops. The designated
-entry depends on this node's id, not on the key, so different nodes pick different entries
-(their suffixes differ) and the union of paths toward a key is a tree with bounded fan-in, not
-a star. When the slot is empty the fallback is the known contact XOR-closest to the key among
+b = 4). Toward a key sharing ``p`` digits with this node the next hop is the *designated* entry
+of slot ``(p, key[p])`` — it corrects one digit, so paths take about ⌈log₁₆ N⌉ hops. The
+designated entry is the member with the lowest rendezvous score ``xxh64(self_id XOR member)``:
+deterministic for this node (all keys with that prefix use the same entry, so the union of
+paths toward a key is a tree), yet effectively a uniform random pick that differs from node to
+node, so a slot's members share the children evenly and fan-in stays bounded (≈ 15 per level)
+instead of forming a star. (Choosing the XOR-closest member instead is skewed: members alone
+in a large subtree would collect most children.) A full slot keeps its ``slot_capacity`` lowest
+scores. When the slot is empty the fallback is the known contact XOR-closest to the key among
 those closer than this node (the leaf-set step at the end of a route).
 """
 
@@ -20,8 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from overlay.ids import DIGIT_BITS, DIGITS, ID_BITS, digit, shared_prefix_digits
+import xxhash
+
+from overlay.ids import DIGIT_BITS, DIGITS, ID_BITS, ID_BYTES, digit, shared_prefix_digits
 from overlay.nodeinfo import NodeInfo
+
+
+def rendezvous(a: int, b: int) -> int:
+    """Pseudo-random, symmetric, deterministic score of the pair ``(a, b)``."""
+    return xxhash.xxh64_intdigest((a ^ b).to_bytes(ID_BYTES, "big"))
 
 
 class PrefixTable:
@@ -35,6 +45,11 @@ class PrefixTable:
         self._slots: dict[tuple[int, int], dict[int, NodeInfo]] = {}
         self._designated: dict[tuple[int, int], NodeInfo] = {}
         self._all: dict[int, NodeInfo] = {}
+        self._score: dict[int, int] = {}
+
+    def score(self, node_id: int) -> int:
+        cached = self._score.get(node_id)
+        return cached if cached is not None else rendezvous(self.self_id, node_id)
 
     def slot_of(self, node_id: int) -> tuple[int, int]:
         row = shared_prefix_digits(self.self_id, node_id)
@@ -42,8 +57,8 @@ class PrefixTable:
 
     def add(self, info: NodeInfo) -> tuple[bool, NodeInfo | None]:
         """Insert a live contact. Returns ``(accepted, evicted)``: a full slot keeps its
-        ``slot_capacity`` members XOR-closest to this node (the designated entry and its
-        backups), which bounds the table to about 15 × capacity × ⌈log₁₆ N⌉ entries."""
+        ``slot_capacity`` members with the lowest rendezvous scores (the designated entry and
+        its backups), which bounds the table to about 15 × capacity × ⌈log₁₆ N⌉ entries."""
         me = self.self_id
         if info.id == me:
             return (False, None)
@@ -55,21 +70,22 @@ class PrefixTable:
             if self._designated[slot].id == info.id:
                 self._designated[slot] = info
             return (True, None)
+        score = self.score(info.id)
         evicted: NodeInfo | None = None
         if len(members) >= self.slot_capacity:
-            worst = max(members.values(), key=lambda n: n.id ^ me)
-            if (worst.id ^ me) < (info.id ^ me):
+            worst = max(members.values(), key=lambda n: self._score[n.id])
+            if self._score[worst.id] < score:
                 return (False, None)
             del members[worst.id]
             del self._all[worst.id]
+            del self._score[worst.id]
             evicted = worst
         members[info.id] = info
         self._all[info.id] = info
+        self._score[info.id] = score
         best = self._designated.get(slot)
-        if best is None or best.id == getattr(evicted, "id", None) or (info.id ^ me) < (
-            best.id ^ me
-        ):
-            self._designated[slot] = min(members.values(), key=lambda n: n.id ^ me)
+        if best is None or evicted is not None or score < self._score[best.id]:
+            self._designated[slot] = min(members.values(), key=lambda n: self._score[n.id])
         return (True, evicted)
 
     def would_accept(self, info: NodeInfo) -> bool:
@@ -80,11 +96,13 @@ class PrefixTable:
         members = self._slots.get(self.slot_of(info.id))
         if not members or info.id in members or len(members) < self.slot_capacity:
             return True
-        return any((info.id ^ me) < (n.id ^ me) for n in members.values())
+        score = self.score(info.id)
+        return any(score < self._score[n.id] for n in members.values())
 
     def remove(self, node_id: int) -> None:
         if self._all.pop(node_id, None) is None:
             return
+        del self._score[node_id]
         slot = self.slot_of(node_id)
         members = self._slots[slot]
         del members[node_id]
@@ -92,8 +110,7 @@ class PrefixTable:
             del self._slots[slot]
             del self._designated[slot]
         elif self._designated[slot].id == node_id:
-            me = self.self_id
-            self._designated[slot] = min(members.values(), key=lambda n: n.id ^ me)
+            self._designated[slot] = min(members.values(), key=lambda n: self._score[n.id])
 
     def __contains__(self, node_id: int) -> bool:
         return node_id in self._all
@@ -132,7 +149,7 @@ class PrefixTable:
         if best is not None:  # designated entry excluded: another member of the same slot
             others = [n for n in self._slots[slot].values() if n.id not in excluded]
             if others:
-                return min(others, key=lambda n: n.id ^ me)
+                return min(others, key=lambda n: self._score[n.id])
         best = closest_closer(me, key, self._all.values(), excluded)
         leaf = closest_closer(me, key, extra, excluded)
         if leaf is not None and (best is None or (leaf.id ^ key) < (best.id ^ key)):
