@@ -25,7 +25,6 @@ a factory with :func:`register_aggregator` so ``Snapshot.from_bytes`` can rebuil
 from __future__ import annotations
 
 import heapq
-import operator
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -226,17 +225,17 @@ class Count(Aggregator):
         return values.tolist()
 
 
-def shuffle_bytes(arr: np.ndarray) -> bytes:
-    """Byte-transpose an array of 8-byte words: all first bytes, then all second bytes...
+def shuffle_bytes(arr: np.ndarray, width: int = 8) -> bytes:
+    """Byte-transpose an array of ``width``-byte words: all first bytes, then all second...
 
-    Small numbers (counts, hash deltas) have long runs of zero high bytes after the transpose,
-    which zstd then stores in almost nothing.
+    Small numbers (counts, hash deltas, sizes) have long runs of zero high bytes after the
+    transpose, which zstd then stores in almost nothing.
     """
-    return np.ascontiguousarray(arr.view(np.uint8).reshape(-1, 8).T).tobytes()
+    return np.ascontiguousarray(arr.view(np.uint8).reshape(-1, width).T).tobytes()
 
 
-def unshuffle_bytes(blob: bytes, n: int, dtype: str) -> np.ndarray:
-    raw = np.frombuffer(blob, dtype=np.uint8).reshape(8, n)
+def unshuffle_bytes(blob: bytes, n: int, dtype: str, width: int = 8) -> np.ndarray:
+    raw = np.frombuffer(blob, dtype=np.uint8).reshape(width, n)
     return np.ascontiguousarray(raw.T).view(dtype).reshape(n)
 
 
@@ -516,6 +515,3 @@ def get_aggregator(spec: str | Aggregator, params: dict[str, Any] | None = None)
         ) from None
     return factory(**(params or {}))
 
-
-# Used by Snapshot.top for numeric results
-value_getter = operator.itemgetter(1)

@@ -1,26 +1,28 @@
 """Buffer columns: uncompressed hash-ordered runs and their compressed form.
 
-A :class:`Run` is three parallel columns - ``hashes`` (sorted ``uint64``), ``keys`` (object
-array of keys) and ``values`` (array of PAO states, ``int64`` for ``count``) - holding at most
-one entry per distinct key (entries with equal hashes but different keys sit side by side,
-ordered by key encoding). :func:`merge_runs` sorts by hash and aggregates duplicates, comparing
-full keys on every hash tie, so hash collisions never merge different keys.
+A :class:`Run` is three parallel columns - ``hashes`` (sorted ``uint64``), ``keys`` and
+``values`` (PAO states; ``int64`` for ``count``, an object array otherwise) - holding at most
+one entry per distinct key; entries with equal hashes but different keys sit side by side,
+ordered by key encoding. Inside the tree, keys stay msgpack-encoded in an
+:class:`EncodedKeys` column (fixed-width numpy bytes plus a length column), so sorting,
+partitioning and duplicate detection are vectorized and no Python object is created per key;
+snapshots hold decoded keys in an object array. :func:`sort_and_aggregate` sorts by hash and
+merges duplicates, comparing full keys on every hash tie, so collisions never merge two keys.
 
-A :class:`CompressedRun` stores the same three columns, each compressed separately with
-zstandard (the CBT design: columns of similar data compress far better than interleaved
-records): hashes are delta-encoded and byte-transposed, keys are one msgpack array (msgpack is
-self-delimiting, so it also plays the role of the paper's "size" column), values use the
-aggregator's column codec. A compressed run may live in memory or in a spill file.
+A :class:`CompressedRun` stores a run as four separately zstd-compressed columns (the CBT
+design: like data compresses far better than interleaved records): hashes (delta-encoded,
+byte-transposed), sizes (key encoding lengths), keys (the concatenated msgpack encodings) and
+values (the aggregator's column codec). It lives in memory or in a spill file.
 """
 
 from __future__ import annotations
 
 import operator
+import struct
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import msgpack
 import numpy as np
 import zstandard
 
@@ -31,6 +33,107 @@ if TYPE_CHECKING:
     from cbt.spill import SpillStore
 
 _EMPTY_U64 = np.empty(0, dtype=np.uint64)
+#: encodings longer than this are kept as bytes objects rather than padded fixed-width rows
+WIDE_KEY = 256
+
+
+class EncodedKeys:
+    """A column of msgpack-encoded keys.
+
+    Narrow mode: ``data`` is a fixed-width ``S<w>`` array (rows zero-padded) and ``lengths``
+    gives each encoding's true length (numpy drops trailing NULs, so equality compares both).
+    Wide mode (some encoding longer than ``WIDE_KEY``): ``data`` is an object array of bytes.
+    """
+
+    __slots__ = ("data", "lengths")
+
+    def __init__(self, data: np.ndarray, lengths: np.ndarray) -> None:
+        self.data = data
+        self.lengths = lengths
+
+    @classmethod
+    def from_encodings(cls, encs: list[bytes]) -> EncodedKeys:
+        n = len(encs)
+        lengths = np.fromiter(map(len, encs), dtype=np.int64, count=n)
+        width = int(lengths.max()) if n else 1
+        if width > WIDE_KEY:
+            return cls(object_array(encs, n), lengths)
+        return cls(np.array(encs, dtype=f"S{max(width, 1)}"), lengths)
+
+    @property
+    def wide(self) -> bool:
+        return self.data.dtype == object
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, idx: Any) -> EncodedKeys:
+        return EncodedKeys(self.data[idx], self.lengths[idx])
+
+    def equal(self, other: EncodedKeys) -> np.ndarray:
+        if self.wide or other.wide:
+            a, b = self.as_wide().data, other.as_wide().data
+            return np.fromiter(map(operator.eq, a, b), dtype=bool, count=len(a))
+        return (self.data == other.data) & (self.lengths == other.lengths)
+
+    def encoding(self, i: int) -> bytes:
+        raw = self.data[i]
+        return bytes(raw) if self.wide else bytes(raw).ljust(int(self.lengths[i]), b"\0")
+
+    def as_wide(self) -> EncodedKeys:
+        if self.wide:
+            return self
+        n = len(self)
+        return EncodedKeys(object_array(map(self.encoding, range(n)), n), self.lengths)
+
+    @staticmethod
+    def concat(parts: list[EncodedKeys]) -> EncodedKeys:
+        if any(p.wide for p in parts):
+            parts = [p.as_wide() for p in parts]
+        return EncodedKeys(
+            np.concatenate([p.data for p in parts]), np.concatenate([p.lengths for p in parts])
+        )
+
+    def to_blob(self) -> bytes:
+        """The encodings back to back: a msgpack stream of the keys."""
+        if self.wide:
+            return b"".join(self.data)
+        n = len(self)
+        if n == 0:
+            return b""
+        width = self.data.dtype.itemsize
+        rows = self.data.view(np.uint8).reshape(n, width)
+        return rows[np.arange(width) < self.lengths[:, None]].tobytes()
+
+    @classmethod
+    def from_blob(cls, blob: bytes, lengths: np.ndarray) -> EncodedKeys:
+        n = len(lengths)
+        if int(lengths.sum()) != len(blob) or (n and int(lengths.min()) < 1):
+            raise ValueError("key sizes do not match the key column")
+        width = int(lengths.max()) if n else 1
+        if width > WIDE_KEY:
+            ends = np.cumsum(lengths).tolist()
+            starts = [0, *ends[:-1]]
+            return cls(object_array((blob[a:b] for a, b in zip(starts, ends, strict=True)), n),
+                       lengths)
+        rows = np.zeros((n, width), dtype=np.uint8)
+        rows[np.arange(width) < lengths[:, None]] = np.frombuffer(blob, dtype=np.uint8)
+        return cls(rows.view(f"S{width}").reshape(n), lengths)
+
+    def decode(self) -> np.ndarray:
+        """The keys as Python objects (one msgpack array decode: a single C call)."""
+        n = len(self)
+        if n < 16:
+            head = bytes([0x90 | n])
+        elif n < 1 << 16:
+            head = b"\xdc" + struct.pack(">H", n)
+        else:
+            head = b"\xdd" + struct.pack(">I", n)
+        keys = decode_keys(head + self.to_blob())
+        return object_array(keys, n)
+
+    def nbytes(self) -> int:
+        return self.data.nbytes + self.lengths.nbytes
 
 
 @dataclass
@@ -38,7 +141,7 @@ class Run:
     """An uncompressed hash-ordered, aggregated run of entries."""
 
     hashes: np.ndarray
-    keys: np.ndarray
+    keys: EncodedKeys
     values: np.ndarray
 
     def __len__(self) -> int:
@@ -49,7 +152,7 @@ class Run:
 
 
 def empty_run(agg: Aggregator) -> Run:
-    return Run(_EMPTY_U64, object_array((), 0), agg.column((), 0))
+    return Run(_EMPTY_U64, EncodedKeys.from_encodings([]), agg.column((), 0))
 
 
 def encode_hashes(hashes: np.ndarray) -> bytes:
@@ -72,7 +175,7 @@ def decode_hashes(blob: bytes, n: int) -> np.ndarray:
 
 
 def sort_and_aggregate(
-    hashes: np.ndarray, keys: np.ndarray, values: np.ndarray, agg: Aggregator, owned: bool
+    hashes: np.ndarray, keys: EncodedKeys, values: np.ndarray, agg: Aggregator, owned: bool
 ) -> Run:
     """Stable-sort entries by hash and merge entries with equal keys.
 
@@ -90,32 +193,23 @@ def sort_and_aggregate(
     if not same.any():
         return Run(hashes, keys, values)
     idx = np.flatnonzero(same)
-    key_equal = _elementwise_equal(keys[idx], keys[idx + 1])
+    key_equal = keys[idx].equal(keys[idx + 1])
     if not key_equal.all():
-        keys, values = _order_collisions(hashes, keys, values, idx[~key_equal])
-        same = hashes[1:] == hashes[:-1]
-        idx = np.flatnonzero(same)
-        same[idx[~_elementwise_equal(keys[idx], keys[idx + 1])]] = False
+        perm = _collision_order(hashes, keys, idx[~key_equal])
+        keys, values = keys[perm], values[perm]
+        same[idx[~keys[idx].equal(keys[idx + 1])]] = False
     starts = np.flatnonzero(np.concatenate(([True], ~same)))
     return Run(hashes[starts], keys[starts], agg.merge_groups(values, starts, owned))
 
 
-def _elementwise_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    eq = a == b
-    if isinstance(eq, np.ndarray) and eq.dtype == bool:
-        return eq
-    return np.fromiter(map(operator.eq, a, b), dtype=bool, count=len(a))
-
-
-def _order_collisions(
-    hashes: np.ndarray, keys: np.ndarray, values: np.ndarray, tie_positions: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Within every equal-hash group that holds different keys, stable-sort by key encoding
-    so equal keys become adjacent and the order is the same whatever the arrival order."""
-    keys = keys.copy()
-    values = values.copy()
+def _collision_order(
+    hashes: np.ndarray, keys: EncodedKeys, tie_positions: np.ndarray
+) -> np.ndarray:
+    """A permutation that stable-sorts every equal-hash group holding different keys by key
+    encoding, so equal keys become adjacent and the order never depends on arrival order."""
+    perm = np.arange(len(hashes))
+    enc = keys.encoding
     done: set[int] = set()
-    pack = msgpack.Packer(use_bin_type=True).pack
     for pos in tie_positions.tolist():
         h = hashes[pos]
         lo = int(np.searchsorted(hashes, h, side="left"))
@@ -123,32 +217,23 @@ def _order_collisions(
             continue
         done.add(lo)
         hi = int(np.searchsorted(hashes, h, side="right"))
-        order = sorted(range(lo, hi), key=lambda i: pack(keys[i]))
-        keys[lo:hi] = object_array((keys[i] for i in order), hi - lo)
-        values[lo:hi] = values[order]
-    return keys, values
-
-
-def concat_runs(runs: list[Run], agg: Aggregator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    if not runs:
-        r = empty_run(agg)
-        return r.hashes, r.keys, r.values
-    if len(runs) == 1:
-        r = runs[0]
-        return r.hashes, r.keys, r.values
-    return (
-        np.concatenate([r.hashes for r in runs]),
-        np.concatenate([r.keys for r in runs]),
-        np.concatenate([r.values for r in runs]),
-    )
+        perm[lo:hi] = sorted(range(lo, hi), key=enc)
+    return perm
 
 
 def merge_runs(runs: list[Run], agg: Aggregator, owned: bool) -> Run:
     """One aggregated run from several (earlier runs' states are merged first)."""
+    if not runs:
+        return empty_run(agg)
     if len(runs) == 1:
         return runs[0]
-    h, k, v = concat_runs(runs, agg)
-    return sort_and_aggregate(h, k, v, agg, owned)
+    return sort_and_aggregate(
+        np.concatenate([r.hashes for r in runs]),
+        EncodedKeys.concat([r.keys for r in runs]),
+        np.concatenate([r.values for r in runs]),
+        agg,
+        owned,
+    )
 
 
 class Codec:
@@ -160,81 +245,83 @@ class Codec:
         self._c = zstandard.ZstdCompressor(level=level)
         self._d = zstandard.ZstdDecompressor()
 
-    def compress(self, run: Run) -> CompressedRun:
-        n = len(run)
-        h_raw = encode_hashes(run.hashes)
-        k_raw = msgpack.packb(run.keys.tolist(), use_bin_type=True)
-        v_raw = self.agg.encode_column(run.values)
-        c = self._compress_tight
-        return CompressedRun(
-            n, c(h_raw), c(k_raw), c(v_raw), len(h_raw) + len(k_raw) + len(v_raw)
-        )
-
     def _compress_tight(self, raw: bytes) -> bytes:
         # python-zstandard returns a bytes object whose allocation is the worst-case bound
         # (about the input size) with only the length shrunk; copying releases the slack,
         # which is most of the memory the compression is meant to save.
         return bytes(memoryview(self._c.compress(raw)))
 
+    def compress(self, run: Run, padded: bool = False) -> CompressedRun:
+        """Compress a run. ``padded`` keeps the keys' fixed-width rows as they are: a little
+        bigger once compressed, but no gather on the way in and a zero-copy view on the way
+        out - the right trade for short-lived buffers of inner nodes."""
+        keys = run.keys
+        assert isinstance(keys, EncodedKeys)
+        width = 0
+        if padded and not keys.wide and len(keys):
+            width = keys.data.dtype.itemsize
+            kraw = keys.data.tobytes()
+        else:
+            kraw = keys.to_blob()
+        raws = (
+            encode_hashes(run.hashes),
+            shuffle_bytes(keys.lengths.astype("<u4"), 4),
+            kraw,
+            self.agg.encode_column(run.values),
+        )
+        return CompressedRun(len(run), [self._compress_tight(r) for r in raws],
+                             sum(map(len, raws)), width)
+
     def decompress(self, cr: CompressedRun, store: SpillStore | None) -> Run:
-        hcol, kcol, vcol = cr.columns(store)
-        d = self._d.decompress
+        hcol, scol, kcol, vcol = (self._d.decompress(c) for c in cr.columns(store))
         n = cr.n
-        hashes = decode_hashes(d(hcol), n)
-        keys = decode_keys(d(kcol))
-        if len(keys) != n:
-            raise ValueError(f"key column holds {len(keys)} keys, expected {n}")
-        values = self.agg.decode_column(d(vcol), n)
-        return Run(hashes, object_array(keys, n), values)
+        if len(scol) != 4 * n:
+            raise ValueError(f"size column has {len(scol)} bytes, expected {4 * n}")
+        lengths = unshuffle_bytes(scol, n, "<u4", 4).astype(np.int64)
+        if cr.width:
+            if len(kcol) != n * cr.width:
+                raise ValueError(f"padded key column has {len(kcol)} bytes, expected "
+                                 f"{n * cr.width}")
+            keys = EncodedKeys(np.frombuffer(kcol, dtype=f"S{cr.width}"), lengths)
+        else:
+            keys = EncodedKeys.from_blob(kcol, lengths)
+        return Run(decode_hashes(hcol, n), keys, self.agg.decode_column(vcol, n))
 
 
 class CompressedRun:
-    """A run's three zstd-compressed columns, resident or spilled to a file."""
+    """A run's four zstd-compressed columns, resident (``cols``) or spilled (``path``)."""
 
-    __slots__ = ("hcol", "kcol", "n", "path", "raw_bytes", "vcol")
+    __slots__ = ("cols", "n", "path", "raw_bytes", "width")
 
-    def __init__(self, n: int, hcol: bytes, kcol: bytes, vcol: bytes, raw_bytes: int) -> None:
+    def __init__(self, n: int, cols: list[bytes], raw_bytes: int, width: int = 0) -> None:
         self.n = n
-        self.hcol: bytes | None = hcol
-        self.kcol: bytes | None = kcol
-        self.vcol: bytes | None = vcol
+        self.width = width  # 0: keys packed back to back; else fixed-width rows of this size
+        self.cols: list[bytes] | None = cols
         self.raw_bytes = raw_bytes
         self.path: str | None = None
 
     @property
     def resident(self) -> bool:
-        return self.hcol is not None
+        return self.cols is not None
 
     @property
     def compressed_bytes(self) -> int:
-        if self.hcol is None:
-            return 0
-        return len(self.hcol) + len(self.kcol) + len(self.vcol)  # type: ignore[arg-type]
+        return 0 if self.cols is None else sum(map(len, self.cols))
 
-    def columns(self, store: SpillStore | None) -> tuple[bytes, bytes, bytes]:
-        if self.hcol is not None:
-            return self.hcol, self.kcol, self.vcol  # type: ignore[return-value]
+    def columns(self, store: SpillStore | None) -> list[bytes]:
+        if self.cols is not None:
+            return self.cols
         if store is None or self.path is None:
             raise ValueError("compressed run is neither resident nor spilled")
         return store.read(self.path)
 
     def memory_bytes(self) -> int:
         size = sys.getsizeof(self)
-        for col in (self.hcol, self.kcol, self.vcol):
-            if col is not None:
-                size += sys.getsizeof(col)
+        if self.cols is not None:
+            size += sys.getsizeof(self.cols) + sum(map(sys.getsizeof, self.cols))
         if self.path is not None:
             size += sys.getsizeof(self.path)
         return size
-
-
-def run_memory_bytes(run: Run, agg: Aggregator) -> int:
-    """Approximate footprint of an uncompressed run (arrays plus the objects they point at)."""
-    size = run.hashes.nbytes + run.keys.nbytes + run.values.nbytes + 3 * 112
-    size += sum(map(deep_sizeof, run.keys))
-    if run.values.dtype == object:
-        size += sum(map(deep_sizeof, run.values))
-    return size
 
 
 _SMALL_INTS = range(-5, 257)

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgpack
-import numpy as np
 import xxhash
 
 Key = Any
@@ -74,19 +73,6 @@ def check_keys(keys: Iterable[Key]) -> None:
         return
     for key in keys:
         check_key(key)
-
-
-def hash_keys(keys: list, fn: HashFunction) -> np.ndarray:
-    """Hashes of ``keys`` as a ``uint64`` array.
-
-    ``map`` over C functions keeps the per-key cost out of the bytecode interpreter.
-    """
-    packer = msgpack.Packer(use_bin_type=True)
-    if fn is xxh3_64:
-        it = map(xxhash.xxh3_64_intdigest, map(packer.pack, keys))
-    else:
-        it = (int(fn(b)) & _MASK64 for b in map(packer.pack, keys))
-    return np.fromiter(it, dtype=np.uint64, count=len(keys))
 
 
 def hash_key(key: Key, fn: HashFunction) -> int:

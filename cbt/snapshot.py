@@ -1,7 +1,8 @@
 """Snapshots: immutable, hash-ordered group-by-aggregate results and their wire format.
 
 A :class:`Snapshot` is what ``CompressedBufferTree.flush`` returns: one entry per distinct key,
-ordered by (64-bit hash, key encoding), stored as three numpy columns. It iterates
+ordered by (64-bit hash, key encoding), stored as numpy columns: hashes, msgpack-encoded keys
+(decoded to Python objects only when first iterated) and PAO states. It iterates
 ``(key, value)`` pairs (values finalized: ``avg`` is the mean, ``distinct`` the count), supports
 ``len``, ``key in snap``, ``snap[key]``/``get``, ``top(k)``, ``merge(other)`` and - for
 invertible aggregators - ``subtract(other)``, the paper's invertible reduce
@@ -17,15 +18,17 @@ Wire format (``to_bytes``; all integers little-endian)::
     12      8     total length of the blob in bytes, trailer included
     20      4     header length H
     24      H     header: msgpack map {"aggregator": name, "params": {...}, "hash": hash name,
-                  "count": n, "columns": [[compressed, raw] lengths of the 3 columns]}
+                  "count": n, "columns": [[compressed, raw] lengths of the 4 columns]}
     24+H    ...   hashes column (zstd of delta-encoded, byte-transposed uint64)
-            ...   keys column (zstd of one msgpack array of the n keys)
+            ...   sizes column (zstd of byte-transposed uint32 key-encoding lengths)
+            ...   keys column (zstd of the n msgpack key encodings back to back)
             ...   values column (zstd of the aggregator's column encoding)
     total-4 4     CRC-32 of every preceding byte
 
 ``from_bytes`` checks length, magic, version and CRC before parsing anything (CRC-32 detects
 every error burst of up to 32 bits, so every single-byte corruption is caught), then validates
-the header and every column, raising :class:`~cbt.errors.SnapshotError` naming the problem.
+the header and every column - including that every key re-encodes to exactly its bytes and
+hashes to its stored hash - raising :class:`~cbt.errors.SnapshotError` naming the problem.
 """
 
 from __future__ import annotations
@@ -40,17 +43,10 @@ import msgpack
 import numpy as np
 import zstandard
 
-from cbt.aggregators import Aggregator, get_aggregator, object_array
-from cbt.buffers import Run, decode_hashes, encode_hashes, sort_and_aggregate
+from cbt.aggregators import Aggregator, get_aggregator, shuffle_bytes, unshuffle_bytes
+from cbt.buffers import EncodedKeys, Run, decode_hashes, encode_hashes, sort_and_aggregate
 from cbt.errors import SnapshotError
-from cbt.hashing import (
-    HashFunction,
-    check_keys,
-    decode_keys,
-    hash_key,
-    hash_name,
-    xxh3_64,
-)
+from cbt.hashing import HashFunction, check_keys, encode_key, hash_name, xxh3_64
 
 MAGIC = b"CBTSNAP\x00"
 VERSION = 1
@@ -58,37 +54,49 @@ _FIXED = struct.Struct("<8sHHQI")
 _TRAILER = struct.Struct("<I")
 _MIN_SIZE = _FIXED.size + _TRAILER.size
 _MISSING = object()
+_MASK64 = (1 << 64) - 1
 
 
 class Snapshot:
     """An immutable group-by-aggregate result ordered by key hash (see module docstring)."""
 
-    __slots__ = ("_hash_fn", "agg", "hashes", "keys_column", "values_column")
+    __slots__ = ("_decoded", "_hash_fn", "agg", "encoded_keys", "hashes", "values_column")
 
     def __init__(
         self,
         agg: Aggregator,
         hashes: np.ndarray,
-        keys: np.ndarray,
+        keys: EncodedKeys,
         values: np.ndarray,
         hash_function: HashFunction = xxh3_64,
+        decoded: np.ndarray | None = None,
     ) -> None:
         self.agg = agg
         self.hashes = hashes
-        self.keys_column = keys
+        self.encoded_keys = keys
         self.values_column = values
         self._hash_fn = hash_function
-        for arr in (hashes, keys, values):
+        self._decoded = decoded
+        for arr in (hashes, keys.data, keys.lengths, values):
             arr.flags.writeable = False
 
     @classmethod
     def empty(cls, agg: Aggregator, hash_function: HashFunction = xxh3_64) -> Snapshot:
-        return cls(agg, np.empty(0, np.uint64), object_array((), 0), agg.column((), 0),
-                   hash_function)
+        return cls(agg, np.empty(0, np.uint64), EncodedKeys.from_encodings([]),
+                   agg.column((), 0), hash_function)
 
     @classmethod
     def _from_run(cls, agg: Aggregator, run: Run, hash_function: HashFunction) -> Snapshot:
+        assert isinstance(run.keys, EncodedKeys)
         return cls(agg, run.hashes, run.keys, run.values, hash_function)
+
+    @property
+    def keys_column(self) -> np.ndarray:
+        """The keys as an object array (decoded on first use, in one msgpack call)."""
+        if self._decoded is None:
+            self._decoded = self.encoded_keys.decode()
+            self._decoded.flags.writeable = False
+        return self._decoded
 
     # ---- mapping-like access ------------------------------------------------------------
     def __len__(self) -> int:
@@ -111,13 +119,12 @@ class Snapshot:
         return dict(iter(self))
 
     def _index(self, key: Any) -> int:
-        h = np.uint64(hash_key(key, self._hash_fn))
+        enc = encode_key(key)
+        h = np.uint64(int(self._hash_fn(enc)) & _MASK64)
         lo = int(np.searchsorted(self.hashes, h, side="left"))
         hi = int(np.searchsorted(self.hashes, h, side="right"))
-        keys = self.keys_column
         for i in range(lo, hi):
-            k = keys[i]
-            if type(k) is type(key) and k == key:
+            if self.encoded_keys.encoding(i) == enc:
                 return i
         return -1
 
@@ -150,7 +157,8 @@ class Snapshot:
         return (
             self.agg == other.agg
             and np.array_equal(self.hashes, other.hashes)
-            and self.keys_column.tolist() == other.keys_column.tolist()
+            and np.array_equal(self.encoded_keys.lengths, other.encoded_keys.lengths)
+            and self.encoded_keys.to_blob() == other.encoded_keys.to_blob()
             and self.agg.encode_column(self.values_column)
             == other.agg.encode_column(other.values_column)
         )
@@ -172,9 +180,8 @@ class Snapshot:
                 order = part[np.lexsort((part, -vals[part]))]
             else:
                 order = np.lexsort((np.arange(n), -vals))
-            keys = self.keys_column
-            return [(keys[i], v) for i, v in zip(order.tolist(), vals[order].tolist(),
-                                                 strict=True)]
+            keys = self.encoded_keys[order].decode().tolist()
+            return list(zip(keys, vals[order].tolist(), strict=True))
         return heapq.nlargest(k, iter(self), key=lambda kv: kv[1])
 
     # ---- algebra --------------------------------------------------------------------------
@@ -195,7 +202,7 @@ class Snapshot:
             return other
         run = sort_and_aggregate(
             np.concatenate([self.hashes, other.hashes]),
-            np.concatenate([self.keys_column, other.keys_column]),
+            EncodedKeys.concat([self.encoded_keys, other.encoded_keys]),
             np.concatenate([self.values_column, other.values_column]),
             self.agg,
             owned=False,
@@ -217,7 +224,7 @@ class Snapshot:
             return self
         run = sort_and_aggregate(
             np.concatenate([self.hashes, other.hashes]),
-            np.concatenate([self.keys_column, other.keys_column]),
+            EncodedKeys.concat([self.encoded_keys, other.encoded_keys]),
             np.concatenate([self.values_column, agg.negate_column(other.values_column)]),
             agg,
             owned=False,
@@ -232,7 +239,8 @@ class Snapshot:
         """Compact, compressed, versioned, checksummed encoding (layout in the module doc)."""
         raws = (
             encode_hashes(self.hashes),
-            msgpack.packb(self.keys_column.tolist(), use_bin_type=True),
+            shuffle_bytes(self.encoded_keys.lengths.astype("<u4"), 4),
+            self.encoded_keys.to_blob(),
             self.agg.encode_column(self.values_column),
         )
         c = zstandard.ZstdCompressor(level=level)
@@ -308,7 +316,7 @@ class Snapshot:
             raise SnapshotError("snapshot header lacks the hash function name")
         if (
             not isinstance(columns, tuple)
-            or len(columns) != 3
+            or len(columns) != 4
             or not all(
                 isinstance(c, tuple) and len(c) == 2 and all(isinstance(x, int) and x >= 0
                                                              for x in c)
@@ -337,7 +345,8 @@ class Snapshot:
             raise SnapshotError("snapshot column lengths do not add up to its size")
         d = zstandard.ZstdDecompressor()
         raws = []
-        for (clen, rlen), label in zip(columns, ("hashes", "keys", "values"), strict=True):
+        for (clen, rlen), label in zip(columns, ("hashes", "sizes", "keys", "values"),
+                                       strict=True):
             try:
                 raw = d.decompress(data[pos : pos + clen], max_output_size=rlen)
             except zstandard.ZstdError as e:
@@ -348,19 +357,31 @@ class Snapshot:
             pos += clen
         try:
             hashes = decode_hashes(raws[0], n)
+            if len(raws[1]) != 4 * n:
+                raise ValueError(f"sizes column has {len(raws[1])} bytes, expected {4 * n}")
+            lengths = unshuffle_bytes(raws[1], n, "<u4", 4).astype(np.int64)
+            encoded = EncodedKeys.from_blob(raws[2], lengths)
         except ValueError as e:
             raise SnapshotError(str(e)) from e
         if n > 1 and not bool(np.all(hashes[1:] >= hashes[:-1])):
             raise SnapshotError("snapshot hashes are not in order")
-        keys = decode_keys(raws[1])
-        if not isinstance(keys, tuple) or len(keys) != n:
-            raise SnapshotError(f"keys column does not hold {n} keys")
+        keys = encoded.decode()
         try:
-            check_keys(keys)
+            check_keys(keys.tolist())
         except TypeError as e:
             raise SnapshotError(f"snapshot holds an invalid key: {e}") from e
+        # Every key must re-encode to exactly its bytes and hash to its stored hash, so lookups
+        # and merges can trust the columns even if the sender was not this code.
+        pack = msgpack.Packer(use_bin_type=True).pack
+        encs = list(map(pack, keys))
+        if not np.array_equal(np.fromiter(map(len, encs), np.int64, n), lengths):
+            raise SnapshotError("key sizes do not match the keys' encodings")
+        fn = hash_function
+        rehashed = np.fromiter((int(fn(e)) & _MASK64 for e in encs), np.uint64, n)
+        if not np.array_equal(rehashed, hashes):
+            raise SnapshotError("stored hashes do not match the keys")
         try:
-            values = agg.decode_column(raws[2], n)
+            values = agg.decode_column(raws[3], n)
         except (ValueError, TypeError) as e:
             raise SnapshotError(f"values column is invalid: {e}") from e
-        return cls(agg, hashes, object_array(keys, n), values, hash_function)
+        return cls(agg, hashes, encoded, values, hash_function, decoded=keys)

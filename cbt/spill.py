@@ -1,14 +1,14 @@
 """Spill store: compressed buffers written to files and read back on demand.
 
-Contract: :meth:`SpillStore.write` atomically writes a compressed run's three columns to a new
+Contract: :meth:`SpillStore.write` atomically writes a compressed run's columns to a new
 file in the store's private directory (temp file + ``os.replace``, so a crash never leaves a
 half-written file under the final name) and returns its path; :meth:`read` returns exactly the
 bytes written or raises :class:`~cbt.errors.SpillError` (missing, truncated, bad magic or
 checksum mismatch); :meth:`delete` removes one file; :meth:`close` removes the directory. A
 store that is garbage collected without ``close`` still removes its directory.
 
-File layout: ``b"CBTSPIL1"`` | three little-endian u64 column lengths | u32 CRC-32 of the
-payload | hashes column | keys column | values column.
+File layout (little-endian): ``b"CBTSPIL1"`` | u32 column count c | u32 CRC-32 of all
+columns | c u64 column lengths | the columns (hashes, sizes, keys, values).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from cbt.errors import SpillError
 
 _MAGIC = b"CBTSPIL1"
-_HEADER = struct.Struct("<8sQQQI")
+_HEADER = struct.Struct("<8sII")
 
 
 class SpillStore:
@@ -41,24 +41,27 @@ class SpillStore:
         self.writes = 0
         self.reads = 0
 
-    def write(self, hcol: bytes, kcol: bytes, vcol: bytes) -> str:
+    def write(self, cols: list[bytes]) -> str:
         self._seq += 1
         path = os.path.join(self.directory, f"run-{self._seq:08d}.cbt")
-        payload_crc = zlib.crc32(vcol, zlib.crc32(kcol, zlib.crc32(hcol)))
-        header = _HEADER.pack(_MAGIC, len(hcol), len(kcol), len(vcol), payload_crc)
+        crc = 0
+        for col in cols:
+            crc = zlib.crc32(col, crc)
+        header = _HEADER.pack(_MAGIC, len(cols), crc) + struct.pack(
+            f"<{len(cols)}Q", *map(len, cols)
+        )
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(header)
-            f.write(hcol)
-            f.write(kcol)
-            f.write(vcol)
+            for col in cols:
+                f.write(col)
         os.replace(tmp, path)
         self.files += 1
         self.writes += 1
-        self.bytes_on_disk += _HEADER.size + len(hcol) + len(kcol) + len(vcol)
+        self.bytes_on_disk += len(header) + sum(map(len, cols))
         return path
 
-    def read(self, path: str) -> tuple[bytes, bytes, bytes]:
+    def read(self, path: str) -> list[bytes]:
         try:
             with open(path, "rb") as f:
                 data = f.read()
@@ -66,21 +69,28 @@ class SpillStore:
             raise SpillError(f"spill file {path} unreadable: {e}") from e
         if len(data) < _HEADER.size:
             raise SpillError(f"spill file {path} truncated: {len(data)} bytes, header incomplete")
-        magic, lh, lk, lv, crc = _HEADER.unpack_from(data)
-        if magic != _MAGIC:
-            raise SpillError(f"spill file {path} has bad magic {magic!r}")
-        expected = _HEADER.size + lh + lk + lv
-        if len(data) != expected:
-            raise SpillError(f"spill file {path} has {len(data)} bytes, expected {expected}")
-        mv = memoryview(data)
-        a = _HEADER.size
-        hcol, kcol, vcol = bytes(mv[a : a + lh]), bytes(mv[a + lh : a + lh + lk]), bytes(
-            mv[a + lh + lk :]
-        )
-        if zlib.crc32(vcol, zlib.crc32(kcol, zlib.crc32(hcol))) != crc:
+        magic, ncols, crc = _HEADER.unpack_from(data)
+        if magic != _MAGIC or ncols > 16:
+            raise SpillError(f"spill file {path} has a bad header")
+        pos = _HEADER.size + 8 * ncols
+        if len(data) < pos:
+            raise SpillError(f"spill file {path} truncated inside its header")
+        lengths = struct.unpack_from(f"<{ncols}Q", data, _HEADER.size)
+        if len(data) != pos + sum(lengths):
+            raise SpillError(
+                f"spill file {path} has {len(data)} bytes, expected {pos + sum(lengths)}"
+            )
+        cols = []
+        check = 0
+        for n in lengths:
+            col = data[pos : pos + n]
+            check = zlib.crc32(col, check)
+            cols.append(col)
+            pos += n
+        if check != crc:
             raise SpillError(f"spill file {path} fails its CRC-32 check")
         self.reads += 1
-        return hcol, kcol, vcol
+        return cols
 
     def delete(self, path: str) -> None:
         try:

@@ -27,24 +27,27 @@ from collections import _count_elements  # type: ignore[attr-defined]
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgpack
 import numpy as np
+from xxhash import xxh3_64_intdigest
 
-from cbt.aggregators import Aggregator, Count, Sum, get_aggregator, object_array
+from cbt.aggregators import Aggregator, Count, Sum, get_aggregator
 from cbt.buffers import (
     Codec,
     CompressedRun,
+    EncodedKeys,
     Run,
     deep_sizeof,
-    empty_run,
     merge_runs,
     sort_and_aggregate,
 )
-from cbt.hashing import HashFunction, check_key, check_keys, hash_keys, xxh3_64
+from cbt.hashing import HashFunction, check_key, check_keys, xxh3_64
 from cbt.snapshot import Snapshot
 from cbt.spill import SpillStore
 
 _MISSING = object()
 _CHUNK = 16384
+_MASK64 = (1 << 64) - 1
 
 
 class _Node:
@@ -92,7 +95,7 @@ class CompressedBufferTree:
         root_capacity: int = 65536,
         buffer_entries: int = 262144,
         leaf_capacity: int = 131072,
-        compression_level: int = 3,
+        compression_level: int = 1,
         memory_budget_bytes: int | None = None,
         spill_dir: str | None = None,
     ) -> None:
@@ -116,6 +119,8 @@ class CompressedBufferTree:
         self._codec = Codec(self.agg, compression_level)
         self._root: dict[Any, Any] = {}
         self._top = _Node()
+        self._pack = msgpack.Packer(use_bin_type=True).pack
+        self._collect: list[Run] | None = None
         self._chunk = max(1, min(_CHUNK, root_capacity))
         self._counts = dict.fromkeys(
             ("inserts", "flushes", "empties", "root_spills", "node_flushes",
@@ -255,22 +260,54 @@ class CompressedBufferTree:
             del root[k]
 
     # ---- moving data down -----------------------------------------------------------------
-    def _spill_root(self) -> None:
+    def _spill_root(self, everything: bool = False) -> None:
         root = self._root
         if not root:
             return
         self._root = {}
-        n = len(root)
         keys = list(root)
-        hashes = hash_keys(keys, self.hash_function)
+        if not everything and type(self.agg) is Count and len(keys) >= 64:
+            keys, values = self._keep_hot(keys, root)
+        else:
+            values = self.agg.column(root.values(), len(keys))
+        del root
+        n = len(keys)
+        encs = list(map(self._pack, keys))
+        del keys
+        if self.hash_function is xxh3_64:
+            hashes = np.fromiter(map(xxh3_64_intdigest, encs), dtype=np.uint64, count=n)
+        else:
+            fn = self.hash_function
+            hashes = np.fromiter((int(fn(e)) & _MASK64 for e in encs), np.uint64, count=n)
         run = sort_and_aggregate(
-            hashes, object_array(keys, n), self.agg.column(root.values(), n), self.agg,
-            owned=True,
+            hashes, EncodedKeys.from_encodings(encs), values, self.agg, owned=True
         )
-        del root, keys
+        del encs
         self._counts["root_spills"] += 1
         self._grow(self._push(self._top, run))
         self._enforce_budget()
+
+    def _keep_hot(self, keys: list[Any], root: dict[Any, int]) -> tuple[list[Any], np.ndarray]:
+        """Keep the hottest eighth of a count root in place; return the rest to spill.
+
+        Under skew (Zipf) the same hot keys fill every root; spilling them each time would
+        hash, sort, compress and merge them again and again for nothing. A key may be split
+        between root and tree: flush merges both, so this is invisible to callers.
+        """
+        n = len(keys)
+        counts = np.fromiter(root.values(), dtype=np.int64, count=n)
+        keep = n // 8
+        cut = max(int(np.partition(counts, n - keep)[n - keep]), 2)
+        hot = counts >= cut
+        if int(hot.sum()) > 2 * keep:
+            hot = counts > cut
+        if not hot.any():
+            return keys, counts
+        cold = ~hot
+        self._root = dict(
+            zip(itertools.compress(keys, hot.tolist()), counts[hot].tolist(), strict=True)
+        )
+        return list(itertools.compress(keys, cold.tolist())), counts[cold]
 
     def _grow(self, splits: Split) -> None:
         """Add a new top node when the old one split (the tree grows at the top)."""
@@ -302,7 +339,7 @@ class CompressedBufferTree:
                 return self._compact_leaf(node, run)
         elif node.buffered + len(run) > self.buffer_entries:
             return self._flush_node(node, run, drain=False)
-        node.runs.append(self._codec.compress(run))
+        node.runs.append(self._codec.compress(run, padded=not node.is_leaf))
         node.buffered += len(run)
         return []
 
@@ -310,13 +347,15 @@ class CompressedBufferTree:
         runs = self._decompress_all(node)
         if extra is not None:
             runs.append(extra)
-        merged = merge_runs(runs, self.agg, owned=True) if runs else empty_run(self.agg)
+        merged = merge_runs(runs, self.agg, owned=True)
         del runs
         self._counts["leaf_compactions"] += 1
         n = len(merged)
         pieces = [merged]
         if n > self.leaf_capacity:
             pieces = self._cut(merged, max(2, math.ceil(n * 4 / (3 * self.leaf_capacity))))
+        if self._collect is not None:
+            self._collect.extend(p for p in pieces if len(p))
         first = pieces[0]
         if len(first):
             node.runs = [self._codec.compress(first)]
@@ -344,7 +383,7 @@ class CompressedBufferTree:
         runs = self._decompress_all(node)
         if extra is not None:
             runs.append(extra)
-        merged = merge_runs(runs, self.agg, owned=True) if runs else empty_run(self.agg)
+        merged = merge_runs(runs, self.agg, owned=True)
         del runs
         self._counts["node_flushes"] += 1
         assert node.children is not None and node.pivots is not None
@@ -387,6 +426,8 @@ class CompressedBufferTree:
         if node.is_leaf:
             if extra is not None or len(node.runs) > 1:
                 return self._compact_leaf(node, extra)
+            if node.runs and self._collect is not None:
+                self._collect.append(self._codec.decompress(node.runs[0], self._store))
             return []
         return self._flush_node(node, extra, drain=True)
 
@@ -410,26 +451,26 @@ class CompressedBufferTree:
 
     def flush(self) -> Snapshot:
         """The whole group-by-aggregate result so far (the tree keeps its contents)."""
-        self._spill_root()
-        self._grow(self._drain(self._top))
+        self._spill_root(everything=True)
+        # Draining visits the leaves in hash order; each leaf hands over its uncompressed
+        # contents as it goes, so nothing is decompressed twice.
+        runs: list[Run] = []
+        self._collect = runs
+        try:
+            self._grow(self._drain(self._top))
+        finally:
+            self._collect = None
         self._enforce_budget()
         self._counts["flushes"] += 1
-        runs = [
-            self._codec.decompress(leaf.runs[0], self._store)
-            for leaf in self._leaves()
-            if leaf.runs
-        ]
         if not runs:
             return Snapshot.empty(self.agg, self.hash_function)
-        if len(runs) == 1:
-            run = runs[0]
-        else:
-            run = Run(
-                np.concatenate([r.hashes for r in runs]),
-                np.concatenate([r.keys for r in runs]),
-                np.concatenate([r.values for r in runs]),
-            )
-        return Snapshot(self.agg, run.hashes, run.keys, run.values, self.hash_function)
+        return Snapshot(
+            self.agg,
+            np.concatenate([r.hashes for r in runs]),
+            EncodedKeys.concat([r.keys for r in runs]),
+            np.concatenate([r.values for r in runs]),
+            self.hash_function,
+        )
 
     def empty(self) -> None:
         """Drop everything and start a new batch (spill files are removed)."""
@@ -468,8 +509,8 @@ class CompressedBufferTree:
             if total <= budget:
                 break
             total -= cr.compressed_bytes
-            cr.path = self._store.write(cr.hcol, cr.kcol, cr.vcol)  # type: ignore[arg-type]
-            cr.hcol = cr.kcol = cr.vcol = None
+            cr.path = self._store.write(cr.cols)  # type: ignore[arg-type]
+            cr.cols = None
             self._counts["runs_spilled"] += 1
 
     # ---- accounting -----------------------------------------------------------------------

@@ -165,3 +165,23 @@ def test_registry_and_custom_instance() -> None:
     t = CompressedBufferTree(Concat(), root_capacity=2)
     t.insert_many(["x", "x", "y", "x"], ["c", "a", "z", "b"])
     assert t.flush().to_dict() == {"x": "abc", "y": "z"}
+
+
+def const_hash(data: bytes) -> int:
+    return 5
+
+
+@pytest.mark.parametrize("hash_function", [None, const_hash])
+def test_keys_with_nul_bytes_and_wide_keys(hash_function: object) -> None:
+    """Encodings ending in NUL bytes (fixed-width numpy rows drop them) and keys too long for
+    the fixed-width columns stay distinct and exact."""
+    rng = random.Random(5)
+    keys = [0, b"", "", b"\x00", b"\x00\x00", (0,), (), "a\x00", "a", 256, 2**63]
+    keys += ["w" * rng.randint(250, 700) + str(i) for i in range(30)]
+    stream = [rng.choice(keys) for _ in range(3000)]
+    t = CompressedBufferTree("count", hash_function=hash_function, root_capacity=7,
+                             buffer_entries=20, leaf_capacity=10)
+    t.insert_many(stream)
+    snap = t.flush()
+    assert snap.to_dict() == Counter(stream)
+    assert Snapshot.from_bytes(snap.to_bytes(), hash_function=hash_function) == snap
