@@ -197,3 +197,19 @@ def test_prefix_digits_match_xor_order() -> None:
     a, b = key_for("a"), key_for("b")
     assert shared_prefix_digits(a, a) == 40
     assert shared_prefix_digits(a, b) == 0 or f"{a:040x}"[0] == f"{b:040x}"[0]
+
+
+async def test_on_node_joined_fires_for_newcomers() -> None:
+    nodes = await start_cluster(4)
+    seen: list[int] = []
+    nodes[0].on_node_joined(lambda info: seen.append(info.id))
+    newcomer = OverlayNode(SECRET, tunables=FAST, domain="rack-2")
+    try:
+        await newcomer.start([nodes[1].info.address])
+        await wait_for(lambda: newcomer.info.id in seen, 5)
+        assert {c.id for c in newcomer.contacts()} == {n.id for n in nodes}
+        domains = {c.domain for c in nodes[0].contacts()}
+        assert "rack-2" in domains  # failure-domain labels travel with NodeInfo
+    finally:
+        await newcomer.stop()
+        await stop_all(nodes)
