@@ -441,7 +441,11 @@ class OverlayNode:
                     self.metrics_.drop("route_no_app")
                     await self._report(origin, rid, "no_app", hops, report)
                     return
-                await _maybe_await(app.deliver(key, message))
+                try:
+                    await _maybe_await(app.deliver(key, message))
+                except Exception as exc:
+                    await self._upcall_failed(origin, rid, hops, report, "deliver", exc)
+                    return
                 self.metrics_.event("routes_delivered")
                 await self._report(origin, rid, DELIVERED, hops, report)
                 return
@@ -451,7 +455,11 @@ class OverlayNode:
                 return
             out = message
             if app is not None:
-                out = await _maybe_await(app.forward(key, message, nh))
+                try:
+                    out = await _maybe_await(app.forward(key, message, nh))
+                except Exception as exc:
+                    await self._upcall_failed(origin, rid, hops, report, "forward", exc)
+                    return
                 if out is None:
                     await self._report(origin, rid, STOPPED, hops, report)
                     return
@@ -461,6 +469,17 @@ class OverlayNode:
                 return
             tried.append(nh.id)
             self.metrics_.event("route_reroutes")
+
+    async def _upcall_failed(
+        self, origin: NodeInfo, rid: bytes, hops: int, report: bool, which: str, exc: Exception
+    ) -> None:
+        """An application upcall raised: count it and tell the origin (which then raises
+        RouteError) instead of letting it wait for a report that never comes."""
+        self.metrics_.drop("upcall_error")
+        log.warning("%s upcall failed: %r", which, exc)
+        if origin.id == self.info.id:
+            raise exc
+        await self._report(origin, rid, f"{which} raised {type(exc).__name__}", hops, report)
 
     async def _send_reliably(self, target: NodeInfo, name: str, args: list[Any]) -> bool:
         t = self.tunables

@@ -14,6 +14,7 @@ from overlay import (
     OverlayNode,
     RemoteError,
     RequestTimeout,
+    RouteError,
     key_for,
     node_id_for,
 )
@@ -84,6 +85,16 @@ async def test_forward_upcall_can_change_and_stop_messages() -> None:
         assert res.status == "delivered" and res.node.id == root.id
         delivered = apps[root.id].delivered[-1][1]
         assert len(delivered["path"]) == res.hops and delivered["path"][-1] == root.info.port
+
+        class Broken(Recorder):
+            def deliver(self, key, message):  # type: ignore[no-untyped-def]
+                raise RuntimeError("app bug")
+
+        root.register("s", Broken())
+        if res.hops:
+            with pytest.raises(RouteError, match="deliver raised RuntimeError"):
+                await origin.route("s", key, {}, timeout=3)
+            assert root.metrics()["drops"]["upcall_error"] == 1
     finally:
         await stop_all(nodes)
 
