@@ -343,12 +343,15 @@ class CompressedBufferTree:
         node.buffered += len(run)
         return []
 
-    def _compact_leaf(self, node: _Node, extra: Run | None) -> Split:
+    def _take_merged(self, node: _Node, extra: Run | None) -> Run:
+        """Empty ``node``'s buffer and return its runs (plus ``extra``) merged into one."""
         runs = self._decompress_all(node)
         if extra is not None:
             runs.append(extra)
-        merged = merge_runs(runs, self.agg, owned=True)
-        del runs
+        return merge_runs(runs, self.agg, owned=True)
+
+    def _compact_leaf(self, node: _Node, extra: Run | None) -> Split:
+        merged = self._take_merged(node, extra)
         self._counts["leaf_compactions"] += 1
         n = len(merged)
         pieces = [merged]
@@ -380,11 +383,7 @@ class CompressedBufferTree:
         return [run.slice(a, b) for a, b in itertools.pairwise(bounds)]
 
     def _flush_node(self, node: _Node, extra: Run | None, drain: bool) -> Split:
-        runs = self._decompress_all(node)
-        if extra is not None:
-            runs.append(extra)
-        merged = merge_runs(runs, self.agg, owned=True)
-        del runs
+        merged = self._take_merged(node, extra)
         self._counts["node_flushes"] += 1
         assert node.children is not None and node.pivots is not None
         bounds = [0, *np.searchsorted(merged.hashes, np.array(node.pivots, dtype=np.uint64),
