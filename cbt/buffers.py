@@ -12,7 +12,9 @@ merges duplicates, comparing full keys on every hash tie, so collisions never me
 A :class:`CompressedRun` stores a run as four separately zstd-compressed columns (the CBT
 design: like data compresses far better than interleaved records): hashes (delta-encoded,
 byte-transposed), sizes (key encoding lengths), keys (the concatenated msgpack encodings) and
-values (the aggregator's column codec). It lives in memory or in a spill file.
+values (the aggregator's column codec). Narrow keys are stored as their zero-padded
+fixed-width rows (zstd squeezes the padding; reading back is a zero-copy view). A compressed
+run lives in memory or in a spill file.
 """
 
 from __future__ import annotations
@@ -251,14 +253,14 @@ class Codec:
         # which is most of the memory the compression is meant to save.
         return bytes(memoryview(self._c.compress(raw)))
 
-    def compress(self, run: Run, padded: bool = False) -> CompressedRun:
-        """Compress a run. ``padded`` keeps the keys' fixed-width rows as they are: a little
-        bigger once compressed, but no gather on the way in and a zero-copy view on the way
-        out - the right trade for short-lived buffers of inner nodes."""
+    def compress(self, run: Run) -> CompressedRun:
+        """Compress a run. Narrow keys are stored as their zero-padded fixed-width rows: about
+        2 bytes per key bigger once compressed than packed back to back, but there is no
+        gather on the way in and the way out is a zero-copy view, which made inserts ~15 %
+        faster on the benchmark. Wide keys are stored packed."""
         keys = run.keys
-        assert isinstance(keys, EncodedKeys)
         width = 0
-        if padded and not keys.wide and len(keys):
+        if not keys.wide and len(keys):
             width = keys.data.dtype.itemsize
             kraw = keys.data.tobytes()
         else:
@@ -293,7 +295,7 @@ class CompressedRun:
 
     __slots__ = ("cols", "n", "path", "raw_bytes", "width")
 
-    def __init__(self, n: int, cols: list[bytes], raw_bytes: int, width: int = 0) -> None:
+    def __init__(self, n: int, cols: list[bytes], raw_bytes: int, width: int) -> None:
         self.n = n
         self.width = width  # 0: keys packed back to back; else fixed-width rows of this size
         self.cols: list[bytes] | None = cols

@@ -284,7 +284,13 @@ class CompressedBufferTree:
         )
         del encs
         self._counts["root_spills"] += 1
-        self._grow(self._push(self._top, run))
+        top = self._top
+        if top.is_leaf:
+            self._grow(self._push(top, run))
+        else:
+            # The root dict is the top node's buffer: partition straight into the children
+            # rather than compressing a run into the top only to decompress it again.
+            self._grow(self._flush_node(top, run, drain=False))
         self._enforce_budget()
 
     def _keep_hot(self, keys: list[Any], root: dict[Any, int]) -> tuple[list[Any], np.ndarray]:
@@ -339,7 +345,7 @@ class CompressedBufferTree:
                 return self._compact_leaf(node, run)
         elif node.buffered + len(run) > self.buffer_entries:
             return self._flush_node(node, run, drain=False)
-        node.runs.append(self._codec.compress(run, padded=not node.is_leaf))
+        node.runs.append(self._codec.compress(run))
         node.buffered += len(run)
         return []
 
