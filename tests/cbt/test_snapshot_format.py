@@ -182,3 +182,49 @@ def test_round_trip_every_aggregator(name: str, data: st.DataObject) -> None:
     assert back.keys() == keys
     assert [back.state(k) == snap.state(k) for k in keys] == [True] * len(snap)
     assert all(k in back for k in keys)
+
+
+def _columns_for(hashes: list[int], encodings: list[bytes], counts: list[int]) -> tuple:
+    """Hand-built (header columns, column bytes) of a count snapshot, for forged inputs."""
+    import numpy as np
+    import zstandard
+
+    from cbt.aggregators import shuffle_bytes
+    from cbt.buffers import encode_hashes
+
+    raws = [
+        encode_hashes(np.array(hashes, dtype=np.uint64)),
+        shuffle_bytes(np.array([len(e) for e in encodings], dtype="<u4"), 4),
+        b"".join(encodings),
+        shuffle_bytes(np.array(counts, dtype="<i8")),
+    ]
+    c = zstandard.ZstdCompressor()
+    cols = [c.compress(r) for r in raws]
+    return [[len(z), len(r)] for z, r in zip(cols, raws, strict=True)], b"".join(cols)
+
+
+def test_forged_columns_behind_a_valid_checksum_are_rejected() -> None:
+    from cbt import xxh3_64
+
+    header = {"aggregator": "count", "params": {}, "hash": "xxh3_64", "count": 1}
+    good = msgpack.packb("a")
+    lens, cols = _columns_for([xxh3_64(good)], [good], [3])
+    assert Snapshot.from_bytes(_rebuild({**header, "columns": lens}, cols))["a"] == 3
+    # a non-canonical encoding of "a" (str8 header) is not this key's encoding
+    forged = b"\xd9\x01a"
+    lens, cols = _columns_for([xxh3_64(forged)], [forged], [3])
+    with pytest.raises(SnapshotError, match="encodings"):
+        Snapshot.from_bytes(_rebuild({**header, "columns": lens}, cols))
+    # a hash that is not the key's hash would break lookups and merges
+    lens, cols = _columns_for([12345], [good], [3])
+    with pytest.raises(SnapshotError, match="hashes do not match"):
+        Snapshot.from_bytes(_rebuild({**header, "columns": lens}, cols))
+    # two keys whose sizes split the key bytes at the wrong place
+    b = msgpack.packb("bb")
+    lens, cols = _columns_for(sorted([xxh3_64(good), xxh3_64(b)]), [good + b[:1], b[1:]], [1, 1])
+    with pytest.raises(SnapshotError):
+        Snapshot.from_bytes(_rebuild({**header, "count": 2, "columns": lens}, cols))
+    # hashes out of order
+    lens, cols = _columns_for([5, 3], [good, b], [1, 1])
+    with pytest.raises(SnapshotError):
+        Snapshot.from_bytes(_rebuild({**header, "count": 2, "columns": lens}, cols))

@@ -185,3 +185,17 @@ def test_keys_with_nul_bytes_and_wide_keys(hash_function: object) -> None:
     snap = t.flush()
     assert snap.to_dict() == Counter(stream)
     assert Snapshot.from_bytes(snap.to_bytes(), hash_function=hash_function) == snap
+
+
+@pytest.mark.slow
+def test_large_zipf_stream_matches_counter() -> None:
+    """Two million Zipf-distributed inserts over 300k keys: a tree several levels deep."""
+    rng = np.random.default_rng(11)
+    ranks = np.minimum(rng.zipf(1.1, 2_000_000), 300_000)
+    keys = [f"/products/item-{r:07d}" for r in ranks.tolist()]
+    t = CompressedBufferTree("count", root_capacity=4096, buffer_entries=16384,
+                             leaf_capacity=8192)
+    for lo in range(0, len(keys), 100_000):
+        t.insert_many(keys[lo : lo + 100_000])
+    assert t.stats()["height"] >= 3
+    assert t.flush().to_dict() == Counter(keys)
