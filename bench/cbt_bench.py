@@ -10,7 +10,7 @@ for every side: ``sys.getsizeof`` over the container and every distinct object i
 Prints one JSON document on stdout (progress goes to stderr).
 
     python bench/cbt_bench.py            # 1e7 inserts over 1e4, 1e5 and 1e6 unique keys
-    python bench/cbt_bench.py --quick    # 1e6 inserts over 1e4 and 1e5 unique keys
+    python bench/cbt_bench.py --quick    # 1e6 inserts over the same key spaces
 """
 
 from __future__ import annotations
@@ -217,14 +217,14 @@ def bench_one(unique: int, inserts: int, repeats: int, seed: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="1e6 inserts, 1e4 and 1e5 keys")
+    ap.add_argument("--quick", action="store_true", help="1e6 inserts instead of 1e7")
     ap.add_argument("--inserts", type=int, help="stream length (default 1e7, quick 1e6)")
     ap.add_argument("--unique", type=int, nargs="+", help="key-space sizes")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=42)
     args = ap.parse_args(argv)
     inserts = args.inserts or (1_000_000 if args.quick else 10_000_000)
-    uniques = args.unique or ([10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000])
+    uniques = args.unique or [10_000, 100_000, 1_000_000]
     t0 = time.perf_counter()
     results = [bench_one(u, inserts, args.repeats, args.seed) for u in uniques]
     largest = results[-1]["ratios_vs_counter"]
@@ -247,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
             "flush_seconds": results[-1]["flush_seconds_median"],
             "flush_met": results[-1]["flush_seconds_median"] < 1.0,
             "measured_at_unique_keys": results[-1]["key_space"],
+            "measured_at_inserts": inserts,
+            "note": "targets are defined for 1e7 inserts over 1e6 keys (full mode); quick "
+            "mode's 1e6 inserts leave most keys unseen, so its ratios are indicative only"
+            if args.quick or inserts != 10_000_000 else "full configuration",
         },
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }

@@ -119,7 +119,9 @@ class CompressedBufferTree:
         self._codec = Codec(self.agg, compression_level)
         self._root: dict[Any, Any] = {}
         self._top = _Node()
-        self._pack = msgpack.Packer(use_bin_type=True).pack
+        # A small initial buffer: the default 256 KiB would dominate a small tree's footprint
+        # (keys are packed one at a time; the buffer grows if a key needs it).
+        self._pack = msgpack.Packer(use_bin_type=True, buf_size=256).pack
         self._collect: list[Run] | None = None
         self._chunk = max(1, min(_CHUNK, root_capacity))
         self._counts = dict.fromkeys(
