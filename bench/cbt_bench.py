@@ -209,9 +209,18 @@ def bench_one(unique: int, inserts: int, repeats: int, seed: int) -> dict:
             "memory_per_key_before_flush": round(cbt_bytes_before_flush / cnt_bytes, 3),
             "memory_per_key_tracemalloc": round(traced_cbt / traced_counter, 3),
         },
-        "cbt_stats": {k: stats[k] for k in ("root_spills", "node_flushes", "leaf_compactions",
-                                            "leaf_splits", "height", "leaves",
-                                            "compression_ratio")},
+        "cbt_stats": {
+            k: stats[k]
+            for k in (
+                "root_spills",
+                "node_flushes",
+                "leaf_compactions",
+                "leaf_splits",
+                "height",
+                "leaves",
+                "compression_ratio",
+            )
+        },
     }
 
 
@@ -250,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
             "measured_at_inserts": inserts,
             "note": "targets are defined for 1e7 inserts over 1e6 keys (full mode); quick "
             "mode's 1e6 inserts leave most keys unseen, so its ratios are indicative only"
-            if args.quick or inserts != 10_000_000 else "full configuration",
+            if args.quick or inserts != 10_000_000
+            else "full configuration",
         },
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }

@@ -514,4 +514,3 @@ def get_aggregator(spec: str | Aggregator, params: dict[str, Any] | None = None)
             f"unknown aggregator {spec!r}; known: {', '.join(aggregator_names())}"
         ) from None
     return factory(**(params or {}))
-

@@ -116,8 +116,9 @@ class EncodedKeys:
         if width > WIDE_KEY:
             ends = np.cumsum(lengths).tolist()
             starts = [0, *ends[:-1]]
-            return cls(object_array((blob[a:b] for a, b in zip(starts, ends, strict=True)), n),
-                       lengths)
+            return cls(
+                object_array((blob[a:b] for a, b in zip(starts, ends, strict=True)), n), lengths
+            )
         rows = np.zeros((n, width), dtype=np.uint8)
         rows[np.arange(width) < lengths[:, None]] = np.frombuffer(blob, dtype=np.uint8)
         return cls(rows.view(f"S{width}").reshape(n), lengths)
@@ -271,8 +272,9 @@ class Codec:
             kraw,
             self.agg.encode_column(run.values),
         )
-        return CompressedRun(len(run), [self._compress_tight(r) for r in raws],
-                             sum(map(len, raws)), width)
+        return CompressedRun(
+            len(run), [self._compress_tight(r) for r in raws], sum(map(len, raws)), width
+        )
 
     def decompress(self, cr: CompressedRun, store: SpillStore | None) -> Run:
         hcol, scol, kcol, vcol = (self._d.decompress(c) for c in cr.columns(store))
@@ -282,8 +284,9 @@ class Codec:
         lengths = unshuffle_bytes(scol, n, "<u4", 4).astype(np.int64)
         if cr.width:
             if len(kcol) != n * cr.width:
-                raise ValueError(f"padded key column has {len(kcol)} bytes, expected "
-                                 f"{n * cr.width}")
+                raise ValueError(
+                    f"padded key column has {len(kcol)} bytes, expected {n * cr.width}"
+                )
             keys = EncodedKeys(np.frombuffer(kcol, dtype=f"S{cr.width}"), lengths)
         else:
             keys = EncodedKeys.from_blob(kcol, lengths)

@@ -82,8 +82,13 @@ class Snapshot:
 
     @classmethod
     def empty(cls, agg: Aggregator, hash_function: HashFunction = xxh3_64) -> Snapshot:
-        return cls(agg, np.empty(0, np.uint64), EncodedKeys.from_encodings([]),
-                   agg.column((), 0), hash_function)
+        return cls(
+            agg,
+            np.empty(0, np.uint64),
+            EncodedKeys.from_encodings([]),
+            agg.column((), 0),
+            hash_function,
+        )
 
     @classmethod
     def _from_run(cls, agg: Aggregator, run: Run, hash_function: HashFunction) -> Snapshot:
@@ -103,8 +108,9 @@ class Snapshot:
         return len(self.hashes)
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        return zip(self.keys_column.tolist(), self.agg.finalize_column(self.values_column),
-                   strict=True)
+        return zip(
+            self.keys_column.tolist(), self.agg.finalize_column(self.values_column), strict=True
+        )
 
     def items(self) -> Iterator[tuple[Any, Any]]:
         return iter(self)
@@ -257,9 +263,7 @@ class Snapshot:
             use_bin_type=True,
         )
         total = _FIXED.size + len(header) + sum(map(len, cols)) + _TRAILER.size
-        body = b"".join(
-            [_FIXED.pack(MAGIC, VERSION, 0, total, len(header)), header, *cols]
-        )
+        body = b"".join([_FIXED.pack(MAGIC, VERSION, 0, total, len(header)), header, *cols])
         return body + _TRAILER.pack(zlib.crc32(body))
 
     @classmethod
@@ -318,8 +322,9 @@ class Snapshot:
             not isinstance(columns, tuple)
             or len(columns) != 4
             or not all(
-                isinstance(c, tuple) and len(c) == 2 and all(isinstance(x, int) and x >= 0
-                                                             for x in c)
+                isinstance(c, tuple)
+                and len(c) == 2
+                and all(isinstance(x, int) and x >= 0 for x in c)
                 for c in columns
             )
         ):
@@ -329,7 +334,8 @@ class Snapshot:
         except ValueError as e:
             raise SnapshotError(
                 f"snapshot uses aggregator {name!r} that is not registered here "
-                "(see cbt.register_aggregator)" if "unknown aggregator" in str(e)
+                "(see cbt.register_aggregator)"
+                if "unknown aggregator" in str(e)
                 else f"cannot rebuild aggregator {name!r} with {params!r}: {e}"
             ) from e
         except TypeError as e:
@@ -345,8 +351,7 @@ class Snapshot:
             raise SnapshotError("snapshot column lengths do not add up to its size")
         d = zstandard.ZstdDecompressor()
         raws = []
-        for (clen, rlen), label in zip(columns, ("hashes", "sizes", "keys", "values"),
-                                       strict=True):
+        for (clen, rlen), label in zip(columns, ("hashes", "sizes", "keys", "values"), strict=True):
             try:
                 raw = d.decompress(data[pos : pos + clen], max_output_size=rlen)
             except zstandard.ZstdError as e:

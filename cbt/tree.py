@@ -101,8 +101,11 @@ class CompressedBufferTree:
     ) -> None:
         if fanout < 4:
             raise ValueError("fanout must be at least 4")
-        for name, v in (("root_capacity", root_capacity), ("buffer_entries", buffer_entries),
-                        ("leaf_capacity", leaf_capacity)):
+        for name, v in (
+            ("root_capacity", root_capacity),
+            ("buffer_entries", buffer_entries),
+            ("leaf_capacity", leaf_capacity),
+        ):
             if not isinstance(v, int) or v < 2:
                 raise ValueError(f"{name} must be an int >= 2, got {v!r}")
         if memory_budget_bytes is not None and memory_budget_bytes < 0:
@@ -125,8 +128,19 @@ class CompressedBufferTree:
         self._collect: list[Run] | None = None
         self._chunk = max(1, min(_CHUNK, root_capacity))
         self._counts = dict.fromkeys(
-            ("inserts", "flushes", "empties", "root_spills", "node_flushes",
-             "leaf_compactions", "leaf_splits", "node_splits", "runs_spilled"), 0)
+            (
+                "inserts",
+                "flushes",
+                "empties",
+                "root_spills",
+                "node_flushes",
+                "leaf_compactions",
+                "leaf_splits",
+                "node_splits",
+                "runs_spilled",
+            ),
+            0,
+        )
 
     # ---- inserting ------------------------------------------------------------------------
     def insert(self, key: Any, value: Any = 1) -> None:
@@ -142,8 +156,11 @@ class CompressedBufferTree:
         if len(root) >= self.root_capacity:
             self._spill_root()
 
-    def insert_many(self, keys: Sequence[Any] | np.ndarray | Iterable[Any],
-                    values: Sequence[Any] | np.ndarray | None = None) -> None:
+    def insert_many(
+        self,
+        keys: Sequence[Any] | np.ndarray | Iterable[Any],
+        values: Sequence[Any] | np.ndarray | None = None,
+    ) -> None:
         """Insert many pairs (``values`` None means the default value 1 for each key).
 
         Equivalent to ``insert`` in a loop, only faster: it works in chunks, so the root never
@@ -385,8 +402,9 @@ class CompressedBufferTree:
         """Cut a run into about ``parts`` pieces, never separating equal hashes."""
         n = len(run)
         guesses = [n * i // parts for i in range(1, parts)]
-        cuts = sorted({int(np.searchsorted(run.hashes, run.hashes[g], side="left"))
-                       for g in guesses})
+        cuts = sorted(
+            {int(np.searchsorted(run.hashes, run.hashes[g], side="left")) for g in guesses}
+        )
         bounds = [0, *(c for c in cuts if 0 < c < n), n]
         return [run.slice(a, b) for a, b in itertools.pairwise(bounds)]
 
@@ -394,8 +412,13 @@ class CompressedBufferTree:
         merged = self._take_merged(node, extra)
         self._counts["node_flushes"] += 1
         assert node.children is not None and node.pivots is not None
-        bounds = [0, *np.searchsorted(merged.hashes, np.array(node.pivots, dtype=np.uint64),
-                                      side="left").tolist(), len(merged)]
+        bounds = [
+            0,
+            *np.searchsorted(
+                merged.hashes, np.array(node.pivots, dtype=np.uint64), side="left"
+            ).tolist(),
+            len(merged),
+        ]
         children: list[_Node] = []
         pivots: list[int] = []
         for i, child in enumerate(node.children):

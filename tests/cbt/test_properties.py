@@ -88,16 +88,18 @@ KEYS = st.one_of(
     st.tuples(st.tuples(st.just("n")), st.binary(max_size=1)),
 )
 
-_SET_VALUES = st.one_of(st.integers(0, 6), st.text(alphabet="pq", max_size=2),
-                        st.tuples(st.integers(0, 2)))
+_SET_VALUES = st.one_of(
+    st.integers(0, 6), st.text(alphabet="pq", max_size=2), st.tuples(st.integers(0, 2))
+)
 VALUES = {
     "count": st.integers(1, 4),
     "sum": st.integers(-50, 50),
     "avg": st.integers(-50, 50),
     "min": st.one_of(st.integers(-50, 50), st.floats(-5, 5, allow_nan=False)),
     "max": st.one_of(st.integers(-50, 50), st.floats(-5, 5, allow_nan=False)),
-    "topk": st.one_of(st.tuples(st.sampled_from(["i", "j", b"k", 3]), st.integers(0, 5)),
-                      st.integers(0, 9)),
+    "topk": st.one_of(
+        st.tuples(st.sampled_from(["i", "j", b"k", 3]), st.integers(0, 5)), st.integers(0, 9)
+    ),
     "distinct": _SET_VALUES,
     "collect_set": _SET_VALUES,
     "approx_distinct": _SET_VALUES,
@@ -148,9 +150,7 @@ def ops_strategy(name: str) -> st.SearchStrategy:
     )
 
 
-PROPERTY = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _default_value(name: str) -> Any:
@@ -165,8 +165,9 @@ def test_operations_match_reference(name: str, hash_index: int, data: st.DataObj
     shape = data.draw(TREE_SHAPES)
     ops = data.draw(ops_strategy(name))
     hash_function = HASHES[hash_index]
-    tree = CompressedBufferTree(name, aggregator_params=PARAMS.get(name),
-                                hash_function=hash_function, **shape)
+    tree = CompressedBufferTree(
+        name, aggregator_params=PARAMS.get(name), hash_function=hash_function, **shape
+    )
     ref: dict[Any, list] = {}
     # (snapshot, reference at that time, batch number): merge/subtract operands
     taken: list[tuple[Snapshot, dict, int]] = []
@@ -212,15 +213,17 @@ def test_operations_match_reference(name: str, hash_index: int, data: st.DataObj
                 continue
             # a was flushed before b in the same batch: its lists are prefixes of b's
             window = b.subtract(a)
-            rw = {k: vals[len(ra.get(k, [])):] for k, vals in rb.items()}
+            rw = {k: vals[len(ra.get(k, [])) :] for k, vals in rb.items()}
             check_snapshot(name, window, rw)
     check_snapshot(name, tree.flush(), ref)
     assert tree.stats()["inserts"] >= 0
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(KEYS, st.integers(1, 3)), max_size=40),
-       st.lists(st.tuples(KEYS, st.integers(1, 3)), max_size=40))
+@given(
+    st.lists(st.tuples(KEYS, st.integers(1, 3)), max_size=40),
+    st.lists(st.tuples(KEYS, st.integers(1, 3)), max_size=40),
+)
 def test_count_subtract_of_unrelated_snapshots(a: list, b: list) -> None:
     """Subtracting any count snapshot gives the Counter difference (zero counts dropped,
     negative counts kept)."""
@@ -242,8 +245,9 @@ def test_count_subtract_of_unrelated_snapshots(a: list, b: list) -> None:
 @settings(max_examples=30, deadline=None)
 @given(keys=st.lists(KEYS, max_size=200), k=st.integers(0, 6))
 def test_count_top_k(hash_function: Any, keys: list, k: int) -> None:
-    tree = CompressedBufferTree("count", hash_function=hash_function, root_capacity=5,
-                                buffer_entries=8, leaf_capacity=6)
+    tree = CompressedBufferTree(
+        "count", hash_function=hash_function, root_capacity=5, buffer_entries=8, leaf_capacity=6
+    )
     tree.insert_many(keys)
     counts: dict = {}
     for key in keys:

@@ -38,9 +38,9 @@ def test_round_trip_small() -> None:
     data = snap.to_bytes()
     back = Snapshot.from_bytes(data)
     assert back == snap
-    assert back.to_dict() == snap.to_dict() == {
-        "a": 3.0, "b": 2.0, ("t", 1): 3.0, b"x": 4.0, 7: 6.0
-    }
+    assert (
+        back.to_dict() == snap.to_dict() == {"a": 3.0, "b": 2.0, ("t", 1): 3.0, b"x": 4.0, 7: 6.0}
+    )
     assert back.to_bytes() == data  # deterministic
 
 
@@ -161,8 +161,12 @@ VALUES = {
     "approx_distinct": st.integers(-(2**63), 2**64 - 1),
     "hll": st.text(max_size=3),
 }
-KEYS = st.one_of(st.text(max_size=8), st.binary(max_size=8), st.integers(-(2**63), 2**64 - 1),
-                 st.tuples(st.text(max_size=3), st.integers(0, 9)))
+KEYS = st.one_of(
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.integers(-(2**63), 2**64 - 1),
+    st.tuples(st.text(max_size=3), st.integers(0, 9)),
+)
 
 
 @pytest.mark.parametrize("name", aggregator_names())

@@ -21,8 +21,14 @@ def _files(root: Path) -> list[Path]:
 def test_spill_round_trip(tmp_path: Path) -> None:
     rng = random.Random(3)
     keys = [f"/shop/item-{rng.randint(0, 3000)}" for _ in range(40000)]
-    t = CompressedBufferTree("count", root_capacity=500, buffer_entries=2000,
-                             leaf_capacity=1000, memory_budget_bytes=0, spill_dir=str(tmp_path))
+    t = CompressedBufferTree(
+        "count",
+        root_capacity=500,
+        buffer_entries=2000,
+        leaf_capacity=1000,
+        memory_budget_bytes=0,
+        spill_dir=str(tmp_path),
+    )
     t.insert_many(keys)
     assert _files(tmp_path), "nothing was spilled"
     stats = t.stats()
@@ -43,8 +49,14 @@ def test_spill_round_trip(tmp_path: Path) -> None:
 
 def test_budget_keeps_resident_bytes_below_it(tmp_path: Path) -> None:
     budget = 20_000
-    t = CompressedBufferTree("count", root_capacity=300, buffer_entries=1000, leaf_capacity=600,
-                             memory_budget_bytes=budget, spill_dir=str(tmp_path))
+    t = CompressedBufferTree(
+        "count",
+        root_capacity=300,
+        buffer_entries=1000,
+        leaf_capacity=600,
+        memory_budget_bytes=budget,
+        spill_dir=str(tmp_path),
+    )
     keys = [f"k{i}" for i in range(20000)]
     t.insert_many(keys)
     assert t.stats()["compressed_bytes"] <= budget
@@ -56,8 +68,14 @@ def test_budget_keeps_resident_bytes_below_it(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
 def test_corrupt_spill_file_is_a_clear_error(tmp_path: Path, damage: str) -> None:
-    t = CompressedBufferTree("count", root_capacity=50, buffer_entries=100, leaf_capacity=100,
-                             memory_budget_bytes=0, spill_dir=str(tmp_path))
+    t = CompressedBufferTree(
+        "count",
+        root_capacity=50,
+        buffer_entries=100,
+        leaf_capacity=100,
+        memory_budget_bytes=0,
+        spill_dir=str(tmp_path),
+    )
     t.insert_many([f"k{i}" for i in range(1000)])
     victim = max(_files(tmp_path), key=lambda p: p.stat().st_size)
     data = victim.read_bytes()
@@ -73,12 +91,20 @@ def test_corrupt_spill_file_is_a_clear_error(tmp_path: Path, damage: str) -> Non
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.text(alphabet="abc", max_size=3), st.integers(-5, 5)),
-                max_size=300), st.sampled_from(["sum", "max", "collect_set"]))
+@given(
+    st.lists(st.tuples(st.text(alphabet="abc", max_size=3), st.integers(-5, 5)), max_size=300),
+    st.sampled_from(["sum", "max", "collect_set"]),
+)
 def test_spill_property(tmp_path_factory: pytest.TempPathFactory, pairs: list, name: str) -> None:
     d = tmp_path_factory.mktemp("spill")
-    with CompressedBufferTree(name, root_capacity=3, buffer_entries=6, leaf_capacity=5,
-                              memory_budget_bytes=64, spill_dir=str(d)) as t:
+    with CompressedBufferTree(
+        name,
+        root_capacity=3,
+        buffer_entries=6,
+        leaf_capacity=5,
+        memory_budget_bytes=64,
+        spill_dir=str(d),
+    ) as t:
         ref: dict = {}
         for k, v in pairs:
             t.insert(k, v)

@@ -65,10 +65,8 @@ def test_invalid_values_raise() -> None:
 
 def test_root_stays_bounded_and_memory_beats_a_counter() -> None:
     rng = random.Random(7)
-    keys = [f"/catalog/{rng.choice(['toys', 'books', 'games'])}/item-{i:07d}"
-            for i in range(60000)]
-    t = CompressedBufferTree("count", root_capacity=2000, buffer_entries=8000,
-                             leaf_capacity=8000)
+    keys = [f"/catalog/{rng.choice(['toys', 'books', 'games'])}/item-{i:07d}" for i in range(60000)]
+    t = CompressedBufferTree("count", root_capacity=2000, buffer_entries=8000, leaf_capacity=8000)
     for lo in range(0, len(keys), 5000):
         t.insert_many(keys[lo : lo + 5000])
         assert t.stats()["root_entries"] <= 2000 + 2000
@@ -152,8 +150,17 @@ def test_tuple_keys_for_multi_column_group_by() -> None:
 
 
 def test_registry_and_custom_instance() -> None:
-    assert {"count", "sum", "avg", "min", "max", "topk", "distinct", "collect_set",
-            "approx_distinct"} <= set(aggregator_names())
+    assert {
+        "count",
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "topk",
+        "distinct",
+        "collect_set",
+        "approx_distinct",
+    } <= set(aggregator_names())
     assert get_aggregator("topk", {"k": 4}) == TopK(4)
 
     class Concat(Aggregator):
@@ -179,8 +186,9 @@ def test_keys_with_nul_bytes_and_wide_keys(hash_function: object) -> None:
     keys = [0, b"", "", b"\x00", b"\x00\x00", (0,), (), "a\x00", "a", 256, 2**63]
     keys += ["w" * rng.randint(250, 700) + str(i) for i in range(30)]
     stream = [rng.choice(keys) for _ in range(3000)]
-    t = CompressedBufferTree("count", hash_function=hash_function, root_capacity=7,
-                             buffer_entries=20, leaf_capacity=10)
+    t = CompressedBufferTree(
+        "count", hash_function=hash_function, root_capacity=7, buffer_entries=20, leaf_capacity=10
+    )
     t.insert_many(stream)
     snap = t.flush()
     assert snap.to_dict() == Counter(stream)
@@ -193,8 +201,7 @@ def test_large_zipf_stream_matches_counter() -> None:
     rng = np.random.default_rng(11)
     ranks = np.minimum(rng.zipf(1.1, 2_000_000), 300_000)
     keys = [f"/products/item-{r:07d}" for r in ranks.tolist()]
-    t = CompressedBufferTree("count", root_capacity=4096, buffer_entries=16384,
-                             leaf_capacity=8192)
+    t = CompressedBufferTree("count", root_capacity=4096, buffer_entries=16384, leaf_capacity=8192)
     for lo in range(0, len(keys), 100_000):
         t.insert_many(keys[lo : lo + 100_000])
     assert t.stats()["height"] >= 3

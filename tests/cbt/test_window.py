@@ -10,8 +10,11 @@ from hypothesis import strategies as st
 
 from cbt import CompressedBufferTree, SlidingWindow, Snapshot, TumblingWindow
 
-EPOCHS = st.lists(st.lists(st.tuples(st.sampled_from("abcde"), st.integers(1, 9)), max_size=12),
-                  min_size=1, max_size=14)
+EPOCHS = st.lists(
+    st.lists(st.tuples(st.sampled_from("abcde"), st.integers(1, 9)), max_size=12),
+    min_size=1,
+    max_size=14,
+)
 FOLD = {"count": sum, "sum": sum, "max": max, "collect_set": frozenset}
 
 
