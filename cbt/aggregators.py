@@ -54,6 +54,34 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_BIGINT_EXT = 1  # msgpack ext type code of an int outside msgpack's 64-bit range
+
+
+def _num_out(v: Any) -> Any:
+    """A number as msgpack can carry it: ints beyond 64 bits (a sum can grow past them) travel
+    as an ext type holding their decimal digits."""
+    if type(v) is int and not -(1 << 63) <= v < 1 << 64:
+        return msgpack.ExtType(_BIGINT_EXT, str(v).encode())
+    return v
+
+
+def _num_in(obj: Any) -> Any:
+    if isinstance(obj, msgpack.ExtType) and obj.code == _BIGINT_EXT:
+        return int(obj.data.decode())
+    if not _is_number(obj):
+        raise ValueError(f"expected a number in a serialized state, got {obj!r}")
+    return obj
+
+
+def _check_packable(value: Any) -> None:
+    """Reject at insert time a value msgpack cannot serialize, rather than fail at a spill."""
+    try:
+        _packb(value, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TypeError(f"value {value!r} cannot be serialized with msgpack: {e}") from None
+
+
 class Aggregator:
     """Base class: how one kind of PAO is built, merged, inverted and serialized."""
 
@@ -173,6 +201,8 @@ class Count(Aggregator):
     def lift(self, value: Any) -> int:
         if not isinstance(value, int | np.integer) or isinstance(value, bool):
             raise TypeError(f"count weights are ints, got {type(value).__name__}")
+        if not _INT64_MIN >> 1 <= value <= _INT64_MAX >> 1:
+            raise TypeError(f"count weight {value} is out of range (totals are int64)")
         return int(value)
 
     def add(self, state: int, value: Any) -> int:
@@ -270,12 +300,12 @@ class Sum(Aggregator):
         return state[1] == 0
 
     def serialize(self, state: tuple) -> list:
-        return [state[0], state[1]]
+        return [_num_out(state[0]), state[1]]
 
     def deserialize(self, obj: Any) -> tuple:
-        if not (isinstance(obj, tuple) and len(obj) == 2):
-            raise ValueError(f"{self.name} state must be a pair, got {obj!r}")
-        return (obj[0], obj[1])
+        if not (isinstance(obj, tuple) and len(obj) == 2 and type(obj[1]) is int):
+            raise ValueError(f"{self.name} state must be a (number, count) pair, got {obj!r}")
+        return (_num_in(obj[0]), obj[1])
 
     def finalize(self, state: tuple) -> Any:
         return state[0]
@@ -304,10 +334,11 @@ class _Extremum(Aggregator):
     def merge(self, a: Any, b: Any) -> Any:
         return type(self)._pick(a, b)
 
+    def serialize(self, state: Any) -> Any:
+        return _num_out(state)
+
     def deserialize(self, obj: Any) -> Any:
-        if not _is_number(obj):
-            raise ValueError(f"{self.name} state must be a number, got {obj!r}")
-        return obj
+        return _num_in(obj)
 
 
 class Min(_Extremum):
@@ -352,6 +383,7 @@ class TopK(Aggregator):
 
     def lift(self, value: Any) -> tuple:
         if isinstance(value, tuple | list) and len(value) == 2 and _is_number(value[1]):
+            _check_packable(value[0])
             return ((_freeze(value[0]), value[1]),)
         if _is_number(value):
             return ((value, value),)
@@ -361,12 +393,12 @@ class TopK(Aggregator):
         return tuple(heapq.nsmallest(self.k, a + b, key=_item_order))
 
     def serialize(self, state: tuple) -> list:
-        return [[item, w] for item, w in state]
+        return [[item, _num_out(w)] for item, w in state]
 
     def deserialize(self, obj: Any) -> tuple:
         if not isinstance(obj, tuple) or len(obj) > self.k:
             raise ValueError(f"topk state must be at most {self.k} pairs")
-        return tuple((item, w) for item, w in obj)
+        return tuple((item, _num_in(w)) for item, w in obj)
 
     def finalize(self, state: tuple) -> list:
         return list(state)
@@ -393,10 +425,15 @@ class CollectSet(Aggregator):
     mutable_state = True
 
     def lift(self, value: Any) -> set:
-        return {_freeze(value)}
+        value = _freeze(value)
+        _check_packable(value)
+        return {value}
 
     def add(self, state: set, value: Any) -> set:
-        state.add(_freeze(value))
+        value = _freeze(value)
+        if value not in state:
+            _check_packable(value)
+            state.add(value)
         return state
 
     def merge(self, a: set, b: set) -> set:
@@ -450,7 +487,9 @@ class ApproxDistinct(Aggregator):
     def add(self, state: bytearray, value: Any) -> bytearray:
         from cbt.hashing import xxh3_64
 
-        hll.add_hash(state, self.precision, xxh3_64(_packb(_freeze(value), use_bin_type=True)))
+        value = _freeze(value)
+        _check_packable(value)
+        hll.add_hash(state, self.precision, xxh3_64(_packb(value, use_bin_type=True)))
         return state
 
     def merge(self, a: bytearray, b: bytearray) -> bytearray:

@@ -208,7 +208,12 @@ class CompressedBufferTree:
             return
         if type(agg) in (Count, Sum) and values is not None:
             allowed = {int} if type(agg) is Count else {int, float}
-            if not set(map(type, values)) <= allowed:
+            if not set(map(type, values)) <= allowed or (
+                # count totals live in int64 columns; leave odd weights to the checked path
+                type(agg) is Count
+                and values
+                and not -(1 << 62) <= min(values) <= max(values) < 1 << 62
+            ):
                 self._insert_slow(keys, values)
                 return
             get = root.get

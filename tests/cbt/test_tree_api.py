@@ -206,3 +206,37 @@ def test_large_zipf_stream_matches_counter() -> None:
         t.insert_many(keys[lo : lo + 100_000])
     assert t.stats()["height"] >= 3
     assert t.flush().to_dict() == Counter(keys)
+
+
+@pytest.mark.parametrize("name", ["sum", "avg", "min", "max"])
+def test_numbers_beyond_64_bits_survive_spills_and_snapshots(name: str) -> None:
+    big = [2**70, -(2**65), 3, 2**64 - 1, -(2**63)]
+    t = CompressedBufferTree(name, root_capacity=2, buffer_entries=4, leaf_capacity=4)
+    for i, v in enumerate(big * 3):
+        t.insert(f"k{i % 4}", v)
+    ref: dict = {}
+    for i, v in enumerate(big * 3):
+        ref.setdefault(f"k{i % 4}", []).append(v)
+    fold = {"sum": sum, "avg": lambda vs: sum(vs) / len(vs), "min": min, "max": max}[name]
+    snap = t.flush()
+    assert snap.to_dict() == {k: fold(vs) for k, vs in ref.items()}
+    assert Snapshot.from_bytes(snap.to_bytes()) == snap
+
+
+@pytest.mark.parametrize("name", ["collect_set", "distinct", "approx_distinct", "topk"])
+def test_unserializable_values_are_rejected_at_insert(name: str) -> None:
+    t = CompressedBufferTree(name, root_capacity=2)
+    bad = (2**80, 1) if name == "topk" else 2**80
+    t.insert("a", (1, 1) if name == "topk" else 1)
+    with pytest.raises(TypeError, match="msgpack"):
+        t.insert("a", bad)
+    with pytest.raises(TypeError, match="msgpack"):
+        t.insert("b", bad)
+    assert len(t.flush()) == 1
+
+
+def test_count_weights_must_fit() -> None:
+    t = CompressedBufferTree("count")
+    with pytest.raises(TypeError, match="range"):
+        t.insert_many(["a", "b"], [1, 2**63])
+    assert t.flush().to_dict() == {"a": 1}
