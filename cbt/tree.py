@@ -8,12 +8,13 @@ number of keys: at most ``root_capacity`` (+ one ``insert_many`` chunk) uncompre
 everything else zstd-compressed (or spilled to disk under a memory budget).
 
 Structure. An uncompressed root dict pre-aggregates inserts at C speed. When it reaches
-``root_capacity`` entries it is spilled: keys are hashed (64-bit xxh3 of the msgpack
-encoding), sorted by hash and appended, as one compressed run, to the buffer of the top node of
-an (a,b)-tree (b = ``fanout``, a = fanout // 2) partitioned by hash ranges. An internal node
-whose buffer passes ``buffer_entries`` is flushed: its runs are decompressed, merged (sort by
-hash, aggregate equal keys, comparing full keys on hash ties) and partitioned into its
-children's buffers. A leaf compacts its runs once it has buffered ``leaf_capacity // 2`` new
+``root_capacity`` entries it is spilled (for ``count``, minus its hottest keys, which stay):
+keys are hashed (64-bit xxh3 of the msgpack encoding), sorted by hash and partitioned into the
+buffers of the top node's children in an (a,b)-tree (b = ``fanout``, a = fanout // 2) over hash
+ranges - the root dict plays the top node's buffer. Any other internal node whose buffer
+passes ``buffer_entries`` is flushed: its runs are decompressed, merged (sort by hash,
+aggregate equal keys, comparing full keys on hash ties) and partitioned into its children's
+buffers. A leaf compacts its runs once it has buffered ``leaf_capacity // 2`` new
 entries and splits when it holds more than ``leaf_capacity`` distinct keys; an internal node
 with more than ``fanout`` children splits too, growing the tree at the top like a B-tree.
 """
@@ -31,7 +32,7 @@ import msgpack
 import numpy as np
 from xxhash import xxh3_64_intdigest
 
-from cbt.aggregators import Aggregator, Count, Sum, get_aggregator
+from cbt.aggregators import Aggregator, Avg, Count, Sum, get_aggregator
 from cbt.buffers import (
     Codec,
     CompressedRun,
@@ -206,7 +207,7 @@ class CompressedBufferTree:
                 raise AssertionError("unreachable") from None
             self._counts["inserts"] += len(keys)
             return
-        if type(agg) in (Count, Sum) and values is not None:
+        if type(agg) in (Count, Sum, Avg) and values is not None:
             allowed = {int} if type(agg) is Count else {int, float}
             if not set(map(type, values)) <= allowed or (
                 # count totals live in int64 columns; leave odd weights to the checked path
@@ -334,9 +335,10 @@ class CompressedBufferTree:
         if not hot.any():
             return keys, counts
         cold = ~hot
-        self._root = dict(
-            zip(itertools.compress(keys, hot.tolist()), counts[hot].tolist(), strict=True)
-        )
+        self._root = {
+            keys[i]: c
+            for i, c in zip(np.flatnonzero(hot).tolist(), counts[hot].tolist(), strict=True)
+        }
         return list(itertools.compress(keys, cold.tolist())), counts[cold]
 
     def _grow(self, splits: Split) -> None:
