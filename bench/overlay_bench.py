@@ -127,7 +127,7 @@ async def simulate(
     while loop.time() - t_fail < 300:
         await asyncio.sleep(step)
         if agreement(nodes, keys[:4]) == 1.0:
-            agreed_after = loop.time() - t_fail
+            agreed_after = round(loop.time() - t_fail, 1)
             break
     survivors = [x for x in nodes if x.running]
     post = []
