@@ -77,6 +77,7 @@ async def simulate(
     net = SimNetwork(seed=seed)
     nodes = await start_cluster(net, n, SECRET, batch=100)
     join_wall = time.perf_counter() - wall0
+    print(f"n={n}: joined in {join_wall:.0f} s wall", file=sys.stderr, flush=True)
     join_virtual = loop.time()
     for node in nodes:
         node.register("bench", Sink())
@@ -117,6 +118,7 @@ async def simulate(
             chain_hops.append(len(path) - 1 if path else 99)
 
     agreement_before = agreement(nodes, keys)
+    print(f"n={n}: routes and trees measured", file=sys.stderr, flush=True)
     # 10 % crash at once; time until every live node's tables route every key to its root
     victims = rng.sample(nodes, n // 10)
     for v in victims:
