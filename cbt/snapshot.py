@@ -81,7 +81,9 @@ class Snapshot:
             arr.flags.writeable = False
 
     @classmethod
-    def empty(cls, agg: Aggregator, hash_function: HashFunction = xxh3_64) -> Snapshot:
+    def empty(cls, agg: Aggregator | str, hash_function: HashFunction = xxh3_64) -> Snapshot:
+        """An empty snapshot (e.g. the pane of an idle epoch); ``agg`` may be a name."""
+        agg = get_aggregator(agg)
         return cls(
             agg,
             np.empty(0, np.uint64),

@@ -82,3 +82,14 @@ def test_window_argument_checks() -> None:
         TumblingWindow(0)
     with pytest.raises(ValueError):
         SlidingWindow(2, 3)
+
+
+def test_idle_epochs_use_empty_snapshots() -> None:
+    w = SlidingWindow(2, 1)
+    assert w.push(_pane("count", [("a", 1)])) is None
+    assert w.push(Snapshot.empty("count")).to_dict() == {"a": 1}
+    assert w.push(Snapshot.empty("count")).to_dict() == {}
+    forced = SlidingWindow(2, 1, invertible=False)
+    forced.push(_pane("sum", [("a", 2)]))
+    assert forced.push(_pane("sum", [("a", 3)])).to_dict() == {"a": 5}
+    assert forced.invertible is False
