@@ -17,8 +17,10 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import platform
 import random
+import resource
 import statistics
 import sys
 import time
@@ -41,6 +43,11 @@ class Sink(RoutingApplication):
     def deliver(self, key: int, message: dict[str, Any]) -> None:
         if "t0" in message:
             self.latencies.append(time.perf_counter() - message["t0"])
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (Linux reports ru_maxrss in KiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -70,15 +77,42 @@ def tree_shape(nodes: list[Any], key: int, greedy: bool) -> dict[str, int]:
 
 
 async def simulate(
-    n: int, seed: int, n_routes: int, n_keys: int, window: float
+    n: int,
+    seed: int,
+    n_routes: int,
+    n_keys: int,
+    window: float,
+    partial: dict[str, Any] | None = None,
+    checkpoint: Any = None,
 ) -> dict[str, Any]:
+    """``partial`` is filled phase by phase and ``checkpoint()`` called after each phase, so
+    a long run that is stopped still leaves its finished phases behind (see ``--out``)."""
+    res: dict[str, Any] = partial if partial is not None else {}
+
+    def phase(name: str, **figures: Any) -> None:
+        res.update(figures)
+        res["phases_done"] = [*res.get("phases_done", []), name]
+        res["wall_s"] = round(time.perf_counter() - wall0, 1)
+        print(f"n={n}: {name} {json.dumps(figures)}", file=sys.stderr, flush=True)
+        if checkpoint is not None:
+            checkpoint()
+
     wall0 = time.perf_counter()
+    cpu0 = time.process_time()
+    res["n"] = n
     loop = asyncio.get_running_loop()
     net = SimNetwork(seed=seed)
     nodes = await start_cluster(net, n, SECRET, batch=100)
     join_wall = time.perf_counter() - wall0
-    print(f"n={n}: joined in {join_wall:.0f} s wall", file=sys.stderr, flush=True)
     join_virtual = loop.time()
+    phase(
+        "join",
+        log16_n_ceil=math.ceil(math.log(n, 16)),
+        join_virtual_s=round(join_virtual, 1),
+        join_wall_s=round(join_wall, 1),
+        join_cpu_ms_per_node=round((time.process_time() - cpu0) * 1000 / n, 1),
+        peak_rss_mb=peak_rss_mb(),
+    )
     for node in nodes:
         node.register("bench", Sink())
     await asyncio.sleep(10)  # let probes, leaf-set and slot refreshes settle
@@ -89,9 +123,17 @@ async def simulate(
     # maintenance traffic in a steady state (no application traffic)
     before = sum(x.metrics()["maintenance_msgs_sent"] for x in nodes)
     t0 = loop.time()
+    w0 = time.perf_counter()
     await asyncio.sleep(window)
     maint = (sum(x.metrics()["maintenance_msgs_sent"] for x in nodes) - before) / n / (
         loop.time() - t0
+    )
+    wall_per_virtual_s = (time.perf_counter() - w0) / (loop.time() - t0)
+    phase(
+        "maintenance",
+        maintenance_msgs_per_node_per_s=round(maint, 3),
+        maintenance_goal_met=maint <= 10,
+        wall_s_per_virtual_s=round(wall_per_virtual_s, 2),
     )
 
     # real routed messages
@@ -118,7 +160,23 @@ async def simulate(
             chain_hops.append(len(path) - 1 if path else 99)
 
     agreement_before = agreement(nodes, keys)
-    print(f"n={n}: routes and trees measured", file=sys.stderr, flush=True)
+    phase(
+        "routes_and_trees",
+        route_hops_mean=round(statistics.mean(hops), 3),
+        route_hops_p99=pct(hops, 0.99),
+        route_hops_max=max(hops),
+        hops_goal_met=pct(hops, 0.99) <= bound + 1,
+        routes=len(hops),
+        routes_to_true_root=correct / len(hops),
+        all_nodes_chain_hops_p99=pct(chain_hops, 0.99),
+        tree_depth_max=max(t["depth"] for t in trees),
+        tree_max_fan_in=max(t["max_fan_in"] for t in trees),
+        tree_max_fan_in_mean_over_keys=statistics.mean(t["max_fan_in"] for t in trees),
+        baseline_greedy_tree_depth_max=max(t["depth"] for t in greedy),
+        baseline_greedy_tree_max_fan_in=max(t["max_fan_in"] for t in greedy),
+        tree_keys=len(keys),
+        agreement_stable=agreement_before,
+    )
     # 10 % crash at once; time until every live node's tables route every key to its root
     victims = rng.sample(nodes, n // 10)
     for v in victims:
@@ -131,6 +189,7 @@ async def simulate(
         if agreement(nodes, keys[:4]) == 1.0:
             agreed_after = round(loop.time() - t_fail, 1)
             break
+    phase("crash_agreement", agree_after_10pct_fail_s=agreed_after)
     survivors = [x for x in nodes if x.running]
     post = []
     for _ in range(min(100, n_routes)):
@@ -144,32 +203,13 @@ async def simulate(
     contacts = statistics.mean(len(x.contacts()) for x in survivors)
     for node in survivors:
         await node.stop()
-    return {
-        "n": n,
-        "log16_n_ceil": bound,
-        "route_hops_mean": round(statistics.mean(hops), 3),
-        "route_hops_p99": pct(hops, 0.99),
-        "route_hops_max": max(hops),
-        "hops_goal_met": pct(hops, 0.99) <= bound + 1,
-        "routes": len(hops),
-        "routes_to_true_root": correct / len(hops),
-        "all_nodes_chain_hops_p99": pct(chain_hops, 0.99),
-        "tree_depth_max": max(t["depth"] for t in trees),
-        "tree_max_fan_in": max(t["max_fan_in"] for t in trees),
-        "tree_max_fan_in_mean_over_keys": statistics.mean(t["max_fan_in"] for t in trees),
-        "baseline_greedy_tree_depth_max": max(t["depth"] for t in greedy),
-        "baseline_greedy_tree_max_fan_in": max(t["max_fan_in"] for t in greedy),
-        "tree_keys": len(keys),
-        "agreement_stable": agreement_before,
-        "agree_after_10pct_fail_s": agreed_after,
-        "routes_to_true_root_after_fail": post_ok / len(post),
-        "maintenance_msgs_per_node_per_s": round(maint, 3),
-        "maintenance_goal_met": maint <= 10,
-        "contacts_per_node_mean": round(contacts, 1),
-        "join_virtual_s": round(join_virtual, 1),
-        "join_wall_s": round(join_wall, 1),
-        "wall_s": round(time.perf_counter() - wall0, 1),
-    }
+    phase(
+        "after_crash",
+        routes_to_true_root_after_fail=post_ok / len(post),
+        contacts_per_node_mean=round(contacts, 1),
+        peak_rss_mb=peak_rss_mb(),
+    )
+    return res
 
 
 async def real_sockets(n: int, n_routes: int) -> dict[str, Any]:
@@ -219,6 +259,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, well under a minute")
     parser.add_argument("--sizes", type=int, nargs="*", help="override simulated sizes")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--out", help="also write the JSON document so far to this file after every phase"
+    )
     args = parser.parse_args()
     sizes = args.sizes or ([100, 300] if args.quick else [100, 1280, 10000])
     out: dict[str, Any] = {
@@ -228,14 +271,24 @@ def main() -> None:
         "seed": args.seed,
         "simulated": [],
     }
+
+    def checkpoint() -> None:
+        if args.out:
+            with open(args.out + ".tmp", "w") as f:
+                json.dump(out, f, indent=2)
+            os.replace(args.out + ".tmp", args.out)
+
     for n in sizes:
         n_routes = 300 if n <= 2000 else 200
         n_keys = 8 if n <= 2000 else 4
         window = 10.0 if args.quick or n > 2000 else 20.0
-        out["simulated"].append(run(simulate(n, args.seed, n_routes, n_keys, window)))
+        partial: dict[str, Any] = {}
+        out["simulated"].append(partial)
+        run(simulate(n, args.seed, n_routes, n_keys, window, partial, checkpoint))
         print(f"simulated n={n} done", file=sys.stderr, flush=True)
     real_n = 32 if args.quick else 64
     out["real_udp_loopback"] = asyncio.run(real_sockets(real_n, 200 if args.quick else 500))
+    checkpoint()
     json.dump(out, sys.stdout, indent=2)
     print()
 

@@ -21,13 +21,15 @@ get/set run unchanged on top of it, but it replaces the whole ``rpcudp`` datagra
 from __future__ import annotations
 
 import asyncio
+import heapq
 import inspect
 import logging
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from kademlia.node import Node
+import kademlia.crawling
+from kademlia.node import Node, NodeHeap
 from kademlia.protocol import KademliaProtocol
 
 from overlay import ids
@@ -44,6 +46,41 @@ TIMEOUT = "timeout"
 DHT_VALUE_TYPES = (int, float, bool, str, bytes)
 
 Handler = Callable[..., Any]
+
+
+class IndexedNodeHeap(NodeHeap):
+    """kademlia's crawl heap with an id set beside it: the package's ``__contains__`` is a
+    linear scan of the heap, so every crawl was quadratic in the candidates it saw (the main
+    cost of a join at thousands of nodes). Same order, same results. Installed as
+    ``kademlia.crawling.NodeHeap`` when this module is imported."""
+
+    def __init__(self, node: Node, maxsize: int) -> None:
+        super().__init__(node, maxsize)
+        self._ids: set[bytes] = set()
+
+    def remove(self, peers: Any) -> None:
+        super().remove(peers)
+        self._ids = {node.id for _, node in self.heap}
+
+    def popleft(self) -> Node | None:
+        node = super().popleft()
+        if node is not None:
+            self._ids.discard(node.id)
+        return node
+
+    def push(self, nodes: Any) -> None:
+        if not isinstance(nodes, list):
+            nodes = [nodes]
+        for node in nodes:
+            if node.id not in self._ids:
+                self._ids.add(node.id)
+                heapq.heappush(self.heap, (self.node.distance_to(node), node))
+
+    def __contains__(self, node: Any) -> bool:
+        return node.id in self._ids
+
+
+kademlia.crawling.NodeHeap = IndexedNodeHeap  # type: ignore[misc]
 
 
 class ProtocolHost(Protocol):
@@ -130,25 +167,37 @@ class OverlayProtocol(KademliaProtocol):
             return
         self.metrics.received(name, len(data))
         self.host.on_request_from(sender)
-        self._spawn(self._serve(msg_id, name, handler, sender, args, addr))
+        # Synchronous handlers (ping, find_node, route, ...) are answered at once; only a
+        # coroutine handler gets a task. Saves a task per datagram (matters at 10,000 sim nodes).
+        try:
+            result = handler(sender, *args)
+        except Exception as exc:
+            self._handler_failed(msg_id, name, sender, exc, addr)
+            return
+        if inspect.isawaitable(result):
+            self._spawn(self._serve(msg_id, name, result, sender, addr))
+        else:
+            self._reply(msg_id, True, result, addr, name)
+
+    def _handler_failed(
+        self, msg_id: bytes, name: str, sender: NodeInfo, exc: Exception, addr: tuple[str, int]
+    ) -> None:
+        self.metrics.drop("handler_error")
+        log.warning("rpc %s from %s failed: %r", name, sender, exc)
+        self._reply(msg_id, False, f"{type(exc).__name__}: {exc}", addr, name)
 
     async def _serve(
         self,
         msg_id: bytes,
         name: str,
-        handler: Handler,
+        pending: Awaitable[Any],
         sender: NodeInfo,
-        args: list[Any],
         addr: tuple[str, int],
     ) -> None:
         try:
-            result = handler(sender, *args)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await pending
         except Exception as exc:
-            self.metrics.drop("handler_error")
-            log.warning("rpc %s from %s failed: %r", name, sender, exc)
-            self._reply(msg_id, False, f"{type(exc).__name__}: {exc}", addr, name)
+            self._handler_failed(msg_id, name, sender, exc, addr)
             return
         self._reply(msg_id, True, result, addr, name)
 
