@@ -164,3 +164,31 @@ def test_rumours_ignored_for_recently_heard_and_self() -> None:
     assert not m.accept_rumour("failed", 0, 11.0)
     assert m.accept_rumour("failed", 9, 13.0)
     assert [r[0] for r in m.take_rumours()] == ["failed"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=63), max_size=60), st.integers(0, 2**32))
+def test_indexed_crawl_heap_matches_kademlia_heap(pushes: list[int], seed: int) -> None:
+    """The set-indexed heap installed for kademlia's crawler behaves like the package's own
+    (linear-scan) NodeHeap: same members, same order, same pops and removals."""
+    from kademlia.node import Node, NodeHeap
+
+    from overlay.protocol import IndexedNodeHeap
+
+    rng = random.Random(seed)
+    me = Node(to_bytes(rng.getrandbits(160)))
+    pool = [Node(to_bytes(rng.getrandbits(160)), "10.0.0.1", 7000 + i) for i in range(64)]
+    ref, fast = NodeHeap(me, 20), IndexedNodeHeap(me, 20)
+    for step, i in enumerate(pushes):
+        batch = [pool[i], pool[(i * 7) % 64]]
+        ref.push(batch)
+        fast.push(batch)
+        if step % 9 == 4:
+            gone = [pool[i].id]
+            ref.remove(gone)
+            fast.remove(gone)
+        if step % 11 == 10:
+            assert ref.popleft().id == fast.popleft().id
+        assert [n.id for n in ref] == [n.id for n in fast]
+        assert all((n in ref) == (n in fast) for n in pool)
+        assert [n.id for n in ref.get_uncontacted()] == [n.id for n in fast.get_uncontacted()]
