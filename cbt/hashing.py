@@ -48,9 +48,6 @@ def decode_keys(blob: bytes) -> tuple:
     return msgpack.unpackb(blob, use_list=False, raw=False, strict_map_key=False)
 
 
-def encode_keys(keys: Iterable[Key]) -> bytes:
-    """Encode many keys as one msgpack array (a single C call: far faster than one per key)."""
-    return msgpack.packb(list(keys) if not isinstance(keys, list) else keys, use_bin_type=True)
 
 
 def check_key(key: Key) -> None:
@@ -74,7 +71,3 @@ def check_keys(keys: Iterable[Key]) -> None:
     for key in keys:
         check_key(key)
 
-
-def hash_key(key: Key, fn: HashFunction) -> int:
-    """Hash of one key (validated)."""
-    return int(fn(encode_key(key))) & _MASK64

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 
 import xxhash
 
-from overlay.ids import DIGIT_BITS, DIGITS, ID_BITS, ID_BYTES, digit, shared_prefix_digits
+from overlay.ids import DIGITS, ID_BYTES, digit, shared_prefix_digits
 from overlay.nodeinfo import NodeInfo
 
 
@@ -168,8 +168,3 @@ def closest_closer(
         if d < best_d and (not exclude or c.id not in exclude):
             best, best_d = c, d
     return best
-
-
-def prefix_bound(p: int) -> int:
-    """XOR distances below this share at least ``p`` hex digits."""
-    return 1 << (ID_BITS - DIGIT_BITS * p)
