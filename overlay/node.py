@@ -558,12 +558,6 @@ class OverlayNode:
     def _learn(self, info: NodeInfo, direct: bool) -> None:
         if not self._running:
             return
-        if not direct:
-            # Fast path (most find_node contacts are already known): second-hand news of a
-            # known, untombstoned peer changes nothing (Membership.learn would return None).
-            state = self.membership.peers.get(info.id)
-            if state is not None and info.id not in self.membership.tombstones:
-                return
         if self.membership.get(info.id) is None and not self._wanted(info, direct):
             return  # would not enter any table: not worth tracking
         change = self.membership.learn(info, self._now(), direct)
