@@ -1,0 +1,277 @@
+"""Agent configuration: a TOML file, overridden by ``ELF_*`` environment variables, overridden
+by command-line flags.
+
+Contract: :func:`load_config` returns a validated, frozen :class:`AgentConfig` or raises
+:class:`~agent.errors.ConfigError` naming the offending key and where it came from. The cluster
+secret is read from a file (or ``ELF_SECRET`` for tests and containers) and must be at least 16
+bytes; the API token defaults to a value derived from the secret, so holders of the secret file
+can always reach the API (``elf`` commands derive it the same way).
+
+Example file::
+
+    [agent]
+    host = "10.0.0.5"          # advertised address (overlay, data plane)
+    overlay_port = 7400        # 0 = any free port
+    data_port = 7401
+    api_host = "127.0.0.1"
+    api_port = 7480
+    domain = "rack-12"         # failure domain label
+    data_dir = "/var/lib/elf"
+    bootstrap = ["10.0.0.1:7400", "10.0.0.2:7400"]
+    secret_file = "/etc/elf/secret"
+    logical_agents = 1         # >1 runs several agents in this process, ports + i
+
+    [[inputs]]
+    name = "web"
+    type = "jsonl"             # "jsonl" (tail a JSON-lines file) or "ingest" (HTTP only)
+    path = "/var/log/web/events.jsonl"
+    timestamp_field = "ts"
+
+    [tunables]                 # overlay timings, see overlay.Tunables
+    probe_interval = 0.5
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.errors import ConfigError
+from overlay import Tunables
+
+MIN_SECRET_BYTES = 16
+INPUT_TYPES = ("jsonl", "ingest")
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """One named input of this agent: a JSON-lines file to tail, or an HTTP-ingest-only
+    queue. Jobs name the inputs they read."""
+
+    name: str
+    type: str = "jsonl"
+    path: str | None = None
+    timestamp_field: str = "ts"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything one agent process needs; ``logical_agents`` > 1 runs that many agents."""
+
+    secret: bytes
+    host: str = "127.0.0.1"
+    overlay_port: int = 0
+    data_port: int = 0
+    api_host: str = "127.0.0.1"
+    api_port: int = 0
+    domain: str = "default"
+    data_dir: str | None = None
+    bootstrap: tuple[tuple[str, int], ...] = ()
+    api_token: str = ""
+    logical_agents: int = 1
+    inputs: tuple[InputConfig, ...] = ()
+    tunables: Tunables = field(default_factory=Tunables)
+    heartbeat_interval: float = 1.0
+
+    def for_logical(self, index: int) -> AgentConfig:
+        """The config of logical agent ``index``: fixed ports shift by ``index``, the data
+        directory gets a per-agent subdirectory; port 0 stays 0 (any free port)."""
+
+        def shift(port: int) -> int:
+            return port + index if port else 0
+
+        data_dir = str(Path(self.data_dir) / f"agent-{index}") if self.data_dir else None
+        return dataclasses.replace(
+            self,
+            overlay_port=shift(self.overlay_port),
+            data_port=shift(self.data_port),
+            api_port=shift(self.api_port),
+            data_dir=data_dir,
+            logical_agents=1,
+        )
+
+
+def derive_api_token(secret: bytes) -> str:
+    """The default API token: an HMAC of a fixed label under the cluster secret."""
+    return hmac.new(secret, b"elf api token v1", hashlib.sha256).hexdigest()[:32]
+
+
+def parse_address(text: str, where: str) -> tuple[str, int]:
+    """``host:port`` → (host, port); the error names ``where`` the value came from."""
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{where}: expected host:port, got {text!r}")
+    return host, int(port)
+
+
+def read_secret(path: str | Path, where: str = "secret_file") -> bytes:
+    try:
+        secret = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read {path}: {exc.strerror}") from None
+    if len(secret) < MIN_SECRET_BYTES:
+        raise ConfigError(f"{where}: the secret in {path} is shorter than {MIN_SECRET_BYTES} bytes")
+    return secret
+
+
+_INT_KEYS = ("overlay_port", "data_port", "api_port", "logical_agents")
+_STR_KEYS = ("host", "api_host", "domain", "data_dir", "secret_file", "token_file", "api_token")
+_FLOAT_KEYS = ("heartbeat_interval",)
+_ENV = {
+    "ELF_HOST": "host",
+    "ELF_OVERLAY_PORT": "overlay_port",
+    "ELF_DATA_PORT": "data_port",
+    "ELF_API_HOST": "api_host",
+    "ELF_API_PORT": "api_port",
+    "ELF_DOMAIN": "domain",
+    "ELF_DATA_DIR": "data_dir",
+    "ELF_SECRET_FILE": "secret_file",
+    "ELF_TOKEN_FILE": "token_file",
+    "ELF_TOKEN": "api_token",
+    "ELF_BOOTSTRAP": "bootstrap",
+    "ELF_LOGICAL_AGENTS": "logical_agents",
+}
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> AgentConfig:
+    """Build the config from ``path`` (TOML, optional), then ``env`` (default ``os.environ``),
+    then ``overrides`` (flags; ``None`` values are ignored)."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    inputs_raw: list[Any] = []
+    tunables_raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            doc = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from None
+        unknown = set(doc) - {"agent", "inputs", "tunables"}
+        if unknown:
+            raise ConfigError(f"config file {path}: unknown section(s) {sorted(unknown)}")
+        for key, value in dict(doc.get("agent", {})).items():
+            raw[key], origin[key] = value, f"{path} [agent].{key}"
+        inputs_raw = list(doc.get("inputs", []))
+        tunables_raw = dict(doc.get("tunables", {}))
+    for var, key in _ENV.items():
+        if var in env:
+            raw[key], origin[key] = env[var], f"environment {var}"
+    for key, value in (overrides or {}).items():
+        if value is not None and value != ():
+            raw[key], origin[key] = value, f"flag --{key.replace('_', '-')}"
+    return _build(raw, origin, inputs_raw, tunables_raw, env)
+
+
+def _build(
+    raw: dict[str, Any],
+    origin: dict[str, str],
+    inputs_raw: list[Any],
+    tunables_raw: dict[str, Any],
+    env: Mapping[str, str],
+) -> AgentConfig:
+    known = {*_INT_KEYS, *_STR_KEYS, *_FLOAT_KEYS, "bootstrap", "inputs"}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{origin[key]}: unknown setting {key!r}")
+    values: dict[str, Any] = {}
+    for key in _INT_KEYS:
+        if key in raw:
+            try:
+                values[key] = int(raw[key])
+            except (TypeError, ValueError):
+                raise ConfigError(f"{origin[key]}: {key} must be an integer") from None
+            if key.endswith("_port") and not 0 <= values[key] < 65536:
+                raise ConfigError(f"{origin[key]}: {key} out of range")
+    if values.get("logical_agents", 1) < 1:
+        raise ConfigError(f"{origin['logical_agents']}: logical_agents must be ≥ 1")
+    for key in _FLOAT_KEYS:
+        if key in raw:
+            try:
+                values[key] = float(raw[key])
+            except (TypeError, ValueError):
+                raise ConfigError(f"{origin[key]}: {key} must be a number") from None
+    for key in ("host", "api_host", "domain", "data_dir"):
+        if key in raw:
+            values[key] = str(raw[key])
+    if "bootstrap" in raw:
+        items = raw["bootstrap"]
+        if isinstance(items, str):
+            items = [s for s in items.split(",") if s.strip()]
+        values["bootstrap"] = tuple(parse_address(s.strip(), origin["bootstrap"]) for s in items)
+    if "ELF_SECRET" in env and "secret_file" not in raw:
+        secret = env["ELF_SECRET"].encode()
+        if len(secret) < MIN_SECRET_BYTES:
+            raise ConfigError(f"environment ELF_SECRET: shorter than {MIN_SECRET_BYTES} bytes")
+    elif "secret_file" in raw:
+        secret = read_secret(raw["secret_file"], origin["secret_file"])
+    else:
+        raise ConfigError("no cluster secret: set secret_file (file, ELF_SECRET_FILE or flag)")
+    values["secret"] = secret
+    if "api_token" in raw:
+        values["api_token"] = str(raw["api_token"])
+    elif "token_file" in raw:
+        try:
+            values["api_token"] = Path(raw["token_file"]).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"{origin['token_file']}: {exc.strerror}") from None
+    else:
+        values["api_token"] = derive_api_token(secret)
+    if not values["api_token"]:
+        raise ConfigError("the API token is empty")
+    inputs = list(inputs_raw)
+    if "inputs" in raw:  # flags: name=path
+        inputs += [_input_flag(s, origin["inputs"]) for s in raw["inputs"]]
+    values["inputs"] = tuple(_input(i, n) for n, i in enumerate(inputs))
+    names = [i.name for i in values["inputs"]]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"inputs: duplicate input names in {names}")
+    try:
+        values["tunables"] = dataclasses.replace(Tunables(), **tunables_raw)
+    except TypeError as exc:
+        raise ConfigError(f"[tunables]: {exc}") from None
+    return AgentConfig(**values)
+
+
+def _input_flag(text: str, where: str) -> dict[str, Any]:
+    name, sep, path = str(text).partition("=")
+    if not sep or not name or not path:
+        raise ConfigError(f"{where}: expected NAME=PATH, got {text!r}")
+    return {"name": name, "type": "jsonl", "path": path}
+
+
+def _input(item: Any, index: int) -> InputConfig:
+    where = f"inputs[{index}]"
+    if isinstance(item, InputConfig):
+        return item
+    if not isinstance(item, dict):
+        raise ConfigError(f"{where}: must be a table")
+    unknown = set(item) - {"name", "type", "path", "timestamp_field"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}")
+    name = item.get("name")
+    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(f"{where}.name: must be a non-empty identifier, got {name!r}")
+    kind = item.get("type", "jsonl")
+    if kind not in INPUT_TYPES:
+        raise ConfigError(f"{where}.type: must be one of {INPUT_TYPES}, got {kind!r}")
+    path = item.get("path")
+    if kind == "jsonl" and not isinstance(path, str):
+        raise ConfigError(f"{where}.path: a jsonl input needs a file path")
+    ts_field = item.get("timestamp_field", "ts")
+    if not isinstance(ts_field, str) or not ts_field:
+        raise ConfigError(f"{where}.timestamp_field: must be a non-empty string")
+    return InputConfig(name=name, type=kind, path=path, timestamp_field=ts_field)

@@ -1,0 +1,101 @@
+"""Agent configuration: file < environment < flags, and errors that name the culprit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.config import AgentConfig, derive_api_token, load_config
+from agent.errors import ConfigError
+
+SECRET = "s" * 32
+
+
+@pytest.fixture
+def secret_file(tmp_path: Path) -> Path:
+    path = tmp_path / "secret"
+    path.write_text(SECRET + "\n")
+    return path
+
+
+def test_file_then_environment_then_flags(tmp_path: Path, secret_file: Path) -> None:
+    cfg_file = tmp_path / "agent.toml"
+    cfg_file.write_text(
+        f"""
+[agent]
+host = "10.0.0.5"
+overlay_port = 7400
+api_port = 7480
+domain = "rack-1"
+bootstrap = ["10.0.0.1:7400"]
+secret_file = "{secret_file}"
+
+[[inputs]]
+name = "web"
+path = "/var/log/web.jsonl"
+
+[tunables]
+probe_interval = 0.25
+"""
+    )
+    cfg = load_config(cfg_file, env={})
+    assert cfg.host == "10.0.0.5" and cfg.overlay_port == 7400 and cfg.domain == "rack-1"
+    assert cfg.bootstrap == (("10.0.0.1", 7400),)
+    assert cfg.secret == SECRET.encode()
+    assert cfg.api_token == derive_api_token(SECRET.encode())
+    assert cfg.inputs[0].name == "web" and cfg.inputs[0].timestamp_field == "ts"
+    assert cfg.tunables.probe_interval == 0.25
+
+    env = {"ELF_DOMAIN": "rack-2", "ELF_BOOTSTRAP": "a:1,b:2", "ELF_TOKEN": "tok"}
+    cfg = load_config(cfg_file, env=env, overrides={"domain": "rack-3", "api_port": None})
+    assert cfg.domain == "rack-3"  # flag beats environment
+    assert cfg.bootstrap == (("a", 1), ("b", 2))  # environment beats file
+    assert cfg.api_token == "tok" and cfg.api_port == 7480
+
+
+def test_logical_agents_get_their_own_ports_and_directories(secret_file: Path) -> None:
+    cfg = load_config(
+        env={},
+        overrides={"secret_file": str(secret_file), "overlay_port": 7000, "data_dir": "/d"},
+    )
+    second = cfg.for_logical(2)
+    assert isinstance(second, AgentConfig)
+    assert second.overlay_port == 7002 and second.api_port == 0
+    assert second.data_dir == "/d/agent-2"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({}, "no cluster secret"),
+        ({"secret_file": "/nonexistent/secret"}, "flag --secret-file: cannot read"),
+        ({"bootstrap": ["nohost"]}, "expected host:port"),
+        ({"overlay_port": "x"}, "overlay_port must be an integer"),
+        ({"overlay_port": 70000}, "overlay_port out of range"),
+        ({"inputs": ["nopath"]}, "expected NAME=PATH"),
+        ({"inputs": ["a=/x", "a=/y"]}, "duplicate input names"),
+    ],
+)
+def test_bad_values_name_the_key_and_its_origin(
+    secret_file: Path, overrides: dict, message: str
+) -> None:
+    if "secret_file" not in overrides and message != "no cluster secret":
+        overrides = {**overrides, "secret_file": str(secret_file)}
+    with pytest.raises(ConfigError, match=message):
+        load_config(env={}, overrides=overrides)
+
+
+def test_bad_file_is_reported_with_its_path(tmp_path: Path, secret_file: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[agent\nhost=1")
+    with pytest.raises(ConfigError, match=str(bad)):
+        load_config(bad, env={})
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text(f'[agent]\nsecret_file = "{secret_file}"\nhots = "x"\n')
+    with pytest.raises(ConfigError, match="unknown setting 'hots'"):
+        load_config(unknown, env={})
+    short = tmp_path / "short"
+    short.write_text("abc")
+    with pytest.raises(ConfigError, match="shorter than 16 bytes"):
+        load_config(env={}, overrides={"secret_file": str(short)})
