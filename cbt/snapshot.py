@@ -37,6 +37,7 @@ import heapq
 import struct
 import zlib
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import msgpack
@@ -241,6 +242,32 @@ class Snapshot:
         if not keep.all():
             run = Run(run.hashes[keep], run.keys[keep], run.values[keep])
         return Snapshot._from_run(agg, run, self._hash_fn)
+
+    def split_by_hash(self, parts: int) -> list[Snapshot]:
+        """Split into ``parts`` snapshots by equal ranges of the 64-bit key hash: part ``i``
+        holds the keys with ``(hash * parts) >> 64 == i`` (how a job with ``m`` reducer trees
+        assigns keys to trees). Slices share this snapshot's immutable columns."""
+        if parts < 1:
+            raise ValueError("parts must be at least 1")
+        if parts == 1:
+            return [self]
+        bounds = [-(-(i << 64) // parts) for i in range(1, parts)]  # ceil(i * 2**64 / parts)
+        cuts = np.searchsorted(self.hashes, np.array(bounds, dtype=np.uint64), side="left")
+        edges = [0, *cuts.tolist(), len(self.hashes)]
+        out = []
+        for lo, hi in pairwise(edges):
+            decoded = None if self._decoded is None else self._decoded[lo:hi]
+            out.append(
+                Snapshot(
+                    self.agg,
+                    self.hashes[lo:hi],
+                    self.encoded_keys[lo:hi],
+                    self.values_column[lo:hi],
+                    self._hash_fn,
+                    decoded,
+                )
+            )
+        return out
 
     # ---- wire format ----------------------------------------------------------------------
     def to_bytes(self, level: int = 3) -> bytes:

@@ -240,3 +240,26 @@ def test_count_weights_must_fit() -> None:
     with pytest.raises(TypeError, match="range"):
         t.insert_many(["a", "b"], [1, 2**63])
     assert t.flush().to_dict() == {"a": 1}
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 7, 16])
+def test_split_by_hash_partitions_keys_by_hash_range(parts: int) -> None:
+    from cbt.hashing import encode_key, xxh3_64
+
+    rng = random.Random(parts)
+    words = [f"w{rng.randrange(5000)}" for _ in range(20000)]
+    tree = CompressedBufferTree("count", root_capacity=1024)
+    tree.insert_many(words)
+    snap = tree.flush()
+    pieces = snap.split_by_hash(parts)
+    assert len(pieces) == parts
+    merged: Counter = Counter()
+    for index, piece in enumerate(pieces):
+        for key, value in piece:
+            assert (xxh3_64(encode_key(key)) * parts) >> 64 == index
+            merged[key] += value
+        # slices survive the wire format on their own
+        assert type(piece).from_bytes(piece.to_bytes()).to_dict() == piece.to_dict()
+    assert merged == Counter(words)
+    with pytest.raises(ValueError):
+        snap.split_by_hash(0)
