@@ -1,0 +1,379 @@
+"""Record inputs of an agent: a JSON-lines file tail and the ingest queue.
+
+Every input implements :class:`Input`: ``poll()`` returns the records available now (never
+blocks, never raises on bad data), ``batches()`` is an async iterator of non-empty record
+lists, ``stats()`` a JSON-able dict, ``close()`` releases resources. Bad lines are validated
+by a :class:`~agent.records.LineParser` (default: JSON lines with a ``ts`` timestamp), counted
+and quarantined (:class:`~agent.records.Quarantine`); they never stop an input.
+
+:class:`FileTail` follows one file like ``tail -F``:
+
+* appends are read as they arrive; a partial last line waits for its newline;
+* **rotation** (the path now names another inode): the old file is read to its end (an
+  unterminated last line is parsed as a line), then the new file is read from its start;
+* **truncation** (same inode, size below the read position, e.g. ``copytruncate``): reading
+  restarts at offset 0;
+* ``state()`` is ``{"path", "inode", "offset", "line_no"}`` where ``offset`` is just past the
+  last complete line consumed; passing it back (``state=``) resumes there if the file is the
+  same inode and still that long, else reads the file from the start. (Persisting it is the
+  runtime's job.) A truncation immediately followed by regrowth past the read position
+  between two polls is not detectable by size and is read as an append;
+* a line longer than ``max_line_bytes`` is quarantined (``line_too_long``) and skipped; blank
+  lines are skipped silently; a missing file is waited for.
+
+:class:`IngestQueue` is fed by the HTTP ingest endpoint: ``put_lines``/``put_body``/
+``put_records`` validate like the tail, quarantine bad lines and enqueue the rest, all or
+nothing: if the valid records do not fit in ``maxsize`` none is enqueued (``queue_full``) so a
+client can retry the whole request without duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol, runtime_checkable
+
+from agent.records import LineParser, Quarantine, RecordError, RecordValidator
+
+Record = dict[str, Any]
+
+
+@runtime_checkable
+class Input(Protocol):
+    """What the runtime needs from an input (see module docstring)."""
+
+    name: str
+
+    def poll(self) -> list[Record]: ...
+
+    def batches(self) -> AsyncIterator[list[Record]]: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class FileTail:
+    """Follows one JSON-lines file across appends, rotation and truncation (see module)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        parser: LineParser | None = None,
+        quarantine: Quarantine | None = None,
+        name: str | None = None,
+        state: dict[str, Any] | None = None,
+        start_at_end: bool = False,
+        poll_interval: float = 0.1,
+        read_size: int = 1 << 20,
+        max_line_bytes: int = 1 << 20,
+    ) -> None:
+        self.path = Path(path)
+        self.name = name or str(self.path)
+        self.parser: LineParser = parser or RecordValidator()
+        self.quarantine = quarantine if quarantine is not None else Quarantine()
+        self.poll_interval = poll_interval
+        self.read_size = read_size
+        self.max_line_bytes = max_line_bytes
+        self._resume = dict(state) if state else None
+        self._start_at_end = start_at_end
+        self._f: BinaryIO | None = None
+        self._inode: int | None = None
+        self._pos = 0  # offset just past the last complete line consumed
+        self._buf = b""  # bytes read after _pos (an incomplete line)
+        self._skipping = False  # inside an over-long line: drop bytes until its newline
+        self._line_no = 0
+        self._closed = False
+        self.counters = {
+            "lines": 0,
+            "records": 0,
+            "blank_lines": 0,
+            "rejected": 0,
+            "rotations": 0,
+            "truncations": 0,
+            "bytes": 0,
+        }
+
+    # ---- opening --------------------------------------------------------------------------
+    def _open(self) -> bool:
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - kept open across polls
+        except (FileNotFoundError, PermissionError, IsADirectoryError):
+            return False
+        st = os.fstat(f.fileno())
+        self._f, self._inode = f, st.st_ino
+        self._pos, self._buf, self._skipping, self._line_no = 0, b"", False, 0
+        resume, self._resume = self._resume, None
+        offset = resume.get("offset") if resume else None
+        if resume and resume.get("inode") == st.st_ino and isinstance(offset, int):
+            if 0 <= offset <= st.st_size:
+                self._pos = offset
+                line_no = resume.get("line_no", 0)
+                self._line_no = line_no if isinstance(line_no, int) else 0
+        elif self._start_at_end:
+            self._pos = st.st_size
+        self._start_at_end = False  # only the first file opened starts at its end
+        f.seek(self._pos)
+        return True
+
+    def _close_file(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    # ---- reading --------------------------------------------------------------------------
+    def poll(self) -> list[Record]:
+        """Read and parse every complete line available now (up to ``read_size`` bytes per
+        file switch). Never raises on bad data; I/O errors leave the tail retrying."""
+        if self._closed:
+            return []
+        out: list[Record] = []
+        if self._f is None and not self._open():
+            return out
+        try:
+            self._poll_into(out)
+        except OSError:
+            self._close_file()  # retried on the next poll, resuming at _pos
+            self._resume = {"inode": self._inode, "offset": self._pos, "line_no": self._line_no}
+        return out
+
+    def _poll_into(self, out: list[Record]) -> None:
+        assert self._f is not None
+        fst = os.fstat(self._f.fileno())
+        if fst.st_size < self._pos + len(self._buf):
+            self.counters["truncations"] += 1
+            self._f.seek(0)
+            self._pos, self._buf, self._skipping, self._line_no = 0, b"", False, 0
+        data = self._f.read(self.read_size)
+        if data:
+            self.counters["bytes"] += len(data)
+            self._consume(data, out)
+            return
+        # at EOF of the open file: has the path moved on to another file?
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return  # rotated away and not recreated yet: keep the old file, wait
+        if st.st_ino != self._inode:
+            while data := self._f.read(self.read_size):  # a last write may have raced us
+                self.counters["bytes"] += len(data)
+                self._consume(data, out)
+            if self._buf and not self._skipping:
+                self._line(self._buf, out)
+            self._close_file()
+            self.counters["rotations"] += 1
+            if self._open():
+                self._poll_into(out)
+
+    def _consume(self, data: bytes, out: list[Record]) -> None:
+        buf = self._buf + data if self._buf else data
+        start = 0
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            if self._skipping:
+                self._skipping = False
+            else:
+                self._line(buf[start:nl], out)
+            start = nl + 1
+        rest = buf[start:]
+        self._pos += start
+        if len(rest) > self.max_line_bytes and not self._skipping:
+            self._line_no += 1
+            self.counters["lines"] += 1
+            self.counters["rejected"] += 1
+            self.quarantine.add(self.name, self._line_no, "line_too_long", rest[:800])
+            self._skipping = True
+        if self._skipping:
+            self._pos += len(rest)
+            rest = b""
+        self._buf = rest
+
+    def _line(self, line: bytes, out: list[Record]) -> None:
+        self._line_no += 1
+        self.counters["lines"] += 1
+        if not line.strip():
+            self.counters["blank_lines"] += 1
+            return
+        if len(line) > self.max_line_bytes:
+            self.counters["rejected"] += 1
+            self.quarantine.add(self.name, self._line_no, "line_too_long", line[:800])
+            return
+        try:
+            out.append(self.parser.parse(line))
+        except RecordError as exc:
+            self.counters["rejected"] += 1
+            self.quarantine.add(self.name, self._line_no, exc.reason, line[:800])
+        else:
+            self.counters["records"] += 1
+
+    async def batches(self) -> AsyncIterator[list[Record]]:
+        """Non-empty record batches as they arrive; sleeps ``poll_interval`` when idle."""
+        while not self._closed:
+            batch = self.poll()
+            if batch:
+                yield batch
+            else:
+                await asyncio.sleep(self.poll_interval)
+
+    # ---- state ----------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Where a restarted tail should resume (see module docstring)."""
+        return {
+            "path": str(self.path),
+            "inode": self._inode,
+            "offset": self._pos,
+            "line_no": self._line_no,
+        }
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": "file",
+            **self.counters,
+            "offset": self._pos,
+            "pending_bytes": len(self._buf),
+            "quarantine": self.quarantine.stats(),
+        }
+
+    def close(self) -> None:
+        self._closed = True
+        self._close_file()
+
+
+@dataclass
+class IngestResult:
+    """Outcome of one ingest request (JSON-able via ``to_dict``)."""
+
+    accepted: int = 0
+    rejected: int = 0
+    queue_full: bool = False
+    errors: list[dict[str, Any]] = field(default_factory=list)  # first few bad lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "queue_full": self.queue_full,
+            "errors": self.errors,
+        }
+
+
+class IngestQueue:
+    """A bounded in-memory queue of validated records fed by the ingest endpoint."""
+
+    MAX_ERRORS_REPORTED = 10
+
+    def __init__(
+        self,
+        *,
+        parser: RecordValidator | None = None,
+        quarantine: Quarantine | None = None,
+        name: str = "ingest",
+        maxsize: int = 100_000,
+    ) -> None:
+        if maxsize < 1:
+            raise ValueError("maxsize must be >= 1")
+        self.name = name
+        self.parser = parser or RecordValidator()
+        self.quarantine = quarantine if quarantine is not None else Quarantine()
+        self.maxsize = maxsize
+        self._queue: deque[Record] = deque()
+        self._event = asyncio.Event()
+        self._closed = False
+        self.counters = {"accepted": 0, "rejected": 0, "queue_full": 0, "requests": 0}
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def put_body(self, body: bytes | str, *, source: str | None = None) -> IngestResult:
+        """An HTTP body of JSON lines (``\\n``-separated; blank lines ignored)."""
+        if isinstance(body, str):
+            body = body.encode()
+        return self.put_lines(body.split(b"\n"), source=source)
+
+    def put_lines(self, lines: Iterable[bytes | str], *, source: str | None = None) -> IngestResult:
+        """Validate raw lines and enqueue the valid ones (all or nothing, see module)."""
+        return self._put(((i, line, True) for i, line in enumerate(lines, 1)), source)
+
+    def put_records(self, objs: Iterable[Any], *, source: str | None = None) -> IngestResult:
+        """Validate already-decoded objects (e.g. a JSON array body) and enqueue them."""
+        return self._put(((i, obj, False) for i, obj in enumerate(objs, 1)), source)
+
+    def _put(self, items: Iterable[tuple[int, Any, bool]], source: str | None) -> IngestResult:
+        src = source or self.name
+        result = IngestResult()
+        good: list[Record] = []
+        self.counters["requests"] += 1
+        for line_no, item, raw in items:
+            if raw and not (item.strip() if isinstance(item, bytes | str) else True):
+                continue
+            try:
+                rec = self.parser.parse(item) if raw else self.parser.validate(item)
+            except RecordError as exc:
+                result.rejected += 1
+                text = item if raw else repr(item)
+                self.quarantine.add(src, line_no, exc.reason, text)
+                if len(result.errors) < self.MAX_ERRORS_REPORTED:
+                    result.errors.append(
+                        {"line_no": line_no, "reason": exc.reason, "message": str(exc)}
+                    )
+            else:
+                good.append(rec)
+        self.counters["rejected"] += result.rejected
+        if len(self._queue) + len(good) > self.maxsize:
+            result.queue_full = True
+            self.counters["queue_full"] += 1
+            return result
+        self._queue.extend(good)
+        result.accepted = len(good)
+        self.counters["accepted"] += len(good)
+        if good:
+            self._event.set()
+        return result
+
+    def poll(self, max_items: int | None = None) -> list[Record]:
+        """Take up to ``max_items`` records (all if None) without waiting."""
+        q = self._queue
+        n = len(q) if max_items is None else min(max_items, len(q))
+        out = [q.popleft() for _ in range(n)]
+        if not q:
+            self._event.clear()
+        return out
+
+    async def get_batch(
+        self, max_items: int = 10_000, timeout: float | None = None
+    ) -> list[Record]:
+        """Wait (up to ``timeout``) for records, then take up to ``max_items``."""
+        if not self._queue:
+            try:
+                await asyncio.wait_for(self._event.wait(), timeout)
+            except TimeoutError:
+                return []
+        return self.poll(max_items)
+
+    async def batches(self) -> AsyncIterator[list[Record]]:
+        """Non-empty batches as records are put; ends after ``close``."""
+        while not self._closed:
+            batch = await self.get_batch(timeout=1.0)
+            if batch:
+                yield batch
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": "ingest",
+            **self.counters,
+            "queued": len(self._queue),
+            "quarantine": self.quarantine.stats(),
+        }
+
+    def close(self) -> None:
+        self._closed = True
+        self._event.set()
