@@ -5,3 +5,12 @@ closest to the id is the job master. This package forms and maintains the trees,
 CBT snapshots epoch by epoch through a combining-tree barrier over an authenticated HTTP data
 plane, and multicasts control from the master down the tree.
 """
+
+# Data plane: named snapshots child → parent over authenticated HTTP (docs/srt-dataplane.md).
+from srt.dataplane import DataPlaneClient as DataPlaneClient
+from srt.dataplane import DataPlaneServer as DataPlaneServer
+from srt.dataplane import SnapshotName as SnapshotName
+from srt.errors import DataPlaneError as DataPlaneError
+from srt.errors import Reject as Reject
+from srt.errors import RetryLater as RetryLater
+from srt.errors import SnapshotNameError as SnapshotNameError
