@@ -1,0 +1,318 @@
+"""The worker role of one job on one agent, independent of networking.
+
+Contract (:class:`Worker`): ``process(records)`` runs ``job.map`` over validated records,
+assigns each to an event-time epoch with an :class:`~agent.epochs.EpochClock` and folds its
+pairs into that epoch's CBT; ``poll()`` returns ``[(epoch, Snapshot), ...]`` for every epoch
+the watermark closed, in order, each exactly once, with no gaps (an epoch without records
+yields an empty snapshot, so the parent's barrier is never blocked). Snapshots use the spec's
+aggregator (so they merge with every other agent's). ``finish()`` closes everything that is
+open (end of input).
+
+State layout: **one CompressedBufferTree per open epoch** (created on the epoch's first pair,
+flushed and dropped when the epoch closes). With a small allowed lateness only one or two are
+open; a single tree with epoch-tagged keys would need a per-epoch split of every flush.
+
+Execution models (``spec.mode``):
+
+* ``batch`` — each epoch's own pane (flush, then the tree is dropped: "empty" every epoch).
+* ``window`` — for each epoch ``e`` that ends a window, i.e. ``(e + 1) % window_slide == 0``
+  (windows are aligned to epoch 0, so every agent cuts the same windows), the aggregate of
+  epochs ``[e - window_size + 1, e]``; other epochs yield an empty snapshot (they keep the
+  barrier moving and merge to nothing). :class:`EpochWindows` computes it: for ``count`` a
+  running snapshot updated by the paper's invertible reduce (merge the new pane, subtract the
+  one that left); for other aggregators a merge of the panes in the window (exact for floats
+  and non-invertible aggregators). ``{"kind": "empty"}`` control drops the panes of the
+  epochs already closed (epochs still open count in the windows that follow).
+* ``iterative`` — like batch, and ``job.map`` reads ``job.feedback``: the last value the
+  master fed back (``{"kind": "feedback", ...}`` multicast, see :meth:`Worker.on_multicast`).
+
+Counters (``stats()``): ``records_in``, ``records_accepted``, ``pairs_out``, ``map_errors``,
+``bad_records`` (no/invalid timestamp), ``late_dropped``, ``future_dropped`` (from the clock),
+``epochs_emitted``, ``empty_epochs``, ``open_epochs``. A ``map`` that raises, or yields a pair
+the CBT rejects (``TypeError``: a float key, an unserializable value), costs that record or
+pair only: it is counted and sampled in ``errors()``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from agent.epochs import EpochClock
+from agent.job import Job
+from cbt import Aggregator, CompressedBufferTree, Snapshot
+
+FEEDBACK = "feedback"
+EMPTY = "empty"
+_MAX_ERROR_SAMPLES = 50
+
+
+class EpochWindows:
+    """Per-epoch panes in, aligned sliding/tumbling windows out (see module docstring).
+
+    ``push(epoch, pane)`` must be called for consecutive epochs; it returns the window ending
+    at ``epoch`` when ``epoch`` ends a window, else ``None``. Usable on the master as well
+    (over merged panes) if the runtime prefers to window there.
+    """
+
+    def __init__(
+        self, size: int, slide: int, agg: Aggregator, *, invertible: bool | None = None
+    ) -> None:
+        if size < 1 or not 1 <= slide <= size:
+            raise ValueError(f"need 1 <= slide <= size, got size={size}, slide={slide}")
+        self.size, self.slide, self.agg = size, slide, agg
+        self.invertible = agg.name == "count" if invertible is None else invertible
+        if self.invertible and not agg.invertible:
+            raise ValueError(f"aggregator {agg.name!r} is not invertible")
+        self._panes: deque[tuple[int, Snapshot]] = deque()
+        self._running: Snapshot | None = None
+        self._last: int | None = None
+
+    def ends_window(self, epoch: int) -> bool:
+        return (epoch + 1) % self.slide == 0
+
+    def bounds(self, epoch: int) -> tuple[int, int]:
+        """First and last epoch of the window ending at ``epoch``."""
+        return epoch - self.size + 1, epoch
+
+    def push(self, epoch: int, pane: Snapshot) -> Snapshot | None:
+        if self._last is not None and epoch != self._last + 1:
+            raise ValueError(f"panes must be consecutive: got {epoch} after {self._last}")
+        self._last = epoch
+        self._panes.append((epoch, pane))
+        # consecutive pushes: at most one pane leaves the window per push
+        expired = self._panes.popleft()[1] if self._panes[0][0] <= epoch - self.size else None
+        if self.invertible:
+            running = pane if self._running is None else self._running.merge(pane)
+            if expired is not None and len(expired):
+                running = running.subtract(expired)
+            self._running = running
+        if not self.ends_window(epoch):
+            return None
+        if self.invertible:
+            assert self._running is not None
+            return self._running
+        out = self._panes[0][1]
+        for _, p in list(self._panes)[1:]:
+            out = out.merge(p)
+        return out
+
+    def reset(self) -> None:
+        """Forget every pane (the master's "empty windows now")."""
+        self._panes.clear()
+        self._running = None
+
+
+class Worker:
+    """Runs one job's worker role over records (see module docstring)."""
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        clock: EpochClock | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        tree_options: dict[str, Any] | None = None,
+    ) -> None:
+        spec = job.spec
+        self.job = job
+        self.spec = spec
+        self.agg = job.make_aggregator()
+        self.ts_field = str(spec.params.get("ts_field", "ts"))
+        self.clock = clock or EpochClock(
+            spec.epoch_seconds,
+            spec.allowed_lateness,
+            spec.effective_idle_timeout,
+            wall_clock,
+            start_epoch=spec.start_epoch,
+        )
+        self._tree_options = dict(tree_options or {})
+        self._trees: dict[int, CompressedBufferTree] = {}
+        self._windows = (
+            EpochWindows(spec.window_size, spec.window_slide, self.agg)
+            if spec.mode == "window"
+            else None
+        )
+        self._errors: deque[dict[str, Any]] = deque(maxlen=_MAX_ERROR_SAMPLES)
+        self.counters = {
+            "records_in": 0,
+            "records_accepted": 0,
+            "pairs_out": 0,
+            "map_errors": 0,
+            "bad_records": 0,
+            "epochs_emitted": 0,
+            "empty_epochs": 0,
+        }
+
+    # ---- input ----------------------------------------------------------------------------
+    def process(self, records: Iterable[dict[str, Any]]) -> int:
+        """Map and insert ``records``; returns how many were accepted (not late, no error)."""
+        pending: dict[int, tuple[list[Any], list[Any]]] = {}
+        assign = self.clock.assign
+        job_map = self.job.map
+        ts_field = self.ts_field
+        accepted = n = 0
+        for rec in records:
+            n += 1
+            try:
+                epoch = assign(rec[ts_field])
+            except (KeyError, TypeError, ValueError):
+                self.counters["bad_records"] += 1
+                continue
+            if epoch is None:
+                continue
+            try:
+                pairs = list(job_map(rec))
+            except Exception as exc:
+                self._error("map", exc, rec)
+                continue
+            accepted += 1
+            if pairs:
+                slot = pending.get(epoch)
+                if slot is None:
+                    slot = pending[epoch] = ([], [])
+                keys, values = slot
+                for pair in pairs:
+                    keys.append(pair[0])
+                    values.append(pair[1])
+        self.counters["records_in"] += n
+        self.counters["records_accepted"] += accepted
+        for epoch, (keys, values) in pending.items():
+            self._insert(epoch, keys, values)
+        return accepted
+
+    def _insert(self, epoch: int, keys: list[Any], values: list[Any]) -> None:
+        tree = self._trees.get(epoch)
+        if tree is None:
+            tree = self._trees[epoch] = CompressedBufferTree(self.agg, **self._tree_options)
+        start = 0
+        while start < len(keys):
+            try:
+                tree.insert_many(keys[start:], values[start:])
+            except TypeError as exc:
+                # insert_many inserted exactly the pairs before the offending one
+                done = self._inserted_before_error(tree, keys, values, start)
+                self.counters["pairs_out"] += done
+                bad = start + done
+                self._error("pair", exc, {"key": keys[bad], "value": values[bad]})
+                start = bad + 1
+            else:
+                self.counters["pairs_out"] += len(keys) - start
+                return
+
+    @staticmethod
+    def _inserted_before_error(
+        tree: CompressedBufferTree, keys: list[Any], values: list[Any], start: int
+    ) -> int:
+        # the first pair a fresh tree rejects (the same key and value checks insert makes)
+        probe = CompressedBufferTree(tree.agg)
+        for i in range(start, len(keys)):
+            try:
+                probe.insert(keys[i], values[i])
+            except TypeError:
+                return i - start
+        return len(keys) - start
+
+    def _error(self, where: str, exc: Exception, item: Any) -> None:
+        self.counters["map_errors"] += 1
+        self._errors.append(
+            {
+                "where": where,
+                "error": f"{type(exc).__name__}: {exc}"[:200],
+                "item": repr(item)[:200],
+            }
+        )
+
+    # ---- output ---------------------------------------------------------------------------
+    def poll(self) -> list[tuple[int, Snapshot]]:
+        """``(epoch, snapshot)`` for every epoch the watermark closed, in order."""
+        return [self._close(epoch) for epoch in self.clock.closable()]
+
+    def finish(self) -> list[tuple[int, Snapshot]]:
+        """End of input: close every epoch up to the last one holding data."""
+        if self._trees:
+            self.clock.advance_to(self.clock.epoch_end(max(self._trees)))
+        return self.poll()
+
+    def _close(self, epoch: int) -> tuple[int, Snapshot]:
+        self.clock.close(epoch)
+        tree = self._trees.pop(epoch, None)
+        if tree is None:
+            pane = Snapshot.empty(self.agg)
+            self.counters["empty_epochs"] += 1
+        else:
+            pane = tree.flush()
+            tree.close()
+        out = pane
+        if self._windows is not None:
+            window = self._windows.push(epoch, pane)
+            out = window if window is not None else Snapshot.empty(self.agg)
+        self.counters["epochs_emitted"] += 1
+        return epoch, out
+
+    def window_bounds(self, epoch: int) -> tuple[int, int] | None:
+        """The epochs the snapshot emitted for ``epoch`` covers (None: it is empty filler)."""
+        if self._windows is None:
+            return epoch, epoch
+        return self._windows.bounds(epoch) if self._windows.ends_window(epoch) else None
+
+    # ---- control --------------------------------------------------------------------------
+    def set_feedback(self, value: Any) -> None:
+        """Iterative jobs: ``map`` sees ``value`` as ``job.feedback`` from now on."""
+        self.job.feedback = value
+
+    def on_multicast(self, message: dict[str, Any]) -> Any:
+        """Apply worker-level control, then hand the message to the job's ``on_multicast``.
+
+        ``{"kind": "feedback", "value": v}`` sets the feedback; ``{"kind": "empty"}`` drops
+        the window state. Returns what the job's hook returned (maybe an awaitable).
+        """
+        kind = message.get("kind") if isinstance(message, dict) else None
+        if kind == FEEDBACK:
+            self.set_feedback(message.get("value"))
+        elif kind == EMPTY and self._windows is not None:
+            self._windows.reset()
+        return self.job.on_multicast(message)
+
+    # ---- introspection --------------------------------------------------------------------
+    def errors(self) -> list[dict[str, Any]]:
+        """The most recent map/insert errors (bounded sample)."""
+        return list(self._errors)
+
+    def stats(self) -> dict[str, Any]:
+        clock = self.clock.stats()
+        return {
+            **self.counters,
+            "late_dropped": clock["late_dropped"],
+            "future_dropped": clock["future_dropped"],
+            "open_epochs": len(self._trees),
+            "watermark": clock["watermark"],
+            "next_epoch": clock["next_epoch"],
+        }
+
+
+def split_by_tree(snapshot: Snapshot, m: int) -> list[Snapshot]:
+    """Split a snapshot into ``m`` snapshots by key-hash range: part ``i`` holds the keys
+    with ``(xxh3_64(key) * m) >> 64 == i`` (``srt.ids.tree_index``). Snapshots are
+    hash-ordered, so each part is a contiguous slice (no re-hashing)."""
+    if m < 1:
+        raise ValueError("m must be >= 1")
+    if m == 1:
+        return [snapshot]
+    bounds = [(i * (1 << 64) + m - 1) // m for i in range(1, m)]
+    cuts = np.searchsorted(snapshot.hashes, np.array(bounds, dtype=np.uint64), side="left")
+    edges = [0, *cuts.tolist(), len(snapshot)]
+    return [
+        Snapshot(
+            snapshot.agg,
+            snapshot.hashes[a:b],
+            snapshot.encoded_keys[a:b],
+            snapshot.values_column[a:b],
+        )
+        for a, b in pairwise(edges)
+    ]
