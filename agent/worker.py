@@ -28,7 +28,8 @@ Execution models (``spec.mode``):
 
 Counters (``stats()``): ``records_in``, ``records_accepted``, ``pairs_out``, ``map_errors``,
 ``bad_records`` (no/invalid timestamp), ``late_dropped``, ``future_dropped`` (from the clock),
-``epochs_emitted``, ``empty_epochs``, ``open_epochs``. A ``map`` that raises, or yields a pair
+``epochs_emitted``, ``empty_epochs``, ``open_epochs``. (Splitting a snapshot among the job's
+m trees is ``Snapshot.split_by_hash(m)``.) A ``map`` that raises, or yields a pair
 the CBT rejects (``TypeError``: a float key, an unserializable value), costs that record or
 pair only: it is counted and sampled in ``errors()``.
 """
@@ -38,10 +39,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from itertools import pairwise
 from typing import Any
-
-import numpy as np
 
 from agent.epochs import EpochClock
 from agent.job import Job
@@ -117,13 +115,14 @@ class Worker:
         *,
         clock: EpochClock | None = None,
         wall_clock: Callable[[], float] = time.time,
+        ts_field: str | None = None,
         tree_options: dict[str, Any] | None = None,
     ) -> None:
         spec = job.spec
         self.job = job
         self.spec = spec
         self.agg = job.make_aggregator()
-        self.ts_field = str(spec.params.get("ts_field", "ts"))
+        self.ts_field = ts_field or str(spec.params.get("ts_field", "ts"))
         self.clock = clock or EpochClock(
             spec.epoch_seconds,
             spec.allowed_lateness,
@@ -150,12 +149,17 @@ class Worker:
         }
 
     # ---- input ----------------------------------------------------------------------------
-    def process(self, records: Iterable[dict[str, Any]]) -> int:
-        """Map and insert ``records``; returns how many were accepted (not late, no error)."""
+    def process(self, records: Iterable[dict[str, Any]], ts_field: str | None = None) -> int:
+        """Map and insert ``records``; returns how many were accepted (not late, no error).
+
+        ``ts_field`` names the timestamp field of these records (default: the worker's, from
+        the constructor, else ``spec.params["ts_field"]``, else ``"ts"``): pass the input's
+        when inputs use different fields.
+        """
         pending: dict[int, tuple[list[Any], list[Any]]] = {}
         assign = self.clock.assign
         job_map = self.job.map
-        ts_field = self.ts_field
+        ts_field = ts_field or self.ts_field
         accepted = n = 0
         for rec in records:
             n += 1
@@ -294,25 +298,3 @@ class Worker:
             "watermark": clock["watermark"],
             "next_epoch": clock["next_epoch"],
         }
-
-
-def split_by_tree(snapshot: Snapshot, m: int) -> list[Snapshot]:
-    """Split a snapshot into ``m`` snapshots by key-hash range: part ``i`` holds the keys
-    with ``(xxh3_64(key) * m) >> 64 == i`` (``srt.ids.tree_index``). Snapshots are
-    hash-ordered, so each part is a contiguous slice (no re-hashing)."""
-    if m < 1:
-        raise ValueError("m must be >= 1")
-    if m == 1:
-        return [snapshot]
-    bounds = [(i * (1 << 64) + m - 1) // m for i in range(1, m)]
-    cuts = np.searchsorted(snapshot.hashes, np.array(bounds, dtype=np.uint64), side="left")
-    edges = [0, *cuts.tolist(), len(snapshot)]
-    return [
-        Snapshot(
-            snapshot.agg,
-            snapshot.hashes[a:b],
-            snapshot.encoded_keys[a:b],
-            snapshot.values_column[a:b],
-        )
-        for a, b in pairwise(edges)
-    ]

@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 
 from agent.job import Job, register_job
 from agent.jobspec import JobSpec
-from agent.worker import EpochWindows, Worker, split_by_tree
-from cbt import Snapshot, get_aggregator, xxh3_64
-from cbt.hashing import encode_key
+from agent.worker import EpochWindows, Worker
+from cbt import Snapshot, get_aggregator
 
 
 class FakeClock:
@@ -253,20 +252,12 @@ def test_property_results_plus_late_equal_input(
         assert {e: Counter(s.to_dict()) for e, s in out if len(s)} == per_epoch(recs, epoch_seconds)
 
 
-def test_split_by_tree_matches_the_hash_range_partition() -> None:
-    worker = make(epoch_seconds=100.0)
-    worker.process([{"ts": 1, "k": f"key-{i}"} for i in range(2000)])
-    ((_, snap),) = worker.finish()
-    for m in (1, 2, 3, 7):
-        parts = split_by_tree(snap, m)
-        assert len(parts) == m
-        merged = Counter()
-        for i, part in enumerate(parts):
-            for key, value in part:
-                assert (xxh3_64(encode_key(key)) * m) >> 64 == i
-                merged[key] += value
-        assert merged == Counter(snap.to_dict())
-        assert Snapshot.from_bytes(parts[-1].to_bytes()) == parts[-1]
+def test_timestamp_field_per_worker_and_per_call() -> None:
+    worker = make(epoch_seconds=10.0, params={"ts_field": "time"})
+    worker.process([{"time": 1, "k": "a"}, {"ts": 2, "k": "no-time"}])
+    worker.process([{"when": 3, "k": "b"}], ts_field="when")
+    assert [(e, s.to_dict()) for e, s in worker.finish()] == [(0, {"a": 1, "b": 1})]
+    assert worker.stats()["bad_records"] == 1
 
 
 def test_epoch_windows_rejects_gaps_and_non_invertible() -> None:
