@@ -7,6 +7,8 @@ plane, and multicasts control from the master down the tree.
 """
 
 # Data plane: named snapshots child → parent over authenticated HTTP (docs/srt-dataplane.md).
+from srt.barrier import EpochCombiner as EpochCombiner
+from srt.barrier import snapshot_handler as snapshot_handler
 from srt.dataplane import DataPlaneClient as DataPlaneClient
 from srt.dataplane import DataPlaneServer as DataPlaneServer
 from srt.dataplane import SnapshotName as SnapshotName
@@ -14,3 +16,7 @@ from srt.errors import DataPlaneError as DataPlaneError
 from srt.errors import Reject as Reject
 from srt.errors import RetryLater as RetryLater
 from srt.errors import SnapshotNameError as SnapshotNameError
+from srt.operators import GroupBy as GroupBy
+from srt.operators import LevelOperator as LevelOperator
+from srt.operators import TopK as TopK
+from srt.upstream import UpstreamSender as UpstreamSender
