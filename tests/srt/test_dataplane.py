@@ -4,6 +4,7 @@ still serving afterwards."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 
@@ -308,3 +309,36 @@ async def test_server_lifecycle_and_config_errors() -> None:
     await server.stop()
     await server.stop()  # idempotent
     assert Snapshot.from_bytes(snap_of(WORDS).to_bytes()).to_dict() == Counter(WORDS)
+
+
+async def test_random_garbage_requests_are_refused_and_the_server_keeps_serving() -> None:
+    rng = random.Random(4)
+    header_names = [
+        "X-Elf-Job",
+        "X-Elf-Tree",
+        "X-Elf-Epoch",
+        "X-Elf-Sender",
+        "X-Elf-Timestamp",
+        "X-Elf-Nonce",
+        "X-Elf-Content-Sha256",
+        "X-Elf-Signature",
+    ]
+    alphabet = "0123456789abcdefXYZ%-_ ./"
+    async with server_and_client() as (server, client, rec, url):
+        body = snap_of(WORDS).to_bytes()
+        statuses = Counter()
+        async with aiohttp.ClientSession() as s:
+            for i in range(60):
+                headers = signed_headers(name(i), body) if rng.random() < 0.5 else {}
+                for h in rng.sample(header_names, rng.randint(1, 4)):
+                    headers[h] = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 70)))
+                headers = {k: v.strip() for k, v in headers.items()}
+                data = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 64)))
+                method = rng.choice(["POST", "POST", "PUT", "GET"])
+                async with s.request(method, url + SNAPSHOT_PATH, headers=headers, data=data) as r:
+                    statuses[r.status] += 1
+                    assert r.status in (400, 401, 405), await r.text()
+        m = server.metrics()
+        assert m["rejected_total"] == m["requests"] == 60 == sum(statuses.values())
+        assert rec.calls == 0
+        assert await client.send_snapshot(url, name(1), body) == "merged"
