@@ -24,6 +24,7 @@ import time
 from collections import Counter
 
 from sortedcontainers import SortedDict
+from yarl import URL
 
 from cbt import Snapshot
 from srt.dataplane import SnapshotName
@@ -31,6 +32,13 @@ from srt.dataplane_client import DataPlaneClient
 from srt.errors import DataPlaneError
 
 log = logging.getLogger(__name__)
+
+
+def _check_url(url: str | None) -> None:
+    if url is not None:
+        u = URL(url)
+        if not u.absolute or u.scheme not in ("http", "https"):
+            raise ValueError(f"parent URL must be http(s)://host:port, got {url!r}")
 
 
 class UpstreamSender:
@@ -50,6 +58,7 @@ class UpstreamSender:
         max_backoff: float = 2.0,
     ) -> None:
         SnapshotName(job, tree, 0, sender)  # validates the name fields early
+        _check_url(parent_url)
         self.client = client
         self.job = job
         self.tree = tree
@@ -91,6 +100,7 @@ class UpstreamSender:
         """Send every unacknowledged snapshot to ``url`` from now on (None: hold them)."""
         if url == self._parent:
             return
+        _check_url(url)
         self._parent = url
         self.counters["retargets"] += 1
         self._kick()
@@ -184,7 +194,16 @@ class UpstreamSender:
                 continue
             except RuntimeError:  # the client was closed under us
                 self._in_flight = None
+                self._last_error = "client closed"
                 return
+            except Exception as e:  # a bug must not silently stop the queue: log, back off
+                log.exception("sending %s to %s failed", name, url)
+                self._in_flight = None
+                self._last_error = f"{type(e).__name__}: {e}"
+                self.counters["failed_attempts"] += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._retarget.wait(), self.max_backoff)
+                continue
             self._in_flight = None
             self._queue.pop(epoch, None)
             self._attempts = 0

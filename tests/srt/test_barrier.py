@@ -247,3 +247,71 @@ async def test_snapshot_handler_maps_outcomes() -> None:
         await handle(name(2), snap_of([], aggregator="max").to_bytes())
     assert (ei.value.status, ei.value.reason) == (409, "incompatible")
     assert sink.epochs == [0, 1]
+
+
+@st.composite
+def join_scenarios(draw):
+    n_children = draw(st.integers(0, 2))
+    epochs = draw(st.integers(2, 5))
+    contributors = ["local", *range(1, n_children + 1)]
+    inputs = {(c, e): draw(WORDS) for c in contributors for e in range(epochs)}
+    events = draw(
+        st.permutations(list(inputs) + draw(st.lists(st.sampled_from(list(inputs)), max_size=3)))
+    )
+    join_at = draw(st.integers(0, len(events)))
+    first = draw(st.integers(0, epochs - 1))
+    new_inputs = {(9, e): draw(WORDS) for e in range(first, epochs)}
+    # the new child delivers in epoch order, interleaved with the rest after it joined
+    slots = sorted(
+        draw(
+            st.lists(
+                st.integers(join_at, len(events)),
+                min_size=len(new_inputs),
+                max_size=len(new_inputs),
+            )
+        )
+    )
+    timeline: list = [("join",)] if join_at == 0 else []
+    new_events = list(new_inputs)
+    for i, ev in enumerate(events):
+        while new_events and slots[len(new_inputs) - len(new_events)] == i:
+            timeline.append(new_events.pop(0))
+        timeline.append(ev)
+        if i + 1 == join_at:
+            timeline.append(("join",))
+    timeline += new_events
+    return n_children, epochs, {**inputs, **new_inputs}, timeline, first
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(join_scenarios())
+def test_a_child_added_mid_stream_is_waited_for_from_its_start(scenario) -> None:
+    n_children, epochs, inputs, timeline, first = scenario
+    sink = Sink()
+    comb = EpochCombiner(
+        job="j", tree=1, expect_local=True, children=range(1, n_children + 1), emit=sink
+    )
+    merged: dict[int, Counter] = {e: Counter() for e in range(epochs)}
+    tentative = None
+    for ev in timeline:
+        if ev == ("join",):
+            comb.set_children([*range(1, n_children + 1), 9])
+            tentative = comb.pending()["children"][9]["from"]
+            continue
+        who, epoch = ev
+        snap = snap_of(inputs[ev])
+        res = (
+            comb.offer_local(epoch, snap) if who == "local" else comb.offer_child(who, epoch, snap)
+        )
+        if res == "merged":
+            merged[epoch] += inputs[ev]
+        else:
+            assert res in ("duplicate", "stale")
+            assert res == "duplicate" or epoch < comb.next_epoch
+    assert sink.epochs == list(range(epochs))
+    for e in range(epochs):
+        assert sink.result(e) == merged[e]
+        old = sum((v for (who, ep), v in inputs.items() if ep == e and who != 9), Counter())
+        assert old <= merged[e]  # the children it had and the local input: always complete
+        if e >= max(tentative, first):
+            assert inputs[(9, e)] <= merged[e]  # waited for from its (tentative) start

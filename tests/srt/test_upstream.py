@@ -111,3 +111,17 @@ async def test_parent_change_retargets_unacknowledged_snapshots() -> None:
     with pytest.raises(RuntimeError):
         sender.enqueue(9, b"x")
     assert sender.pending()["queued"] == []
+
+
+async def test_bad_parent_urls_are_refused_up_front() -> None:
+    client = DataPlaneClient(SECRET)
+    with pytest.raises(ValueError):
+        new_sender(client, "not a url")
+    sender = new_sender(client)
+    with pytest.raises(ValueError):
+        sender.set_parent("ftp://example.org/")
+    sender.enqueue(0, b"held")  # no parent: held, not sent
+    assert not await sender.flush(timeout=0.02)
+    assert sender.pending()["queued"] == [0] and sender.pending()["in_flight"] is None
+    await sender.close()
+    await client.close()
