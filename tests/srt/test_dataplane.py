@@ -359,3 +359,17 @@ async def test_query_strings_are_signed_and_routes_can_be_added_after_start() ->
         headers = signed_headers(None, b"{}", path="/srt/v1/q?x=1")
         status, reply = await raw_post(url, headers, b"{}", path="/srt/v1/q?x=2")
         assert (status, reply["error"]) == (401, "bad_mac")
+
+
+async def test_the_client_keeps_its_connection_alive() -> None:
+    async with server_and_client() as (server, client, _rec, url):
+        peers = set()
+
+        async def who(request: web.Request):
+            peers.add(request.transport.get_extra_info("peername"))
+            return {}
+
+        server.route("POST", "/srt/v1/who", who)
+        for _ in range(10):
+            await client.post_json(url, "/srt/v1/who", {})
+        assert len(peers) == 1
