@@ -95,14 +95,18 @@ class EpochClock:
         Raises ``ValueError`` for a non-finite or non-numeric timestamp (inputs validate
         timestamps before this point).
         """
-        if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+        cls = ts.__class__
+        if (
+            cls is not float and cls is not int and (cls is bool or not isinstance(ts, int | float))
+        ) or not math.isfinite(ts):
             raise ValueError(f"timestamp must be a finite number, got {ts!r}")
         now = self._clock()
-        self._tick(now)
+        if self.idle_timeout is not None and now - self._last_arrival >= self.idle_timeout:
+            self._tick(now)
         if self.max_future is not None and ts > now + self.max_future:
             self._future += 1
             return None
-        epoch = self.epoch_of(ts)
+        epoch = math.floor(ts / self.epoch_seconds)
         if (self.start_epoch is not None and epoch < self.start_epoch) or (
             self._closed_any and epoch < self._next  # type: ignore[operator]
         ):

@@ -5,11 +5,12 @@ The paper's primitives, in Python:
 
 * worker side: ``map(record) -> iterable of (key, value)`` parses and filters one record
   into CBT pairs (keys: str/bytes/int/tuples of those; values: what the spec's aggregator
-  takes); ``on_multicast(message)`` receives control from the master (iterative jobs read
+  takes), or the fast path ``map_keys(record) -> iterable of keys`` (every value 1);
+  ``on_multicast(message)`` receives control from the master (iterative jobs read
   ``self.feedback``, the last feedback the master sent, set by the worker before ``map``
   runs again); ``on_recv(node_id, paos)`` receives a direct ``send_to``.
 * master side: ``on_epoch_result(epoch, snapshot)`` gets each epoch's reduced result, in epoch
-  order; ``feedback(epoch, snapshot)`` (iterative mode) returns the JSON-able value the
+  order; ``feedback_for(epoch, snapshot)`` (iterative mode) returns the JSON-able value the
   runtime multicasts to every worker, or None; ``on_timer()`` runs every
   ``timer_interval`` seconds; ``on_query(message) -> dict`` answers ``route`` queries from
   other jobs' masters.
@@ -111,7 +112,17 @@ class Job:
     # ---- worker side ----------------------------------------------------------------------
     def map(self, record: dict[str, Any]) -> Iterable[Pair]:
         """Parse/filter one record into ``(key, value)`` pairs (may yield none)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement map(record)")
+        if type(self).map_keys is Job.map_keys:
+            raise NotImplementedError(f"{type(self).__name__} must implement map(record)")
+        return [(key, 1) for key in self.map_keys(record)]
+
+    def map_keys(self, record: dict[str, Any]) -> Iterable[Any]:
+        """Optional fast path for jobs whose every value is 1 (counting): the keys only.
+
+        When a class overrides it, the worker calls it instead of ``map`` (no pair tuples,
+        the CBT's C counting path); ``map`` then defaults to ``(key, 1)`` pairs of it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement map_keys(record)")
 
     def on_multicast(self, message: dict[str, Any]) -> Awaitable[None] | None:
         """Control delivered from the master down the tree."""

@@ -8,6 +8,9 @@ yields an empty snapshot, so the parent's barrier is never blocked). Snapshots u
 aggregator (so they merge with every other agent's). ``finish()`` closes everything that is
 open (end of input).
 
+``job.map_keys`` (keys only, value 1) is used instead of ``job.map`` when the job class
+overrides it: no pair tuples, and the CBT's C counting path for ``count``.
+
 State layout: **one CompressedBufferTree per open epoch** (created on the epoch's first pair,
 flushed and dropped when the epoch closes). With a small allowed lateness only one or two are
 open; a single tree with epoch-tagged keys would need a per-epoch split of every flush.
@@ -156,17 +159,20 @@ class Worker:
         the constructor, else ``spec.params["ts_field"]``, else ``"ts"``): pass the input's
         when inputs use different fields.
         """
-        pending: dict[int, tuple[list[Any], list[Any]]] = {}
+        pending: dict[int, list[Any]] = {}
         assign = self.clock.assign
-        job_map = self.job.map
+        keys_only = type(self.job).map_keys is not Job.map_keys
+        job_map = self.job.map_keys if keys_only else self.job.map
         ts_field = ts_field or self.ts_field
-        accepted = n = 0
+        accepted = n = bad = 0
+        last_epoch: int | None = None
+        slot: list[Any] = []
         for rec in records:
             n += 1
             try:
                 epoch = assign(rec[ts_field])
             except (KeyError, TypeError, ValueError):
-                self.counters["bad_records"] += 1
+                bad += 1
                 continue
             if epoch is None:
                 continue
@@ -177,33 +183,62 @@ class Worker:
                 continue
             accepted += 1
             if pairs:
-                slot = pending.get(epoch)
-                if slot is None:
-                    slot = pending[epoch] = ([], [])
-                keys, values = slot
-                for pair in pairs:
-                    keys.append(pair[0])
-                    values.append(pair[1])
+                if epoch != last_epoch:
+                    last_epoch = epoch
+                    slot = pending.setdefault(epoch, [])
+                slot.extend(pairs)
         self.counters["records_in"] += n
         self.counters["records_accepted"] += accepted
-        for epoch, (keys, values) in pending.items():
-            self._insert(epoch, keys, values)
+        self.counters["bad_records"] += bad
+        for epoch, items in pending.items():
+            if keys_only:
+                self._insert(epoch, items, None)
+            else:
+                self._insert(epoch, *self._columns(items))
         return accepted
 
-    def _insert(self, epoch: int, keys: list[Any], values: list[Any]) -> None:
+    def _columns(self, pairs: list[Any]) -> tuple[list[Any], list[Any] | None]:
+        """Keys and values of ``pairs``; values None when they are all int 1 for ``count``
+        (the CBT's C fast path). Malformed pairs are counted and dropped."""
+        try:
+            keys = [k for k, _ in pairs]
+            values = [v for _, v in pairs]
+        except (TypeError, ValueError):
+            keys, values = [], []
+            for pair in pairs:
+                try:
+                    k, v = pair
+                except (TypeError, ValueError) as exc:
+                    self._error("pair", exc, pair)
+                    continue
+                keys.append(k)
+                values.append(v)
+        if (
+            self.agg.name == "count"
+            and values.count(1) == len(values)
+            and set(map(type, values)) <= {int}
+        ):
+            return keys, None
+        return keys, values
+
+    def _insert(self, epoch: int, keys: list[Any], values: list[Any] | None) -> None:
         tree = self._trees.get(epoch)
         if tree is None:
             tree = self._trees[epoch] = CompressedBufferTree(self.agg, **self._tree_options)
         start = 0
         while start < len(keys):
             try:
-                tree.insert_many(keys[start:], values[start:])
+                tree.insert_many(keys[start:], None if values is None else values[start:])
             except TypeError as exc:
                 # insert_many inserted exactly the pairs before the offending one
                 done = self._inserted_before_error(tree, keys, values, start)
                 self.counters["pairs_out"] += done
                 bad = start + done
-                self._error("pair", exc, {"key": keys[bad], "value": values[bad]})
+                if bad >= len(keys):  # not reproducible on a fresh tree: give up on the rest
+                    self._error("pair", exc, {"pairs": len(keys) - start})
+                    return
+                value = 1 if values is None else values[bad]
+                self._error("pair", exc, {"key": keys[bad], "value": value})
                 start = bad + 1
             else:
                 self.counters["pairs_out"] += len(keys) - start
@@ -211,13 +246,13 @@ class Worker:
 
     @staticmethod
     def _inserted_before_error(
-        tree: CompressedBufferTree, keys: list[Any], values: list[Any], start: int
+        tree: CompressedBufferTree, keys: list[Any], values: list[Any] | None, start: int
     ) -> int:
         # the first pair a fresh tree rejects (the same key and value checks insert makes)
         probe = CompressedBufferTree(tree.agg)
         for i in range(start, len(keys)):
             try:
-                probe.insert(keys[i], values[i])
+                probe.insert(keys[i], 1 if values is None else values[i])
             except TypeError:
                 return i - start
         return len(keys) - start

@@ -1,9 +1,10 @@
 """WordCount: the count of every word per epoch, the job class registered as ``"wordcount"``.
 
-Contract: ``map(record)`` takes the text in ``params["field"]`` (default: the record's
-``"line"`` field, else its ``"text"`` field), lowercases it and yields ``(word, 1)`` for each
-word, a word being a maximal run of Unicode letters and digits (``[^\\W_]+``: punctuation,
-underscores and whitespace separate words). A record without a string text field yields
+Contract: the text is ``params["field"]`` (default: the record's ``"line"`` field, else its
+``"text"`` field); it is lowercased and split into words, a word being a maximal run of
+Unicode letters and digits (``[^\\W_]+``: punctuation, underscores and whitespace separate
+words). ``map_keys(record)`` (the counting fast path the worker uses) returns the words;
+``map(record)`` the same as ``(word, 1)`` pairs. A record without a string text field yields
 nothing. ``params["min_length"]`` (default 1) drops shorter words. Aggregator: ``count``.
 """
 
@@ -33,7 +34,7 @@ class WordCount(Job):
             raise ValueError(f"params.min_length must be an integer >= 1, got {min_length!r}")
         self.min_length = min_length
 
-    def map(self, record: dict[str, Any]) -> list[tuple[str, int]]:
+    def map_keys(self, record: dict[str, Any]) -> list[str]:
         for name in self.fields:
             text = record.get(name)
             if isinstance(text, str):
@@ -42,6 +43,4 @@ class WordCount(Job):
             return []
         words = _WORD.findall(text.lower())
         n = self.min_length
-        if n == 1:
-            return [(w, 1) for w in words]
-        return [(w, 1) for w in words if len(w) >= n]
+        return words if n == 1 else [w for w in words if len(w) >= n]

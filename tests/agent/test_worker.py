@@ -268,3 +268,22 @@ def test_epoch_windows_rejects_gaps_and_non_invertible() -> None:
     w.push(0, Snapshot.empty(agg))
     with pytest.raises(ValueError, match="consecutive"):
         w.push(2, Snapshot.empty(agg))
+
+
+@register_job("test-keys-only")
+class KeysOnly(Job):
+    def map_keys(self, record: dict[str, Any]) -> list[Any]:
+        return record["keys"]
+
+
+def test_map_keys_fast_path() -> None:
+    spec = JobSpec.from_dict({"name": "t", "creator": "me", "job_class": "test-keys-only"})
+    job = KeysOnly(spec)
+    assert job.map({"keys": ["a", "b"]}) == [("a", 1), ("b", 1)]
+    worker = Worker(job, wall_clock=FakeClock(0))
+    worker.process([{"ts": 1, "keys": ["a", "b", "a"]}, {"ts": 2, "keys": ["c", 2.5, "a"]}])
+    worker.process([{"ts": 3, "keys": 7}])  # not iterable: a map error
+    out = [(e, s.to_dict()) for e, s in worker.finish()]
+    assert out == [(1, {"a": 2, "b": 1}), (2, {"a": 1, "c": 1})]
+    stats = worker.stats()
+    assert stats["map_errors"] == 2 and stats["pairs_out"] == 5
