@@ -20,3 +20,22 @@ from srt.operators import GroupBy as GroupBy
 from srt.operators import LevelOperator as LevelOperator
 from srt.operators import TopK as TopK
 from srt.upstream import UpstreamSender as UpstreamSender
+
+# isort: split
+# Trees: formation, maintenance, multicast and cross-job queries (docs/srt-trees.md).
+from srt.balance import roots_per_agent as roots_per_agent
+from srt.ids import app_id as app_id
+from srt.ids import key_tree_index as key_tree_index
+from srt.ids import tree_ids as tree_ids
+from srt.ids import tree_index as tree_index
+from srt.tree import TreeManager as TreeManager
+from srt.tree_types import BadTreeMessage as BadTreeMessage
+from srt.tree_types import JoinTimeout as JoinTimeout
+from srt.tree_types import LoopRefused as LoopRefused
+from srt.tree_types import MulticastResult as MulticastResult
+from srt.tree_types import NotRoot as NotRoot
+from srt.tree_types import QueryError as QueryError
+from srt.tree_types import QueryTimeout as QueryTimeout
+from srt.tree_types import TreeError as TreeError
+from srt.tree_types import TreeListener as TreeListener
+from srt.tree_types import TreeView as TreeView
