@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 
 from cbt import Snapshot
-from srt.dataplane import SnapshotName
 from srt.errors import Reject, RetryLater
 from srt.operators import LevelOperator, select
+from srt.snapshot_name import SnapshotName
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ import aiohttp
 from yarl import URL
 
 from srt.auth import H_NONCE, H_SIGNATURE, RequestAuth
-from srt.dataplane import ACK_RESULTS, SNAPSHOT_PATH, SnapshotName
 from srt.errors import DataPlaneError
+from srt.snapshot_name import ACK_RESULTS, SNAPSHOT_PATH, SnapshotName
 
 
 class DataPlaneClient:

@@ -24,8 +24,8 @@ from aiohttp import web
 
 from cbt.errors import SnapshotError
 from srt.auth import AuthError, RequestAuth, body_digest
-from srt.dataplane import ACK_RESULTS, SNAPSHOT_PATH, SnapshotName, name_fields
 from srt.errors import Reject, SnapshotNameError
+from srt.snapshot_name import ACK_RESULTS, SNAPSHOT_PATH, SnapshotName, name_fields
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from sortedcontainers import SortedDict
 from yarl import URL
 
 from cbt import Snapshot
-from srt.dataplane import SnapshotName
 from srt.dataplane_client import DataPlaneClient
 from srt.errors import DataPlaneError
+from srt.snapshot_name import SnapshotName
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ epochs = st.integers(0, 2**63 - 1)
 names = st.builds(SnapshotName, jobs, ids, epochs, ids)
 
 
+@settings(deadline=None)
 @given(names)
 def test_names_round_trip_through_headers(n: SnapshotName) -> None:
     h = n.to_headers()
@@ -32,7 +33,7 @@ header_text = st.one_of(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(
     names, st.sampled_from(["X-Elf-Job", "X-Elf-Tree", "X-Elf-Epoch", "X-Elf-Sender"]), header_text
 )
@@ -63,7 +64,7 @@ def test_invalid_names_are_refused(args) -> None:
         SnapshotName(*args)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(names, st.binary(max_size=64), st.integers(0, 6), st.text(min_size=1, max_size=5))
 def test_any_altered_field_breaks_the_mac(n, body, which, extra) -> None:
     auth = RequestAuth(SECRET)
