@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from cbt import Snapshot
+from cbt.aggregators import get_aggregator
 from cbt.hashing import xxh3_64
 
 
@@ -126,3 +127,19 @@ class TopK(LevelOperator):
             "largest": self.largest,
             "approximate": self.approximate,
         }
+
+
+def level_operator_for(
+    aggregator: Any,
+    *,
+    top_k: int | None = None,
+    largest: bool = True,
+    approximate: float | None = None,
+) -> LevelOperator:
+    """The operator a job's trees use: :class:`TopK` when ``top_k`` is given, otherwise the
+    exact :class:`GroupBy`. ``aggregator`` (a ``cbt.Aggregator`` or its name) is checked to be
+    registered; :class:`TopK` itself decides per snapshot whether a level may cut (max/min)."""
+    get_aggregator(aggregator)
+    if top_k is None:
+        return GroupBy()
+    return TopK(top_k, largest=largest, approximate=approximate)

@@ -1,6 +1,7 @@
 """UpstreamSender: one (job, tree)'s ordered, acknowledged stream of snapshots to the parent.
 
-Contract: :meth:`UpstreamSender.enqueue` adds a named snapshot (this node's merged result of
+Contract: :meth:`UpstreamSender.enqueue` (or :meth:`~UpstreamSender.send` with a full
+:class:`SnapshotName`) adds a named snapshot (this node's merged result of
 one epoch); the sender delivers queued snapshots **one at a time in epoch order** to the
 current parent URL with :meth:`DataPlaneClient.send_snapshot` and keeps each one until the
 parent acknowledges it (``"merged"``, ``"duplicate"`` or ``"stale"`` - all mean the parent
@@ -44,7 +45,8 @@ def _check_url(url: str | None) -> None:
 class UpstreamSender:
     """Ordered, acknowledged delivery of one (job, tree)'s snapshots (see module docstring).
 
-    ``sender`` is this node's id (the name's sender field)."""
+    ``sender`` is this node's id (the names' sender field); if omitted, the first
+    :meth:`send` sets it."""
 
     def __init__(
         self,
@@ -52,12 +54,12 @@ class UpstreamSender:
         *,
         job: str,
         tree: int,
-        sender: int,
+        sender: int | None = None,
         parent_url: str | None = None,
         backoff: float = 0.05,
         max_backoff: float = 2.0,
     ) -> None:
-        SnapshotName(job, tree, 0, sender)  # validates the name fields early
+        SnapshotName(job, tree, 0, 0 if sender is None else sender)  # validates the fields
         _check_url(parent_url)
         self.client = client
         self.job = job
@@ -88,6 +90,8 @@ class UpstreamSender:
         snapshot). A second enqueue of a queued epoch is ignored (a name is sent once)."""
         if self._closed:
             raise RuntimeError("UpstreamSender is closed")
+        if self.sender is None:
+            raise ValueError("no sender id: pass sender= or use send(name, payload)")
         SnapshotName(self.job, self.tree, epoch, self.sender)
         if epoch in self._queue:
             self.counters["enqueued_twice"] += 1
@@ -95,6 +99,19 @@ class UpstreamSender:
         self._queue[epoch] = payload.to_bytes() if isinstance(payload, Snapshot) else payload
         self.counters["enqueued"] += 1
         self._kick()
+
+    def send(self, name: SnapshotName, payload: bytes | Snapshot) -> None:
+        """Queue a named snapshot: the name must be this sender's (job, tree); its sender
+        field becomes this sender's id if none was given, and must match it otherwise."""
+        if (name.job, name.tree) != (self.job, self.tree):
+            raise ValueError(f"{name} does not belong to the queue of {self.job!r}/{self.tree:x}")
+        if self.sender is None:
+            self.sender = name.sender
+        elif name.sender != self.sender:
+            raise ValueError(
+                f"{name} has sender {name.sender:x}, this queue sends as {self.sender:x}"
+            )
+        self.enqueue(name.epoch, payload)
 
     def set_parent(self, url: str | None) -> None:
         """Send every unacknowledged snapshot to ``url`` from now on (None: hold them)."""
@@ -171,6 +188,7 @@ class UpstreamSender:
                 await self._wake.wait()
                 continue
             epoch, payload = self._queue.peekitem(0)
+            assert self.sender is not None
             name = SnapshotName(self.job, self.tree, epoch, self.sender)
             self._in_flight = epoch
             self._attempts += 1

@@ -151,3 +151,13 @@ def test_ranking_helpers_and_validation() -> None:
         TopK(0)
     with pytest.raises(ValueError):
         TopK(2, approximate=0.5)
+
+
+def test_level_operator_for_a_job() -> None:
+    from srt.operators import level_operator_for
+
+    assert isinstance(level_operator_for("count"), GroupBy)
+    op = level_operator_for("max", top_k=3, approximate=2.0)
+    assert isinstance(op, TopK) and (op.k, op.approximate) == (3, 2.0)
+    with pytest.raises(ValueError):
+        level_operator_for("no-such-aggregator")

@@ -125,3 +125,25 @@ async def test_bad_parent_urls_are_refused_up_front() -> None:
     assert sender.pending()["queued"] == [0] and sender.pending()["in_flight"] is None
     await sender.close()
     await client.close()
+
+
+async def test_send_with_full_names_sets_and_checks_the_sender() -> None:
+    server, rec, _order, url = await start_parent()
+    client = DataPlaneClient(SECRET)
+    sender = UpstreamSender(client, job="wordcount", tree=0xABC, parent_url=url)
+    try:
+        with pytest.raises(ValueError):
+            sender.enqueue(0, b"x")  # no sender id yet
+        sender.send(name(0), snap_of(["a"]))
+        assert sender.sender == 7
+        with pytest.raises(ValueError):
+            sender.send(name(1, sender=8), b"x")
+        with pytest.raises(ValueError):
+            sender.send(name(1, tree=0xABD), b"x")
+        sender.enqueue(1, snap_of(["b"]))
+        assert await sender.flush(timeout=5)
+        assert set(rec.merged) == {name(0), name(1)}
+    finally:
+        await sender.close()
+        await client.close()
+        await server.stop()
