@@ -167,12 +167,16 @@ class EpochClock:
         """The lowest epoch not closed yet (None before the first record or idle advance)."""
         return self._next
 
-    def closable(self) -> list[int]:
-        """Epochs not closed yet whose end is ``<= watermark``, in increasing order."""
+    def closable(self, limit: int | None = None) -> list[int]:
+        """Epochs not closed yet whose end is ``<= watermark``, in increasing order (at most
+        ``limit`` of them: bounded work per call after a long idle stretch)."""
         wm = self.watermark
         if self._next is None or wm == -math.inf:
             return []
-        return list(range(self._next, self._last_closable(wm) + 1))
+        last = self._last_closable(wm)
+        if limit is not None:
+            last = min(last, self._next + limit - 1)
+        return list(range(self._next, last + 1))
 
     def _last_closable(self, wm: float) -> int:
         """The highest epoch whose end is ``<= wm`` (exactly as ``epoch_end`` computes it)."""

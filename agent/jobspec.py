@@ -16,8 +16,10 @@ Fields (JSON name: type, default):
   ``aggregator_params``: dict of its constructor arguments (``{"k": 10}``).
 * ``epoch_seconds``: number in (0, 86400], default 1; ``allowed_lateness``: number >= 0,
   default 0; ``idle_timeout``: number >= 0 or null (null: ``epoch_seconds``; 0: never advance
-  the watermark by the wall clock); ``start_epoch``: int or null (the first epoch every
-  worker reports; null: each worker starts at its first record).
+  the watermark by the wall clock); ``max_future``: seconds >= 0 or null, default 600 (records
+  that far ahead of the agent's wall clock are dropped, so one bad clock cannot close every
+  epoch up to it; null: no limit); ``start_epoch``: int or null (the first epoch every worker
+  reports; null: each worker starts at its first record).
 * ``trees``: int in [1, 64], default 1 (m reducer trees, each owning a key-hash range).
 * ``mode``: ``"batch"`` | ``"window"`` | ``"iterative"``, default ``"batch"``;
   ``window_size`` / ``window_slide``: epochs, ints with 1 <= slide <= size, default 1/1.
@@ -39,6 +41,7 @@ from cbt import get_aggregator
 MODES = ("batch", "window", "iterative")
 MAX_TREES = 64
 MAX_EPOCH_SECONDS = 86_400.0
+DEFAULT_MAX_FUTURE = 600.0
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
@@ -62,6 +65,7 @@ class JobSpec:
     epoch_seconds: float = 1.0
     allowed_lateness: float = 0.0
     idle_timeout: float | None = None
+    max_future: float | None = DEFAULT_MAX_FUTURE
     start_epoch: int | None = None
     trees: int = 1
     mode: str = "batch"
@@ -103,6 +107,8 @@ class JobSpec:
         lateness = _number(data, "allowed_lateness", 0.0, low=0.0)
         idle = data.get("idle_timeout")
         idle_timeout = None if idle is None else _number(data, "idle_timeout", 0.0, low=0.0)
+        future = data.get("max_future", DEFAULT_MAX_FUTURE)
+        max_future = None if future is None else _number(data, "max_future", future, low=0.0)
         start = data.get("start_epoch")
         if start is not None and not _is_int(start):
             raise JobSpecError("start_epoch", f"must be an integer or null, got {start!r}")
@@ -135,6 +141,7 @@ class JobSpec:
             epoch_seconds=epoch_seconds,
             allowed_lateness=lateness,
             idle_timeout=idle_timeout,
+            max_future=max_future,
             start_epoch=start,
             trees=trees,
             mode=mode,

@@ -50,6 +50,7 @@ from cbt import Aggregator, CompressedBufferTree, Snapshot
 
 FEEDBACK = "feedback"
 EMPTY = "empty"
+POLL_LIMIT = 1024
 _MAX_ERROR_SAMPLES = 50
 
 
@@ -132,6 +133,7 @@ class Worker:
             spec.effective_idle_timeout,
             wall_clock,
             start_epoch=spec.start_epoch,
+            max_future=spec.max_future,
         )
         self._tree_options = dict(tree_options or {})
         self._trees: dict[int, CompressedBufferTree] = {}
@@ -268,15 +270,16 @@ class Worker:
         )
 
     # ---- output ---------------------------------------------------------------------------
-    def poll(self) -> list[tuple[int, Snapshot]]:
-        """``(epoch, snapshot)`` for every epoch the watermark closed, in order."""
-        return [self._close(epoch) for epoch in self.clock.closable()]
+    def poll(self, limit: int | None = POLL_LIMIT) -> list[tuple[int, Snapshot]]:
+        """``(epoch, snapshot)`` for the epochs the watermark closed, in order (at most
+        ``limit`` per call; the rest come with the next calls)."""
+        return [self._close(epoch) for epoch in self.clock.closable(limit)]
 
     def finish(self) -> list[tuple[int, Snapshot]]:
         """End of input: close every epoch up to the last one holding data."""
         if self._trees:
             self.clock.advance_to(self.clock.epoch_end(max(self._trees)))
-        return self.poll()
+        return self.poll(None)
 
     def _close(self, epoch: int) -> tuple[int, Snapshot]:
         self.clock.close(epoch)

@@ -105,6 +105,17 @@ def test_future_records_are_dropped_when_max_future_is_set() -> None:
     assert stats["future_dropped"] == 1 and stats["max_event_time"] == 150
 
 
+def test_closable_limit_bounds_the_work_per_call() -> None:
+    clock = EpochClock(1, clock=FakeClock(0))
+    clock.assign(0.5)
+    clock.assign(100_000.5)
+    assert clock.closable(3) == [0, 1, 2]
+    for e in clock.closable(3):
+        clock.close(e)
+    assert clock.closable(2) == [3, 4]
+    assert len(clock.closable()) == 100_000 - 3
+
+
 def test_advance_to_closes_everything_at_end_of_input() -> None:
     clock = EpochClock(2, allowed_lateness=100, clock=FakeClock(0))
     clock.assign(1)

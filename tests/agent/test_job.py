@@ -41,7 +41,7 @@ def test_defaults_and_round_trip() -> None:
         "batch",
         1,
     )
-    assert spec.effective_idle_timeout == 1.0
+    assert spec.effective_idle_timeout == 1.0 and spec.max_future == 600.0
     full = {
         **BASE,
         "aggregator": "topk",
@@ -49,6 +49,7 @@ def test_defaults_and_round_trip() -> None:
         "epoch_seconds": 2,
         "allowed_lateness": 5,
         "idle_timeout": 0,
+        "max_future": None,
         "start_epoch": 17,
         "trees": 4,
         "mode": "window",
@@ -58,7 +59,7 @@ def test_defaults_and_round_trip() -> None:
         "params": {"field": "text", "nested": {"a": [1, 2]}},
     }
     spec = JobSpec.from_dict(full)
-    assert spec.effective_idle_timeout is None
+    assert spec.effective_idle_timeout is None and spec.max_future is None
     assert spec.inputs == ("access", "ingest")
     again = JobSpec.from_dict(spec.to_dict())
     assert again == spec and again.to_dict() == spec.to_dict()
@@ -85,6 +86,7 @@ def test_defaults_and_round_trip() -> None:
         ({"allowed_lateness": float("nan")}, "allowed_lateness", "number"),
         ({"idle_timeout": True}, "idle_timeout", "number"),
         ({"start_epoch": 1.5}, "start_epoch", "integer"),
+        ({"max_future": -1}, "max_future", ">= 0"),
         ({"trees": 0}, "trees", "[1, 64]"),
         ({"trees": 65}, "trees", "[1, 64]"),
         ({"mode": "stream"}, "mode", "batch, window, iterative"),

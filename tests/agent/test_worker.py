@@ -206,6 +206,22 @@ def test_iterative_map_sees_the_last_feedback() -> None:
     assert [(e, s.to_dict()) for e, s in worker.finish()] == [(1, {"b": 1, "c": 1})]
 
 
+def test_records_far_in_the_future_are_dropped() -> None:
+    worker = make(FakeClock(1000.0), epoch_seconds=1.0, max_future=60)
+    worker.process([{"ts": 1000.5, "k": "a"}, {"ts": 5e9, "k": "bogus"}])
+    assert worker.stats()["future_dropped"] == 1
+    assert [(e, s.to_dict()) for e, s in worker.finish()] == [(1000, {"a": 1})]
+
+
+def test_poll_is_bounded_and_catches_up() -> None:
+    worker = make(FakeClock(3000.0), epoch_seconds=1.0)
+    worker.process([{"ts": 0.5, "k": "a"}, {"ts": 3000.5, "k": "b"}])
+    first = worker.poll()
+    assert len(first) == 1024 and first[0] == (0, first[0][1]) and first[0][1].to_dict() == {"a": 1}
+    rest = worker.poll(None)
+    assert [e for e, _ in first + rest] == list(range(3000))
+
+
 def test_start_epoch_aligns_every_worker() -> None:
     worker = make(epoch_seconds=1.0, start_epoch=3)
     worker.process([{"ts": 2.5, "k": "early"}, {"ts": 5.5, "k": "a"}])

@@ -67,7 +67,7 @@ def test_wordcount_per_epoch_equals_counter() -> None:
         text = " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 12)))
         lines.append({"ts": 1_700_000_000 + i * 0.01 + rng.uniform(-0.5, 0), "line": text})
     spec = parse_spec({**SPEC, "epoch_seconds": 5, "allowed_lateness": 1})
-    worker = Worker(create_job(spec), wall_clock=lambda: 0.0)
+    worker = Worker(create_job(spec), wall_clock=lambda: 1_700_000_100.0)
     out = []
     for i in range(0, len(lines), 250):
         worker.process(lines[i : i + 250])
