@@ -78,7 +78,8 @@ class DataPlaneServer:
         """Add an authenticated endpoint. ``handler(request)`` runs only for authenticated,
         fresh, intact requests (``await request.read()``/``request.json()`` give the verified
         body) and returns a ``web.Response`` or a JSON-able value (sent as 200 JSON).
-        Responses are signed. Raise :class:`srt.errors.Reject` for a 4xx/5xx answer."""
+        Responses are signed. Raise :class:`srt.errors.Reject` for a 4xx/5xx answer;
+        ``SnapshotNameError`` answers 400 ``bad_name``, ``SnapshotError`` 422 ``corrupt``."""
         if not path.startswith("/") or path == SNAPSHOT_PATH:
             raise ValueError(f"bad or reserved path {path!r}")
         self._routes[(method.upper(), path)] = handler
@@ -207,6 +208,10 @@ class DataPlaneServer:
             out = await handler(request)
         except Reject as e:
             return self._reject(e.status, e.reason, e.detail, nonce)
+        except SnapshotNameError as e:
+            return self._reject(400, "bad_name", str(e), nonce)
+        except SnapshotError as e:
+            return self._reject(422, "corrupt", str(e), nonce)
         except web.HTTPException as e:
             self._rejected[f"http_{e.status}"] += 1
             return _json(e.status, {"error": e.reason, "detail": e.text or ""})

@@ -4,6 +4,7 @@ still serving afterwards."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections import Counter
@@ -16,7 +17,7 @@ from yarl import URL
 
 from cbt import Snapshot
 from srt.auth import RequestAuth
-from srt.dataplane import SNAPSHOT_PATH, DataPlaneClient, DataPlaneServer
+from srt.dataplane import SNAPSHOT_PATH, DataPlaneClient, DataPlaneServer, SnapshotName
 from srt.errors import DataPlaneError, Reject, RetryLater
 
 WORDS = ["a", "b", "a", "c", "a", "b"]
@@ -351,6 +352,20 @@ async def test_query_strings_are_signed_and_routes_can_be_added_after_start() ->
             return {"q": request.query.get("x"), "body": await request.json()}
 
         server.route("POST", "/srt/v1/q", q)
+
+        async def named(request: web.Request):
+            n = SnapshotName.from_headers(request.headers)  # bad name headers -> 400
+            return {"epoch": n.epoch, "keys": len(Snapshot.from_bytes(await request.read()))}
+
+        server.route("POST", "/srt/v1/named", named)
+        status, data = await client.request(
+            "POST", url, "/srt/v1/named", snap_of(WORDS).to_bytes(), name=name(4)
+        )
+        assert (status, json.loads(data)) == (200, {"epoch": 4, "keys": 3})
+        status, data = await client.request("POST", url, "/srt/v1/named", b"junk", name=name(4))
+        assert (status, json.loads(data)["error"]) == (422, "corrupt")
+        status, data = await client.request("POST", url, "/srt/v1/named", b"junk")
+        assert (status, json.loads(data)["error"]) == (400, "bad_name")
         assert await client.post_json(url, "/srt/v1/q?x=a%20b", {"n": 1}) == {
             "q": "a b",
             "body": {"n": 1},
