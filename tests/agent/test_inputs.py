@@ -8,7 +8,9 @@ import asyncio
 import calendar
 import json
 import os
+import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -278,3 +280,63 @@ async def test_ingest_get_batch_wakes_up_and_times_out() -> None:
     await asyncio.sleep(0)
     q.put_lines(['{"ts": 1}'])
     assert await asyncio.wait_for(waiter, 5) == [{"ts": 1}]
+
+
+line_st = st.one_of(
+    st.builds(
+        lambda i, w: json.dumps({"ts": i, "w": w}), st.integers(0, 10**6), st.text(max_size=8)
+    ),
+    st.sampled_from(["garbage", "[1]", '{"w": 1}', '{"ts": "bad"}', "{", "\u00e9\u00e8"]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lines=st.lists(line_st, max_size=30),
+    cuts=st.lists(st.integers(0, 400), max_size=10),
+    read_size=st.sampled_from([3, 7, 64, 1 << 16]),
+)
+def test_tail_any_chunking_gives_the_same_records(
+    lines: list[str], cuts: list[int], read_size: int
+) -> None:
+    data = "".join(line + "\n" for line in lines).encode()
+    points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "log.jsonl"
+        path.touch()
+        tail = FileTail(path, read_size=read_size)
+        got: list[dict[str, Any]] = []
+        for a, b in pairwise(points):
+            with open(path, "ab") as f:
+                f.write(data[a:b])
+            got.extend(tail.poll())
+        for _ in range(len(data) // read_size + 2):
+            got.extend(tail.poll())
+        want = []
+        bad = 0
+        for line in lines:
+            try:
+                want.append(RecordValidator().parse(line))
+            except RecordError:
+                bad += 1
+        assert got == want
+        assert tail.quarantine.total == bad
+        assert tail.state()["offset"] == len(data)
+        assert tail.state()["line_no"] == len(lines)
+        tail.close()
+
+
+async def test_ingest_batches_end_after_close() -> None:
+    q = IngestQueue()
+    q.put_lines(['{"ts": 1}', '{"ts": 2}'])
+    batches = []
+
+    async def consume() -> None:
+        async for batch in q.batches():
+            batches.append(batch)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0)
+    q.close()
+    await asyncio.wait_for(task, 5)
+    assert batches == [[{"ts": 1}, {"ts": 2}]]
