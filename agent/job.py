@@ -23,11 +23,13 @@ Registry: :func:`register_job` (a class decorator) binds a *name* to a class and
 :func:`job_class` looks it up. Jobs arriving from the network name a registered class; no
 module path from the network is ever imported. :func:`load_entry_points` additionally
 registers the classes installed distributions declare in the ``elf.jobs`` entry-point group
-(locally installed code, chosen by the operator).
+(locally installed code, chosen by the operator), and :func:`load_job_modules` imports modules
+the operator's config names.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from importlib.metadata import entry_points
@@ -217,6 +219,15 @@ def load_entry_points(group: str = ENTRY_POINT_GROUP) -> list[str]:
         except Exception as exc:
             loaded.append(f"{ep.name}: {type(exc).__name__}: {exc}")
     return loaded
+
+
+def load_job_modules(modules: Iterable[str]) -> list[str]:
+    """Import modules named in the *operator's local configuration* (never from network
+    input) so their ``@register_job`` classes register; returns the job names registered."""
+    before = set(_JOBS)
+    for name in modules:
+        importlib.import_module(name)
+    return sorted(set(_JOBS) - before)
 
 
 def parse_spec(data: Any) -> JobSpec:

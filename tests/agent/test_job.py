@@ -202,3 +202,28 @@ async def test_job_defaults_and_context_protocol() -> None:
         return 3
 
     assert await maybe_await(hook()) == 3 and await maybe_await(4) == 4
+
+
+def test_entry_points_and_local_modules_register_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agent.job as jobmod
+
+    class FakeEP:
+        def __init__(self, name: str, target: Any) -> None:
+            self.name, self.target = name, target
+
+        def load(self) -> Any:
+            if isinstance(self.target, Exception):
+                raise self.target
+            return self.target
+
+    class Plugin(Job):
+        def map(self, record: dict[str, Any]) -> list[tuple[str, int]]:
+            return []
+
+    eps = [FakeEP("test-plugin", Plugin), FakeEP("test-broken", ImportError("no module"))]
+    monkeypatch.setattr(jobmod, "entry_points", lambda group: eps if group == "elf.jobs" else [])
+    loaded = load_entry_points()
+    assert loaded[0] == "test-plugin" and loaded[1].startswith("test-broken: ImportError")
+    assert job_class("test-plugin") is Plugin
+    jobmod.load_job_modules(["apps.wordcount"])  # may already be imported: then a no-op
+    assert job_class("wordcount").__module__ == "apps.wordcount"
