@@ -14,14 +14,16 @@ Contract:
 * :class:`LineParser` is the protocol every line format implements (JSON lines here; log
   formats plug in the same way): ``parse(line) -> record`` or raise ``RecordError``.
 * :class:`Quarantine` counts rejected lines per reason and keeps a bounded sample of the most
-  recent ones as ``{source, line_no, reason, text}`` (text cut to 200 characters). Nothing here
-  ever raises on bad input beyond ``RecordError``.
+  recent ones as ``{source, line_no, reason, text}`` (text cut to 200 characters); an optional
+  ``on_reject`` sink sees every entry (a dead-letter file). Nothing here ever raises on bad
+  input beyond ``RecordError``.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -102,28 +104,39 @@ def parse_iso8601(text: str) -> float:
 class Quarantine:
     """Counts rejected lines per reason and keeps the last ``limit`` of them."""
 
-    def __init__(self, limit: int = 100) -> None:
+    def __init__(
+        self, limit: int = 100, *, on_reject: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
         if limit < 0:
             raise ValueError("limit must be >= 0")
         self.limit = limit
         self.counts: Counter[str] = Counter()
         self._entries: deque[dict[str, Any]] = deque(maxlen=limit or None)
+        #: optional sink for every entry (e.g. a dead-letter file writer); its errors are
+        #: counted in ``sink_errors`` and never propagate
+        self.on_reject = on_reject
+        self.sink_errors = 0
 
     def add(self, source: str, line_no: int, reason: str, text: bytes | str) -> None:
         """Record one rejected line (``text`` is cut to 200 characters)."""
         self.counts[reason] += 1
-        if self.limit == 0:
+        if self.limit == 0 and self.on_reject is None:
             return
         if isinstance(text, bytes | bytearray | memoryview):
             text = bytes(text[: QUARANTINE_TEXT_CHARS * 4]).decode("utf-8", "replace")
-        self._entries.append(
-            {
-                "source": source,
-                "line_no": line_no,
-                "reason": reason,
-                "text": text[:QUARANTINE_TEXT_CHARS],
-            }
-        )
+        entry = {
+            "source": source,
+            "line_no": line_no,
+            "reason": reason,
+            "text": text[:QUARANTINE_TEXT_CHARS],
+        }
+        if self.limit:
+            self._entries.append(entry)
+        if self.on_reject is not None:
+            try:
+                self.on_reject(entry)
+            except Exception:
+                self.sink_errors += 1
 
     @property
     def total(self) -> int:
@@ -135,8 +148,11 @@ class Quarantine:
         return list(self._entries)
 
     def stats(self) -> dict[str, Any]:
-        """``{"total": n, "by_reason": {...}}``."""
-        return {"total": self.total, "by_reason": dict(self.counts)}
+        """``{"total": n, "by_reason": {...}}`` (plus ``sink_errors`` when a sink failed)."""
+        out: dict[str, Any] = {"total": self.total, "by_reason": dict(self.counts)}
+        if self.sink_errors:
+            out["sink_errors"] = self.sink_errors
+        return out
 
 
 def _short(value: Any) -> str:

@@ -90,6 +90,21 @@ def test_validator_never_raises_anything_but_record_error(data: bytes) -> None:
         assert isinstance(out, dict) and isinstance(out["ts"], int | float)
 
 
+def test_quarantine_sink_sees_every_entry_and_its_errors_are_contained() -> None:
+    seen: list[dict[str, Any]] = []
+    q = Quarantine(limit=0, on_reject=seen.append)
+    q.add("f", 1, "bad_json", b"\xffabc")
+    assert seen == [{"source": "f", "line_no": 1, "reason": "bad_json", "text": "\ufffdabc"}]
+    assert q.entries() == []
+
+    def broken(entry: dict[str, Any]) -> None:
+        raise OSError("disk full")
+
+    q = Quarantine(on_reject=broken)
+    q.add("f", 2, "not_object", "[]")
+    assert q.stats() == {"total": 1, "by_reason": {"not_object": 1}, "sink_errors": 1}
+
+
 def test_quarantine_is_bounded_and_cuts_text() -> None:
     q = Quarantine(limit=3)
     for i in range(5):
