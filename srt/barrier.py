@@ -21,6 +21,9 @@ Precise semantics (``docs/srt-dataplane.md`` has the long form):
   fixes ``start = f``: epochs before f stop waiting for it (it sent them elsewhere or has no
   data there), epochs from f on wait for it. Senders deliver in epoch order
   (:class:`srt.upstream.UpstreamSender` does), so nothing it sends later is missed.
+* **Floating start.** With ``first_epoch=None`` (what agents use: event-time epoch indices are
+  absolute, e.g. ~1.7e9 for 1 s epochs) the combiner starts at the lowest epoch offered before
+  its first emit, and the constructor's members are tentative like new ones.
 * **Removal.** A removed child stops blocking at once; what it already delivered stays.
 * **Nobody expected.** An open epoch with no expected contributor and nothing received is
   emitted as an empty snapshot as soon as a later epoch has received something, so a parent
@@ -85,19 +88,25 @@ class EpochCombiner:
         children: Iterable[int],
         emit: Callable[[int, Snapshot], Awaitable[None] | None],
         operator: LevelOperator | None = None,
-        first_epoch: int = 0,
+        first_epoch: int | None = 0,
         max_ahead: int = 10_000,
     ) -> None:
-        if first_epoch < 0:
+        if first_epoch is not None and first_epoch < 0:
             raise ValueError("first_epoch must be >= 0")
+        # Floating start (first_epoch None): event-time epoch numbers are absolute (~1.7e9
+        # for 1 s epochs), so a combiner created mid-stream starts at the lowest epoch offered
+        # before its first emit; its initial members count as new (tentative) ones.
+        self._floating = first_epoch is None
+        confirmed = not self._floating
+        first_epoch = first_epoch or 0
         self.job = job
         self.tree = tree
         self.operator = operator or LevelOperator()
         self.max_ahead = max_ahead
         self._emit_cb = emit
         self._next = first_epoch
-        self._children: dict[int, _Member] = {c: _Member(first_epoch, True) for c in children}
-        self._local: _Member | None = _Member(first_epoch, True) if expect_local else None
+        self._children = {c: _Member(first_epoch, confirmed) for c in children}
+        self._local: _Member | None = _Member(first_epoch, confirmed) if expect_local else None
         self._open: dict[int, _Open] = {}
         self._proto: Snapshot | None = None  # an empty snapshot like the first one merged
         self._emit_task: asyncio.Future | None = None
@@ -119,7 +128,7 @@ class EpochCombiner:
 
     def state_of(self, sender: int, epoch: int) -> str | None:
         """ "stale" / "duplicate" if an offer of this name would be refused, else None."""
-        if epoch < self._next:
+        if epoch < self._next and not self._floating:
             return "stale"
         st = self._open.get(epoch)
         return "duplicate" if st is not None and sender in st.senders else None
@@ -160,6 +169,9 @@ class EpochCombiner:
     def _check_epoch(self, epoch: int) -> None:
         if type(epoch) is not int or epoch < 0:
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        if self._floating and (self._proto is None or epoch < self._next):
+            self._next = epoch  # nothing emitted yet: start at the lowest epoch offered
+            return
         if epoch > self._next + self.max_ahead:
             raise EpochTooFarAhead(
                 f"epoch {epoch} is more than {self.max_ahead} past the next epoch {self._next}"
@@ -253,6 +265,7 @@ class EpochCombiner:
             snap = st.acc if st is not None and st.acc is not None else self._proto
             assert snap is not None
             self._next = epoch + 1
+            self._floating = False
             try:
                 out = self.operator.level(snap)
             except Exception:

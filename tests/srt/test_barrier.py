@@ -315,3 +315,22 @@ def test_a_child_added_mid_stream_is_waited_for_from_its_start(scenario) -> None
         assert old <= merged[e]  # the children it had and the local input: always complete
         if e >= max(tentative, first):
             assert inputs[(9, e)] <= merged[e]  # waited for from its (tentative) start
+
+
+def test_floating_start_begins_at_the_lowest_epoch_offered_before_the_first_emit() -> None:
+    base = 1_763_700_000  # absolute event-time epoch indices are large
+    sink = Sink()
+    comb = EpochCombiner(
+        job="j", tree=1, expect_local=True, children=[7, 8], emit=sink, first_epoch=None
+    )
+    assert comb.offer_child(7, base + 2, snap_of(["a"])) == "merged"
+    assert comb.state_of(8, base + 1) is None  # nothing emitted yet: lower epochs are welcome
+    assert comb.offer_child(8, base + 1, snap_of(["b"])) == "merged"
+    assert comb.next_epoch == base + 1
+    comb.offer_local(base + 1, snap_of(["c"]))
+    assert sink.out == [(base + 1, {"b": 1, "c": 1})]  # child 7 starts at base + 2
+    comb.offer_local(base + 2, snap_of(["c"]))
+    assert comb.offer_child(8, base + 2, snap_of(["b"])) == "merged"
+    assert sink.epochs == [base + 1, base + 2]
+    assert sink.result(base + 2) == Counter(a=1, b=1, c=1)
+    assert comb.offer_child(7, base, snap_of(["a"])) == "stale"  # floating ended at the emit
