@@ -19,7 +19,8 @@ and quarantined (:class:`~agent.records.Quarantine`); they never stop an input.
   runtime's job.) A truncation immediately followed by regrowth past the read position
   between two polls is not detectable by size and is read as an append;
 * a line longer than ``max_line_bytes`` is quarantined (``line_too_long``) and skipped; blank
-  lines are skipped silently; a missing file is waited for.
+  lines are skipped silently; a missing file is waited for; a parser that raises anything but
+  ``RecordError`` costs that line (``parser_error``), never the tail.
 
 :class:`IngestQueue` is fed by the HTTP ingest endpoint: ``put_lines``/``put_body``/
 ``put_records`` validate like the tail, quarantine bad lines and enqueue the rest, all or
@@ -172,18 +173,17 @@ class FileTail:
 
     def _consume(self, data: bytes, out: list[Record]) -> None:
         buf = self._buf + data if self._buf else data
-        start = 0
-        while True:
-            nl = buf.find(b"\n", start)
-            if nl < 0:
-                break
-            if self._skipping:
+        last_nl = buf.rfind(b"\n")
+        if last_nl >= 0:
+            lines = buf[:last_nl].split(b"\n")
+            if self._skipping:  # the first piece ends an over-long line already quarantined
                 self._skipping = False
-            else:
-                self._line(buf[start:nl], out)
-            start = nl + 1
-        rest = buf[start:]
-        self._pos += start
+                lines = lines[1:]
+            self._lines(lines, out)
+            self._pos += last_nl + 1
+            rest = buf[last_nl + 1 :]
+        else:
+            rest = buf
         if len(rest) > self.max_line_bytes and not self._skipping:
             self._line_no += 1
             self.counters["lines"] += 1
@@ -196,22 +196,36 @@ class FileTail:
         self._buf = rest
 
     def _line(self, line: bytes, out: list[Record]) -> None:
-        self._line_no += 1
-        self.counters["lines"] += 1
-        if not line.strip():
-            self.counters["blank_lines"] += 1
-            return
-        if len(line) > self.max_line_bytes:
+        self._lines([line], out)
+
+    def _lines(self, lines: list[bytes], out: list[Record]) -> None:
+        parse = self.parser.parse
+        append = out.append
+        line_no = self._line_no
+        records = blank = 0
+        limit = self.max_line_bytes
+        for line in lines:
+            line_no += 1
+            if len(line) <= limit:
+                try:
+                    append(parse(line))
+                    records += 1
+                    continue
+                except RecordError as exc:
+                    reason = exc.reason
+                except Exception:  # a parser bug costs one line, never the tail
+                    reason = "parser_error"
+                if not line.strip():
+                    blank += 1
+                    continue
+            else:
+                reason = "line_too_long"
             self.counters["rejected"] += 1
-            self.quarantine.add(self.name, self._line_no, "line_too_long", line[:800])
-            return
-        try:
-            out.append(self.parser.parse(line))
-        except RecordError as exc:
-            self.counters["rejected"] += 1
-            self.quarantine.add(self.name, self._line_no, exc.reason, line[:800])
-        else:
-            self.counters["records"] += 1
+            self.quarantine.add(self.name, line_no, reason, line[:800])
+        self._line_no = line_no
+        self.counters["lines"] += len(lines)
+        self.counters["records"] += records
+        self.counters["blank_lines"] += blank
 
     async def batches(self) -> AsyncIterator[list[Record]]:
         """Non-empty record batches as they arrive; sleeps ``poll_interval`` when idle."""

@@ -9,8 +9,8 @@ Contract:
   replaced by its float epoch seconds. ``bool`` is not a timestamp.
 * :class:`RecordValidator` turns a raw line (``bytes``/``str``) or an already-decoded object
   into a record, or raises :class:`RecordError` whose ``reason`` is one of
-  :data:`REASONS`: ``bad_json``, ``not_object``, ``missing_timestamp``, ``bad_timestamp``,
-  ``line_too_long``.
+  :data:`REASONS`: ``bad_json``, ``not_object``, ``missing_timestamp``, ``bad_timestamp``;
+  inputs add ``line_too_long`` and ``parser_error``.
 * :class:`LineParser` is the protocol every line format implements (JSON lines here; log
   formats plug in the same way): ``parse(line) -> record`` or raise ``RecordError``.
 * :class:`Quarantine` counts rejected lines per reason and keeps a bounded sample of the most
@@ -29,7 +29,14 @@ from typing import Any, Protocol
 
 import orjson
 
-REASONS = ("bad_json", "not_object", "missing_timestamp", "bad_timestamp", "line_too_long")
+REASONS = (
+    "bad_json",
+    "not_object",
+    "missing_timestamp",
+    "bad_timestamp",
+    "line_too_long",
+    "parser_error",  # a LineParser raised something other than RecordError (a bug)
+)
 QUARANTINE_TEXT_CHARS = 200
 
 

@@ -173,6 +173,20 @@ def test_tail_skips_over_long_lines(tmp_path: Path) -> None:
     assert tail.state()["offset"] == path.stat().st_size
 
 
+def test_tail_survives_a_parser_bug(tmp_path: Path) -> None:
+    class Buggy:
+        def parse(self, line: bytes | str) -> dict[str, Any]:
+            if b"crash" in line:
+                raise ZeroDivisionError("bug")
+            return RecordValidator().parse(line)
+
+    path = tmp_path / "log.jsonl"
+    write(path, [rec(0), "crash", rec(1)])
+    tail = FileTail(path, parser=Buggy())
+    assert [r["ts"] for r in drain(tail, 2)] == [1000, 1001]
+    assert tail.quarantine.stats()["by_reason"] == {"parser_error": 1}
+
+
 def test_tail_follows_rotation(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     write(path, [rec(i) for i in range(3)])
