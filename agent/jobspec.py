@@ -180,6 +180,16 @@ class JobSpec:
             return self.epoch_seconds
         return None if self.idle_timeout == 0 else self.idle_timeout
 
+    def window_bounds(self, epoch: int) -> tuple[int, int] | None:
+        """The epochs a result for ``epoch`` covers: ``(epoch, epoch)`` outside window mode;
+        in window mode the window ending at ``epoch``, or None if ``epoch`` ends no window
+        (its result is empty filler)."""
+        if self.mode != "window":
+            return epoch, epoch
+        if (epoch + 1) % self.window_slide:
+            return None
+        return epoch - self.window_size + 1, epoch
+
     def __hash__(self) -> int:
         return hash((self.name, self.creator))
 

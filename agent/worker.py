@@ -299,9 +299,28 @@ class Worker:
 
     def window_bounds(self, epoch: int) -> tuple[int, int] | None:
         """The epochs the snapshot emitted for ``epoch`` covers (None: it is empty filler)."""
-        if self._windows is None:
-            return epoch, epoch
-        return self._windows.bounds(epoch) if self._windows.ends_window(epoch) else None
+        return self.spec.window_bounds(epoch)
+
+    def replace_job(self, job: Job) -> None:
+        """Switch to another job instance between two ``process`` calls (a runtime job change:
+        new params, filter or map). The records processed from now on use it; open epochs
+        keep what they hold. The aggregator, epochs and execution model must stay the same
+        (``ValueError`` otherwise): they define the snapshots the tree merges."""
+        old, new = self.spec, job.spec
+        fixed = (
+            "aggregator",
+            "aggregator_params",
+            "epoch_seconds",
+            "mode",
+            "window_size",
+            "window_slide",
+            "trees",
+        )
+        changed = [name for name in fixed if getattr(old, name) != getattr(new, name)]
+        if changed:
+            raise ValueError(f"cannot change {', '.join(changed)} of a running worker")
+        job.feedback = self.job.feedback
+        self.job, self.spec = job, new
 
     # ---- control --------------------------------------------------------------------------
     def set_feedback(self, value: Any) -> None:

@@ -303,3 +303,38 @@ def test_map_keys_fast_path() -> None:
     assert out == [(1, {"a": 2, "b": 1}), (2, {"a": 1, "c": 1})]
     stats = worker.stats()
     assert stats["map_errors"] == 2 and stats["pairs_out"] == 5
+
+
+def test_replace_job_applies_to_later_records_only() -> None:
+    worker = make(epoch_seconds=10.0, params={"v": 1})
+    worker.process([{"ts": 1, "k": "a"}])
+    worker.on_multicast({"kind": "feedback", "value": ["zzz"]})
+
+    class Upper(Keys):
+        def map(self, record: dict[str, Any]) -> list[tuple[Any, Any]]:
+            return [(k.upper(), v) for k, v in super().map(record)]
+
+    base = worker.spec.to_dict()
+    worker.replace_job(Upper(worker.spec.with_changes(params={"v": 2})))
+    assert worker.job.feedback == ["zzz"] and worker.spec.params == {"v": 2}
+    worker.process([{"ts": 2, "k": "a"}])
+    assert [(e, s.to_dict()) for e, s in worker.finish()] == [(0, {"a": 1, "A": 1})]
+    with pytest.raises(ValueError, match="aggregator, epoch_seconds"):
+        worker.replace_job(
+            Keys(JobSpec.from_dict({**base, "aggregator": "sum", "epoch_seconds": 2}))
+        )
+
+
+def test_spec_window_bounds() -> None:
+    spec = JobSpec.from_dict(
+        {
+            "name": "t",
+            "creator": "me",
+            "job_class": "x",
+            "mode": "window",
+            "window_size": 4,
+            "window_slide": 2,
+        }
+    )
+    assert [spec.window_bounds(e) for e in range(4)] == [None, (-2, 1), None, (0, 3)]
+    assert spec.with_changes(mode="batch").window_bounds(5) == (5, 5)
