@@ -12,12 +12,13 @@ Contract (:class:`EpochClock`):
   watermark never moves backwards.
 * ``closable()`` lists, in increasing order, the epochs not yet closed whose end is
   ``<= watermark`` (from the first open epoch on, including epochs that received no record:
-  they close as empty epochs). ``close(epoch)`` closes the lowest open epoch; epochs close in
-  order, each exactly once.
+  they close as empty epochs; ``closable(limit)`` returns at most ``limit``).
+  ``close(epoch)`` closes the lowest open epoch; epochs close in order, each exactly once.
 * **Lateness policy: drop and count.** A record whose epoch is already closed or closable (its
   epoch's end ``<= watermark``), or that precedes ``start_epoch``, is *late*: ``assign``
-  returns ``None`` and ``stats()["late_dropped"]`` counts it. Records within the allowed
-  lateness are accepted even if they arrive out of order. Optionally (``max_future``) a record
+  returns ``None`` and ``stats()["late_dropped"]`` counts it. Records at most
+  ``allowed_lateness`` behind the newest one are accepted even if they arrive out of order
+  (unless an idle stretch advanced the watermark past them). Optionally (``max_future``) a record
   more than that many seconds ahead of the wall clock is dropped as ``future_dropped`` so one
   bad clock cannot push the watermark past every other record.
 * Idleness: a source is idle when no record was *accepted* for ``idle_timeout`` seconds

@@ -24,7 +24,9 @@ Execution models (``spec.mode``):
   barrier moving and merge to nothing). :class:`EpochWindows` computes it: for ``count`` a
   running snapshot updated by the paper's invertible reduce (merge the new pane, subtract the
   one that left); for other aggregators a merge of the panes in the window (exact for floats
-  and non-invertible aggregators). ``{"kind": "empty"}`` control drops the panes of the
+  and non-invertible aggregators). (cbt's ``SlidingWindow`` counts epochs from its first
+  push, so agents that start at different epochs would cut different windows; ``EpochWindows``
+  aligns them to epoch 0 with the same reduce.) ``{"kind": "empty"}`` control drops the panes of the
   epochs already closed (epochs still open count in the windows that follow).
 * ``iterative`` — like batch, and ``job.map`` reads ``job.feedback``: the last value the
   master fed back (``{"kind": "feedback", ...}`` multicast, see :meth:`Worker.on_multicast`).
