@@ -1,15 +1,30 @@
 """The ``elf`` command-line interface.
 
-One click group; each subsystem adds its subcommands here (``agent``, ``cluster``, ``demo``,
-``submit``... arrive with the issues that build them). The group itself only knows the
-version and help.
+One click group. ``elf agent`` runs an agent daemon (config file, ``ELF_*`` environment and
+flags, in increasing precedence); ``elf cluster`` runs a local multi-process cluster on
+loopback; ``elf submit / jobs / stop / results / query / status`` talk to any agent's HTTP
+API (``--api`` or ``ELF_API``; token from ``--token``/``ELF_TOKEN`` or derived from the
+cluster secret file). Errors print one line naming what was wrong and exit non-zero.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
 
 import click
+
+from agent.api_client import ApiClient, ApiError
+from agent.config import derive_api_token, load_config, read_secret
+from agent.errors import ConfigError
 
 
 def package_version() -> str:
@@ -24,6 +39,169 @@ def package_version() -> str:
 @click.version_option(package_version(), "-V", "--version", prog_name="elf")
 def cli() -> None:
     """ELF: decentralized, lightweight stream processing over a peer-to-peer overlay."""
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
+@click.option("--host", help="Advertised host for the overlay and data plane.")
+@click.option("--port", "overlay_port", type=int, help="Overlay UDP port (0 = any).")
+@click.option("--data-port", type=int, help="Data-plane HTTP port (0 = any).")
+@click.option("--api-host", help="HTTP API listen host.")
+@click.option("--api-port", type=int, help="HTTP API port (0 = any).")
+@click.option("--bootstrap", multiple=True, help="host:port of a peer (repeatable).")
+@click.option("--secret-file", type=click.Path(dir_okay=False), help="Cluster secret file.")
+@click.option("--token-file", type=click.Path(dir_okay=False), help="API token file.")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Data directory.")
+@click.option("--domain", help="Failure-domain label (e.g. rack).")
+@click.option("--input", "inputs", multiple=True, help="NAME=PATH of a JSON-lines file.")
+@click.option("--agents", "logical_agents", type=int, help="Logical agents in this process.")
+@click.option("--node-id", help="Hex node id (default: SHA-1 of host:port).")
+@click.option("--log-level", default="WARNING", show_default=True)
+def agent(config_path: str | None, log_level: str, **flags: Any) -> None:
+    """Run an agent daemon until SIGTERM/SIGINT."""
+    from agent.daemon import run
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
+    try:
+        config = load_config(config_path, overrides=flags)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    asyncio.run(run(config))
+
+
+@cli.command()
+@click.option("--agents", "n", type=int, default=4, show_default=True, help="Agent processes.")
+@click.option("--workdir", type=click.Path(file_okay=False), help="Default: a temp directory.")
+@click.option("--logical", type=int, default=1, show_default=True, help="Agents per process.")
+def cluster(n: int, workdir: str | None, logical: int) -> None:
+    """Run a local multi-process cluster on loopback until Ctrl-C."""
+    from agent.cluster import LocalCluster
+
+    root = Path(workdir or tempfile.mkdtemp(prefix="elf-cluster-"))
+    local = LocalCluster(n, root, logical_agents=logical)
+    local.start()
+    try:
+        click.echo(f"secret file: {local.secret_file}")
+        for a in local.agents():
+            click.echo(f"agent {a['node_id'][:10]}  overlay {a['overlay']}  api {a['api_url']}")
+        click.echo("Ctrl-C stops the cluster.")
+        with contextlib.suppress(KeyboardInterrupt):
+            local.procs[0].process.wait()
+    finally:
+        local.stop()
+
+
+def _client(api: str, token: str | None, secret_file: str | None) -> ApiClient:
+    if not token:
+        if not secret_file:
+            raise click.ClickException("no API token: pass --token or --secret-file")
+        try:
+            token = derive_api_token(read_secret(secret_file))
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+    return ApiClient(api, token)
+
+
+def _api_options(fn: Any) -> Any:
+    fn = click.option("--secret-file", envvar="ELF_SECRET_FILE", help="Derive the token.")(fn)
+    fn = click.option("--token", envvar="ELF_TOKEN", help="API token.")(fn)
+    default_api = "http://127.0.0.1:7480"
+    return click.option("--api", envvar="ELF_API", default=default_api, show_default=True)(fn)
+
+
+def _print(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _call(fn: Any, *args: Any) -> None:
+    try:
+        _print(fn(*args))
+    except ApiError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@cli.command()
+@click.argument("spec_file", type=click.File("r"), required=False)
+@click.option("--name", help="Job name (instead of SPEC_FILE).")
+@click.option("--job", "job_class", help="Registered job class, e.g. wordcount.")
+@click.option("--input", "inputs", multiple=True, help="Input name the job reads.")
+@click.option("--epoch-seconds", type=float, help="Epoch length in seconds.")
+@click.option("--param", "params", multiple=True, help="KEY=VALUE job parameter.")
+@_api_options
+def submit(
+    spec_file: Any,
+    name: str | None,
+    job_class: str | None,
+    inputs: tuple[str, ...],
+    epoch_seconds: float | None,
+    params: tuple[str, ...],
+    api: str,
+    token: str | None,
+    secret_file: str | None,
+) -> None:
+    """Submit a job: a JSON spec file, or --name/--job/... flags."""
+    if spec_file is not None:
+        try:
+            spec = json.load(spec_file)
+        except json.JSONDecodeError as exc:
+            raise click.ClickException(f"{spec_file.name}: not JSON: {exc}") from None
+    else:
+        if not name or not job_class:
+            raise click.ClickException("give a SPEC_FILE or both --name and --job")
+        spec = {"name": name, "job": job_class, "creator": os.environ.get("USER", "elf")}
+        if inputs:
+            spec["inputs"] = list(inputs)
+        if epoch_seconds is not None:
+            spec["epoch_seconds"] = epoch_seconds
+        if params:
+            spec["params"] = dict(p.partition("=")[::2] for p in params)
+    _call(_client(api, token, secret_file).submit, spec)
+
+
+@cli.command()
+@_api_options
+def jobs(api: str, token: str | None, secret_file: str | None) -> None:
+    """List the cluster's jobs."""
+    _call(_client(api, token, secret_file).jobs)
+
+
+@cli.command()
+@click.argument("name")
+@_api_options
+def stop(name: str, api: str, token: str | None, secret_file: str | None) -> None:
+    """Stop a job."""
+    _call(_client(api, token, secret_file).stop_job, name)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--epoch", type=int, help="Epoch index (default: the latest complete one).")
+@_api_options
+def results(
+    name: str, epoch: int | None, api: str, token: str | None, secret_file: str | None
+) -> None:
+    """Print a job's result for one epoch, fetched from its master."""
+    _call(_client(api, token, secret_file).results, name, epoch)
+
+
+@cli.command()
+@click.argument("name")
+@click.argument("message")
+@_api_options
+def query(name: str, message: str, api: str, token: str | None, secret_file: str | None) -> None:
+    """Send a JSON query MESSAGE to a job's master and print its reply."""
+    try:
+        body = json.loads(message)
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(f"MESSAGE is not JSON: {exc}") from None
+    _call(_client(api, token, secret_file).query, name, body)
+
+
+@cli.command()
+@_api_options
+def status(api: str, token: str | None, secret_file: str | None) -> None:
+    """Print the agent's status: node id, neighbours, roles and trees per job."""
+    _call(_client(api, token, secret_file).status)
 
 
 def main() -> None:

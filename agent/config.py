@@ -79,6 +79,7 @@ class AgentConfig:
     inputs: tuple[InputConfig, ...] = ()
     tunables: Tunables = field(default_factory=Tunables)
     heartbeat_interval: float = 1.0
+    node_id: int | None = None  # overrides SHA-1(host:port); tests and planned placements
 
     def for_logical(self, index: int) -> AgentConfig:
         """The config of logical agent ``index``: fixed ports shift by ``index``, the data
@@ -122,7 +123,16 @@ def read_secret(path: str | Path, where: str = "secret_file") -> bytes:
 
 
 _INT_KEYS = ("overlay_port", "data_port", "api_port", "logical_agents")
-_STR_KEYS = ("host", "api_host", "domain", "data_dir", "secret_file", "token_file", "api_token")
+_STR_KEYS = (
+    "host",
+    "api_host",
+    "domain",
+    "data_dir",
+    "secret_file",
+    "token_file",
+    "api_token",
+    "node_id",
+)
 _FLOAT_KEYS = ("heartbeat_interval",)
 _ENV = {
     "ELF_HOST": "host",
@@ -207,6 +217,15 @@ def _build(
     for key in ("host", "api_host", "domain", "data_dir"):
         if key in raw:
             values[key] = str(raw[key])
+    if "node_id" in raw:
+        try:
+            values["node_id"] = int(str(raw["node_id"]), 16)
+        except ValueError:
+            raise ConfigError(f"{origin['node_id']}: node_id must be hexadecimal") from None
+        if not 0 <= values["node_id"] < 1 << 160:
+            raise ConfigError(f"{origin['node_id']}: node_id must fit in 160 bits")
+        if values.get("logical_agents", 1) > 1:
+            raise ConfigError(f"{origin['node_id']}: node_id needs logical_agents = 1")
     if "bootstrap" in raw:
         items = raw["bootstrap"]
         if isinstance(items, str):

@@ -6,14 +6,24 @@ Unicode letters and digits (``[^\\W_]+``: punctuation, underscores and whitespac
 words). ``map_keys(record)`` (the counting fast path the worker uses) returns the words;
 ``map(record)`` the same as ``(word, 1)`` pairs. A record without a string text field yields
 nothing. ``params["min_length"]`` (default 1) drops shorter words. Aggregator: ``count``.
+
+Master side: it keeps the last ``RETAINED_EPOCHS`` epoch results it completed and answers
+cross-job queries ``{"word": w}`` (optionally ``"epochs": n``, the newest n) with
+``{"word", "count", "epochs": [first, last] | None}``: the word's count summed over them.
+This state lives in the master's job instance; a new master starts it afresh (the epoch
+results themselves move with the master role).
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from typing import Any
 
 from agent.job import Job, register_job
+from cbt import Snapshot
+
+RETAINED_EPOCHS = 64
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -44,3 +54,21 @@ class WordCount(Job):
         words = _WORD.findall(text.lower())
         n = self.min_length
         return words if n == 1 else [w for w in words if len(w) >= n]
+
+    # ---- master side ----------------------------------------------------------------------
+    def on_epoch_result(self, epoch: int, snapshot: Snapshot) -> None:
+        if not hasattr(self, "_recent"):
+            self._recent: deque[tuple[int, Snapshot]] = deque(maxlen=RETAINED_EPOCHS)
+        self._recent.append((epoch, snapshot))
+
+    def on_query(self, message: dict[str, Any]) -> dict[str, Any]:
+        word = message.get("word")
+        if not isinstance(word, str) or not word:
+            return {"error": "query needs a non-empty string 'word'"}
+        n = message.get("epochs", RETAINED_EPOCHS)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            return {"error": "'epochs' must be a positive integer"}
+        recent = list(getattr(self, "_recent", ()))[-n:]
+        count = sum(int(snap.get(word.lower(), 0)) for _, snap in recent)
+        span = [recent[0][0], recent[-1][0]] if recent else None
+        return {"word": word, "count": count, "epochs": span}

@@ -88,3 +88,20 @@ def test_tokenizer_agrees_with_reference_on_random_ascii() -> None:
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
         assert [w for w, _ in job.map({"line": text})] == reference_words(text)
         assert all(re.fullmatch(r"[a-z0-9]+", w) for w, _ in job.map({"line": text}))
+
+
+def test_master_answers_word_queries_over_recent_epochs() -> None:
+    from agent.jobspec import JobSpec
+    from apps.wordcount import WordCount
+    from cbt import CompressedBufferTree
+
+    job = WordCount(JobSpec.from_dict({"name": "wc", "creator": "t", "job_class": "wordcount"}))
+    assert job.on_query({"word": "a"}) == {"word": "a", "count": 0, "epochs": None}
+    for epoch, words in [(10, "a b a"), (11, "b"), (12, "a")]:
+        tree = CompressedBufferTree("count")
+        tree.insert_many([k for k, _ in job.map({"line": words})])
+        job.on_epoch_result(epoch, tree.flush())
+    assert job.on_query({"word": "A"}) == {"word": "A", "count": 3, "epochs": [10, 12]}
+    assert job.on_query({"word": "a", "epochs": 2}) == {"word": "a", "count": 1, "epochs": [11, 12]}
+    assert "error" in job.on_query({"word": ""})
+    assert "error" in job.on_query({"word": "a", "epochs": 0})

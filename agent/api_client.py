@@ -1,0 +1,76 @@
+"""A small synchronous client of the agent HTTP API, used by the ``elf`` CLI and tests.
+
+Contract: each method returns the decoded JSON body; a non-2xx answer raises
+:class:`ApiError` carrying the status and the server's error message; a refused connection
+raises :class:`ApiError` with status 0 and the address it tried.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import orjson
+
+
+class ApiError(Exception):
+    """The API refused a request (``status`` ≥ 400) or could not be reached (``status`` 0)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}" if status else message)
+        self.status = status
+        self.message = message
+
+
+class ApiClient:
+    """Talks to one agent's API at ``url`` with bearer ``token``."""
+
+    def __init__(self, url: str, token: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> Any:
+        data = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return orjson.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            payload = exc.read()
+            try:
+                message = orjson.loads(payload).get("error", "")
+            except (orjson.JSONDecodeError, AttributeError):
+                message = payload.decode("utf-8", "replace")[:200]
+            raise ApiError(exc.code, message) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.call("POST", "/api/v1/jobs", spec)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.call("GET", "/api/v1/jobs")["jobs"]
+
+    def stop_job(self, name: str) -> dict[str, Any]:
+        return self.call("DELETE", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}")
+
+    def results(self, name: str, epoch: int | None = None) -> dict[str, Any]:
+        query = "" if epoch is None else f"?epoch={int(epoch)}"
+        return self.call("GET", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/results{query}")
+
+    def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]:
+        return self.call("POST", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/query", message)
+
+    def status(self) -> dict[str, Any]:
+        return self.call("GET", "/api/v1/status")
+
+    def ingest(self, input_name: str, lines: list[str]) -> dict[str, Any]:
+        raw = ("\n".join(lines) + "\n").encode()
+        path = f"/api/v1/ingest/{urllib.parse.quote(input_name, safe='')}"
+        return self.call("POST", path, raw=raw)

@@ -1,0 +1,435 @@
+"""One job on one agent: its worker, forwarder and master roles over the job's m trees.
+
+Contract (see ``docs/agent-runtime.md``):
+
+* **Worker** (the agent has one of the job's inputs): records → ``Job.map`` → per-epoch CBT
+  (:class:`~agent.worker.Worker`); each closed epoch's snapshot is split by key-hash range
+  into the m tree partitions and offered to each tree's barrier as the local contribution.
+* **Forwarder / master**: per tree an :class:`~srt.barrier.EpochCombiner` merges the local
+  snapshot with every child's for an epoch, then sends the epoch to the parent
+  (:class:`~srt.upstream.UpstreamSender`, kept until acknowledged) or — at the root — stores
+  it as the epoch's result and runs the job's master hooks (result, feedback multicast for
+  iterative jobs, "empty" multicast for synchronous batches).
+* **Late contributions** — a snapshot for an epoch its receiver already emitted (a child that
+  joined or moved mid-epoch) — bypass the tree and go straight to the tree's master, which
+  folds them into that epoch once per origin; results stay exact and the epoch is marked
+  ``updated``.
+* **Hand-over**: a master that loses the root role (a closer agent joined, or it stops)
+  sends its stored results to the new master over the data plane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from agent.errors import BadRequest, NotFound, Unavailable
+from agent.job import Job, create_job, maybe_await
+from agent.jobspec import JobSpec
+from agent.jobtable import JobEntry
+from agent.results import ResultStore
+from agent.worker import Worker
+from cbt import Snapshot
+from srt import EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
+from srt.operators import level_operator_for
+
+if TYPE_CHECKING:
+    from agent.runtime import Agent
+
+log = logging.getLogger(__name__)
+MULTICAST_TIMEOUT = 5.0
+
+
+class JobRuntime:
+    """The roles of one job on one agent (see module contract)."""
+
+    def __init__(self, agent: Agent, entry: JobEntry) -> None:
+        self.agent = agent
+        self.spec = JobSpec.from_dict(entry.spec)
+        self.name = self.spec.name
+        self.job: Job = create_job(self.spec)
+        self.app_id = app_id(self.spec.name, self.spec.creator)
+        self.tree_list = tree_ids(self.app_id, self.spec.trees)
+        self.tree_set = set(self.tree_list)
+        wanted = set(self.spec.inputs) if self.spec.inputs else agent.input_names()
+        self.inputs = sorted(wanted & agent.input_names())
+        self.worker: Worker | None = Worker(self.job) if self.inputs else None
+        self.combiners: dict[int, EpochCombiner] = {}
+        self.senders: dict[int, UpstreamSender] = {}
+        self.store = ResultStore()
+        self.multicasts: list[dict[str, Any]] = []  # recent control messages received
+        self.multicast_stats: list[dict[str, float]] = []  # as master: reached, elapsed
+        self.counters: dict[str, int] = {}
+        self._last_timer = 0.0
+        self._context = _Context(self)
+        self.job.bind(self._context)
+        self._stopped = False
+
+    def count(self, what: str, n: int = 1) -> None:
+        self.counters[what] = self.counters.get(what, 0) + n
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        trees = self.agent.trees
+        assert trees is not None
+        if self.worker is None:
+            return
+        for tid in self.tree_list:
+            self.ensure_tree(tid)
+            await trees.join(tid, job=self.name, subscriber=True)
+            self.parent_changed(tid)
+            self.children_changed(tid)
+
+    async def stop(self, graceful: bool) -> None:
+        self._stopped = True
+        trees = self.agent.trees
+        if graceful and trees is not None:
+            for tid in self.tree_list:
+                view = trees.view(tid)
+                if view is not None and view.is_root and self.store.epochs(tid):
+                    await self._hand_over_to_successor(tid)
+        if trees is not None:
+            for tid in self.tree_list:
+                if trees.view(tid) is not None:
+                    try:
+                        await trees.leave(tid)
+                    except Exception as exc:  # leaving is best effort; the tree repairs itself
+                        log.info("leaving tree of %s failed: %r", self.name, exc)
+        for sender in self.senders.values():
+            await sender.close()
+
+    # ---- tree bookkeeping --------------------------------------------------------------------
+
+    def ensure_tree(self, tid: int) -> EpochCombiner:
+        combiner = self.combiners.get(tid)
+        if combiner is None:
+            combiner = EpochCombiner(
+                job=self.name,
+                tree=tid,
+                expect_local=self.worker is not None,
+                children=(),
+                emit=lambda epoch, snap, tid=tid: self._emit(tid, epoch, snap),
+                operator=level_operator_for(self.job.make_aggregator()),
+                first_epoch=self.spec.start_epoch,
+            )
+            self.combiners[tid] = combiner
+            self.senders[tid] = UpstreamSender(
+                self.agent.client, job=self.name, tree=tid, sender=self.agent.overlay.id
+            )
+        return combiner
+
+    def parent_changed(self, tid: int) -> None:
+        view = self._view(tid)
+        if view is None:
+            return
+        self.ensure_tree(tid)
+        self.senders[tid].set_parent(view.parent_url)
+
+    def children_changed(self, tid: int) -> None:
+        view = self._view(tid)
+        if view is None:
+            return
+        self.ensure_tree(tid).set_children(view.children.keys())
+
+    def root_changed(self, tid: int, is_root: bool) -> None:
+        self.ensure_tree(tid)
+        if not is_root and self.store.epochs(tid):
+            self.agent.spawn(self._hand_over(tid), f"hand over {self.name}")
+        self.parent_changed(tid)
+
+    def _view(self, tid: int) -> Any:
+        trees = self.agent.trees
+        return trees.view(tid) if trees is not None else None
+
+    # ---- the data path -----------------------------------------------------------------------
+
+    def tick(self, batches: dict[str, list[dict[str, Any]]], now: float) -> None:
+        """Feed new records (per input name) to the worker, offer closed epochs to the trees'
+        barriers, run the master's timer."""
+        if self._stopped:
+            return
+        if self.worker is not None:
+            for name, records in batches.items():
+                if records:
+                    ts_field = self.agent.input_configs[name].timestamp_field
+                    self.worker.process(records, ts_field=ts_field)
+            for epoch, snap in self.worker.poll():
+                parts = snap.split_by_hash(len(self.tree_list))
+                for tid, part in zip(self.tree_list, parts, strict=True):
+                    self.ensure_tree(tid).offer_local(epoch, part)
+        interval = type(self.job).timer_interval
+        if interval and now - self._last_timer >= interval and self.is_master:
+            self._last_timer = now
+            self.agent.spawn(maybe_await(self.job.on_timer()), f"{self.name} on_timer")
+
+    def _emit(self, tid: int, epoch: int, snap: Snapshot) -> None:
+        if self._stopped:
+            return
+        view = self._view(tid)
+        if view is not None and view.is_root:
+            if self.store.put(tid, epoch, snap, time.time()):
+                self.agent.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
+            return
+        name = SnapshotName(self.name, tid, epoch, self.agent.overlay.id)
+        self.senders[tid].send(name, snap.to_bytes())
+
+    def offer_child(self, name: SnapshotName, snap: Snapshot) -> str:
+        result = self.ensure_tree(name.tree).offer_child(name.sender, name.epoch, snap)
+        if result != "stale":
+            return result
+        self.count("late_contributions")
+        return self.offer_late(name, snap)
+
+    def offer_late(self, name: SnapshotName, snap: Snapshot) -> str:
+        """A contribution for an epoch already emitted here: fold it in at the master."""
+        view = self._view(name.tree)
+        if view is not None and view.is_root:
+            folded = self.store.add_late(name.tree, name.epoch, name.sender, snap, time.time())
+            return "merged" if folded else "duplicate"
+        self.agent.spawn(self._forward_late(name, snap), f"{self.name} late epoch")
+        return "merged"
+
+    async def _forward_late(self, name: SnapshotName, snap: Snapshot) -> None:
+        url = await self._master_url(name.tree)
+        path = "/agent/v1/late"
+        status, _ = await self.agent.client.request("POST", url, path, snap.to_bytes(), name=name)
+        if status != 200:
+            self.count("late_forward_failed")
+
+    async def _master_epoch(self, tid: int, epoch: int, snap: Snapshot) -> None:
+        await maybe_await(self.job.on_epoch_result(epoch, snap))
+        if self.spec.mode == "iterative":
+            value = self.job.feedback_for(epoch, snap)
+            if value is not None:
+                await self._multicast(tid, {"kind": "feedback", "epoch": epoch, "value": value})
+        elif self.spec.mode == "batch":
+            await self._multicast(tid, {"kind": "empty", "epoch": epoch})
+
+    async def _multicast(self, tid: int, message: dict[str, Any]) -> Any:
+        trees = self.agent.trees
+        assert trees is not None
+        result = await trees.multicast(tid, message, timeout=MULTICAST_TIMEOUT)
+        self.multicast_stats.append(
+            {"kind": message.get("kind"), "reached": result.reached, "ms": result.elapsed_s * 1000}
+        )
+        del self.multicast_stats[:-64]
+        return result
+
+    async def on_multicast(self, tid: int, message: dict[str, Any]) -> None:
+        self.multicasts.append({"tree": f"{tid:040x}", **message, "at": time.time()})
+        del self.multicasts[:-64]
+        if self.worker is not None:
+            await maybe_await(self.worker.on_multicast(message))
+        else:
+            if message.get("kind") == "feedback":
+                self.job.feedback = message.get("value")
+            await maybe_await(self.job.on_multicast(message))
+
+    # ---- hand-over ---------------------------------------------------------------------------
+
+    async def _hand_over(self, tid: int) -> None:
+        url = await self._master_url(tid)
+        if url == self.agent.data_url:
+            return  # we are root again
+        await self._send_results(tid, url)
+
+    async def _hand_over_to_successor(self, tid: int) -> None:
+        """Stopping master: give the results to the live agent closest to the tree id."""
+        others = [n for n in self.agent.overlay.leaf_set() if n.id != self.agent.overlay.id]
+        if not others:
+            return
+        successor = min(others, key=lambda n: n.id ^ tid)
+        try:
+            reply = await self.agent.overlay.request(successor, "agent.where", {})
+            await self._send_results(tid, reply["data_url"])
+        except Exception as exc:
+            self.count("handover_failed")
+            log.warning("hand-over of %s to %s failed: %r", self.name, successor, exc)
+
+    async def _send_results(self, tid: int, url: str) -> None:
+        items = [
+            dict(item, snapshot=base64.b64encode(item["snapshot"]).decode())
+            for item in self.store.export(tid)
+        ]
+        body = {"job": self.name, "tree": tid, "items": items}
+        await self.agent.client.post_json(url, "/agent/v1/handover", body)
+        self.store.drop_tree(tid)
+        self.count("handovers_sent")
+
+    def absorb(self, tid: int, items: list[dict[str, Any]]) -> int:
+        self.ensure_tree(tid)
+        taken = self.store.absorb(tid, items)
+        self.count("handovers_received")
+        return taken
+
+    # ---- results and queries -----------------------------------------------------------------
+
+    async def _master_url(self, tid: int) -> str:
+        trees = self.agent.trees
+        assert trees is not None
+        view = trees.view(tid)
+        if view is not None and view.is_root:
+            return self.agent.data_url
+        try:
+            reply = await trees.query(tid, {"op": "where"}, timeout=5.0)
+        except Exception as exc:
+            raise Unavailable(f"the master of {self.name!r} did not answer: {exc}") from None
+        return str(reply["data_url"])
+
+    def local_results(self, tid: int, epoch: Any) -> dict[str, Any]:
+        epochs = self.store.epochs(tid)
+        if epoch is None:
+            return {"epochs": epochs}
+        result = self.store.get(tid, int(epoch))
+        if result is None:
+            return {"epochs": epochs, "rows": None}
+        return {
+            "epochs": epochs,
+            "rows": [[jsonable(k), jsonable(v)] for k, v in result.snapshot],
+            "updated": result.updated,
+            "completed_at": result.completed_at,
+        }
+
+    async def _tree_results(self, tid: int, epoch: int | None) -> dict[str, Any]:
+        url = await self._master_url(tid)
+        if url == self.agent.data_url:
+            return self.local_results(tid, epoch)
+        body = {"job": self.name, "tree": tid, "epoch": epoch}
+        return await self.agent.client.post_json(url, "/agent/v1/results", body)
+
+    async def results(self, epoch: int | None) -> dict[str, Any]:
+        """The job's result for ``epoch`` (default: the newest epoch all m masters have)."""
+        if epoch is not None and epoch < 0:
+            raise BadRequest("epoch must be ≥ 0")
+        if epoch is None:
+            listings = await asyncio.gather(*(self._tree_results(t, None) for t in self.tree_list))
+            common = set.intersection(*(set(x["epochs"]) for x in listings))
+            if not common:
+                raise NotFound(f"job {self.name!r} has no complete epoch yet")
+            epoch = max(common)
+        parts = await asyncio.gather(*(self._tree_results(t, epoch) for t in self.tree_list))
+        missing = [i for i, p in enumerate(parts) if p.get("rows") is None]
+        if len(missing) == len(parts):
+            raise NotFound(f"job {self.name!r} has no result for epoch {epoch}")
+        rows = [row for p in parts if p.get("rows") for row in p["rows"]]
+        return {
+            "job": self.name,
+            "epoch": epoch,
+            "epoch_seconds": self.spec.epoch_seconds,
+            "complete": not missing,
+            "updated": any(p.get("updated") for p in parts),
+            "rows": rows,
+        }
+
+    async def answer_query(self, message: Any) -> dict[str, Any]:
+        if not isinstance(message, dict):
+            return {"error": "query message must be a JSON object", "status": 400}
+        reply = await maybe_await(self.job.on_query(message))
+        if not isinstance(reply, dict):
+            return {"error": "the job's on_query returned no object", "status": 500}
+        return reply
+
+    async def query_master(self, message: dict[str, Any]) -> dict[str, Any]:
+        return await self._context.route(self.app_id, message)
+
+    # ---- status ------------------------------------------------------------------------------
+
+    @property
+    def is_master(self) -> bool:
+        view = self._view(self.tree_list[0])
+        return bool(view is not None and view.is_root)
+
+    def roles(self) -> list[str]:
+        roles = []
+        if self.worker is not None:
+            roles.append("worker")
+        views = [v for t in self.tree_list if (v := self._view(t)) is not None]
+        if any(v.children and not v.is_root for v in views):
+            roles.append("forwarder")
+        if any(v.is_root for v in views):
+            roles.append("master")
+        return roles
+
+    def status(self) -> dict[str, Any]:
+        views = [v for t in self.tree_list if (v := self._view(t)) is not None]
+        return {
+            "app_id": f"{self.app_id:040x}",
+            "roles": self.roles(),
+            "inputs": self.inputs,
+            "trees": [v.to_dict() for v in views],
+            "barrier": {f"{t:040x}": c.pending() for t, c in self.combiners.items()},
+            "upstream": {f"{t:040x}": s.pending() for t, s in self.senders.items()},
+            "worker": self.worker.stats() if self.worker is not None else None,
+            "results": {f"{t:040x}": self.store.epochs(t)[-8:] for t in self.store.trees()},
+            "multicasts_received": len(self.multicasts),
+            "multicast_stats": self.multicast_stats[-8:],
+            "counters": dict(self.counters),
+        }
+
+
+class _Context:
+    """The :class:`~agent.job.JobContext` the runtime gives each job instance."""
+
+    def __init__(self, runtime: JobRuntime) -> None:
+        self._rt = runtime
+
+    @property
+    def node_id(self) -> int:
+        return self._rt.agent.overlay.id
+
+    @property
+    def is_master(self) -> bool:
+        return self._rt.is_master
+
+    @property
+    def feedback(self) -> Any:
+        return self._rt.job.feedback
+
+    async def subscribe(self, app: int) -> None:
+        trees = self._rt.agent.trees
+        assert trees is not None
+        await trees.join(app, job=self._rt.name, subscriber=False)
+
+    async def send_to(self, node_id: int, paos: Snapshot | dict[str, Any]) -> None:
+        agent = self._rt.agent
+        reply = await agent.overlay.request(node_id, "agent.where", {})
+        body: dict[str, Any] = {"job": self._rt.name, "from": f"{agent.overlay.id:040x}"}
+        if isinstance(paos, Snapshot):
+            body["snapshot"] = base64.b64encode(paos.to_bytes()).decode()
+        else:
+            body["data"] = paos
+        await agent.client.post_json(reply["data_url"], "/agent/v1/recv", body)
+
+    async def multicast(self, message: dict[str, Any]) -> Any:
+        if not self._rt.is_master:
+            raise BadRequest("only the job's master can multicast")
+        if "kind" in message and message["kind"] in ("feedback", "empty"):
+            raise BadRequest("multicast kinds 'feedback' and 'empty' are reserved")
+        return await self._rt._multicast(self._rt.tree_list[0], message)
+
+    async def route(self, app: int, message: dict[str, Any]) -> dict[str, Any]:
+        trees = self._rt.agent.trees
+        assert trees is not None
+        try:
+            reply = await trees.query(app, {"op": "job_query", "message": message}, timeout=10.0)
+        except Exception as exc:
+            raise Unavailable(f"no reply from the master of app {app:040x}: {exc}") from None
+        if "error" in reply:
+            status = reply.get("status", 400)
+            raise (NotFound if status == 404 else BadRequest)(str(reply["error"]))
+        return reply
+
+
+def jsonable(value: Any) -> Any:
+    """Keys and values as JSON: tuples → lists, sets → sorted lists, bytes → text."""
+    if isinstance(value, tuple | list):
+        return [jsonable(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((jsonable(v) for v in value), key=repr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value

@@ -1,0 +1,496 @@
+"""The agent: one overlay node, one data plane, one tree manager, many jobs.
+
+Contract: :class:`Agent` is what ``elf agent`` runs (once per logical agent) and what the HTTP
+API talks to. ``start()`` joins the overlay, opens the data plane (HTTP, authenticated with the
+cluster secret), joins the cluster-wide *jobs tree* and catches up on the replicated job table,
+starts its inputs and the HTTP API. Per job it holds a :class:`~agent.jobruntime.JobRuntime`
+with whichever roles it has: worker (it has the job's input), forwarder (inner node of a job
+tree), master (root of a job tree). ``stop()`` is graceful: inputs stop, trees are left (children
+re-join elsewhere, master results are handed to the next root), the overlay is left.
+
+Job changes (submit, stop) go to the jobs-tree root, which versions them and multicasts them to
+every agent; every agent keeps the whole table, so the jobs-tree root is never a single point of
+state (see ``agent/jobtable.py``). Anti-entropy re-syncs the table periodically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+from aiohttp import web
+
+from agent.config import AgentConfig, InputConfig
+from agent.errors import AgentError, BadRequest, Conflict, NotFound, Unavailable
+from agent.http_api import HttpApi
+from agent.inputs import FileTail, IngestQueue
+from agent.job import load_entry_points, maybe_await, parse_spec
+from agent.jobruntime import JobRuntime
+from agent.jobspec import JobSpec
+from agent.jobtable import RUNNING, STOPPED, JobEntry, JobTable
+from agent.records import RecordValidator
+from cbt import Snapshot, SnapshotError
+from overlay import NodeInfo, OverlayNode, key_for
+from srt import (
+    DataPlaneClient,
+    DataPlaneError,
+    DataPlaneServer,
+    SnapshotName,
+    TreeManager,
+)
+from srt.errors import Reject
+from srt.tree_types import JoinTimeout
+
+log = logging.getLogger(__name__)
+
+JOBS_TREE = key_for("elf/jobs-tree")
+JOBS_TREE_NAME = "elf.jobs"
+TICK_SECONDS = 0.05
+RESYNC_SECONDS = 10.0
+QUERY_TIMEOUT = 10.0
+INGEST_INPUT = "ingest"
+
+
+_JOB_CLASSES_LOADED = False
+
+
+def load_job_classes() -> None:
+    """Register the job classes installed distributions declare (entry points ``elf.jobs``),
+    once per process; a broken plug-in is logged, never fatal."""
+    global _JOB_CLASSES_LOADED
+    if _JOB_CLASSES_LOADED:
+        return
+    _JOB_CLASSES_LOADED = True
+    for name in load_entry_points():
+        if ":" in name:
+            log.warning("job class entry point failed: %s", name)
+
+
+class Agent:
+    """One logical ELF agent (see the module contract)."""
+
+    def __init__(self, config: AgentConfig, *, network: Any = None) -> None:
+        self.config = config
+        self.overlay = OverlayNode(
+            config.secret,
+            host=config.host,
+            port=config.overlay_port,
+            domain=config.domain,
+            tunables=config.tunables,
+            node_id=config.node_id,
+            network=network,
+        )
+        self.server = DataPlaneServer(config.secret, host=config.host, port=config.data_port)
+        self.client = DataPlaneClient(config.secret)
+        self.trees: TreeManager | None = None
+        self.api = HttpApi(self, config.api_token, host=config.api_host, port=config.api_port)
+        self.table = JobTable()
+        self.runtimes: dict[str, JobRuntime] = {}
+        self.inputs: dict[str, FileTail | IngestQueue] = {}
+        self.input_configs: dict[str, InputConfig] = {}
+        self.data_url = ""
+        self.started_at = 0.0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loops: list[asyncio.Task[Any]] = []
+        self._running = False
+        self.counters: dict[str, int] = {}
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        load_job_classes()
+        self.server.on_snapshot(self._on_snapshot)
+        self.server.route("POST", "/agent/v1/jobs", self._serve_jobs)
+        self.server.route("POST", "/agent/v1/results", self._serve_results)
+        self.server.route("POST", "/agent/v1/handover", self._serve_handover)
+        self.server.route("POST", "/agent/v1/late", self._serve_late)
+        self.server.route("POST", "/agent/v1/recv", self._serve_recv)
+        self.overlay.handle("agent.where", lambda payload, sender: {"data_url": self.data_url})
+        self.data_url = await self.server.start()
+        self.trees = TreeManager(
+            self.overlay,
+            data_url=self.data_url,
+            heartbeat_interval=self.config.heartbeat_interval,
+            parent_timeout=3.5 * self.config.heartbeat_interval,
+        )
+        self.trees.add_listener(self)
+        self.trees.on_multicast(self._on_multicast)
+        self.trees.on_query(self._on_query)
+        await self.trees.start()  # before the overlay: no tree message can arrive too early
+        await self.overlay.start(self.config.bootstrap)
+        self._open_inputs()
+        self._running = True
+        self.started_at = time.time()
+        with contextlib.suppress(JoinTimeout):  # the tree manager keeps retrying
+            await self.trees.join(JOBS_TREE, job=JOBS_TREE_NAME, subscriber=True)
+        with contextlib.suppress(AgentError):
+            await self._resync()
+        await self.api.start()
+        self._loops = [
+            asyncio.create_task(self._tick_loop(), name="elf-tick"),
+            asyncio.create_task(self._resync_loop(), name="elf-resync"),
+        ]
+
+    async def stop(self) -> None:
+        """Graceful: hand master results over, leave every tree, leave the overlay."""
+        if not self._running:
+            return
+        self._running = False
+        for task in self._loops:
+            task.cancel()
+        for task in self._loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for runtime in list(self.runtimes.values()):
+            await runtime.stop(graceful=True)
+        await self.api.stop()
+        if self.trees is not None:
+            await self.trees.stop()
+        for source in self.inputs.values():
+            source.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await self.overlay.leave()
+        await self.client.close()
+        await self.server.stop()
+
+    def describe(self) -> dict[str, Any]:
+        """What ``elf agent`` prints when ready."""
+        host, port = self.overlay.info.address
+        return {
+            "node_id": f"{self.overlay.id:040x}",
+            "overlay": f"{host}:{port}",
+            "data_url": self.data_url,
+            "api_url": self.api.url,
+        }
+
+    def spawn(self, coro: Awaitable[Any], what: str) -> None:
+        """Run ``coro`` in the background; failures are logged and counted, never lost."""
+
+        async def guarded() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.count(f"task_failed:{what}")
+                log.warning("%s failed: %r", what, exc)
+
+        task = asyncio.get_running_loop().create_task(guarded(), name=what)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def count(self, what: str, n: int = 1) -> None:
+        self.counters[what] = self.counters.get(what, 0) + n
+
+    # ---- inputs --------------------------------------------------------------------------------
+
+    def _open_inputs(self) -> None:
+        configs = list(self.config.inputs)
+        if not any(c.name == INGEST_INPUT for c in configs):
+            configs.append(InputConfig(name=INGEST_INPUT, type="ingest"))
+        for cfg in configs:
+            self.input_configs[cfg.name] = cfg
+            parser = RecordValidator(cfg.timestamp_field)
+            if cfg.type == "jsonl":
+                assert cfg.path is not None
+                self.inputs[cfg.name] = FileTail(cfg.path, parser=parser, name=cfg.name)
+            else:
+                self.inputs[cfg.name] = IngestQueue(parser=parser, name=cfg.name)
+
+    def input_names(self) -> set[str]:
+        return set(self.inputs)
+
+    async def ingest(self, input_name: str, lines: list[str]) -> dict[str, Any]:
+        source = self.inputs.get(input_name)
+        if source is None:
+            raise NotFound(f"no input named {input_name!r} on this agent")
+        if not isinstance(source, IngestQueue):
+            raise BadRequest(f"input {input_name!r} tails a file; ingest into an ingest input")
+        return source.put_lines(lines).to_dict()
+
+    async def _tick_loop(self) -> None:
+        while self._running:
+            try:
+                self._tick()
+            except Exception:  # a bug in one job must not stop the agent's clock
+                self.count("tick_errors")
+                log.exception("agent tick failed")
+            await asyncio.sleep(TICK_SECONDS)
+
+    def _tick(self) -> None:
+        # Only inputs some job reads are polled: unread file data stays in the file and ingested
+        # records stay queued (bounded) until a job that wants them arrives.
+        wanted = {name for runtime in self.runtimes.values() for name in runtime.inputs}
+        batches = {name: self.inputs[name].poll() for name in wanted}
+        now = time.time()
+        for runtime in list(self.runtimes.values()):
+            runtime.tick({name: batches.get(name, []) for name in runtime.inputs}, now)
+
+    # ---- the job table -------------------------------------------------------------------------
+
+    def _tree_manager(self) -> TreeManager:
+        if self.trees is None:
+            raise Unavailable("the agent is not started")
+        return self.trees
+
+    async def _ask_jobs_root(self, message: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply = await self._tree_manager().query(JOBS_TREE, message, timeout=QUERY_TIMEOUT)
+        except Exception as exc:
+            raise Unavailable(f"the jobs-tree root did not answer: {exc}") from None
+        if "error" in reply:
+            status = reply.get("status", 400)
+            cls = {404: NotFound, 409: Conflict}.get(status, BadRequest)
+            raise cls(str(reply["error"]))
+        return reply
+
+    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        parsed = self._validate_spec(spec)
+        return await self._ask_jobs_root({"op": "submit", "spec": parsed.to_dict()})
+
+    @staticmethod
+    def _validate_spec(spec: Any) -> JobSpec:
+        try:
+            return parse_spec(spec)
+        except ValueError as exc:
+            raise BadRequest(f"invalid job spec: {exc}") from None
+
+    async def stop_job(self, name: str) -> dict[str, Any]:
+        return await self._ask_jobs_root({"op": "stop", "name": name})
+
+    def jobs(self) -> list[dict[str, Any]]:
+        out = []
+        for entry in self.table.entries():
+            runtime = self.runtimes.get(entry.name)
+            out.append(
+                {
+                    "name": entry.name,
+                    "state": entry.state,
+                    "version": entry.version,
+                    "spec": entry.spec,
+                    "roles": runtime.roles() if runtime else [],
+                }
+            )
+        return out
+
+    async def _serve_table_change(self, message: dict[str, Any]) -> dict[str, Any]:
+        """At the jobs-tree root: version a submit/stop and multicast it to every agent."""
+        op = message.get("op")
+        if op == "submit":
+            try:
+                spec = self._validate_spec(message.get("spec"))
+            except BadRequest as exc:
+                return {"error": str(exc), "status": 400}
+            current = self.table.get(spec.name)
+            if current is not None and current.state == RUNNING:
+                return {"error": f"job {spec.name!r} is already running", "status": 409}
+            if spec.start_epoch is None:  # align every worker's first epoch: "from now on"
+                spec = spec.with_changes(start_epoch=math.floor(time.time() / spec.epoch_seconds))
+            entry = JobEntry(spec.name, spec.to_dict(), RUNNING, self.table.next_version(spec.name))
+        else:
+            name = message.get("name")
+            current = self.table.get(name) if isinstance(name, str) else None
+            if current is None:
+                return {"error": f"no job named {name!r}", "status": 404}
+            entry = JobEntry(current.name, current.spec, STOPPED, current.version + 1)
+        self._apply_entry(entry)
+        result = await self._tree_manager().multicast(
+            JOBS_TREE, {"op": "job", "entry": entry.to_wire()}, timeout=5.0
+        )
+        return {
+            "job": entry.name,
+            "state": entry.state,
+            "version": entry.version,
+            "agents_reached": result.reached,
+            "multicast_ms": round(result.elapsed_s * 1000, 3),
+        }
+
+    def _apply_entry(self, entry: JobEntry) -> None:
+        if self.table.apply(entry):
+            self._reconcile(entry)
+
+    def _reconcile(self, entry: JobEntry) -> None:
+        runtime = self.runtimes.get(entry.name)
+        if entry.state == RUNNING and runtime is None:
+            try:
+                runtime = JobRuntime(self, entry)
+            except Exception as exc:
+                self.count("job_start_errors")
+                log.warning("cannot run job %s here: %r", entry.name, exc)
+                return
+            self.runtimes[entry.name] = runtime
+            self.spawn(runtime.start(), f"start job {entry.name}")
+        elif entry.state == STOPPED and runtime is not None:
+            del self.runtimes[entry.name]
+            self.spawn(runtime.stop(graceful=False), f"stop job {entry.name}")
+
+    async def _resync(self) -> None:
+        """Fetch the job table from the jobs-tree root over the data plane and merge it."""
+        trees = self._tree_manager()
+        view = trees.view(JOBS_TREE)
+        if view is not None and view.is_root:
+            return
+        where = await self._ask_jobs_root({"op": "where"})
+        try:
+            reply = await self.client.post_json(where["data_url"], "/agent/v1/jobs", {})
+            for entry in self.table.merge(reply.get("jobs", [])):
+                self._reconcile(entry)
+        except (DataPlaneError, ValueError, KeyError) as exc:
+            self.count("resync_errors")
+            log.info("job table resync failed: %r", exc)
+
+    async def _resync_loop(self) -> None:
+        while self._running:
+            await asyncio.sleep(RESYNC_SECONDS)
+            with contextlib.suppress(AgentError):
+                await self._resync()
+
+    async def _serve_jobs(self, request: web.Request) -> dict[str, Any]:
+        return {"jobs": self.table.snapshot()}
+
+    # ---- tree callbacks (TreeListener) and control plane ---------------------------------------
+
+    def runtime_for_tree(self, tree_id: int) -> JobRuntime | None:
+        for runtime in self.runtimes.values():
+            if tree_id in runtime.tree_set:
+                return runtime
+        return None
+
+    def tree_parent_changed(self, tree_id: int, parent: NodeInfo | None) -> None:
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is not None:
+            runtime.parent_changed(tree_id)
+
+    def tree_child_added(self, tree_id: int, child: NodeInfo) -> None:
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is not None:
+            runtime.children_changed(tree_id)
+
+    def tree_child_removed(self, tree_id: int, child_id: int, reason: str) -> None:
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is not None:
+            runtime.children_changed(tree_id)
+
+    def tree_root_changed(self, tree_id: int, is_root: bool, new_root: NodeInfo | None) -> None:
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is not None:
+            runtime.root_changed(tree_id, is_root)
+
+    async def _on_multicast(self, tree_id: int, message: dict[str, Any]) -> None:
+        if tree_id == JOBS_TREE:
+            if message.get("op") == "job":
+                try:
+                    self._apply_entry(JobEntry.from_wire(message.get("entry")))
+                except ValueError as exc:
+                    self.count("bad_job_multicast")
+                    log.warning("bad job-table multicast: %s", exc)
+            return
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is None:
+            self.count("multicast_unknown_tree")
+            return
+        await runtime.on_multicast(tree_id, message)
+
+    async def _on_query(self, tree_id: int, message: dict[str, Any]) -> dict[str, Any]:
+        op = message.get("op")
+        if op == "where":
+            return {"data_url": self.data_url, "node_id": f"{self.overlay.id:040x}"}
+        if tree_id == JOBS_TREE:
+            if op in ("submit", "stop"):
+                return await self._serve_table_change(message)
+            return {"error": f"unknown jobs-tree operation {op!r}", "status": 400}
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is None:
+            return {"error": "no job runs on this tree here", "status": 404}
+        if op == "job_query":
+            return await runtime.answer_query(message.get("message"))
+        return {"error": f"unknown operation {op!r}", "status": 400}
+
+    # ---- data plane ----------------------------------------------------------------------------
+
+    async def _on_snapshot(self, name: SnapshotName, payload: bytes) -> str:
+        runtime = self.runtimes.get(name.job)
+        if runtime is None or name.tree not in runtime.tree_set:
+            # A job this agent has not heard of yet (multicast in flight): let the child retry.
+            raise Reject(503, "unknown_job", f"job {name.job!r} tree not known here yet")
+        snap = Snapshot.from_bytes(payload)  # SnapshotError → 422, the sender resends
+        return runtime.offer_child(name, snap)
+
+    async def _serve_late(self, request: web.Request) -> dict[str, Any]:
+        name = SnapshotName.from_headers(request.headers)
+        runtime = self.runtimes.get(name.job)
+        if runtime is None:
+            raise Reject(503, "unknown_job", f"job {name.job!r} not known here yet")
+        try:
+            snap = Snapshot.from_bytes(await request.read())
+        except SnapshotError as exc:
+            raise Reject(422, "corrupt", str(exc)) from None
+        return {"result": runtime.offer_late(name, snap)}
+
+    async def _serve_recv(self, request: web.Request) -> dict[str, Any]:
+        body = await request.json()
+        runtime = self.runtimes.get(body.get("job"))
+        if runtime is None:
+            raise Reject(404, "unknown_job", f"job {body.get('job')!r} does not run here")
+        try:
+            sender = int(body["from"], 16)
+            if "snapshot" in body:
+                paos: Any = Snapshot.from_bytes(base64.b64decode(body["snapshot"]))
+            else:
+                paos = body.get("data")
+        except (KeyError, ValueError, TypeError, SnapshotError) as exc:
+            raise Reject(400, "bad_recv", f"bad send_to body: {exc}") from None
+        await maybe_await(runtime.job.on_recv(sender, paos))
+        return {"result": "delivered"}
+
+    async def _serve_results(self, request: web.Request) -> dict[str, Any]:
+        body = await request.json()
+        runtime = self.runtimes.get(body.get("job"))
+        if runtime is None:
+            raise Reject(404, "unknown_job", f"job {body.get('job')!r} does not run here")
+        return runtime.local_results(int(body["tree"]), body.get("epoch"))
+
+    async def _serve_handover(self, request: web.Request) -> dict[str, Any]:
+        body = await request.json()
+        runtime = self.runtimes.get(body.get("job"))
+        if runtime is None:
+            raise Reject(503, "unknown_job", f"job {body.get('job')!r} not known here yet")
+        items = [dict(item, snapshot=base64.b64decode(item["snapshot"])) for item in body["items"]]
+        return {"taken": runtime.absorb(int(body["tree"]), items)}
+
+    # ---- queries from users ----------------------------------------------------------------
+
+    def _runtime(self, name: str) -> JobRuntime:
+        runtime = self.runtimes.get(name)
+        if runtime is None:
+            raise NotFound(f"no running job named {name!r}")
+        return runtime
+
+    async def results(self, name: str, epoch: int | None) -> dict[str, Any]:
+        return await self._runtime(name).results(epoch)
+
+    async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]:
+        return await self._runtime(name).query_master(message)
+
+    def status(self) -> dict[str, Any]:
+        trees = self._tree_manager()
+        return {
+            **self.describe(),
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "domain": self.config.domain,
+            "neighbours": [f"{n.id:040x}" for n in self.overlay.leaf_set()],
+            "contacts": len(self.overlay.contacts()),
+            "jobs": {name: r.status() for name, r in sorted(self.runtimes.items())},
+            "jobs_tree": (v.to_dict() if (v := trees.view(JOBS_TREE)) else None),
+            "inputs": {name: src.stats() for name, src in self.inputs.items()},
+            "counters": dict(self.counters),
+            "overlay": self.overlay.metrics(),
+            "data_plane": self.server.metrics(),
+        }

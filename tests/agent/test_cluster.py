@@ -1,0 +1,236 @@
+"""A real cluster: 16 ``elf agent`` processes on loopback running WordCount over known files.
+
+Every epoch's result at the master must equal a Counter over the same lines; the job tree must
+have the depth and fan-in the overlay promises; the master's "empty" multicasts must reach every
+agent; a cross-job query must be answered; and a master hand-off (a new agent closer to the job
+id joins) must keep the results exact.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.api_client import ApiClient, ApiError
+from agent.cluster import LocalCluster
+from srt import app_id
+
+AGENTS = 16
+WORDS = [f"w{i}" for i in range(40)] + ["alpha", "beta", "gamma"]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except ApiError as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(step)  # polling a separate process's state, not synchronising on a guess
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+def wait_equal(fetch: Callable[[], Any], want: Counter, timeout: float, what: str) -> None:
+    """Poll ``fetch`` until it equals ``want``; the failure shows what differed."""
+    seen: list[Any] = [None]
+
+    def check() -> bool:
+        seen[0] = fetch()
+        return seen[0] == want
+
+    try:
+        wait_until(check, timeout, what)
+    except AssertionError:
+        got = seen[0]
+        if isinstance(got, Counter):
+            raise AssertionError(
+                f"{what}: missing {dict(want - got)}, extra {dict(got - want)}"
+            ) from None
+        raise
+
+
+def write_lines(
+    path: Path, epochs: range, rng: random.Random, expected: dict[int, Counter]
+) -> None:
+    with path.open("a") as f:
+        for epoch in epochs:
+            for j in range(rng.randrange(3, 12)):
+                words = [rng.choice(WORDS) for _ in range(rng.randrange(1, 6))]
+                ts = epoch + j / 20  # sorted within the file: no record is late
+                f.write(json.dumps({"ts": ts, "line": " ".join(w.upper() for w in words)}) + "\n")
+                expected[epoch].update(words)
+
+
+def result_counter(client: ApiClient, job: str, epoch: int) -> Counter | None:
+    try:
+        res = client.results(job, epoch)
+    except ApiError as exc:
+        if exc.status in (404, 503):
+            return None
+        raise
+    return Counter({k: v for k, v in res["rows"]})
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("cluster")
+    inputs = {i: {"lines": str(root / f"input-{i}.jsonl")} for i in range(AGENTS)}
+    for spec in inputs.values():
+        Path(spec["lines"]).touch()
+    local = LocalCluster(AGENTS, root, inputs=inputs, extra_args=["--log-level", "WARNING"])
+    local.start(timeout=90)
+    local.wait_settled(60)
+    yield local, inputs
+    local.stop()
+
+
+def statuses(local: LocalCluster) -> list[dict[str, Any]]:
+    return [local.client(i).status() for i in range(len(local.procs))]
+
+
+def test_wordcount_rolls_up_exactly_and_trees_are_shallow(cluster: Any) -> None:
+    local, inputs = cluster
+    rng = random.Random(7)
+    base = math.floor(time.time()) - 8
+    expected: dict[int, Counter] = defaultdict(Counter)
+    for i in range(AGENTS):
+        write_lines(Path(inputs[i]["lines"]), range(base, base + 4), rng, expected)
+    client = local.client(3)
+    info = client.submit(
+        {
+            "name": "wc",
+            "creator": "tests",
+            "job_class": "wordcount",
+            "inputs": ["lines"],
+            "epoch_seconds": 1,
+            "allowed_lateness": 0.5,
+            "start_epoch": base,
+        }
+    )
+    assert info["agents_reached"] == AGENTS
+    for epoch in range(base, base + 6):
+        wait_equal(lambda e=epoch: result_counter(local.client(rng.randrange(AGENTS)), "wc", e),
+                   expected.get(epoch, Counter()), 60, f"epoch {epoch}")
+
+    # The job tree: one master, the XOR-closest agent; depth and fan-in as promised.
+    tid = app_id("wc", "tests")
+    states = statuses(local)
+    node_ids = [int(s["node_id"], 16) for s in states]
+    views = {}
+    for s in states:
+        job = s["jobs"]["wc"]
+        assert "worker" in job["roles"]
+        (view,) = [t for t in job["trees"] if int(t["tree_id"], 16) == tid]
+        views[int(s["node_id"], 16)] = view
+    roots = [n for n, v in views.items() if v["is_root"]]
+    assert roots == [min(node_ids, key=lambda n: n ^ tid)]
+    depth = 0
+    for n in node_ids:
+        hops, cur = 0, n
+        while not views[cur]["is_root"]:
+            cur = int(views[cur]["parent"]["id"], 16)
+            hops += 1
+            assert hops <= len(node_ids), "parent chain loops"
+        depth = max(depth, hops)
+    assert depth <= math.ceil(math.log(AGENTS, 16)) + 1
+    children = {n: {int(c["id"], 16) for c in v["children"]} for n, v in views.items()}
+    assert sum(len(c) for c in children.values()) == AGENTS - 1
+    for n, v in views.items():
+        if not v["is_root"]:
+            assert n in children[int(v["parent"]["id"], 16)]
+
+    # Synchronous batches: the master multicast "empty" after each epoch, to every agent.
+    master = states[node_ids.index(roots[0])]["jobs"]["wc"]
+    assert master["multicast_stats"], "the master sent no multicast"
+    assert all(m["reached"] == AGENTS for m in master["multicast_stats"])
+    wait_until(
+        lambda: all(s["jobs"]["wc"]["multicasts_received"] > 0 for s in statuses(local)),
+        20,
+        "every agent received a multicast",
+    )
+
+
+def test_cross_job_query_is_answered_by_the_master(cluster: Any) -> None:
+    local, _ = cluster
+    client = local.client(5)
+    reply = wait_until(lambda: client.query("wc", {"word": "alpha"}), 30, "a query reply")
+    assert reply["word"] == "alpha"
+    assert isinstance(reply["count"], int) and reply["count"] > 0
+    with pytest.raises(ApiError) as err:
+        client.query("no-such-job", {"word": "x"})
+    assert err.value.status == 404
+
+
+def test_bad_requests_get_clear_4xx(cluster: Any) -> None:
+    local, _ = cluster
+    client = local.client(0)
+    with pytest.raises(ApiError) as err:
+        client.submit({"name": "x", "creator": "t", "job_class": "nope"})
+    assert err.value.status == 400 and "nope" in err.value.message
+    with pytest.raises(ApiError) as err:
+        client.submit({"name": "wc", "creator": "tests", "job_class": "wordcount"})
+    assert err.value.status == 409
+    with pytest.raises(ApiError) as err:
+        client.call("POST", "/api/v1/jobs", raw=b"{not json")
+    assert err.value.status == 400 and "JSON" in err.value.message
+    with pytest.raises(ApiError) as err:
+        ApiClient(local.procs[0].api_url, "wrong-token").status()
+    assert err.value.status == 401
+
+
+def test_master_hand_off_keeps_results_exact(cluster: Any) -> None:
+    local, inputs = cluster
+    tid = app_id("wc", "tests")
+    old_master = min(
+        (int(s["node_id"], 16) for s in statuses(local)), key=lambda n: n ^ tid
+    )
+    before = {}
+    client = local.client(1)
+    epochs = client.results("wc")["epoch"]
+    for epoch in range(epochs - 3, epochs + 1):
+        before[epoch] = result_counter(client, "wc", epoch)
+    # A new agent whose id is closer to the job id than anyone's joins and becomes master.
+    new_id = tid ^ 1
+    assert new_id ^ tid < old_master ^ tid
+    new_input = Path(inputs[0]["lines"]).parent / "input-new.jsonl"
+    new_input.touch()
+    local.extra_args = [*local.extra_args, "--node-id", f"{new_id:040x}"]
+    local.inputs[len(local.procs)] = {"lines": str(new_input)}
+    proc = local._spawn(len(local.procs), bootstrap=local.procs[0].overlay_address)
+    local._wait_ready(proc, 60)
+    local.extra_args = local.extra_args[:-2]
+    newcomer = ApiClient(proc.api_url, local.token)
+    wait_until(
+        lambda: "master" in newcomer.status()["jobs"].get("wc", {}).get("roles", []),
+        60,
+        "the new agent to become master",
+    )
+    # Old epochs moved with the role, unchanged.
+    for epoch, want in before.items():
+        wait_equal(lambda e=epoch: result_counter(newcomer, "wc", e), want, 30, "hand-off")
+    # New data after the hand-off rolls up exactly at the new master.
+    rng = random.Random(11)
+    start = math.floor(time.time()) + 2
+    expected: dict[int, Counter] = defaultdict(Counter)
+    for i in range(AGENTS):
+        write_lines(Path(inputs[i]["lines"]), range(start, start + 2), rng, expected)
+    write_lines(new_input, range(start, start + 2), rng, expected)
+    for epoch in range(start, start + 2):
+        wait_equal(
+            lambda e=epoch: result_counter(newcomer, "wc", e),
+            expected[epoch],
+            60,
+            f"post-hand-off epoch {epoch}",
+        )
