@@ -4,8 +4,9 @@ Contract: a *network* offers ``open(host, port, make_protocol)``: it binds (``po
 free port), calls ``make_protocol((host, bound_port))`` — the node id is derived from the bound
 address, so the protocol can only be built after binding — and returns the transport;
 ``close(transport)``, ``wall_clock()`` (seconds since the Unix epoch, used for datagram
-timestamps) and ``seed_for(node_id)`` for per-node randomness. The node code above it is the
-same for both networks.
+timestamps) and ``seed_for(node_id)`` for per-node randomness; optionally ``codec_class`` (the
+simulator's :class:`overlay.wire.InProcessCodec`, default :class:`overlay.wire.Codec`). The
+node code above it is the same for both networks.
 """
 
 from __future__ import annotations

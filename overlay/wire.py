@@ -21,6 +21,12 @@ time) before anything in the datagram is parsed, then the timestamp window, then
 against the replay cache, then the payload shape. A nonce is remembered only once its MAC and
 timestamp are good, for ``2 * max_skew`` of local time, which covers every moment its timestamp
 could still pass the window.
+
+:class:`InProcessCodec` is the simulator's variant (see :mod:`overlay.sim`): the same msgpack
+payload, size limit and shape checks, but the "datagram" is an :class:`Envelope` object handed
+from node to node in memory, so there is no header, HMAC, nonce or replay cache to pay for; its
+``len()`` is the exact size the real datagram would have. The real framing is covered by the
+UDP tests.
 """
 
 from __future__ import annotations
@@ -123,16 +129,7 @@ class Codec:
         return hmac.new(self._secret, data, hashlib.sha256).digest()
 
     def encode(self, type_: int, payload: list[Any]) -> bytes:
-        try:
-            body = msgpack.packb(payload, use_bin_type=True)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise TypeError(f"message is not msgpack-encodable: {exc}") from exc
-        size = OVERHEAD + len(body)
-        if size > self.max_datagram:
-            raise MessageTooLarge(
-                f"datagram would be {size} bytes, limit is {self.max_datagram}; "
-                "send bulk data over the data plane"
-            )
+        body = _pack(payload, self.max_datagram)
         ts = int(self._clock() * 1000)
         head = HEADER.pack(VERSION, type_, ts, self._nonce())
         signed = head + body
@@ -156,19 +153,81 @@ class Codec:
             raise WireError("stale_timestamp", f"skew {now - ts / 1000.0:.1f}s")
         if not self.replays.check_and_add(nonce, now):
             raise WireError("replay")
-        try:
-            payload = msgpack.unpackb(signed[HEADER_SIZE:], raw=False)
-        except Exception as exc:  # msgpack raises several unrelated types on garbage
-            raise WireError("malformed", f"msgpack: {exc}") from None
-        if not isinstance(payload, list):
-            raise WireError("malformed", "payload is not a list")
-        if type_ == REQUEST:
-            if len(payload) != 4 or not isinstance(payload[1], str) or not isinstance(
-                payload[3], list
-            ):
-                raise WireError("malformed", "bad request shape")
-        elif len(payload) != 3 or not isinstance(payload[1], bool):
-            raise WireError("malformed", "bad response shape")
-        if not isinstance(payload[0], bytes) or len(payload[0]) != MSG_ID_SIZE:
-            raise WireError("malformed", "bad message id")
-        return Frame(type_, ts, payload)
+        return Frame(type_, ts, _parse_payload(type_, signed[HEADER_SIZE:]))
+
+
+def _pack(payload: list[Any], max_datagram: int) -> bytes:
+    """msgpack ``payload``; raise :class:`MessageTooLarge` if the datagram would exceed the
+    limit (header and MAC included)."""
+    try:
+        body = msgpack.packb(payload, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"message is not msgpack-encodable: {exc}") from exc
+    size = OVERHEAD + len(body)
+    if size > max_datagram:
+        raise MessageTooLarge(
+            f"datagram would be {size} bytes, limit is {max_datagram}; "
+            "send bulk data over the data plane"
+        )
+    return body
+
+
+def _parse_payload(type_: int, body: bytes) -> list[Any]:
+    """Decode an authenticated payload and check its shape (request or response)."""
+    try:
+        payload = msgpack.unpackb(body, raw=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise WireError("malformed", f"msgpack: {exc}") from None
+    if not isinstance(payload, list):
+        raise WireError("malformed", "payload is not a list")
+    if type_ == REQUEST:
+        if len(payload) != 4 or not isinstance(payload[1], str) or not isinstance(
+            payload[3], list
+        ):
+            raise WireError("malformed", "bad request shape")
+    elif len(payload) != 3 or not isinstance(payload[1], bool):
+        raise WireError("malformed", "bad response shape")
+    if not isinstance(payload[0], bytes) or len(payload[0]) != MSG_ID_SIZE:
+        raise WireError("malformed", "bad message id")
+    return payload
+
+
+class Envelope:
+    """A datagram of the in-memory network: type, msgpack body, the sender's timestamp and a
+    tag derived from the cluster secret (a node with another secret drops it as ``bad_mac``).
+    ``len()`` is the size of the equivalent real datagram."""
+
+    __slots__ = ("body", "tag", "timestamp_ms", "type")
+
+    def __init__(self, type_: int, body: bytes, timestamp_ms: int, tag: bytes) -> None:
+        self.type = type_
+        self.body = body
+        self.timestamp_ms = timestamp_ms
+        self.tag = tag
+
+    def __len__(self) -> int:
+        return OVERHEAD + len(self.body)
+
+
+class InProcessCodec(Codec):
+    """The simulator's codec: encodes to an :class:`Envelope` instead of authenticated bytes
+    (same payload encoding, size limit and shape checks; no HMAC, nonce or replay cache: an
+    in-memory datagram cannot be forged or replayed). Plain bytes handed to :meth:`decode`
+    still go through every check of :class:`Codec`."""
+
+    def __init__(self, secret: bytes, **kwargs: Any) -> None:
+        super().__init__(secret, **kwargs)
+        self._tag = self._mac(b"overlay in-process tag")
+
+    def encode(self, type_: int, payload: list[Any]) -> Envelope:  # type: ignore[override]
+        body = _pack(payload, self.max_datagram)
+        return Envelope(type_, body, int(self._clock() * 1000), self._tag)
+
+    def decode(self, data: Any, now: float | None = None) -> Frame:
+        if type(data) is not Envelope:
+            return super().decode(data, now)
+        if OVERHEAD + len(data.body) > self.max_datagram:
+            raise WireError("too_large", f"{len(data)} bytes")
+        if data.tag != self._tag:
+            raise WireError("bad_mac")
+        return Frame(data.type, data.timestamp_ms, _parse_payload(data.type, data.body))
