@@ -19,11 +19,14 @@ partition. A node that is stopped simply vanishes (its datagrams go nowhere), li
 from __future__ import annotations
 
 import asyncio
+import heapq
 import random
 import selectors
 import zlib
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
+
+from overlay.wire import Envelope, InProcessCodec
 
 Address = tuple[str, int]
 
@@ -33,10 +36,9 @@ class SimulationStalled(RuntimeError):
 
 
 class _VirtualSelector(selectors.BaseSelector):
-    """A selector with no I/O: ``select(timeout)`` advances the virtual clock instead."""
+    """A selector with no I/O (the simulation has none); never waited on."""
 
-    def __init__(self, loop: VirtualTimeLoop) -> None:
-        self._loop = loop
+    def __init__(self) -> None:
         self._keys: dict[Any, selectors.SelectorKey] = {}
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
@@ -50,10 +52,6 @@ class _VirtualSelector(selectors.BaseSelector):
         return self._keys.pop(fd)
 
     def select(self, timeout: float | None = None) -> list[Any]:
-        if timeout is None:
-            raise SimulationStalled("no callbacks scheduled; the simulation cannot progress")
-        if timeout > 0:
-            self._loop._now += timeout
         return []
 
     def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
@@ -63,15 +61,110 @@ class _VirtualSelector(selectors.BaseSelector):
         self._keys.clear()
 
 
+_PURGE_MIN = 100  # like asyncio: purge cancelled timers once they are half of ≥ 100 entries
+
+
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An asyncio loop on virtual time: sleeps and timeouts cost no wall-clock time."""
+    """An asyncio loop on virtual time: sleeps and timeouts cost no wall-clock time.
+
+    Each iteration runs the ready callbacks; when there are none, the clock jumps to the
+    earliest scheduled entry. Timers (``call_at``/``call_later``, hence sleeps and timeouts)
+    and bare callbacks posted with :meth:`post_at` (the simulated network's datagram
+    deliveries: no handle, no context copy) share one heap of ``(when, seq, ...)`` tuples —
+    compared in C, ties in scheduling order — instead of asyncio's heap of ``TimerHandle``
+    objects compared by a Python ``__lt__``. Same semantics as asyncio's ``_run_once``:
+    callbacks made ready by this iteration's callbacks run in the next one."""
 
     def __init__(self) -> None:
         self._now = 0.0
-        super().__init__(selector=_VirtualSelector(self))
+        self._heap: list[tuple[Any, ...]] = []
+        self._seq = 0
+        super().__init__(selector=_VirtualSelector())
 
     def time(self) -> float:
         return self._now
+
+    def call_at(
+        self, when: float, callback: Callable[..., Any], *args: Any, context: Any = None
+    ) -> asyncio.TimerHandle:
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        timer = asyncio.TimerHandle(when, callback, args, self, context)
+        self._seq += 1
+        heapq.heappush(self._heap, (when, self._seq, timer))
+        timer._scheduled = True
+        return timer
+
+    def call_later(
+        self, delay: float, callback: Callable[..., Any], *args: Any, context: Any = None
+    ) -> asyncio.TimerHandle:
+        if delay is None:
+            raise TypeError("delay must not be None")
+        return self.call_at(self._now + delay, callback, *args, context=context)
+
+    def post_at(self, when: float, callback: Callable[..., Any], *args: Any) -> None:
+        """Run ``callback(*args)`` at virtual time ``when``; cannot be cancelled."""
+        self._seq += 1
+        heapq.heappush(self._heap, (when, self._seq, None, callback, args))
+
+    def _purge_cancelled(self) -> None:
+        kept = []
+        for entry in self._heap:
+            timer = entry[2]
+            if timer is not None and timer._cancelled:
+                timer._scheduled = False
+            else:
+                kept.append(entry)
+        heapq.heapify(kept)
+        self._heap = kept
+        self._timer_cancelled_count = 0
+
+    def _run_once(self) -> None:
+        heap = self._heap
+        if len(heap) > _PURGE_MIN and 2 * self._timer_cancelled_count > len(heap):
+            self._purge_cancelled()
+            heap = self._heap
+        ready = self._ready
+        pop = heapq.heappop
+        if not ready and not self._stopping:
+            while heap and heap[0][2] is not None and heap[0][2]._cancelled:
+                pop(heap)[2]._scheduled = False
+                self._timer_cancelled_count -= 1
+            if not heap:
+                raise SimulationStalled("no callbacks scheduled; the simulation cannot progress")
+            if heap[0][0] > self._now:
+                self._now = heap[0][0]
+        end = self._now + self._clock_resolution
+        while heap and heap[0][0] < end:
+            entry = pop(heap)
+            timer = entry[2]
+            if timer is None:
+                ready.append(entry)
+            else:
+                timer._scheduled = False
+                if timer._cancelled:
+                    self._timer_cancelled_count -= 1
+                else:
+                    ready.append(timer)
+        popleft = ready.popleft
+        for _ in range(len(ready)):
+            handle = popleft()
+            if type(handle) is tuple:
+                try:
+                    handle[3](*handle[4])
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self.call_exception_handler(
+                        {"message": f"Exception in callback {handle[3]!r}", "exception": exc}
+                    )
+            elif not handle._cancelled:
+                handle._run()
+        handle = None  # break cycles when an exception occurs
+
+    def close(self) -> None:
+        super().close()
+        self._heap.clear()
 
 
 def run(main: Coroutine[Any, Any, Any]) -> Any:
@@ -99,9 +192,11 @@ class SimTransport(asyncio.DatagramTransport):
         self.address = address
         self._closing = False
 
-    def sendto(self, data: bytes, addr: Any = None) -> None:  # type: ignore[override]
+    def sendto(self, data: Any, addr: Any = None) -> None:  # type: ignore[override]
         if not self._closing:
-            self._network.send(self.address, bytes(data), (addr[0], addr[1]))
+            if type(data) is not Envelope:
+                data = bytes(data)
+            self._network.send(self.address, data, (addr[0], addr[1]))
 
     def close(self) -> None:
         if not self._closing:
@@ -116,7 +211,13 @@ class SimTransport(asyncio.DatagramTransport):
 
 
 class SimNetwork:
-    """A seeded in-memory datagram network; pass it as ``OverlayNode(network=...)``."""
+    """A seeded in-memory datagram network; pass it as ``OverlayNode(network=...)``.
+
+    Nodes on it encode datagrams as :class:`overlay.wire.Envelope` objects
+    (:class:`overlay.wire.InProcessCodec`: msgpack payload and size limit as on the wire, no
+    HMAC); raw bytes sent on it are delivered as bytes and fully checked by the receiver."""
+
+    codec_class = InProcessCodec
 
     def __init__(
         self,
@@ -141,6 +242,12 @@ class SimNetwork:
         self.delivered = 0
         self.dropped = 0
         self.sent_bytes = 0
+        # crc32 of "seed|src|" and the bytes of "dst" per address: the per-pair latency hash
+        # without formatting a string per datagram (crc32 is incremental).
+        self._src_crc: dict[Address, int] = {}
+        self._dst_text: dict[Address, bytes] = {}
+        self._loop: Any = None
+        self._post: Callable[..., Any] | None = None
 
     # -- the network interface used by OverlayNode -----------------------------------------
 
@@ -186,10 +293,17 @@ class SimNetwork:
     # -- delivery --------------------------------------------------------------------------
 
     def _base_latency(self, src: Address, dst: Address) -> float:
-        h = zlib.crc32(f"{self.seed}|{src[0]}:{src[1]}|{dst[0]}:{dst[1]}".encode())
+        # == crc32(f"{seed}|{src[0]}:{src[1]}|{dst[0]}:{dst[1]}".encode())
+        crc = self._src_crc.get(src)
+        if crc is None:
+            crc = self._src_crc[src] = zlib.crc32(f"{self.seed}|{src[0]}:{src[1]}|".encode())
+        text = self._dst_text.get(dst)
+        if text is None:
+            text = self._dst_text[dst] = f"{dst[0]}:{dst[1]}".encode()
+        h = zlib.crc32(text, crc)
         return self.latency_min + (h / 0xFFFFFFFF) * (self.latency_max - self.latency_min)
 
-    def send(self, src: Address, data: bytes, dst: Address) -> None:
+    def send(self, src: Address, data: Any, dst: Address) -> None:
         self.sent_bytes += len(data)
         side = self._side
         if side and side.get(src, -1) != side.get(dst, -1):
@@ -198,10 +312,18 @@ class SimNetwork:
         if self.loss and self.rng.random() < self.loss:
             self.dropped += 1
             return
-        delay = self._base_latency(src, dst) + self.rng.uniform(0.0, self.jitter)
-        asyncio.get_running_loop().call_later(delay, self._deliver, src, dst, data)
+        # uniform(0, jitter) == jitter * random(), without the call
+        delay = self._base_latency(src, dst) + self.jitter * self.rng.random()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop = loop
+            self._post = loop.post_at if isinstance(loop, VirtualTimeLoop) else None
+        if self._post is not None:
+            self._post(loop._now + delay, self._deliver, src, dst, data)
+        else:
+            loop.call_later(delay, self._deliver, src, dst, data)
 
-    def _deliver(self, src: Address, dst: Address, data: bytes) -> None:
+    def _deliver(self, src: Address, dst: Address, data: Any) -> None:
         protocol = self._endpoints.get(dst)
         if protocol is None:
             self.dropped += 1
