@@ -42,6 +42,9 @@ class Membership:
         self.peers: dict[int, PeerState] = {}
         self.tombstones: dict[int, float] = {}
         self._rumours: dict[int, list[Any]] = {}  # id -> [kind, sends left]
+        # ids with suspected_since set: lets the per-tick scans return at once when nobody
+        # is suspected (the usual case); the scans themselves keep the peers' order.
+        self._suspects: set[int] = set()
 
     def get(self, node_id: int) -> PeerState | None:
         return self.peers.get(node_id)
@@ -77,6 +80,8 @@ class Membership:
         state.misses = 0
         was = state.suspected_since is not None
         state.suspected_since = None
+        if was:
+            self._suspects.discard(node_id)
         return was
 
     def missed(self, node_id: int, now: float) -> bool:
@@ -87,6 +92,7 @@ class Membership:
         state.misses += 1
         if state.suspected_since is None and state.misses >= self.t.misses_before_suspect:
             state.suspected_since = now
+            self._suspects.add(node_id)
             return True
         return False
 
@@ -95,10 +101,14 @@ class Membership:
         return state is not None and state.suspected_since is not None
 
     def suspected(self) -> list[NodeInfo]:
+        if not self._suspects:
+            return []
         return [s.info for s in self.peers.values() if s.suspected_since is not None]
 
     def due_failures(self, now: float) -> list[int]:
         """Suspected peers whose ``fail_timeout`` has run out."""
+        if not self._suspects:
+            return []
         limit = self.t.fail_timeout
         return [
             pid
@@ -109,6 +119,7 @@ class Membership:
     def remove(self, node_id: int, now: float, kind: str) -> PeerState | None:
         """Drop the peer, tombstone it and start a rumour about it."""
         state = self.peers.pop(node_id, None)
+        self._suspects.discard(node_id)
         self.tombstones[node_id] = now + self.t.tombstone_ttl
         if node_id not in self._rumours:
             self._rumours[node_id] = [kind, self.t.gossip_sends]

@@ -167,7 +167,9 @@ class OverlayNode:
         self._bootstrap: list[tuple[str, int]] = []
         self._running = False
         self._info: NodeInfo | None = None
-        self.codec = Codec(
+        # The simulator passes datagrams in memory (overlay.wire.InProcessCodec).
+        codec_class = getattr(self._net, "codec_class", Codec)
+        self.codec = codec_class(
             secret,
             max_datagram=self.tunables.max_datagram,
             max_skew=self.tunables.max_skew,
@@ -298,7 +300,7 @@ class OverlayNode:
 
     def contacts(self) -> list[NodeInfo]:
         """All live contacts: routing table plus leaf set."""
-        out = {n.id: n for n in self.table}
+        out = self.table.by_id()
         for n in self.leaves.members():
             out.setdefault(n.id, n)
         return list(out.values())
@@ -558,6 +560,8 @@ class OverlayNode:
     def _learn(self, info: NodeInfo, direct: bool) -> None:
         if not self._running:
             return
+        if not direct and info.id in self.membership.peers:
+            return  # second-hand news of a known peer changes nothing (Membership.learn)
         if self.membership.get(info.id) is None and not self._wanted(info, direct):
             return  # would not enter any table: not worth tracking
         change = self.membership.learn(info, self._now(), direct)
@@ -834,13 +838,15 @@ class OverlayNode:
 
     def _empty_slots(self) -> list[tuple[int, int]]:
         me = self.info.id
-        filled = {self.table.slot_of(n.id) for n in self.contacts()}
-        return [
-            (row, col)
-            for row in range(self._depth())
-            for col in range(16)
-            if col != ids.digit(me, row) and (row, col) not in filled
-        ]
+        filled = self.table.filled_slots()  # == slots of all contacts (table ∪ leaf set)
+        filled.update(self.table.slot_of(n.id) for n in self.leaves.members())
+        empty = []
+        for row in range(self._depth()):
+            mine = ids.digit(me, row)
+            empty.extend(
+                (row, col) for col in range(16) if col != mine and (row, col) not in filled
+            )
+        return empty
 
     async def _fill_slots(self) -> None:
         """After the join crawl: look up every empty slot once (Pastry fills its table from
@@ -866,7 +872,7 @@ class OverlayNode:
         if empty:
             row, col = self._rng.choice(empty)
         else:
-            filled = [self.table.slot_of(n.id) for n in self.table.designated()]
+            filled = self.table.designated_slots()
             if not filled:
                 return
             row, col = self._rng.choice(filled)

@@ -14,6 +14,13 @@ from overlay import ids
 
 MAX_DOMAIN_LEN = 64
 MAX_HOST_LEN = 255
+_DECODED_MAX = 65536
+
+# Wire id -> the NodeInfo last decoded for it (process-wide, bounded). A wire form equal to a
+# validated one is valid too, so a hit skips the checks and the int conversion — a find_node
+# reply carries up to 20 NodeInfos and most of them are decoded again and again. Sharing one
+# object is safe: NodeInfo is immutable.
+_decoded: dict[bytes, NodeInfo] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +43,27 @@ class NodeInfo:
 
     @classmethod
     def from_wire(cls, obj: Any) -> NodeInfo:
+        if type(obj) is list and len(obj) == 4 and type(obj[0]) is bytes:
+            hit = _decoded.get(obj[0])
+            if (
+                hit is not None
+                and type(hit) is cls
+                and hit.host == obj[1]
+                and type(obj[1]) is str
+                and hit.port == obj[2]
+                and type(obj[2]) is int
+                and hit.domain == obj[3]
+                and type(obj[3]) is str
+            ):
+                return hit
+        info = cls._validate(obj)
+        if len(_decoded) >= _DECODED_MAX:
+            _decoded.clear()
+        _decoded[obj[0]] = info
+        return info
+
+    @classmethod
+    def _validate(cls, obj: Any) -> NodeInfo:
         if not isinstance(obj, list | tuple) or len(obj) != 4:
             raise ValueError("node info must be a 4-item list")
         raw_id, host, port, domain = obj

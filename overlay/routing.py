@@ -124,6 +124,18 @@ class PrefixTable:
     def get(self, node_id: int) -> NodeInfo | None:
         return self._all.get(node_id)
 
+    def by_id(self) -> dict[int, NodeInfo]:
+        """A copy of ``{id: contact}`` in insertion order (what ``iter`` yields)."""
+        return self._all.copy()
+
+    def filled_slots(self) -> set[tuple[int, int]]:
+        """The non-empty slots (the slots of all contacts in the table)."""
+        return set(self._slots)
+
+    def designated_slots(self) -> list[tuple[int, int]]:
+        """The non-empty slots in the order of :meth:`designated`."""
+        return list(self._designated)
+
     def designated(self) -> list[NodeInfo]:
         """One entry per non-empty slot: the contacts worth keeping fresh by probing."""
         return list(self._designated.values())
