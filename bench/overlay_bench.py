@@ -93,6 +93,7 @@ async def simulate(
         res.update(figures)
         res["phases_done"] = [*res.get("phases_done", []), name]
         res["wall_s"] = round(time.perf_counter() - wall0, 1)
+        res["cpu_s"] = round(time.process_time() - cpu0, 1)
         print(f"n={n}: {name} {json.dumps(figures)}", file=sys.stderr, flush=True)
         if checkpoint is not None:
             checkpoint()
@@ -124,16 +125,19 @@ async def simulate(
     before = sum(x.metrics()["maintenance_msgs_sent"] for x in nodes)
     t0 = loop.time()
     w0 = time.perf_counter()
+    c0 = time.process_time()
     await asyncio.sleep(window)
     maint = (sum(x.metrics()["maintenance_msgs_sent"] for x in nodes) - before) / n / (
         loop.time() - t0
     )
     wall_per_virtual_s = (time.perf_counter() - w0) / (loop.time() - t0)
+    cpu_per_virtual_s = (time.process_time() - c0) / (loop.time() - t0)
     phase(
         "maintenance",
         maintenance_msgs_per_node_per_s=round(maint, 3),
         maintenance_goal_met=maint <= 10,
         wall_s_per_virtual_s=round(wall_per_virtual_s, 2),
+        cpu_s_per_virtual_s=round(cpu_per_virtual_s, 2),
     )
 
     # real routed messages
@@ -182,6 +186,7 @@ async def simulate(
     for v in victims:
         await v.stop()
     t_fail = loop.time()
+    w_fail = time.perf_counter()
     step = 2.0 if n > 2000 else 1.0
     agreed_after = None
     while loop.time() - t_fail < 300:
@@ -189,7 +194,11 @@ async def simulate(
         if agreement(nodes, keys[:4]) == 1.0:
             agreed_after = round(loop.time() - t_fail, 1)
             break
-    phase("crash_agreement", agree_after_10pct_fail_s=agreed_after)
+    phase(
+        "crash_agreement",
+        agree_after_10pct_fail_s=agreed_after,
+        crash_phase_wall_s=round(time.perf_counter() - w_fail, 1),
+    )
     survivors = [x for x in nodes if x.running]
     post = []
     for _ in range(min(100, n_routes)):
