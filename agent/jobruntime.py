@@ -24,6 +24,7 @@ import asyncio
 import base64
 import logging
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from agent.errors import BadRequest, NotFound, Unavailable
@@ -61,7 +62,8 @@ class JobRuntime:
         self.senders: dict[int, UpstreamSender] = {}
         self.store = ResultStore()
         self.multicasts: list[dict[str, Any]] = []  # recent control messages received
-        self.multicast_stats: list[dict[str, float]] = []  # as master: reached, elapsed
+        self.multicast_stats: list[dict[str, Any]] = []  # as master: reached, elapsed
+        self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
         self.counters: dict[str, int] = {}
         self._last_timer = 0.0
         self._context = _Context(self)
@@ -176,6 +178,9 @@ class JobRuntime:
             return
         name = SnapshotName(self.name, tid, epoch, self.agent.overlay.id)
         self.senders[tid].send(name, snap.to_bytes())
+        self.sent_at[(tid, epoch)] = time.time()
+        while len(self.sent_at) > 256:
+            self.sent_at.popitem(last=False)
 
     def offer_child(self, name: SnapshotName, snap: Snapshot) -> str:
         result = self.ensure_tree(name.tree).offer_child(name.sender, name.epoch, snap)
@@ -212,15 +217,22 @@ class JobRuntime:
     async def _multicast(self, tid: int, message: dict[str, Any]) -> Any:
         trees = self.agent.trees
         assert trees is not None
-        result = await trees.multicast(tid, message, timeout=MULTICAST_TIMEOUT)
+        sent = time.time()
+        result = await trees.multicast(tid, {**message, "sent_at": sent}, timeout=MULTICAST_TIMEOUT)
         self.multicast_stats.append(
-            {"kind": message.get("kind"), "reached": result.reached, "ms": result.elapsed_s * 1000}
+            {
+                "kind": message.get("kind"),
+                "epoch": message.get("epoch"),
+                "sent_at": sent,
+                "reached": result.reached,
+                "ms": result.elapsed_s * 1000,
+            }
         )
         del self.multicast_stats[:-64]
         return result
 
     async def on_multicast(self, tid: int, message: dict[str, Any]) -> None:
-        self.multicasts.append({"tree": f"{tid:040x}", **message, "at": time.time()})
+        self.multicasts.append({"tree": f"{tid:040x}", **message, "received_at": time.time()})
         del self.multicasts[:-64]
         if self.worker is not None:
             await maybe_await(self.worker.on_multicast(message))

@@ -3,7 +3,8 @@
 Contract: :meth:`ResultStore.put` records the barrier's result for (tree, epoch) — each epoch
 once. A snapshot that reaches the root after its epoch was already emitted (a child that joined
 or moved mid-epoch) is merged into that epoch with :meth:`add_late`, at most once per origin
-name, so the stored result stays exact and the epoch is marked ``updated``. The newest
+name, so the stored result stays exact and the epoch is marked ``updated``; a late
+contribution that arrives before the epoch's barrier result is held and merged into it. The newest
 ``retention`` epochs per tree are kept. :meth:`export`/:meth:`absorb` move a tree's results to
 a new master on hand-over (absorbing merges by epoch, never double-counts an epoch it already
 has from the same origin).
@@ -37,13 +38,22 @@ class ResultStore:
     def __init__(self, retention: int = 256) -> None:
         self.retention = retention
         self._trees: dict[int, OrderedDict[int, EpochResult]] = {}
+        # Late contributions that reached this master before its own barrier emitted their
+        # epoch (an inner node emitted early): held here and merged into the barrier's result.
+        self._early: dict[tuple[int, int], tuple[Snapshot, set[tuple[int, int]]]] = {}
 
     def put(self, tree: int, epoch: int, snap: Snapshot, now: float) -> bool:
+        """Record the barrier's result for (tree, epoch); False if it was recorded before."""
         epochs = self._trees.setdefault(tree, OrderedDict())
         if epoch in epochs:
             return False
+        late_names: set[tuple[int, int]] = set()
+        early = self._early.pop((tree, epoch), None)
+        if early is not None:
+            snap = snap.merge(early[0])
+            late_names = early[1]
         in_order = not epochs or next(reversed(epochs)) < epoch
-        epochs[epoch] = EpochResult(snap, now)
+        epochs[epoch] = EpochResult(snap, now, late_names)
         if not in_order:
             epochs = self._trees[tree] = OrderedDict(sorted(epochs.items()))
         while len(epochs) > self.retention:
@@ -52,12 +62,20 @@ class ResultStore:
 
     def add_late(self, tree: int, epoch: int, origin: int, snap: Snapshot, now: float) -> bool:
         """Fold a late contribution named (origin, epoch) into the epoch; False if already
-        folded. An epoch with no result yet starts from this contribution."""
+        folded. If the barrier has not emitted the epoch here yet, the contribution waits for
+        it (:meth:`put` merges it in)."""
         epochs = self._trees.setdefault(tree, OrderedDict())
         result = epochs.get(epoch)
         if result is None:
-            self.put(tree, epoch, snap, now)
-            self._trees[tree][epoch].late_names.add((origin, epoch))
+            held = self._early.get((tree, epoch))
+            if held is None:
+                self._early[(tree, epoch)] = (snap, {(origin, epoch)})
+                while len(self._early) > self.retention * 4:
+                    self._early.pop(next(iter(self._early)))
+                return True
+            if (origin, epoch) in held[1]:
+                return False
+            self._early[(tree, epoch)] = (held[0].merge(snap), held[1] | {(origin, epoch)})
             return True
         if (origin, epoch) in result.late_names:
             return False
@@ -80,6 +98,8 @@ class ResultStore:
 
     def drop_tree(self, tree: int) -> None:
         self._trees.pop(tree, None)
+        for key in [k for k in self._early if k[0] == tree]:
+            del self._early[key]
 
     def export(self, tree: int) -> list[dict[str, Any]]:
         """The tree's results as wire items (snapshot bytes are checksummed)."""
@@ -91,6 +111,15 @@ class ResultStore:
                 "late": [list(n) for n in sorted(r.late_names)],
             }
             for epoch, r in self._trees.get(tree, {}).items()
+        ] + [
+            {
+                "epoch": epoch,
+                "snapshot": snap.to_bytes(),
+                "late": [list(n) for n in sorted(names)],
+                "early": True,
+            }
+            for (t, epoch), (snap, names) in self._early.items()
+            if t == tree
         ]
 
     def absorb(self, tree: int, items: list[dict[str, Any]]) -> int:
@@ -103,9 +132,17 @@ class ResultStore:
                 raise ValueError("hand-over item without an integer epoch")
             snap = Snapshot.from_bytes(item["snapshot"])
             late = {(int(a), int(b)) for a, b in item.get("late", [])}
-            parsed.append((epoch, snap, float(item.get("completed_at", 0.0)), late))
+            parsed.append((epoch, snap, float(item.get("completed_at", 0.0)), late, item))
         taken = 0
-        for epoch, snap, when, late in parsed:
+        for epoch, snap, when, late, item in parsed:
+            if item.get("early") and self.get(tree, epoch) is None:
+                # still waiting for its barrier result: keep waiting here
+                held = self._early.get((tree, epoch))
+                if held is None:
+                    self._early[(tree, epoch)] = (snap, late)
+                elif not late & held[1]:
+                    self._early[(tree, epoch)] = (held[0].merge(snap), held[1] | late)
+                continue
             mine = self.get(tree, epoch)
             if mine is None:
                 self.put(tree, epoch, snap, when)

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -138,7 +138,8 @@ class Agent:
         ]
 
     async def stop(self) -> None:
-        """Graceful: hand master results over, leave every tree, leave the overlay."""
+        """Graceful: hand master results over, leave every tree, leave the overlay. Each step
+        is attempted even if an earlier one fails (and the failure is logged)."""
         if not self._running:
             return
         self._running = False
@@ -147,18 +148,29 @@ class Agent:
         for task in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for runtime in list(self.runtimes.values()):
-            await runtime.stop(graceful=True)
-        await self.api.stop()
+        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+            (f"stop job {name}", lambda r=runtime: r.stop(graceful=True))
+            for name, runtime in self.runtimes.items()
+        ]
+        steps.append(("stop the HTTP API", self.api.stop))
         if self.trees is not None:
-            await self.trees.stop()
+            steps.append(("leave the trees", self.trees.stop))
+        for what, step in steps:
+            try:
+                await step()
+            except Exception as exc:
+                log.warning("%s failed during shutdown: %r", what, exc)
         for source in self.inputs.values():
             source.close()
         for task in list(self._tasks):
             task.cancel()
-        await self.overlay.leave()
-        await self.client.close()
-        await self.server.stop()
+        try:
+            await self.overlay.leave()
+        except Exception as exc:
+            log.warning("leaving the overlay failed: %r", exc)
+        finally:
+            await self.client.close()
+            await self.server.stop()
 
     def describe(self) -> dict[str, Any]:
         """What ``elf agent`` prints when ready."""
@@ -213,7 +225,12 @@ class Agent:
             raise NotFound(f"no input named {input_name!r} on this agent")
         if not isinstance(source, IngestQueue):
             raise BadRequest(f"input {input_name!r} tails a file; ingest into an ingest input")
-        return source.put_lines(lines).to_dict()
+        result = source.put_lines(lines).to_dict()
+        if result["accepted"]:
+            # Push inputs are processed at once (not at the next tick): a record that closes an
+            # epoch sends that epoch up the tree without a polling delay.
+            self._tick(only={input_name})
+        return result
 
     async def _tick_loop(self) -> None:
         while self._running:
@@ -224,14 +241,17 @@ class Agent:
                 log.exception("agent tick failed")
             await asyncio.sleep(TICK_SECONDS)
 
-    def _tick(self) -> None:
+    def _tick(self, only: set[str] | None = None) -> None:
         # Only inputs some job reads are polled: unread file data stays in the file and ingested
         # records stay queued (bounded) until a job that wants them arrives.
         wanted = {name for runtime in self.runtimes.values() for name in runtime.inputs}
+        if only is not None:
+            wanted &= only
         batches = {name: self.inputs[name].poll() for name in wanted}
         now = time.time()
         for runtime in list(self.runtimes.values()):
-            runtime.tick({name: batches.get(name, []) for name in runtime.inputs}, now)
+            if only is None or wanted.intersection(runtime.inputs):
+                runtime.tick({name: batches.get(name, []) for name in runtime.inputs}, now)
 
     # ---- the job table -------------------------------------------------------------------------
 

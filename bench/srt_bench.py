@@ -1,0 +1,317 @@
+"""Shared-reducer-tree benchmark: epoch roll-up latency, multicast latency, root balance and
+the idle cost of an agent. Prints one JSON document on stdout.
+
+    python bench/srt_bench.py            # 64 and 256 logical agents, 1,280 simulated ids
+    python bench/srt_bench.py --quick    # 64 logical agents, fewer epochs
+
+* **Roll-up** (goal p99 < 100 ms, the paper's "under 100 ms"): N logical agents in this
+  process, each a real agent (overlay over UDP, data plane over HTTP, real trees), run
+  WordCount in batch mode; every agent ingests lines every epoch. Per epoch: the time from the
+  *last* leaf's snapshot send to the epoch's result at the master. Baseline in the same run, on
+  the same agents: a star (every agent posts its snapshot straight to the master over the same
+  data plane), last send → all merged.
+* **Multicast** (goal < 10 ms for 256 agents): the master's per-epoch "empty" multicast down
+  the tree: send → the last agent's delivery, and send → the aggregated confirmation back at
+  the master. Baseline: the master sends the same message directly to every agent
+  (N requests from the root).
+* **Balance** (paper: with 500 trees 99.5 % of agents root < 3 trees; 1,000: 99.5 % < 5;
+  2,000: 95 % < 5): 1,280 agent ids (SHA-1 of simulated addresses) and 500 / 1,000 / 2,000 job
+  ids; the root of a tree is the XOR-closest agent. Baseline: uniformly random root placement.
+* **Idle agent**: RSS and CPU of one ``elf agent`` process with no input (and one job).
+
+All agents share this machine's 2 cores, so N in-process agents measure CPU contention as well
+as protocol latency; the paper ran 1,280 agents on 60 twelve-core servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import math
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from agent.cluster import LocalCluster
+from agent.config import load_config
+from agent.daemon import start_agents, stop_agents
+from agent.runtime import JOBS_TREE, Agent
+from cbt import CompressedBufferTree
+from overlay import Tunables, node_id_for
+from srt import SnapshotName, app_id, roots_per_agent
+
+SECRET = "srt-bench-secret-0123456789abcdef"
+FAST = Tunables(
+    probe_interval=0.5,
+    request_timeout=0.5,
+    leaf_refresh_interval=2.0,
+    slot_refresh_interval=1.0,
+)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
+
+
+def summary(values_ms: list[float]) -> dict[str, Any]:
+    return {
+        "n": len(values_ms),
+        "p50_ms": round(pct(values_ms, 0.5), 2),
+        "p99_ms": round(pct(values_ms, 0.99), 2),
+        "max_ms": round(max(values_ms), 2) if values_ms else None,
+    }
+
+
+# ---- balance ----------------------------------------------------------------------------------
+
+
+def balance(n_agents: int, tree_counts: list[int], seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    addresses = {(f"10.{rng.randrange(256)}.{rng.randrange(256)}.{i % 250 + 1}", 7400 + i)
+                 for i in range(n_agents)}
+    node_ids = [node_id_for(h, p) for h, p in sorted(addresses)][:n_agents]
+    out: dict[str, Any] = {"agents": len(node_ids)}
+    for trees in tree_counts:
+        tree_ids = [app_id(f"job-{i}", "bench") for i in range(trees)]
+        closest = roots_per_agent(node_ids, tree_ids)
+        counts = [0] * len(node_ids)
+        for _ in tree_ids:
+            counts[rng.randrange(len(node_ids))] += 1
+        random_place = {
+            f"pct_below_{k}": round(100 * sum(c < k for c in counts) / len(counts), 2)
+            for k in (3, 5)
+        }
+        random_place["max"] = max(counts)
+        out[str(trees)] = {"xor_closest": closest, "random_placement_baseline": random_place}
+    return out
+
+
+# ---- roll-up and multicast --------------------------------------------------------------------
+
+
+async def settle(agents: list[Agent], timeout: float) -> float:
+    """Wait until the jobs tree spans every agent with one root; returns seconds taken."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        views = [a.trees.view(JOBS_TREE) if a.trees else None for a in agents]
+        if all(v is not None and v.state != "joining" for v in views):
+            roots = sum(1 for v in views if v.is_root)  # type: ignore[union-attr]
+            if roots == 1 and sum(len(v.children) for v in views) == len(agents) - 1:  # type: ignore[union-attr]
+                return time.monotonic() - t0
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"the jobs tree did not settle in {timeout}s")
+
+
+async def feed(agents: list[Agent], stop: asyncio.Event, rng: random.Random) -> None:
+    """Every agent ingests a few lines every 100 ms with current timestamps."""
+    while not stop.is_set():
+        now = time.time()
+        for agent in agents:
+            lines = [
+                json.dumps({"ts": now, "line": f"w{rng.randrange(500)} w{rng.randrange(500)}"})
+                for _ in range(3)
+            ]
+            await agent.ingest("ingest", lines)
+        await asyncio.sleep(0.1)
+
+
+async def tree_vs_star(n: int, epochs: int, seed: int) -> dict[str, Any]:
+    cfg = load_config(env={"ELF_SECRET": SECRET}, overrides={"logical_agents": n})
+    cfg = dataclasses.replace(cfg, tunables=FAST, heartbeat_interval=0.5)
+    t0 = time.monotonic()
+    agents = await start_agents(cfg)
+    started_s = time.monotonic() - t0
+    try:
+        settle_s = await settle(agents, 120)
+        rng = random.Random(seed)
+        info = await agents[0].submit(
+            {"name": "bench", "creator": "bench", "job_class": "wordcount", "epoch_seconds": 1.0}
+        )
+        stop = asyncio.Event()
+        feeder = asyncio.create_task(feed(agents, stop, rng))
+        tid = app_id("bench", "bench")
+        master = next(a for a in agents if (v := a.trees.view(tid)) and v.is_root)  # type: ignore[union-attr]
+        runtime = master.runtimes["bench"]
+        # Let the trees form and a few epochs pass, then measure `epochs` consecutive epochs.
+        await wait_epochs(runtime, tid, 3, 60)
+        first = runtime.store.latest(tid) + 1  # type: ignore[operator]
+        await wait_epochs(runtime, tid, epochs, 30 + 3 * epochs, since=first)
+        stop.set()
+        await feeder
+        rollup, multicast_delivery, multicast_confirm = [], [], []
+        members = [a for a in agents if "bench" in a.runtimes]
+        for epoch in range(first, first + epochs):
+            sends = [
+                a.runtimes["bench"].sent_at.get((tid, epoch))
+                for a in members
+                if a is not master and not a.trees.view(tid).children  # type: ignore[union-attr]
+            ]
+            sends = [s for s in sends if s is not None]
+            result = runtime.store.get(tid, epoch)
+            if sends and result is not None:
+                rollup.append(1000 * (result.completed_at - max(sends)))
+        for stat in runtime.multicast_stats:
+            if stat.get("epoch") is None or stat["epoch"] < first:
+                continue
+            received = [
+                m["received_at"]
+                for a in members
+                for m in a.runtimes["bench"].multicasts
+                if m.get("sent_at") == stat["sent_at"]
+            ]
+            if len(received) == len(members):
+                multicast_delivery.append(1000 * (max(received) - stat["sent_at"]))
+            multicast_confirm.append(stat["ms"])
+        star = await star_baseline(agents, master, epochs)
+        shape = tree_shape(agents, tid)
+        return {
+            "agents": n,
+            "start_s": round(started_s, 2),
+            "settle_s": round(settle_s, 2),
+            "agents_reached_by_submit": info["agents_reached"],
+            "tree": shape,
+            "rollup_last_leaf_to_master": summary(rollup),
+            "rollup_star_baseline": star["rollup"],
+            "multicast_send_to_last_delivery": summary(multicast_delivery),
+            "multicast_send_to_confirmation": summary(multicast_confirm),
+            "multicast_star_baseline": star["multicast"],
+        }
+    finally:
+        await stop_agents(agents, timeout=60)
+
+
+async def wait_epochs(runtime: Any, tid: int, count: int, timeout: float, since: int = 0) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        epochs = [e for e in runtime.store.epochs(tid) if e >= since]
+        if len(epochs) >= count:
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"fewer than {count} epochs completed in {timeout}s")
+
+
+def tree_shape(agents: list[Agent], tid: int) -> dict[str, int]:
+    views = {a.overlay.id: a.trees.view(tid) for a in agents if a.trees and a.trees.view(tid)}
+    depth = 0
+    for node in views:
+        hops, cur = 0, node
+        while cur in views and not views[cur].is_root and hops <= len(views):
+            cur = views[cur].parent.id  # type: ignore[union-attr]
+            hops += 1
+        depth = max(depth, hops)
+    fan_in = max((len(v.children) for v in views.values()), default=0)
+    return {"members": len(views), "depth": depth, "max_fan_in": fan_in}
+
+
+async def star_baseline(agents: list[Agent], master: Agent, epochs: int) -> dict[str, Any]:
+    """Every agent posts an equivalent snapshot straight to the master (no tree); the master
+    also sends a control message straight to every agent. Same agents, same data plane."""
+    received: dict[int, float] = {}
+    pending: dict[int, set[int]] = {}
+
+    async def on_star(request: Any) -> dict[str, Any]:
+        name = SnapshotName.from_headers(request.headers)
+        await request.read()
+        pending[name.epoch].discard(name.sender)
+        if not pending[name.epoch]:
+            received[name.epoch] = time.time()
+        return {"result": "merged"}
+
+    master.server.route("POST", "/bench/v1/star", on_star)
+    tree = CompressedBufferTree("count")
+    tree.insert_many([f"w{i}" for i in range(20)])
+    payload = tree.flush().to_bytes()
+    others = [a for a in agents if a is not master]
+    rollup, multicast = [], []
+    for epoch in range(epochs):
+        pending[epoch] = {a.overlay.id for a in others}
+        sends: list[float] = []
+
+        async def send(agent: Agent, epoch: int = epoch, sends: list[float] = sends) -> None:
+            name = SnapshotName("star", 1, epoch, agent.overlay.id)
+            sends.append(time.time())
+            await agent.client.request(
+                "POST", master.data_url, "/bench/v1/star", payload, name=name
+            )
+
+        await asyncio.gather(*(send(a) for a in others))
+        rollup.append(1000 * (received[epoch] - max(sends)))
+        t0 = time.time()
+        await asyncio.gather(
+            *(master.overlay.request(a.overlay.info, "agent.where", {}) for a in others)
+        )
+        multicast.append(1000 * (time.time() - t0))
+        await asyncio.sleep(0.2)
+    return {"rollup": summary(rollup), "multicast": summary(multicast)}
+
+
+# ---- idle agent ---------------------------------------------------------------------------------
+
+
+def idle_agent(seconds: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="elf-idle-") as tmp:
+        cluster = LocalCluster(1, Path(tmp)).start()
+        try:
+            proc = psutil.Process(cluster.procs[0].process.pid)
+            time.sleep(2.0)  # let start-up work finish before sampling
+            idle = sample(proc, seconds)
+            cluster.client(0).submit(
+                {"name": "idle", "creator": "bench", "job_class": "wordcount"}
+            )
+            time.sleep(2.0)
+            with_job = sample(proc, seconds)
+        finally:
+            cluster.stop()
+    return {"no_jobs": idle, "one_job_no_input": with_job}
+
+
+def sample(proc: psutil.Process, seconds: float) -> dict[str, float]:
+    cpu0 = proc.cpu_times()
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    cpu1 = proc.cpu_times()
+    used = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    return {
+        "rss_mb": round(proc.memory_info().rss / 2**20, 1),
+        "cpu_percent_of_one_core": round(100 * used / (time.monotonic() - t0), 2),
+    }
+
+
+# ---- main -----------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="64 agents, fewer epochs")
+    parser.add_argument("--agents", type=int, nargs="*", help="logical agent counts")
+    parser.add_argument("--epochs", type=int, help="measured epochs per run")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    sizes = args.agents or ([64] if args.quick else [64, 256])
+    epochs = args.epochs or (5 if args.quick else 20)
+    out: dict[str, Any] = {
+        "benchmark": "srt",
+        "quick": args.quick,
+        "python": sys.version.split()[0],
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "goals": {"rollup_p99_ms": 100, "multicast_ms_256_agents": 10},
+    }
+    out["balance"] = balance(1280, [500, 1000, 2000], args.seed)
+    out["idle_agent"] = idle_agent(3.0 if args.quick else 10.0)
+    out["runs"] = [asyncio.run(tree_vs_star(n, epochs, args.seed)) for n in sizes]
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
