@@ -1,0 +1,65 @@
+"""In-process agents for runtime tests: real overlay (UDP), data plane and API (HTTP) on
+loopback, several logical agents in this test's event loop, fast maintenance timings."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from agent.config import load_config
+from agent.daemon import start_agents, stop_agents
+from agent.runtime import JOBS_TREE, Agent
+from overlay import Tunables
+
+SECRET = "runtime-test-secret-0123456789abcdef"
+FAST = Tunables(
+    probe_interval=0.2,
+    probe_timeout=0.3,
+    request_timeout=0.5,
+    fail_timeout=1.0,
+    leaf_refresh_interval=1.0,
+    slot_refresh_interval=0.5,
+)
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``predicate`` (sync or async) until truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+def settled(agents: list[Agent]) -> bool:
+    views = [a.trees.view(JOBS_TREE) if a.trees else None for a in agents]
+    if any(v is None or v.state == "joining" for v in views):
+        return False
+    roots = [v for v in views if v.is_root]  # type: ignore[union-attr]
+    return len(roots) == 1 and sum(len(v.children) for v in views) == len(agents) - 1  # type: ignore[union-attr]
+
+
+@asynccontextmanager
+async def running_agents(n: int, **overrides: Any):  # type: ignore[no-untyped-def]
+    cfg = load_config(env={"ELF_SECRET": SECRET}, overrides={"logical_agents": n, **overrides})
+    cfg = dataclasses.replace(cfg, tunables=FAST, heartbeat_interval=0.3)
+    agents = await start_agents(cfg)
+    try:
+        await wait_for(lambda: settled(agents), 30, "the jobs tree to span every agent")
+        yield agents
+    finally:
+        await stop_agents(agents, timeout=30)
+
+
+def lines(ts: float, texts: list[str]) -> list[str]:
+    return [json.dumps({"ts": ts, "line": t}) for t in texts]
