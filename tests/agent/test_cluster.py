@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import signal
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -233,4 +234,63 @@ def test_master_hand_off_keeps_results_exact(cluster: Any) -> None:
             expected[epoch],
             60,
             f"post-hand-off epoch {epoch}",
+        )
+
+
+def test_cli_reads_jobs_results_and_status(cluster: Any) -> None:
+    from click.testing import CliRunner
+
+    from agent.cli import cli
+
+    local, _ = cluster
+    common = ["--api", local.procs[2].api_url, "--secret-file", str(local.secret_file)]
+    runner = CliRunner()
+    jobs = runner.invoke(cli, ["jobs", *common])
+    assert jobs.exit_code == 0, jobs.output
+    assert [j["name"] for j in json.loads(jobs.output)] == ["wc"]
+    latest = local.client(2).results("wc")
+    res = runner.invoke(cli, ["results", "wc", "--epoch", str(latest["epoch"]), *common])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["rows"] == latest["rows"]
+    status = runner.invoke(cli, ["status", *common])
+    assert status.exit_code == 0 and json.loads(status.output)["jobs"]["wc"]["roles"]
+    bad = runner.invoke(cli, ["results", "nope", *common])
+    assert bad.exit_code != 0 and "404" in bad.output
+
+
+def test_sigterm_leaves_gracefully_and_the_rest_keeps_exact_results(cluster: Any) -> None:
+    local, _ = cluster
+    tid = app_id("wc", "tests")
+    states = statuses(local)
+    master = min(range(len(states)), key=lambda i: int(states[i]["node_id"], 16) ^ tid)
+    victim = next(i for i in range(1, AGENTS) if i != master)
+    proc = local.procs[victim].process
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0  # clean shutdown: left the overlay, handed its trees over
+    alive = [i for i in range(len(local.procs)) if i != victim]
+    victim_id = states[victim]["node_id"]
+
+    def repaired() -> bool:
+        for i in alive:
+            st = local.client(i).status()
+            if victim_id in st["neighbours"]:
+                return False
+            for view in st["jobs"]["wc"]["trees"]:
+                if (view.get("parent") or {}).get("id") == victim_id:
+                    return False
+        return True
+
+    wait_until(repaired, 30, "every agent to forget the departed one")
+    rng = random.Random(13)
+    start = math.floor(time.time()) + 2
+    expected: dict[int, Counter] = defaultdict(Counter)
+    for i in alive:
+        path = Path(local.inputs[i]["lines"])
+        write_lines(path, range(start, start + 2), rng, expected)
+    for epoch in range(start, start + 2):
+        wait_equal(
+            lambda e=epoch: result_counter(local.client(alive[0]), "wc", e),
+            expected[epoch],
+            60,
+            f"epoch {epoch} after the departure",
         )
