@@ -42,6 +42,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from overlay import NodeInfo, OverlayError, OverlayNode, RemoteError, RoutingApplication
 from srt import tree_wire as w
 from srt.multicast import Multicaster
@@ -60,6 +62,8 @@ from srt.tree_types import (
 )
 
 log = logging.getLogger(__name__)
+
+HB_REPLY_MARGIN = 256  # datagram header, MAC and response framing around a heartbeat reply
 
 
 @dataclass(eq=False)
@@ -84,6 +88,7 @@ class _Tree:
     joining: bool = False  # an attempt is running
     next_attempt: float = 0.0
     backoff: float = 0.0
+    touched: float = 0.0  # created / made root: not pruned for a while after this
 
 
 class _SrtApp(RoutingApplication):
@@ -192,11 +197,13 @@ class TreeManager:
         once attached (as root or below a parent). Raises :class:`JoinTimeout` after
         ``join_timeout`` (the tree stays registered and the manager keeps retrying)."""
         self._check_running()
-        w.id_bytes(tree_id)  # validates the range
-        w.text(job, "job", w.MAX_JOB)
+        if not isinstance(tree_id, int) or isinstance(tree_id, bool) or not 0 <= tree_id < 2**160:
+            raise ValueError(f"tree id must be a 160-bit int, got {tree_id!r}")
+        if not isinstance(job, str) or len(job) > w.MAX_JOB:
+            raise ValueError(f"job must be a string of at most {w.MAX_JOB} characters")
         tree = self._trees.get(tree_id)
         if tree is None:
-            tree = self._trees[tree_id] = _Tree(tree_id, job, subscriber)
+            tree = self._trees[tree_id] = self._new_tree(tree_id, job, subscriber)
         else:
             tree.subscriber = tree.subscriber or subscriber
             tree.job = tree.job or job
@@ -333,6 +340,9 @@ class TreeManager:
 
     # ---- tree state changes ------------------------------------------------------------------
 
+    def _new_tree(self, tree_id: int, job: str, subscriber: bool) -> _Tree:
+        return _Tree(tree_id, job, subscriber, touched=self._now())
+
     def _note_departure(self, node_id: int) -> None:
         """``node_id`` told us it is leaving (stop hand-off): a root ignores it as a "closer
         node" for a while, so the successor it named does not hand the role straight back."""
@@ -417,6 +427,7 @@ class TreeManager:
         self._lose_parent(tree)
         tree.state = ROOT
         tree.root = self.me
+        tree.touched = self._now()
         tree.own_jid = None
         tree.backoff = 0.0
         self.stats["became_root"] += 1
@@ -537,7 +548,7 @@ class TreeManager:
             self._set_parent(tree, next_hop, j.jid)  # the first next hop was dead
             return self._relay(message, j)
         if tree is None:  # not on the tree: become a forwarder and pass the JOIN on
-            tree = self._trees[key] = _Tree(key, j.job, subscriber=False)
+            tree = self._trees[key] = self._new_tree(key, j.job, False)
             self._adopt(tree, j.prev, j.url)
             self._set_parent(tree, next_hop, j.jid)
             self.stats["forwarders_created"] += 1
@@ -583,7 +594,7 @@ class TreeManager:
                 raise LoopRefused(f"JOIN for {key:040x} already passed through {self.me}")
             self._check_child(key, j.prev)
             if tree is None:
-                tree = self._trees[key] = _Tree(key, j.job, subscriber=False)
+                tree = self._trees[key] = self._new_tree(key, j.job, False)
             self._adopt(tree, j.prev, j.url)
         self._become_root(tree)
 
@@ -612,7 +623,8 @@ class TreeManager:
             for cid, seen in list(tree.child_seen.items()):
                 if now - seen > self.child_timeout:
                     self._remove_child(tree, cid, "failed")
-            if not tree.subscriber and not tree.children and not tree.joining:
+            idle = now - tree.touched > self.parent_timeout  # (children may be on their way)
+            if not tree.subscriber and not tree.children and not tree.joining and idle:
                 self.stats["pruned"] += 1
                 self._spawn(self._drop_tree(tree))
                 continue
@@ -693,7 +705,10 @@ class TreeManager:
             else:
                 lost.append(w.id_bytes(tid))
                 roots.append(None)
-        return {"url": self.data_url, "lost": lost, "roots": roots}
+        reply = {"url": self.data_url, "lost": lost, "roots": roots}
+        if len(msgpack.packb(reply)) > self.overlay.tunables.max_datagram - HB_REPLY_MARGIN:
+            reply["roots"] = [None] * len(roots)  # the roots are a hint; the rest must fit
+        return reply
 
     def _serve_leave(self, payload: Any, sender: NodeInfo) -> dict[str, Any]:
         tid, reason = w.parse_tree_reason(payload, "leave")
@@ -763,7 +778,7 @@ class TreeManager:
         self._note_departure(sender.id)
         tree = self._trees.get(tid)
         if tree is None:
-            tree = self._trees[tid] = _Tree(tid, job, subscriber=False)
+            tree = self._trees[tid] = self._new_tree(tid, job, False)
         if tree.parent is not None and tree.parent.id == sender.id:
             self._lose_parent(tree)  # no goodbye needed: the sender is leaving
         self._remove_child(tree, sender.id, "left")
