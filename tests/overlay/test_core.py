@@ -13,7 +13,7 @@ from overlay.ids import MAX_ID, digit, from_bytes, shared_prefix_digits, to_byte
 from overlay.leafset import LeafSet
 from overlay.membership import Membership
 from overlay.routing import PrefixTable
-from overlay.wire import REQUEST, RESPONSE, Codec, WireError
+from overlay.wire import REQUEST, RESPONSE, Codec, InProcessCodec, WireError
 
 ids160 = st.integers(min_value=0, max_value=MAX_ID)
 SECRET = b"0123456789abcdef0123456789abcdef"
@@ -73,6 +73,28 @@ def test_wire_round_trip_and_rejections() -> None:
     clock.now += 61  # nonces expire after 2 × skew
     codec.decode(codec.encode(RESPONSE, [b"12345678", True, 1]))
     assert len(codec.replays) == 1
+
+
+def test_in_process_codec_keeps_the_payload_checks_and_the_wire_size() -> None:
+    clock = Clock()
+    codec = InProcessCodec(SECRET, clock=clock, max_datagram=1024, max_skew=30)
+    wire = Codec(SECRET, clock=clock, max_datagram=1024, max_skew=30)
+    payload = [b"12345678", "ping", [b"x" * 20, "h", 1, "d"], [[("a", 1)]]]
+    env = codec.encode(REQUEST, payload)
+    assert len(env) == len(wire.encode(REQUEST, payload))  # metrics count real sizes
+    frame = codec.decode(env)
+    assert frame.type == REQUEST
+    assert frame.payload == [b"12345678", "ping", [b"x" * 20, "h", 1, "d"], [[["a", 1]]]]
+    with pytest.raises(WireError, match="bad_mac"):  # another cluster's secret
+        InProcessCodec(b"another-secret-0123456789", clock=clock).decode(env)
+    with pytest.raises(MessageTooLarge):
+        codec.encode(RESPONSE, [b"12345678", True, b"x" * 1000])
+    with pytest.raises(WireError, match="malformed"):
+        codec.decode(codec.encode(RESPONSE, [b"1234", True, 1]))
+    # raw bytes (a forged or foreign datagram) still get every check of the real codec
+    with pytest.raises(WireError, match="bad_mac"):
+        codec.decode(b"x" * 100)
+    assert codec.decode(wire.encode(RESPONSE, [b"12345678", True, 1])).payload[2] == 1
 
 
 @settings(max_examples=30, deadline=None)

@@ -143,3 +143,23 @@ def test_maintenance_traffic_is_under_ten_messages_per_node_per_second() -> None
         return rate
 
     assert run(main()) <= 10
+
+
+def test_simulated_datagrams_from_another_cluster_are_dropped() -> None:
+    """The simulator skips the HMAC (the UDP tests cover it) but still keeps clusters with
+    different secrets apart."""
+    from overlay import OverlayNode
+
+    async def main() -> None:
+        net = SimNetwork(seed=2)
+        a = OverlayNode(SECRET, host="10.0.0.1", port=7000, network=net)
+        await a.start()
+        b = OverlayNode(b"another-cluster-secret-0123", host="10.0.0.2", port=7000, network=net)
+        await b.start([a.info.address])
+        assert a.metrics()["drops"].get("bad_mac", 0) >= 1
+        assert not a.contacts() and not b.contacts()
+        assert a.metrics()["sent_msgs"] == {}
+        await a.stop()
+        await b.stop()
+
+    run(main())
