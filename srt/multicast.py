@@ -6,11 +6,13 @@ copies to its own children at once, runs the local ``on_multicast`` handlers, wa
 children's confirmations (each within the time budget it was given, shrunk by 20 % per level so
 a subtree always answers before its parent gives up on it) and replies with the number of
 members of its subtree that confirmed and the ids of those that did not. The master's
-:class:`~srt.tree_types.MulticastResult` thus counts every member including itself.
+:class:`~srt.tree_types.MulticastResult` thus counts every member including itself, once: a
+second copy of the same ``mid`` (a stale parent still listing a node that re-attached
+elsewhere) is neither delivered nor counted again.
 
 Message (direct request ``srt.mc``): ``{"t": tree id (20 B), "mid": 8 random bytes,
 "msg": the message (a map), "budget": seconds}`` → ``{"reached": int, "missing": [id (20 B),
-…]}``. A repeated ``mid`` (an at-least-once retry) is answered from the first run, never
+…]}``. A repeated ``mid`` is answered ``{"reached": 0, "missing": []}`` and never
 delivered twice. The whole datagram must fit the overlay's limit (8 KiB with the default
 tunables): larger messages raise :class:`overlay.MessageTooLarge` before anything is sent —
 bulk data belongs on the data plane. A child that does not confirm in time is reported in
@@ -52,7 +54,7 @@ class Multicaster:
     def __init__(self, manager: TreeManager) -> None:
         self.m = manager
         self.handlers: list[Any] = []
-        self._seen: OrderedDict[bytes, asyncio.Future[dict[str, Any]]] = OrderedDict()
+        self._seen: OrderedDict[bytes, None] = OrderedDict()  # recent mids, oldest first
 
     async def multicast(
         self, tree_id: int, message: dict, *, timeout: float = 5.0
@@ -167,26 +169,17 @@ class Multicaster:
             or not 0 < budget <= MAX_BUDGET
         ):
             raise BadTreeMessage(f"multicast budget must be a number in (0, {MAX_BUDGET}]")
-        known = self._seen.get(mid)
-        if known is not None:
-            return await asyncio.shield(known)
+        if mid in self._seen:
+            # A second copy: a retry, or a stale parent that still lists us while we already
+            # re-attached elsewhere. Whoever came first counts our subtree; this one adds 0.
+            self.m.stats["mc_duplicates"] += 1
+            return {"reached": 0, "missing": []}
         tree = self.m._trees.get(tid)
         if tree is None or self.m._stopping:
             raise TreeError(f"not on tree {tid:040x}")
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._seen[mid] = fut
+        self._seen[mid] = None
         while len(self._seen) > _SEEN:
             self._seen.popitem(last=False)
         self.m.stats["mc_received"] += 1
-        try:
-            reached, missing = await self._run(tree, mid, message, float(budget))
-            reply = {
-                "reached": reached,
-                "missing": [w.id_bytes(x) for x in missing[:MAX_MISSING]],
-            }
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()  # retrieved: no "never retrieved" warning
-            raise
-        fut.set_result(reply)
-        return reply
+        reached, missing = await self._run(tree, mid, message, float(budget))
+        return {"reached": reached, "missing": [w.id_bytes(x) for x in missing[:MAX_MISSING]]}

@@ -391,6 +391,9 @@ class TreeManager:
             raise LoopRefused(f"next hop {parent} is not closer to the tree id")
         if parent.id in tree.children:  # cannot happen with the invariant; belt and braces
             self._remove_child(tree, parent.id, "moved")
+        if tree.parent is not None and tree.parent.id != parent.id:
+            # a replacement next hop, or a hand-off: the old parent may count us, tell it
+            self._spawn(self._tell_leave(tree.parent, tree.tree_id, "moved"))
         if tree.parent is None or tree.parent.id != parent.id:
             tree.parent_url = None
         tree.parent = parent
@@ -477,6 +480,8 @@ class TreeManager:
             self.stats["join_failures"] += 1
             log.info("JOIN for tree %x failed: %s", tree.tree_id, exc)
             if tree.own_jid == jid and tree.state != ROOT:
+                if tree.parent is not None:  # it may have adopted us before the route failed
+                    self._spawn(self._tell_leave(tree.parent, tree.tree_id, "moved"))
                 self._lose_parent(tree)
                 tree.state = JOINING
                 tree.own_jid = None
@@ -666,9 +671,12 @@ class TreeManager:
             log.info("bad heartbeat reply from %s: %s", parent, exc)
             return
         for t, root in zip(trees, reply.roots, strict=True):
-            if self._trees.get(t.tree_id) is not t or t.parent is None:
-                continue
-            if t.parent.id != parent.id:
+            current = self._trees.get(t.tree_id) is t and t.parent is not None
+            if not current or t.parent is None or t.parent.id != parent.id:
+                # we moved while the heartbeat was on its way, and it (re-)adopted us
+                if t.tree_id not in reply.lost:
+                    reason = "moved" if self._trees.get(t.tree_id) is t else "left"
+                    self._spawn(self._tell_leave(parent, t.tree_id, reason))
                 continue
             if t.tree_id in reply.lost:
                 self._rejoin(t, "parent does not count us as a child")

@@ -86,3 +86,28 @@ async def test_multicast_errors_are_clear(cluster: Cluster) -> None:
         await root.multicast(tid, {"blob": b"x" * 9000})
     with pytest.raises(TypeError):
         await root.multicast(tid, {"bad": object()})
+
+
+async def test_a_second_copy_is_neither_delivered_nor_counted(cluster: Cluster) -> None:
+    tid = app_id("mc-dup", "pat")
+    await form(cluster, tid)
+    got = record(cluster)
+    root = cluster.true_root(tid)
+    child = cluster.by_id(next(iter(root.view(tid).children)))
+    payload = {"t": tid.to_bytes(20, "big"), "mid": b"dupdupdu", "msg": {"seq": 9}, "budget": 1.0}
+    first = await root.overlay.request(child.overlay.info, "srt.mc", payload)
+    second = await root.overlay.request(child.overlay.info, "srt.mc", payload)
+    assert first["reached"] == 1 + sum(
+        1 for m in cluster.live() if is_below(cluster, m.overlay.id, child.overlay.id, tid)
+    )
+    assert second == {"reached": 0, "missing": []}
+    assert got[(child.overlay.id, tid, 9)] == 1
+
+
+def is_below(c: Cluster, node_id: int, ancestor: int, tid: int) -> bool:
+    cur = c.by_id(node_id).view(tid)
+    while cur is not None and cur.parent is not None:
+        if cur.parent.id == ancestor:
+            return True
+        cur = c.by_id(cur.parent.id).view(tid)
+    return False

@@ -182,3 +182,17 @@ async def test_leave_unsubscribes_and_prunes(cluster: Cluster) -> None:
     # everyone unsubscribed: leaves leave at once, forwarders prune bottom-up, root last
     await wait_for(lambda: all(m.view(tid) is None for m in cluster.live()), 10, what="pruned")
     assert all(m.stats["children_left"] == 0 for m in leaves)
+
+
+async def test_silent_child_is_dropped_and_comes_back(cluster: Cluster) -> None:
+    tid = app_id("silent", "olga")
+    members = await formed(cluster, tid)
+    child = next(m for m in cluster.live() if not m.view(tid).is_root)
+    parent = cluster.by_id(child.view(tid).parent.id)
+    child._loop_task.cancel()  # its heartbeats stop; the overlay still sees it alive
+    await wait_for(lambda: child.overlay.id not in parent.view(tid).children, 5, what="dropped")
+    removed = cluster.recorder(parent).of("child-")
+    assert (removed[-1][2], removed[-1][3]) == (child.overlay.id, "failed")
+    child._loop_task = asyncio.ensure_future(child._maintenance())  # re-joins or re-adopted
+    await wait_clean(lambda: check_tree(cluster, tid, members), 10)
+    assert child.overlay.id in cluster.by_id(child.view(tid).parent.id).view(tid).children

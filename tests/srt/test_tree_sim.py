@@ -8,6 +8,7 @@ import asyncio
 import random
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -39,6 +40,7 @@ def check_all(nodes: list[TreeNode], tids: list[int], members: dict[int, set[int
     live = [n for n in nodes if n.running]
     ids = sorted(n.id for n in live)
     bad_root = loops = broken = inconsistent = 0
+    samples: list[str] = []
     depth_max = 0
     for t in tids:
         views = {n.id: v for n in live if (v := n.trees.view(t)) is not None}
@@ -63,13 +65,19 @@ def check_all(nodes: list[TreeNode], tids: list[int], members: dict[int, set[int
         for i, v in views.items():
             for c in v.children:
                 cv = views.get(c)
-                inconsistent += cv is None or cv.parent is None or cv.parent.id != i
+                if cv is None or cv.parent is None or cv.parent.id != i:
+                    inconsistent += 1
+                    samples.append(
+                        f"tree {t:x}: {i:x} lists {c:x}, whose view is "
+                        f"{None if cv is None else (cv.state, cv.parent)}"
+                    )
     return {
         "bad_root": bad_root,
         "loops": loops,
         "broken": broken,
         "inconsistent": inconsistent,
         "depth_max": depth_max,
+        "samples": samples[:5],
     }
 
 
@@ -100,16 +108,23 @@ def build_and_check(
         await asyncio.sleep(3.0)  # a few heartbeats: everything confirmed
         progress("heartbeats")
         result = check_all(nodes, tids, members)
-        progress("checked")
+        progress(f"checked: {result}")
+        if result["inconsistent"]:  # stale child entries expire after child_timeout
+            await asyncio.sleep(4.0)
+            result = check_all(nodes, tids, members)
+            progress(f"checked again: {result}")
         result["roots"] = [min(nodes, key=lambda n: n.id ^ t).id for t in tids]
         result["node_ids"] = [n.id for n in nodes]
         result["tids"] = tids
-        result["hb_missed"] = sum(n.trees.stats["hb_missed"] for n in nodes)
-        result["rejoins"] = sum(n.trees.stats["rejoins"] for n in nodes)
-        result["members"] = sum(len(m) for m in members.values())
+        events: Counter[str] = Counter()
         for n in nodes:
-            await n.trees.stop()
+            events.update(n.trees.stats)
+        result["events"] = dict(events)
+        progress(f"events: {dict(events)}")
+        result["members"] = sum(len(m) for m in members.values())
+        for n in nodes:  # overlay first: no graceful hand-offs between 1,280 dying nodes
             await n.stop()
+            await n.trees.stop()
         return result
 
     return run(main())
