@@ -296,18 +296,8 @@ class CompressedBufferTree:
         else:
             values = self.agg.column(root.values(), len(keys))
         del root
-        n = len(keys)
-        encs = list(map(self._pack, keys))
+        run = self._run_of(keys, values, owned=True)
         del keys
-        if self.hash_function is xxh3_64:
-            hashes = np.fromiter(map(xxh3_64_intdigest, encs), dtype=np.uint64, count=n)
-        else:
-            fn = self.hash_function
-            hashes = np.fromiter((int(fn(e)) & _MASK64 for e in encs), np.uint64, count=n)
-        run = sort_and_aggregate(
-            hashes, EncodedKeys.from_encodings(encs), values, self.agg, owned=True
-        )
-        del encs
         self._counts["root_spills"] += 1
         top = self._top
         if top.is_leaf:
@@ -317,6 +307,19 @@ class CompressedBufferTree:
             # rather than compressing a run into the top only to decompress it again.
             self._grow(self._flush_node(top, run, drain=False))
         self._enforce_budget()
+
+    def _run_of(self, keys: list[Any], values: np.ndarray, owned: bool) -> Run:
+        """Encode, hash, sort and aggregate root entries into one run."""
+        n = len(keys)
+        encs = list(map(self._pack, keys))
+        if self.hash_function is xxh3_64:
+            hashes = np.fromiter(map(xxh3_64_intdigest, encs), dtype=np.uint64, count=n)
+        else:
+            fn = self.hash_function
+            hashes = np.fromiter((int(fn(e)) & _MASK64 for e in encs), np.uint64, count=n)
+        return sort_and_aggregate(
+            hashes, EncodedKeys.from_encodings(encs), values, self.agg, owned=owned
+        )
 
     def _keep_hot(self, keys: list[Any], root: dict[Any, int]) -> tuple[list[Any], np.ndarray]:
         """Keep the hottest eighth of a count root in place; return the rest to spill.
@@ -488,6 +491,18 @@ class CompressedBufferTree:
 
     def flush(self) -> Snapshot:
         """The whole group-by-aggregate result so far (the tree keeps its contents)."""
+        top = self._top
+        if top.is_leaf and not top.runs and not self.agg.mutable_state:
+            # Nothing below the root (small epochs): build the snapshot straight from the root
+            # dict and leave the dict in place, skipping a compress/decompress round trip.
+            # Immutable states only, so later inserts cannot change the snapshot.
+            self._counts["flushes"] += 1
+            root = self._root
+            if not root:
+                return Snapshot.empty(self.agg, self.hash_function)
+            keys = list(root)
+            run = self._run_of(keys, self.agg.column(root.values(), len(keys)), owned=False)
+            return Snapshot._from_run(self.agg, run, self.hash_function)
         self._spill_root(everything=True)
         # Draining visits the leaves in hash order; each leaf hands over its uncompressed
         # contents as it goes, so nothing is decompressed twice.
