@@ -12,6 +12,7 @@ import pytest
 from agent_helpers import lines, running_agents, wait_for
 
 from agent.api_client import ApiClient, ApiError
+from agent.errors import BadRequest
 from agent.job import Job, register_job
 from cbt import Snapshot
 
@@ -183,3 +184,22 @@ async def _in_thread(fn: Any, *args: Any) -> Any:
     import asyncio
 
     return await asyncio.to_thread(fn, *args)
+
+
+async def test_cross_job_route_reaches_the_other_jobs_master() -> None:
+    from srt import app_id
+
+    async with running_agents(3) as agents:
+        e = next_epoch()
+        await agents[0].submit({"name": "words", "creator": "t", "job_class": "wordcount",
+                                "start_epoch": e, "allowed_lateness": 0.5})
+        await agents[0].submit({"name": "asker", "creator": "t", "job_class": "test-recv"})
+        for a in agents:
+            await a.ingest("ingest", lines(e + 0.1, ["x y x"]))
+        await wait_for(lambda: _eq(agents[1], "words", e, Counter(x=6, y=3)), 15, "words epoch")
+        asker = agents[2].runtimes["asker"].job
+        assert asker.context is not None
+        reply = await asker.context.route(app_id("words", "t"), {"word": "x"})
+        assert reply["word"] == "x" and reply["count"] == 6
+        with pytest.raises(BadRequest, match="non-empty string 'word'"):
+            await asker.context.route(app_id("words", "t"), {"word": ""})
