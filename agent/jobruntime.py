@@ -58,6 +58,12 @@ class JobRuntime:
         wanted = set(self.spec.inputs) if self.spec.inputs else agent.input_names()
         self.inputs = sorted(wanted & agent.input_names())
         self.worker: Worker | None = Worker(self.job) if self.inputs else None
+        self.operator = level_operator_for(
+            self.job.make_aggregator(),
+            top_k=self.spec.top_k,
+            largest=self.spec.top_k_largest,
+            approximate=self.spec.top_k_approximate,
+        )
         self.combiners: dict[int, EpochCombiner] = {}
         self.senders: dict[int, UpstreamSender] = {}
         self.store = ResultStore()
@@ -115,7 +121,7 @@ class JobRuntime:
                 expect_local=self.worker is not None,
                 children=(),
                 emit=lambda epoch, snap, tid=tid: self._emit(tid, epoch, snap),
-                operator=level_operator_for(self.job.make_aggregator()),
+                operator=self.operator,
                 first_epoch=self.spec.start_epoch,
             )
             self.combiners[tid] = combiner
@@ -299,9 +305,11 @@ class JobRuntime:
         result = self.store.get(tid, int(epoch))
         if result is None:
             return {"epochs": epochs, "rows": None}
+        snap = result.snapshot
+        pairs = snap if self.spec.top_k is None else self.operator.result(snap)
         return {
             "epochs": epochs,
-            "rows": [[jsonable(k), jsonable(v)] for k, v in result.snapshot],
+            "rows": [[jsonable(k), jsonable(v)] for k, v in pairs],
             "updated": result.updated,
             "completed_at": result.completed_at,
         }
@@ -328,6 +336,11 @@ class JobRuntime:
         if len(missing) == len(parts):
             raise NotFound(f"job {self.name!r} has no result for epoch {epoch}")
         rows = [row for p in parts if p.get("rows") for row in p["rows"]]
+        if self.spec.top_k is not None:
+            # Trees own disjoint key ranges, so the global top k is among the trees' top k;
+            # the stable sort keeps the trees' hash order among equal values.
+            rows.sort(key=lambda r: r[1], reverse=self.spec.top_k_largest)
+            del rows[self.spec.top_k :]
         return {
             "job": self.name,
             "epoch": epoch,

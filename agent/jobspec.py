@@ -25,6 +25,11 @@ Fields (JSON name: type, default):
   ``window_size`` / ``window_slide``: epochs, ints with 1 <= slide <= size, default 1/1.
 * ``inputs``: list of input names on the agents (empty: every input), default [].
 * ``params``: a JSON object for the job class, default {}.
+* ``top_k``: int >= 1 or null (default): report only the k best keys per epoch, ranked by
+  value (``top_k_largest``, default true; false ranks smallest first). Levels of the tree cut
+  to k only where that is exact (max ranked largest, min ranked smallest); sums and counts are
+  never cut below the root unless ``top_k_approximate`` (a factor c >= 1: every level keeps
+  its ceil(k*c) best keys; documented error in ``srt/operators.py``).
 """
 
 from __future__ import annotations
@@ -73,6 +78,9 @@ class JobSpec:
     window_slide: int = 1
     inputs: tuple[str, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
+    top_k: int | None = None
+    top_k_largest: bool = True
+    top_k_approximate: float | None = None
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -132,6 +140,15 @@ class JobSpec:
         ):
             raise JobSpecError("inputs", f"must be a list of input names, got {inputs!r}")
         params = _json_object(data, "params")
+        top_k = data.get("top_k")
+        if top_k is not None and (not _is_int(top_k) or top_k < 1):
+            raise JobSpecError("top_k", f"must be an integer >= 1 or null, got {top_k!r}")
+        largest = data.get("top_k_largest", True)
+        if not isinstance(largest, bool):
+            raise JobSpecError("top_k_largest", f"must be true or false, got {largest!r}")
+        approx = data.get("top_k_approximate")
+        if approx is not None:
+            approx = _number(data, "top_k_approximate", 1.0, low=1.0)
         return cls(
             name=name,
             creator=creator,
@@ -149,6 +166,9 @@ class JobSpec:
             window_slide=slide,
             inputs=tuple(inputs),
             params=params,
+            top_k=top_k,
+            top_k_largest=largest,
+            top_k_approximate=approx,
         )
 
     @classmethod

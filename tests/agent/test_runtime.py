@@ -203,3 +203,38 @@ async def test_cross_job_route_reaches_the_other_jobs_master() -> None:
         assert reply["word"] == "x" and reply["count"] == 6
         with pytest.raises(BadRequest, match="non-empty string 'word'"):
             await asker.context.route(app_id("words", "t"), {"word": ""})
+
+
+async def test_m_trees_and_exact_top_k_of_counts() -> None:
+    async with running_agents(3) as agents:
+        e = next_epoch()
+        base = {"creator": "t", "job_class": "wordcount", "start_epoch": e,
+                "allowed_lateness": 0.5, "trees": 3}
+        await agents[0].submit({**base, "name": "all3"})
+        # Locally every agent's top word is its own "hot" word; globally it is "common".
+        await agents[0].submit({**base, "name": "top1", "top_k": 1})
+        await agents[0].submit({**base, "name": "top2", "top_k": 2})
+        want: Counter = Counter()
+        for i, a in enumerate(agents):
+            texts = [f"hot{i}"] * (10 + i) + ["common"] * 6
+            want.update(texts)
+            await a.ingest("ingest", lines(e + 0.1, texts))
+        await wait_for(lambda: _eq(agents[1], "all3", e, want), 15, "3-tree result")
+        roots = {
+            v.tree_id: a.overlay.id
+            for a in agents
+            for v in (a.trees.view(t) for t in a.runtimes["all3"].tree_list)  # type: ignore[union-attr]
+            if v is not None and v.is_root
+        }
+        assert len(roots) == 3  # every tree has exactly one master
+        for name, k in (("top1", 1), ("top2", 2)):
+            res = await wait_for(lambda n=name: _complete(agents[2], n, e), 15, name)
+            assert [tuple(r) for r in res["rows"]] == want.most_common(k)
+
+
+async def _complete(agent: Any, job: str, epoch: int) -> dict[str, Any] | None:
+    try:
+        res = await agent.results(job, epoch)
+    except Exception:
+        return None
+    return res if res["complete"] else None
