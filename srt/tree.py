@@ -77,6 +77,7 @@ class _Tree:
     parent: NodeInfo | None = None
     parent_url: str | None = None
     parent_ok: float = 0.0  # last time the parent confirmed us (attach or heartbeat reply)
+    parent_since: float = 0.0  # when we took the current parent
     announced_parent: int | None = None  # parent last reported to listeners
     announced_root: bool = False  # listeners were told we are the root (and not since told not)
     root: NodeInfo | None = None
@@ -399,7 +400,7 @@ class TreeManager:
         tree.parent = parent
         tree.state = MEMBER
         tree.via_jid = jid
-        tree.parent_ok = self._now()
+        tree.parent_ok = tree.parent_since = self._now()
         if tree.announced_root:  # we were the master: a closer node has the role now
             tree.announced_root = False
             self._spawn(self._announce_demotion(tree))
@@ -637,7 +638,8 @@ class TreeManager:
                 if now - tree.parent_ok > self.parent_timeout:
                     self._rejoin(tree, "parent silent")
                     continue
-                by_parent.setdefault(tree.parent.id, (tree.parent, []))[1].append(tree)
+                if not tree.joining:  # our JOIN may still be on its way to the parent
+                    by_parent.setdefault(tree.parent.id, (tree.parent, []))[1].append(tree)
             elif tree.state == ROOT:
                 closer = self.overlay.next_hop(tree.tree_id, departed)
                 if not tree.joining and closer is not None:
@@ -679,6 +681,10 @@ class TreeManager:
                     self._spawn(self._tell_leave(parent, t.tree_id, reason))
                 continue
             if t.tree_id in reply.lost:
+                if self._now() - t.parent_since < self.heartbeat_interval:
+                    # the heartbeat may have overtaken the JOIN that makes us its child
+                    self.stats["hb_lost_early"] += 1
+                    continue
                 self._rejoin(t, "parent does not count us as a child")
             else:
                 self._parent_confirmed(t, reply.url, root)
@@ -796,14 +802,16 @@ class TreeManager:
     # ---- graceful hand-off -------------------------------------------------------------------
 
     async def _hand_off(self, tree: _Tree) -> None:
+        """Graceful exit from one tree: move the children to our parent (or, at the root, to
+        a successor told to take over), then tell our parent we left."""
         new_parent: NodeInfo | None = None
         if tree.state == ROOT and tree.children:
             new_parent = await self._pick_successor(tree)
+        elif tree.state == MEMBER:
+            new_parent = tree.parent
         if tree.announced_root:
             tree.announced_root = False
             self._fire("tree_root_changed", tree.tree_id, False, new_parent)
-        elif tree.state == MEMBER:
-            new_parent = tree.parent
         payload = {"t": w.id_bytes(tree.tree_id), "parent": w.wire(new_parent)}
         moves = [
             self.overlay.request(child, w.MOVED, payload)

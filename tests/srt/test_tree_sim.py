@@ -87,7 +87,12 @@ def build_and_check(
     t0 = time.monotonic()
 
     def progress(what: str) -> None:  # shown with -s: where the wall time goes
-        print(f"[{time.monotonic() - t0:7.1f}s wall] {what}", file=sys.stderr, flush=True)
+        virtual = asyncio.get_running_loop().time()
+        print(
+            f"[{time.monotonic() - t0:7.1f}s wall, {virtual:6.1f}s virtual] {what}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     async def main() -> dict:
         net = SimNetwork(seed=seed)
@@ -105,8 +110,10 @@ def build_and_check(
                 *(by_id[m].trees.join(t, job=f"job-{t}") for t in batch for m in members[t])
             )
             progress(f"{i + len(batch)} trees joined")
+        hb0 = sum(n.trees.stats["hb_sent"] for n in nodes)
         await asyncio.sleep(3.0)  # a few heartbeats: everything confirmed
-        progress("heartbeats")
+        hb_rate = (sum(n.trees.stats["hb_sent"] for n in nodes) - hb0) / (3.0 * len(nodes))
+        progress(f"heartbeats: {hb_rate:.2f} srt.hb requests per agent per second")
         result = check_all(nodes, tids, members)
         progress(f"checked: {result}")
         if result["inconsistent"]:  # stale child entries expire after child_timeout
