@@ -37,7 +37,7 @@ import contextlib
 import logging
 import os
 import random
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +85,7 @@ class _Tree:
     child_urls: dict[int, str] = field(default_factory=dict)
     child_seen: dict[int, float] = field(default_factory=dict)
     own_jid: bytes | None = None  # the JOIN this node originated and still waits for
+    old_jids: deque[bytes] = field(default_factory=lambda: deque(maxlen=4))  # superseded ones
     via_jid: bytes | None = None  # the JOIN through which this node took its parent
     joining: bool = False  # an attempt is running
     next_attempt: float = 0.0
@@ -448,7 +449,9 @@ class TreeManager:
         log.debug("re-joining tree %x: %s", tree.tree_id, why)
         self._lose_parent(tree)
         tree.state = JOINING
-        tree.own_jid = None  # an attempt in flight is superseded
+        if tree.own_jid is not None:  # an attempt in flight is superseded
+            tree.old_jids.append(tree.own_jid)
+        tree.own_jid = None
         tree.next_attempt = self._now()
         if not tree.joining:
             self._spawn(self._attempt(tree))
@@ -473,6 +476,8 @@ class TreeManager:
             return False
         tree.joining = True
         jid = os.urandom(w.TOKEN_BYTES)
+        if tree.own_jid is not None:
+            tree.old_jids.append(tree.own_jid)
         tree.own_jid = jid
         self.stats["join_attempts"] += 1
         try:
@@ -545,8 +550,7 @@ class TreeManager:
             raise LoopRefused(f"JOIN for {key:040x} already passed through {me}")
         tree = self._trees.get(key)
         if j.prev is None:  # our own JOIN, leaving the origin
-            if tree is None or tree.own_jid != j.jid:
-                raise self._reject("join", BadTreeMessage("JOIN without a sender"))
+            self._check_own(tree, j)
             self._set_parent(tree, next_hop, j.jid)
             return self._relay(message, j)
         self._check_child(key, j.prev)
@@ -565,6 +569,17 @@ class TreeManager:
             return self._relay(message, j)
         self.stats["joins_stopped"] += 1
         return None  # already on the tree (member or re-joining): stop here (Scribe)
+
+    def _check_own(self, tree: _Tree | None, j: w.Join) -> None:
+        """A JOIN without a sender must be the one this node is waiting for. One of our
+        superseded attempts (re-routed after we had already re-joined) is stopped quietly;
+        anything else is malformed."""
+        if tree is not None and tree.own_jid == j.jid:
+            return
+        if tree is not None and j.jid in tree.old_jids:
+            self.stats["stale_joins"] += 1
+            raise TreeError("superseded JOIN attempt dropped")
+        raise self._reject("join", BadTreeMessage("JOIN without a sender"))
 
     def _relay(self, message: dict[str, Any], j: w.Join) -> dict[str, Any]:
         out = dict(message)
@@ -592,8 +607,7 @@ class TreeManager:
             raise TreeError("this node is leaving the tree layer")
         tree = self._trees.get(key)
         if j.prev is None:  # our own JOIN: nobody is closer, we are the root
-            if tree is None or tree.own_jid != j.jid:
-                raise self._reject("join", BadTreeMessage("JOIN without a sender"))
+            self._check_own(tree, j)
         else:
             if self.me.id in j.path:
                 self.stats["loops_refused"] += 1

@@ -10,7 +10,7 @@ from srt_helpers import Cluster, check_tree, start_cluster, wait_clean
 
 from overlay import RemoteError, RouteError
 from srt.ids import app_id
-from srt.tree_types import LoopRefused
+from srt.tree_types import BadTreeMessage, LoopRefused, TreeError
 
 N = 6
 ID = b"\x01" * 20
@@ -117,3 +117,19 @@ async def test_forged_child_closer_than_parent_is_refused(cluster: Cluster) -> N
     assert reply["lost"] == [tid.to_bytes(20, "big")]
     assert far.stats["loops_refused"] >= 2
     assert check_tree(cluster, tid, members) == []
+
+
+async def test_superseded_own_join_is_dropped_quietly(cluster: Cluster) -> None:
+    tid = app_id("stale-join", "rae")
+    await cluster.converge([tid])
+    await asyncio.gather(*(m.join(tid, job="s") for m in cluster.mgrs))
+    m = next(x for x in cluster.mgrs if not x.view(tid).is_root)
+    m._trees[tid].old_jids.append(b"oldjoin!")  # an attempt we re-joined past
+    stale = {"k": "join", "job": "s", "jid": b"oldjoin!", "prev": None, "url": "", "path": []}
+    before = dict(m.bad_input)
+    with pytest.raises(TreeError, match="superseded"):
+        m._on_forward(tid, stale, m.view(tid).parent)
+    assert dict(m.bad_input) == before and m.stats["stale_joins"] == 1
+    stale["jid"] = b"unknown!"
+    with pytest.raises(BadTreeMessage, match="without a sender"):
+        m._on_forward(tid, stale, m.view(tid).parent)
