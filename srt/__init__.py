@@ -24,8 +24,10 @@ from srt.upstream import UpstreamSender as UpstreamSender
 # isort: split
 # Trees: formation, maintenance, multicast and cross-job queries (docs/srt-trees.md).
 from srt.balance import roots_per_agent as roots_per_agent
+from srt.balance import two_choice_tree_ids as two_choice_tree_ids
 from srt.ids import app_id as app_id
 from srt.ids import key_tree_index as key_tree_index
+from srt.ids import placement_id as placement_id
 from srt.ids import tree_ids as tree_ids
 from srt.ids import tree_index as tree_index
 from srt.tree import TreeManager as TreeManager

@@ -5,6 +5,11 @@ id XOR-closest to it, exactly as the overlay routes — and returns the distribu
 number of roots per agent as a plain, JSON-ready dict (see :func:`roots_per_agent`). It needs
 no network: the overlay's routing agrees on this root once tables are stable, which the SRT
 tests check separately. ``closest_node`` is the O(160 · log N) lookup it uses.
+
+``two_choice_tree_ids(node_ids, app_ids, choices)`` models the placement agents use: each job,
+in submission order, takes the placement salt (``srt.ids.placement_id``) whose root currently
+holds the fewest roots ("power of two choices", Byers et al.: the maximum load drops from
+O(log N / log log N) to O(log log N)).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
+
+from srt.ids import placement_id
 
 ID_BITS = 160
 
@@ -77,3 +84,21 @@ def roots_per_agent(node_ids: list[int], tree_ids: list[int]) -> dict:
         "pct_below": {str(k): pct_below(k) for k in range(1, 11)},
         "paper": {"pct_below_3": pct_below(3), "pct_below_5": pct_below(5)},
     }
+
+
+def two_choice_tree_ids(
+    node_ids: Sequence[int], app_ids: Sequence[int], choices: int = 2
+) -> list[int]:
+    """Tree-0 ids of jobs placed one after another, each on the least-loaded of ``choices``
+    candidate roots (ties: the lower salt). ``choices=1`` is plain rendezvous on the appId."""
+    if choices < 1:
+        raise ValueError("choices must be >= 1")
+    ordered = sorted(set(node_ids))
+    load: Counter[int] = Counter()
+    out = []
+    for app in app_ids:
+        candidates = [placement_id(app, salt) for salt in range(choices)]
+        best = min(candidates, key=lambda t: load[closest_node(ordered, t)])
+        load[closest_node(ordered, best)] += 1
+        out.append(best)
+    return out

@@ -41,14 +41,28 @@ def app_id(job_name: str, creator: str) -> int:
     return _sha1_int(f"{creator}\x00{job_name}".encode())
 
 
-def tree_ids(app: int, m: int) -> list[int]:
-    """The ids of a job's ``m`` trees; ``tree_ids(app, m)[0] == app``."""
+def placement_id(app: int, salt: int) -> int:
+    """The id tree 0 of a job gets with placement ``salt``: the appId itself for salt 0,
+    otherwise SHA-1 of the appId's 20 bytes, ``b"placement"`` and the salt (4 bytes). A job's
+    submitter may pick among a few salts the one whose root is least loaded ("power of two
+    choices"); the salt is part of the job spec, so every agent derives the same ids."""
+    if not isinstance(salt, int) or isinstance(salt, bool) or not 0 <= salt < 1 << 32:
+        raise ValueError(f"salt must be an int in [0, 2**32), got {salt!r}")
+    if salt == 0:
+        return app
+    return _sha1_int(app.to_bytes(ID_BYTES, "big") + b"placement" + salt.to_bytes(4, "big"))
+
+
+def tree_ids(app: int, m: int, salt: int = 0) -> list[int]:
+    """The ids of a job's ``m`` trees; ``tree_ids(app, m)[0] == app`` (with ``salt`` the
+    ids derive from :func:`placement_id` instead of the appId)."""
     if not isinstance(app, int) or isinstance(app, bool) or not 0 <= app < 1 << ID_BITS:
         raise ValueError(f"app id must be a 160-bit int, got {app!r}")
     if not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= MAX_TREES:
         raise ValueError(f"m must be an int in [1, {MAX_TREES}], got {m!r}")
-    raw = app.to_bytes(ID_BYTES, "big")
-    return [app] + [_sha1_int(raw + i.to_bytes(4, "big")) for i in range(1, m)]
+    base = placement_id(app, salt)
+    raw = base.to_bytes(ID_BYTES, "big")
+    return [base] + [_sha1_int(raw + i.to_bytes(4, "big")) for i in range(1, m)]
 
 
 def tree_index(key_hash: int, m: int) -> int:

@@ -107,3 +107,30 @@ def test_roots_per_agent_counts() -> None:
     assert d["max"] == max(per.values())
     below3 = sum(1 for n in nodes if per.get(n, 0) < 3)
     assert d["paper"]["pct_below_3"] == round(100 * below3 / 200, 3)
+
+
+def test_placement_salts_derive_distinct_tree_ids_and_salt_zero_is_the_app_id() -> None:
+    from srt.ids import placement_id
+
+    app = app_id("job", "me")
+    assert tree_ids(app, 3, salt=0) == tree_ids(app, 3)
+    assert tree_ids(app, 3)[0] == app == placement_id(app, 0)
+    salted = tree_ids(app, 3, salt=1)
+    assert salted[0] == placement_id(app, 1) != app
+    assert len(set(salted) | set(tree_ids(app, 3))) == 6
+    with pytest.raises(ValueError):
+        placement_id(app, -1)
+
+
+def test_two_choice_placement_balances_better_than_rendezvous() -> None:
+    import random
+
+    from srt.balance import roots_per_agent, two_choice_tree_ids
+
+    rng = random.Random(3)
+    nodes = [rng.getrandbits(160) for _ in range(300)]
+    apps = [app_id(f"job-{i}", "t") for i in range(600)]
+    one = roots_per_agent(nodes, two_choice_tree_ids(nodes, apps, 1))
+    two = roots_per_agent(nodes, two_choice_tree_ids(nodes, apps, 2))
+    assert two_choice_tree_ids(nodes, apps, 1) == apps
+    assert two["max"] <= one["max"] // 2  # mean load 2: from 14 roots on one agent to 5
