@@ -53,7 +53,7 @@ class JobRuntime:
         self.name = self.spec.name
         self.job: Job = create_job(self.spec)
         self.app_id = app_id(self.spec.name, self.spec.creator)
-        self.tree_list = tree_ids(self.app_id, self.spec.trees)
+        self.tree_list = tree_ids(self.app_id, self.spec.trees, self.spec.placement or 0)
         self.tree_set = set(self.tree_list)
         wanted = set(self.spec.inputs) if self.spec.inputs else agent.input_names()
         self.inputs = sorted(wanted & agent.input_names())
@@ -383,6 +383,7 @@ class JobRuntime:
         views = [v for t in self.tree_list if (v := self._view(t)) is not None]
         return {
             "app_id": f"{self.app_id:040x}",
+            "tree_ids": [f"{t:040x}" for t in self.tree_list],
             "roles": self.roles(),
             "inputs": self.inputs,
             "trees": [v.to_dict() for v in views],
@@ -417,7 +418,7 @@ class _Context:
     async def subscribe(self, app: int) -> None:
         trees = self._rt.agent.trees
         assert trees is not None
-        await trees.join(app, job=self._rt.name, subscriber=False)
+        await trees.join(self._rt.agent.master_tree(app), job=self._rt.name, subscriber=False)
 
     async def send_to(self, node_id: int, paos: Snapshot | dict[str, Any]) -> None:
         agent = self._rt.agent
@@ -439,8 +440,9 @@ class _Context:
     async def route(self, app: int, message: dict[str, Any]) -> dict[str, Any]:
         trees = self._rt.agent.trees
         assert trees is not None
+        tree = self._rt.agent.master_tree(app)
         try:
-            reply = await trees.query(app, {"op": "job_query", "message": message}, timeout=10.0)
+            reply = await trees.query(tree, {"op": "job_query", "message": message}, timeout=10.0)
         except Exception as exc:
             raise Unavailable(f"no reply from the master of app {app:040x}: {exc}") from None
         if "error" in reply:

@@ -30,6 +30,9 @@ Fields (JSON name: type, default):
   to k only where that is exact (max ranked largest, min ranked smallest); sums and counts are
   never cut below the root unless ``top_k_approximate`` (a factor c >= 1: every level keeps
   its ceil(k*c) best keys; documented error in ``srt/operators.py``).
+* ``placement``: int salt or null (default): which of the job's candidate tree ids it uses
+  (``srt.ids.placement_id``); null lets the cluster pick the least-loaded of two candidate
+  masters at submission ("power of two choices").
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class JobSpec:
     top_k: int | None = None
     top_k_largest: bool = True
     top_k_approximate: float | None = None
+    placement: int | None = None
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -149,6 +153,11 @@ class JobSpec:
         approx = data.get("top_k_approximate")
         if approx is not None:
             approx = _number(data, "top_k_approximate", 1.0, low=1.0)
+        placement = data.get("placement")
+        if placement is not None and (not _is_int(placement) or not 0 <= placement < 1 << 32):
+            raise JobSpecError(
+                "placement", f"must be an integer in [0, 2**32) or null, got {placement!r}"
+            )
         return cls(
             name=name,
             creator=creator,
@@ -169,6 +178,7 @@ class JobSpec:
             top_k=top_k,
             top_k_largest=largest,
             top_k_approximate=approx,
+            placement=placement,
         )
 
     @classmethod

@@ -45,6 +45,7 @@ from srt import (
     TreeManager,
 )
 from srt.errors import Reject
+from srt.ids import app_id, placement_id
 from srt.tree_types import JoinTimeout
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ JOBS_TREE_NAME = "elf.jobs"
 TICK_SECONDS = 0.05
 RESYNC_SECONDS = 10.0
 QUERY_TIMEOUT = 10.0
+PLACEMENT_CHOICES = 2
 INGEST_INPUT = "ingest"
 
 
@@ -313,6 +315,8 @@ class Agent:
                 return {"error": f"job {spec.name!r} is already running", "status": 409}
             if spec.start_epoch is None:  # align every worker's first epoch: "from now on"
                 spec = spec.with_changes(start_epoch=math.floor(time.time() / spec.epoch_seconds))
+            if spec.placement is None:
+                spec = spec.with_changes(placement=await self._place(spec))
             entry = JobEntry(spec.name, spec.to_dict(), RUNNING, self.table.next_version(spec.name))
         else:
             name = message.get("name")
@@ -331,6 +335,27 @@ class Agent:
             "agents_reached": result.reached,
             "multicast_ms": round(result.elapsed_s * 1000, 3),
         }
+
+    async def _place(self, spec: JobSpec) -> int:
+        """Power of two choices: ask the would-be masters of the job's candidate tree ids how
+        many trees they already root; take the least loaded (ties and failures: salt 0)."""
+        app = app_id(spec.name, spec.creator)
+        trees = self._tree_manager()
+
+        async def load(salt: int) -> int:
+            try:
+                reply = await trees.query(placement_id(app, salt), {"op": "load"}, timeout=2.0)
+                return int(reply["roots"])
+            except Exception:
+                return 1 << 30
+
+        loads = await asyncio.gather(*(load(s) for s in range(PLACEMENT_CHOICES)))
+        return min(range(PLACEMENT_CHOICES), key=lambda s: (loads[s], s))
+
+    def roots_held(self) -> int:
+        """Job trees this agent is the master of (its load for placement)."""
+        trees = self._tree_manager()
+        return sum(1 for v in trees.views() if v.is_root and v.tree_id != JOBS_TREE)
 
     def _apply_entry(self, entry: JobEntry) -> None:
         if self.table.apply(entry):
@@ -377,6 +402,15 @@ class Agent:
 
     # ---- tree callbacks (TreeListener) and control plane ---------------------------------------
 
+    def master_tree(self, app: int) -> int:
+        """The tree-0 id of the job whose appId is ``app`` (the placement salt is in the job
+        table every agent holds); ``app`` itself for a job this agent does not know."""
+        for entry in self.table.entries():
+            spec = entry.spec
+            if app_id(spec["name"], spec["creator"]) == app:
+                return placement_id(app, spec.get("placement") or 0)
+        return app
+
     def runtime_for_tree(self, tree_id: int) -> JobRuntime | None:
         for runtime in self.runtimes.values():
             if tree_id in runtime.tree_set:
@@ -422,6 +456,8 @@ class Agent:
         op = message.get("op")
         if op == "where":
             return {"data_url": self.data_url, "node_id": f"{self.overlay.id:040x}"}
+        if op == "load":
+            return {"roots": self.roots_held()}
         if tree_id == JOBS_TREE:
             if op in ("submit", "stop"):
                 return await self._serve_table_change(message)

@@ -22,7 +22,6 @@ import pytest
 
 from agent.api_client import ApiClient, ApiError
 from agent.cluster import LocalCluster
-from srt import app_id
 
 AGENTS = 16
 WORDS = [f"w{i}" for i in range(40)] + ["alpha", "beta", "gamma"]
@@ -97,6 +96,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     local.stop()
 
 
+def job_tree(local: LocalCluster, job: str = "wc") -> int:
+    """The job's tree-0 id (its appId, or a placement of it chosen at submission)."""
+    return int(local.client(0).status()["jobs"][job]["tree_ids"][0], 16)
+
+
 def statuses(local: LocalCluster) -> list[dict[str, Any]]:
     return [local.client(i).status() for i in range(len(local.procs))]
 
@@ -126,7 +130,7 @@ def test_wordcount_rolls_up_exactly_and_trees_are_shallow(cluster: Any) -> None:
                    expected.get(epoch, Counter()), 60, f"epoch {epoch}")
 
     # The job tree: one master, the XOR-closest agent; depth and fan-in as promised.
-    tid = app_id("wc", "tests")
+    tid = job_tree(local)
     states = statuses(local)
     node_ids = [int(s["node_id"], 16) for s in states]
     views = {}
@@ -193,7 +197,7 @@ def test_bad_requests_get_clear_4xx(cluster: Any) -> None:
 
 def test_master_hand_off_keeps_results_exact(cluster: Any) -> None:
     local, inputs = cluster
-    tid = app_id("wc", "tests")
+    tid = job_tree(local)
     old_master = min(
         (int(s["node_id"], 16) for s in statuses(local)), key=lambda n: n ^ tid
     )
@@ -260,7 +264,7 @@ def test_cli_reads_jobs_results_and_status(cluster: Any) -> None:
 
 def test_sigterm_leaves_gracefully_and_the_rest_keeps_exact_results(cluster: Any) -> None:
     local, _ = cluster
-    tid = app_id("wc", "tests")
+    tid = job_tree(local)
     states = statuses(local)
     master = min(range(len(states)), key=lambda i: int(states[i]["node_id"], 16) ^ tid)
     victim = next(i for i in range(1, AGENTS) if i != master)
