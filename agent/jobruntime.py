@@ -36,6 +36,7 @@ from agent.worker import Worker
 from cbt import Snapshot
 from srt import EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
 from srt.operators import level_operator_for
+from srt.tree_types import JoinTimeout
 
 if TYPE_CHECKING:
     from agent.runtime import Agent
@@ -88,7 +89,11 @@ class JobRuntime:
             return
         for tid in self.tree_list:
             self.ensure_tree(tid)
-            await trees.join(tid, job=self.name, subscriber=True)
+            try:
+                await trees.join(tid, job=self.name, subscriber=True)
+            except JoinTimeout:  # the tree manager keeps trying; its callbacks finish the job
+                self.count("join_timeouts")
+                continue
             self.parent_changed(tid)
             self.children_changed(tid)
 

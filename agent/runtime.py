@@ -491,8 +491,8 @@ class Agent:
         return {"result": runtime.offer_late(name, snap)}
 
     async def _serve_recv(self, request: web.Request) -> dict[str, Any]:
-        body = await request.json()
-        runtime = self.runtimes.get(body.get("job"))
+        body = await self._json_body(request, "job", "from")
+        runtime = self.runtimes.get(body["job"])
         if runtime is None:
             raise Reject(404, "unknown_job", f"job {body.get('job')!r} does not run here")
         try:
@@ -506,20 +506,39 @@ class Agent:
         await maybe_await(runtime.job.on_recv(sender, paos))
         return {"result": "delivered"}
 
+    @staticmethod
+    async def _json_body(request: web.Request, *fields: str) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise Reject(400, "bad_json", f"body is not JSON: {exc}") from None
+        if not isinstance(body, dict) or any(f not in body for f in fields):
+            raise Reject(400, "bad_body", f"body must be an object with {', '.join(fields)}")
+        return body
+
     async def _serve_results(self, request: web.Request) -> dict[str, Any]:
-        body = await request.json()
-        runtime = self.runtimes.get(body.get("job"))
+        body = await self._json_body(request, "job", "tree")
+        runtime = self.runtimes.get(body["job"])
         if runtime is None:
-            raise Reject(404, "unknown_job", f"job {body.get('job')!r} does not run here")
-        return runtime.local_results(int(body["tree"]), body.get("epoch"))
+            raise Reject(404, "unknown_job", f"job {body['job']!r} does not run here")
+        try:
+            return runtime.local_results(int(body["tree"]), body.get("epoch"))
+        except (TypeError, ValueError) as exc:
+            raise Reject(400, "bad_body", f"bad tree or epoch: {exc}") from None
 
     async def _serve_handover(self, request: web.Request) -> dict[str, Any]:
-        body = await request.json()
-        runtime = self.runtimes.get(body.get("job"))
+        body = await self._json_body(request, "job", "tree", "items")
+        runtime = self.runtimes.get(body["job"])
         if runtime is None:
-            raise Reject(503, "unknown_job", f"job {body.get('job')!r} not known here yet")
-        items = [dict(item, snapshot=base64.b64decode(item["snapshot"])) for item in body["items"]]
-        return {"taken": runtime.absorb(int(body["tree"]), items)}
+            raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
+        try:
+            items = [
+                dict(item, snapshot=base64.b64decode(item["snapshot"])) for item in body["items"]
+            ]
+            return {"taken": runtime.absorb(int(body["tree"]), items)}
+        except (KeyError, TypeError, ValueError, SnapshotError) as exc:
+            self.count("bad_handover")
+            raise Reject(400, "bad_handover", f"hand-over rejected: {exc}") from None
 
     # ---- queries from users ----------------------------------------------------------------
 

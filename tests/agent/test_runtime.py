@@ -240,3 +240,26 @@ async def _complete(agent: Any, job: str, epoch: int) -> dict[str, Any] | None:
     except Exception:
         return None
     return res if res["complete"] else None
+
+
+async def test_agent_data_plane_endpoints_reject_bad_bodies_and_keep_serving() -> None:
+    from srt import DataPlaneError
+
+    async with running_agents(2) as agents:
+        await agents[0].submit({"name": "wc", "creator": "t", "job_class": "wordcount"})
+        await wait_for(lambda: all("wc" in a.runtimes for a in agents), 10, "job everywhere")
+        client, url = agents[0].client, agents[1].data_url
+        for path, raw in (
+            ("/agent/v1/handover", b"not json"),
+            ("/agent/v1/handover", b'{"job": "wc", "tree": 1, "items": [{"epoch": 1}]}'),
+            ("/agent/v1/results", b"[1]"),
+            ("/agent/v1/recv", b'{"job": "wc", "from": "zz"}'),
+        ):
+            status, body = await client.request(
+                "POST", url, path, raw, content_type="application/json"
+            )
+            assert status == 400, (path, status, body)
+        with pytest.raises(DataPlaneError):  # an unknown job is a clear 404
+            await client.post_json(url, "/agent/v1/results", {"job": "nope", "tree": 1})
+        assert agents[1].counters.get("bad_handover") == 1
+        assert (await client.post_json(url, "/agent/v1/jobs", {}))["jobs"][0]["name"] == "wc"
