@@ -34,7 +34,7 @@ from agent.jobtable import JobEntry
 from agent.results import ResultStore
 from agent.worker import Worker
 from cbt import Snapshot
-from srt import EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
+from srt import DataPlaneError, EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
 from srt.operators import level_operator_for
 from srt.tree_types import JoinTimeout
 
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MULTICAST_TIMEOUT = 5.0
+MASTER_URL_TTL = 5.0  # seconds a master's data-plane URL is reused before asking again
+LATE_ATTEMPTS = 12  # ~20 s of retries for a late contribution
 
 
 class JobRuntime:
@@ -73,6 +75,7 @@ class JobRuntime:
         self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
         self.counters: dict[str, int] = {}
         self._last_timer = 0.0
+        self._master_urls: dict[int, tuple[asyncio.Future[str], float]] = {}
         self._context = _Context(self)
         self.job.bind(self._context)
         self._stopped = False
@@ -210,11 +213,28 @@ class JobRuntime:
         return "merged"
 
     async def _forward_late(self, name: SnapshotName, snap: Snapshot) -> None:
-        url = await self._master_url(name.tree)
-        path = "/agent/v1/late"
-        status, _ = await self.agent.client.request("POST", url, path, snap.to_bytes(), name=name)
-        if status != 200:
-            self.count("late_forward_failed")
+        """Deliver a late contribution to the master, retrying (with a fresh master lookup)
+        through hand-overs and overload; only a stopping job gives up, and says so."""
+        payload = snap.to_bytes()
+        delay = 0.1
+        for _ in range(LATE_ATTEMPTS):
+            if self._stopped:
+                break
+            try:
+                url = await self._master_url(name.tree)
+                status, _ = await self.agent.client.request(
+                    "POST", url, "/agent/v1/late", payload, name=name
+                )
+                if status == 200:
+                    return
+            except Exception as exc:
+                log.info("late contribution %s: %r; retrying", name, exc)
+            self.forget_master_url(name.tree)
+            self.count("late_forward_retries")
+            await asyncio.sleep(delay)
+            delay = min(2.0, delay * 2)
+        self.count("late_forward_failed")
+        log.warning("late contribution %s could not reach the master; dropped", name)
 
     async def _master_epoch(self, tid: int, epoch: int, snap: Snapshot) -> None:
         await maybe_await(self.job.on_epoch_result(epoch, snap))
@@ -292,16 +312,36 @@ class JobRuntime:
     # ---- results and queries -----------------------------------------------------------------
 
     async def _master_url(self, tid: int) -> str:
+        """The data-plane URL of the tree's master: ours, a cached answer (a few seconds
+        old at most, shared by concurrent callers) or a fresh tree query."""
         trees = self.agent.trees
         assert trees is not None
         view = trees.view(tid)
         if view is not None and view.is_root:
             return self.agent.data_url
+        now = time.monotonic()
+        cached = self._master_urls.get(tid)
+        if cached is not None and (not cached[0].done() or cached[1] > now):
+            return await asyncio.shield(cached[0])
+        lookup = asyncio.ensure_future(self._ask_master_url(tid))
+        self._master_urls[tid] = (lookup, now + MASTER_URL_TTL)
+        try:
+            return await asyncio.shield(lookup)
+        except Exception:
+            self._master_urls.pop(tid, None)
+            raise
+
+    async def _ask_master_url(self, tid: int) -> str:
+        trees = self.agent.trees
+        assert trees is not None
         try:
             reply = await trees.query(tid, {"op": "where"}, timeout=5.0)
         except Exception as exc:
             raise Unavailable(f"the master of {self.name!r} did not answer: {exc}") from None
         return str(reply["data_url"])
+
+    def forget_master_url(self, tid: int) -> None:
+        self._master_urls.pop(tid, None)
 
     def local_results(self, tid: int, epoch: Any) -> dict[str, Any]:
         epochs = self.store.epochs(tid)
@@ -320,11 +360,18 @@ class JobRuntime:
         }
 
     async def _tree_results(self, tid: int, epoch: int | None) -> dict[str, Any]:
-        url = await self._master_url(tid)
-        if url == self.agent.data_url:
-            return self.local_results(tid, epoch)
         body = {"job": self.name, "tree": tid, "epoch": epoch}
-        return await self.agent.client.post_json(url, "/agent/v1/results", body)
+        for attempt in range(2):  # a cached master URL may be stale after a hand-over
+            url = await self._master_url(tid)
+            if url == self.agent.data_url:
+                return self.local_results(tid, epoch)
+            try:
+                return await self.agent.client.post_json(url, "/agent/v1/results", body)
+            except DataPlaneError as exc:
+                self.forget_master_url(tid)
+                if attempt:
+                    raise Unavailable(f"the master of {self.name!r} failed: {exc}") from None
+        raise AssertionError("unreachable")
 
     async def results(self, epoch: int | None) -> dict[str, Any]:
         """The job's result for ``epoch`` (default: the newest epoch all m masters have)."""

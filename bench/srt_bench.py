@@ -239,6 +239,7 @@ async def star_baseline(agents: list[Agent], master: Agent, epochs: int) -> dict
     payload = tree.flush().to_bytes()
     others = [a for a in agents if a is not master]
     rollup, multicast = [], []
+    missed = 0
     for epoch in range(epochs):
         pending[epoch] = {a.overlay.id for a in others}
         sends: list[float] = []
@@ -253,12 +254,14 @@ async def star_baseline(agents: list[Agent], master: Agent, epochs: int) -> dict
         await asyncio.gather(*(send(a) for a in others))
         rollup.append(1000 * (received[epoch] - max(sends)))
         t0 = time.time()
-        await asyncio.gather(
-            *(master.overlay.request(a.overlay.info, "agent.where", {}) for a in others)
+        replies = await asyncio.gather(
+            *(master.overlay.request(a.overlay.info, "agent.where", {}) for a in others),
+            return_exceptions=True,
         )
         multicast.append(1000 * (time.time() - t0))
+        missed += sum(isinstance(r, Exception) for r in replies)
         await asyncio.sleep(0.2)
-    return {"rollup": summary(rollup), "multicast": summary(multicast)}
+    return {"rollup": summary(rollup), "multicast": {**summary(multicast), "missed": missed}}
 
 
 # ---- idle agent ---------------------------------------------------------------------------------
@@ -314,7 +317,12 @@ def main() -> None:
     }
     out["balance"] = balance(1280, [500, 1000, 2000], args.seed)
     out["idle_agent"] = idle_agent(3.0 if args.quick else 10.0)
-    out["runs"] = [asyncio.run(tree_vs_star(n, epochs, args.seed)) for n in sizes]
+    out["runs"] = []
+    for n in sizes:
+        try:
+            out["runs"].append(asyncio.run(tree_vs_star(n, epochs, args.seed)))
+        except Exception as exc:  # report what broke, keep the other sizes' figures
+            out["runs"].append({"agents": n, "error": f"{type(exc).__name__}: {exc}"})
     json.dump(out, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
