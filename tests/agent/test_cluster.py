@@ -217,11 +217,16 @@ def test_master_hand_off_keeps_results_exact(cluster: Any) -> None:
     local._wait_ready(proc, 60)
     local.extra_args = local.extra_args[:-2]
     newcomer = ApiClient(proc.api_url, local.token)
-    wait_until(
-        lambda: "master" in newcomer.status()["jobs"].get("wc", {}).get("roles", []),
-        60,
-        "the new agent to become master",
-    )
+    try:
+        wait_until(
+            lambda: "master" in newcomer.status()["jobs"].get("wc", {}).get("roles", []),
+            60,
+            "the new agent to become master",
+        )
+    except AssertionError:
+        st = newcomer.status()
+        detail = {k: st.get(k) for k in ("jobs", "jobs_tree", "counters")}
+        raise AssertionError(f"newcomer never became master: {json.dumps(detail)[:4000]}") from None
     # Old epochs moved with the role, unchanged.
     for epoch, want in before.items():
         wait_equal(lambda e=epoch: result_counter(newcomer, "wc", e), want, 30, "hand-off")
