@@ -177,8 +177,10 @@ async def tree_vs_star(n: int, epochs: int, seed: int) -> dict[str, Any]:
             multicast_confirm.append(stat["ms"])
         star = await star_baseline(agents, master, epochs)
         shape = tree_shape(agents, tid)
+        joins = sum(a.trees.stats["join_attempts"] for a in agents if a.trees)  # type: ignore[union-attr]
         return {
             "agents": n,
+            "join_attempts_per_agent": round(joins / n, 2),
             "start_s": round(started_s, 2),
             "settle_s": round(settle_s, 2),
             "agents_reached_by_submit": info["agents_reached"],
@@ -205,15 +207,19 @@ async def wait_epochs(runtime: Any, tid: int, count: int, timeout: float, since:
 
 def tree_shape(agents: list[Agent], tid: int) -> dict[str, int]:
     views = {a.overlay.id: a.trees.view(tid) for a in agents if a.trees and a.trees.view(tid)}
-    depth = 0
+    depth, detached = 0, 0
     for node in views:
         hops, cur = 0, node
         while cur in views and not views[cur].is_root and hops <= len(views):
-            cur = views[cur].parent.id  # type: ignore[union-attr]
+            parent = views[cur].parent
+            if parent is None:  # re-joining at the moment of the snapshot
+                detached += 1
+                break
+            cur = parent.id
             hops += 1
         depth = max(depth, hops)
     fan_in = max((len(v.children) for v in views.values()), default=0)
-    return {"members": len(views), "depth": depth, "max_fan_in": fan_in}
+    return {"members": len(views), "depth": depth, "max_fan_in": fan_in, "rejoining": detached}
 
 
 async def star_baseline(agents: list[Agent], master: Agent, epochs: int) -> dict[str, Any]:
