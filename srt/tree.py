@@ -537,13 +537,18 @@ class TreeManager:
             return message
         raise self._reject("route", BadTreeMessage(f"unknown routed message kind {kind!r}"))
 
-    def _forward_join(self, key: int, message: dict[str, Any], next_hop: NodeInfo) -> Any:
+    def _accept_join(self, message: dict[str, Any]) -> w.Join:
+        """Parse a routed JOIN (malformed: counted and rejected) while this layer runs."""
         try:
             j = w.parse_join(message)
         except BadTreeMessage as exc:
             raise self._reject("join", exc) from None
         if self._stopping or not self._running:
             raise TreeError("this node is leaving the tree layer")
+        return j
+
+    def _forward_join(self, key: int, message: dict[str, Any], next_hop: NodeInfo) -> Any:
+        j = self._accept_join(message)
         me = self.me
         if me.id in j.path:
             self.stats["loops_refused"] += 1
@@ -599,12 +604,7 @@ class TreeManager:
         raise self._reject("route", BadTreeMessage(f"unknown routed message kind {kind!r}"))
 
     def _deliver_join(self, key: int, message: dict[str, Any]) -> None:
-        try:
-            j = w.parse_join(message)
-        except BadTreeMessage as exc:
-            raise self._reject("join", exc) from None
-        if self._stopping or not self._running:
-            raise TreeError("this node is leaving the tree layer")
+        j = self._accept_join(message)
         tree = self._trees.get(key)
         if j.prev is None:  # our own JOIN: nobody is closer, we are the root
             self._check_own(tree, j)
