@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 JOBS_TREE = key_for("elf/jobs-tree")
 JOBS_TREE_NAME = "elf.jobs"
-TICK_SECONDS = 0.05
+TICK_SECONDS = 0.1
 RESYNC_SECONDS = 10.0
 QUERY_TIMEOUT = 10.0
 PLACEMENT_CHOICES = 2
