@@ -61,6 +61,7 @@ from srt.tree_types import (
     TreeView,
 )
 
+LAG_SLACK = 3.0  # timeouts widen by this many times the recent event-loop lag
 log = logging.getLogger(__name__)
 
 HB_REPLY_MARGIN = 256  # datagram header, MAC and response framing around a heartbeat reply
@@ -140,6 +141,7 @@ class TreeManager:
         self._running = False
         self._stopping = False
         self._rng = random.Random()
+        self._lag = 0.0  # recent event-loop lag (s), widens heartbeat timeouts
         self.stats: Counter[str] = Counter()
         self.bad_input: Counter[str] = Counter()
         self._mc = Multicaster(self)
@@ -269,6 +271,7 @@ class TreeManager:
             "members": states[MEMBER],
             "joining": states[JOINING],
             "children": sum(len(t.children) for t in self._trees.values()),
+            "loop_lag_s": round(self._lag, 4),
             "events": dict(self.stats),
             "bad_input": dict(self.bad_input),
         }
@@ -631,7 +634,14 @@ class TreeManager:
             except Exception:
                 self.stats["tick_errors"] += 1
                 log.exception("tree maintenance tick failed")
-            await asyncio.sleep(self.heartbeat_interval * self._rng.uniform(0.9, 1.1))
+            pause = self.heartbeat_interval * self._rng.uniform(0.9, 1.1)
+            started = self._now()
+            await asyncio.sleep(pause)
+            # Event-loop lag (an overloaded host) delays our heartbeats and their replies as
+            # much as a dead peer would: widen the timeouts by it instead of re-joining every
+            # tree at once, which would only add load. Decays ~10 % per interval.
+            lag = max(0.0, self._now() - started - pause)
+            self._lag = max(lag, self._lag * 0.9)
 
     def _tick(self) -> None:
         if not self.overlay.running:
@@ -639,9 +649,10 @@ class TreeManager:
         now = self._now()
         departed = self._departed_ids(now)
         by_parent: dict[int, tuple[NodeInfo, list[_Tree]]] = {}
+        slack = LAG_SLACK * self._lag
         for tree in list(self._trees.values()):
             for cid, seen in list(tree.child_seen.items()):
-                if now - seen > self.child_timeout:
+                if now - seen > self.child_timeout + slack:
                     self._remove_child(tree, cid, "failed")
             idle = now - tree.touched > self.parent_timeout  # (children may be on their way)
             if not tree.subscriber and not tree.children and not tree.joining and idle:
@@ -649,7 +660,7 @@ class TreeManager:
                 self._spawn(self._drop_tree(tree))
                 continue
             if tree.state == MEMBER and tree.parent is not None:
-                if now - tree.parent_ok > self.parent_timeout:
+                if now - tree.parent_ok > self.parent_timeout + slack:
                     self._rejoin(tree, "parent silent")
                     continue
                 if not tree.joining:  # our JOIN may still be on its way to the parent
