@@ -25,6 +25,7 @@ from typing import Any
 from agent.api_client import ApiClient, ApiError
 from agent.config import derive_api_token
 from agent.daemon import READY_PREFIX
+from agent.runtime import spans_one_tree
 
 
 @dataclass
@@ -144,10 +145,7 @@ class LocalCluster:
                 views.append(self.client(i).status().get("jobs_tree"))
             except ApiError:
                 return False
-        if any(v is None or v["state"] == "joining" for v in views):
-            return False
-        roots = [v for v in views if v["is_root"]]
-        return len(roots) == 1 and sum(len(v["children"]) for v in views) == len(views) - 1
+        return spans_one_tree(views)
 
     def wait_settled(self, timeout: float = 60.0) -> None:
         """Poll :meth:`settled` until true; raise :class:`ClusterError` after ``timeout``."""

@@ -198,22 +198,18 @@ def _build(
         if key not in known:
             raise ConfigError(f"{origin[key]}: unknown setting {key!r}")
     values: dict[str, Any] = {}
-    for key in _INT_KEYS:
+    numeric = [(k, int, "an integer") for k in _INT_KEYS]
+    numeric += [(k, float, "a number") for k in _FLOAT_KEYS]
+    for key, cast, what in numeric:
         if key in raw:
             try:
-                values[key] = int(raw[key])
+                values[key] = cast(raw[key])
             except (TypeError, ValueError):
-                raise ConfigError(f"{origin[key]}: {key} must be an integer") from None
+                raise ConfigError(f"{origin[key]}: {key} must be {what}") from None
             if key.endswith("_port") and not 0 <= values[key] < 65536:
                 raise ConfigError(f"{origin[key]}: {key} out of range")
     if values.get("logical_agents", 1) < 1:
         raise ConfigError(f"{origin['logical_agents']}: logical_agents must be ≥ 1")
-    for key in _FLOAT_KEYS:
-        if key in raw:
-            try:
-                values[key] = float(raw[key])
-            except (TypeError, ValueError):
-                raise ConfigError(f"{origin[key]}: {key} must be a number") from None
     for key in ("host", "api_host", "domain", "data_dir"):
         if key in raw:
             values[key] = str(raw[key])

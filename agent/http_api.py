@@ -27,6 +27,7 @@ import orjson
 from aiohttp import web
 
 from agent.errors import AgentError, BadRequest, Unauthorized
+from agent.jsonable import jsonable
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 log = logging.getLogger(__name__)
@@ -44,19 +45,8 @@ class AgentFacade(Protocol):
     async def ingest(self, input_name: str, lines: list[str]) -> dict[str, Any]: ...
 
 
-def json_safe(value: Any) -> Any:
-    """JSON-ready copy: node and tree ids (160-bit ints) become 40-digit hex, dict keys text."""
-    if isinstance(value, dict):
-        return {str(json_safe(k)): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [json_safe(v) for v in value]
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 63:
-        return f"{value:040x}"
-    return value
-
-
 def _json(data: Any, status: int = 200) -> web.Response:
-    body = orjson.dumps(json_safe(data), default=str)
+    body = orjson.dumps(jsonable(data, hex_ids=True), default=str)
     return web.Response(body=body, status=status, content_type="application/json")
 
 

@@ -31,6 +31,7 @@ from agent.errors import BadRequest, NotFound, Unavailable
 from agent.job import Job, create_job, maybe_await
 from agent.jobspec import JobSpec
 from agent.jobtable import JobEntry
+from agent.jsonable import jsonable
 from agent.results import ResultStore
 from agent.worker import Worker
 from cbt import Snapshot
@@ -502,13 +503,3 @@ class _Context:
             raise (NotFound if status == 404 else BadRequest)(str(reply["error"]))
         return reply
 
-
-def jsonable(value: Any) -> Any:
-    """Keys and values as JSON: tuples → lists, sets → sorted lists, bytes → text."""
-    if isinstance(value, tuple | list):
-        return [jsonable(v) for v in value]
-    if isinstance(value, set | frozenset):
-        return sorted((jsonable(v) for v in value), key=repr)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value

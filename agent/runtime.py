@@ -21,7 +21,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -57,6 +57,15 @@ RESYNC_SECONDS = 10.0
 QUERY_TIMEOUT = 10.0
 PLACEMENT_CHOICES = 2
 INGEST_INPUT = "ingest"
+
+
+def spans_one_tree(views: Sequence[dict[str, Any] | None]) -> bool:
+    """Whether members' views of one tree (``TreeView.to_dict()`` form, None = not a member)
+    form a single tree: everyone attached, exactly one root, one child link per non-root."""
+    if any(v is None or v["state"] == "joining" for v in views):
+        return False
+    roots = sum(1 for v in views if v["is_root"])  # type: ignore[index]
+    return roots == 1 and sum(len(v["children"]) for v in views) == len(views) - 1  # type: ignore[index]
 
 
 _JOB_CLASSES_LOADED = False
@@ -554,8 +563,13 @@ class Agent:
     async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]:
         return await self._runtime(name).query_master(message)
 
+    def jobs_tree(self) -> dict[str, Any] | None:
+        """This agent's view of the cluster-wide jobs tree (``TreeView.to_dict()``)."""
+        view = self.trees.view(JOBS_TREE) if self.trees is not None else None
+        return view.to_dict() if view is not None else None
+
     def status(self) -> dict[str, Any]:
-        trees = self._tree_manager()
+        self._tree_manager()  # Unavailable before start
         return {
             **self.describe(),
             "uptime_s": round(time.time() - self.started_at, 3),
@@ -563,7 +577,7 @@ class Agent:
             "neighbours": [f"{n.id:040x}" for n in self.overlay.leaf_set()],
             "contacts": len(self.overlay.contacts()),
             "jobs": {name: r.status() for name, r in sorted(self.runtimes.items())},
-            "jobs_tree": (v.to_dict() if (v := trees.view(JOBS_TREE)) else None),
+            "jobs_tree": self.jobs_tree(),
             "inputs": {name: src.stats() for name, src in self.inputs.items()},
             "counters": dict(self.counters),
             "overlay": self.overlay.metrics(),

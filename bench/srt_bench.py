@@ -46,7 +46,7 @@ import psutil
 from agent.cluster import LocalCluster
 from agent.config import load_config
 from agent.daemon import start_agents, stop_agents
-from agent.runtime import JOBS_TREE, Agent
+from agent.runtime import Agent, spans_one_tree
 from cbt import CompressedBufferTree, Snapshot
 from overlay import Tunables, node_id_for
 from srt import SnapshotName, app_id, roots_per_agent, two_choice_tree_ids
@@ -104,11 +104,8 @@ async def settle(agents: list[Agent], timeout: float) -> float:
     """Wait until the jobs tree spans every agent with one root; returns seconds taken."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        views = [a.trees.view(JOBS_TREE) if a.trees else None for a in agents]
-        if all(v is not None and v.state != "joining" for v in views):
-            roots = sum(1 for v in views if v.is_root)  # type: ignore[union-attr]
-            if roots == 1 and sum(len(v.children) for v in views) == len(agents) - 1:  # type: ignore[union-attr]
-                return time.monotonic() - t0
+        if spans_one_tree([a.jobs_tree() for a in agents]):
+            return time.monotonic() - t0
         await asyncio.sleep(0.1)
     raise RuntimeError(f"the jobs tree did not settle in {timeout}s")
 

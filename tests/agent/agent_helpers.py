@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.config import load_config
 from agent.daemon import start_agents, stop_agents
-from agent.runtime import JOBS_TREE, Agent
+from agent.runtime import Agent, spans_one_tree
 from overlay import Tunables
 
 SECRET = "runtime-test-secret-0123456789abcdef"
@@ -42,11 +42,7 @@ async def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> A
 
 
 def settled(agents: list[Agent]) -> bool:
-    views = [a.trees.view(JOBS_TREE) if a.trees else None for a in agents]
-    if any(v is None or v.state == "joining" for v in views):
-        return False
-    roots = [v for v in views if v.is_root]  # type: ignore[union-attr]
-    return len(roots) == 1 and sum(len(v.children) for v in views) == len(agents) - 1  # type: ignore[union-attr]
+    return spans_one_tree([a.jobs_tree() for a in agents])
 
 
 @asynccontextmanager
