@@ -32,7 +32,8 @@ class TreeNode(OverlayNode):
     async def start(self, bootstrap: Any = ()) -> None:
         await self.trees.start()
         await super().start(bootstrap)
-        self.trees.data_url = f"http://{self.info.host}:8080"
+        # Simulated nodes serve no data plane; the URL only has to be well-formed and distinct.
+        self.trees.data_url = f"http://{self.info.host}:{self.info.port}"
 
 
 def check_all(nodes: list[TreeNode], tids: list[int], members: dict[int, set[int]]) -> dict:
