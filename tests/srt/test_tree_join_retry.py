@@ -31,7 +31,19 @@ async def test_join_timeout_then_background_retry() -> None:
     try:
         overlays = [*cluster.nodes, bare]
         await wait_for(lambda: agreement(overlays, [tid]) == 1.0, 20, what="agreement")
-        joiner = cluster.mgrs[1]
+
+        # The joiner must route straight to the bare node: a JOIN relayed through another
+        # node leaves a forwarder there (Scribe), which adopts the joiner's next attempt.
+        def direct() -> TreeManager | None:
+            for mgr in cluster.mgrs:
+                hop = mgr.overlay.next_hop(tid)
+                if hop is not None and hop.id == bare.id:
+                    return mgr
+            return None
+
+        await wait_for(lambda: direct() is not None, 20, what="a node routing straight to the root")
+        joiner = direct()
+        assert joiner is not None
         joiner.join_timeout = 0.6
         with pytest.raises(JoinTimeout, match=f"{tid:040x} not joined within 0.6s; retrying"):
             await joiner.join(tid, job="late")
