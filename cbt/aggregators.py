@@ -510,6 +510,109 @@ class ApproxDistinct(Aggregator):
         return hll.estimate(state)
 
 
+class Composite(Aggregator):
+    """``composite``: several aggregators side by side, one state per part, e.g. a count and a
+    sum per key in one snapshot.
+
+    ``parts`` is a sequence of ``(name, params)`` pairs (registered aggregator names; no
+    nesting). A value is a sequence with one entry per part; an entry ``None`` leaves its
+    part untouched (an absent part, e.g. SQL's NULL argument). The state is a tuple of part
+    states, ``None`` for a part that has seen no value yet; ``finalize`` gives the tuple of
+    finalized parts (``None`` for absent ones). Invertible only when every part is; a part
+    that nets to zero becomes absent again, and a key is zero when all its parts are.
+    """
+
+    name = "composite"
+
+    def __init__(self, parts: Any = ()) -> None:
+        if not isinstance(parts, list | tuple) or not parts:
+            raise ValueError("composite needs a non-empty list of [name, params] parts")
+        aggs = []
+        for part in parts:
+            if not (isinstance(part, list | tuple) and len(part) == 2):
+                raise ValueError(f"composite parts are [name, params] pairs, got {part!r}")
+            pname, pparams = part
+            if pname == self.name:
+                raise ValueError("composite parts cannot be composite")
+            if not isinstance(pparams, dict):
+                raise ValueError(f"composite part params must be a map, got {pparams!r}")
+            aggs.append(get_aggregator(pname, dict(pparams) or None))
+        self.parts: tuple[Aggregator, ...] = tuple(aggs)
+        self.invertible = all(a.invertible for a in aggs)  # type: ignore[misc]
+        self.mutable_state = any(a.mutable_state for a in aggs)  # type: ignore[misc]
+
+    def params(self) -> dict[str, Any]:
+        return {"parts": [[a.name, a.params()] for a in self.parts]}
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.parts))
+
+    def lift(self, value: Any) -> tuple:
+        if not isinstance(value, list | tuple) or len(value) != len(self.parts):
+            raise TypeError(
+                f"composite values are sequences of {len(self.parts)} entries, got {value!r}"
+            )
+        return tuple(
+            None if v is None else a.lift(v) for a, v in zip(self.parts, value, strict=True)
+        )
+
+    def add(self, state: tuple, value: Any) -> tuple:
+        return self.merge(state, self.lift(value))
+
+    def merge(self, a: tuple, b: tuple) -> tuple:
+        out = []
+        for agg, x, y in zip(self.parts, a, b, strict=True):
+            if y is None:
+                out.append(x)
+            elif x is None:
+                out.append(agg.copy(y))
+            else:
+                s = agg.merge(x, y)
+                # a negated pane (Snapshot.subtract) can net a part to nothing: absent again
+                out.append(None if self.invertible and agg.is_zero(s) else s)
+        return tuple(out)
+
+    def zero(self) -> tuple:
+        return (None,) * len(self.parts)
+
+    def invert(self, a: tuple, b: tuple) -> tuple:
+        if not self.invertible:
+            raise TypeError(f"aggregator {self.name!r} with these parts is not invertible")
+        out = []
+        for agg, x, y in zip(self.parts, a, b, strict=True):
+            if y is None:
+                out.append(x)
+                continue
+            s = agg.invert(agg.zero() if x is None else x, y)
+            out.append(None if agg.is_zero(s) else s)
+        return tuple(out)
+
+    def is_zero(self, state: tuple) -> bool:
+        return all(s is None or a.is_zero(s) for a, s in zip(self.parts, state, strict=True))
+
+    def serialize(self, state: tuple) -> list:
+        return [
+            None if s is None else a.serialize(s) for a, s in zip(self.parts, state, strict=True)
+        ]
+
+    def deserialize(self, obj: Any) -> tuple:
+        if not isinstance(obj, tuple) or len(obj) != len(self.parts):
+            raise ValueError(f"composite state must be {len(self.parts)} parts, got {obj!r}")
+        return tuple(
+            None if s is None else a.deserialize(s) for a, s in zip(self.parts, obj, strict=True)
+        )
+
+    def copy(self, state: tuple) -> tuple:
+        return tuple(
+            None if s is None else a.copy(s) for a, s in zip(self.parts, state, strict=True)
+        )
+
+    def finalize(self, state: tuple) -> tuple:
+        return tuple(
+            None if s is None else a.finalize(s) for a, s in zip(self.parts, state, strict=True)
+        )
+
+
 _REGISTRY: dict[str, Callable[..., Aggregator]] = {
     "count": Count,
     "sum": Sum,
@@ -521,6 +624,7 @@ _REGISTRY: dict[str, Callable[..., Aggregator]] = {
     "collect_set": CollectSet,
     "approx_distinct": ApproxDistinct,
     "hll": ApproxDistinct,
+    "composite": Composite,
 }
 
 
