@@ -20,6 +20,7 @@ Example file::
     bootstrap = ["10.0.0.1:7400", "10.0.0.2:7400"]
     secret_file = "/etc/elf/secret"
     logical_agents = 1         # >1 runs several agents in this process, ports + i
+    lake = "s3://bucket/elf"   # rollup lake (default <data_dir>/lake; "off" disables)
 
     [[inputs]]
     name = "web"
@@ -80,6 +81,7 @@ class AgentConfig:
     tunables: Tunables = field(default_factory=Tunables)
     heartbeat_interval: float = 1.0
     node_id: int | None = None  # overrides SHA-1(host:port); tests and planned placements
+    lake: str | None = None  # rollup lake path/URI (spark_sink); None = no lake
 
     def for_logical(self, index: int) -> AgentConfig:
         """The config of logical agent ``index``: fixed ports shift by ``index``, the data
@@ -132,6 +134,7 @@ _STR_KEYS = (
     "token_file",
     "api_token",
     "node_id",
+    "lake",
 )
 _FLOAT_KEYS = ("heartbeat_interval",)
 _ENV = {
@@ -147,6 +150,7 @@ _ENV = {
     "ELF_TOKEN": "api_token",
     "ELF_BOOTSTRAP": "bootstrap",
     "ELF_LOGICAL_AGENTS": "logical_agents",
+    "ELF_LAKE": "lake",
 }
 
 
@@ -213,6 +217,11 @@ def _build(
     for key in ("host", "api_host", "domain", "data_dir"):
         if key in raw:
             values[key] = str(raw[key])
+    if "lake" in raw:  # "off" disables; default <data_dir>/lake, shared by logical agents
+        lake = str(raw["lake"]).strip()
+        values["lake"] = None if lake.lower() in ("", "off", "none") else lake
+    elif "data_dir" in values:
+        values["lake"] = str(Path(values["data_dir"]) / "lake")
     if "node_id" in raw:
         try:
             values["node_id"] = int(str(raw["node_id"]), 16)

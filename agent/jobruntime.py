@@ -32,6 +32,7 @@ from agent.job import Job, create_job, maybe_await
 from agent.jobspec import JobSpec
 from agent.jobtable import JobEntry
 from agent.jsonable import jsonable
+from agent.lake_sink import sink_for
 from agent.results import ResultStore
 from agent.worker import Worker
 from cbt import Snapshot
@@ -80,6 +81,7 @@ class JobRuntime:
         self._context = _Context(self)
         self.job.bind(self._context)
         self._stopped = False
+        self.lake = sink_for(self)  # None unless the agent has a rollup lake
 
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] = self.counters.get(what, 0) + n
@@ -118,6 +120,8 @@ class JobRuntime:
                         log.info("leaving tree of %s failed: %r", self.name, exc)
         for sender in self.senders.values():
             await sender.close()
+        if self.lake is not None:
+            await self.lake.flush()
 
     # ---- tree bookkeeping --------------------------------------------------------------------
 
@@ -189,6 +193,8 @@ class JobRuntime:
         view = self._view(tid)
         if view is not None and view.is_root:
             if self.store.put(tid, epoch, snap, time.time()):
+                if self.lake is not None:
+                    self.lake.epoch(tid, epoch)
                 self.agent.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
             return
         name = SnapshotName(self.name, tid, epoch, self.agent.overlay.id)
@@ -209,6 +215,8 @@ class JobRuntime:
         view = self._view(name.tree)
         if view is not None and view.is_root:
             folded = self.store.add_late(name.tree, name.epoch, name.sender, snap, time.time())
+            if folded and self.lake is not None:
+                self.lake.epoch(name.tree, name.epoch)  # updated epoch: replaces its file
             return "merged" if folded else "duplicate"
         self.agent.spawn(self._forward_late(name, snap), f"{self.name} late epoch")
         return "merged"
@@ -307,6 +315,9 @@ class JobRuntime:
     def absorb(self, tid: int, items: list[dict[str, Any]]) -> int:
         self.ensure_tree(tid)
         taken = self.store.absorb(tid, items)
+        if self.lake is not None:
+            for epoch in {i["epoch"] for i in items if isinstance(i.get("epoch"), int)}:
+                self.lake.epoch(tid, epoch)
         self.count("handovers_received")
         return taken
 

@@ -1,0 +1,249 @@
+"""Writing rollups to the lake from a background thread, with a bounded on-disk buffer.
+
+Contract (see ``docs/spark-sink.md``):
+
+* :meth:`LakeWriter.submit` never blocks and never raises: the rollup (or a callable that
+  builds it, so the conversion also runs off the caller's thread) joins an in-memory queue
+  that one writer thread drains.
+* The thread builds the Arrow table and writes it to the lake. If the lake is unavailable
+  (``OSError`` / ``pyarrow.ArrowException``), the table goes to the **buffer**: one Parquet
+  file per pending rollup in ``buffer_dir`` (named after its lake path, so a re-push of the
+  same (job, tree, epoch) replaces the pending copy). While anything is buffered, new
+  rollups queue behind it, so the lake sees each writer's epochs in order. A retry loop
+  flushes the buffer oldest first with exponential backoff (``retry_initial`` doubling to
+  ``retry_max`` seconds). Buffered files survive a restart and are flushed by the next writer.
+* **Bounded**: at most ``capacity`` pending files (and ``capacity_bytes``). A rollup that
+  does not fit is refused: counted in ``dropped_over_capacity`` and logged at ERROR with the
+  job, tree and epoch — never dropped silently. A rollup that cannot be represented at all
+  (a bug in the job's values) is counted in ``bad_rollups`` and logged.
+* :meth:`stats` — ``written``, ``buffered`` (ever), ``pending`` (now), ``retried``,
+  ``retry_failures``, ``dropped_over_capacity``, ``bad_rollups``, ``last_error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spark_sink.lake import Lake, Rollup, rollup_table
+
+log = logging.getLogger(__name__)
+
+LAKE_ERRORS = (OSError, pa.ArrowException)
+RollupSource = Rollup | Callable[[], Rollup]
+
+
+class LakeWriter:
+    """One thread writing rollups to a lake, buffering on disk while it is unavailable."""
+
+    def __init__(
+        self,
+        lake: Lake,
+        buffer_dir: str | Path,
+        *,
+        capacity: int = 10_000,
+        capacity_bytes: int = 1 << 30,
+        retry_initial: float = 0.5,
+        retry_max: float = 30.0,
+        on_written: Callable[[Rollup, str], None] | None = None,
+    ) -> None:
+        self.lake = lake
+        self.buffer_dir = Path(buffer_dir)
+        self.buffer_dir.mkdir(parents=True, exist_ok=True)
+        self.capacity = capacity
+        self.capacity_bytes = capacity_bytes
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self.on_written = on_written
+        self.counters = {
+            "written": 0,
+            "buffered": 0,
+            "retried": 0,
+            "retry_failures": 0,
+            "dropped_over_capacity": 0,
+            "bad_rollups": 0,
+        }
+        self.last_error: str | None = None
+        self._queue: queue.Queue[RollupSource | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._busy = 0
+        self._stop = threading.Event()
+        self._delay = retry_initial
+        self._next_retry = 0.0
+        for tmp in self.buffer_dir.glob(".tmp-*"):
+            tmp.unlink(missing_ok=True)
+        self._thread = threading.Thread(target=self._run, name="elf-lake-writer", daemon=True)
+        self._thread.start()
+
+    # ---- public ------------------------------------------------------------------------------
+
+    def submit(self, rollup: RollupSource) -> None:
+        """Queue a rollup (or a zero-argument callable returning one) for writing."""
+        with self._lock:
+            self._busy += 1
+        self._queue.put(rollup)
+
+    def pending(self) -> int:
+        return sum(1 for _ in self.buffer_dir.glob("*.parquet"))
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            out: dict[str, Any] = dict(self.counters)
+            out["queued"] = self._busy
+        out["pending"] = self.pending()
+        out["last_error"] = self.last_error
+        return out
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until the queue is drained and the buffer is empty (True) or ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._busy or self.pending():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, 0.05))
+        return True
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread after the queued rollups (buffered files stay on disk)."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+        self._stop.set()
+
+    # ---- the thread --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            timeout = max(0.0, self._next_retry - time.monotonic()) if self.pending() else None
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                self._retry_buffer()
+                continue
+            if item is None:
+                self._retry_buffer()
+                return
+            try:
+                self._handle(item)
+            finally:
+                with self._idle:
+                    self._busy -= 1
+                    self._idle.notify_all()
+
+    def _handle(self, item: RollupSource) -> None:
+        try:
+            rollup = item() if callable(item) else item
+            table = rollup_table(rollup)
+        except Exception as exc:  # a job's value we cannot represent: count, say, go on
+            self._count("bad_rollups")
+            log.error("lake: cannot represent a rollup (%r); not written", exc)
+            return
+        if self.pending():
+            self._retry_buffer()
+        if self.pending():
+            self._buffer(rollup, table)
+            return
+        try:
+            path = self.lake.write_table(table)
+        except LAKE_ERRORS as exc:
+            self._failed(exc)
+            self._buffer(rollup, table)
+            return
+        self._written(rollup, path)
+
+    def _written(self, rollup: Rollup | None, path: str) -> None:
+        self._count("written")
+        self._delay = self.retry_initial
+        if self.on_written is not None and rollup is not None:
+            try:
+                self.on_written(rollup, path)
+            except Exception as exc:
+                log.warning("lake: on_written callback failed: %r", exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        if self.last_error is None:
+            log.warning(
+                "lake %s unavailable (%r): buffering rollups in %s and retrying",
+                self.lake.location,
+                exc,
+                self.buffer_dir,
+            )
+        self.last_error = repr(exc)
+        self._next_retry = time.monotonic() + self._delay
+        self._delay = min(self.retry_max, self._delay * 2)
+
+    def _buffer_path(self, table: pa.Table) -> Path:
+        relative = (table.schema.metadata or {})[b"elf.path"]
+        digest = hashlib.sha1(relative).hexdigest()[:24]
+        return self.buffer_dir / f"{digest}.parquet"
+
+    def _buffer(self, rollup: Rollup, table: pa.Table) -> None:
+        target = self._buffer_path(table)
+        files = list(self.buffer_dir.glob("*.parquet"))
+        replacing = target.exists()
+        size = sum(f.stat().st_size for f in files if f.exists())
+        if not replacing and (len(files) >= self.capacity or size >= self.capacity_bytes):
+            self._count("dropped_over_capacity")
+            log.error(
+                "lake buffer %s full (%d files, %d bytes): rollup of job %s tree %d epoch %d "
+                "REFUSED; the lake %s has been unavailable since: %s",
+                self.buffer_dir,
+                len(files),
+                size,
+                rollup.job,
+                rollup.tree,
+                rollup.epoch,
+                self.lake.location,
+                self.last_error,
+            )
+            return
+        tmp = self.buffer_dir / f".tmp-{target.name}"
+        pq.write_table(table, tmp)
+        # mtime orders the retries; a replaced rollup keeps its place in line
+        stamp = target.stat().st_mtime_ns if replacing else time.time_ns()
+        os.replace(tmp, target)
+        os.utime(target, ns=(stamp, stamp))
+        self._count("buffered")
+
+    def _retry_buffer(self) -> None:
+        if time.monotonic() < self._next_retry:
+            return
+        files = sorted(self.buffer_dir.glob("*.parquet"), key=lambda f: f.stat().st_mtime_ns)
+        for f in files:
+            try:
+                table = pq.read_table(f)
+            except LAKE_ERRORS as exc:  # a damaged buffer file: keep it aside, say so
+                self._count("bad_rollups")
+                log.error("lake buffer file %s unreadable (%r); moved aside", f, exc)
+                with contextlib.suppress(OSError):
+                    f.rename(f.with_suffix(".bad"))
+                continue
+            self._count("retried")
+            try:
+                path = self.lake.write_table(table)
+            except LAKE_ERRORS as exc:
+                self._count("retry_failures")
+                self._failed(exc)
+                return
+            f.unlink(missing_ok=True)
+            self._written(None, path)
+        if self.last_error is not None and not self.pending():
+            log.warning("lake %s available again: buffer flushed", self.lake.location)
+            self.last_error = None
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.counters[what] += 1

@@ -1,0 +1,444 @@
+"""The rollup lake: each epoch's result of each job tree as one Parquet file (pyarrow only).
+
+Contract (see ``docs/spark-sink.md``):
+
+* **Layout.** ``<root>/job=<name>/date=YYYY-MM-DD/hour=HH/epoch-<e>-tree-<i>-of-<m>.parquet``
+  (date and hour of the epoch's start, UTC; ``<name>`` percent-encoded like Hive partition
+  values). One file per (job, tree index, epoch): the path depends on nothing else, so a
+  retried or duplicated push, or an updated epoch (late data), *replaces* the file and never
+  adds rows. Writes are atomic: a hidden temporary file in the same directory (``.tmp-*``,
+  which Spark and pyarrow ignore) renamed over the final name; on object stores (S3, GCS)
+  a single PUT of the final object is already atomic, so it is written directly.
+* **Schema.** Fixed columns :data:`FIXED_FIELDS` (job, tree, trees, epoch, epoch_start,
+  epoch_end, tentative, coverage, written_at, key_json, value_json) on every row, then typed
+  key and value columns (:func:`key_value_columns`): a scalar key is ``key``, a tuple key
+  ``key_0..key_n``, or the names the job gives; a scalar value is ``value``, a tuple value
+  ``value_0..``, a list value one list column ``value``, a dict value one column per dict key
+  (e.g. ``{"clicks": 7}`` → ``clicks``). A column whose values pyarrow cannot type uniformly
+  (mixed types, ints beyond 64 bits, nested dicts) holds JSON text instead; ``key_json`` /
+  ``value_json`` always hold the whole key / value as JSON (tuples and sets as lists, bytes
+  as UTF-8 text) — exactly the rows the results API reports.
+* **Reading.** :meth:`Lake.files` lists the files (parsed from their names, no file opened);
+  :func:`read_table` reads a set of files into one table whose schema is the union of theirs
+  (missing columns null, int/float promoted).
+
+No pyspark and no agent import here: the agent writes with pyarrow only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import math
+import re
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+TS = pa.timestamp("us", tz="UTC")
+FIXED_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("job", pa.string(), nullable=False),
+    pa.field("tree", pa.int32(), nullable=False),
+    pa.field("trees", pa.int32(), nullable=False),
+    pa.field("epoch", pa.int64(), nullable=False),
+    pa.field("epoch_start", TS, nullable=False),
+    pa.field("epoch_end", TS, nullable=False),
+    pa.field("tentative", pa.bool_(), nullable=False),
+    pa.field("coverage", pa.float64(), nullable=False),
+    pa.field("written_at", TS, nullable=False),
+    pa.field("key_json", pa.string(), nullable=False),
+    pa.field("value_json", pa.string(), nullable=False),
+)
+FIXED_NAMES = frozenset(f.name for f in FIXED_FIELDS)
+PARTITION_NAMES = frozenset({"date", "hour"})
+FILE_RE = re.compile(r"^epoch-(-?\d+)-tree-(\d+)-of-(\d+)\.parquet$")
+OBJECT_STORES = frozenset({"s3", "gcs"})
+
+
+class LakeError(Exception):
+    """The lake cannot be opened or a rollup cannot be represented (message says why)."""
+
+
+@dataclass
+class Rollup:
+    """One tree's result for one epoch, as the master hands it to the lake."""
+
+    job: str
+    tree: int  # index of the tree among the job's m trees
+    trees: int  # m
+    epoch: int
+    epoch_seconds: float
+    rows: Sequence[tuple[Any, Any]]
+    tentative: bool = False
+    coverage: float = 1.0
+    key_names: Sequence[str] | None = None
+    value_names: Sequence[str] | None = None
+    completed_at: float = field(default_factory=time.time)
+
+    @property
+    def epoch_start(self) -> float:
+        return self.epoch * self.epoch_seconds
+
+    def relative_path(self) -> str:
+        return relative_path(self.job, self.epoch_start, self.tree, self.trees, self.epoch)
+
+
+@dataclass(frozen=True)
+class LakeFile:
+    """One rollup file, described from its path alone."""
+
+    job: str
+    date: str
+    hour: int
+    epoch: int
+    tree: int
+    trees: int
+    path: str  # filesystem path (no scheme)
+    mtime: float | None = None
+
+
+def relative_path(job: str, epoch_start: float, tree: int, trees: int, epoch: int) -> str:
+    """``job=<name>/date=…/hour=…/epoch-<e>-tree-<i>-of-<m>.parquet`` (module contract)."""
+    when = dt.datetime.fromtimestamp(math.floor(epoch_start), dt.UTC)
+    return (
+        f"job={quote(job, safe='')}/date={when:%Y-%m-%d}/hour={when:%H}/"
+        f"epoch-{epoch}-tree-{tree}-of-{trees}.parquet"
+    )
+
+
+# ---- values → columns ------------------------------------------------------------------------
+
+
+def normalize(value: Any) -> Any:
+    """JSON-ready form: tuples → lists, sets → lists sorted by repr, bytes → UTF-8 text."""
+    if isinstance(value, dict):
+        return {str(normalize(k)): normalize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [normalize(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((normalize(v) for v in value), key=repr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(normalize(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def _shape(values: Sequence[Any]) -> tuple[str, int]:
+    """('scalar'|'tuple'|'list'|'dict'|'mixed', arity) of a column of keys or values."""
+    kinds = set()
+    arity = set()
+    for v in values:
+        if isinstance(v, tuple):
+            kinds.add("tuple")
+            arity.add(len(v))
+        elif isinstance(v, list | set | frozenset):
+            kinds.add("list")
+        elif isinstance(v, dict):
+            kinds.add("dict")
+        else:
+            kinds.add("scalar")
+    if len(kinds) != 1 or len(arity) > 1:
+        return ("mixed" if kinds else "scalar", 0)
+    kind = kinds.pop()
+    return kind, (arity.pop() if arity else 1)
+
+
+def _typed(values: list[Any]) -> pa.Array:
+    """A typed Arrow array if pyarrow infers one of the plain types, else JSON text."""
+    prepared = [sorted(v, key=repr) if isinstance(v, set | frozenset) else v for v in values]
+    try:
+        arr = pa.array(prepared)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        return pa.array([None if v is None else to_json(v) for v in values], pa.string())
+    if _plain(arr.type):
+        return arr
+    return pa.array([None if v is None else to_json(v) for v in values], pa.string())
+
+
+def _plain(t: pa.DataType) -> bool:
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _plain(t.value_type) and not pa.types.is_list(t.value_type)
+    return (
+        pa.types.is_null(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_int64(t)
+        or pa.types.is_float64(t)
+        or pa.types.is_string(t)
+        or pa.types.is_binary(t)
+    )
+
+
+def _column_name(name: str, taken: set[str]) -> str:
+    name = str(name) or "_"
+    while name in taken or name in FIXED_NAMES or name in PARTITION_NAMES:
+        name = f"_{name}"
+    taken.add(name)
+    return name
+
+
+def key_value_columns(
+    rows: Sequence[tuple[Any, Any]],
+    key_names: Sequence[str] | None = None,
+    value_names: Sequence[str] | None = None,
+) -> list[tuple[str, pa.Array]]:
+    """The typed key and value columns for ``rows`` (module contract); a ``key_names`` /
+    ``value_names`` of the wrong arity is ignored (the default names are used)."""
+    keys = [k for k, _ in rows]
+    values = [v for _, v in rows]
+    taken: set[str] = set()
+    out: list[tuple[str, pa.Array]] = []
+    kind, arity = _shape(keys)
+    if kind == "tuple":
+        names = list(key_names) if key_names and len(key_names) == arity else None
+        for i in range(arity):
+            name = _column_name(names[i] if names else f"key_{i}", taken)
+            out.append((name, _typed([k[i] for k in keys])))
+    elif kind == "scalar":
+        name = key_names[0] if key_names and len(key_names) == 1 else "key"
+        out.append((_column_name(name, taken), _typed(keys)))
+    kind, arity = _shape(values)
+    if kind == "dict":
+        fields: dict[str, None] = {}
+        for v in values:
+            fields.update(dict.fromkeys(str(k) for k in v))
+        for f in fields:
+            col = [next((x for k, x in v.items() if str(k) == f), None) for v in values]
+            out.append((_column_name(f, taken), _typed(col)))
+    elif kind == "tuple":
+        names = list(value_names) if value_names and len(value_names) == arity else None
+        for i in range(arity):
+            name = _column_name(names[i] if names else f"value_{i}", taken)
+            out.append((name, _typed([v[i] for v in values])))
+    elif kind in ("scalar", "list"):
+        name = value_names[0] if value_names and len(value_names) == 1 else "value"
+        out.append((_column_name(name, taken), _typed(values)))
+    return out
+
+
+def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
+    """The Arrow table of one rollup (fixed columns, then key and value columns)."""
+    n = len(rollup.rows)
+    written = written_at if written_at is not None else time.time()
+    start = rollup.epoch_start
+    fixed = {
+        "job": pa.array([rollup.job] * n, pa.string()),
+        "tree": pa.array([rollup.tree] * n, pa.int32()),
+        "trees": pa.array([rollup.trees] * n, pa.int32()),
+        "epoch": pa.array([rollup.epoch] * n, pa.int64()),
+        "epoch_start": pa.array([_micros(start)] * n, pa.int64()).cast(TS),
+        "epoch_end": pa.array([_micros(start + rollup.epoch_seconds)] * n, pa.int64()).cast(TS),
+        "tentative": pa.array([bool(rollup.tentative)] * n, pa.bool_()),
+        "coverage": pa.array([float(rollup.coverage)] * n, pa.float64()),
+        "written_at": pa.array([_micros(written)] * n, pa.int64()).cast(TS),
+        "key_json": pa.array([to_json(k) for k, _ in rollup.rows], pa.string()),
+        "value_json": pa.array([to_json(v) for _, v in rollup.rows], pa.string()),
+    }
+    arrays = [fixed[f.name] for f in FIXED_FIELDS]
+    fields = list(FIXED_FIELDS)
+    for name, arr in key_value_columns(rollup.rows, rollup.key_names, rollup.value_names):
+        arrays.append(arr)
+        fields.append(pa.field(name, arr.type))
+    meta = {b"elf.path": rollup.relative_path().encode()}
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
+
+
+def _micros(seconds: float) -> int:
+    return round(seconds * 1_000_000)
+
+
+# ---- the lake --------------------------------------------------------------------------------
+
+
+class Lake:
+    """A rollup lake at a local path or any URI pyarrow's filesystems accept (``s3://…``,
+    ``hdfs://…``, ``file://…``)."""
+
+    def __init__(self, location: str, filesystem: pafs.FileSystem | None = None) -> None:
+        self.location = str(location)
+        if filesystem is not None:
+            self.fs, self.root = filesystem, self.location
+        elif "://" in self.location:
+            try:
+                self.fs, self.root = pafs.FileSystem.from_uri(self.location)
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise LakeError(f"lake {self.location!r}: {exc}") from None
+        else:
+            import os
+
+            self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(self.location)
+        self.root = self.root.rstrip("/") or "/"
+        self.atomic_put = self.fs.type_name in OBJECT_STORES
+
+    def __repr__(self) -> str:
+        return f"Lake({self.location!r})"
+
+    def path(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
+
+    def write(self, rollup: Rollup) -> str:
+        """Write one rollup atomically; returns the file's path. Raises ``OSError`` or
+        ``pyarrow.ArrowException`` if the lake is unavailable."""
+        return self.write_table(rollup_table(rollup))
+
+    def write_table(self, table: pa.Table) -> str:
+        """Write a table made by :func:`rollup_table` to its own path (atomic replace)."""
+        relative = (table.schema.metadata or {}).get(b"elf.path")
+        if not relative:
+            raise LakeError("table has no elf.path metadata (not made by rollup_table)")
+        final = self.path(relative.decode())
+        directory = final.rsplit("/", 1)[0]
+        self.fs.create_dir(directory, recursive=True)
+        if self.atomic_put:
+            pq.write_table(table, final, filesystem=self.fs)
+            return final
+        tmp = f"{directory}/.tmp-{uuid.uuid4().hex}.parquet"
+        try:
+            pq.write_table(table, tmp, filesystem=self.fs)
+            self.fs.move(tmp, final)
+        except BaseException:
+            with contextlib.suppress(OSError, pa.ArrowException):
+                self.fs.delete_file(tmp)
+            raise
+        return final
+
+    def jobs(self) -> list[str]:
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        except (OSError, pa.ArrowException) as exc:
+            raise LakeError(f"lake {self.location!r}: {exc}") from None
+        return sorted(
+            unquote(i.base_name[4:])
+            for i in infos
+            if i.type == pafs.FileType.Directory and i.base_name.startswith("job=")
+        )
+
+    def files(self, job: str | None = None) -> list[LakeFile]:
+        """Every rollup file (of ``job``), sorted by (job, epoch, tree)."""
+        jobs = [job] if job is not None else self.jobs()
+        out: list[LakeFile] = []
+        for name in jobs:
+            base = self.path(f"job={quote(name, safe='')}")
+            selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+            try:
+                infos = self.fs.get_file_info(selector)
+            except (OSError, pa.ArrowException) as exc:
+                raise LakeError(f"lake {self.location!r}: {exc}") from None
+            for info in infos:
+                m = FILE_RE.match(info.base_name)
+                if info.type != pafs.FileType.File or m is None:
+                    continue
+                parts = info.path[len(base) + 1 :].split("/")
+                if len(parts) != 3 or not parts[0].startswith("date="):
+                    continue
+                try:
+                    hour = int(parts[1].removeprefix("hour="))
+                except ValueError:
+                    continue
+                mtime = info.mtime.timestamp() if info.mtime is not None else None
+                out.append(
+                    LakeFile(
+                        job=name,
+                        date=parts[0][5:],
+                        hour=hour,
+                        epoch=int(m.group(1)),
+                        tree=int(m.group(2)),
+                        trees=int(m.group(3)),
+                        path=info.path,
+                        mtime=mtime,
+                    )
+                )
+        out.sort(key=lambda f: (f.job, f.epoch, f.tree))
+        return out
+
+
+def complete_epochs(files: Iterable[LakeFile]) -> dict[int, bool]:
+    """epoch → whether every one of its m trees has a file (one job's files)."""
+    seen: dict[int, set[int]] = {}
+    want: dict[int, int] = {}
+    for f in files:
+        seen.setdefault(f.epoch, set()).add(f.tree)
+        want[f.epoch] = f.trees
+    return {e: len(trees) >= want[e] for e, trees in sorted(seen.items())}
+
+
+def unified_schema(schemas: Sequence[pa.Schema]) -> pa.Schema:
+    """The union of rollup schemas: fixed columns first, others in first-seen order; int and
+    float columns promote to float, other conflicts become text."""
+    types: dict[str, pa.DataType] = {f.name: f.type for f in FIXED_FIELDS}
+    order = [f.name for f in FIXED_FIELDS]
+    for schema in schemas:
+        for f in schema:
+            if f.name not in types:
+                types[f.name] = f.type
+                order.append(f.name)
+            elif types[f.name] != f.type:
+                types[f.name] = _promote(types[f.name], f.type)
+    fixed = {f.name: f for f in FIXED_FIELDS}
+    return pa.schema([fixed.get(n) or pa.field(n, types[n]) for n in order])
+
+
+def _promote(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    if pa.types.is_null(a):
+        return b
+    if pa.types.is_null(b):
+        return a
+    nums = (pa.types.is_integer, pa.types.is_floating)
+    if any(f(a) for f in nums) and any(f(b) for f in nums):
+        return pa.float64()
+    if (pa.types.is_list(a) and pa.types.is_list(b)) and pa.types.is_null(a.value_type):
+        return b
+    if (pa.types.is_list(a) and pa.types.is_list(b)) and pa.types.is_null(b.value_type):
+        return a
+    return pa.string()
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns (missing ones null, types cast; a cast
+    that fails renders the column as JSON text if the target is text, else nulls)."""
+    arrays = []
+    for f in schema:
+        if f.name not in table.column_names:
+            arrays.append(pa.nulls(len(table), f.type))
+            continue
+        col = table.column(f.name)
+        if col.type == f.type:
+            arrays.append(col)
+            continue
+        try:
+            arrays.append(col.cast(f.type))
+        except (pa.ArrowException, ValueError):
+            if pa.types.is_string(f.type):
+                values = col.to_pylist()
+                arrays.append(pa.array([None if v is None else to_json(v) for v in values]))
+            else:
+                arrays.append(pa.nulls(len(table), f.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(list(schema), metadata=None))
+
+
+def read_schema(lake: Lake, files: Sequence[LakeFile]) -> pa.Schema:
+    """The unified schema of ``files`` (only their footers are read)."""
+    schemas = [pq.read_schema(f.path, filesystem=lake.fs) for f in files]
+    return unified_schema(schemas)
+
+
+def read_table(lake: Lake, files: Sequence[LakeFile], schema: pa.Schema | None = None) -> pa.Table:
+    """The rows of ``files`` as one table with ``schema`` (default: their unified schema)."""
+    tables = [pq.read_table(f.path, filesystem=lake.fs) for f in files]
+    if schema is None:
+        schema = unified_schema([t.schema for t in tables])
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables([conform(t, schema) for t in tables])

@@ -1,0 +1,131 @@
+"""The lake's layout, schema and idempotency (pyarrow only), checked against the rows
+written; hypothesis round-trips keys and values through the columns and the JSON columns."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_sink.lake import (
+    FIXED_NAMES,
+    Lake,
+    Rollup,
+    complete_epochs,
+    normalize,
+    read_table,
+    rollup_table,
+)
+
+EPOCH = 1_795_300_000  # 2026-11-21 22:26:40 UTC
+
+
+def test_layout_is_partitioned_by_job_date_hour_and_named_by_tree_and_epoch(tmp_path: Path):
+    lake = Lake(str(tmp_path))
+    path = lake.write(Rollup("wc", 1, 4, EPOCH, 1.0, [("a", 1)]))
+    rel = Path(path).relative_to(tmp_path)
+    assert str(rel) == "job=wc/date=2026-11-21/hour=22/epoch-1795300000-tree-1-of-4.parquet"
+    assert [f.name for f in tmp_path.rglob("*") if f.name.startswith(".")] == []  # no temp left
+
+
+def test_duplicate_and_updated_pushes_replace_the_file(tmp_path: Path):
+    lake = Lake(str(tmp_path))
+    first = Rollup("wc", 0, 1, EPOCH, 1.0, [("a", 1), ("b", 2)])
+    lake.write(first)
+    lake.write(first)  # a retried push
+    rows = read_table(lake, lake.files("wc")).to_pylist()
+    assert Counter((r["key"], r["value"]) for r in rows) == Counter({("a", 1): 1, ("b", 2): 1})
+    lake.write(Rollup("wc", 0, 1, EPOCH, 1.0, [("a", 5)]))  # late data updated the epoch
+    rows = read_table(lake, lake.files("wc")).to_pylist()
+    assert [(r["key"], r["value"]) for r in rows] == [("a", 5)]
+    assert len(lake.files("wc")) == 1
+
+
+def test_fixed_columns_and_completeness(tmp_path: Path):
+    lake = Lake(str(tmp_path))
+    lake.write(Rollup("j", 0, 2, EPOCH, 60.0, [("k", 1)]))
+    lake.write(Rollup("j", 0, 2, EPOCH + 1, 60.0, []))  # an empty epoch still gets a file
+    lake.write(Rollup("j", 1, 2, EPOCH + 1, 60.0, [("z", 3)]))
+    files = lake.files("j")
+    assert complete_epochs(files) == {EPOCH: False, EPOCH + 1: True}
+    row = read_table(lake, files[:1]).to_pylist()[0]
+    assert row["epoch_start"].timestamp() == EPOCH * 60.0
+    assert row["epoch_end"].timestamp() == (EPOCH + 1) * 60.0
+    assert (row["tentative"], row["coverage"], row["tree"], row["trees"]) == (False, 1.0, 0, 2)
+    assert lake.jobs() == ["j"]
+
+
+def test_named_columns_for_tuple_keys_and_dict_values(tmp_path: Path):
+    lake = Lake(str(tmp_path))
+    rows = [(("p1", "shoes"), {"clicks": 7, "users": 2}), (("p2", "hats"), {"clicks": 3})]
+    lake.write(Rollup("promo", 0, 1, EPOCH, 1.0, rows, key_names=["product", "directory"]))
+    got = read_table(lake, lake.files("promo")).to_pylist()
+    assert [(r["product"], r["directory"], r["clicks"], r["users"]) for r in got] == [
+        ("p1", "shoes", 7, 2),
+        ("p2", "hats", 3, None),
+    ]
+
+
+def test_unrepresentable_columns_fall_back_to_json(tmp_path: Path):
+    lake = Lake(str(tmp_path))
+    rows = [("a", 1 << 70), (7, "x"), (("t", 1), 2.5)]
+    lake.write(Rollup("odd", 0, 1, EPOCH, 1.0, rows))
+    got = read_table(lake, lake.files("odd")).to_pylist()
+    assert [json.loads(r["key_json"]) for r in got] == ["a", 7, ["t", 1]]
+    assert [json.loads(r["value_json"]) for r in got] == [1 << 70, "x", 2.5]
+
+
+def test_schema_union_across_epochs_promotes_int_to_float(tmp_path: Path):
+    lake = Lake(str(tmp_path))
+    lake.write(Rollup("s", 0, 1, EPOCH, 1.0, [("a", 1)]))
+    lake.write(Rollup("s", 0, 1, EPOCH + 1, 1.0, [("a", 1.5)]))
+    table = read_table(lake, lake.files("s"))
+    assert str(table.schema.field("value").type) == "double"
+    assert table.column("value").to_pylist() == [1.0, 1.5]
+
+
+keys = st.one_of(
+    st.text(max_size=8),
+    st.integers(-(1 << 62), 1 << 62),
+    st.tuples(st.text(max_size=4), st.integers(0, 100)),
+)
+values = st.one_of(
+    st.integers(-(1 << 62), 1 << 62),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.lists(st.integers(0, 9), max_size=4),
+    st.fixed_dictionaries({"clicks": st.integers(0, 9), "rev": st.floats(0, 10)}),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(keys, values), max_size=20))
+def test_json_columns_round_trip_every_key_and_value(rows: list) -> None:
+    table = rollup_table(Rollup("h", 0, 1, EPOCH, 1.0, rows))
+    got = table.to_pylist()
+    assert [json.loads(r["key_json"]) for r in got] == [normalize(k) for k, _ in rows]
+    for r, (_, v) in zip(got, rows, strict=True):
+        back = json.loads(r["value_json"])
+        if isinstance(v, float):
+            assert math.isclose(back, v, rel_tol=0, abs_tol=0) or back == v
+        else:
+            assert back == normalize(v)
+    assert set(table.column_names) >= FIXED_NAMES
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=6), st.integers(0, 1 << 40)), max_size=30))
+def test_typed_columns_hold_scalar_rows(rows: list) -> None:
+    table = rollup_table(Rollup("h", 0, 1, EPOCH, 1.0, rows))
+    if rows:
+        assert list(zip(table["key"].to_pylist(), table["value"].to_pylist(), strict=True)) == rows
+
+
+def test_plain_parquet_footer_keeps_the_lake_path(tmp_path: Path):
+    lake = Lake(f"file://{tmp_path}")
+    path = lake.write(Rollup("u", 0, 1, EPOCH, 1.0, [("a", 1)]))
+    assert pq.read_schema(path).metadata[b"elf.path"].decode().startswith("job=u/")
