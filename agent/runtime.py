@@ -54,6 +54,7 @@ JOBS_TREE = key_for("elf/jobs-tree")
 JOBS_TREE_NAME = "elf.jobs"
 TICK_SECONDS = 0.1
 RESYNC_SECONDS = 10.0
+RESYNC_FANOUT = 2  # children a jobs-tree root pulls the table from
 QUERY_TIMEOUT = 10.0
 PLACEMENT_CHOICES = 2
 INGEST_INPUT = "ingest"
@@ -387,18 +388,25 @@ class Agent:
 
     async def _resync(self) -> None:
         """Fetch the job table from the jobs-tree root over the data plane and merge it."""
-        trees = self._tree_manager()
-        view = trees.view(JOBS_TREE)
+        view = self._tree_manager().view(JOBS_TREE)
         if view is not None and view.is_root:
-            return
-        where = await self._ask_jobs_root({"op": "where"})
-        try:
-            reply = await self.client.post_json(where["data_url"], "/agent/v1/jobs", {})
-            for entry in self.table.merge(reply.get("jobs", [])):
-                self._reconcile(entry)
-        except (DataPlaneError, ValueError, KeyError) as exc:
-            self.count("resync_errors")
-            log.info("job table resync failed: %r", exc)
+            # A new root (a closer agent joined, or a split tree healed) may hold an empty or
+            # old table while its children hold the current one: it learns it from them.
+            urls = [url for url in view.child_urls.values() if url][:RESYNC_FANOUT]
+        else:
+            urls = [(await self._ask_jobs_root({"op": "where"}))["data_url"]]
+        for url in urls:
+            try:
+                reply = await self.client.post_json(url, "/agent/v1/jobs", {})
+                for entry in self.table.merge(reply.get("jobs", [])):
+                    self._reconcile(entry)
+            except (DataPlaneError, ValueError, KeyError, TypeError) as exc:
+                self.count("resync_errors")
+                log.info("job table resync from %s failed: %r", url, exc)
+
+    async def _resync_quietly(self) -> None:
+        with contextlib.suppress(AgentError):
+            await self._resync()
 
     async def _resync_loop(self) -> None:
         while self._running:
@@ -427,6 +435,8 @@ class Agent:
         return None
 
     def tree_parent_changed(self, tree_id: int, parent: NodeInfo | None) -> None:
+        if tree_id == JOBS_TREE and parent is not None and self._running:
+            self.spawn(self._resync_quietly(), "job table resync")
         runtime = self.runtime_for_tree(tree_id)
         if runtime is not None:
             runtime.parent_changed(tree_id)
@@ -442,6 +452,8 @@ class Agent:
             runtime.children_changed(tree_id)
 
     def tree_root_changed(self, tree_id: int, is_root: bool, new_root: NodeInfo | None) -> None:
+        if tree_id == JOBS_TREE and self._running:
+            self.spawn(self._resync_quietly(), "job table resync")
         runtime = self.runtime_for_tree(tree_id)
         if runtime is not None:
             runtime.root_changed(tree_id, is_root)

@@ -3,17 +3,21 @@ job stop, and the HTTP API, each checked against a Counter over the same input."
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter
 from typing import Any
 
 import pytest
-from agent_helpers import lines, running_agents, wait_for
+from agent_helpers import FAST, SECRET, lines, running_agents, wait_for
 
 from agent.api_client import ApiClient, ApiError
-from agent.errors import BadRequest
+from agent.config import load_config
+from agent.daemon import start_agents, stop_agents
+from agent.errors import BadRequest, Conflict
 from agent.job import Job, register_job
+from agent.runtime import JOBS_TREE
 from cbt import Snapshot
 
 WORDS_A = ["a a a b", "a c"]
@@ -69,8 +73,13 @@ def next_epoch() -> int:
 async def test_synchronous_batches_roll_up_exactly_and_empty_reaches_every_worker() -> None:
     async with running_agents(4) as agents:
         e = next_epoch()
-        spec = {"name": "wc", "creator": "t", "job_class": "wordcount", "start_epoch": e,
-                "allowed_lateness": 0.5}
+        spec = {
+            "name": "wc",
+            "creator": "t",
+            "job_class": "wordcount",
+            "start_epoch": e,
+            "allowed_lateness": 0.5,
+        }
         info = await agents[1].submit(spec)
         assert info["agents_reached"] == 4
         placed = agents[3].table.get("wc").spec["placement"]  # type: ignore[union-attr]
@@ -102,8 +111,16 @@ async def _eq(agent: Any, job: str, epoch: int, want: Counter) -> bool:
 async def test_sliding_windows_by_invertible_subtraction() -> None:
     async with running_agents(3) as agents:
         e = next_epoch()
-        spec = {"name": "win", "creator": "t", "job_class": "wordcount", "start_epoch": e,
-                "mode": "window", "window_size": 3, "window_slide": 1, "allowed_lateness": 0.5}
+        spec = {
+            "name": "win",
+            "creator": "t",
+            "job_class": "wordcount",
+            "start_epoch": e,
+            "mode": "window",
+            "window_size": 3,
+            "window_slide": 1,
+            "allowed_lateness": 0.5,
+        }
         await agents[0].submit(spec)
         per_epoch = {e + i: [f"w{i} x", f"w{i}"] for i in range(4)}
         for a in agents:
@@ -121,8 +138,14 @@ async def test_sliding_windows_by_invertible_subtraction() -> None:
 async def test_iterative_jobs_use_last_epochs_feedback() -> None:
     async with running_agents(3) as agents:
         e = next_epoch()
-        spec = {"name": "it", "creator": "t", "job_class": "test-exclude-top", "start_epoch": e,
-                "mode": "iterative", "allowed_lateness": 0.5}
+        spec = {
+            "name": "it",
+            "creator": "t",
+            "job_class": "test-exclude-top",
+            "start_epoch": e,
+            "mode": "iterative",
+            "allowed_lateness": 0.5,
+        }
         await agents[0].submit(spec)
         for a in agents:
             await a.ingest("ingest", lines(e + 0.1, ["a a a b"]))
@@ -158,8 +181,13 @@ async def test_http_api_end_to_end_and_bad_input() -> None:
         api = ApiClient(agents[0].api.url, agents[0].config.api_token)
         loop_call = _in_thread
         e = next_epoch()
-        spec = {"name": "api", "creator": "t", "job_class": "wordcount", "start_epoch": e,
-                "allowed_lateness": 0.5}
+        spec = {
+            "name": "api",
+            "creator": "t",
+            "job_class": "wordcount",
+            "start_epoch": e,
+            "allowed_lateness": 0.5,
+        }
         created = await loop_call(api.submit, spec)
         assert created["job"] == "api" and created["state"] == "running"
         assert [j["name"] for j in await loop_call(api.jobs)] == ["api"]
@@ -176,8 +204,12 @@ async def test_http_api_end_to_end_and_bad_input() -> None:
             (lambda: api.results("api", -1), 400),
             (lambda: api.results("nope"), 404),
             (lambda: api.ingest("no-such-input", ["{}"]), 404),
-            (lambda: api.submit({"name": "x", "creator": "t", "job_class": "wordcount",
-                                 "trees": 0}), 400),
+            (
+                lambda: api.submit(
+                    {"name": "x", "creator": "t", "job_class": "wordcount", "trees": 0}
+                ),
+                400,
+            ),
             (lambda: api.call("POST", "/api/v1/jobs", raw=b"[1, 2]"), 400),
         ):
             with pytest.raises(ApiError) as err:
@@ -198,8 +230,15 @@ async def test_cross_job_route_reaches_the_other_jobs_master() -> None:
 
     async with running_agents(3) as agents:
         e = next_epoch()
-        await agents[0].submit({"name": "words", "creator": "t", "job_class": "wordcount",
-                                "start_epoch": e, "allowed_lateness": 0.5})
+        await agents[0].submit(
+            {
+                "name": "words",
+                "creator": "t",
+                "job_class": "wordcount",
+                "start_epoch": e,
+                "allowed_lateness": 0.5,
+            }
+        )
         await agents[0].submit({"name": "asker", "creator": "t", "job_class": "test-recv"})
         for a in agents:
             await a.ingest("ingest", lines(e + 0.1, ["x y x"]))
@@ -215,8 +254,13 @@ async def test_cross_job_route_reaches_the_other_jobs_master() -> None:
 async def test_m_trees_and_exact_top_k_of_counts() -> None:
     async with running_agents(3) as agents:
         e = next_epoch()
-        base = {"creator": "t", "job_class": "wordcount", "start_epoch": e,
-                "allowed_lateness": 0.5, "trees": 3}
+        base = {
+            "creator": "t",
+            "job_class": "wordcount",
+            "start_epoch": e,
+            "allowed_lateness": 0.5,
+            "trees": 3,
+        }
         await agents[0].submit({**base, "name": "all3"})
         # Locally every agent's top word is its own "hot" word; globally it is "common".
         await agents[0].submit({**base, "name": "top1", "top_k": 1})
@@ -268,3 +312,29 @@ async def test_agent_data_plane_endpoints_reject_bad_bodies_and_keep_serving() -
             await client.post_json(url, "/agent/v1/results", {"job": "nope", "tree": 1})
         assert agents[1].counters.get("bad_handover") == 1
         assert (await client.post_json(url, "/agent/v1/jobs", {}))["jobs"][0]["name"] == "wc"
+
+
+async def test_a_new_jobs_tree_root_learns_the_job_table_from_its_children() -> None:
+    async with running_agents(3) as agents:
+        spec = {"name": "wc", "creator": "t", "job_class": "wordcount"}
+        await agents[0].submit(spec)
+        host, port = agents[0].overlay.info.address
+        cfg = load_config(
+            env={"ELF_SECRET": SECRET},
+            overrides={"node_id": f"{JOBS_TREE ^ 1:040x}", "bootstrap": [f"{host}:{port}"]},
+        )
+        cfg = dataclasses.replace(cfg, tunables=FAST, heartbeat_interval=0.3)
+        [newcomer] = await start_agents(cfg)
+        try:
+            # the closest agent to the jobs-tree key takes the root over with an empty table
+            await wait_for(
+                lambda: newcomer.jobs_tree()["is_root"] and newcomer.table.get("wc"),
+                30,
+                "the new jobs-tree root to hold the job table",
+            )
+            assert newcomer.table.get("wc").spec["name"] == "wc"  # type: ignore[union-attr]
+            # and it serves the table as the root: a submission through it sees the job
+            with pytest.raises(Conflict, match="already running"):
+                await newcomer.submit(spec)
+        finally:
+            await stop_agents([newcomer], timeout=30)
