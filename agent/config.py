@@ -24,9 +24,11 @@ Example file::
 
     [[inputs]]
     name = "web"
-    type = "jsonl"             # "jsonl" (tail a JSON-lines file) or "ingest" (HTTP only)
-    path = "/var/log/web/events.jsonl"
-    timestamp_field = "ts"
+    type = "file"              # "file" (alias "jsonl": tail a file; path "-" = stdin)
+                               # or "ingest" (HTTP only)
+    path = "/var/log/nginx/access.log"
+    format = "nginx"           # json | nginx | apache | syslog | raw (docs/inputs.md)
+    timestamp_field = "ts"     # json only
 
     [tunables]                 # overlay timings, see overlay.Tunables
     probe_interval = 0.5
@@ -48,18 +50,20 @@ from agent.errors import ConfigError
 from overlay import Tunables
 
 MIN_SECRET_BYTES = 16
-INPUT_TYPES = ("jsonl", "ingest")
+INPUT_TYPES = ("jsonl", "file", "ingest")
+INPUT_FORMATS = ("json", "nginx", "apache", "syslog", "raw")  # agent.formats.FORMATS
 
 
 @dataclass(frozen=True)
 class InputConfig:
-    """One named input of this agent: a JSON-lines file to tail, or an HTTP-ingest-only
-    queue. Jobs name the inputs they read."""
+    """One named input of this agent: a file to tail (``path = "-"``: stdin), or an
+    HTTP-ingest-only queue, in one line ``format``. Jobs name the inputs they read."""
 
     name: str
     type: str = "jsonl"
     path: str | None = None
     timestamp_field: str = "ts"
+    format: str = "json"
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,8 @@ def _build(
     names = [i.name for i in values["inputs"]]
     if len(set(names)) != len(names):
         raise ConfigError(f"inputs: duplicate input names in {names}")
+    if sum(1 for i in values["inputs"] if i.path == "-" and i.type != "ingest") > 1:
+        raise ConfigError("inputs: only one input can read stdin (path '-')")
     try:
         values["tunables"] = dataclasses.replace(Tunables(), **tunables_raw)
     except TypeError as exc:
@@ -271,10 +277,12 @@ def _build(
 
 
 def _input_flag(text: str, where: str) -> dict[str, Any]:
+    """``NAME=PATH`` or ``NAME:FORMAT=PATH`` (PATH ``-`` is stdin)."""
     name, sep, path = str(text).partition("=")
     if not sep or not name or not path:
-        raise ConfigError(f"{where}: expected NAME=PATH, got {text!r}")
-    return {"name": name, "type": "jsonl", "path": path}
+        raise ConfigError(f"{where}: expected NAME=PATH or NAME:FORMAT=PATH, got {text!r}")
+    name, colon, fmt = name.partition(":")
+    return {"name": name, "type": "jsonl", "path": path, **({"format": fmt} if colon else {})}
 
 
 def _input(item: Any, index: int) -> InputConfig:
@@ -283,7 +291,7 @@ def _input(item: Any, index: int) -> InputConfig:
         return item
     if not isinstance(item, dict):
         raise ConfigError(f"{where}: must be a table")
-    unknown = set(item) - {"name", "type", "path", "timestamp_field"}
+    unknown = set(item) - {"name", "type", "path", "timestamp_field", "format"}
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}")
     name = item.get("name")
@@ -293,9 +301,14 @@ def _input(item: Any, index: int) -> InputConfig:
     if kind not in INPUT_TYPES:
         raise ConfigError(f"{where}.type: must be one of {INPUT_TYPES}, got {kind!r}")
     path = item.get("path")
-    if kind == "jsonl" and not isinstance(path, str):
-        raise ConfigError(f"{where}.path: a jsonl input needs a file path")
+    if kind != "ingest" and (not isinstance(path, str) or not path):
+        raise ConfigError(f"{where}.path: a {kind} input needs a file path (or '-' for stdin)")
     ts_field = item.get("timestamp_field", "ts")
     if not isinstance(ts_field, str) or not ts_field:
         raise ConfigError(f"{where}.timestamp_field: must be a non-empty string")
-    return InputConfig(name=name, type=kind, path=path, timestamp_field=ts_field)
+    fmt = item.get("format", "json")
+    if fmt not in INPUT_FORMATS:
+        raise ConfigError(f"{where}.format: must be one of {INPUT_FORMATS}, got {fmt!r}")
+    if fmt != "json" and ts_field != "ts":
+        raise ConfigError(f"{where}.timestamp_field: the {fmt} format always produces 'ts'")
+    return InputConfig(name=name, type=kind, path=path, timestamp_field=ts_field, format=fmt)

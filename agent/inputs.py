@@ -1,10 +1,12 @@
-"""Record inputs of an agent: a JSON-lines file tail and the ingest queue.
+"""Record inputs of an agent: a file tail, a stream (stdin) reader and the ingest queue.
 
 Every input implements :class:`Input`: ``poll()`` returns the records available now (never
 blocks, never raises on bad data), ``batches()`` is an async iterator of non-empty record
-lists, ``stats()`` a JSON-able dict, ``close()`` releases resources. Bad lines are validated
-by a :class:`~agent.records.LineParser` (default: JSON lines with a ``ts`` timestamp), counted
-and quarantined (:class:`~agent.records.Quarantine`); they never stop an input.
+lists, ``stats()`` a JSON-able dict, ``close()`` releases resources. Lines are parsed by a
+:class:`~agent.records.LineParser` (default: JSON lines with a ``ts`` timestamp; log formats in
+:mod:`agent.formats`); bad lines are counted and quarantined (:class:`~agent.records.Quarantine`,
+with a dead-letter file under the data directory, see :func:`open_input`); they never stop an
+input.
 
 :class:`FileTail` follows one file like ``tail -F``:
 
@@ -26,19 +28,35 @@ and quarantined (:class:`~agent.records.Quarantine`); they never stop an input.
 ``put_records`` validate like the tail, quarantine bad lines and enqueue the rest, all or
 nothing: if the valid records do not fit in ``maxsize`` none is enqueued (``queue_full``) so a
 client can retry the whole request without duplicates.
+
+:class:`StreamInput` reads lines from a binary stream (stdin: ``path = "-"``) on a daemon
+thread into a bounded buffer (a full buffer blocks the thread, i.e. back-pressure on the pipe);
+``poll()`` parses what has arrived; at end of stream ``eof`` becomes true, the final
+unterminated line is parsed and ``batches()`` ends. A stream cannot be re-read, so it has no
+resume state.
+
+:func:`open_input` builds the input an :class:`~agent.config.InputConfig` describes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import queue
+import sys
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 
+from agent.deadletter import DeadLetterFile
+from agent.formats import make_parser
 from agent.records import LineParser, Quarantine, RecordError, RecordValidator
+
+if TYPE_CHECKING:
+    from agent.config import InputConfig
 
 Record = dict[str, Any]
 
@@ -59,7 +77,7 @@ class Input(Protocol):
 
 
 class FileTail:
-    """Follows one JSON-lines file across appends, rotation and truncation (see module)."""
+    """Follows one log file across appends, rotation and truncation (see module)."""
 
     def __init__(
         self,
@@ -176,10 +194,12 @@ class FileTail:
         last_nl = buf.rfind(b"\n")
         if last_nl >= 0:
             lines = buf[:last_nl].split(b"\n")
+            base = self._pos
             if self._skipping:  # the first piece ends an over-long line already quarantined
                 self._skipping = False
+                base += len(lines[0]) + 1
                 lines = lines[1:]
-            self._lines(lines, out)
+            self._lines(lines, out, base)
             self._pos += last_nl + 1
             rest = buf[last_nl + 1 :]
         else:
@@ -188,7 +208,14 @@ class FileTail:
             self._line_no += 1
             self.counters["lines"] += 1
             self.counters["rejected"] += 1
-            self.quarantine.add(self.name, self._line_no, "line_too_long", rest[:800])
+            self.quarantine.add(
+                self.name,
+                self._line_no,
+                "line_too_long",
+                rest[:800],
+                offset=self._pos,
+                message=f"line longer than {self.max_line_bytes} bytes",
+            )
             self._skipping = True
         if self._skipping:
             self._pos += len(rest)
@@ -196,15 +223,18 @@ class FileTail:
         self._buf = rest
 
     def _line(self, line: bytes, out: list[Record]) -> None:
-        self._lines([line], out)
+        self._lines([line], out, self._pos)
 
-    def _lines(self, lines: list[bytes], out: list[Record]) -> None:
+    def _lines(self, lines: list[bytes], out: list[Record], base: int) -> None:
+        """Parse ``lines``; ``base`` is the file offset of the first (for dead letters)."""
         parse = self.parser.parse
         append = out.append
         line_no = self._line_no
         records = blank = 0
         limit = self.max_line_bytes
-        for line in lines:
+        # offsets of rejected lines, computed lazily (amortized one pass over the batch)
+        off_index, off_value = 0, base
+        for i, line in enumerate(lines):
             line_no += 1
             if len(line) <= limit:
                 try:
@@ -212,16 +242,26 @@ class FileTail:
                     records += 1
                     continue
                 except RecordError as exc:
-                    reason = exc.reason
-                except Exception:  # a parser bug costs one line, never the tail
-                    reason = "parser_error"
+                    reason, message = exc.reason, str(exc)
+                except Exception as exc:  # a parser bug costs one line, never the tail
+                    reason, message = "parser_error", f"{type(exc).__name__}: {exc}"
                 if not line.strip():
                     blank += 1
                     continue
             else:
-                reason = "line_too_long"
+                reason, message = "line_too_long", f"line longer than {limit} bytes"
+            while off_index < i:
+                off_value += len(lines[off_index]) + 1
+                off_index += 1
             self.counters["rejected"] += 1
-            self.quarantine.add(self.name, line_no, reason, line[:800])
+            self.quarantine.add(
+                self.name,
+                line_no,
+                reason,
+                line[:800] if reason == "line_too_long" else line,
+                offset=off_value,
+                message=message,
+            )
         self._line_no = line_no
         self.counters["lines"] += len(lines)
         self.counters["records"] += records
@@ -287,7 +327,7 @@ class IngestQueue:
     def __init__(
         self,
         *,
-        parser: RecordValidator | None = None,
+        parser: LineParser | None = None,
         quarantine: Quarantine | None = None,
         name: str = "ingest",
         maxsize: int = 100_000,
@@ -295,7 +335,7 @@ class IngestQueue:
         if maxsize < 1:
             raise ValueError("maxsize must be >= 1")
         self.name = name
-        self.parser = parser or RecordValidator()
+        self.parser: LineParser = parser or RecordValidator()
         self.quarantine = quarantine if quarantine is not None else Quarantine()
         self.maxsize = maxsize
         self._queue: deque[Record] = deque()
@@ -329,7 +369,12 @@ class IngestQueue:
             if raw and not (item.strip() if isinstance(item, bytes | str) else True):
                 continue
             try:
-                rec = self.parser.parse(item) if raw else self.parser.validate(item)
+                if raw:
+                    rec = self.parser.parse(item)
+                elif isinstance(self.parser, RecordValidator):
+                    rec = self.parser.validate(item)
+                else:
+                    raise RecordError("not_lines", "this input takes lines of text, not objects")
             except RecordError as exc:
                 result.rejected += 1
                 text = item if raw else repr(item)
@@ -391,3 +436,153 @@ class IngestQueue:
     def close(self) -> None:
         self._closed = True
         self._event.set()
+
+
+_EOF = object()
+
+
+class StreamInput:
+    """Lines of a binary stream (stdin by default), read on a daemon thread (see module)."""
+
+    def __init__(
+        self,
+        stream: BinaryIO | None = None,
+        *,
+        parser: LineParser | None = None,
+        quarantine: Quarantine | None = None,
+        name: str = "stdin",
+        max_buffered: int = 10_000,
+        max_batch: int = 10_000,
+        max_line_bytes: int = 1 << 20,
+        poll_interval: float = 0.1,
+    ) -> None:
+        self.stream = stream if stream is not None else sys.stdin.buffer
+        self.name = name
+        self.parser: LineParser = parser or RecordValidator()
+        self.quarantine = quarantine if quarantine is not None else Quarantine()
+        self.max_batch = max_batch
+        self.max_line_bytes = max_line_bytes
+        self.poll_interval = poll_interval
+        self._lines: queue.Queue[Any] = queue.Queue(max_buffered)
+        self._line_no = 0
+        self._skipping = False  # inside an over-long line: drop pieces until its newline
+        self.eof = False
+        self._closed = False
+        self.counters = {"lines": 0, "records": 0, "blank_lines": 0, "rejected": 0, "bytes": 0}
+        self._error: str | None = None
+        self._thread = threading.Thread(target=self._read, name=f"elf-input-{name}", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            # readline(limit) bounds memory on a huge line: the rest arrives as more pieces,
+            # which poll() drops as the tail of an over-long line
+            while not self._closed:
+                line = self.stream.readline(self.max_line_bytes + 1)
+                if not line:
+                    break
+                self._lines.put(line)
+        except (OSError, ValueError) as exc:  # closed or broken stream: end of input
+            self._error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._lines.put(_EOF)
+
+    def poll(self) -> list[Record]:
+        """Parse the lines that have arrived (at most ``max_batch``); never blocks."""
+        out: list[Record] = []
+        if self.eof:
+            return out
+        get = self._lines.get_nowait
+        skipping = self._skipping
+        for _ in range(self.max_batch):
+            try:
+                line = get()
+            except queue.Empty:
+                break
+            if line is _EOF:
+                self.eof = True
+                break
+            self.counters["bytes"] += len(line)
+            complete = line.endswith(b"\n")
+            if skipping:  # the rest of an over-long line already quarantined
+                skipping = not complete
+                continue
+            self._line_no += 1
+            self.counters["lines"] += 1
+            if len(line) > self.max_line_bytes:
+                skipping = not complete
+                self._reject(
+                    "line_too_long", line[:800], f"line longer than {self.max_line_bytes} bytes"
+                )
+                continue
+            line = line[:-1] if complete else line
+            try:
+                out.append(self.parser.parse(line))
+                self.counters["records"] += 1
+                continue
+            except RecordError as exc:
+                reason, message = exc.reason, str(exc)
+            except Exception as exc:  # a parser bug costs one line, never the input
+                reason, message = "parser_error", f"{type(exc).__name__}: {exc}"
+            if not line.strip():
+                self.counters["blank_lines"] += 1
+                continue
+            self._reject(reason, line, message)
+        self._skipping = skipping
+        return out
+
+    def _reject(self, reason: str, line: bytes, message: str) -> None:
+        self.counters["rejected"] += 1
+        self.quarantine.add(self.name, self._line_no, reason, line, message=message)
+
+    async def batches(self) -> AsyncIterator[list[Record]]:
+        """Non-empty record batches as lines arrive; ends at end of stream or ``close``."""
+        while not self._closed:
+            batch = self.poll()
+            if batch:
+                yield batch
+            elif self.eof:
+                return
+            else:
+                await asyncio.sleep(self.poll_interval)
+
+    def stats(self) -> dict[str, Any]:
+        out = {
+            "name": self.name,
+            "kind": "stream",
+            **self.counters,
+            "eof": self.eof,
+            "buffered": self._lines.qsize(),
+            "quarantine": self.quarantine.stats(),
+        }
+        if self._error:
+            out["error"] = self._error
+        return out
+
+    def close(self) -> None:
+        """Stop reading (a read blocked in the thread ends with the process or the stream)."""
+        self._closed = True
+
+
+def open_input(
+    cfg: InputConfig,
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    state: dict[str, Any] | None = None,
+    **kw: Any,
+) -> FileTail | StreamInput | IngestQueue:
+    """The input ``cfg`` describes: a :class:`FileTail` (``path`` a file; resuming at
+    ``state``), a :class:`StreamInput` on stdin (``path == "-"``) or an :class:`IngestQueue`
+    (type ``ingest``), parsing ``cfg.format``. With ``data_dir`` rejected lines are also sampled
+    to ``<data_dir>/deadletter/<name>.jsonl``; ``kw`` goes to the input's constructor."""
+    parser = make_parser(cfg.format, ts_field=cfg.timestamp_field)
+    dead = DeadLetterFile.for_input(data_dir, cfg.name) if data_dir else None
+    quarantine = Quarantine(dead_letter=dead)
+    if cfg.type == "ingest":
+        return IngestQueue(parser=parser, quarantine=quarantine, name=cfg.name, **kw)
+    assert cfg.path is not None
+    if cfg.path == "-":
+        return StreamInput(parser=parser, quarantine=quarantine, name=cfg.name, **kw)
+    return FileTail(
+        cfg.path, parser=parser, quarantine=quarantine, name=cfg.name, state=state, **kw
+    )

@@ -54,7 +54,8 @@ class JobRuntime:
 
     def __init__(self, agent: Agent, entry: JobEntry) -> None:
         self.agent = agent
-        self.spec = JobSpec.from_dict(entry.spec)
+        # a restarted agent resumes past the epochs it already passed on (agent/offsets.py)
+        self.spec = agent.offsets.resume_spec(JobSpec.from_dict(entry.spec))
         self.name = self.spec.name
         self.job: Job = create_job(self.spec)
         self.app_id = app_id(self.spec.name, self.spec.creator)

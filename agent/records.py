@@ -14,9 +14,11 @@ Contract:
 * :class:`LineParser` is the protocol every line format implements (JSON lines here; log
   formats plug in the same way): ``parse(line) -> record`` or raise ``RecordError``.
 * :class:`Quarantine` counts rejected lines per reason and keeps a bounded sample of the most
-  recent ones as ``{source, line_no, reason, text}`` (text cut to 200 characters); an optional
-  ``on_reject`` sink sees every entry (a dead-letter file). Nothing here ever raises on bad
-  input beyond ``RecordError``.
+  recent ones as ``{source, line_no, reason, text}`` (text cut to 200 characters; plus
+  ``offset`` and ``message`` when the caller knows them); an optional ``on_reject`` callback
+  sees every entry, and an optional ``dead_letter`` (:class:`~agent.deadletter.DeadLetterFile`)
+  gets bounded samples with the whole raw line. Nothing here ever raises on bad input beyond
+  ``RecordError``.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+
+if TYPE_CHECKING:
+    from agent.deadletter import DeadLetterFile
 
 REASONS = (
     "bad_json",
@@ -36,6 +41,13 @@ REASONS = (
     "bad_timestamp",
     "line_too_long",
     "parser_error",  # a LineParser raised something other than RecordError (a bug)
+    # log formats (agent.formats)
+    "bad_access_line",
+    "bad_syslog_line",
+    "bad_syslog_pri",
+    "bad_structured_data",
+    "bad_encoding",
+    "not_lines",  # an object given to an input that parses lines of a log format
 )
 QUARANTINE_TEXT_CHARS = 200
 
@@ -112,7 +124,11 @@ class Quarantine:
     """Counts rejected lines per reason and keeps the last ``limit`` of them."""
 
     def __init__(
-        self, limit: int = 100, *, on_reject: Callable[[dict[str, Any]], None] | None = None
+        self,
+        limit: int = 100,
+        *,
+        on_reject: Callable[[dict[str, Any]], None] | None = None,
+        dead_letter: DeadLetterFile | None = None,
     ) -> None:
         if limit < 0:
             raise ValueError("limit must be >= 0")
@@ -122,11 +138,25 @@ class Quarantine:
         #: optional sink for every entry (e.g. a dead-letter file writer); its errors are
         #: counted in ``sink_errors`` and never propagate
         self.on_reject = on_reject
+        #: optional dead-letter file: bounded samples with the whole raw line
+        self.dead_letter = dead_letter
         self.sink_errors = 0
 
-    def add(self, source: str, line_no: int, reason: str, text: bytes | str) -> None:
-        """Record one rejected line (``text`` is cut to 200 characters)."""
+    def add(
+        self,
+        source: str,
+        line_no: int,
+        reason: str,
+        text: bytes | str,
+        *,
+        offset: int | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Record one rejected line (``text`` is cut to 200 characters in the entry; the
+        dead-letter file gets it whole, up to its own bound)."""
         self.counts[reason] += 1
+        if self.dead_letter is not None:
+            self.dead_letter.write(reason, text, line_no=line_no, offset=offset, message=message)
         if self.limit == 0 and self.on_reject is None:
             return
         if isinstance(text, bytes | bytearray | memoryview):
@@ -137,6 +167,10 @@ class Quarantine:
             "reason": reason,
             "text": text[:QUARANTINE_TEXT_CHARS],
         }
+        if offset is not None:
+            entry["offset"] = offset
+        if message is not None:
+            entry["message"] = message
         if self.limit:
             self._entries.append(entry)
         if self.on_reject is not None:
@@ -159,6 +193,8 @@ class Quarantine:
         out: dict[str, Any] = {"total": self.total, "by_reason": dict(self.counts)}
         if self.sink_errors:
             out["sink_errors"] = self.sink_errors
+        if self.dead_letter is not None:
+            out["dead_letter"] = self.dead_letter.stats()
         return out
 
 

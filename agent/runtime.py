@@ -29,12 +29,12 @@ from aiohttp import web
 from agent.config import AgentConfig, InputConfig
 from agent.errors import AgentError, BadRequest, Conflict, NotFound, Unavailable
 from agent.http_api import HttpApi
-from agent.inputs import FileTail, IngestQueue
+from agent.inputs import FileTail, IngestQueue, StreamInput, open_input
 from agent.job import load_entry_points, maybe_await, parse_spec
 from agent.jobruntime import JobRuntime
 from agent.jobspec import JobSpec
 from agent.jobtable import RUNNING, STOPPED, JobEntry, JobTable
-from agent.records import RecordValidator
+from agent.offsets import OffsetKeeper
 from cbt import Snapshot, SnapshotError
 from overlay import NodeInfo, OverlayNode, key_for
 from srt import (
@@ -104,7 +104,8 @@ class Agent:
         self.api = HttpApi(self, config.api_token, host=config.api_host, port=config.api_port)
         self.table = JobTable()
         self.runtimes: dict[str, JobRuntime] = {}
-        self.inputs: dict[str, FileTail | IngestQueue] = {}
+        self.inputs: dict[str, FileTail | StreamInput | IngestQueue] = {}
+        self.offsets = OffsetKeeper(config.data_dir)  # file positions, acked epochs
         self.input_configs: dict[str, InputConfig] = {}
         self.data_url = ""
         self.started_at = 0.0
@@ -172,6 +173,7 @@ class Agent:
                 await step()
             except Exception as exc:
                 log.warning("%s failed during shutdown: %r", what, exc)
+        self.offsets.observe(self.inputs, set(), list(self.runtimes.values()), final=True)
         for source in self.inputs.values():
             source.close()
         for task in list(self._tasks):
@@ -221,12 +223,8 @@ class Agent:
             configs.append(InputConfig(name=INGEST_INPUT, type="ingest"))
         for cfg in configs:
             self.input_configs[cfg.name] = cfg
-            parser = RecordValidator(cfg.timestamp_field)
-            if cfg.type == "jsonl":
-                assert cfg.path is not None
-                self.inputs[cfg.name] = FileTail(cfg.path, parser=parser, name=cfg.name)
-            else:
-                self.inputs[cfg.name] = IngestQueue(parser=parser, name=cfg.name)
+            state = self.offsets.resume_state(cfg.name)
+            self.inputs[cfg.name] = open_input(cfg, self.config.data_dir, state=state)
 
     def input_names(self) -> set[str]:
         return set(self.inputs)
@@ -264,6 +262,7 @@ class Agent:
         for runtime in list(self.runtimes.values()):
             if only is None or wanted.intersection(runtime.inputs):
                 runtime.tick({name: batches.get(name, []) for name in runtime.inputs}, now)
+        self.offsets.observe(self.inputs, wanted, list(self.runtimes.values()))
 
     # ---- the job table -------------------------------------------------------------------------
 
@@ -591,6 +590,7 @@ class Agent:
             "jobs": {name: r.status() for name, r in sorted(self.runtimes.items())},
             "jobs_tree": self.jobs_tree(),
             "inputs": {name: src.stats() for name, src in self.inputs.items()},
+            "offsets": self.offsets.stats(),
             "counters": dict(self.counters),
             "overlay": self.overlay.metrics(),
             "data_plane": self.server.metrics(),
