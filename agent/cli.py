@@ -53,7 +53,9 @@ def cli() -> None:
 @click.option("--token-file", type=click.Path(dir_okay=False), help="API token file.")
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Data directory.")
 @click.option("--domain", help="Failure-domain label (e.g. rack).")
-@click.option("--input", "inputs", multiple=True, help="NAME=PATH of a JSON-lines file.")
+@click.option(
+    "--input", "inputs", multiple=True, help="NAME[:FORMAT]=PATH of a log file (PATH - = stdin)."
+)
 @click.option("--agents", "logical_agents", type=int, help="Logical agents in this process.")
 @click.option("--node-id", help="Hex node id (default: SHA-1 of host:port).")
 @click.option("--log-level", default="WARNING", show_default=True)
@@ -202,6 +204,84 @@ def query(name: str, message: str, api: str, token: str | None, secret_file: str
 def status(api: str, token: str | None, secret_file: str | None) -> None:
     """Print the agent's status: node id, neighbours, roles and trees per job."""
     _call(_client(api, token, secret_file).status)
+
+
+@cli.command()
+@click.argument("kind", type=click.Choice(["clicks", "tweets"]))
+@click.option("--events", "-n", type=int, default=10_000, show_default=True, help="0 = endless.")
+@click.option("--rate", type=float, default=1000.0, show_default=True, help="Events/s.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--start", type=float, help="First event time (epoch s; default: now).")
+@click.option("--realtime", is_flag=True, help="Emit events at their event time.")
+@click.option("--speedup", type=float, default=1.0, show_default=True, help="With --realtime.")
+@click.option("--format", "fmt", type=click.Choice(["json", "nginx"]), default="json")
+@click.option("--out", "-o", default="-", show_default=True, help="File, or - for stdout.")
+@click.option("--rotate-bytes", type=int, help="Rotate --out when it would pass this size.")
+@click.option("--users", type=int, default=10_000, show_default=True)
+@click.option("--products", type=int, default=1000, show_default=True)
+@click.option("--catalogue", type=click.Path(dir_okay=False), help="Write products (.csv/.json).")
+@click.option("--post-to", "input_name", help="POST to this ingest input of --api instead.")
+@_api_options
+def generate(
+    kind: str,
+    events: int,
+    rate: float,
+    seed: int,
+    start: float | None,
+    realtime: bool,
+    speedup: float,
+    fmt: str,
+    out: str,
+    rotate_bytes: int | None,
+    users: int,
+    products: int,
+    catalogue: str | None,
+    input_name: str | None,
+    api: str,
+    token: str | None,
+    secret_file: str | None,
+) -> None:
+    """Generate a seeded clickstream or tweet stream (agent/workload.py)."""
+    from agent import workload
+
+    if fmt == "nginx" and kind != "clicks":
+        raise click.ClickException("--format nginx renders clicks only")
+    limit = events or None
+    try:
+        if kind == "clicks":
+            cat = workload.make_catalogue(products, seed=seed)
+            if catalogue:
+                workload.write_catalogue(cat, catalogue)
+            gen: Any = workload.ClickstreamGenerator(
+                seed=seed, users=users, rate=rate, start=start, limit=limit, catalogue=cat
+            )
+        else:
+            gen = workload.TweetGenerator(
+                seed=seed, users=users, rate=rate, start=start, limit=limit
+            )
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    stream = workload.paced(gen, speedup=speedup) if realtime else iter(gen)
+    render = workload.RENDERERS[fmt]
+    lines = (render(e) for e in stream)
+    if input_name:
+        try:
+            totals = workload.post_lines(lines, _client(api, token, secret_file), input_name)
+        except ApiError as exc:
+            raise click.ClickException(str(exc)) from None
+        _print(totals)
+    elif out == "-":
+        with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
+            for line in lines:
+                sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    else:
+        with (
+            workload.RotatingWriter(out, rotate_bytes=rotate_bytes) as w,
+            contextlib.suppress(KeyboardInterrupt),
+        ):
+            for line in lines:
+                w.write(line)
 
 
 def main() -> None:
