@@ -1,0 +1,233 @@
+"""ELF QL scalar functions and aggregates: signatures for the checker, closures for the
+compiler.
+
+Contract: :data:`FUNCTIONS` maps a lower-case name to a :class:`Function` (argument count and
+types, result type, and ``build(args, literals) -> closure``). Every function is NULL-safe: a
+NULL or wrongly typed argument gives NULL, never an exception. :data:`AGGREGATES` maps an
+aggregate name to its CBT aggregator and argument rules. Types are the strings ``"num"``,
+``"str"``, ``"bool"``, ``"list"``, ``"any"`` (unknown until run time: record fields) and
+``"null"``; an argument type ``"lit:str"`` / ``"lit:int"`` must be a literal (patterns are
+compiled once).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Fn = Callable[[Any], Any]
+NUMBER_TYPES = (int, float)
+
+
+@dataclass(frozen=True)
+class Function:
+    """A scalar function's signature and closure factory."""
+
+    name: str
+    min_args: int
+    max_args: int | None  # None: any number
+    arg_types: tuple[str, ...]  # per position; the last one repeats
+    returns: str
+    build: Callable[[list[Fn], list[Any]], Fn]
+
+    def arg_type(self, i: int) -> str:
+        return self.arg_types[min(i, len(self.arg_types) - 1)]
+
+
+def _text(v: Any) -> str | None:
+    t = type(v)
+    if t is str:
+        return v
+    if t is bool:
+        return "true" if v else "false"
+    if t is int or t is float:
+        return repr(v)
+    return None
+
+
+def _case(method: Callable[[str], str]) -> Callable[[list[Fn], list[Any]], Fn]:
+    def build(args: list[Fn], lits: list[Any]) -> Fn:
+        (a,) = args
+
+        def f(r: Any) -> Any:
+            v = a(r)
+            return method(v) if type(v) is str else None
+
+        return f
+
+    return build
+
+
+def _length(args: list[Fn], lits: list[Any]) -> Fn:
+    (a,) = args
+
+    def f(r: Any) -> Any:
+        v = a(r)
+        return len(v) if type(v) is str or type(v) is list else None
+
+    return f
+
+
+def substr(s: Any, pos: Any, length: Any = -1) -> Any:
+    """Hive ``substr``: 1-based ``pos`` (0 counts as 1, negative counts from the end)."""
+    if type(s) is not str or type(pos) is not int or type(length) is not int:
+        return None
+    n = len(s)
+    if pos > 0:
+        start = pos - 1
+    elif pos < 0:
+        if -pos > n:
+            return ""
+        start = n + pos
+    else:
+        start = 0
+    if length == -1:
+        return s[start:]
+    return s[start : start + length] if length > 0 else ""
+
+
+def _substr(args: list[Fn], lits: list[Any]) -> Fn:
+    if len(args) == 2:
+        a, b = args
+        return lambda r: substr(a(r), b(r))
+    a, b, c = args
+
+    def f(r: Any) -> Any:
+        ln = c(r)
+        if type(ln) is int and ln < 0:
+            return ""
+        return substr(a(r), b(r), ln)
+
+    return f
+
+
+def _concat(args: list[Fn], lits: list[Any]) -> Fn:
+    def f(r: Any) -> Any:
+        out = []
+        for a in args:
+            t = _text(a(r))
+            if t is None:
+                return None
+            out.append(t)
+        return "".join(out)
+
+    return f
+
+
+def _regexp_extract(args: list[Fn], lits: list[Any]) -> Fn:
+    a = args[0]
+    search = re.compile(lits[1]).search
+    group = lits[2] if len(lits) > 2 else 1
+
+    def f(r: Any) -> Any:
+        v = a(r)
+        if type(v) is not str:
+            return None
+        m = search(v)
+        return m.group(group) if m else None
+
+    return f
+
+
+def _split(args: list[Fn], lits: list[Any]) -> Fn:
+    a, d = args
+
+    def f(r: Any) -> Any:
+        v, sep = a(r), d(r)
+        if type(v) is not str or type(sep) is not str or not sep:
+            return None
+        return v.split(sep)
+
+    return f
+
+
+def _trim(args: list[Fn], lits: list[Any]) -> Fn:
+    (a,) = args
+
+    def f(r: Any) -> Any:
+        v = a(r)
+        return v.strip() if type(v) is str else None
+
+    return f
+
+
+def _abs(args: list[Fn], lits: list[Any]) -> Fn:
+    (a,) = args
+
+    def f(r: Any) -> Any:
+        v = a(r)
+        return abs(v) if type(v) in NUMBER_TYPES else None
+
+    return f
+
+
+def _round(args: list[Fn], lits: list[Any]) -> Fn:
+    a = args[0]
+    digits = lits[1] if len(lits) > 1 else 0
+
+    def f(r: Any) -> Any:
+        v = a(r)
+        if type(v) not in NUMBER_TYPES:
+            return None
+        return round(v, digits) if digits else (round(v) if type(v) is float else v)
+
+    return f
+
+
+def _coalesce(args: list[Fn], lits: list[Any]) -> Fn:
+    def f(r: Any) -> Any:
+        for a in args:
+            v = a(r)
+            if v is not None:
+                return v
+        return None
+
+    return f
+
+
+FUNCTIONS: dict[str, Function] = {
+    f.name: f
+    for f in (
+        Function("lower", 1, 1, ("str",), "str", _case(str.lower)),
+        Function("upper", 1, 1, ("str",), "str", _case(str.upper)),
+        Function("length", 1, 1, ("any",), "num", _length),
+        Function("substr", 2, 3, ("str", "num"), "str", _substr),
+        Function("substring", 2, 3, ("str", "num"), "str", _substr),
+        Function("concat", 1, None, ("any",), "str", _concat),
+        Function("regexp_extract", 2, 3, ("str", "lit:str", "lit:int"), "str", _regexp_extract),
+        Function("split", 2, 2, ("str", "str"), "list", _split),
+        Function("trim", 1, 1, ("str",), "str", _trim),
+        Function("abs", 1, 1, ("num",), "num", _abs),
+        Function("round", 1, 2, ("num", "lit:int"), "num", _round),
+        Function("coalesce", 1, None, ("any",), "any", _coalesce),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """An aggregate function: the CBT aggregator behind it and what it accepts."""
+
+    name: str
+    cbt: str  # CBT aggregator name
+    numeric: bool  # its argument must be a number
+    result: str  # result type
+    empty: Any = None  # the value of a group where no argument was non-NULL
+
+
+AGGREGATES: dict[str, Aggregate] = {
+    a.name: a
+    for a in (
+        Aggregate("count", "count", False, "num", 0),
+        Aggregate("sum", "sum", True, "num"),
+        Aggregate("avg", "avg", True, "num"),
+        Aggregate("min", "min", True, "num"),
+        Aggregate("max", "max", True, "num"),
+        Aggregate("topk", "topk", False, "list"),
+        Aggregate("distinct", "distinct", False, "num", 0),
+        Aggregate("collect_set", "collect_set", False, "list"),
+        Aggregate("approx_distinct", "approx_distinct", False, "num", 0.0),
+    )
+}

@@ -1,0 +1,431 @@
+"""The ELF QL parser: recursive descent from tokens to a :class:`~agent.ql.nodes.Query`.
+
+Contract: :func:`parse` returns the syntax tree of one query or raises
+:class:`~agent.ql.errors.QLError` at the first token that does not fit, saying what was
+expected there (``"line 3, column 1: expected ',', WHERE, GROUP BY, ... or end of query, got
+'FORM'"``). Syntax only: names, types and aggregates are checked by ``agent.ql.checker``.
+Grammar (EBNF, see docs/ql.md)::
+
+    query     = SELECT item {"," item} FROM inputs [WHERE expr] [GROUP BY expr {"," expr}]
+                [HAVING expr] [ORDER BY order {"," order}] [LIMIT int]
+                {WINDOW dur [EVERY dur] | MODE (SYNC | ASYNC) | PARTITIONS int} [";"]
+    item      = expr [AS name]              inputs = "*" | name {"," name}
+    order     = expr [ASC | DESC]           dur    = number [unit]
+    expr      = and {OR and}                and    = not {AND not}
+    not       = NOT not | pred
+    pred      = sum [cmp sum | IS [NOT] NULL | [NOT] IN "(" expr {"," expr} ")"
+                     | [NOT] (LIKE | RLIKE | REGEXP) sum | [NOT] BETWEEN sum AND sum]
+    sum       = product {("+" | "-") product}
+    product   = unary {("*" | "/" | "%") unary}
+    unary     = "-" unary | postfix         postfix = primary {"[" expr "]"}
+    primary   = number | string | TRUE | FALSE | NULL | "(" expr ")"
+              | name "(" [ "*" | [DISTINCT] expr {"," expr} ] ")" | name {"." name}
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from agent.ql import nodes as n
+from agent.ql.errors import QLError
+from agent.ql.lexer import Token, tokenize
+
+_CMP = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+UNITS = {
+    "ms": 0.001,
+    "s": 1.0,
+    "sec": 1.0,
+    "secs": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "mins": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hr": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+}
+# clause keyword -> how "expected" names it, in query order
+_CLAUSES = (
+    ("WHERE", "WHERE"),
+    ("GROUP", "GROUP BY"),
+    ("HAVING", "HAVING"),
+    ("ORDER", "ORDER BY"),
+    ("LIMIT", "LIMIT"),
+    ("WINDOW", "WINDOW"),
+    ("MODE", "MODE"),
+    ("PARTITIONS", "PARTITIONS"),
+)
+MAX_DEPTH = 200
+
+
+def parse(text: str) -> n.Query:
+    """Parse one query (see module docstring)."""
+    return _Parser(tokenize(text)).query()
+
+
+class _Parser:
+    """Recursive descent over a token list."""
+
+    def __init__(self, tokens: list[Token]) -> None:
+        self.toks = tokens
+        self.i = 0
+        self.depth = 0
+
+    # ---- token helpers --------------------------------------------------------------------
+    @property
+    def tok(self) -> Token:
+        return self.toks[self.i]
+
+    def advance(self) -> Token:
+        t = self.toks[self.i]
+        if t.kind != "EOF":
+            self.i += 1
+        return t
+
+    def is_kw(self, *words: str) -> bool:
+        return self.tok.kind == "KEYWORD" and self.tok.value in words
+
+    def is_op(self, *ops: str) -> bool:
+        return self.tok.kind == "OP" and self.tok.value in ops
+
+    def accept_kw(self, word: str) -> bool:
+        if self.is_kw(word):
+            self.i += 1
+            return True
+        return False
+
+    def accept_op(self, op: str) -> bool:
+        if self.is_op(op):
+            self.i += 1
+            return True
+        return False
+
+    def fail(self, expected: str, tok: Token | None = None) -> NoReturn:
+        t = tok or self.tok
+        raise QLError(t.line, t.column, f"expected {expected}, got {t.describe()}")
+
+    def expect_kw(self, word: str, expected: str | None = None) -> Token:
+        if not self.is_kw(word):
+            self.fail(expected or word)
+        return self.advance()
+
+    def expect_op(self, op: str, expected: str | None = None) -> Token:
+        if not self.is_op(op):
+            self.fail(expected or repr(op))
+        return self.advance()
+
+    # ---- clauses --------------------------------------------------------------------------
+    def query(self) -> n.Query:
+        pos: dict[str, tuple[int, int]] = {}
+        self.expect_kw("SELECT", "SELECT at the start of the query")
+        items = [self.select_item()]
+        while self.accept_op(","):
+            items.append(self.select_item())
+        if not self.is_kw("FROM"):
+            self.fail("',' or FROM")
+        self.advance()
+        inputs = self.inputs()
+        where = having = None
+        group: list[n.Node] = []
+        order: list[n.OrderItem] = []
+        limit = partitions = None
+        window = mode = None
+        done = 0  # clauses before _CLAUSES[done] are no longer allowed
+        trailing_seen: set[str] = set()
+        while True:
+            allowed = [kw for kw, _ in _CLAUSES[done:] if kw not in trailing_seen]
+            t = self.tok
+            if t.kind == "KEYWORD" and t.value in allowed:
+                kw = t.value
+                pos[kw] = (t.line, t.column)
+                self.advance()
+                idx = [c for c, _ in _CLAUSES].index(kw)
+                if kw == "WHERE":
+                    where = self.expr()
+                elif kw == "GROUP":
+                    self.expect_kw("BY", "BY after GROUP")
+                    group.append(self.expr())
+                    while self.accept_op(","):
+                        group.append(self.expr())
+                elif kw == "HAVING":
+                    having = self.expr()
+                elif kw == "ORDER":
+                    self.expect_kw("BY", "BY after ORDER")
+                    order.append(self.order_item())
+                    while self.accept_op(","):
+                        order.append(self.order_item())
+                elif kw == "LIMIT":
+                    limit = self.positive_int("LIMIT")
+                elif kw == "WINDOW":
+                    window = self.window(t)
+                elif kw == "MODE":
+                    if not self.is_kw("SYNC", "ASYNC"):
+                        self.fail("SYNC or ASYNC after MODE")
+                    mode = self.advance().value
+                else:
+                    partitions = self.positive_int("PARTITIONS")
+                if idx >= 5:  # WINDOW, MODE, PARTITIONS: any order, once each
+                    trailing_seen.add(kw)
+                    done = max(done, 5)
+                else:
+                    done = idx + 1
+                continue
+            if self.accept_op(";") or t.kind == "EOF":
+                break
+            names = [label for kw, label in _CLAUSES[done:] if kw not in trailing_seen]
+            if done == 0 or (t.kind == "OP" and t.value == "," and done in (2, 4)):
+                names.insert(0, "','")
+            self.fail(", ".join([*names, "';'"]) + " or end of query")
+        if self.tok.kind != "EOF":
+            self.fail("end of query after ';'")
+        return n.Query(
+            select=tuple(items),
+            inputs=inputs,
+            where=where,
+            group_by=tuple(group),
+            having=having,
+            order_by=tuple(order),
+            limit=limit,
+            window=window,
+            mode=mode,
+            partitions=partitions,
+            positions=pos,
+        )
+
+    def select_item(self) -> n.SelectItem:
+        if self.is_op("*"):
+            self.fail("an expression (SELECT * is not supported: name the columns)")
+        expr = self.expr()
+        alias = None
+        if self.accept_kw("AS"):
+            if self.tok.kind != "IDENT":
+                self.fail("a column name after AS")
+            alias = self.advance().value
+        return n.SelectItem(expr, alias)
+
+    def inputs(self) -> tuple[str, ...]:
+        if self.accept_op("*"):
+            return ()
+        names = [self.input_name()]
+        while self.is_op(",") and self.toks[self.i + 1].kind in ("IDENT", "STRING"):
+            self.advance()
+            names.append(self.input_name())
+        return tuple(names)
+
+    def input_name(self) -> str:
+        t = self.tok
+        if t.kind == "STRING":
+            self.advance()
+            if not t.value:
+                self.fail("a non-empty input name", t)
+            return t.value
+        if t.kind != "IDENT":
+            self.fail("an input name or '*' after FROM")
+        parts = [self.advance().value]
+        while self.is_op(".") and self.toks[self.i + 1].kind == "IDENT":
+            self.advance()
+            parts.append(self.advance().value)
+        return ".".join(parts)
+
+    def order_item(self) -> n.OrderItem:
+        expr = self.expr()
+        if self.accept_kw("DESC"):
+            return n.OrderItem(expr, True)
+        self.accept_kw("ASC")
+        return n.OrderItem(expr, False)
+
+    def positive_int(self, clause: str) -> int:
+        t = self.tok
+        if t.kind != "NUMBER" or not isinstance(t.value, int) or t.value < 1:
+            self.fail(f"a positive integer after {clause}")
+        self.advance()
+        return int(t.value)
+
+    def window(self, at: Token) -> n.Window:
+        size = self.duration("WINDOW")
+        slide = self.duration("EVERY") if self.accept_kw("EVERY") else None
+        return n.Window(size, slide, at.line, at.column)
+
+    def duration(self, clause: str) -> float:
+        t = self.tok
+        if t.kind != "NUMBER" or t.value <= 0:
+            self.fail(f"a positive duration after {clause} (e.g. 30 s, 5 min)")
+        self.advance()
+        unit = 1.0
+        if self.tok.kind == "IDENT":
+            u = self.tok.value.lower()
+            if u not in UNITS:
+                self.fail("a time unit (ms, s, min, h, d)")
+            unit = UNITS[u]
+            self.advance()
+        return float(t.value) * unit
+
+    # ---- expressions ----------------------------------------------------------------------
+    def expr(self) -> n.Node:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            self.fail(f"an expression nested at most {MAX_DEPTH} deep")
+        try:
+            return self.or_expr()
+        finally:
+            self.depth -= 1
+
+    def or_expr(self) -> n.Node:
+        left = self.and_expr()
+        while self.is_kw("OR"):
+            t = self.advance()
+            left = n.Binary("OR", left, self.and_expr(), line=t.line, column=t.column)
+        return left
+
+    def and_expr(self) -> n.Node:
+        left = self.not_expr()
+        while self.is_kw("AND"):
+            t = self.advance()
+            left = n.Binary("AND", left, self.not_expr(), line=t.line, column=t.column)
+        return left
+
+    def not_expr(self) -> n.Node:
+        if self.is_kw("NOT"):
+            t = self.advance()
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                self.fail(f"an expression nested at most {MAX_DEPTH} deep")
+            try:
+                return n.Unary("NOT", self.not_expr(), line=t.line, column=t.column)
+            finally:
+                self.depth -= 1
+        return self.predicate()
+
+    def predicate(self) -> n.Node:
+        left = self.additive()
+        t = self.tok
+        where = {"line": t.line, "column": t.column}
+        if t.kind == "OP" and t.value in _CMP:
+            self.advance()
+            return n.Binary(_CMP[t.value], left, self.additive(), **where)
+        if self.accept_kw("IS"):
+            negated = self.accept_kw("NOT")
+            self.expect_kw("NULL", "NULL or NOT NULL after IS")
+            return n.IsNull(left, negated, **where)
+        negated = False
+        if self.is_kw("NOT"):
+            nxt = self.toks[self.i + 1]
+            if not (
+                nxt.kind == "KEYWORD" and nxt.value in ("IN", "LIKE", "RLIKE", "REGEXP", "BETWEEN")
+            ):
+                self.advance()
+                self.fail("IN, LIKE, RLIKE, REGEXP or BETWEEN after NOT")
+            self.advance()
+            negated = True
+        if self.accept_kw("IN"):
+            self.expect_op("(", "'(' after IN")
+            items = [self.expr()]
+            while self.accept_op(","):
+                items.append(self.expr())
+            self.expect_op(")", "',' or ')' in the IN list")
+            return n.InList(left, tuple(items), negated, **where)
+        if self.is_kw("LIKE", "RLIKE", "REGEXP"):
+            op = self.advance().value
+            op = "RLIKE" if op == "REGEXP" else op
+            return n.Match(op, left, self.additive(), negated, **where)
+        if self.accept_kw("BETWEEN"):
+            low = self.additive()
+            self.expect_kw("AND", "AND in BETWEEN ... AND ...")
+            return n.Between(left, low, self.additive(), negated, **where)
+        return left
+
+    def additive(self) -> n.Node:
+        left = self.multiplicative()
+        while self.is_op("+", "-"):
+            t = self.advance()
+            left = n.Binary(t.value, left, self.multiplicative(), line=t.line, column=t.column)
+        return left
+
+    def multiplicative(self) -> n.Node:
+        left = self.unary()
+        while self.is_op("*", "/", "%"):
+            t = self.advance()
+            left = n.Binary(t.value, left, self.unary(), line=t.line, column=t.column)
+        return left
+
+    def unary(self) -> n.Node:
+        if self.is_op("-"):
+            t = self.advance()
+            nxt = self.tok
+            if nxt.kind == "NUMBER" and not self.is_op_at(self.i + 1, "["):
+                self.advance()
+                return n.Literal(-nxt.value, line=t.line, column=t.column)
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                self.fail(f"an expression nested at most {MAX_DEPTH} deep")
+            try:
+                return n.Unary("-", self.unary(), line=t.line, column=t.column)
+            finally:
+                self.depth -= 1
+        return self.postfix()
+
+    def is_op_at(self, i: int, op: str) -> bool:
+        t = self.toks[min(i, len(self.toks) - 1)]
+        return t.kind == "OP" and t.value == op
+
+    def postfix(self) -> n.Node:
+        node = self.primary()
+        while self.is_op("["):
+            t = self.advance()
+            index = self.expr()
+            self.expect_op("]", "']' after the index")
+            node = n.Index(node, index, line=t.line, column=t.column)
+        return node
+
+    def primary(self) -> n.Node:
+        t = self.tok
+        where = {"line": t.line, "column": t.column}
+        if t.kind == "NUMBER":
+            self.advance()
+            return n.Literal(t.value, **where)
+        if t.kind == "STRING":
+            self.advance()
+            return n.Literal(t.value, **where)
+        if t.kind == "KEYWORD" and t.value in ("TRUE", "FALSE", "NULL"):
+            self.advance()
+            return n.Literal({"TRUE": True, "FALSE": False, "NULL": None}[t.value], **where)
+        if self.accept_op("("):
+            inner = self.expr()
+            self.expect_op(")", "')'")
+            return inner
+        if t.kind == "IDENT":
+            self.advance()
+            if self.is_op("("):
+                return self.call(t)
+            path = [t.value]
+            while self.is_op("."):
+                self.advance()
+                if self.tok.kind != "IDENT":
+                    self.fail("a field name after '.'")
+                path.append(self.advance().value)
+            return n.Field(tuple(path), **where)
+        self.fail("an expression (a field, literal, function call or '(')")
+
+    def call(self, name_tok: Token) -> n.Node:
+        self.advance()  # "("
+        name = name_tok.value.lower()
+        where = {"line": name_tok.line, "column": name_tok.column}
+        if self.is_op("*"):
+            star = self.advance()
+            self.expect_op(")", "')' after '*'")
+            return n.Call(name, (n.Star(line=star.line, column=star.column),), **where)
+        distinct = self.accept_kw("DISTINCT")
+        args: list[n.Node] = []
+        if not self.is_op(")"):
+            args.append(self.expr())
+            while self.accept_op(","):
+                args.append(self.expr())
+        self.expect_op(")", "',' or ')' in the argument list")
+        return n.Call(name, tuple(args), distinct, **where)

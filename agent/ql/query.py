@@ -1,0 +1,178 @@
+"""Compile a query text: :func:`compile_query` -> :class:`CompiledQuery`.
+
+Contract: ``compile_query(text)`` lexes, parses, checks and compiles, raising
+:class:`~agent.ql.errors.QLError` (line, column, what was expected) for any problem; the text
+is never evaluated as Python. The result carries:
+
+* the job-spec fields the query implies (:meth:`CompiledQuery.spec_fields`): ``aggregator`` /
+  ``aggregator_params`` (one aggregate: its CBT aggregator; several: ``composite`` of them;
+  none, i.e. GROUP BY only: ``count``), ``epoch_seconds``, ``mode``, ``window_size``,
+  ``window_slide``, ``trees`` (PARTITIONS, default 1), ``inputs`` (FROM; ``*`` = all) and
+  ``top_k`` / ``top_k_largest`` when the query ranks its only aggregate (``ORDER BY agg
+  [DESC] LIMIT k``, no HAVING: then the reducer trees may cut to k exactly);
+* ``map(record) -> [(key, value)]``: the per-record pipeline (``agent.ql.compiler``);
+* ``rows(pairs) -> [dict]``: the master's named rows (``agent.ql.rows``).
+
+Timing: no WINDOW: 1-second epochs. ``WINDOW w`` (tumbling): epochs of w, one epoch per
+result. ``WINDOW w EVERY s`` (sliding): epochs of gcd(w, s) (to the millisecond), windows of
+w/gcd epochs sliding by s/gcd. ``MODE SYNC`` (the default for tumbling windows) is the
+runtime's ``batch`` mode: the state is emptied every epoch; ``MODE ASYNC``, and every sliding
+window, is ``window`` mode. ``MODE SYNC`` with a sliding window is an error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.ql import nodes as n
+from agent.ql.checker import Analysis, analyze
+from agent.ql.compiler import build_map
+from agent.ql.errors import QLError
+from agent.ql.parser import parse
+from agent.ql.rows import build_rows
+from cbt import Aggregator, get_aggregator
+
+MAX_EPOCH_SECONDS = 86_400.0
+MAX_WINDOW_EPOCHS = 10_000
+MAX_PARTITIONS = 64
+_RANKABLE = ("count", "sum", "avg", "min", "max", "distinct", "approx_distinct")
+
+
+@dataclass(frozen=True)
+class CompiledQuery:
+    """A compiled query (see module docstring)."""
+
+    text: str
+    query: n.Query
+    columns: tuple[str, ...]
+    aggregator: str
+    aggregator_params: dict[str, Any]
+    epoch_seconds: float
+    mode: str
+    window_size: int
+    window_slide: int
+    trees: int
+    inputs: tuple[str, ...]
+    top_k: int | None
+    top_k_largest: bool
+    map: Callable[[dict[str, Any]], list[tuple[Any, Any]]] = field(repr=False)
+    rows: Callable[[Iterable[Any]], list[dict[str, Any]]] = field(repr=False)
+
+    @property
+    def partitions(self) -> int | None:
+        """PARTITIONS as written (None: the query does not fix the number of trees)."""
+        return self.query.partitions
+
+    def make_aggregator(self) -> Aggregator:
+        return get_aggregator(self.aggregator, self.aggregator_params or None)
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The job-spec fields this query implies (JSON-able)."""
+        return {
+            "aggregator": self.aggregator,
+            "aggregator_params": self.aggregator_params,
+            "epoch_seconds": self.epoch_seconds,
+            "mode": self.mode,
+            "window_size": self.window_size,
+            "window_slide": self.window_slide,
+            "trees": self.trees,
+            "inputs": list(self.inputs),
+            "top_k": self.top_k,
+            "top_k_largest": self.top_k_largest,
+        }
+
+
+def compile_query(text: str) -> CompiledQuery:
+    """Compile ``text`` (see module docstring); raises QLError."""
+    query = parse(text)
+    an = analyze(query)
+    epoch, mode, size, slide = _timing(query)
+    aggregator, params = _aggregator(an)
+    top_k, largest = _top_k(an)
+    pos = query.positions.get("PARTITIONS", (1, 1))
+    trees = query.partitions or 1
+    if trees > MAX_PARTITIONS:
+        raise QLError(*pos, f"expected PARTITIONS in [1, {MAX_PARTITIONS}], got {trees}")
+    return CompiledQuery(
+        text=text,
+        query=query,
+        columns=tuple(an.columns),
+        aggregator=aggregator,
+        aggregator_params=params,
+        epoch_seconds=epoch,
+        mode=mode,
+        window_size=size,
+        window_slide=slide,
+        trees=trees,
+        inputs=query.inputs,
+        top_k=top_k,
+        top_k_largest=largest,
+        map=build_map(an),
+        rows=build_rows(an, query.limit),
+    )
+
+
+def _timing(q: n.Query) -> tuple[float, str, int, int]:
+    w = q.window
+    mode_pos = q.positions.get("MODE", (1, 1))
+    if w is None:
+        return 1.0, "window" if q.mode == "ASYNC" else "batch", 1, 1
+    size_ms = round(w.size * 1000)
+    slide_ms = size_ms if w.slide is None else round(w.slide * 1000)
+    if size_ms < 1 or slide_ms < 1:
+        raise QLError(w.line, w.column, "expected WINDOW and EVERY of at least 1 ms")
+    if abs(size_ms - w.size * 1000) > 1e-6 or abs(slide_ms - (w.slide or w.size) * 1000) > 1e-6:
+        raise QLError(w.line, w.column, "expected WINDOW and EVERY in whole milliseconds")
+    if slide_ms > size_ms:
+        raise QLError(
+            w.line,
+            w.column,
+            f"expected EVERY at most the WINDOW size ({w.size:g} s), got {slide_ms / 1000:g} s",
+        )
+    g = math.gcd(size_ms, slide_ms)
+    epoch = g / 1000
+    if epoch > MAX_EPOCH_SECONDS:
+        raise QLError(w.line, w.column, f"expected a WINDOW of at most {MAX_EPOCH_SECONDS:g} s")
+    size, slide = size_ms // g, slide_ms // g
+    if size > MAX_WINDOW_EPOCHS:
+        raise QLError(
+            w.line,
+            w.column,
+            f"this WINDOW spans {size} epochs of {epoch:g} s; at most {MAX_WINDOW_EPOCHS} "
+            "(make WINDOW a small multiple of EVERY)",
+        )
+    if size == 1:
+        return epoch, "window" if q.mode == "ASYNC" else "batch", 1, 1
+    if q.mode == "SYNC":
+        raise QLError(
+            *mode_pos,
+            "expected MODE ASYNC (or no MODE) with a sliding WINDOW ... EVERY: MODE SYNC "
+            "empties the state every epoch",
+        )
+    return epoch, "window", size, slide
+
+
+def _aggregator(an: Analysis) -> tuple[str, dict[str, Any]]:
+    if not an.aggregates:
+        return "count", {}
+    parts = [[s.kind.cbt, dict(s.params)] for s in an.aggregates]
+    if len(parts) == 1:
+        return parts[0][0], parts[0][1]  # type: ignore[return-value]
+    return "composite", {"parts": parts}
+
+
+def _top_k(an: Analysis) -> tuple[int | None, bool]:
+    q = an.query
+    if (
+        q.limit is None
+        or q.having is not None
+        or len(an.aggregates) != 1
+        or len(an.order) != 1
+        or an.aggregates[0].kind.name not in _RANKABLE
+        or an.order[0][0] != an.aggregates[0].call
+    ):
+        return None, True
+    return q.limit, an.order[0][1]

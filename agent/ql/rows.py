@@ -1,0 +1,102 @@
+"""The master side of a query: final ``(key, value)`` pairs to named result rows.
+
+Contract: :func:`build_rows` returns ``rows(pairs) -> list[dict]`` for a checked query. Pairs
+are what a snapshot of the query's aggregator yields (finalized values) or the same after a
+trip through JSON (tuples as lists), possibly concatenated from the job's m trees (they own
+disjoint keys). Each pair is one group: its key is decoded back to the GROUP BY values
+(:mod:`agent.ql.keys`), its value split into the aggregates' results (an aggregate that saw
+only NULLs is NULL, or 0 for count / distinct / approx_distinct); HAVING keeps groups whose
+condition is TRUE; ORDER BY sorts (NULLs last in both directions; values of different kinds
+by kind: numbers, strings, booleans, others); ties, and queries without ORDER BY, are
+ordered by the GROUP BY values ascending, so results are deterministic; LIMIT cuts. Rows map
+the output column names to JSON-ready values (``topk(x, k)`` gives the k largest values,
+``topk(item, weight, k)`` ``[item, weight]`` pairs, ``collect_set`` a list sorted by repr).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agent.jsonable import jsonable
+from agent.ql import keys
+from agent.ql import nodes as n
+from agent.ql.checker import AggSpec, Analysis
+from agent.ql.compiler import ExprCompiler, Fn
+
+Env = tuple[tuple[Any, ...], tuple[Any, ...]]
+
+
+def _order_key(v: Any, desc: bool) -> tuple:
+    if v is None or (type(v) is float and v != v):
+        return (-1,) if desc else (1,)
+    t = type(v)
+    if t is int or t is float:
+        return (0, 0, v)
+    if t is str:
+        return (0, 1, v)
+    if t is bool:
+        return (0, 2, int(v))
+    return (0, 3, repr(v))
+
+
+def _part_output(spec: AggSpec) -> Callable[[Any], Any]:
+    empty = spec.kind.empty
+    name = spec.kind.name
+    if name == "topk":
+        if len(spec.args) == 1:
+            return lambda v: [] if v is None else [p[0] for p in v]
+        return lambda v: [] if v is None else [[p[0], p[1]] for p in v]
+    if name == "collect_set":
+        return lambda v: [] if v is None else sorted(jsonable(list(v)), key=repr)
+    return lambda v: empty if v is None else v
+
+
+def build_rows(an: Analysis, limit: int | None) -> Callable[[Iterable[Any]], list[dict[str, Any]]]:
+    """``rows(pairs)`` for the analysed query (see module docstring)."""
+    group = an.group_by
+    width = len(group)
+    aggs = an.aggregates
+
+    def resolve(node: n.Node) -> Fn | None:
+        for i, g in enumerate(group):
+            if node == g:
+                return lambda e, i=i: e[0][i]
+        for j, spec in enumerate(aggs):
+            if node == spec.call:
+                return lambda e, j=j: e[1][j]
+        return None
+
+    comp = ExprCompiler(resolve)
+    select = [comp.value(x) for x in an.select]
+    having = comp.pred(an.having, True) if an.having is not None else None
+    order = [(comp.value(x), desc) for x, desc in an.order]
+    outs = [_part_output(s) for s in aggs]
+    columns = list(an.columns)
+    decode_key = keys.decode_key
+
+    def values(v: Any) -> tuple:
+        if not aggs:
+            return ()
+        if len(aggs) == 1:
+            return (outs[0](v),)
+        if not isinstance(v, list | tuple) or len(v) != len(aggs):
+            raise ValueError(f"expected {len(aggs)} aggregate values, got {v!r}")
+        return tuple(o(x) for o, x in zip(outs, v, strict=True))
+
+    def rows(pairs: Iterable[Any]) -> list[dict[str, Any]]:
+        envs: list[Env] = []
+        for k, v in pairs:
+            env = (decode_key(k, width), values(v))
+            if having is None or having(env):
+                envs.append(env)
+        envs.sort(key=lambda e: tuple(_order_key(x, False) for x in e[0]))
+        for f, desc in reversed(order):
+            envs.sort(key=lambda e, f=f, desc=desc: _order_key(f(e), desc), reverse=desc)
+        if limit is not None:
+            del envs[limit:]
+        return [
+            {name: jsonable(f(e)) for name, f in zip(columns, select, strict=True)} for e in envs
+        ]
+
+    return rows
