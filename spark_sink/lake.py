@@ -20,7 +20,8 @@ Contract (see ``docs/spark-sink.md``):
   as UTF-8 text) — exactly the rows the results API reports.
 * **Reading.** :meth:`Lake.files` lists the files (parsed from their names, no file opened);
   :func:`read_table` reads a set of files into one table whose schema is the union of theirs
-  (missing columns null, int/float promoted).
+  (missing columns null, int/float promoted). An empty epoch's file has the fixed columns
+  only; a column whose values are all null is typed string.
 
 No pyspark and no agent import here: the agent writes with pyarrow only.
 """
@@ -163,6 +164,10 @@ def _typed(values: list[Any]) -> pa.Array:
         arr = pa.array(prepared)
     except (pa.ArrowException, OverflowError, TypeError, ValueError):
         return pa.array([None if v is None else to_json(v) for v in values], pa.string())
+    if pa.types.is_null(arr.type):  # all None: text, so files agree with typed epochs
+        return pa.nulls(len(arr), pa.string())
+    if pa.types.is_list(arr.type) and pa.types.is_null(arr.type.value_type):
+        return arr.cast(pa.list_(pa.string()))
     if _plain(arr.type):
         return arr
     return pa.array([None if v is None else to_json(v) for v in values], pa.string())
@@ -196,6 +201,8 @@ def key_value_columns(
 ) -> list[tuple[str, pa.Array]]:
     """The typed key and value columns for ``rows`` (module contract); a ``key_names`` /
     ``value_names`` of the wrong arity is ignored (the default names are used)."""
+    if not rows:  # an empty epoch: fixed columns only (no column typed from nothing)
+        return []
     keys = [k for k, _ in rows]
     values = [v for _, v in rows]
     taken: set[str] = set()

@@ -1,0 +1,282 @@
+"""The ``elf`` Spark 4 Python data source over the rollup lake (batch and streaming).
+
+Contract (see ``docs/spark-sink.md``)::
+
+    register(spark)
+    spark.read.format("elf").option("job", "wc").load("/var/lib/elf/lake")
+    spark.readStream.format("elf").option("job", "wc").load(lake)
+
+* **Options**: the path (``load(path)``, or option ``lake``, or ``ELF_LAKE``) is the lake
+  location (a local path or a pyarrow filesystem URI). ``job``: one job (required for
+  streaming; a batch read without it reads every job, with the union of their columns).
+  Batch only: ``startEpoch`` / ``endEpoch`` (inclusive) and ``completeOnly`` (``true``: only
+  epochs that every one of the job's m trees has written). Streaming only:
+  ``startingEpoch`` (``earliest``, default, or ``latest``, or an epoch number: the first
+  epoch delivered) and ``incompleteTimeout`` (seconds, default 300).
+* **Schema**: the union of the files' schemas (:func:`spark_sink.lake.unified_schema`), fixed
+  columns first; a column whose every value is null is typed string.
+* **Batch**: one input partition per file; each yields Arrow record batches conformed to the
+  schema.
+* **Streaming**: the offset is ``{"epoch": n}``, the last epoch delivered (inclusive).
+  ``latestOffset`` advances over epochs in order while each is *complete* (all m tree files
+  present); an incomplete epoch holds the stream back until it completes or its oldest file is
+  ``incompleteTimeout`` seconds old (a tree whose master died and never wrote), so a
+  restarted query — Spark replays its checkpointed offsets — delivers every epoch exactly
+  once. An epoch rewritten after it was delivered (late data) is not delivered again; batch
+  reads see the newest version.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.types import StructType
+
+from spark_sink.lake import Lake, LakeError, LakeFile, complete_epochs, conform, read_schema
+
+NAME = "elf"
+
+
+class OptionError(ValueError):
+    """A data source option is missing or malformed (the message names it)."""
+
+
+class FilePartition(InputPartition):
+    """One lake file to read."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+
+def _lake(options: dict[str, str]) -> Lake:
+    location = options.get("path") or options.get("lake") or os.environ.get("ELF_LAKE")
+    if not location:
+        raise OptionError(
+            "elf: no lake location: use .load(PATH), .option('lake', PATH) or ELF_LAKE"
+        )
+    return Lake(location)
+
+
+def _int_option(options: dict[str, str], name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise OptionError(f"elf: option {name} must be an integer epoch, got {raw!r}") from None
+
+
+def _spark_friendly(schema: pa.Schema) -> pa.Schema:
+    """Null-typed columns (every value null so far) become strings."""
+    fields = []
+    for f in schema:
+        t = f.type
+        if pa.types.is_null(t):
+            t = pa.string()
+        elif pa.types.is_list(t) and pa.types.is_null(t.value_type):
+            t = pa.list_(pa.string())
+        fields.append(pa.field(f.name, t, f.nullable))
+    return pa.schema(fields)
+
+
+def _read_file(lake: Lake, path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    table = conform(pq.read_table(path, filesystem=lake.fs), schema)
+    yield from table.to_batches()
+
+
+class ElfDataSource(DataSource):
+    """``format("elf")``: epoch rollups of ELF jobs from the lake (module contract)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.opts = {k: v for k, v in dict(options).items()}
+        # Spark passes option keys case-insensitively; normalise the ones we read
+        lower = {k.lower(): v for k, v in self.opts.items()}
+        for key in ("job", "lake", "path", "startEpoch", "endEpoch", "completeOnly",
+                    "startingEpoch", "incompleteTimeout"):  # fmt: skip
+            if key.lower() in lower:
+                self.opts[key] = lower[key.lower()]
+        self.lake = _lake(self.opts)
+        self.job = self.opts.get("job")
+        self._arrow_schema: pa.Schema | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def files(self) -> list[LakeFile]:
+        try:
+            return self.lake.files(self.job)
+        except LakeError as exc:
+            raise OptionError(f"elf: {exc}") from None
+
+    def arrow_schema(self) -> pa.Schema:
+        if self._arrow_schema is None:
+            self._arrow_schema = _spark_friendly(read_schema(self.lake, self.files()))
+        return self._arrow_schema
+
+    def schema(self) -> StructType:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(self.arrow_schema())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return ElfBatchReader(self, _arrow(schema))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if not self.job:
+            raise OptionError("elf: a streaming read needs .option('job', NAME)")
+        return ElfStreamReader(self, _arrow(schema))
+
+
+def _arrow(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark expects for ``schema`` (inferred or given by the user)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # pyspark < 4.1 has no timezone parameter
+        return to_arrow_schema(schema)
+
+
+class ElfBatchReader(DataSourceReader):
+    """Batch read: one partition per file of the selected epochs."""
+
+    def __init__(self, source: ElfDataSource, schema: pa.Schema) -> None:
+        self.lake = source.lake
+        self.schema = schema
+        files = source.files()
+        lo = _int_option(source.opts, "startEpoch")
+        hi = _int_option(source.opts, "endEpoch")
+        files = [
+            f for f in files if (lo is None or f.epoch >= lo) and (hi is None or f.epoch <= hi)
+        ]
+        if source.opts.get("completeOnly", "false").lower() == "true":
+            done: dict[tuple[str, int], bool] = {}
+            for job in {f.job for f in files}:
+                mine = [f for f in files if f.job == job]
+                done.update({(job, e): ok for e, ok in complete_epochs(mine).items()})
+            files = [f for f in files if done[(f.job, f.epoch)]]
+        self.paths = [f.path for f in files]
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [FilePartition(p) for p in self.paths]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FilePartition)
+        yield from _read_file(self.lake, partition.path, self.schema)
+
+
+class ElfStreamReader(DataSourceStreamReader):
+    """Streaming read of one job; offsets ``{"epoch": n}`` (module contract)."""
+
+    def __init__(self, source: ElfDataSource, schema: pa.Schema) -> None:
+        self.lake = source.lake
+        self.job = str(source.job)
+        self.schema = schema
+        self.starting = source.opts.get("startingEpoch", "earliest").strip().lower()
+        if not re.fullmatch(r"earliest|latest|-?\d+", self.starting):
+            raise OptionError(
+                f"elf: startingEpoch must be earliest, latest or an epoch, got {self.starting!r}"
+            )
+        try:
+            self.incomplete_timeout = float(source.opts.get("incompleteTimeout", "300"))
+        except ValueError:
+            raise OptionError("elf: incompleteTimeout must be a number of seconds") from None
+
+    def _files(self) -> list[LakeFile]:
+        return self.lake.files(self.job)
+
+    def initialOffset(self) -> dict[str, int]:
+        if self.starting == "latest":
+            return {"epoch": self._ready_until(self._files(), None)}
+        if self.starting == "earliest":
+            files = self._files()
+            return {"epoch": (files[0].epoch - 1) if files else -1}
+        return {"epoch": int(self.starting) - 1}
+
+    def _ready_until(self, files: list[LakeFile], start: int | None) -> int:
+        """The newest epoch E > start such that every epoch in (start, E] is complete (or
+        timed out incomplete); ``start`` if none."""
+        now = time.time()
+        done = complete_epochs(files)
+        oldest: dict[int, float] = {}
+        for f in files:
+            if f.mtime is not None:
+                oldest[f.epoch] = min(oldest.get(f.epoch, f.mtime), f.mtime)
+        last = -1 if start is None else start
+        for epoch, complete in done.items():
+            if start is not None and epoch <= start:
+                continue
+            if not complete and now - oldest.get(epoch, now) < self.incomplete_timeout:
+                break
+            last = epoch
+        return last
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, int]:
+        begin = None if start is None else int(start["epoch"])
+        if begin is None:
+            begin = self.initialOffset()["epoch"]
+        return {"epoch": self._ready_until(self._files(), begin)}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        lo, hi = int(start["epoch"]), int(end["epoch"])
+        return [FilePartition(f.path) for f in self._files() if lo < f.epoch <= hi]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FilePartition)
+        yield from _read_file(self.lake, partition.path, self.schema)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the lake keeps every file."""
+
+
+def register(spark: Any) -> None:
+    """Register ``format("elf")`` on a SparkSession (local, cluster or Spark Connect)."""
+    spark.dataSource.register(ElfDataSource)
+
+
+def view_name(job: str) -> str:
+    return "elf_" + re.sub(r"[^0-9A-Za-z_]", "_", job)
+
+
+def register_views(spark: Any, lake: str, jobs: Sequence[str] | None = None) -> dict[str, str]:
+    """A temporary view ``elf_<job>`` (non-identifier characters → ``_``) per job of the lake
+    (or of ``jobs``); returns job → view name."""
+    register(spark)
+    names = list(jobs) if jobs is not None else Lake(lake).jobs()
+    views = {}
+    for job in names:
+        df = spark.read.format(NAME).option("job", job).load(lake)
+        df.createOrReplaceTempView(view_name(job))
+        views[job] = view_name(job)
+    return views
+
+
+def read_parquet(spark: Any, lake: str, job: str) -> Any:
+    """The plain-Parquet alternative: one job's files with Spark's own Parquet reader
+    (``mergeSchema``; ``date`` and ``hour`` come from the directory names)."""
+    from urllib.parse import quote
+
+    base = lake.rstrip("/")
+    return (
+        spark.read.option("mergeSchema", "true")
+        .option("basePath", base)
+        .parquet(f"{base}/job={quote(job, safe='')}")
+    )
