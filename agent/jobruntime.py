@@ -406,13 +406,14 @@ class JobRuntime:
             # the stable sort keeps the trees' hash order among equal values.
             rows.sort(key=lambda r: r[1], reverse=self.spec.top_k_largest)
             del rows[self.spec.top_k :]
+        named = self.job.result_rows(rows)  # e.g. QL jobs: named columns, HAVING, ORDER BY
         return {
             "job": self.name,
             "epoch": epoch,
             "epoch_seconds": self.spec.epoch_seconds,
             "complete": not missing,
             "updated": any(p.get("updated") for p in parts),
-            "rows": rows,
+            "rows": rows if named is None else named,
         }
 
     async def answer_query(self, message: Any) -> dict[str, Any]:
