@@ -147,6 +147,11 @@ class Job:
         """Periodic master-side work (every ``timer_interval`` seconds)."""
         return None
 
+    def result_rows(self, pairs: list[Any]) -> list[dict[str, Any]] | None:
+        """Optional: the job's result rows as named columns, from the final ``[key, value]``
+        pairs of an epoch (all trees', JSON-ready); None (the default) keeps the pairs."""
+        return None
+
     def on_query(self, message: dict[str, Any]) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Answer a cross-job ``route`` query; the default says the job answers none."""
         return {"error": f"job {self.spec.name!r} answers no queries"}
