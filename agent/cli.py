@@ -129,6 +129,7 @@ def _call(fn: Any, *args: Any) -> None:
 @click.option("--input", "inputs", multiple=True, help="Input name the job reads.")
 @click.option("--epoch-seconds", type=float, help="Epoch length in seconds.")
 @click.option("--param", "params", multiple=True, help="KEY=VALUE job parameter.")
+@click.option("--query", help="An ELF QL query, or a file holding one (with --name).")
 @_api_options
 def submit(
     spec_file: Any,
@@ -137,12 +138,23 @@ def submit(
     inputs: tuple[str, ...],
     epoch_seconds: float | None,
     params: tuple[str, ...],
+    query: str | None,
     api: str,
     token: str | None,
     secret_file: str | None,
 ) -> None:
-    """Submit a job: a JSON spec file, or --name/--job/... flags."""
-    if spec_file is not None:
+    """Submit a job: a JSON spec file, --name/--job/... flags, or --name/--query."""
+    if query is not None:
+        from agent.qljob import spec_from_query
+
+        if not name:
+            raise click.ClickException("--query needs --name")
+        text = Path(query).read_text() if os.path.isfile(query) else query
+        try:
+            spec = spec_from_query(name, os.environ.get("USER", "elf"), text)
+        except ValueError as exc:
+            raise click.ClickException(f"query: {exc}") from None
+    elif spec_file is not None:
         try:
             spec = json.load(spec_file)
         except json.JSONDecodeError as exc:

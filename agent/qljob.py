@@ -1,0 +1,119 @@
+"""The ``ql`` job class: a job defined by one ELF QL query (``params = {"query": text}``).
+
+Contract: ``setup()`` compiles ``params["query"]`` (``agent.ql``); a query error becomes a
+``ValueError`` whose message starts ``params.query: line L, column C: ...``, and so does a
+spec whose aggregator, epochs, mode, window, trees (when the query says PARTITIONS), inputs
+(when FROM names them) or ``top_k`` disagree with what the query implies — build specs with
+:func:`spec_from_query` so they agree. ``map`` is the compiled per-record pipeline (an
+instance attribute: no extra call per record). Master side: :meth:`QLJob.result_rows` turns
+the final pairs into named rows (the runtime's results use it), ``on_epoch_result`` keeps the
+last rows this agent mastered (``last_epoch``, ``last_rows``; with PARTITIONS > 1 they cover
+this tree's keys only) and ``on_query`` answers them. Optional ``params["ts_field"]`` names
+the timestamp field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.job import Job, register_job
+from agent.ql import CompiledQuery, QLError, compile_query
+from cbt import Snapshot
+
+_CHECKED = (
+    "aggregator",
+    "aggregator_params",
+    "epoch_seconds",
+    "mode",
+    "window_size",
+    "window_slide",
+)
+
+
+def spec_from_query(name: str, creator: str, text: str, **overrides: Any) -> dict[str, Any]:
+    """A full job-spec dict for query ``text`` (``overrides``: other spec fields such as
+    ``allowed_lateness`` or ``params={"ts_field": "time"}``; ``params["query"]`` is set).
+    Raises :class:`~agent.ql.QLError` for a bad query."""
+    compiled = compile_query(text)
+    params = {**overrides.pop("params", {}), "query": text}
+    return {
+        "name": name,
+        "creator": creator,
+        "job_class": "ql",
+        **compiled.spec_fields(),
+        **overrides,
+        "params": params,
+    }
+
+
+@register_job("ql")
+class QLJob(Job):
+    """A job running one ELF QL query (see module docstring)."""
+
+    default_aggregator = "count"
+
+    def setup(self) -> None:
+        text = self.params.get("query")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("params.query: expected the query text (a non-empty string)")
+        unknown = set(self.params) - {"query", "ts_field"}
+        if unknown:
+            raise ValueError(f"params: unknown keys {sorted(unknown)}; expected query, ts_field")
+        try:
+            self.compiled: CompiledQuery = compile_query(text)
+        except QLError as exc:
+            raise ValueError(f"params.query: {exc}") from None
+        self._check_spec()
+        self.map = self.compiled.map  # type: ignore[method-assign]
+        self.last_epoch: int | None = None
+        self.last_rows: list[dict[str, Any]] = []
+
+    def _check_spec(self) -> None:
+        want = self.compiled.spec_fields()
+        spec = self.spec
+        checked = list(_CHECKED)
+        if self.compiled.partitions is not None:
+            checked.append("trees")
+        if self.compiled.inputs:
+            checked.append("inputs")
+        bad = [f for f in checked if _norm(getattr(spec, f)) != _norm(want[f])]
+        if spec.top_k is not None and (
+            spec.top_k != want["top_k"] or spec.top_k_largest != want["top_k_largest"]
+        ):
+            bad.append("top_k")
+        if bad:
+            detail = ", ".join(f"{f}={want[f]!r}" for f in bad)
+            raise ValueError(
+                f"params.query: the spec disagrees with the query; the query implies {detail} "
+                "(build the spec with agent.qljob.spec_from_query)"
+            )
+
+    def map(self, record: dict[str, Any]) -> list[tuple[Any, Any]]:
+        """The compiled pipeline (replaced by it per instance in ``setup``)."""
+        return self.compiled.map(record)
+
+    # ---- master side ----------------------------------------------------------------------
+    def result_rows(self, pairs: Any) -> list[dict[str, Any]]:
+        """Named result rows of the final ``(key, value)`` pairs (HAVING, ORDER BY, LIMIT)."""
+        return self.compiled.rows(pairs)
+
+    def on_epoch_result(self, epoch: int, snapshot: Snapshot) -> None:
+        if self.spec.window_bounds(epoch) is None:
+            return  # window mode filler epoch: no window ends here
+        self.last_epoch = epoch
+        self.last_rows = self.compiled.rows(snapshot)
+
+    def on_query(self, message: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "epoch": self.last_epoch,
+            "columns": list(self.compiled.columns),
+            "rows": self.last_rows,
+        }
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, list | tuple):
+        return [_norm(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _norm(x) for k, x in v.items()}
+    return v
