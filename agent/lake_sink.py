@@ -7,7 +7,8 @@ config names a lake (``lake``; default ``<data_dir>/lake`` when a data directory
 event loop never waits for the lake. :meth:`LakeSink.epoch` is called by the master when it
 stores an epoch's result, folds a late contribution into one, or absorbs results on hand-over;
 it captures the current (immutable) snapshot and the thread turns it into rows — the same rows
-the results API reports (top-k applied per tree) — and writes them. Tentative results do not
+the results API reports (top-k applied per tree; a job's named ``result_rows`` applied to
+this tree's pairs) — and writes them. Tentative results do not
 exist in the runtime yet: every row is written with ``tentative = false`` and
 ``coverage = 1.0``. The buffer directory is ``<data_dir>/lake-buffer`` (or a per-node one
 under the system temp directory when the agent has no data directory).
@@ -64,19 +65,21 @@ class LakeSink:
         if result is None or tid not in rt.tree_set:
             return
         snap, completed_at = result.snapshot, result.completed_at
-        top_k, operator, spec = rt.spec.top_k, rt.operator, rt.spec
+        top_k, operator, spec, job = rt.spec.top_k, rt.operator, rt.spec, rt.job
 
-        from spark_sink.lake import Rollup
+        from spark_sink.lake import Rollup, normalize
 
         def build() -> Rollup:
-            pairs = snap if top_k is None else operator.result(snap)
+            pairs = list(snap if top_k is None else operator.result(snap))
+            named = job.result_rows([[normalize(k), normalize(v)] for k, v in pairs])
             return Rollup(
                 job=rt.name,
                 tree=rt.tree_list.index(tid),
                 trees=len(rt.tree_list),
                 epoch=epoch,
                 epoch_seconds=spec.epoch_seconds,
-                rows=list(pairs),
+                rows=pairs,
+                named_rows=named,
                 key_names=self.key_names,
                 value_names=self.value_names,
                 completed_at=completed_at,

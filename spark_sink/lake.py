@@ -17,7 +17,10 @@ Contract (see ``docs/spark-sink.md``):
   (e.g. ``{"clicks": 7}`` → ``clicks``). A column whose values pyarrow cannot type uniformly
   (mixed types, ints beyond 64 bits, nested dicts) holds JSON text instead; ``key_json`` /
   ``value_json`` always hold the whole key / value as JSON (tuples and sets as lists, bytes
-  as UTF-8 text) — exactly the rows the results API reports.
+  as UTF-8 text) — exactly the rows the results API reports. A job that names its result
+  rows (``Job.result_rows``, e.g. ELF QL: ``{"product": "p1", "clicks": 7}``) gets one column
+  per field instead; ``key_json`` then holds the whole row as a JSON object and
+  ``value_json`` is ``null``.
 * **Reading.** :meth:`Lake.files` lists the files (parsed from their names, no file opened);
   :func:`read_table` reads a set of files into one table whose schema is the union of theirs
   (missing columns null, int/float promoted). An empty epoch's file has the fixed columns
@@ -82,6 +85,7 @@ class Rollup:
     coverage: float = 1.0
     key_names: Sequence[str] | None = None
     value_names: Sequence[str] | None = None
+    named_rows: Sequence[dict[str, Any]] | None = None  # the job's named result rows
     completed_at: float = field(default_factory=time.time)
 
     @property
@@ -235,9 +239,25 @@ def key_value_columns(
     return out
 
 
+def named_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, pa.Array]]:
+    """One typed column per field of the job's named rows (union of fields, first-seen
+    order; a field a row lacks is null there)."""
+    fields: dict[str, None] = {}
+    for row in rows:
+        fields.update(dict.fromkeys(str(k) for k in row))
+    taken: set[str] = set()
+    out = []
+    for f in fields:
+        values = [next((v for k, v in row.items() if str(k) == f), None) for row in rows]
+        out.append((_column_name(f, taken), _typed(values)))
+    return out
+
+
 def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
-    """The Arrow table of one rollup (fixed columns, then key and value columns)."""
-    n = len(rollup.rows)
+    """The Arrow table of one rollup (fixed columns, then key and value columns, or the
+    job's named columns when it names its result rows)."""
+    named = rollup.named_rows
+    n = len(rollup.rows) if named is None else len(named)
     written = written_at if written_at is not None else time.time()
     start = rollup.epoch_start
     fixed = {
@@ -250,12 +270,22 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
         "tentative": pa.array([bool(rollup.tentative)] * n, pa.bool_()),
         "coverage": pa.array([float(rollup.coverage)] * n, pa.float64()),
         "written_at": pa.array([_micros(written)] * n, pa.int64()).cast(TS),
-        "key_json": pa.array([to_json(k) for k, _ in rollup.rows], pa.string()),
-        "value_json": pa.array([to_json(v) for _, v in rollup.rows], pa.string()),
+        "key_json": pa.array(
+            [to_json(k) for k, _ in rollup.rows] if named is None else [to_json(r) for r in named],
+            pa.string(),
+        ),
+        "value_json": pa.array(
+            [to_json(v) for _, v in rollup.rows] if named is None else ["null"] * n, pa.string()
+        ),
     }
     arrays = [fixed[f.name] for f in FIXED_FIELDS]
     fields = list(FIXED_FIELDS)
-    for name, arr in key_value_columns(rollup.rows, rollup.key_names, rollup.value_names):
+    columns = (
+        key_value_columns(rollup.rows, rollup.key_names, rollup.value_names)
+        if named is None
+        else named_columns(named)
+    )
+    for name, arr in columns:
         arrays.append(arr)
         fields.append(pa.field(name, arr.type))
     meta = {b"elf.path": rollup.relative_path().encode()}

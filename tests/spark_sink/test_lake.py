@@ -129,3 +129,14 @@ def test_plain_parquet_footer_keeps_the_lake_path(tmp_path: Path):
     lake = Lake(f"file://{tmp_path}")
     path = lake.write(Rollup("u", 0, 1, EPOCH, 1.0, [("a", 1)]))
     assert pq.read_schema(path).metadata[b"elf.path"].decode().startswith("job=u/")
+
+
+def test_named_result_rows_become_columns(tmp_path: Path):
+    lake = Lake(str(tmp_path))
+    pairs = [("p1", 7), ("p2", 3)]
+    named = [{"product": "p1", "clicks": 7}, {"product": "p2", "clicks": 3}]
+    lake.write(Rollup("mp", 0, 1, EPOCH, 1.0, pairs, named_rows=named))
+    got = read_table(lake, lake.files("mp")).to_pylist()
+    assert [(r["product"], r["clicks"]) for r in got] == [("p1", 7), ("p2", 3)]
+    assert [json.loads(r["key_json"]) for r in got] == named
+    assert {r["value_json"] for r in got} == {"null"}
