@@ -60,6 +60,7 @@ _OPS2 = ("==", "!=", "<>", "<=", ">=")
 _OPS1 = "=<>+-*/%(),.[];"
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"'}
 MAX_QUERY_CHARS = 100_000
+_DIGITS = frozenset("0123456789")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +120,7 @@ def tokenize(text: str) -> list[Token]:
                 raise QLError(line, col, "expected a name between backquotes, got ``")
             out.append(Token("IDENT", text[i + 1 : j], line, col))
             i = j + 1
-        elif c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit()):
+        elif c in _DIGITS or (c == "." and i + 1 < n and text[i + 1] in _DIGITS):
             i = _number(text, i, line, col, out)
         elif c in "'\"":
             i, line, line_start = _string(text, i, line, line_start, out)
@@ -138,22 +139,22 @@ def tokenize(text: str) -> list[Token]:
 def _number(text: str, i: int, line: int, col: int, out: list[Token]) -> int:
     n = len(text)
     j = i
-    while j < n and text[j].isdigit():
+    while j < n and text[j] in _DIGITS:
         j += 1
     is_float = False
-    if j < n and text[j] == "." and j + 1 < n and text[j + 1].isdigit():
+    if j < n and text[j] == "." and j + 1 < n and text[j + 1] in _DIGITS:
         is_float = True
         j += 1
-        while j < n and text[j].isdigit():
+        while j < n and text[j] in _DIGITS:
             j += 1
     if j < n and text[j] in "eE":
         k = j + 1
         if k < n and text[k] in "+-":
             k += 1
-        if k < n and text[k].isdigit():
+        if k < n and text[k] in _DIGITS:
             is_float = True
             j = k
-            while j < n and text[j].isdigit():
+            while j < n and text[j] in _DIGITS:
                 j += 1
     if j < n and (text[j].isalpha() or text[j] == "_"):
         raise QLError(line, col, f"expected a number, got {text[i : j + 1]!r}")

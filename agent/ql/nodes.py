@@ -212,7 +212,10 @@ class Index(Node):
     index: Node = field(default_factory=Star)
 
     def to_sql(self) -> str:
-        return f"{self.expr.to_sql()}[{self.index.to_sql()}]"
+        base = self.expr.to_sql()
+        if not isinstance(self.expr, Field | Call | Index):
+            base = f"({base})"  # "(-5)[0]", not "-5[0]" (which is -(5[0]))
+        return f"{base}[{self.index.to_sql()}]"
 
     def children(self) -> tuple[Node, ...]:
         return (self.expr, self.index)
@@ -299,6 +302,17 @@ class Query:
         if self.partitions is not None:
             parts.append(f"PARTITIONS {self.partitions}")
         return "\n".join(parts)
+
+
+def depth(node: Node) -> int:
+    """How deeply ``node`` nests (a leaf is 1), without recursion."""
+    best = 0
+    stack = [(node, 1)]
+    while stack:
+        x, d = stack.pop()
+        best = max(best, d)
+        stack.extend((c, d + 1) for c in x.children())
+    return best
 
 
 def walk(node: Node) -> list[Node]:

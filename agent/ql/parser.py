@@ -62,7 +62,8 @@ _CLAUSES = (
     ("MODE", "MODE"),
     ("PARTITIONS", "PARTITIONS"),
 )
-MAX_DEPTH = 200
+MAX_DEPTH = 50  # nested (), NOT, unary minus: ~10 Python frames per level
+MAX_TREE_DEPTH = 200  # operator chains: every later stage recurses over the tree
 
 
 def parse(text: str) -> n.Query:
@@ -180,7 +181,7 @@ class _Parser:
             if self.accept_op(";") or t.kind == "EOF":
                 break
             names = [label for kw, label in _CLAUSES[done:] if kw not in trailing_seen]
-            if done == 0 or (t.kind == "OP" and t.value == "," and done in (2, 4)):
+            if done in (0, 2, 4):  # after FROM, GROUP BY, ORDER BY lists: another item
                 names.insert(0, "','")
             self.fail(", ".join([*names, "';'"]) + " or end of query")
         if self.tok.kind != "EOF":
@@ -269,13 +270,21 @@ class _Parser:
 
     # ---- expressions ----------------------------------------------------------------------
     def expr(self) -> n.Node:
+        start = self.tok
         self.depth += 1
         if self.depth > MAX_DEPTH:
             self.fail(f"an expression nested at most {MAX_DEPTH} deep")
         try:
-            return self.or_expr()
+            node = self.or_expr()
         finally:
             self.depth -= 1
+        if self.depth == 0 and n.depth(node) > MAX_TREE_DEPTH:
+            raise QLError(
+                start.line,
+                start.column,
+                f"expected an expression nested at most {MAX_TREE_DEPTH} deep",
+            )
+        return node
 
     def or_expr(self) -> n.Node:
         left = self.and_expr()
