@@ -179,14 +179,19 @@ class JobRuntime:
                 if records:
                     ts_field = self.agent.input_configs[name].timestamp_field
                     self.worker.process(records, ts_field=ts_field)
-            for epoch, snap in self.worker.poll():
-                parts = snap.split_by_hash(len(self.tree_list))
-                for tid, part in zip(self.tree_list, parts, strict=True):
-                    self.ensure_tree(tid).offer_local(epoch, part)
+            self._close_epochs()
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:
             self._last_timer = now
             self.agent.spawn(maybe_await(self.job.on_timer()), f"{self.name} on_timer")
+
+    def _close_epochs(self) -> None:
+        """Offer every epoch the worker's watermark has closed to the trees' barriers."""
+        assert self.worker is not None
+        for epoch, snap in self.worker.poll():
+            parts = snap.split_by_hash(len(self.tree_list))
+            for tid, part in zip(self.tree_list, parts, strict=True):
+                self.ensure_tree(tid).offer_local(epoch, part)
 
     def _emit(self, tid: int, epoch: int, snap: Snapshot) -> None:
         if self._stopped:
@@ -205,6 +210,11 @@ class JobRuntime:
             self.sent_at.popitem(last=False)
 
     def offer_child(self, name: SnapshotName, snap: Snapshot) -> str:
+        if self.worker is not None and not self._stopped:
+            # The child closed this epoch by the same clock as ours: close our own share now
+            # rather than at our next tick, which would hold the whole subtree back by up to
+            # a tick interval at every level.
+            self._close_epochs()
         result = self.ensure_tree(name.tree).offer_child(name.sender, name.epoch, snap)
         if result != "stale":
             return result
