@@ -20,7 +20,8 @@ Contract (see ``docs/spark-sink.md``):
   as UTF-8 text) — exactly the rows the results API reports. A job that names its result
   rows (``Job.result_rows``, e.g. ELF QL: ``{"product": "p1", "clicks": 7}``) gets one column
   per field instead; ``key_json`` then holds the whole row as a JSON object and
-  ``value_json`` is ``null``.
+  ``value_json`` is ``null``. The footer names the roles: ``elf.key_columns`` and
+  ``elf.value_columns`` (JSON lists; for named rows the numeric fields are the values).
 * **Reading.** :meth:`Lake.files` lists the files (parsed from their names, no file opened);
   :func:`read_table` reads a set of files into one table whose schema is the union of theirs
   (missing columns null, int/float promoted). An empty epoch's file has the fixed columns
@@ -202,11 +203,11 @@ def key_value_columns(
     rows: Sequence[tuple[Any, Any]],
     key_names: Sequence[str] | None = None,
     value_names: Sequence[str] | None = None,
-) -> list[tuple[str, pa.Array]]:
-    """The typed key and value columns for ``rows`` (module contract); a ``key_names`` /
-    ``value_names`` of the wrong arity is ignored (the default names are used)."""
+) -> tuple[list[tuple[str, pa.Array]], list[tuple[str, pa.Array]]]:
+    """The typed (key columns, value columns) for ``rows`` (module contract); a
+    ``key_names`` / ``value_names`` of the wrong arity is ignored (default names used)."""
     if not rows:  # an empty epoch: fixed columns only (no column typed from nothing)
-        return []
+        return [], []
     keys = [k for k, _ in rows]
     values = [v for _, v in rows]
     taken: set[str] = set()
@@ -220,6 +221,7 @@ def key_value_columns(
     elif kind == "scalar":
         name = key_names[0] if key_names and len(key_names) == 1 else "key"
         out.append((_column_name(name, taken), _typed(keys)))
+    keys_done = len(out)
     kind, arity = _shape(values)
     if kind == "dict":
         fields: dict[str, None] = {}
@@ -236,7 +238,7 @@ def key_value_columns(
     elif kind in ("scalar", "list"):
         name = value_names[0] if value_names and len(value_names) == 1 else "value"
         out.append((_column_name(name, taken), _typed(values)))
-    return out
+    return out[:keys_done], out[keys_done:]
 
 
 def named_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, pa.Array]]:
@@ -280,16 +282,25 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     }
     arrays = [fixed[f.name] for f in FIXED_FIELDS]
     fields = list(FIXED_FIELDS)
-    columns = (
-        key_value_columns(rollup.rows, rollup.key_names, rollup.value_names)
-        if named is None
-        else named_columns(named)
-    )
-    for name, arr in columns:
+    if named is None:
+        key_cols, value_cols = key_value_columns(rollup.rows, rollup.key_names, rollup.value_names)
+    else:  # named rows: numeric fields are the values, the others the keys
+        cols = named_columns(named)
+        value_cols = [(n, a) for n, a in cols if _numeric(a.type)]
+        key_cols = [(n, a) for n, a in cols if not _numeric(a.type)]
+    for name, arr in key_cols + value_cols:
         arrays.append(arr)
         fields.append(pa.field(name, arr.type))
-    meta = {b"elf.path": rollup.relative_path().encode()}
+    meta = {
+        b"elf.path": rollup.relative_path().encode(),
+        b"elf.key_columns": json.dumps([n for n, _ in key_cols]).encode(),
+        b"elf.value_columns": json.dumps([n for n, _ in value_cols]).encode(),
+    }
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
 
 
 def _micros(seconds: float) -> int:
