@@ -296,6 +296,27 @@ def generate(
                 w.write(line)
 
 
+@cli.command(
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_extra_args": True,
+        "help_option_names": [],
+    },
+)
+@click.argument("job_name")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def spark(job_name: str, args: tuple[str, ...]) -> None:
+    """Run a Spark job over the rollup lake: hourly, daily, promotion-lift, sales-table
+    (`elf spark JOB --help` for its options)."""
+    from spark_sink.jobs import job_main  # pyspark only when asked for
+
+    try:
+        run = job_main(job_name)
+    except KeyError as exc:
+        raise click.ClickException(str(exc.args[0])) from None
+    sys.exit(run(list(args)))
+
+
 def main() -> None:
     """Console-script entry point."""
     cli()
