@@ -89,6 +89,16 @@ class _Checker:
     # ---- clauses --------------------------------------------------------------------------
     def run(self) -> Analysis:
         q, an = self.q, self.an
+        if not q.group_by and not any(
+            isinstance(x, n.Call) and x.name in AGGREGATES
+            for item in q.select
+            for x in n.walk(item.expr)
+        ):
+            _fail(
+                q.select[0].expr,
+                "expected an aggregate (count, sum, avg, min, max, topk, distinct, "
+                "collect_set, approx_distinct) or GROUP BY: queries aggregate records per window",
+            )
         if q.where is not None:
             self.condition(q.where, "WHERE")
         for g in q.group_by:
@@ -121,12 +131,6 @@ class _Checker:
                 )
             self.typ(expr, "ORDER BY", post=True)
             an.order.append((expr, o.descending))
-        if not an.aggregates and not q.group_by:
-            _fail(
-                q.select[0].expr,
-                "expected an aggregate (count, sum, avg, min, max, topk, distinct, "
-                "collect_set, approx_distinct) or GROUP BY: queries aggregate records per window",
-            )
         return an
 
     def condition(self, node: n.Node, clause: str, *, post: bool = False) -> None:

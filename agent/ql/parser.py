@@ -409,6 +409,9 @@ class _Parser:
             inner = self.expr()
             self.expect_op(")", "')'")
             return inner
+        if t.kind == "KEYWORD" and t.value == "DISTINCT" and self.is_op_at(self.i + 1, "("):
+            self.advance()
+            return self.call(Token("IDENT", "distinct", t.line, t.column))  # distinct(x)
         if t.kind == "IDENT":
             self.advance()
             if self.is_op("("):
