@@ -373,7 +373,8 @@ def test_order_by_nulls_last_and_limit_ties_by_key() -> None:
         ("SELECT count(*) AS n FROM t WINDOW 60 s EVERY 30 s MODE SYNC", (1, 52), "MODE ASYNC"),
         ("SELECT count(*) AS n FROM t PARTITIONS 65", (1, 29), "PARTITIONS in [1, 64]"),
         (
-            "SELECT regexp_extract(x, '(a)', 2) AS r, count(*) AS n FROM t GROUP BY regexp_extract(x, '(a)', 2)",
+            "SELECT regexp_extract(x, '(a)', 2) AS r, count(*) AS n FROM t "
+            "GROUP BY regexp_extract(x, '(a)', 2)",
             (1, 97),
             "group index in [0, 1]",
         ),
@@ -432,7 +433,7 @@ def test_python_names_are_just_fields() -> None:
     assert q.map({"ts": 1}) == [((0, 0), 1)]  # the NULL group
     with pytest.raises(QLError, match="unknown function '__import__'"):
         compile_query("SELECT count(*) AS n FROM t WHERE __import__('os') IS NULL")
-    with pytest.raises(QLError, match="got '.'"):
+    with pytest.raises(QLError, match=r"got '\.'"):
         compile_query("SELECT count(*) AS n FROM t WHERE __import__('os').system('true') = 0")
 
 
