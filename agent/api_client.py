@@ -67,6 +67,11 @@ class ApiClient:
     def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]:
         return self.call("POST", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/query", message)
 
+    def local(self, name: str, **params: Any) -> dict[str, Any]:
+        """``GET /api/v1/jobs/{name}/local?k=v``: the job's instance on *this* agent answers."""
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        return self.call("GET", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/local{query}")
+
     def status(self) -> dict[str, Any]:
         return self.call("GET", "/api/v1/status")
 

@@ -11,6 +11,7 @@ GET      /api/v1/jobs                        list jobs
 DELETE   /api/v1/jobs/{name}                 stop a job
 GET      /api/v1/jobs/{name}/results         latest complete epoch, or ``?epoch=E``
 POST     /api/v1/jobs/{name}/query           cross-job query, answered by the job's master
+GET      /api/v1/jobs/{name}/local           ``?k=v``: the job's instance on this agent answers
 GET      /api/v1/status                      node id, neighbours, roles and trees per job
 POST     /api/v1/ingest/{input}              JSON lines into a named input
 GET      /api/v1/health                      liveness (no token)
@@ -41,6 +42,7 @@ class AgentFacade(Protocol):
     async def stop_job(self, name: str) -> dict[str, Any]: ...
     async def results(self, name: str, epoch: int | None) -> dict[str, Any]: ...
     async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]: ...
+    async def local_query(self, name: str, params: dict[str, str]) -> dict[str, Any]: ...
     def status(self) -> dict[str, Any]: ...
     async def ingest(self, input_name: str, lines: list[str]) -> dict[str, Any]: ...
 
@@ -66,6 +68,7 @@ class HttpApi:
         r.add_delete("/api/v1/jobs/{name}", self._stop)
         r.add_get("/api/v1/jobs/{name}/results", self._results)
         r.add_post("/api/v1/jobs/{name}/query", self._query)
+        r.add_get("/api/v1/jobs/{name}/local", self._local)
         r.add_get("/api/v1/status", self._status)
         r.add_post("/api/v1/ingest/{input}", self._ingest)
         self._runner: web.AppRunner | None = None
@@ -151,6 +154,10 @@ class HttpApi:
     async def _query(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         return _json(await self.agent.query(request.match_info["name"], body))
+
+    async def _local(self, request: web.Request) -> web.Response:
+        params = {key: request.query[key] for key in request.query}  # first value of each key
+        return _json(await self.agent.local_query(request.match_info["name"], params))
 
     async def _status(self, request: web.Request) -> web.Response:
         return _json(self.agent.status())

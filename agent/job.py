@@ -14,6 +14,9 @@ The paper's primitives, in Python:
   runtime multicasts to every worker, or None; ``on_timer()`` runs every
   ``timer_interval`` seconds; ``on_query(message) -> dict`` answers ``route`` queries from
   other jobs' masters.
+* any agent: ``local_query(params) -> dict`` answers ``GET /api/v1/jobs/{name}/local`` on
+  this agent from the job's local instance (no network hop); the default answers
+  ``{"error": ..., "status": 404}``.
 * :class:`JobContext` (injected with :meth:`Job.bind`): ``node_id``, ``is_master``,
   ``feedback``, ``subscribe(app_id)``, ``send_to(node_id, paos)``, ``multicast(message)``,
   ``route(app_id, message) -> reply``. The runtime implements it; every hook may be a plain or
@@ -155,6 +158,13 @@ class Job:
     def on_query(self, message: dict[str, Any]) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Answer a cross-job ``route`` query; the default says the job answers none."""
         return {"error": f"job {self.spec.name!r} answers no queries"}
+
+    # ---- any agent --------------------------------------------------------------------------
+    def local_query(self, params: dict[str, str]) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """Answer a query about this agent's own instance (``GET /api/v1/jobs/{name}/local``,
+        ``params`` = the URL's query string). A reply with ``"error"`` becomes an HTTP error
+        (its ``"status"``, default 400); the default says the job answers none (404)."""
+        return {"error": f"job {self.spec.name!r} answers no local queries", "status": 404}
 
 
 async def maybe_await(value: Any) -> Any:

@@ -574,6 +574,16 @@ class Agent:
     async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]:
         return await self._runtime(name).query_master(message)
 
+    async def local_query(self, name: str, params: dict[str, str]) -> dict[str, Any]:
+        """The job's ``local_query`` hook on this agent (no network hop); a reply with
+        ``"error"`` raises the matching API error (its ``"status"``: 404, else 400)."""
+        reply = await maybe_await(self._runtime(name).job.local_query(params))
+        if not isinstance(reply, dict):
+            raise AgentError(f"job {name!r}: local_query returned no object")
+        if "error" in reply:
+            raise (NotFound if reply.get("status") == 404 else BadRequest)(str(reply["error"]))
+        return reply
+
     def jobs_tree(self) -> dict[str, Any] | None:
         """This agent's view of the cluster-wide jobs tree (``TreeView.to_dict()``)."""
         view = self.trees.view(JOBS_TREE) if self.trees is not None else None
