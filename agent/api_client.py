@@ -54,6 +54,10 @@ class ApiClient:
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         return self.call("POST", "/api/v1/jobs", spec)
 
+    def change(self, name: str, change: dict[str, Any]) -> dict[str, Any]:
+        """A runtime change of a running job (docs/http-api.md); returns when all applied."""
+        return self.call("POST", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/change", change)
+
     def jobs(self) -> list[dict[str, Any]]:
         return self.call("GET", "/api/v1/jobs")["jobs"]
 

@@ -189,6 +189,55 @@ def stop(name: str, api: str, token: str | None, secret_file: str | None) -> Non
 
 @cli.command()
 @click.argument("name")
+@click.option("--set", "sets", multiple=True, metavar="KEY=JSON", help="Set a job param.")
+@click.option("--query", "query_text", help="New ELF QL text (ql jobs), or @FILE.")
+@click.option("--top-k", type=int, help="New k for the job's top-k.")
+@click.option("--empty", is_flag=True, help="Empty every agent's windows now.")
+@click.option("--batch", is_flag=True, help="Start a new batch.")
+@_api_options
+def change(
+    name: str,
+    sets: tuple[str, ...],
+    query_text: str | None,
+    top_k: int | None,
+    empty: bool,
+    batch: bool,
+    api: str,
+    token: str | None,
+    secret_file: str | None,
+) -> None:
+    """Change a running job without restarting it; prints when every agent applied it."""
+    body: dict[str, Any] = {}
+    params: dict[str, Any] = {}
+    for item in sets:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise click.ClickException(f"--set wants KEY=JSON, got {item!r}")
+        try:
+            params[key] = json.loads(text)
+        except json.JSONDecodeError:
+            params[key] = text  # a bare word is a string
+    if params:
+        body["params"] = params
+    if query_text is not None:
+        body["query"] = (
+            Path(query_text[1:]).read_text() if query_text.startswith("@") else query_text
+        )
+    if top_k is not None:
+        body["top_k"] = top_k
+    if empty:
+        body["empty"] = True
+    if batch:
+        body["batch"] = True
+    if not body:
+        raise click.ClickException(
+            "nothing to change: give --set, --query, --top-k, --empty or --batch"
+        )
+    _call(_client(api, token, secret_file).change, name, body)
+
+
+@cli.command()
+@click.argument("name")
 @click.option("--epoch", type=int, help="Epoch index (default: the latest complete one).")
 @_api_options
 def results(

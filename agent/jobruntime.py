@@ -27,6 +27,7 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from agent.changes import parse_change
 from agent.errors import BadRequest, NotFound, Unavailable
 from agent.job import Job, create_job, maybe_await
 from agent.jobspec import JobSpec
@@ -57,6 +58,8 @@ class JobRuntime:
         # a restarted agent resumes past the epochs it already passed on (agent/offsets.py)
         self.spec = agent.offsets.resume_spec(JobSpec.from_dict(entry.spec))
         self.name = self.spec.name
+        self.version = entry.version  # of the job-table entry whose spec runs here
+        self.changes_applied: OrderedDict[int, float] = OrderedDict()  # version → time
         self.job: Job = create_job(self.spec)
         self.app_id = app_id(self.spec.name, self.spec.creator)
         self.tree_list = tree_ids(self.app_id, self.spec.trees, self.spec.placement or 0)
@@ -285,12 +288,90 @@ class JobRuntime:
     async def on_multicast(self, tid: int, message: dict[str, Any]) -> None:
         self.multicasts.append({"tree": f"{tid:040x}", **message, "received_at": time.time()})
         del self.multicasts[:-64]
+        if message.get("kind") == "change":
+            self._on_change(message)
+            return
         if self.worker is not None:
             await maybe_await(self.worker.on_multicast(message))
         else:
             if message.get("kind") == "feedback":
                 self.job.feedback = message.get("value")
             await maybe_await(self.job.on_multicast(message))
+
+    # ---- runtime changes (agent/changes.py) -----------------------------------------------------
+
+    async def serve_change(self, body: Any) -> dict[str, Any]:
+        """At the master: validate a change, record the new spec in the job table (so agents
+        that join later run it too), multicast it down the tree and report when every agent
+        has applied it."""
+        started = time.time()
+        change = parse_change(body)
+        spec = change.apply(self.spec)
+        version = self.version
+        if spec is not None:
+            version = await self.agent.publish_spec(spec, base_version=self.version)
+            self.apply_spec(spec.to_dict(), version)
+        result = await self._multicast(self.tree_list[0], change.message(version, spec))
+        return {
+            "job": self.name,
+            "version": version,
+            "agents_reached": result.reached,
+            "missing": [f"{m:040x}" for m in result.missing],
+            "applied_ms": round((time.time() - started) * 1000, 3),
+            "multicast_ms": round(result.elapsed_s * 1000, 3),
+        }
+
+    def _on_change(self, message: dict[str, Any]) -> None:
+        if message.get("spec") is not None:
+            version = message.get("version")
+            if isinstance(version, int) and version > self.version:
+                self.apply_spec(message["spec"], version)
+        if self.worker is not None and (message.get("empty") or message.get("batch")):
+            self.worker.on_multicast({"kind": "batch" if message.get("batch") else "empty"})
+        elif message.get("batch"):
+            self.job.feedback = None
+        if message.get("batch"):
+            self.agent.spawn(maybe_await(self.job.on_multicast({"kind": "batch"})), "batch")
+
+    def apply_spec(self, spec_dict: Any, version: int) -> bool:
+        """Switch to a newer spec between two records (no restart): the job instance re-runs
+        ``setup()`` with it, keeping its state; the level operator follows a new top-k. A spec
+        that fails here is counted and logged, and the old one keeps running."""
+        if version <= self.version:
+            return False
+        try:
+            spec = JobSpec.from_dict(spec_dict)
+            if spec.start_epoch != self.spec.start_epoch:  # a resumed agent's own start
+                spec = spec.with_changes(start_epoch=self.spec.start_epoch)
+            create_job(spec)  # validates first: setup() below must not fail half-way
+        except ValueError as exc:
+            self.count("changes_refused")
+            log.warning("job %s: change to version %d refused: %s", self.name, version, exc)
+            return False
+        job = self.job
+        job.spec, job.params = spec, spec.params
+        job.setup()
+        if self.worker is not None:
+            self.worker.replace_job(job)
+        if (spec.top_k, spec.top_k_largest, spec.top_k_approximate) != (
+            self.spec.top_k,
+            self.spec.top_k_largest,
+            self.spec.top_k_approximate,
+        ):
+            self.operator = level_operator_for(
+                job.make_aggregator(),
+                top_k=spec.top_k,
+                largest=spec.top_k_largest,
+                approximate=spec.top_k_approximate,
+            )
+            for combiner in self.combiners.values():
+                combiner.operator = self.operator
+        self.spec, self.version = spec, version
+        self.changes_applied[version] = time.time()
+        while len(self.changes_applied) > 64:
+            self.changes_applied.popitem(last=False)
+        self.count("changes_applied")
+        return True
 
     # ---- hand-over ---------------------------------------------------------------------------
 
@@ -525,4 +606,3 @@ class _Context:
             status = reply.get("status", 400)
             raise (NotFound if status == 404 else BadRequest)(str(reply["error"]))
         return reply
-

@@ -26,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agent.changes import parse_change
 from agent.config import AgentConfig, InputConfig
 from agent.errors import AgentError, BadRequest, Conflict, NotFound, Unavailable
 from agent.http_api import HttpApi
@@ -293,6 +294,30 @@ class Agent:
         except ValueError as exc:
             raise BadRequest(f"invalid job spec: {exc}") from None
 
+    async def change_job(self, name: str, change: Any) -> dict[str, Any]:
+        """Apply a runtime change (``agent/changes.py``) through the job's master."""
+        runtime = self._runtime(name)
+        parse_change(change)  # a bad request is answered here, without a network hop
+        trees = self._tree_manager()
+        try:
+            reply = await trees.query(
+                runtime.tree_list[0], {"op": "change", "change": change}, timeout=QUERY_TIMEOUT
+            )
+        except Exception as exc:
+            raise Unavailable(f"the master of {name!r} did not answer: {exc}") from None
+        if "error" in reply:
+            status = reply.get("status", 400)
+            cls = {404: NotFound, 409: Conflict, 503: Unavailable}.get(status, BadRequest)
+            raise cls(str(reply["error"]))
+        return reply
+
+    async def publish_spec(self, spec: JobSpec, *, base_version: int) -> int:
+        """Record a running job's new spec in the job table; returns its version."""
+        reply = await self._ask_jobs_root(
+            {"op": "update", "spec": spec.to_dict(), "base_version": base_version}
+        )
+        return int(reply["version"])
+
     async def stop_job(self, name: str) -> dict[str, Any]:
         return await self._ask_jobs_root({"op": "stop", "name": name})
 
@@ -327,6 +352,17 @@ class Agent:
             if spec.placement is None:
                 spec = spec.with_changes(placement=await self._place(spec))
             entry = JobEntry(spec.name, spec.to_dict(), RUNNING, self.table.next_version(spec.name))
+        elif op == "update":  # a runtime change, from the job's master (agent/changes.py)
+            try:
+                spec = self._validate_spec(message.get("spec"))
+            except BadRequest as exc:
+                return {"error": str(exc), "status": 400}
+            current = self.table.get(spec.name)
+            if current is None or current.state != RUNNING:
+                return {"error": f"no running job named {spec.name!r}", "status": 404}
+            if current.version != message.get("base_version"):
+                return {"error": f"job {spec.name!r} changed concurrently; retry", "status": 409}
+            entry = JobEntry(spec.name, spec.to_dict(), RUNNING, current.version + 1)
         else:
             name = message.get("name")
             current = self.table.get(name) if isinstance(name, str) else None
@@ -381,6 +417,8 @@ class Agent:
                 return
             self.runtimes[entry.name] = runtime
             self.spawn(runtime.start(), f"start job {entry.name}")
+        elif entry.state == RUNNING and runtime is not None and entry.version > runtime.version:
+            runtime.apply_spec(entry.spec, entry.version)  # a runtime change, via the table
         elif entry.state == STOPPED and runtime is not None:
             del self.runtimes[entry.name]
             self.spawn(runtime.stop(graceful=False), f"stop job {entry.name}")
@@ -479,7 +517,7 @@ class Agent:
         if op == "load":
             return {"roots": self.roots_held()}
         if tree_id == JOBS_TREE:
-            if op in ("submit", "stop"):
+            if op in ("submit", "stop", "update"):
                 return await self._serve_table_change(message)
             return {"error": f"unknown jobs-tree operation {op!r}", "status": 400}
         runtime = self.runtime_for_tree(tree_id)
@@ -487,6 +525,13 @@ class Agent:
             return {"error": "no job runs on this tree here", "status": 404}
         if op == "job_query":
             return await runtime.answer_query(message.get("message"))
+        if op == "change":
+            if not runtime.is_master:  # a hand-over in progress: the asker retries
+                return {"error": f"not the master of {runtime.name!r} (any more)", "status": 503}
+            try:
+                return await runtime.serve_change(message.get("change"))
+            except AgentError as exc:
+                return {"error": str(exc), "status": exc.status}
         return {"error": f"unknown operation {op!r}", "status": 400}
 
     # ---- data plane ----------------------------------------------------------------------------

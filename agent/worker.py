@@ -52,6 +52,7 @@ from cbt import Aggregator, CompressedBufferTree, Snapshot
 
 FEEDBACK = "feedback"
 EMPTY = "empty"
+BATCH = "batch"
 POLL_LIMIT = 1024
 _MAX_ERROR_SAMPLES = 50
 
@@ -333,13 +334,18 @@ class Worker:
         """Apply worker-level control, then hand the message to the job's ``on_multicast``.
 
         ``{"kind": "feedback", "value": v}`` sets the feedback; ``{"kind": "empty"}`` drops
-        the window state. Returns what the job's hook returned (maybe an awaitable).
+        the window state; ``{"kind": "batch"}`` (a new batch) drops both and returns None
+        (the runtime hands it to the job). Otherwise returns what the job's hook returned
+        (maybe an awaitable).
         """
         kind = message.get("kind") if isinstance(message, dict) else None
         if kind == FEEDBACK:
             self.set_feedback(message.get("value"))
-        elif kind == EMPTY and self._windows is not None:
+        elif kind in (EMPTY, BATCH) and self._windows is not None:
             self._windows.reset()
+        if kind == BATCH:
+            self.set_feedback(None)
+            return None  # the runtime hands "batch" to the job itself
         return self.job.on_multicast(message)
 
     # ---- introspection --------------------------------------------------------------------

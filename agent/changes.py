@@ -1,0 +1,181 @@
+"""Runtime job changes: what a client may change in a running job, validated into a new spec.
+
+Contract: :func:`parse_change` turns a decoded JSON request body into a :class:`JobChange` or
+raises :class:`~agent.errors.BadRequest` naming the offending field. :meth:`JobChange.apply`
+returns the job's next :class:`~agent.jobspec.JobSpec` (``None`` when the change only carries
+control: ``empty`` / ``batch``), validated by building a throwaway job instance, or raises
+``BadRequest`` (the new values are invalid) / :class:`~agent.errors.Conflict` (the change would
+alter what running snapshots are made of).
+
+Request fields (all optional, at least one):
+
+* ``params``: object merged into ``spec.params`` (a key set to null is removed);
+  ``replace_params: true`` replaces them instead. Job classes re-run ``setup()`` with them on
+  every agent: new thresholds, k, a new filter, or a switch between named functions the class
+  defines (code never travels; only names and values do).
+* ``query``: new ELF QL text for ``ql`` jobs (a new WHERE filter, new SELECT expressions or
+  GROUP BY keys, HAVING, ORDER BY/LIMIT). The spec fields the query implies must match the
+  running job's except ``top_k``.
+* ``top_k`` / ``top_k_largest`` / ``top_k_approximate``, ``allowed_lateness``,
+  ``idle_timeout``, ``max_future``: those spec fields.
+* ``empty: true``: every agent empties its window state now; ``batch: true``: a new batch
+  (window state and iterative feedback are cleared and the job's ``on_multicast`` sees
+  ``{"kind": "batch"}``).
+
+Fixed while running (409): the aggregator and its params — also as implied by a query —,
+``epoch_seconds``, ``mode``, ``window_size``/``window_slide``, ``trees``, ``inputs``,
+``placement``, ``start_epoch``, name, creator and job class. They define the epochs and the
+snapshots every tree level merges, so agents cannot switch them one by one between records;
+stop the job and submit the new one instead (Flink and Kafka Streams likewise need a restart
+for a new window or state type).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agent.errors import BadRequest, Conflict
+from agent.job import create_job
+from agent.jobspec import JobSpec
+
+SPEC_FIELDS = (
+    "top_k",
+    "top_k_largest",
+    "top_k_approximate",
+    "allowed_lateness",
+    "idle_timeout",
+    "max_future",
+)
+CONTROL_FIELDS = ("empty", "batch")
+KNOWN = {"params", "replace_params", "query", *SPEC_FIELDS, *CONTROL_FIELDS}
+FIXED = (
+    "aggregator",
+    "aggregator_params",
+    "epoch_seconds",
+    "mode",
+    "window_size",
+    "window_slide",
+    "trees",
+    "inputs",
+    "placement",
+    "start_epoch",
+)
+
+
+@dataclass(frozen=True)
+class JobChange:
+    """One validated change request (see module docstring)."""
+
+    params: dict[str, Any] | None = None
+    replace_params: bool = False
+    query: str | None = None
+    fields: tuple[tuple[str, Any], ...] = ()
+    empty: bool = False
+    batch: bool = False
+
+    @property
+    def changes_spec(self) -> bool:
+        return self.params is not None or self.query is not None or bool(self.fields)
+
+    def apply(self, spec: JobSpec) -> JobSpec | None:
+        """The next spec of a job now running ``spec`` (None: control only)."""
+        if not self.changes_spec:
+            return None
+        data = spec.to_dict()
+        if self.params is not None:
+            merged = {} if self.replace_params else dict(data["params"])
+            for key, value in self.params.items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            data["params"] = merged
+        if self.query is not None:
+            data.update(self._query_fields(spec))
+        data.update(self.fields)
+        try:
+            new = JobSpec.from_dict(data)
+        except ValueError as exc:
+            raise BadRequest(f"invalid change: {exc}") from None
+        changed = [f for f in FIXED if getattr(new, f) != getattr(spec, f)]
+        if changed:
+            raise Conflict(_fixed_message(changed))
+        try:
+            old_agg, new_agg = create_job(spec).make_aggregator(), create_job(new).make_aggregator()
+        except ValueError as exc:
+            raise BadRequest(f"invalid change: {exc}") from None
+        if (old_agg.name, old_agg.params()) != (new_agg.name, new_agg.params()):
+            raise Conflict(
+                _fixed_message(["the aggregator"])
+                + f" (running {old_agg.name} {old_agg.params()}, asked {new_agg.name})"
+            )
+        return new
+
+    def _query_fields(self, spec: JobSpec) -> dict[str, Any]:
+        if spec.job_class != "ql":
+            raise BadRequest(f"query: job {spec.name!r} is a {spec.job_class!r} job, not ql")
+        from agent.qljob import spec_from_query  # the ql job class is optional here
+
+        try:
+            implied = spec_from_query(spec.name, spec.creator, self.query or "")
+        except ValueError as exc:
+            raise BadRequest(f"query: {exc}") from None
+        params = {**spec.params, **implied.get("params", {})}
+        out = {k: v for k, v in implied.items() if k not in ("name", "creator", "params")}
+        out["params"] = params
+        for key in ("start_epoch", "placement"):  # decided at submission, not by the query
+            out.pop(key, None)
+        return out
+
+    def message(self, version: int | None, spec: JobSpec | None) -> dict[str, Any]:
+        """The control message the master multicasts down the job's tree."""
+        out: dict[str, Any] = {"kind": "change", "empty": self.empty, "batch": self.batch}
+        if spec is not None:
+            out["version"] = version
+            out["spec"] = spec.to_dict()
+        return out
+
+
+def _fixed_message(fields: list[str]) -> str:
+    return (
+        f"cannot change {', '.join(fields)} of a running job: it defines the epochs and "
+        "snapshots every tree level merges; stop the job and submit the new spec"
+    )
+
+
+def parse_change(body: Any) -> JobChange:
+    """Validate a change request body (see module docstring)."""
+    if not isinstance(body, dict):
+        raise BadRequest("a job change must be a JSON object")
+    fixed = [f for f in (*FIXED, "name", "creator", "job_class") if f in body]
+    if fixed:
+        raise Conflict(_fixed_message(fixed))
+    unknown = set(body) - KNOWN
+    if unknown:
+        raise BadRequest(
+            f"unknown change fields {sorted(unknown)}; expected some of {sorted(KNOWN)}"
+        )
+    if not body:
+        raise BadRequest(f"an empty change; expected some of {sorted(KNOWN)}")
+    params = body.get("params")
+    if params is not None and not isinstance(params, dict):
+        raise BadRequest(f"params: expected a JSON object, got {type(params).__name__}")
+    query = body.get("query")
+    if query is not None and (not isinstance(query, str) or not query.strip()):
+        raise BadRequest("query: expected the ELF QL text (a non-empty string)")
+    flags = {}
+    for name in ("replace_params", *CONTROL_FIELDS):
+        value = body.get(name, False)
+        if not isinstance(value, bool):
+            raise BadRequest(f"{name}: expected true or false, got {value!r}")
+        flags[name] = value
+    fields = tuple((k, body[k]) for k in SPEC_FIELDS if k in body)
+    return JobChange(
+        params=params,
+        replace_params=flags["replace_params"],
+        query=query,
+        fields=fields,
+        empty=flags["empty"],
+        batch=flags["batch"],
+    )

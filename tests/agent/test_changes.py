@@ -1,0 +1,149 @@
+"""Runtime job changes on in-process agents (real sockets): new params, a new ELF QL filter,
+"empty windows now", refusals; each checked against a Counter over the same input."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from agent_helpers import lines, running_agents, wait_for
+
+from agent.changes import parse_change
+from agent.errors import BadRequest, Conflict
+from agent.qljob import spec_from_query
+
+TEXTS = ["a bb ccc dddd", "bb ccc eeeee", "a a ccc"]
+
+
+def words(texts: list[str], n_agents: int, min_length: int = 1) -> Counter:
+    c: Counter = Counter()
+    for text in texts:
+        c.update(w for w in text.split() if len(w) >= min_length)
+    return Counter({k: v * n_agents for k, v in c.items()})
+
+
+async def result(agent: Any, job: str, epoch: int) -> Counter | None:
+    try:
+        res = await agent.results(job, epoch)
+    except Exception:
+        return None
+    if not res["complete"]:
+        return None
+    rows = res["rows"]
+    if rows and isinstance(rows[0], dict):
+        return Counter({r["line"]: r["n"] for r in rows})
+    return Counter({k: v for k, v in rows})
+
+
+def next_epoch(seconds: float = 1.0) -> int:
+    return math.floor(time.time() / seconds) + 1
+
+
+async def test_new_params_apply_on_every_agent_between_records() -> None:
+    async with running_agents(4) as agents:
+        e = next_epoch()
+        spec = {
+            "name": "wc",
+            "creator": "t",
+            "job_class": "wordcount",
+            "start_epoch": e,
+            "allowed_lateness": 0.5,
+        }
+        await agents[0].submit(spec)
+        for a in agents:
+            await a.ingest("ingest", lines(e + 0.1, TEXTS))  # processed with min_length 1
+        reply = await agents[2].change_job("wc", {"params": {"min_length": 3}})
+        assert reply["agents_reached"] == 4 and reply["missing"] == []
+        version = reply["version"]
+        for a in agents:  # applied everywhere before the reply came back
+            runtime = a.runtimes["wc"]
+            assert runtime.version == version and runtime.job.min_length == 3
+            assert a.table.get("wc").version == version  # type: ignore[union-attr]
+        for a in agents:
+            await a.ingest("ingest", lines(e + 1.1, TEXTS))  # processed with min_length 3
+        await wait_for(lambda: _eq(agents[1], "wc", e, words(TEXTS, 4)), 20, "epoch e")
+        await wait_for(lambda: _eq(agents[3], "wc", e + 1, words(TEXTS, 4, 3)), 20, "epoch e+1")
+
+
+async def _eq(agent: Any, job: str, epoch: int, want: Counter) -> bool:
+    return await result(agent, job, epoch) == want
+
+
+async def test_a_new_where_filter_for_an_elf_ql_job() -> None:
+    async with running_agents(3) as agents:
+        e = next_epoch()
+        query = "SELECT line, count(*) AS n FROM ingest WHERE line LIKE 'a%' GROUP BY line"
+        spec = spec_from_query("ql", "t", query, start_epoch=e, allowed_lateness=0.5)
+        await agents[0].submit(spec)
+        texts = ["a1", "a1", "b1", "a2", "b2", "b2"]
+        for a in agents:
+            await a.ingest("ingest", lines(e + 0.1, texts))
+        new_query = query.replace("LIKE 'a%'", "LIKE 'b%'")
+        reply = await agents[1].change_job("ql", {"query": new_query})
+        assert reply["agents_reached"] == 3
+        for a in agents:
+            await a.ingest("ingest", lines(e + 1.1, texts))
+        want_a = Counter({t: 3 * n for t, n in Counter(texts).items() if t.startswith("a")})
+        want_b = Counter({t: 3 * n for t, n in Counter(texts).items() if t.startswith("b")})
+        await wait_for(lambda: _eq(agents[2], "ql", e, want_a), 20, "old filter")
+        await wait_for(lambda: _eq(agents[2], "ql", e + 1, want_b), 20, "new filter")
+
+
+async def test_empty_windows_now_drops_closed_panes_everywhere() -> None:
+    async with running_agents(3) as agents:
+        e = next_epoch(2.0)
+        spec = {
+            "name": "win",
+            "creator": "t",
+            "job_class": "wordcount",
+            "start_epoch": e,
+            "epoch_seconds": 2.0,
+            "mode": "window",
+            "window_size": 3,
+            "allowed_lateness": 0.3,
+        }
+        await agents[0].submit(spec)
+        for a in agents:
+            await a.ingest("ingest", lines(2 * e + 0.1, ["old old"]))
+        await wait_for(lambda: _eq(agents[0], "win", e, Counter(old=6)), 20, "first window")
+        reply = await agents[2].change_job("win", {"empty": True})
+        assert reply["agents_reached"] == 3
+        for a in agents:
+            got = [m for m in a.runtimes["win"].multicasts if m.get("kind") == "change"]
+            assert got and got[-1]["empty"] is True
+            await a.ingest("ingest", lines(2 * (e + 1) + 0.1, ["new"]))
+        # the window ending at e+1 would hold e's pane too; it was emptied
+        await wait_for(lambda: _eq(agents[1], "win", e + 1, Counter(new=3)), 20, "after empty")
+
+
+async def test_changes_that_would_alter_snapshots_are_refused() -> None:
+    async with running_agents(2) as agents:
+        query = "SELECT line, count(*) AS n FROM ingest GROUP BY line"
+        await agents[0].submit(spec_from_query("ql", "t", query))
+        await agents[0].submit({"name": "wc", "creator": "t", "job_class": "wordcount"})
+        with pytest.raises(Conflict, match="cannot change epoch_seconds"):
+            await agents[1].change_job("wc", {"epoch_seconds": 5})
+        with pytest.raises(Conflict, match="aggregator"):
+            await agents[1].change_job("ql", {"query": query.replace("count(*)", "min(ts)")})
+        with pytest.raises(BadRequest, match="min_length"):
+            await agents[1].change_job("wc", {"params": {"min_length": "x"}})
+        with pytest.raises(BadRequest, match="not ql"):
+            await agents[1].change_job("wc", {"query": query})
+        with pytest.raises(BadRequest, match="unknown change fields"):
+            await agents[1].change_job("wc", {"colour": "red"})
+        # nothing changed
+        assert all(a.runtimes["wc"].version == 1 for a in agents)
+
+
+def test_parse_change_names_the_bad_field() -> None:
+    with pytest.raises(BadRequest, match="params: expected a JSON object"):
+        parse_change({"params": [1]})
+    with pytest.raises(BadRequest, match="empty: expected true or false"):
+        parse_change({"empty": "yes"})
+    with pytest.raises(BadRequest, match="an empty change"):
+        parse_change({})
+    change = parse_change({"params": {"k": 3}, "top_k": 5, "batch": True})
+    assert change.params == {"k": 3} and dict(change.fields) == {"top_k": 5} and change.batch
