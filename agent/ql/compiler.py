@@ -108,20 +108,19 @@ def eq3(a: Any, b: Any) -> bool | None:
     return a == b and _kind(a) == _kind(b)
 
 
-def like_matcher(pattern: str) -> Callable[[str], bool]:
-    """A whole-string matcher for a LIKE pattern (``%`` any run, ``_`` one char, ``\\x``
-    literal x); common shapes use str methods instead of a regex."""
+def like_plan(pattern: str) -> tuple[str, Any]:
+    """How to match a LIKE pattern (``%`` any run, ``_`` one char, ``\\x`` literal x) against
+    a whole string: ``("eq" | "prefix" | "suffix" | "contains", text)`` for the common shapes
+    (str methods), else ``("call", fullmatch)`` of a compiled regex."""
     if "\\" not in pattern and "_" not in pattern:
         inner = pattern.strip("%")
         if "%" not in inner:
             starts, ends = pattern.startswith("%"), pattern.endswith("%") and len(pattern) > 1
             if not starts and not ends:
-                return lambda s: s == pattern
+                return "eq", pattern
             if starts and ends:
-                return lambda s: inner in s
-            if ends:
-                return lambda s: s.startswith(inner)
-            return lambda s: s.endswith(inner)
+                return "contains", inner
+            return ("prefix", inner) if ends else ("suffix", inner)
     out, i = [], 0
     while i < len(pattern):
         c = pattern[i]
@@ -131,8 +130,32 @@ def like_matcher(pattern: str) -> Callable[[str], bool]:
             continue
         out.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
         i += 1
-    fullmatch = re.compile("".join(out), re.DOTALL).fullmatch
-    return lambda s: fullmatch(s) is not None
+    return "call", re.compile("".join(out), re.DOTALL).fullmatch
+
+
+def _string_test(kind: str, arg: Any, f: Fn | None, name: str | None) -> Fn:
+    """A closure true when the string value (``record.get(name)`` or ``f(record)``) passes
+    the test; non-strings fail. Specialized so that a match costs one Python frame."""
+    if name is not None:
+        if kind == "eq":
+            return lambda r: type(v := r.get(name)) is str and v == arg
+        if kind == "prefix":
+            return lambda r: type(v := r.get(name)) is str and v.startswith(arg)
+        if kind == "suffix":
+            return lambda r: type(v := r.get(name)) is str and v.endswith(arg)
+        if kind == "contains":
+            return lambda r: type(v := r.get(name)) is str and arg in v
+        return lambda r: type(v := r.get(name)) is str and arg(v) is not None
+    assert f is not None
+    if kind == "eq":
+        return lambda r: type(v := f(r)) is str and v == arg
+    if kind == "prefix":
+        return lambda r: type(v := f(r)) is str and v.startswith(arg)
+    if kind == "suffix":
+        return lambda r: type(v := f(r)) is str and v.endswith(arg)
+    if kind == "contains":
+        return lambda r: type(v := f(r)) is str and arg in v
+    return lambda r: type(v := f(r)) is str and arg(v) is not None
 
 
 class ExprCompiler:
@@ -175,6 +198,15 @@ class ExprCompiler:
 
             return neg
         if isinstance(node, n.Binary) and node.op in ("+", "-", "*", "/", "%"):
+            x, y = self._top_field(node.left), self._top_field(node.right)
+            if x is not None and y is not None and node.op in ("+", "-", "*"):
+                opf = {"+": operator.add, "-": operator.sub, "*": operator.mul}[node.op]
+
+                def fields(r: Any) -> Any:
+                    a, b = r.get(x), r.get(y)
+                    return opf(a, b) if type(a) in NUMT and type(b) in NUMT else None
+
+                return fields
             return self._arith(node.op, self.value(node.left), self.value(node.right))
         if isinstance(node, n.Index):
             return self._index(self.value(node.expr), self.value(node.index))
@@ -301,6 +333,15 @@ class ExprCompiler:
             fns = pairs
         return fns[0]
 
+    def eq_conjunction(self, node: n.Node) -> list[tuple[str, str]] | None:
+        """``[(name, literal), ...]`` when ``node`` is TRUE exactly when every
+        ``record.get(name) == literal`` (an AND of top-level fields = string literals)."""
+        if isinstance(node, n.Binary) and node.op == "AND" and self.resolve(node) is None:
+            left, right = self.eq_conjunction(node.left), self.eq_conjunction(node.right)
+            return None if left is None or right is None else left + right
+        item = self._field_eq_string(node, True)
+        return None if item is None else [item]
+
     def _field_eq_string(self, node: n.Node, want: bool) -> tuple[str, str] | None:
         """``(name, literal)`` when ``node`` is TRUE exactly when ``record.get(name) ==
         literal`` (a top-level field compared to a string literal)."""
@@ -364,6 +405,10 @@ class ExprCompiler:
             if lt is int or lt is float:
                 if op == "!=":
                     return lambda r: (v := f(r)) is not None and (type(v) not in NUMT or v != lit)
+                if op == ">":
+                    return lambda r: type(v := f(r)) in NUMT and v > lit
+                if op == "<":
+                    return lambda r: type(v := f(r)) in NUMT and v < lit
                 return lambda r: type(v := f(r)) in NUMT and opf(v, lit)
         fa, fb = self.value(left), self.value(right)
         if op in ("=", "!="):
@@ -424,17 +469,22 @@ class ExprCompiler:
         pattern = node.pattern
         assert isinstance(pattern, n.Literal) and isinstance(pattern.value, str)
         if node.op == "LIKE":
-            m = like_matcher(pattern.value)
+            kind, arg = like_plan(pattern.value)
         else:
-            search = self._regex(pattern).search
-
-            def m(s: str) -> bool:
-                return search(s) is not None
-
-        f = self.value(node.expr)
+            kind, arg = "call", self._regex(pattern).search
         if want_match:
-            return lambda r: type(v := f(r)) is str and m(v)
-        return lambda r: type(v := f(r)) is str and not m(v)
+            name = self._top_field(node.expr)
+            f = None if name is not None else self.value(node.expr)
+            return _string_test(kind, arg, f, name)
+        test = _string_test(kind, arg, lambda s: s, None)
+        f = self.value(node.expr)
+        return lambda r: type(v := f(r)) is str and not test(v)
+
+    def _top_field(self, node: n.Node) -> str | None:
+        """The name when ``node`` is a top-level record field (read inline as r.get(name))."""
+        if isinstance(node, n.Field) and len(node.path) == 1 and self.resolve(node) is None:
+            return node.path[0]
+        return None
 
 
 # ---- the per-record pipeline --------------------------------------------------------------
@@ -488,13 +538,53 @@ def build_map(an: Analysis) -> Callable[[dict[str, Any]], list[tuple[Any, Any]]]
     elif not an.aggregates:
         value = None  # GROUP BY without aggregates: count the groups' records
     else:
-        fns = [p if p is not None else (lambda r: 1) for p in parts]
-        value = lambda r: tuple([f(r) for f in fns])  # noqa: E731
-        if len(fns) == 2:
-            f0, f1 = fns
-            value = lambda r: (f0(r), f1(r))  # noqa: E731
+        value = _composite_value(parts)
     composite = len(an.aggregates) > 1
+    if an.query.where is not None and value is None and top_field is not None:
+        items = comp.eq_conjunction(an.query.where)
+        if items is not None and len(items) <= 2:
+            return _count_field_where_eq(top_field, items)
     return _assemble(where, key, top_field, value, composite)
+
+
+def _composite_value(parts: list[Fn | None]) -> Fn:
+    """The tuple of part values (None in ``parts``: the constant 1 of count(*))."""
+    if len(parts) == 2:
+        f0, f1 = parts
+        if f0 is None and f1 is not None:
+            return lambda r: (1, f1(r))
+        if f1 is None and f0 is not None:
+            return lambda r: (f0(r), 1)
+        if f0 is not None and f1 is not None:
+            return lambda r: (f0(r), f1(r))
+    fns = [p if p is not None else (lambda r: 1) for p in parts]
+    return lambda r: tuple([f(r) for f in fns])
+
+
+def _count_field_where_eq(
+    g: str, items: list[tuple[str, str]]
+) -> Callable[[dict[str, Any]], list[tuple[Any, Any]]]:
+    """``WHERE a = 'x' [AND b = 'y'] GROUP BY g`` counting: one Python frame per record."""
+    enc = keys.encode
+    if len(items) == 1:
+        ((a, la),) = items
+
+        def count1(r: Any) -> list:
+            if r.get(a) == la:
+                k = r.get(g)
+                return [(k if type(k) is str else enc(k), 1)]
+            return []
+
+        return count1
+    (a, la), (b, lb) = items
+
+    def count2(r: Any) -> list:
+        if r.get(a) == la and r.get(b) == lb:
+            k = r.get(g)
+            return [(k if type(k) is str else enc(k), 1)]
+        return []
+
+    return count2
 
 
 def _assemble(

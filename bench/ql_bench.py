@@ -1,0 +1,203 @@
+"""ELF QL benchmark: the per-record cost of compiled queries against hand-written Python.
+
+Records are generated click events (dicts already parsed from JSON, as the worker gets them):
+directory, action, product (Zipf-like), price, qty, url, user.location. For each query the
+compiled ``map(record)`` and a hand-written function with the same filter, key and value run
+over the same records in the same process, alternately, ``--repeats`` times; the figures are
+the fastest run of each side (the one least disturbed by other load on a shared machine; the
+ratio of medians is printed too). Both must produce identical pairs (checked first). Also
+measured: the whole worker path (``Worker.process``: map, epoch assignment, CBT insert) for
+the compiled job and for a hand-written job class, which is what an agent pays per record.
+
+    python bench/ql_bench.py            # 1e6 records
+    python bench/ql_bench.py --quick    # 2e5 records
+
+Prints one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent.job import Job, create_job, parse_spec, register_job
+from agent.ql import compile_query
+from agent.qljob import spec_from_query
+from agent.worker import Worker
+
+MICRO = """
+SELECT product, count(*) AS clicks
+FROM clicks
+WHERE directory = 'Video Games' AND action = 'click'
+GROUP BY product
+ORDER BY clicks DESC LIMIT 10
+"""
+
+RICH = """
+SELECT lower(user.location) AS loc, count(*) AS n, sum(price * qty) AS revenue
+FROM clicks
+WHERE url LIKE '/video-games/%' AND url RLIKE 'id=[0-9]+$' AND price * qty > 20
+GROUP BY lower(user.location)
+"""
+
+DIRECTORIES = ["Video Games", "Books", "Electronics", "Toys", "Garden"]
+ACTIONS = ["click", "click", "click", "view", "add_to_cart"]
+LOCATIONS = ["DE", "fr", "US", "uk", "Jp", None]
+
+
+def make_records(n: int, seed: int = 1) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    products = [f"product-{i:05d}" for i in range(20_000)]
+    out = []
+    for i in range(n):
+        d = rng.choice(DIRECTORIES)
+        slug = d.lower().replace(" ", "-")
+        loc = rng.choice(LOCATIONS)
+        url = f"/{slug}/item?id={rng.randrange(10**6)}" if rng.random() < 0.9 else f"/{slug}/"
+        out.append(
+            {
+                "ts": 1_700_000_000 + i * 0.001,
+                "directory": d,
+                "action": rng.choice(ACTIONS),
+                "product": products[min(int(rng.paretovariate(1.1)) - 1, len(products) - 1)],
+                "price": rng.choice([5, 10, 20, 60, 250]),
+                "qty": rng.choice([1, 1, 1, 2, 3]),
+                "url": url,
+                "user": {"id": rng.randrange(10**6), "location": loc},
+            }
+        )
+    return out
+
+
+# ---- hand-written equivalents --------------------------------------------------------------
+def hand_micro(r: dict[str, Any]) -> list[tuple[Any, Any]]:
+    if r.get("directory") == "Video Games" and r.get("action") == "click":
+        return [(r.get("product"), 1)]
+    return []
+
+
+_ID = re.compile(r"id=[0-9]+$")
+
+
+def hand_rich(r: dict[str, Any]) -> list[tuple[Any, Any]]:
+    url = r.get("url")
+    if not (type(url) is str and url.startswith("/video-games/") and _ID.search(url)):
+        return []
+    price, qty = r.get("price"), r.get("qty")
+    if type(price) not in (int, float) or type(qty) not in (int, float) or price * qty <= 20:
+        return []
+    user = r.get("user")
+    loc = user.get("location") if type(user) is dict else None
+    key = loc.lower() if type(loc) is str else (0, 0)  # NULL group, as the QL keys encode it
+    return [(key, (1, price * qty))]
+
+
+@register_job("bench-hand-micro")
+class HandMicro(Job):
+    """The hand-written micro-promotion job (for the worker-path comparison)."""
+
+    def map(self, record: dict[str, Any]) -> list[tuple[Any, Any]]:
+        return hand_micro(record)
+
+
+# ---- timing --------------------------------------------------------------------------------
+def time_map(fn: Callable[[dict[str, Any]], Any], records: list[dict[str, Any]]) -> float:
+    t0 = time.perf_counter()
+    for r in records:
+        fn(r)
+    return time.perf_counter() - t0
+
+
+def compare_maps(
+    name: str,
+    compiled: Callable[[dict[str, Any]], Any],
+    hand: Callable[[dict[str, Any]], Any],
+    records: list[dict[str, Any]],
+    repeats: int,
+) -> dict[str, Any]:
+    mismatches = sum(compiled(r) != hand(r) for r in records[:20_000])
+    if mismatches:
+        raise SystemExit(f"{name}: compiled and hand-written maps disagree on {mismatches} records")
+    tc, th = [], []
+    for _ in range(repeats):
+        tc.append(time_map(compiled, records))
+        th.append(time_map(hand, records))
+    c, h = min(tc), min(th)
+    n = len(records)
+    return {
+        "records": n,
+        "ratio_of_medians": round(statistics.median(tc) / statistics.median(th), 3),
+        "selected": sum(1 for r in records[:100_000] if hand(r)) / min(n, 100_000),
+        "compiled_ns_per_record": round(c / n * 1e9, 1),
+        "hand_ns_per_record": round(h / n * 1e9, 1),
+        "compiled_records_per_s": round(n / c),
+        "hand_records_per_s": round(n / h),
+        "ratio_compiled_over_hand": round(c / h, 3),
+    }
+
+
+def compare_workers(records: list[dict[str, Any]], repeats: int) -> dict[str, Any]:
+    ql_spec = spec_from_query("bench-ql", "bench", MICRO + "WINDOW 1 h")
+    hand_spec = {**ql_spec, "name": "bench-hand", "job_class": "bench-hand-micro", "params": {}}
+    tq, th = [], []
+    for _ in range(repeats):
+        for spec, out in ((ql_spec, tq), (hand_spec, th)):
+            worker = Worker(create_job(parse_spec(spec)), wall_clock=lambda: 1_700_000_000.0)
+            t0 = time.perf_counter()
+            worker.process(records)
+            worker.finish()
+            out.append(time.perf_counter() - t0)
+    q, h = min(tq), min(th)
+    n = len(records)
+    return {
+        "records": n,
+        "compiled_ns_per_record": round(q / n * 1e9, 1),
+        "hand_ns_per_record": round(h / n * 1e9, 1),
+        "ratio_compiled_over_hand": round(q / h, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2e5 records instead of 1e6")
+    ap.add_argument("--records", type=int, help="number of records")
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per side (median)")
+    args = ap.parse_args(argv)
+    n = args.records or (200_000 if args.quick else 1_000_000)
+    print(f"generating {n} records", file=sys.stderr)
+    records = make_records(n)
+    t0 = time.perf_counter()
+    micro = compile_query(MICRO)
+    rich = compile_query(RICH)
+    compile_ms = (time.perf_counter() - t0) / 2 * 1000
+    out = {
+        "benchmark": "ql",
+        "mode": "quick" if args.quick else "full",
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "repeats": args.repeats,
+        "compile_ms_per_query": round(compile_ms, 3),
+        "micro_promotion_map": compare_maps("micro", micro.map, hand_micro, records, args.repeats),
+        "like_regexp_arithmetic_map": compare_maps(
+            "rich", rich.map, hand_rich, records, args.repeats
+        ),
+        "micro_promotion_worker": compare_workers(records, max(1, args.repeats // 2)),
+        "target": "compiled map within 1.5x of the hand-written function",
+    }
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
