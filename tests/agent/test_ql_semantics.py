@@ -109,6 +109,18 @@ ATOMS: list[tuple[str, Any]] = [
     ),
     ("b", lambda r: r["b"] if isinstance(r.get("b"), bool) else None),
     ("__import__ IS NULL", lambda r: True),
+    ("a LIKE '%z'", lambda r: r["a"].endswith("z") if isinstance(r.get("a"), str) else None),
+    ("a LIKE '%z%'", lambda r: "z" in r["a"] if isinstance(r.get("a"), str) else None),
+    ("a LIKE 'xz'", lambda r: r["a"] == "xz" if isinstance(r.get("a"), str) else None),
+    ("a LIKE 'x\\%'", lambda r: r["a"] == "x%" if isinstance(r.get("a"), str) else None),
+    (
+        "lower(a) LIKE 'y%'",
+        lambda r: r["a"].lower().startswith("y") if isinstance(r.get("a"), str) else None,
+    ),
+    ("c.d LIKE '1'", lambda r: _cd(r) == "1" if isinstance(_cd(r), str) else None),
+    ("b * b > 3", lambda r: r["b"] * r["b"] > 3 if _num(r.get("b")) else None),
+    ("b - b < 1", lambda r: r["b"] - r["b"] < 1 if _num(r.get("b")) else None),
+    ("b / 2 >= 1", lambda r: r["b"] / 2 >= 1 if _num(r.get("b")) else None),
 ]
 
 conditions = st.recursive(
