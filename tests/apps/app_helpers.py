@@ -70,14 +70,12 @@ def ref_top(df: pd.DataFrame, window: Any, k: int) -> list[list[Any]]:
 # ---- product-bundling ----------------------------------------------------------------------
 
 
-def ref_bundles(df: pd.DataFrame, window: Any, min_support: int) -> list[dict[str, Any]]:
-    """Bundles by pandas baskets, pair counting and breadth-first components (not the app's
+def ref_components(baskets: Iterable[Iterable[str]], min_support: int) -> list[dict[str, Any]]:
+    """Bundles by explicit pair counting and breadth-first components (not the app's
     union-find), in the app's documented order."""
-    w = in_window(df, window)
-    w = w[w["action"].isin(["like", "buy"])]
-    baskets = w.groupby(["user_id", "session_id"])["product_id"].agg(lambda s: sorted(set(s)))
     support: Counter = Counter()
-    for items in baskets:
+    for basket in baskets:
+        items = sorted(set(basket))
         for i, a in enumerate(items):
             for b in items[i + 1 :]:
                 support[(a, b)] += 1
@@ -105,6 +103,17 @@ def ref_bundles(df: pd.DataFrame, window: Any, min_support: int) -> list[dict[st
         )
     out.sort(key=lambda b: (-b["size"], b["bundle"]))
     return out
+
+
+def ref_baskets(df: pd.DataFrame, window: Any, by: tuple[str, ...] = ("user_id", "session_id")):
+    """The products each group liked or bought in the window (pandas)."""
+    w = in_window(df, window)
+    w = w[w["action"].isin(["like", "buy"])]
+    return list(w.groupby(list(by))["product_id"].agg(lambda s: sorted(set(s))))
+
+
+def ref_bundles(df: pd.DataFrame, window: Any, min_support: int) -> list[dict[str, Any]]:
+    return ref_components(ref_baskets(df, window), min_support)
 
 
 # ---- spam-campaign -------------------------------------------------------------------------

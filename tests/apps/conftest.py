@@ -84,7 +84,7 @@ def app_cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="session")
 def shop(app_cluster: AppCluster) -> Shop:
     base = math.floor(time.time()) - DATA_EPOCHS - 2
-    gen = ClickstreamGenerator(seed=11, users=40, products=300, rate=800.0, start=base)
+    gen = ClickstreamGenerator(seed=11, users=400, products=300, rate=800.0, start=base)
     events = []
     for event in gen:
         if event["ts"] >= base + DATA_EPOCHS:
