@@ -90,6 +90,32 @@ def field_getter(path: tuple[str, ...]) -> Fn:
     return get
 
 
+def _case_of_field(path: tuple[str, ...], lower: bool) -> Fn:
+    """``lower(field)`` / ``upper(field)`` in one frame for one- and two-step paths."""
+    if len(path) == 1:
+        (a,) = path
+        if lower:
+            return lambda r: v.lower() if type(v := r.get(a)) is str else None
+        return lambda r: v.upper() if type(v := r.get(a)) is str else None
+    get = field_getter(path)
+    if len(path) == 2:
+        a, b = path
+
+        def case2(r: Any) -> Any:
+            v = r.get(a)
+            if type(v) is not dict:
+                return None
+            v = v.get(b)
+            if type(v) is not str:
+                return None
+            return v.lower() if lower else v.upper()
+
+        return case2
+    if lower:
+        return lambda r: v.lower() if type(v := get(r)) is str else None
+    return lambda r: v.upper() if type(v := get(r)) is str else None
+
+
 def _kind(v: Any) -> int:
     t = type(v)
     if t is int or t is float:
@@ -176,6 +202,8 @@ class ExprCompiler:
             return field_getter(node.path)
         if isinstance(node, n.Call):
             fn = FUNCTIONS[node.name]
+            if node.name in ("lower", "upper") and isinstance(node.args[0], n.Field):
+                return _case_of_field(node.args[0].path, node.name == "lower")
             args = [self.value(a) for a in node.args]
             lits = [a.value if isinstance(a, n.Literal) else None for a in node.args]
             if node.name == "regexp_extract":
@@ -323,7 +351,12 @@ class ExprCompiler:
             fns.extend(self.pred(p, want) for p in rest)
         else:
             fns = [self.pred(p, want) for p in parts]
-        while len(fns) > 1:  # a balanced chain of two-argument closures
+        if len(fns) == 3:  # flat closures: one frame for the junction itself
+            a, b, c = fns
+            return (
+                (lambda r: a(r) and b(r) and c(r)) if all_of else (lambda r: a(r) or b(r) or c(r))
+            )
+        while len(fns) > 1:  # a balanced tree of two-argument closures
             pairs = []
             for i in range(0, len(fns) - 1, 2):
                 a, b = fns[i], fns[i + 1]
