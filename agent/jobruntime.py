@@ -31,7 +31,7 @@ from agent.changes import parse_change
 from agent.errors import BadRequest, NotFound, Unavailable
 from agent.job import Job, create_job, maybe_await
 from agent.jobspec import JobSpec
-from agent.jobtable import JobEntry
+from agent.jobtable import RUNNING, JobEntry
 from agent.jsonable import jsonable
 from agent.lake_sink import sink_for
 from agent.results import ResultStore
@@ -312,6 +312,8 @@ class JobRuntime:
             version = await self.agent.publish_spec(spec, base_version=self.version)
             self.apply_spec(spec.to_dict(), version)
         result = await self._multicast(self.tree_list[0], change.message(version, spec))
+        if spec is not None:  # agents off the job's tree learn it through the job table
+            self.agent.spawn(self.agent.announce_entry(self.name), f"announce {self.name}")
         return {
             "job": self.name,
             "version": version,
@@ -339,20 +341,21 @@ class JobRuntime:
         that fails here is counted and logged, and the old one keeps running."""
         if version <= self.version:
             return False
+        job, old = self.job, self.spec
         try:
             spec = JobSpec.from_dict(spec_dict)
-            if spec.start_epoch != self.spec.start_epoch:  # a resumed agent's own start
-                spec = spec.with_changes(start_epoch=self.spec.start_epoch)
-            create_job(spec)  # validates first: setup() below must not fail half-way
-        except ValueError as exc:
+            if spec.start_epoch != old.start_epoch:  # a resumed agent's own start
+                spec = spec.with_changes(start_epoch=old.start_epoch)
+            job.spec, job.params = spec, spec.params
+            job.setup()
+            if self.worker is not None:
+                self.worker.replace_job(job)
+        except ValueError as exc:  # the master validated it: a version skew, say
+            job.spec, job.params = old, old.params
+            job.setup()
             self.count("changes_refused")
             log.warning("job %s: change to version %d refused: %s", self.name, version, exc)
             return False
-        job = self.job
-        job.spec, job.params = spec, spec.params
-        job.setup()
-        if self.worker is not None:
-            self.worker.replace_job(job)
         if (spec.top_k, spec.top_k_largest, spec.top_k_approximate) != (
             self.spec.top_k,
             self.spec.top_k_largest,
@@ -367,6 +370,7 @@ class JobRuntime:
             for combiner in self.combiners.values():
                 combiner.operator = self.operator
         self.spec, self.version = spec, version
+        self.agent.table.apply(JobEntry(self.name, spec_dict, RUNNING, version))
         self.changes_applied[version] = time.time()
         while len(self.changes_applied) > 64:
             self.changes_applied.popitem(last=False)

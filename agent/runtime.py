@@ -318,6 +318,11 @@ class Agent:
         )
         return int(reply["version"])
 
+    async def announce_entry(self, name: str) -> None:
+        """Have the jobs-tree root multicast a job's current entry to every agent."""
+        with contextlib.suppress(AgentError):
+            await self._ask_jobs_root({"op": "announce", "name": name})
+
     async def stop_job(self, name: str) -> dict[str, Any]:
         return await self._ask_jobs_root({"op": "stop", "name": name})
 
@@ -368,8 +373,13 @@ class Agent:
             current = self.table.get(name) if isinstance(name, str) else None
             if current is None:
                 return {"error": f"no job named {name!r}", "status": 404}
-            entry = JobEntry(current.name, current.spec, STOPPED, current.version + 1)
+            if op == "announce":  # after a change: every agent, on the job's tree or not
+                entry = current
+            else:
+                entry = JobEntry(current.name, current.spec, STOPPED, current.version + 1)
         self._apply_entry(entry)
+        if op == "update":  # the job's master multicasts the change down its own tree first
+            return {"job": entry.name, "state": entry.state, "version": entry.version}
         result = await self._tree_manager().multicast(
             JOBS_TREE, {"op": "job", "entry": entry.to_wire()}, timeout=5.0
         )
@@ -517,7 +527,7 @@ class Agent:
         if op == "load":
             return {"roots": self.roots_held()}
         if tree_id == JOBS_TREE:
-            if op in ("submit", "stop", "update"):
+            if op in ("submit", "stop", "update", "announce"):
                 return await self._serve_table_change(message)
             return {"error": f"unknown jobs-tree operation {op!r}", "status": 400}
         runtime = self.runtime_for_tree(tree_id)

@@ -1,0 +1,193 @@
+"""Runtime job-change benchmark: from the change request to the moment every agent applied it.
+Prints one JSON document on stdout.
+
+    python bench/change_bench.py            # 64 logical agents, 20 changes of each kind
+    python bench/change_bench.py --quick    # 32 logical agents, 5 of each
+
+N real agents (overlay over UDP, data plane and API over HTTP) run in this process; an ELF QL
+job runs on every one of them. Each change goes to a non-master agent's API layer
+(``Agent.change_job``), which routes it to the job's master; the master records it in the job
+table and multicasts it down the tree; every agent applies it between records. Measured per
+change: request → the last agent's apply (each agent stamps the time it applied it; one
+process, one clock), and request → the reply (the master's confirmation that all applied).
+Kinds (paper: notify < 10 ms, filter < 210 ms, functions < 600 ms; goal: all < 50 ms with 64
+agents):
+
+* ``notify`` — "empty windows now" (control only);
+* ``filter`` — a new WHERE clause;
+* ``functions`` — new SELECT/GROUP BY expressions (new map functions, same aggregate).
+
+Baseline in the same run, on the same agents: what a system without runtime changes does —
+stop the job and submit the changed one, timed until every agent runs the new job.
+
+All agents share this machine's 2 cores (the paper ran on 60 twelve-core servers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import math
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+from agent.config import load_config
+from agent.daemon import start_agents, stop_agents
+from agent.qljob import spec_from_query
+from agent.runtime import Agent, spans_one_tree
+from overlay import Tunables
+
+SECRET = "change-bench-secret-0123456789abcdef"
+QUERY = "SELECT line, count(*) AS n FROM ingest WHERE line LIKE '{p}%' GROUP BY line"
+FUNCTIONS = (
+    "SELECT lower(line) AS line, count(*) AS n FROM ingest GROUP BY lower(line)",
+    "SELECT substr(line, 1, 2) AS line, count(*) AS n FROM ingest GROUP BY substr(line, 1, 2)",
+)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
+
+
+def summary(values_ms: list[float]) -> dict[str, Any]:
+    return {
+        "n": len(values_ms),
+        "p50_ms": round(pct(values_ms, 0.5), 2),
+        "p99_ms": round(pct(values_ms, 0.99), 2),
+        "max_ms": round(max(values_ms), 2) if values_ms else None,
+    }
+
+
+async def wait(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def last_apply(agents: list[Agent], job: str, version: int | None, since: float) -> float:
+    """The latest time any agent applied ``version`` (None: the latest change message)."""
+    stamps = []
+    for agent in agents:
+        runtime = agent.runtimes[job]
+        if version is not None:
+            stamps.append(runtime.changes_applied[version])
+        else:
+            got = [
+                m["received_at"]
+                for m in runtime.multicasts
+                if m.get("kind") == "change" and m["received_at"] >= since
+            ]
+            stamps.append(max(got))
+    return max(stamps)
+
+
+async def one_change(agents: list[Agent], asker: Agent, body: dict[str, Any]) -> dict[str, float]:
+    t0 = time.time()
+    reply = await asker.change_job("q", body)
+    t1 = time.time()
+    if reply["agents_reached"] != len(agents):
+        raise RuntimeError(f"change reached {reply['agents_reached']} of {len(agents)} agents")
+    version = reply["version"] if "query" in body else None
+    applied = last_apply(agents, "q", version, t0)
+    return {"applied_ms": 1000 * (applied - t0), "reply_ms": 1000 * (t1 - t0)}
+
+
+async def resubmit(agents: list[Agent], asker: Agent, query: str) -> float:
+    """Baseline: stop the job and submit the changed one; until every agent runs it."""
+    t0 = time.time()
+    await asker.stop_job("q")
+    await wait(lambda: all("q" not in a.runtimes for a in agents), 30, "the job to stop")
+    await asker.submit(spec_from_query("q", "bench", query))
+    await wait(
+        lambda: all("q" in a.runtimes and a.runtimes["q"].worker is not None for a in agents),
+        30,
+        "every agent to run the new job",
+    )
+    view_ok = lambda: all(  # noqa: E731
+        (v := a.trees.view(a.runtimes["q"].tree_list[0])) is not None and v.state != "joining"
+        for a in agents
+        if a.trees is not None
+    )
+    await wait(view_ok, 30, "every agent to join the new job's tree")
+    return 1000 * (time.time() - t0)
+
+
+async def run(n: int, repeats: int, baseline_repeats: int) -> dict[str, Any]:
+    cfg = load_config(env={"ELF_SECRET": SECRET}, overrides={"logical_agents": n})
+    cfg = dataclasses.replace(cfg, tunables=Tunables(), heartbeat_interval=1.0)
+    agents = await start_agents(cfg)
+    try:
+        await wait(lambda: spans_one_tree([a.jobs_tree() for a in agents]), 120, "settling")
+        await agents[0].submit(spec_from_query("q", "bench", QUERY.format(p="a")))
+        tid_of = lambda a: a.runtimes["q"].tree_list[0]  # noqa: E731
+        await wait(
+            lambda: (
+                all("q" in a.runtimes for a in agents)
+                and all(a.trees.view(tid_of(a)).state != "joining" for a in agents)
+            ),  # type: ignore[union-attr]
+            60,
+            "the job's tree",
+        )
+        master = next(a for a in agents if a.runtimes["q"].is_master)
+        asker = next(a for a in agents if a is not master)
+        out: dict[str, Any] = {"agents": n}
+        kinds: dict[str, list[dict[str, Any]]] = {
+            "notify": [{"empty": True}] * repeats,
+            "filter": [{"query": QUERY.format(p="ab"[i % 2])} for i in range(1, repeats + 1)],
+            "functions": [{"query": FUNCTIONS[i % 2]} for i in range(repeats)],
+        }
+        for kind, bodies in kinds.items():
+            applied, replies = [], []
+            for body in bodies:
+                got = await one_change(agents, asker, body)
+                applied.append(got["applied_ms"])
+                replies.append(got["reply_ms"])
+                await asyncio.sleep(0.05)
+            out[kind] = {
+                "request_to_last_apply": summary(applied),
+                "request_to_reply": summary(replies),
+            }
+        base = [
+            await resubmit(agents, asker, QUERY.format(p="ab"[i % 2]))
+            for i in range(baseline_repeats)
+        ]
+        out["baseline_stop_and_resubmit"] = summary(base)
+        best = max(out[k]["request_to_last_apply"]["p99_ms"] for k in kinds)
+        out["slowest_kind_p99_vs_baseline_p50"] = round(best / pct(base, 0.5), 4)
+        return out
+    finally:
+        await stop_agents(agents, timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="32 agents, 5 changes per kind")
+    parser.add_argument("--agents", type=int, help="logical agents (default 64; quick 32)")
+    parser.add_argument("--repeats", type=int, help="changes per kind")
+    args = parser.parse_args()
+    n = args.agents or (32 if args.quick else 64)
+    repeats = args.repeats or (5 if args.quick else 20)
+    out = {
+        "benchmark": "runtime job changes",
+        "quick": args.quick,
+        "python": sys.version.split()[0],
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "goal_ms": 50,
+        "paper_ms": {"notify": 10, "filter": 210, "functions": 600},
+        "run": asyncio.run(run(n, repeats, 2 if args.quick else 3)),
+    }
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
