@@ -117,6 +117,7 @@ ATOMS: list[tuple[str, Any]] = [
         "lower(a) LIKE 'y%'",
         lambda r: r["a"].lower().startswith("y") if isinstance(r.get("a"), str) else None,
     ),
+    ("upper(c.d) = '1'", lambda r: _cd(r) == "1" if isinstance(_cd(r), str) else None),
     ("c.d LIKE '1'", lambda r: _cd(r) == "1" if isinstance(_cd(r), str) else None),
     ("b * b > 3", lambda r: r["b"] * r["b"] > 3 if _num(r.get("b")) else None),
     ("b - b < 1", lambda r: r["b"] - r["b"] < 1 if _num(r.get("b")) else None),
