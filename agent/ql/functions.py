@@ -165,7 +165,7 @@ def _abs(args: list[Fn], lits: list[Any]) -> Fn:
 
 def _round(args: list[Fn], lits: list[Any]) -> Fn:
     a = args[0]
-    digits = lits[1] if len(lits) > 1 else 0
+    digits = max(-30, min(30, lits[1])) if len(lits) > 1 else 0  # beyond: no effect anyway
 
     def f(r: Any) -> Any:
         v = a(r)
