@@ -17,19 +17,23 @@ Job class ``"spam-campaign"`` over tweet records (``agent.workload.TweetGenerato
   params (``POST /api/v1/jobs/{name}/change`` ``{"params": {...}}``: ``setup()`` re-runs on
   every agent between records) narrows or widens it with no restart; records already
   counted stay counted (epochs in progress mix both filters).
-* master: keeps the rows of the newest epoch; ``on_query`` ``{}`` → ``{"epoch", "rows"}``,
-  ``{"user": u}`` → ``{"user", "tweets", "rank" (None: not in the top k), "epoch"}``.
+* master: keeps the rows of the last :data:`RETAINED_EPOCHS` epochs it completed;
+  ``on_query`` ``{}`` → ``{"epoch", "rows"}`` (the newest epoch; ``{"epoch": e}`` for an
+  older one: rows None when it is not kept), ``{"user": u}`` (optionally ``"epoch"``) →
+  ``{"user", "tweets", "rank" (None: not in the top k), "epoch"}``.
 """
 
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from typing import Any
 
 from agent.job import Job, register_job
 from apps.params import int_param, optional_int_param, ranked, str_list_param
 from cbt import Snapshot
 
+RETAINED_EPOCHS = 16
 SALES_WORDS = ("sale", "free", "discount", "deal", "off", "claim", "win", "coupon")
 _WORD = re.compile(r"[^\W_]+")
 
@@ -73,9 +77,8 @@ class SpamCampaign(Job):
         self.max_followers = optional_int_param(self.params, "max_followers")
         if self.spec.aggregator != "count":
             raise ValueError("aggregator: spam-campaign counts tweets (aggregator 'count')")
-        if not hasattr(self, "rows"):
-            self.epoch: int | None = None
-            self.rows: list[dict[str, Any]] = []
+        if not hasattr(self, "recent"):
+            self.recent: OrderedDict[int, list[dict[str, Any]]] = OrderedDict()
 
     # ---- worker side ----------------------------------------------------------------------
     def passes_filter(self, record: dict[str, Any]) -> bool:
@@ -113,15 +116,23 @@ class SpamCampaign(Job):
     def on_epoch_result(self, epoch: int, snapshot: Snapshot) -> None:
         if self.spec.window_bounds(epoch) is None:
             return
-        self.epoch, self.rows = epoch, self.top_users(snapshot)
+        self.recent[epoch] = self.top_users(snapshot)
+        while len(self.recent) > RETAINED_EPOCHS:
+            self.recent.popitem(last=False)
 
     def on_query(self, message: dict[str, Any]) -> dict[str, Any]:
+        epoch = message.get("epoch")
+        if epoch is None:
+            epoch = next(reversed(self.recent), None)
+        elif isinstance(epoch, bool) or not isinstance(epoch, int):
+            return {"error": "'epoch' must be an integer", "status": 400}
+        rows = self.recent.get(epoch) if epoch is not None else None
         user = message.get("user")
         if user is None:
-            return {"epoch": self.epoch, "rows": self.rows}
+            return {"epoch": epoch, "rows": rows}
         if not isinstance(user, str) or not user:
             return {"error": "'user' must be a non-empty string", "status": 400}
-        for rank, row in enumerate(self.rows, 1):
+        for rank, row in enumerate(rows or (), 1):
             if row["user"] == user:
-                return {"user": user, "tweets": row["tweets"], "rank": rank, "epoch": self.epoch}
-        return {"user": user, "tweets": None, "rank": None, "epoch": self.epoch}
+                return {"user": user, "tweets": row["tweets"], "rank": rank, "epoch": epoch}
+        return {"user": user, "tweets": None, "rank": None, "epoch": epoch}
