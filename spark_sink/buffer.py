@@ -84,6 +84,7 @@ class LakeWriter:
         self._next_retry = 0.0
         for tmp in self.buffer_dir.glob(".tmp-*"):
             tmp.unlink(missing_ok=True)
+        self._pending = sum(1 for _ in self.buffer_dir.glob("*.parquet"))
         self._thread = threading.Thread(target=self._run, name="elf-lake-writer", daemon=True)
         self._thread.start()
 
@@ -96,7 +97,8 @@ class LakeWriter:
         self._queue.put(rollup)
 
     def pending(self) -> int:
-        return sum(1 for _ in self.buffer_dir.glob("*.parquet"))
+        """Rollups waiting in the buffer directory."""
+        return self._pending
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -216,6 +218,8 @@ class LakeWriter:
         stamp = target.stat().st_mtime_ns if replacing else time.time_ns()
         os.replace(tmp, target)
         os.utime(target, ns=(stamp, stamp))
+        if not replacing:
+            self._pending += 1
         self._count("buffered")
 
     def _retry_buffer(self) -> None:
@@ -230,6 +234,7 @@ class LakeWriter:
                 log.error("lake buffer file %s unreadable (%r); moved aside", f, exc)
                 with contextlib.suppress(OSError):
                     f.rename(f.with_suffix(".bad"))
+                self._pending -= 1
                 continue
             self._count("retried")
             try:
@@ -239,6 +244,7 @@ class LakeWriter:
                 self._failed(exc)
                 return
             f.unlink(missing_ok=True)
+            self._pending -= 1
             self._written(None, path)
         if self.last_error is not None and not self.pending():
             log.warning("lake %s available again: buffer flushed", self.lake.location)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
+import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -124,7 +125,8 @@ def relative_path(job: str, epoch_start: float, tree: int, trees: int, epoch: in
 
 
 def normalize(value: Any) -> Any:
-    """JSON-ready form: tuples → lists, sets → lists sorted by repr, bytes → UTF-8 text."""
+    """JSON-ready form: tuples → lists, sets → lists sorted by repr, bytes → UTF-8 text,
+    non-finite floats → None."""
     if isinstance(value, dict):
         return {str(normalize(k)): normalize(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -134,12 +136,23 @@ def normalize(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
+        return None
     return value
 
 
+def _json_default(value: Any) -> Any:
+    if isinstance(value, set | frozenset | bytes):
+        return normalize(value)
+    raise TypeError(type(value).__name__)
+
+
 def to_json(value: Any) -> str:
-    return json.dumps(normalize(value), ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON of :func:`normalize` (value) (orjson fast path; ints beyond 64 bits and
+    non-text dict keys take the json module's path)."""
+    try:
+        return orjson.dumps(value, default=_json_default).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(normalize(value), ensure_ascii=False, separators=(",", ":"))
 
 
 def _shape(values: Sequence[Any]) -> tuple[str, int]:
