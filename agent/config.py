@@ -267,8 +267,11 @@ def _build(
     names = [i.name for i in values["inputs"]]
     if len(set(names)) != len(names):
         raise ConfigError(f"inputs: duplicate input names in {names}")
-    if sum(1 for i in values["inputs"] if i.path == "-" and i.type != "ingest") > 1:
+    stdin_inputs = sum(1 for i in values["inputs"] if i.path == "-" and i.type != "ingest")
+    if stdin_inputs > 1:
         raise ConfigError("inputs: only one input can read stdin (path '-')")
+    if stdin_inputs and values.get("logical_agents", 1) > 1:
+        raise ConfigError("inputs: a stdin input (path '-') needs logical_agents = 1")
     try:
         values["tunables"] = dataclasses.replace(Tunables(), **tunables_raw)
     except TypeError as exc:

@@ -268,3 +268,8 @@ def test_bad_input_configs(tmp_path: Path, inputs: list[dict[str, Any]], message
     )
     with pytest.raises(ConfigError, match=message):
         load_config(toml, env=SECRET)
+
+
+def test_stdin_input_needs_a_single_logical_agent() -> None:
+    with pytest.raises(ConfigError, match="logical_agents = 1"):
+        load_config(env=SECRET, overrides={"inputs": ("in:raw=-",), "logical_agents": 2})
