@@ -5,15 +5,17 @@ Contract: ``setup()`` compiles ``params["query"]`` (``agent.ql``); a query error
 spec whose aggregator, epochs, mode, window, trees (when the query says PARTITIONS), inputs
 (when FROM names them) or ``top_k`` disagree with what the query implies — build specs with
 :func:`spec_from_query` so they agree. ``map`` is the compiled per-record pipeline (an
-instance attribute: no extra call per record). Master side: :meth:`QLJob.result_rows` turns
-the final pairs into named rows (the runtime's results use it), ``on_epoch_result`` keeps the
-last rows this agent mastered (``last_epoch``, ``last_rows``; with PARTITIONS > 1 they cover
-this tree's keys only) and ``on_query`` answers them. Optional ``params["ts_field"]`` names
-the timestamp field.
+instance attribute: no extra call per record); a counting query (``count(*)`` alone, or
+GROUP BY only) gets :class:`QLCountJob`, whose ``map_keys`` feeds the worker's counting fast
+path. Master side: :meth:`QLJob.result_rows` turns the final pairs into named rows (the
+runtime's results use it), ``on_epoch_result`` keeps the last rows this agent mastered
+(``last_epoch``, ``last_rows``; with PARTITIONS > 1 they cover this tree's keys only) and
+``on_query`` answers them. Optional ``params["ts_field"]`` names the timestamp field.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from agent.job import Job, register_job
@@ -30,11 +32,17 @@ _CHECKED = (
 )
 
 
+@lru_cache(maxsize=128)
+def _compile(text: str) -> CompiledQuery:
+    # compiled queries are immutable (stateless closures): one per text per process
+    return compile_query(text)
+
+
 def spec_from_query(name: str, creator: str, text: str, **overrides: Any) -> dict[str, Any]:
     """A full job-spec dict for query ``text`` (``overrides``: other spec fields such as
     ``allowed_lateness`` or ``params={"ts_field": "time"}``; ``params["query"]`` is set).
     Raises :class:`~agent.ql.QLError` for a bad query."""
-    compiled = compile_query(text)
+    compiled = _compile(text)
     params = {**overrides.pop("params", {}), "query": text}
     return {
         "name": name,
@@ -52,6 +60,18 @@ class QLJob(Job):
 
     default_aggregator = "count"
 
+    def __new__(cls, spec: Any = None, *args: Any, **kwargs: Any) -> QLJob:
+        # a counting query gets the subclass with map_keys (the worker's C counting path)
+        if cls is QLJob:
+            text = getattr(spec, "params", {}).get("query")
+            if isinstance(text, str):
+                try:
+                    if _compile(text).keys is not None:
+                        return super().__new__(QLCountJob)
+                except QLError:
+                    pass  # setup() reports it
+        return super().__new__(cls)
+
     def setup(self) -> None:
         text = self.params.get("query")
         if not isinstance(text, str) or not text.strip():
@@ -60,11 +80,13 @@ class QLJob(Job):
         if unknown:
             raise ValueError(f"params: unknown keys {sorted(unknown)}; expected query, ts_field")
         try:
-            self.compiled: CompiledQuery = compile_query(text)
+            self.compiled: CompiledQuery = _compile(text)
         except QLError as exc:
             raise ValueError(f"params.query: {exc}") from None
         self._check_spec()
         self.map = self.compiled.map  # type: ignore[method-assign]
+        if self.compiled.keys is not None:
+            self.map_keys = self.compiled.keys  # type: ignore[method-assign]
         self.last_epoch: int | None = None
         self.last_rows: list[dict[str, Any]] = []
 
@@ -117,3 +139,15 @@ def _norm(v: Any) -> Any:
     if isinstance(v, dict):
         return {k: _norm(x) for k, x in v.items()}
     return v
+
+
+class QLCountJob(QLJob):
+    """A QL job whose every value is the count 1 (``count(*)`` alone, or GROUP BY only): the
+    worker takes ``map_keys`` (keys without pair tuples; the CBT's C counting path).
+    ``QLJob(spec)`` returns one when the query allows it."""
+
+    def map_keys(self, record: dict[str, Any]) -> list[Any]:
+        """The compiled keys-only pipeline (replaced by it per instance in ``setup``)."""
+        keys = self.compiled.keys
+        assert keys is not None
+        return keys(record)

@@ -539,8 +539,19 @@ def part_value(spec: AggSpec, comp: ExprCompiler) -> Fn | None:
     return comp.value(spec.args[0])
 
 
-def build_map(an: Analysis) -> Callable[[dict[str, Any]], list[tuple[Any, Any]]]:
+MapFn = Callable[[dict[str, Any]], list[tuple[Any, Any]]]
+KeysFn = Callable[[dict[str, Any]], list[Any]]
+
+
+def build_map(an: Analysis) -> MapFn:
     """The per-record function ``map(record) -> [(key, value)]`` (see module docstring)."""
+    return build_pipeline(an)[0]
+
+
+def build_pipeline(an: Analysis) -> tuple[MapFn, KeysFn | None]:
+    """``map`` and, when every value is the count 1 (``count(*)`` alone, or GROUP BY without
+    aggregates), ``keys(record) -> [key]``: the same pipeline without pair tuples, for the
+    worker's counting fast path (``Job.map_keys``)."""
     comp = ExprCompiler()
     where = comp.pred(an.query.where, True) if an.query.where is not None else None
     enc = keys.encode
@@ -573,11 +584,44 @@ def build_map(an: Analysis) -> Callable[[dict[str, Any]], list[tuple[Any, Any]]]
     else:
         value = _composite_value(parts)
     composite = len(an.aggregates) > 1
-    if an.query.where is not None and value is None and top_field is not None:
+    if value is not None:
+        return _assemble(where, key, top_field, value, composite), None
+    keys_fn = _keys(where, key)
+    if an.query.where is not None and top_field is not None:
         items = comp.eq_conjunction(an.query.where)
         if items is not None and len(items) <= 2:
-            return _count_field_where_eq(top_field, items)
-    return _assemble(where, key, top_field, value, composite)
+            return _count_field_where_eq(top_field, items), _field_where_eq_keys(top_field, items)
+    return _assemble(where, key, top_field, value, composite), keys_fn
+
+
+def _keys(where: Fn | None, key: Fn) -> KeysFn:
+    if where is None:
+        return lambda r: [key(r)]
+    return lambda r: [key(r)] if where(r) else []
+
+
+def _field_where_eq_keys(g: str, items: list[tuple[str, str]]) -> KeysFn:
+    """The keys-only twin of :func:`_count_field_where_eq`."""
+    enc = keys.encode
+    if len(items) == 1:
+        ((a, la),) = items
+
+        def keys1(r: Any) -> list:
+            if r.get(a) == la:
+                k = r.get(g)
+                return [k if type(k) is str else enc(k)]
+            return []
+
+        return keys1
+    (a, la), (b, lb) = items
+
+    def keys2(r: Any) -> list:
+        if r.get(a) == la and r.get(b) == lb:
+            k = r.get(g)
+            return [k if type(k) is str else enc(k)]
+        return []
+
+    return keys2
 
 
 def _composite_value(parts: list[Fn | None]) -> Fn:

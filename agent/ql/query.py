@@ -10,7 +10,9 @@ is never evaluated as Python. The result carries:
   ``window_slide``, ``trees`` (PARTITIONS, default 1), ``inputs`` (FROM; ``*`` = all) and
   ``top_k`` / ``top_k_largest`` when the query ranks its only aggregate (``ORDER BY agg
   [DESC] LIMIT k``, no HAVING: then the reducer trees may cut to k exactly);
-* ``map(record) -> [(key, value)]``: the per-record pipeline (``agent.ql.compiler``);
+* ``map(record) -> [(key, value)]``: the per-record pipeline (``agent.ql.compiler``), and
+  ``keys(record) -> [key]`` when every value is the count 1 (``count(*)`` alone, GROUP BY
+  only), else None: the worker's counting fast path;
 * ``rows(pairs) -> [dict]``: the master's named rows (``agent.ql.rows``).
 
 Timing: no WINDOW: 1-second epochs. ``WINDOW w`` (tumbling): epochs of w, one epoch per
@@ -29,7 +31,7 @@ from typing import Any
 
 from agent.ql import nodes as n
 from agent.ql.checker import Analysis, analyze
-from agent.ql.compiler import build_map
+from agent.ql.compiler import build_pipeline
 from agent.ql.errors import QLError
 from agent.ql.parser import parse
 from agent.ql.rows import build_rows
@@ -60,6 +62,8 @@ class CompiledQuery:
     top_k_largest: bool
     map: Callable[[dict[str, Any]], list[tuple[Any, Any]]] = field(repr=False)
     rows: Callable[[Iterable[Any]], list[dict[str, Any]]] = field(repr=False)
+    #: ``keys(record) -> [key]`` when every value is the count 1 (else None): ``map_keys``
+    keys: Callable[[dict[str, Any]], list[Any]] | None = field(default=None, repr=False)
 
     @property
     def partitions(self) -> int | None:
@@ -94,6 +98,7 @@ def compile_query(text: str) -> CompiledQuery:
     top_k, largest = _top_k(an)
     pos = query.positions.get("PARTITIONS", (1, 1))
     trees = query.partitions or 1
+    map_fn, keys_fn = build_pipeline(an)
     if trees > MAX_PARTITIONS:
         raise QLError(*pos, f"expected PARTITIONS in [1, {MAX_PARTITIONS}], got {trees}")
     return CompiledQuery(
@@ -110,8 +115,9 @@ def compile_query(text: str) -> CompiledQuery:
         inputs=query.inputs,
         top_k=top_k,
         top_k_largest=largest,
-        map=build_map(an),
+        map=map_fn,
         rows=build_rows(an, query.limit),
+        keys=keys_fn,
     )
 
 

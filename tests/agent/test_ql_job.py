@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from agent.job import create_job, job_class, parse_spec
 from agent.jsonable import jsonable
-from agent.qljob import QLJob, spec_from_query
+from agent.qljob import QLCountJob, QLJob, spec_from_query
 from agent.worker import Worker
 
 QUERY = """
@@ -83,6 +83,7 @@ def rows_of(job: QLJob, snap: Any, trees: int = 1) -> list[dict]:
 def test_tumbling_window_rows_equal_pandas_per_epoch() -> None:
     records = click_records(3000, 1)
     job, epochs = run(QUERY + "WINDOW 10 s", records)
+    assert type(job) is QLJob  # count and sum: pairs
     assert job.spec.epoch_seconds == 10.0 and job.spec.mode == "batch"
     assert [e for e, _ in epochs] == list(range(6))
     for epoch, snap in epochs:
@@ -120,6 +121,7 @@ def test_count_only_query_uses_top_k_and_master_keeps_last_rows() -> None:
     records = click_records(500, 4)
     job, epochs = run(text, records)
     assert (job.spec.aggregator, job.spec.top_k) == ("count", 3)
+    assert isinstance(job, QLCountJob)  # keys only: the worker's counting fast path
     epoch, snap = epochs[-1]
     job.on_epoch_result(epoch, snap)
     reply = job.on_query({})

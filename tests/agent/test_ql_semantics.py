@@ -159,6 +159,8 @@ def test_where_matches_three_valued_logic(c: Any) -> None:
     want = kleene(c, RECORDS).fillna(False).tolist()
     got = [bool(q.map(r)) for r in RECORDS]
     assert got == want, render(c)
+    assert q.keys is not None  # count(*) alone: the keys-only twin agrees
+    assert [q.keys(r) for r in RECORDS] == [[k for k, _ in q.map(r)] for r in RECORDS]
 
 
 @pytest.mark.parametrize(("atom", "truth"), ATOMS)
