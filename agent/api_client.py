@@ -58,6 +58,10 @@ class ApiClient:
         """A runtime change of a running job (docs/http-api.md); returns when all applied."""
         return self.call("POST", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/change", change)
 
+    def timings(self, name: str) -> dict[str, Any]:
+        """This agent's epoch and control timings of a job (docs/http-api.md)."""
+        return self.call("GET", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/timings")
+
     def jobs(self) -> list[dict[str, Any]]:
         return self.call("GET", "/api/v1/jobs")["jobs"]
 

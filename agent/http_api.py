@@ -41,6 +41,7 @@ class AgentFacade(Protocol):
     def jobs(self) -> list[dict[str, Any]]: ...
     async def stop_job(self, name: str) -> dict[str, Any]: ...
     async def change_job(self, name: str, change: Any) -> dict[str, Any]: ...
+    def job_timings(self, name: str) -> dict[str, Any]: ...
     async def results(self, name: str, epoch: int | None) -> dict[str, Any]: ...
     async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]: ...
     async def local_query(self, name: str, params: dict[str, str]) -> dict[str, Any]: ...
@@ -68,6 +69,7 @@ class HttpApi:
         r.add_get("/api/v1/jobs", self._jobs)
         r.add_delete("/api/v1/jobs/{name}", self._stop)
         r.add_post("/api/v1/jobs/{name}/change", self._change)
+        r.add_get("/api/v1/jobs/{name}/timings", self._timings)
         r.add_get("/api/v1/jobs/{name}/results", self._results)
         r.add_post("/api/v1/jobs/{name}/query", self._query)
         r.add_get("/api/v1/jobs/{name}/local", self._local)
@@ -146,6 +148,9 @@ class HttpApi:
     async def _change(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         return _json(await self.agent.change_job(request.match_info["name"], body))
+
+    async def _timings(self, request: web.Request) -> web.Response:
+        return _json(self.agent.job_timings(request.match_info["name"]))
 
     async def _results(self, request: web.Request) -> web.Response:
         text = request.query.get("epoch")

@@ -557,6 +557,27 @@ class JobRuntime:
             "counters": dict(self.counters),
         }
 
+    def timings(self, recent: int = 64) -> dict[str, Any]:
+        """Epoch and control latency evidence (wall-clock seconds), for operators and the
+        benchmark: when this agent sent each recent epoch upward, when the epochs it masters
+        completed, and when the recent control multicasts were sent and received."""
+        sent = list(self.sent_at.items())[-recent:]
+        return {
+            "sent_at": [[f"{t:040x}", e, at] for (t, e), at in sent],
+            "completed_at": [
+                [f"{t:040x}", e, r.completed_at]
+                for t in self.store.trees()
+                for e in self.store.epochs(t)[-recent:]
+                if (r := self.store.get(t, e)) is not None
+            ],
+            "multicasts_received": [
+                {k: m.get(k) for k in ("kind", "epoch", "sent_at", "received_at")}
+                for m in self.multicasts[-recent:]
+            ],
+            "multicasts_sent": self.multicast_stats[-recent:],
+            "changes_applied": [[v, at] for v, at in self.changes_applied.items()],
+        }
+
 
 class _Context:
     """The :class:`~agent.job.JobContext` the runtime gives each job instance."""

@@ -623,6 +623,10 @@ class Agent:
             raise NotFound(f"no running job named {name!r}")
         return runtime
 
+    def job_timings(self, name: str) -> dict[str, Any]:
+        """This agent's epoch and control timings of a job (``JobRuntime.timings``)."""
+        return {"job": name, "node_id": f"{self.overlay.id:040x}", **self._runtime(name).timings()}
+
     async def results(self, name: str, epoch: int | None) -> dict[str, Any]:
         return await self._runtime(name).results(epoch)
 

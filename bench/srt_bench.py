@@ -37,6 +37,7 @@ import platform
 import random
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,10 @@ def summary(values_ms: list[float]) -> dict[str, Any]:
 
 def balance(n_agents: int, tree_counts: list[int], seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
-    addresses = {(f"10.{rng.randrange(256)}.{rng.randrange(256)}.{i % 250 + 1}", 7400 + i)
-                 for i in range(n_agents)}
+    addresses = {
+        (f"10.{rng.randrange(256)}.{rng.randrange(256)}.{i % 250 + 1}", 7400 + i)
+        for i in range(n_agents)
+    }
     node_ids = [node_id_for(h, p) for h, p in sorted(addresses)][:n_agents]
     out: dict[str, Any] = {"agents": len(node_ids)}
     for trees in tree_counts:
@@ -267,6 +270,142 @@ async def star_baseline(agents: list[Agent], master: Agent, epochs: int) -> dict
     return {"rollup": summary(rollup), "multicast": {**summary(multicast), "missed": missed}}
 
 
+# ---- the same measurement across agent processes ---------------------------------------------
+
+
+def cluster_run(n: int, processes: int, epochs: int) -> dict[str, Any]:
+    """N logical agents in ``processes`` real ``elf agent`` processes (both cores, as agents on
+    separate hosts would have their own): each process tails one JSON-lines file that all its
+    logical agents read; this process appends to the files and reads timings over the API."""
+    from agent.api_client import ApiClient
+
+    per = n // processes
+    with tempfile.TemporaryDirectory(prefix="elf-srt-bench-") as tmp:
+        files = [Path(tmp) / f"input-{i}.jsonl" for i in range(processes)]
+        for f in files:
+            f.touch()
+        inputs = {i: {"lines": str(f)} for i, f in enumerate(files)}
+        t0 = time.monotonic()
+        local = LocalCluster(processes, Path(tmp) / "cluster", inputs=inputs, logical_agents=per)
+        local.start(timeout=180)
+        started_s = time.monotonic() - t0
+        stop = threading.Event()
+        try:
+            clients = [ApiClient(a["api_url"], local.token) for a in local.agents()]
+            settle_s = poll(
+                lambda: spans_one_tree([c.status().get("jobs_tree") for c in clients]), 180
+            )
+            spec = {"name": "bench", "creator": "bench", "job_class": "wordcount"}
+            info = clients[0].submit(spec)
+            feeder = threading.Thread(target=feed_files, args=(files, stop), daemon=True)
+            feeder.start()
+            tid = f"{app_id('bench', 'bench'):040x}"
+            poll(lambda: master_of(clients, tid) is not None, 60)
+            master = master_of(clients, tid)
+            assert master is not None
+            done = lambda k: len(completed(master, tid)) >= k  # noqa: E731
+            poll(lambda: done(3), 90)
+            first = max(completed(master, tid)) + 1
+            poll(
+                lambda: len([e for e in completed(master, tid) if e >= first]) >= epochs,
+                60 + 3 * epochs,
+            )
+            stop.set()
+            timings = [c.timings("bench") for c in clients]
+            views = [c.status()["jobs"]["bench"]["trees"] for c in clients]
+        finally:
+            stop.set()
+            local.stop(timeout=60)
+    by_node = {t["node_id"]: t for t in timings}
+    view_of = {t["node_id"]: v[0] for t, v in zip(timings, views, strict=True) if v}
+    master_id = next(nid for nid, v in view_of.items() if v["is_root"] and v["tree_id"] == tid)
+    done_at = {e: at for t_, e, at in by_node[master_id]["completed_at"] if t_ == tid}
+    leaves = [nid for nid, v in view_of.items() if not v["children"] and nid != master_id]
+    rollup = []
+    for epoch in range(first, first + epochs):
+        sends = [
+            at
+            for nid in leaves
+            for t_, e, at in by_node[nid]["sent_at"]
+            if t_ == tid and e == epoch
+        ]
+        if sends and epoch in done_at:
+            rollup.append(1000 * (done_at[epoch] - max(sends)))
+    delivery, confirm = [], []
+    for stat in by_node[master_id]["multicasts_sent"]:
+        if stat.get("epoch") is None or stat["epoch"] < first:
+            continue
+        received = [
+            m["received_at"]
+            for nid in view_of
+            for m in by_node[nid]["multicasts_received"]
+            if m.get("sent_at") == stat["sent_at"]
+        ]
+        if len(received) == len(view_of):
+            delivery.append(1000 * (max(received) - stat["sent_at"]))
+        confirm.append(stat["ms"])
+    return {
+        "agents": n,
+        "processes": processes,
+        "start_s": round(started_s, 2),
+        "settle_s": round(settle_s, 2),
+        "agents_reached_by_submit": info["agents_reached"],
+        "tree": shape_of(view_of),
+        "rollup_last_leaf_to_master": summary(rollup),
+        "multicast_send_to_last_delivery": summary(delivery),
+        "multicast_send_to_confirmation": summary(confirm),
+    }
+
+
+def poll(predicate: Any, timeout: float) -> float:
+    """Wait (polling other processes) until ``predicate()``; returns the seconds it took."""
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"condition not met in {timeout}s")
+        time.sleep(0.2)
+    return time.monotonic() - t0
+
+
+def master_of(clients: list[Any], tid: str) -> Any:
+    for c in clients:
+        trees = c.status()["jobs"].get("bench", {}).get("trees", [])
+        if trees and trees[0]["tree_id"] == tid and trees[0]["is_root"]:
+            return c
+    return None
+
+
+def completed(master: Any, tid: str) -> list[int]:
+    return [e for t_, e, _ in master.timings("bench")["completed_at"] if t_ == tid]
+
+
+def feed_files(files: list[Path], stop: threading.Event) -> None:
+    """Append a few lines to every process's input every 250 ms, with current timestamps."""
+    rng = random.Random(1)
+    while not stop.wait(0.25):
+        now = time.time()
+        for f in files:
+            with f.open("a") as out:
+                for _ in range(3):
+                    line = f"w{rng.randrange(500)} w{rng.randrange(500)}"
+                    out.write(json.dumps({"ts": now, "line": line}) + "\n")
+
+
+def shape_of(views: dict[str, dict[str, Any]]) -> dict[str, int]:
+    depth = 0
+    for node in views:
+        hops, cur = 0, node
+        while cur in views and not views[cur]["is_root"] and hops <= len(views):
+            parent = views[cur]["parent"]
+            if parent is None:
+                break
+            cur = parent["id"]
+            hops += 1
+        depth = max(depth, hops)
+    fan_in = max((len(v["children"]) for v in views.values()), default=0)
+    return {"members": len(views), "depth": depth, "max_fan_in": fan_in}
+
+
 # ---- idle agent ---------------------------------------------------------------------------------
 
 
@@ -277,9 +416,7 @@ def idle_agent(seconds: float) -> dict[str, Any]:
             proc = psutil.Process(cluster.procs[0].process.pid)
             time.sleep(2.0)  # let start-up work finish before sampling
             idle = sample(proc, seconds)
-            cluster.client(0).submit(
-                {"name": "idle", "creator": "bench", "job_class": "wordcount"}
-            )
+            cluster.client(0).submit({"name": "idle", "creator": "bench", "job_class": "wordcount"})
             time.sleep(2.0)
             with_job = sample(proc, seconds)
         finally:
@@ -308,6 +445,12 @@ def main() -> None:
     parser.add_argument("--agents", type=int, nargs="*", help="logical agent counts")
     parser.add_argument("--epochs", type=int, help="measured epochs per run")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="also run each size across this many agent processes (0: cpu count)",
+    )
     args = parser.parse_args()
     sizes = args.agents or ([64] if args.quick else [64, 256])
     epochs = args.epochs or (5 if args.quick else 20)
@@ -321,11 +464,19 @@ def main() -> None:
     out["balance"] = balance(1280, [500, 1000, 2000], args.seed)
     out["idle_agent"] = idle_agent(3.0 if args.quick else 10.0)
     out["runs"] = []
+    processes = args.processes or os.cpu_count() or 2
     for n in sizes:
         try:
             out["runs"].append(asyncio.run(tree_vs_star(n, epochs, args.seed)))
         except Exception as exc:  # report what broke, keep the other sizes' figures
             out["runs"].append({"agents": n, "error": f"{type(exc).__name__}: {exc}"})
+        if processes > 1:
+            try:
+                out["runs"].append(cluster_run(n, processes, epochs))
+            except Exception as exc:
+                out["runs"].append(
+                    {"agents": n, "processes": processes, "error": f"{type(exc).__name__}: {exc}"}
+                )
     json.dump(out, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
