@@ -66,6 +66,17 @@ async def test_new_params_apply_on_every_agent_between_records() -> None:
             await a.ingest("ingest", lines(e + 1.1, TEXTS))  # processed with min_length 3
         await wait_for(lambda: _eq(agents[1], "wc", e, words(TEXTS, 4)), 20, "epoch e")
         await wait_for(lambda: _eq(agents[3], "wc", e + 1, words(TEXTS, 4, 3)), 20, "epoch e+1")
+        # the timings endpoint shows when each agent applied it and sent its epochs upward
+        timings = [a.job_timings("wc") for a in agents]
+        assert all(
+            [version, at] in [[v, x] for v, x in t["changes_applied"]]
+            for t, at in zip(
+                timings, [a.runtimes["wc"].changes_applied[version] for a in agents], strict=True
+            )
+        )
+        completed = [x for t in timings for x in t["completed_at"]]
+        assert {c[1] for c in completed} >= {e, e + 1}
+        assert sum(1 for t in timings for s in t["sent_at"] if s[1] == e) == 3  # all but master
 
 
 async def _eq(agent: Any, job: str, epoch: int, want: Counter) -> bool:
