@@ -58,6 +58,7 @@ def cli() -> None:
 )
 @click.option("--agents", "logical_agents", type=int, help="Logical agents in this process.")
 @click.option("--node-id", help="Hex node id (default: SHA-1 of host:port).")
+@click.option("--lake", help="Rollup lake path or URI (default <data-dir>/lake; off: none).")
 @click.option("--log-level", default="WARNING", show_default=True)
 def agent(config_path: str | None, log_level: str, **flags: Any) -> None:
     """Run an agent daemon until SIGTERM/SIGINT."""
