@@ -167,7 +167,7 @@ def rfc3164_lines(draw: Any) -> tuple[str, dict[str, Any]]:
 # ---- round trips ------------------------------------------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(access_lines())
 def test_access_lines_parse_back_to_their_fields(case: tuple[str, dict[str, Any]]) -> None:
     line, want = case
@@ -177,7 +177,7 @@ def test_access_lines_parse_back_to_their_fields(case: tuple[str, dict[str, Any]
         assert got["body"] == got["request"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(rfc5424_lines())
 def test_rfc5424_lines_parse_back_to_their_fields(case: tuple[str, dict[str, Any]]) -> None:
     line, want = case
@@ -187,7 +187,7 @@ def test_rfc5424_lines_parse_back_to_their_fields(case: tuple[str, dict[str, Any
     assert got["facility_name"] == FACILITIES[want["facility"]]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(rfc3164_lines())
 def test_rfc3164_lines_parse_back_to_their_fields(case: tuple[str, dict[str, Any]]) -> None:
     line, want = case
@@ -212,7 +212,7 @@ PARSERS = {
 
 
 @pytest.mark.parametrize("fmt", sorted(PARSERS))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=st.binary(max_size=120) | st.text(max_size=120))
 def test_garbage_raises_only_record_error_with_a_known_reason(fmt: str, data: Any) -> None:
     try:
@@ -223,7 +223,7 @@ def test_garbage_raises_only_record_error_with_a_known_reason(fmt: str, data: An
         assert isinstance(out["ts"], float | int)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     case=access_lines() | rfc5424_lines() | rfc3164_lines(),
     cut=st.integers(0, 200),
