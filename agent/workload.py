@@ -343,13 +343,21 @@ def json_line(event: dict[str, Any]) -> str:
 _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
+_clf_last: list[Any] = [None, ""]  # the last second rendered (events come in time order)
+
+
 def clf_time(ts: float) -> str:
     """``21/Nov/2026:20:11:10 +0000`` (UTC) for epoch seconds ``ts``."""
-    t = time.gmtime(ts)
-    return (
+    sec = int(ts // 1)
+    if _clf_last[0] == sec:
+        return _clf_last[1]
+    t = time.gmtime(sec)
+    text = (
         f"{t.tm_mday:02d}/{_MONTH_NAMES[t.tm_mon - 1]}/{t.tm_year:04d}:"
         f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} +0000"
     )
+    _clf_last[:] = [sec, text]
+    return text
 
 
 def access_line(click: dict[str, Any]) -> str:
