@@ -103,6 +103,11 @@ class Job:
         self.feedback: Any = None
         self.setup()
 
+    @classmethod
+    def check_spec(cls, spec: JobSpec) -> None:
+        """Optional: reject a submitted spec before any agent runs it (``ValueError``, e.g. bad
+        params); :func:`parse_spec` calls it, so a submission fails with a clear 4xx."""
+
     def setup(self) -> None:
         """Validate ``self.params`` and precompute; raise ``ValueError`` with a clear message."""
 
@@ -248,14 +253,22 @@ def load_job_modules(modules: Iterable[str]) -> list[str]:
 def parse_spec(data: Any) -> JobSpec:
     """Validate a submitted spec, defaulting the aggregator to its job class's choice.
 
-    Raises :class:`~agent.jobspec.JobSpecError` (``job_class`` field for unknown classes).
+    Raises :class:`~agent.jobspec.JobSpecError` (``job_class`` field for unknown classes; the
+    class's :meth:`Job.check_spec` may reject the spec too, e.g. invalid params).
     """
     if isinstance(data, dict) and isinstance(data.get("job_class"), str):
         try:
             cls = job_class(data["job_class"])
         except UnknownJobClass as exc:
             raise JobSpecError("job_class", str(exc)) from None
-        return JobSpec.from_dict(data, default_aggregator=cls.default_aggregator)
+        spec = JobSpec.from_dict(data, default_aggregator=cls.default_aggregator)
+        try:
+            cls.check_spec(spec)
+        except JobSpecError:
+            raise
+        except ValueError as exc:
+            raise JobSpecError("params", str(exc)) from None
+        return spec
     return JobSpec.from_dict(data)
 
 

@@ -1,6 +1,7 @@
 """The ``ql`` job class: a job defined by one ELF QL query (``params = {"query": text}``).
 
-Contract: ``setup()`` compiles ``params["query"]`` (``agent.ql``); a query error becomes a
+Contract: ``check_spec`` (at submission, through ``agent.job.parse_spec``: a 400 from the API)
+and ``setup()`` compile ``params["query"]`` (``agent.ql``); a query error becomes a
 ``ValueError`` whose message starts ``params.query: line L, column C: ...``, and so does a
 spec whose aggregator, epochs, mode, window, trees (when the query says PARTITIONS), inputs
 (when FROM names them) or ``top_k`` disagree with what the query implies — build specs with
@@ -19,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from agent.job import Job, register_job
+from agent.jobspec import JobSpec, JobSpecError
 from agent.ql import CompiledQuery, QLError, compile_query
 from cbt import Snapshot
 
@@ -72,43 +74,22 @@ class QLJob(Job):
                     pass  # setup() reports it
         return super().__new__(cls)
 
+    @classmethod
+    def check_spec(cls, spec: JobSpec) -> None:
+        """Compile the query and check the spec agrees with it (``JobSpecError`` on
+        ``params.query``), at submission: see :func:`agent.job.parse_spec`."""
+        _compile_for(spec)
+
     def setup(self) -> None:
-        text = self.params.get("query")
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("params.query: expected the query text (a non-empty string)")
-        unknown = set(self.params) - {"query", "ts_field"}
-        if unknown:
-            raise ValueError(f"params: unknown keys {sorted(unknown)}; expected query, ts_field")
         try:
-            self.compiled: CompiledQuery = _compile(text)
-        except QLError as exc:
-            raise ValueError(f"params.query: {exc}") from None
-        self._check_spec()
+            self.compiled: CompiledQuery = _compile_for(self.spec)
+        except JobSpecError as exc:
+            raise ValueError(str(exc)) from None
         self.map = self.compiled.map  # type: ignore[method-assign]
         if self.compiled.keys is not None:
             self.map_keys = self.compiled.keys  # type: ignore[method-assign]
         self.last_epoch: int | None = None
         self.last_rows: list[dict[str, Any]] = []
-
-    def _check_spec(self) -> None:
-        want = self.compiled.spec_fields()
-        spec = self.spec
-        checked = list(_CHECKED)
-        if self.compiled.partitions is not None:
-            checked.append("trees")
-        if self.compiled.inputs:
-            checked.append("inputs")
-        bad = [f for f in checked if _norm(getattr(spec, f)) != _norm(want[f])]
-        if spec.top_k is not None and (
-            spec.top_k != want["top_k"] or spec.top_k_largest != want["top_k_largest"]
-        ):
-            bad.append("top_k")
-        if bad:
-            detail = ", ".join(f"{f}={want[f]!r}" for f in bad)
-            raise ValueError(
-                f"params.query: the spec disagrees with the query; the query implies {detail} "
-                "(build the spec with agent.qljob.spec_from_query)"
-            )
 
     def map(self, record: dict[str, Any]) -> list[tuple[Any, Any]]:
         """The compiled pipeline (replaced by it per instance in ``setup``)."""
@@ -131,6 +112,41 @@ class QLJob(Job):
             "columns": list(self.compiled.columns),
             "rows": self.last_rows,
         }
+
+
+def _compile_for(spec: JobSpec) -> CompiledQuery:
+    """The spec's compiled query, or ``JobSpecError`` (field ``params.query``) when the query is
+    invalid or the spec disagrees with what it implies."""
+    params = spec.params
+    text = params.get("query")
+    if not isinstance(text, str) or not text.strip():
+        raise JobSpecError("params.query", "expected the query text (a non-empty string)")
+    unknown = set(params) - {"query", "ts_field"}
+    if unknown:
+        raise JobSpecError("params", f"unknown keys {sorted(unknown)}; expected query, ts_field")
+    try:
+        compiled = _compile(text)
+    except QLError as exc:
+        raise JobSpecError("params.query", str(exc)) from None
+    want = compiled.spec_fields()
+    checked = list(_CHECKED)
+    if compiled.partitions is not None:
+        checked.append("trees")
+    if compiled.inputs:
+        checked.append("inputs")
+    bad = [f for f in checked if _norm(getattr(spec, f)) != _norm(want[f])]
+    if spec.top_k is not None and (
+        spec.top_k != want["top_k"] or spec.top_k_largest != want["top_k_largest"]
+    ):
+        bad.append("top_k")
+    if bad:
+        detail = ", ".join(f"{f}={want[f]!r}" for f in bad)
+        raise JobSpecError(
+            "params.query",
+            f"the spec disagrees with the query; the query implies {detail} "
+            "(build the spec with agent.qljob.spec_from_query)",
+        )
+    return compiled
 
 
 def _norm(v: Any) -> Any:

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from agent.job import create_job, job_class, parse_spec
+from agent.jobspec import JobSpec, JobSpecError
 from agent.jsonable import jsonable
 from agent.qljob import QLCountJob, QLJob, spec_from_query
 from agent.worker import Worker
@@ -146,8 +147,12 @@ def test_job_class_registered_and_entry_point_declared() -> None:
 def test_bad_query_and_disagreeing_spec_are_value_errors() -> None:
     spec = spec_from_query("q", "me", QUERY)
     bad = {**spec, "params": {"query": "SELECT product\nFORM clicks"}}
+    with pytest.raises(
+        JobSpecError, match=r"params\.query: line 2, column 1: expected ',' or FROM"
+    ):
+        parse_spec(bad)  # at submission (the API answers 400)
     with pytest.raises(ValueError, match=r"params\.query: line 2, column 1: expected ',' or FROM"):
-        create_job(parse_spec(bad))
+        create_job(JobSpec.from_dict(bad))  # and on an agent, should one get it anyway
     for change in (
         {"aggregator": "count", "aggregator_params": {}},
         {"epoch_seconds": 5.0},

@@ -10,8 +10,10 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import pytest
 from agent_helpers import running_agents, wait_for
 
+from agent.errors import BadRequest
 from agent.qljob import spec_from_query
 
 QUERY = """
@@ -69,3 +71,6 @@ async def test_ql_job_results_are_named_rows_over_all_trees() -> None:
 
         got = await wait_for(rows, 20, "the QL job's result rows")
         assert got == want
+        bad = {**spec, "name": "ql-bad", "params": {"query": "SELECT product\nFORM ingest"}}
+        with pytest.raises(BadRequest, match=r"params\.query: line 2, column 1: expected"):
+            await agents[2].submit(bad)
