@@ -17,6 +17,8 @@ The paper's primitives, in Python:
 * any agent: ``local_query(params) -> dict`` answers ``GET /api/v1/jobs/{name}/local`` on
   this agent from the job's local instance (no network hop); the default answers
   ``{"error": ..., "status": 404}``.
+* optional: ``result_rows(pairs)`` (master) names the columns of the results API's rows;
+  the class method ``check_spec(spec)`` rejects a spec at submission (``parse_spec``).
 * :class:`JobContext` (injected with :meth:`Job.bind`): ``node_id``, ``is_master``,
   ``feedback``, ``subscribe(app_id)``, ``send_to(node_id, paos)``, ``multicast(message)``,
   ``route(app_id, message) -> reply``. The runtime implements it; every hook may be a plain or
