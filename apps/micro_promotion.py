@@ -6,13 +6,23 @@ Job class ``"micro-promotion"`` over clickstream records (``agent.workload`` sch
 * worker: ``map_keys(record)`` → ``[product_id]`` when ``record["directory"]`` equals
   ``params.directory`` (default ``"Video Games"``) and ``record["action"]`` is in
   ``params.actions`` (default ``["click"]``); nothing otherwise (also for a record without a
-  string ``product_id``). Aggregator ``count``; the spec's window (the paper: 300 s every 30 s,
-  i.e. ``epoch_seconds`` 30, ``mode`` window, ``window_size`` 10, ``window_slide`` 1 — see
-  :func:`promotion_spec`) makes each result the clicks of the last window.
+  string ``product_id``). Aggregator ``count``.
+* windows (the paper: 300 s every 30 s — :func:`promotion_spec`), two execution models:
+
+  - ``mode`` batch (the default, *synchronous*): workers send each epoch's clicks and the
+    master empties them every epoch; the master itself windows the merged epochs
+    (``params.window_epochs``, default 10, every ``params.slide_epochs``, default 1; windows
+    aligned to epoch 0 like the workers'). Its window starts afresh at the first epoch it
+    masters (a new master, a gap) and reports the epochs it really covers.
+  - ``mode`` window (asynchronous): every worker windows (``window_size``/``window_slide``)
+    and the master ranks the merged windows.
+
 * master: for every epoch that ends a window, ranks the products (clicks descending, then
   product id ascending), keeps the first ``params.k`` (default 10) and multicasts
   ``{"kind": "promote", "epoch": e, "window": [first, last], "top": [[product, clicks], ...]}``
-  down the job's tree. ``spec.trees`` must be 1 (the master ranks every key).
+  down the job's tree. ``spec.trees`` must be 1 (the master ranks every key). A late
+  contribution the runtime folds into an epoch after completing it is in the results API, not
+  in the promotion already sent.
 * every agent (the master included) keeps the newest promotion it received (an older epoch
   arriving late is ignored) and answers, with no network hop,
   ``GET /api/v1/jobs/{name}/local?product=P`` (:meth:`MicroPromotion.local_query`):
@@ -29,6 +39,7 @@ import logging
 from typing import Any
 
 from agent.job import Job, register_job
+from agent.worker import EpochWindows
 from apps.params import int_param, ranked, str_list_param, str_param
 from cbt import Snapshot
 
@@ -47,24 +58,28 @@ def promotion_spec(
     slide_epochs: int = 1,
     k: int = 10,
     directory: str = DEFAULT_DIRECTORY,
+    synchronous: bool = True,
     **overrides: Any,
 ) -> dict[str, Any]:
     """A job-spec dict with the paper's defaults (a 300 s window every 30 s, top 10 "Video
-    Games" products); ``overrides`` sets other spec fields (``inputs``, ``start_epoch``...);
-    ``params`` given there are merged over ``{"k", "directory"}``."""
-    params = {"k": k, "directory": directory, **overrides.pop("params", {})}
-    return {
+    Games" products, synchronous: batch epochs windowed at the master; ``synchronous=False``:
+    workers window); ``overrides`` sets other spec fields (``inputs``, ``start_epoch``...);
+    ``params`` given there are merged over the ones built here."""
+    params: dict[str, Any] = {"k": k, "directory": directory}
+    spec: dict[str, Any] = {
         "name": name,
         "creator": creator,
         "job_class": "micro-promotion",
         "aggregator": "count",
         "epoch_seconds": epoch_seconds,
-        "mode": "window",
-        "window_size": window_epochs,
-        "window_slide": slide_epochs,
-        **overrides,
-        "params": params,
     }
+    if synchronous:
+        spec["mode"] = "batch"
+        params.update(window_epochs=window_epochs, slide_epochs=slide_epochs)
+    else:
+        spec.update(mode="window", window_size=window_epochs, window_slide=slide_epochs)
+    params.update(overrides.pop("params", {}))
+    return {**spec, **overrides, "params": params}
 
 
 @register_job("micro-promotion")
@@ -81,6 +96,20 @@ class MicroPromotion(Job):
             raise ValueError("trees: micro-promotion needs 1 tree (its master ranks every key)")
         if self.spec.aggregator != "count":
             raise ValueError("aggregator: micro-promotion counts clicks (aggregator 'count')")
+        if self.spec.mode == "batch":
+            size = int_param(self.params, "window_epochs", 10, low=1)
+            slide = int_param(self.params, "slide_epochs", 1, low=1)
+            if slide > size:
+                raise ValueError(f"params.slide_epochs: must be <= window_epochs={size}")
+            window: tuple[int, int] | None = (size, slide)
+        elif self.spec.mode == "window":
+            window = None
+        else:
+            raise ValueError("mode: micro-promotion runs in batch or window mode")
+        if not hasattr(self, "master_window") or self.master_window != window:
+            self.master_window = window
+            self._windows: EpochWindows | None = None  # the master's, built at its first epoch
+            self._first_epoch = self._last_pushed = -1
         if not hasattr(self, "epoch"):  # a runtime params change keeps the promoted set
             self.epoch: int | None = None
             self.window: list[int] | None = None
@@ -101,12 +130,33 @@ class MicroPromotion(Job):
         return []
 
     # ---- master side ----------------------------------------------------------------------
+    def window_result(self, epoch: int, snapshot: Snapshot) -> tuple[list[int], Snapshot] | None:
+        """Master: the window ending at ``epoch`` and its clicks (None: no window ends
+        there). In batch mode this pushes ``epoch``'s result into the master's window, so
+        call it once per epoch, in order."""
+        if self.master_window is None:
+            bounds = self.spec.window_bounds(epoch)
+            return None if bounds is None else (list(bounds), snapshot)
+        size, slide = self.master_window
+        windows, last = self._windows, self._last_pushed
+        if windows is not None and epoch <= last:
+            return None  # an epoch already windowed (a repeated result)
+        if windows is None or epoch != last + 1:
+            windows = self._windows = EpochWindows(size, slide, self.make_aggregator())
+            self._first_epoch = epoch  # a new master or a gap: the window starts again here
+        window = windows.push(epoch, snapshot)
+        self._last_pushed = epoch
+        if window is None:
+            return None
+        return [max(epoch - size + 1, self._first_epoch), epoch], window
+
     def promotion(self, epoch: int, snapshot: Snapshot) -> dict[str, Any] | None:
         """The ``promote`` message for ``epoch``'s result (None: no window ends there)."""
-        bounds = self.spec.window_bounds(epoch)
-        if bounds is None:
+        found = self.window_result(epoch, snapshot)
+        if found is None:
             return None
-        top = ranked(((str(p), int(c)) for p, c in snapshot), self.k)
+        bounds, window = found
+        top = ranked(((str(p), int(c)) for p, c in window), self.k)
         return {
             "kind": PROMOTE,
             "epoch": epoch,

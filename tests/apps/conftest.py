@@ -5,8 +5,11 @@ same generated clickstream.
 Every agent process has three file inputs: ``clicks_p`` (read by micro-promotion),
 ``clicks_b`` (product-bundling; the same lines: each job reads its own file so neither can
 consume lines before the other is running) and ``tweets`` (spam-campaign). Events are split
-round-robin among the agents, written before the jobs are submitted with ``start_epoch`` at
-the data's first epoch, so no real time has to pass for epochs to close.
+round-robin among the agents. The shop's events lie a few seconds in the future: the jobs are
+submitted with ``start_epoch`` at their first epoch, and the events are written once every
+job tree spans all agents (so no epoch is completed by a partial tree, and the master-side
+state of the first epochs is exact); the events themselves then advance every worker's
+watermark, so no real time has to pass for their epochs to close.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from app_helpers import AGENTS, DATA_EPOCHS, WINDOW, append_events, wait_until
 
 from agent.cluster import LocalCluster
+from agent.runtime import spans_one_tree
 from agent.workload import ClickstreamGenerator
 from apps.micro_promotion import promotion_spec
 from apps.product_bundling import bundling_spec
@@ -32,6 +36,7 @@ from apps.sale_prediction import prediction_spec
 
 CREATOR = "tests"
 INPUTS = ("clicks_p", "clicks_b", "tweets")
+LEAD_SECONDS = 6  # the shop's first epoch starts this far ahead: time to build the job trees
 
 
 @dataclass
@@ -83,7 +88,7 @@ def app_cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="session")
 def shop(app_cluster: AppCluster) -> Shop:
-    base = math.floor(time.time()) - DATA_EPOCHS - 2
+    base = math.floor(time.time()) + LEAD_SECONDS
     gen = ClickstreamGenerator(seed=11, users=400, products=300, rate=800.0, start=base)
     events = []
     for event in gen:
@@ -91,8 +96,6 @@ def shop(app_cluster: AppCluster) -> Shop:
             break
         events.append(event)
     shop = Shop(app_cluster, events, base)
-    app_cluster.write("clicks_p", events)
-    app_cluster.write("clicks_b", events)
     client = app_cluster.client(0)
     common = {"creator": CREATOR, "epoch_seconds": 1.0, "window_epochs": WINDOW}
     extra = {"start_epoch": base, "allowed_lateness": 0.5}
@@ -119,4 +122,24 @@ def shop(app_cluster: AppCluster) -> Shop:
             30,
             f"the shop jobs on agent {i}",
         )
+    for job in (shop.promotion, shop.bundling):
+        wait_until(lambda job=job: tree_spans_all(app_cluster, job), 30, f"{job}'s tree")
+    assert time.time() < base + 1, "the job trees took too long: the first epoch closed empty"
+    # one record per agent past the last data epoch (a view: no job maps it) closes that
+    # epoch at once instead of when the wall clock passes it
+    closer = {"ts": base + DATA_EPOCHS + 0.6, "user_id": "u-close", "session_id": "s-close"}
+    closer |= {"product_id": "P-close", "directory": "-", "action": "view"}
+    for name in ("clicks_p", "clicks_b"):
+        app_cluster.write(name, events)
+        app_cluster.write(name, [closer] * AGENTS)
     return shop
+
+
+def tree_spans_all(app_cluster: AppCluster, job: str) -> bool:
+    """Whether the job's tree 0 holds every agent, with one root."""
+    views = []
+    for i in range(AGENTS):
+        info = app_cluster.client(i).status()["jobs"][job]
+        tid = info["tree_ids"][0]
+        views.append(next((v for v in info["trees"] if v["tree_id"] == tid), None))
+    return spans_one_tree(views)

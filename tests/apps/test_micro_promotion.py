@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from app_helpers import AGENTS, DATA_EPOCHS, WINDOW, frame, ref_clicks, ref_top, wait_until
+from app_helpers import AGENTS, DATA_EPOCHS, frame, ref_clicks, ref_top, wait_until
 
 from agent.api_client import ApiError
 from agent.job import create_job, job_class, parse_spec
@@ -32,14 +32,17 @@ def make(**overrides: Any) -> MicroPromotion:
 
 def test_registered_with_the_papers_defaults() -> None:
     assert job_class("micro-promotion") is MicroPromotion
-    spec = parse_spec(promotion_spec())
-    assert (spec.epoch_seconds, spec.mode, spec.window_size, spec.window_slide) == (
-        30.0,
-        "window",
-        10,
-        1,
-    )
-    assert spec.params == {"k": 10, "directory": "Video Games"}
+    spec = parse_spec(promotion_spec())  # synchronous: batch epochs, windowed at the master
+    assert (spec.epoch_seconds, spec.mode) == (30.0, "batch")
+    assert spec.params == {
+        "k": 10,
+        "directory": "Video Games",
+        "window_epochs": 10,
+        "slide_epochs": 1,
+    }
+    spec = parse_spec(promotion_spec(synchronous=False))  # workers window
+    assert (spec.mode, spec.window_size, spec.window_slide) == ("window", 10, 1)
+    assert "window_epochs" not in spec.params
 
 
 def test_map_keeps_clicks_of_the_directory_only() -> None:
@@ -57,40 +60,67 @@ def test_map_keeps_clicks_of_the_directory_only() -> None:
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"k": 0}, {"directory": ""}, {"params": {"actions": []}}, {"trees": 2}],
+    [
+        {"k": 0},
+        {"directory": ""},
+        {"params": {"actions": []}},
+        {"trees": 2},
+        {"window_epochs": 2, "slide_epochs": 3},
+        {"mode": "iterative"},
+    ],
 )
 def test_bad_params_are_refused(overrides: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match=r"params\.|trees"):
+    with pytest.raises(ValueError, match=r"params\.|trees|mode"):
         make(**overrides)
 
 
-def test_windows_through_two_workers_equal_pandas() -> None:
+@pytest.mark.parametrize("synchronous", [True, False])
+def test_windows_through_two_workers_equal_pandas(synchronous: bool) -> None:
     start = 1_700_000_000
     events = ClickstreamGenerator(seed=5, users=30, products=200, rate=400, start=start).take(6000)
-    job = make(epoch_seconds=1.0, window_epochs=5, slide_epochs=2, k=5)
+    kw = {"epoch_seconds": 1.0, "window_epochs": 5, "slide_epochs": 2, "k": 5}
+    job = make(synchronous=synchronous, **kw)
     clock = lambda: start + 10_000.0  # noqa: E731 - a wall clock far past the data
-    workers = [
-        Worker(make(epoch_seconds=1.0, window_epochs=5, slide_epochs=2, k=5), wall_clock=clock)
-        for _ in range(2)
-    ]
+    workers = [Worker(make(synchronous=synchronous, **kw), wall_clock=clock) for _ in range(2)]
     for i, w in enumerate(workers):
         w.process(events[i::2])
     outs = [dict(w.finish()) for w in workers]
     df = frame(events)
+    first = min(outs[0])
     checked = 0
     for epoch in sorted(set(outs[0]) & set(outs[1])):
         merged: Snapshot = outs[0][epoch].merge(outs[1][epoch])
+        if synchronous:  # each epoch's own clicks reach the master
+            assert dict(merged.to_dict()) == dict(ref_clicks(df, [epoch, epoch]))
         message = job.promotion(epoch, merged)
         if (epoch + 1) % 2:
-            assert message is None and len(merged) == 0
+            assert message is None
             continue
         assert message is not None
-        window = [epoch - 4, epoch]
+        # the synchronous master's window starts at the first epoch it saw
+        window = [max(epoch - 4, first) if synchronous else epoch - 4, epoch]
         assert message["window"] == window
-        assert dict(merged.to_dict()) == dict(ref_clicks(df, window))
+        if not synchronous:
+            assert dict(merged.to_dict()) == dict(ref_clicks(df, window))
         assert message["top"] == ref_top(df, window, 5)
         checked += 1
     assert checked >= 5
+
+
+def test_the_synchronous_master_restarts_its_window_after_a_gap() -> None:
+    job = make(epoch_seconds=1.0, window_epochs=3, slide_epochs=1, k=3)
+    for epoch, counts in [(10, {"P1": 1}), (11, {"P2": 2}), (12, {"P1": 2})]:
+        message = job.promotion(epoch, snapshot("count", counts))
+    assert message == {
+        "kind": "promote",
+        "epoch": 12,
+        "window": [10, 12],
+        "top": [["P1", 3], ["P2", 2]],
+    }
+    assert job.promotion(12, snapshot("count", {"P9": 9})) is None  # a repeat: ignored
+    message = job.promotion(15, snapshot("count", {"P3": 1}))  # a gap (new master)
+    assert message is not None
+    assert (message["window"], message["top"]) == ([15, 15], [["P3", 1]])
 
 
 def test_every_agent_keeps_the_newest_promotion_and_answers_locally() -> None:
@@ -127,7 +157,7 @@ class FakeContext:
 
 
 def test_the_master_multicasts_each_window_it_ends() -> None:
-    job = make(epoch_seconds=1.0, window_epochs=4, slide_epochs=2, k=2)
+    job = make(epoch_seconds=1.0, window_epochs=4, slide_epochs=2, k=2, synchronous=False)
     ctx = FakeContext(master=True)
     job.bind(ctx)  # type: ignore[arg-type]
     counts = snapshot("count", {"P1": 3, "P2": 7, "P3": 3})
@@ -137,7 +167,7 @@ def test_the_master_multicasts_each_window_it_ends() -> None:
         {"kind": "promote", "epoch": 11, "window": [8, 11], "top": [["P2", 7], ["P1", 3]]}
     ]
     assert job.local_query({"product": "P2"})["rank"] == 1
-    follower = make(epoch_seconds=1.0, window_epochs=4, slide_epochs=2)
+    follower = make(epoch_seconds=1.0, window_epochs=4, slide_epochs=2, synchronous=False)
     follower.bind(FakeContext(master=False))  # type: ignore[arg-type]
     asyncio.run(follower.on_epoch_result(11, counts))
     assert follower.context.sent == []  # type: ignore[union-attr]
@@ -151,12 +181,13 @@ def test_cluster_results_and_every_agents_local_answers_equal_pandas(shop: Any) 
     client = shop.cluster.client(1)
     last = shop.base + DATA_EPOCHS - 1
 
-    def window_counts() -> bool:
-        res = client.results(shop.promotion, last)
-        want = ref_clicks(df, [last - WINDOW + 1, last])
-        return res["complete"] and dict(res["rows"]) == dict(want)
+    for epoch in range(shop.base, last + 1):  # synchronous: each epoch's own clicks
 
-    wait_until(window_counts, 45, "the window's click counts at the master")
+        def epoch_counts(epoch: int = epoch) -> bool:
+            res = client.results(shop.promotion, epoch)
+            return res["complete"] and dict(res["rows"]) == dict(ref_clicks(df, [epoch, epoch]))
+
+        wait_until(epoch_counts, 45, f"the clicks of epoch {epoch} at the master")
     want_all = ref_top(df, [shop.base, last], shop.k)
     assert len(want_all) == shop.k
 
