@@ -129,6 +129,8 @@ class _Checker:
                     f"unknown column {expr.to_sql()!r} in ORDER BY; expected an output column "
                     f"({known}), a GROUP BY expression or an aggregate",
                 )
+            else:
+                expr = self.resolve_aliases(expr, aliases)  # e.g. ORDER BY revenue / clicks
             self.typ(expr, "ORDER BY", post=True)
             an.order.append((expr, o.descending))
         return an

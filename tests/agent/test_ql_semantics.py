@@ -327,6 +327,14 @@ def test_group_keys_of_every_kind_round_trip() -> None:
     assert got == want
 
 
+def test_order_by_expression_over_aliases() -> None:
+    records = [{"k": k, "v": v} for k, v in [("a", 1), ("a", 9), ("b", 4), ("c", 2), ("c", 2)]]
+    rows = run_query(
+        "SELECT k, sum(v) AS s, count(*) AS n FROM t GROUP BY k ORDER BY s / n DESC, k", records
+    )
+    assert [r["k"] for r in rows] == ["a", "b", "c"]  # means 5, 4, 2
+
+
 def test_order_by_nulls_last_and_limit_ties_by_key() -> None:
     records = [{"k": k, "v": v} for k, v in [("a", 1), ("b", None), ("c", 3), ("d", 1), ("e", 3)]]
     q = "SELECT k, max(v) AS m, count(*) AS n FROM t GROUP BY k ORDER BY m {} LIMIT 4"
