@@ -2,9 +2,10 @@
 
 One click group. ``elf agent`` runs an agent daemon (config file, ``ELF_*`` environment and
 flags, in increasing precedence); ``elf cluster`` runs a local multi-process cluster on
-loopback; ``elf submit / jobs / stop / results / query / status`` talk to any agent's HTTP
-API (``--api`` or ``ELF_API``; token from ``--token``/``ELF_TOKEN`` or derived from the
-cluster secret file). Errors print one line naming what was wrong and exit non-zero.
+loopback; ``elf demo`` runs the main demo (``agent/demo.py``); ``elf submit / jobs / stop /
+results / query / status`` talk to any agent's HTTP API (``--api`` or ``ELF_API``; token from
+``--token``/``ELF_TOKEN`` or derived from the cluster secret file). Errors print one
+line naming what was wrong and exit non-zero.
 """
 
 from __future__ import annotations
@@ -92,6 +93,48 @@ def cluster(n: int, workdir: str | None, logical: int) -> None:
             local.procs[0].process.wait()
     finally:
         local.stop()
+
+
+@cli.command()
+@click.option("--agents", type=int, default=8, show_default=True, help="Agent processes.")
+@click.option(
+    "--duration", type=float, default=60.0, show_default=True, help="Seconds; 0 = until Ctrl-C."
+)
+@click.option(
+    "--dir", "workdir", type=click.Path(file_okay=False), help="Work dir (default: temp)."
+)
+@click.option("--epoch-seconds", type=float, default=2.0, show_default=True, help="Epoch length.")
+@click.option("--rate", type=float, default=100.0, show_default=True, help="Events/s per agent.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--no-spark", is_flag=True, help="Skip the final Spark join.")
+@click.option("--plain", is_flag=True, help="Plain periodic lines instead of the live view.")
+def demo(
+    agents: int,
+    duration: float,
+    workdir: str | None,
+    epoch_seconds: float,
+    rate: float,
+    seed: int,
+    no_spark: bool,
+    plain: bool,
+) -> None:
+    """The main demo: a local cluster, live streams, four apps, a runtime change, Spark."""
+    from agent.demo import DemoConfig, run_demo
+
+    try:
+        config = DemoConfig(
+            agents=agents,
+            duration=duration,
+            workdir=Path(workdir) if workdir else None,
+            epoch_seconds=epoch_seconds,
+            rate=rate,
+            spark=not no_spark,
+            seed=seed,
+            live=False if plain else None,
+        )
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(run_demo(config))
 
 
 def _client(api: str, token: str | None, secret_file: str | None) -> ApiClient:
