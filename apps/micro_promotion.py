@@ -23,8 +23,9 @@ Job class ``"micro-promotion"`` over clickstream records (``agent.workload`` sch
   down the job's tree. ``spec.trees`` must be 1 (the master ranks every key). A late
   contribution the runtime folds into an epoch after completing it is in the results API, not
   in the promotion already sent.
-* every agent (the master included) keeps the newest promotion it received (an older epoch
-  arriving late is ignored) and answers, with no network hop,
+* every agent of the job's tree (each agent with one of its inputs, the master included) keeps
+  the newest promotion it received (an older epoch arriving late is ignored) and answers, with
+  no network hop,
   ``GET /api/v1/jobs/{name}/local?product=P`` (:meth:`MicroPromotion.local_query`):
   ``{"product", "promoted", "rank" (1-based or None), "clicks", "epoch", "window"}``; without
   ``product`` it returns ``{"epoch", "window", "top"}``. Before the first promotion ``epoch``

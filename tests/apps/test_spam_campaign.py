@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from app_helpers import AGENTS, ref_spam, wait_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.job import create_job, job_class, parse_spec
 from agent.worker import Worker
@@ -55,6 +57,15 @@ def test_map_matches_words_and_the_zoom_filter() -> None:
     assert zoom.map_keys(tweet) == []  # no followers count: fails the bound
     custom = make(params={"words": ["Coin"]})
     assert custom.map_keys({**tweet, "text": "this coin will 100x"}) == ["u1"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="abcdefSALEfre _-!,.9\n", max_size=60))
+def test_word_matching_agrees_with_a_reference_tokenizer(text: str) -> None:
+    job = make(params={"words": ["sale", "free"]})
+    tweet = {"ts": 1, "user_id": "u1", "text": text}
+    want = ref_spam([tweet], ["sale", "free"], 1, 1) == [{"user": "u1", "tweets": 1}]
+    assert job.map_keys(tweet) == (["u1"] if want else [])
 
 
 @pytest.mark.parametrize(
