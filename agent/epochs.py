@@ -125,6 +125,11 @@ class EpochClock:
         self._assigned += 1
         return epoch
 
+    def touch(self) -> None:
+        """Input arrived that holds no record for this clock (lines a prefilter skipped): the
+        source is active for the idle clock; the watermark does not move."""
+        self._last_arrival = self._clock()
+
     # ---- watermark ------------------------------------------------------------------------
     def _raise_watermark(self, value: float) -> None:
         if value > self._watermark:

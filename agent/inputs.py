@@ -57,8 +57,15 @@ from agent.records import LineParser, Quarantine, RecordError, RecordValidator
 
 if TYPE_CHECKING:
     from agent.config import InputConfig
+    from agent.fastpath import LinePrefilter
 
 Record = dict[str, Any]
+
+
+class RecordBatch(list[Record]):
+    """The records of one ``poll``; ``skipped``: lines a prefilter skipped unparsed."""
+
+    skipped: int = 0
 
 
 @runtime_checkable
@@ -108,6 +115,10 @@ class FileTail:
         self._skipping = False  # inside an over-long line: drop bytes until its newline
         self._line_no = 0
         self._closed = False
+        #: optional :class:`~agent.fastpath.LinePrefilter`: lines no job can match are skipped
+        #: unparsed (counted in ``prefiltered``; the runtime installs it)
+        self.prefilter: LinePrefilter | None = None
+        self._skipped = 0
         self.counters = {
             "lines": 0,
             "records": 0,
@@ -116,6 +127,7 @@ class FileTail:
             "rotations": 0,
             "truncations": 0,
             "bytes": 0,
+            "prefiltered": 0,
         }
 
     # ---- opening --------------------------------------------------------------------------
@@ -146,12 +158,13 @@ class FileTail:
             self._f = None
 
     # ---- reading --------------------------------------------------------------------------
-    def poll(self) -> list[Record]:
+    def poll(self) -> RecordBatch:
         """Read and parse every complete line available now (up to ``read_size`` bytes per
-        file switch). Never raises on bad data; I/O errors leave the tail retrying."""
+        file switch). Never raises on bad data; I/O errors leave the tail retrying. The
+        batch's ``skipped`` is the number of lines the prefilter skipped."""
+        out = RecordBatch()
         if self._closed:
-            return []
-        out: list[Record] = []
+            return out
         if self._f is None and not self._open():
             return out
         try:
@@ -159,6 +172,7 @@ class FileTail:
         except OSError:
             self._close_file()  # retried on the next poll, resuming at _pos
             self._resume = {"inode": self._inode, "offset": self._pos, "line_no": self._line_no}
+        out.skipped, self._skipped = self._skipped, 0
         return out
 
     def _poll_into(self, out: list[Record]) -> None:
@@ -226,16 +240,17 @@ class FileTail:
         self._lines([line], out, self._pos)
 
     def _lines(self, lines: list[bytes], out: list[Record], base: int) -> None:
-        """Parse ``lines``; ``base`` is the file offset of the first (for dead letters)."""
+        """Parse ``lines``; ``base`` is the file offset of the first (for dead letters).
+        With a ``prefilter`` only the lines it keeps are parsed (the rest are counted)."""
         parse = self.parser.parse
         append = out.append
-        line_no = self._line_no
-        records = blank = 0
         limit = self.max_line_bytes
-        # offsets of rejected lines, computed lazily (amortized one pass over the batch)
-        off_index, off_value = 0, base
-        for i, line in enumerate(lines):
-            line_no += 1
+        kept = lines if self.prefilter is None else self.prefilter.select(lines)
+        records = blank = 0
+        # index in ``lines`` and file offset of rejected lines, found lazily (amortized one
+        # pass over the batch: kept lines are in order)
+        at, off_index, off_value = -1, 0, base
+        for j, line in enumerate(kept):
             if len(line) <= limit:
                 try:
                     append(parse(line))
@@ -250,22 +265,32 @@ class FileTail:
                     continue
             else:
                 reason, message = "line_too_long", f"line longer than {limit} bytes"
-            while off_index < i:
+            if kept is lines:
+                at = j
+            else:
+                at += 1
+                while lines[at] is not line:
+                    at += 1
+            while off_index < at:
                 off_value += len(lines[off_index]) + 1
                 off_index += 1
             self.counters["rejected"] += 1
             self.quarantine.add(
                 self.name,
-                line_no,
+                self._line_no + at + 1,
                 reason,
                 line[:800] if reason == "line_too_long" else line,
                 offset=off_value,
                 message=message,
             )
-        self._line_no = line_no
+        self._line_no += len(lines)
         self.counters["lines"] += len(lines)
         self.counters["records"] += records
         self.counters["blank_lines"] += blank
+        skipped = len(lines) - len(kept)
+        if skipped:
+            self.counters["prefiltered"] += skipped
+            self._skipped += skipped
 
     async def batches(self) -> AsyncIterator[list[Record]]:
         """Non-empty record batches as they arrive; sleeps ``poll_interval`` when idle."""

@@ -179,9 +179,10 @@ class JobRuntime:
             return
         if self.worker is not None:
             for name, records in batches.items():
-                if records:
+                skipped = getattr(records, "skipped", 0)  # lines a prefilter skipped
+                if records or skipped:
                     ts_field = self.agent.input_configs[name].timestamp_field
-                    self.worker.process(records, ts_field=ts_field)
+                    self.worker.process(records, ts_field=ts_field, skipped=skipped)
             self._close_epochs()
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:

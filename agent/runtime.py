@@ -29,6 +29,7 @@ from aiohttp import web
 from agent.changes import parse_change
 from agent.config import AgentConfig, InputConfig
 from agent.errors import AgentError, BadRequest, Conflict, NotFound, Unavailable
+from agent.fastpath import install_prefilters
 from agent.http_api import HttpApi
 from agent.inputs import FileTail, IngestQueue, StreamInput, open_input
 from agent.job import load_entry_points, maybe_await, parse_spec
@@ -258,6 +259,7 @@ class Agent:
         wanted = {name for runtime in self.runtimes.values() for name in runtime.inputs}
         if only is not None:
             wanted &= only
+        install_prefilters(self.inputs, self.input_configs, self.runtimes.values())
         batches = {name: self.inputs[name].poll() for name in wanted}
         now = time.time()
         for runtime in list(self.runtimes.values()):

@@ -32,6 +32,7 @@ Execution models (``spec.mode``):
   master fed back (``{"kind": "feedback", ...}`` multicast, see :meth:`Worker.on_multicast`).
 
 Counters (``stats()``): ``records_in``, ``records_accepted``, ``pairs_out``, ``map_errors``,
+``prefiltered`` (lines skipped unparsed by the input's prefilter, see :mod:`agent.fastpath`),
 ``bad_records`` (no/invalid timestamp), ``late_dropped``, ``future_dropped`` (from the clock),
 ``epochs_emitted``, ``empty_epochs``, ``open_epochs``. (Splitting a snapshot among the job's
 m trees is ``Snapshot.split_by_hash(m)``.) A ``map`` that raises, or yields a pair
@@ -154,16 +155,28 @@ class Worker:
             "bad_records": 0,
             "epochs_emitted": 0,
             "empty_epochs": 0,
+            "prefiltered": 0,
         }
 
     # ---- input ----------------------------------------------------------------------------
-    def process(self, records: Iterable[dict[str, Any]], ts_field: str | None = None) -> int:
+    def process(
+        self,
+        records: Iterable[dict[str, Any]],
+        ts_field: str | None = None,
+        *,
+        skipped: int = 0,
+    ) -> int:
         """Map and insert ``records``; returns how many were accepted (not late, no error).
 
         ``ts_field`` names the timestamp field of these records (default: the worker's, from
         the constructor, else ``spec.params["ts_field"]``, else ``"ts"``): pass the input's
-        when inputs use different fields.
+        when inputs use different fields. ``skipped``: lines the input's prefilter skipped
+        unparsed before these records (:mod:`agent.fastpath`): counted in ``prefiltered``;
+        they keep the source active for the idle clock but never move the watermark.
         """
+        if skipped:
+            self.counters["prefiltered"] += skipped
+            self.clock.touch()
         pending: dict[int, list[Any]] = {}
         assign = self.clock.assign
         keys_only = type(self.job).map_keys is not Job.map_keys
