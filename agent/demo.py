@@ -226,6 +226,7 @@ class DemoState:
     config: DemoConfig
     workdir: Path
     started: float = field(default_factory=time.monotonic)
+    run_started: float | None = None  # when the feed started (the duration counts from here)
     phase: str = "starting"
     jobs: dict[str, JobView] = field(default_factory=lambda: {j: JobView() for j in JOBS})
     promoted: dict[str, Any] = field(default_factory=dict)  # one agent's local copy
@@ -241,6 +242,11 @@ class DemoState:
     @property
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    @property
+    def running(self) -> float:
+        """Seconds since the feed started (0 before)."""
+        return 0.0 if self.run_started is None else time.monotonic() - self.run_started
 
     feed_error_shown: bool = False
 
@@ -582,7 +588,7 @@ def render(demo: Demo) -> Any:
     scale = PAPER_EPOCH_SECONDS / cfg.epoch_seconds
     head = Text.assemble(
         ("ELF demo", "bold magenta"),
-        f"  {cfg.agents} agents on loopback · {st.phase} · t={st.elapsed:.0f}{total} s · ",
+        f"  {cfg.agents} agents on loopback · {st.phase} · t={st.running:.0f}{total} s · ",
         f"events written: {st.written.get('clicks', 0)} clicks, "
         f"{st.written.get('tweets', 0)} tweets\n",
         (
@@ -629,7 +635,8 @@ def summary_lines(demo: Demo) -> list[str]:
     st = demo.state
     lines = ["", f"== ELF demo summary ({'interrupted' if st.interrupted else 'done'}) =="]
     lines.append(
-        f"ran {st.elapsed:.0f} s on {demo.config.agents} agents; events written: "
+        f"{st.running:.0f} s of live streams ({st.elapsed:.0f} s in all) on "
+        f"{demo.config.agents} agents; events written: "
         f"{st.written.get('clicks', 0)} clicks, {st.written.get('tweets', 0)} tweets"
     )
     for name in DATA_JOBS:
@@ -697,7 +704,7 @@ def run_demo(config: DemoConfig) -> int:
             f"30 s / 300 s scaled down)"
         )
         demo.start_feed()
-        st.phase = "running"
+        st.phase, st.run_started = "running", time.monotonic()
         _drive(demo, console, live_view)
         st.phase = "draining"
         say("stopping the event feed; waiting for the last epochs ...")

@@ -1,0 +1,134 @@
+"""``elf demo`` end to end: a real 3-agent run (plain output), every app's results, the runtime
+change, the lake; Ctrl-C (SIGINT) stops it with no agent process left; the Spark join (slow).
+
+The run's output is checked against what the demo promises on screen; the lake is checked
+independently by reading its Parquet files with pyarrow (every data job wrote epochs, and the
+micro-promotion clicks there are products of the "Video Games" directory of the catalogue
+the demo generated).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agent.demo import DATA_JOBS, PRODUCTS, DemoConfig, job_specs
+from agent.workload import make_catalogue
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _demo(workdir: Path, *extra: str) -> subprocess.Popen[str]:
+    args = [sys.executable, "-m", "agent.cli", "demo", "--agents", "3", "--dir", str(workdir)]
+    args += ["--epoch-seconds", "1", "--plain", *extra]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _agent_pids(workdir: Path) -> list[int]:
+    """Live processes running an agent of this demo (their args name its secret file)."""
+    secret = str(workdir / "cluster" / "secret")
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        cmd = p.info["cmdline"] or []
+        if secret in cmd and p.info["status"] != psutil.STATUS_ZOMBIE:
+            out.append(p.info["pid"])
+    return out
+
+
+def _lake_tables(workdir: Path) -> dict[str, list[dict]]:
+    import pyarrow.parquet as pq
+
+    tables: dict[str, list[dict]] = {}
+    for f in sorted((workdir / "lake").rglob("*.parquet")):
+        job = f.relative_to(workdir / "lake").parts[0].removeprefix("job=")
+        tables.setdefault(job, []).extend(pq.read_table(f).to_pylist())
+    return tables
+
+
+def test_specs_share_the_start_epoch_and_windows() -> None:
+    specs = {s["name"]: s for s in job_specs(2.0, 100)}
+    assert set(specs) == {*DATA_JOBS, "sale-prediction"}
+    for name in DATA_JOBS:
+        assert specs[name]["start_epoch"] == 100 and specs[name]["epoch_seconds"] == 2.0
+    assert specs["sale-prediction"]["inputs"] == ["none"]
+    with pytest.raises(ValueError, match="--agents"):
+        DemoConfig(agents=0)
+    with pytest.raises(ValueError, match="--rate"):
+        DemoConfig(rate=0)
+
+
+def test_demo_runs_every_app_changes_a_filter_and_fills_the_lake(tmp_path: Path) -> None:
+    proc = _demo(tmp_path, "--duration", "10", "--no-spark")
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out
+    for job in DATA_JOBS:
+        results = re.findall(rf"result {job} epoch=(\d+) epochs=(\d+) agents=3 ", out)
+        assert results, f"no result line for {job}:\n{out}"
+        assert max(int(n) for _, n in results) >= 5
+    assert re.search(r"result sale-prediction: P\d{6} → (HIGH|MEDIUM|LOW) \(", out), out
+    change = re.search(
+        r"runtime change of spam-campaign .* applied on 3 agents in ([\d.]+) ms", out
+    )
+    assert change, out
+    # after the zoom every reported spam user passes it: bots or users without a location
+    assert "filter=zoomed: location none, followers <= 30" in out
+    assert "== ELF demo summary (done) ==" in out
+    assert "Spark step skipped (--no-spark)" in out
+
+    tables = _lake_tables(tmp_path)
+    assert set(DATA_JOBS) <= set(tables), sorted(tables)
+    video_games = {
+        p["product_id"] for p in make_catalogue(PRODUCTS) if p["directory"] == "Video Games"
+    }
+    promo = [r for r in tables["micro-promotion"] if r.get("key") is not None]
+    assert promo and {r["key"] for r in promo} <= video_games
+    epochs = {r["epoch"] for rows in tables.values() for r in rows}
+    assert len(epochs) >= 5
+    assert _agent_pids(tmp_path) == []
+
+
+def test_sigint_stops_the_demo_cleanly(tmp_path: Path) -> None:
+    proc = _demo(tmp_path, "--duration", "0", "--no-spark")
+    assert proc.stdout is not None
+    lines = []
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:  # wait for the first result line: the cluster is running
+        lines.append(line)
+        if line.split("] ", 1)[-1].startswith("result ") or time.monotonic() > deadline:
+            break
+    pids = _agent_pids(tmp_path)
+    assert len(pids) == 3, "".join(lines)
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    out = "".join(lines) + rest
+    assert proc.returncode == 130, out
+    assert "== ELF demo summary (interrupted) ==" in out
+    assert _agent_pids(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_demo_ends_with_the_spark_join(tmp_path: Path) -> None:
+    from spark_sink.session import java_version
+
+    proc = _demo(tmp_path, "--duration", "10")
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out
+    if java_version() is None:
+        assert "WARNING: Spark step skipped" in out
+        return
+    assert "Spark: promotion lift" in out, out
+    rows = re.findall(r"^\s+(\d+)\s+(P\d{6})\s", out, flags=re.M)
+    assert rows and [int(r) for r, _ in rows] == list(range(1, len(rows) + 1))
+    promoted = {r["key"] for r in _lake_tables(tmp_path)["micro-promotion"] if r.get("key")}
+    assert {p for _, p in rows} <= promoted
