@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.config import InputConfig, load_config
 from agent.deadletter import DeadLetterFile
@@ -273,3 +275,24 @@ def test_bad_input_configs(tmp_path: Path, inputs: list[dict[str, Any]], message
 def test_stdin_input_needs_a_single_logical_agent() -> None:
     with pytest.raises(ConfigError, match="logical_agents = 1"):
         load_config(env=SECRET, overrides={"inputs": ("in:raw=-",), "logical_agents": 2})
+
+
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(0, 20_000), max_size=12), seed=st.integers(0, 1000))
+def test_nginx_tail_yields_every_event_whatever_the_write_boundaries(
+    tmp_path_factory: pytest.TempPathFactory, cuts: list[int], seed: int
+) -> None:
+    path = tmp_path_factory.mktemp("tail") / "access.log"
+    events = clicks(60, seed=seed)
+    data = "".join(access_line(e) + "\n" for e in events).encode()
+    tail = FileTail(path, parser=AccessLogParser())
+    got: list[dict[str, Any]] = []
+    prev = 0
+    for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
+        with open(path, "ab") as f:
+            f.write(data[prev:cut])
+        prev = max(prev, cut)
+        got.extend(tail.poll())
+    got.extend(drain(tail, len(events) - len(got)))
+    assert Counter(map(key, got)) == want_keys(events)
+    tail.close()

@@ -4,6 +4,7 @@ by the real parsers, catalogue files, rotation, pacing, posting, and ``elf gener
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 import random
@@ -13,8 +14,10 @@ from typing import Any
 
 import orjson
 import pytest
+from agent_helpers import running_agents
 from click.testing import CliRunner
 
+from agent.api_client import ApiClient
 from agent.cli import cli
 from agent.formats import AccessLogParser
 from agent.workload import (
@@ -192,3 +195,14 @@ def test_elf_generate_command(tmp_path: Path) -> None:
     assert n == 200 and (tmp_path / "access.log.1").exists()
     res = runner.invoke(cli, ["generate", "tweets", "-n", "5", "--format", "nginx"])
     assert res.exit_code != 0 and "clicks only" in res.output
+
+
+async def test_post_lines_to_a_real_agent_ingest_endpoint() -> None:
+    clicks = ClickstreamGenerator(seed=9, start=START).take(2500)
+    lines = [json.dumps(c) for c in clicks] + ["not json"]
+    async with running_agents(1) as agents:
+        client = ApiClient(agents[0].api.url, agents[0].config.api_token)
+        totals = await asyncio.to_thread(post_lines, lines, client, "ingest", batch=1000)
+        assert totals == {"accepted": 2500, "rejected": 1, "batches": 3, "retries": 0}
+        queued = agents[0].inputs["ingest"].poll()
+        assert [r["user_id"] for r in queued] == [c["user_id"] for c in clicks]
