@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -528,6 +529,8 @@ def _fmt_rows(name: str, rows: list[Any], n: int = 5) -> str:
         bundles = [r for r in rows if isinstance(r, dict)]
         sizes = sorted((int(r.get("size") or 0) for r in bundles), reverse=True)
         biggest = max(bundles, key=lambda r: r.get("size") or 0, default=None)
+        if not bundles:
+            return "no bundles in this window"
         text = f"{len(bundles)} bundles, sizes {sizes[:6]}"
         if biggest is not None:
             text += f"; largest: {' + '.join(map(str, biggest.get('products', [])[:6]))}"
@@ -579,6 +582,7 @@ def plain_lines(demo: Demo) -> list[str]:
 def render(demo: Demo) -> Any:
     """The rich renderable of the live view."""
     from rich.console import Group
+    from rich.markup import escape as esc
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
@@ -604,18 +608,20 @@ def render(demo: Demo) -> Any:
     table.add_column("done", justify="right")
     table.add_column("agents", justify="right")
     table.add_column("multicast", justify="right")
-    table.add_column("latest result")
+    table.add_column("latest result", ratio=1)
     for name in DATA_JOBS:
         v = st.jobs[name]
         if name == PROMOTION:
-            body = "promoted: " + (_fmt_rows(name, st.promoted.get("top") or []) or "-")
-            body += f"\n[dim]{v.note}[/dim]" if v.note else ""
+            body = "promoted: " + esc(_fmt_rows(name, st.promoted.get("top") or []) or "-")
+            body += f"\n[dim]{esc(v.note)}[/dim]" if v.note else ""
         elif name == SPAM:
-            body = f"[yellow]filter: {st.spam_filter}[/yellow]\n" + (_fmt_rows(name, v.rows) or "-")
+            body = f"[yellow]filter: {st.spam_filter}[/yellow]\n" + esc(
+                _fmt_rows(name, v.rows) or "-"
+            )
         else:
-            body = _fmt_rows(name, v.rows) or "-"
+            body = esc(_fmt_rows(name, v.rows) or "-")
         if v.error:
-            body = f"[dim]{v.error}[/dim]"
+            body = f"[dim]{esc(v.error)}[/dim]"
         table.add_row(
             name,
             "-" if v.epoch is None else str(v.epoch),
@@ -625,8 +631,8 @@ def render(demo: Demo) -> Any:
             body,
         )
     pred = st.jobs[PREDICTION].error or _prediction_text(st.prediction)
-    table.add_row(PREDICTION, "", "", "master", "", f"asks both masters: {pred}")
-    log = Panel("\n".join(st.history[-6:]) or "-", title="events", title_align="left")
+    table.add_row(PREDICTION, "", "", "master", "", f"asks both masters: {esc(pred)}")
+    log = Panel(Text("\n".join(st.history[-6:]) or "-"), title="events", title_align="left")
     return Group(head, table, log)
 
 
@@ -689,7 +695,7 @@ def run_demo(config: DemoConfig) -> int:
 
     console = Console(highlight=False)
     live_view = console.is_terminal if config.live is None else config.live
-    demo = Demo(config, out=console.print if live_view else print)
+    demo = Demo(config, out=partial(console.print, markup=False) if live_view else print)
     st = demo.state
     say = demo.out
     code = 0
