@@ -15,8 +15,11 @@ Contract (see ``docs/spark-sink.md``)::
   epoch delivered) and ``incompleteTimeout`` (seconds, default 300).
 * **Schema**: the union of the files' schemas (:func:`spark_sink.lake.unified_schema`), fixed
   columns first; a column whose every value is null is typed string.
-* **Batch**: one input partition per file; each yields Arrow record batches conformed to the
-  schema.
+* **Batch**: the selected files, grouped into at most ``maxPartitions`` (16) input
+  partitions of consecutive epochs; each yields Arrow record batches conformed to the schema.
+  Filters are not pushed down (a reader implementing ``pushFilters`` fails on sessions where
+  ``spark.sql.python.filterPushdown.enabled`` is off); ``startEpoch`` / ``endEpoch`` prune
+  files instead.
 * **Streaming**: the offset is ``{"epoch": n}``, the last epoch delivered (inclusive).
   ``latestOffset`` advances over epochs in order while each is *complete* (all m tree files
   present); an incomplete epoch holds the stream back until it completes or its oldest file is
@@ -47,6 +50,7 @@ from pyspark.sql.types import StructType
 from spark_sink.lake import Lake, LakeError, LakeFile, complete_epochs, conform, read_schema
 
 NAME = "elf"
+MAX_PARTITIONS = 16  # files of a read are grouped into at most this many tasks
 
 
 class OptionError(ValueError):
@@ -54,11 +58,20 @@ class OptionError(ValueError):
 
 
 class FilePartition(InputPartition):
-    """One lake file to read."""
+    """Some lake files (consecutive epochs) read by one Spark task."""
 
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
-        self.path = path
+    def __init__(self, paths: list[str]) -> None:
+        super().__init__(paths)
+        self.paths = paths
+
+
+def group_files(paths: list[str], max_partitions: int) -> list[FilePartition]:
+    """At most ``max_partitions`` partitions of consecutive files (one file each when there
+    are few): many small epoch files cost one task each otherwise."""
+    if not paths:
+        return []
+    size = -(-len(paths) // max(1, max_partitions))
+    return [FilePartition(paths[i : i + size]) for i in range(0, len(paths), size)]
 
 
 def _lake(options: dict[str, str]) -> Lake:
@@ -107,7 +120,7 @@ class ElfDataSource(DataSource):
         # Spark passes option keys case-insensitively; normalise the ones we read
         lower = {k.lower(): v for k, v in self.opts.items()}
         for key in ("job", "lake", "path", "startEpoch", "endEpoch", "completeOnly",
-                    "startingEpoch", "incompleteTimeout"):  # fmt: skip
+                    "startingEpoch", "incompleteTimeout", "maxPartitions"):  # fmt: skip
             if key.lower() in lower:
                 self.opts[key] = lower[key.lower()]
         self.lake = _lake(self.opts)
@@ -171,14 +184,17 @@ class ElfBatchReader(DataSourceReader):
                 mine = [f for f in files if f.job == job]
                 done.update({(job, e): ok for e, ok in complete_epochs(mine).items()})
             files = [f for f in files if done[(f.job, f.epoch)]]
-        self.paths = [f.path for f in files]
+        self.files = [(f.epoch, f.path) for f in files]
+        self.max_partitions = _int_option(source.opts, "maxPartitions") or MAX_PARTITIONS
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [FilePartition(p) for p in self.paths]
+        paths = [p for _, p in self.files]
+        return group_files(paths, self.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilePartition)
-        yield from _read_file(self.lake, partition.path, self.schema)
+        for path in partition.paths:
+            yield from _read_file(self.lake, path, self.schema)
 
 
 class ElfStreamReader(DataSourceStreamReader):
@@ -193,6 +209,7 @@ class ElfStreamReader(DataSourceStreamReader):
             raise OptionError(
                 f"elf: startingEpoch must be earliest, latest or an epoch, got {self.starting!r}"
             )
+        self.max_partitions = _int_option(source.opts, "maxPartitions") or MAX_PARTITIONS
         try:
             self.incomplete_timeout = float(source.opts.get("incompleteTimeout", "300"))
         except ValueError:
@@ -237,11 +254,13 @@ class ElfStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         lo, hi = int(start["epoch"]), int(end["epoch"])
-        return [FilePartition(f.path) for f in self._files() if lo < f.epoch <= hi]
+        paths = [f.path for f in self._files() if lo < f.epoch <= hi]
+        return group_files(paths, self.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilePartition)
-        yield from _read_file(self.lake, partition.path, self.schema)
+        for path in partition.paths:
+            yield from _read_file(self.lake, path, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the lake keeps every file."""

@@ -72,6 +72,8 @@ def test_views_and_plain_parquet_reads(spark, tmp_path: Path):
     plain = read_parquet(spark, str(tmp_path), "wc")
     assert rows_of(plain) == want
     assert {r["hour"] for r in plain.select("hour").collect()} == {22}
+    one_task = spark.read.format("elf").option("job", "wc").option("maxPartitions", 1)
+    assert rows_of(one_task.load(str(tmp_path))) == want  # files grouped into one task
 
 
 def test_missing_lake_option_is_a_clear_error(spark, monkeypatch):
