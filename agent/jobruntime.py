@@ -556,6 +556,7 @@ class JobRuntime:
             "multicasts_received": len(self.multicasts),
             "multicast_stats": self.multicast_stats[-8:],
             "counters": dict(self.counters),
+            "lake": self.lake.stats() if self.lake is not None else None,
         }
 
     def timings(self, recent: int = 64) -> dict[str, Any]:

@@ -37,13 +37,12 @@ STOP_FLUSH_SECONDS = 10.0
 def writer_for(location: str, buffer_dir: str) -> LakeWriter:
     """The process-wide writer for (lake location, buffer directory)."""
     from spark_sink.buffer import LakeWriter
-    from spark_sink.lake import Lake
 
     key = (location, buffer_dir)
     with _LOCK:
         writer = _WRITERS.get(key)
         if writer is None:
-            writer = _WRITERS[key] = LakeWriter(Lake(location), buffer_dir)
+            writer = _WRITERS[key] = LakeWriter(location, buffer_dir)
         return writer
 
 

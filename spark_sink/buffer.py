@@ -36,11 +36,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_sink.lake import Lake, Rollup, rollup_table
+from spark_sink.lake import Lake, LakeError, Rollup, rollup_table
 
 log = logging.getLogger(__name__)
 
-LAKE_ERRORS = (OSError, pa.ArrowException)
+LAKE_ERRORS = (OSError, pa.ArrowException, LakeError)
 RollupSource = Rollup | Callable[[], Rollup]
 
 
@@ -49,7 +49,7 @@ class LakeWriter:
 
     def __init__(
         self,
-        lake: Lake,
+        lake: Lake | str,
         buffer_dir: str | Path,
         *,
         capacity: int = 10_000,
@@ -58,7 +58,8 @@ class LakeWriter:
         retry_max: float = 30.0,
         on_written: Callable[[Rollup, str], None] | None = None,
     ) -> None:
-        self.lake = lake
+        self.location = lake.location if isinstance(lake, Lake) else str(lake)
+        self._lake = lake if isinstance(lake, Lake) else None
         self.buffer_dir = Path(buffer_dir)
         self.buffer_dir.mkdir(parents=True, exist_ok=True)
         self.capacity = capacity
@@ -89,6 +90,12 @@ class LakeWriter:
         self._thread.start()
 
     # ---- public ------------------------------------------------------------------------------
+
+    def lake(self) -> Lake:
+        """The lake, opened on first use (opening a URI can fail like a write: buffered)."""
+        if self._lake is None:
+            self._lake = Lake(self.location)
+        return self._lake
 
     def submit(self, rollup: RollupSource) -> None:
         """Queue a rollup (or a zero-argument callable returning one) for writing."""
@@ -159,7 +166,7 @@ class LakeWriter:
             self._buffer(rollup, table)
             return
         try:
-            path = self.lake.write_table(table)
+            path = self.lake().write_table(table)
         except LAKE_ERRORS as exc:
             self._failed(exc)
             self._buffer(rollup, table)
@@ -179,7 +186,7 @@ class LakeWriter:
         if self.last_error is None:
             log.warning(
                 "lake %s unavailable (%r): buffering rollups in %s and retrying",
-                self.lake.location,
+                self.location,
                 exc,
                 self.buffer_dir,
             )
@@ -208,7 +215,7 @@ class LakeWriter:
                 rollup.job,
                 rollup.tree,
                 rollup.epoch,
-                self.lake.location,
+                self.location,
                 self.last_error,
             )
             return
@@ -238,7 +245,7 @@ class LakeWriter:
                 continue
             self._count("retried")
             try:
-                path = self.lake.write_table(table)
+                path = self.lake().write_table(table)
             except LAKE_ERRORS as exc:
                 self._count("retry_failures")
                 self._failed(exc)
@@ -247,7 +254,7 @@ class LakeWriter:
             self._pending -= 1
             self._written(None, path)
         if self.last_error is not None and not self.pending():
-            log.warning("lake %s available again: buffer flushed", self.lake.location)
+            log.warning("lake %s available again: buffer flushed", self.location)
             self.last_error = None
 
     def _count(self, what: str) -> None:

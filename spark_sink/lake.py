@@ -334,7 +334,7 @@ class Lake:
         elif "://" in self.location:
             try:
                 self.fs, self.root = pafs.FileSystem.from_uri(self.location)
-            except (pa.ArrowException, OSError, ValueError) as exc:
+            except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
                 raise LakeError(f"lake {self.location!r}: {exc}") from None
         else:
             import os

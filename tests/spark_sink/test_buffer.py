@@ -117,3 +117,13 @@ def test_duplicate_pushes_leave_one_copy(tmp_path: Path, n: int) -> None:
     assert writer.flush(10)
     assert lake_rows(lake) == Counter({(EPOCH, "a", 1): 1, (EPOCH, "b", 2): 1})
     writer.close()
+
+
+def test_a_lake_that_cannot_be_opened_is_buffered_like_an_unavailable_one(tmp_path: Path) -> None:
+    writer = LakeWriter("nosuchscheme://bucket/elf", tmp_path / "buf", retry_initial=60)
+    writer.submit(rollup(EPOCH, [("a", 1)]))
+    wait_until(lambda: writer.stats()["queued"] == 0)
+    stats = writer.stats()
+    assert (stats["pending"], stats["written"]) == (1, 0)
+    assert "nosuchscheme" in stats["last_error"]
+    writer.close(timeout=0.5)
