@@ -164,11 +164,20 @@ class LiveFeed(threading.Thread):
         self.written = {"clicks": 0, "tweets": 0}
         self.error: BaseException | None = None
         self._stop_event = threading.Event()
+        self.until: float | None = None  # no event at or after this time is written
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop now (events due so far are written)."""
         self._stop_event.set()
         if self.is_alive():
             self.join(timeout)
+
+    def finish_at(self, until: float, timeout: float = 10.0) -> None:
+        """Write every event before event time ``until`` (waiting for it), then stop."""
+        self.until = until
+        if self.is_alive():
+            self.join(max(0.0, until - time.time()) + timeout)
+        self.stop()
 
     def _streams(self, start: float) -> list[tuple[str, Iterator[dict[str, Any]], TextIO]]:
         streams = []
@@ -188,10 +197,12 @@ class LiveFeed(threading.Thread):
         try:
             while not self._stop_event.is_set():
                 now = time.time()
+                until = self.until
+                limit = now if until is None else min(now, until - 1e-6)
                 for n, (kind, events, out) in enumerate(streams):
                     lines = []
                     event = pending[n]
-                    while event["ts"] <= now:
+                    while event["ts"] <= limit:
                         lines.append(json_line(event))
                         event = next(events)
                     pending[n] = event
@@ -199,6 +210,8 @@ class LiveFeed(threading.Thread):
                         out.write("\n".join(lines) + "\n")
                         out.flush()
                         self.written[kind] += len(lines)
+                if until is not None and now >= until:
+                    return
                 self._stop_event.wait(self.tick)
         except BaseException as exc:  # shown on screen; the demo goes on without new data
             self.error = exc
@@ -323,8 +336,9 @@ class Demo:
         self.feed.start()
 
     # ---- polling --------------------------------------------------------------------------
-    def poll(self) -> None:
-        """One round of API calls that refreshes :attr:`state` (errors shown, never raised)."""
+    def poll(self, epoch: int | None = None) -> None:
+        """One round of API calls that refreshes :attr:`state` (errors shown, never raised);
+        the data jobs' results of ``epoch`` (default: the newest)."""
         self._tick += 1
         st = self.state
         if self.feed is not None:
@@ -336,9 +350,10 @@ class Demo:
         for name in DATA_JOBS:
             view = st.jobs[name]
             try:
-                res = client.results(name)
+                res = client.results(name, epoch)
             except ApiError as exc:
-                view.error = "waiting for the first epoch" if exc.status == 404 else str(exc)
+                wait = "the first epoch" if epoch is None else f"epoch {epoch}"
+                view.error = f"waiting for {wait}" if exc.status == 404 else str(exc)
                 continue
             view.error = ""
             if view.epoch != res.get("epoch"):
@@ -418,13 +433,13 @@ class Demo:
         )
 
     # ---- the end --------------------------------------------------------------------------
-    def wait_last_epochs(self, timeout: float) -> None:
-        """After the feed stopped: wait until every data job has the epoch of the last event."""
-        last = math.floor(time.time() / self.config.epoch_seconds)
+    def wait_last_epochs(self, last: int, timeout: float) -> None:
+        """After the feed stopped: wait until every data job has epoch ``last`` (the last one
+        with events) and show that epoch's results."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.poll()
-            if all((self.state.jobs[j].epoch or -1) >= last for j in DATA_JOBS):
+            self.poll(last)
+            if all(self.state.jobs[j].epoch == last for j in DATA_JOBS):
                 return
             time.sleep(min(0.5, self.config.epoch_seconds / 2))  # polling the masters
         self.state.log(f"stopped waiting for epoch {last} after {timeout:.0f} s")
@@ -714,9 +729,11 @@ def run_demo(config: DemoConfig) -> int:
         _drive(demo, console, live_view)
         st.phase = "draining"
         say("stopping the event feed; waiting for the last epochs ...")
+        e = config.epoch_seconds
+        last = math.floor(time.time() / e)  # the feed ends with this epoch: a full one
         if demo.feed is not None:
-            demo.feed.stop()
-        demo.wait_last_epochs(timeout=4 * config.epoch_seconds + 10)
+            demo.feed.finish_at((last + 1) * e)
+        demo.wait_last_epochs(last, timeout=4 * config.epoch_seconds + 10)
         if not live_view:
             for line in plain_lines(demo):
                 say(line)
