@@ -241,6 +241,7 @@ class DemoState:
     workdir: Path
     started: float = field(default_factory=time.monotonic)
     run_started: float | None = None  # when the feed started (the duration counts from here)
+    run_ended: float | None = None  # when it stopped
     phase: str = "starting"
     jobs: dict[str, JobView] = field(default_factory=lambda: {j: JobView() for j in JOBS})
     promoted: dict[str, Any] = field(default_factory=dict)  # one agent's local copy
@@ -260,7 +261,9 @@ class DemoState:
     @property
     def running(self) -> float:
         """Seconds since the feed started (0 before)."""
-        return 0.0 if self.run_started is None else time.monotonic() - self.run_started
+        if self.run_started is None:
+            return 0.0
+        return (self.run_ended or time.monotonic()) - self.run_started
 
     feed_error_shown: bool = False
 
@@ -454,6 +457,8 @@ class Demo:
             if self.feed is not None:
                 self.feed.stop()
                 self.state.written = dict(self.feed.written)
+                if self.state.run_started is not None and self.state.run_ended is None:
+                    self.state.run_ended = time.monotonic()
             if self.cluster is not None:
                 self.cluster.stop(timeout=20)
                 self.cluster = None
@@ -733,6 +738,7 @@ def run_demo(config: DemoConfig) -> int:
         last = math.floor(time.time() / e)  # the feed ends with this epoch: a full one
         if demo.feed is not None:
             demo.feed.finish_at((last + 1) * e)
+            st.run_ended = time.monotonic()
         demo.wait_last_epochs(last, timeout=4 * config.epoch_seconds + 10)
         if not live_view:
             for line in plain_lines(demo):
