@@ -45,6 +45,39 @@ class LinePrefilter:
             raise ValueError("all needles of one input must be of one format")
         self.escape = escapes.pop()
         self.select: Select = _compile(self.alternatives, self.escape)
+        #: one needle every kept line without the escape byte contains (None: several jobs
+        #: or no single-needle clause; then :meth:`scan` declines and lines are split)
+        self.scan_needle: bytes | None = None
+        if len(self.alternatives) == 1:
+            single = [c[0] for c in self.alternatives[0].clauses if len(c) == 1]
+            if single:
+                self.scan_needle = max(single, key=len)
+
+    def scan(self, buf: bytes, start: int, last_nl: int) -> tuple[list[int], list[bytes]] | None:
+        """The lines of ``buf[start:last_nl + 1]`` (newline-terminated) that :meth:`select`
+        keeps, as (start offsets, line bytes), found by searching the whole chunk for the
+        scan needle and the escape byte instead of splitting it into lines: only candidate
+        lines become objects. None when there is no scan needle (call :meth:`select`)."""
+        needle = self.scan_needle
+        if needle is None:
+            return None
+        find, rfind = buf.find, buf.rfind
+        end = last_nl + 1
+        starts: set[int] = set()
+        for token in (needle, self.escape):
+            i = find(token, start, end)
+            while i >= 0:
+                line_start = rfind(b"\n", start, i) + 1 or start
+                starts.add(line_start)
+                i = find(token, find(b"\n", i, end) + 1, end)
+        order = sorted(starts)
+        lines = [buf[s : find(b"\n", s, end)] for s in order]
+        kept = self.select(lines)
+        if len(kept) == len(lines):
+            return order, lines
+        keep = {id(x) for x in kept}
+        pairs = [(s, x) for s, x in zip(order, lines, strict=True) if id(x) in keep]
+        return [s for s, _ in pairs], [x for _, x in pairs]
 
     def may_match(self, line: bytes) -> bool:
         """Whether ``line`` is kept (the per-line reference of :meth:`select`)."""

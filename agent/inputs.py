@@ -207,15 +207,19 @@ class FileTail:
         buf = self._buf + data if self._buf else data
         last_nl = buf.rfind(b"\n")
         if last_nl >= 0:
-            lines = buf[:last_nl].split(b"\n")
-            base = self._pos
+            start = 0
             if self._skipping:  # the first piece ends an over-long line already quarantined
                 self._skipping = False
-                base += len(lines[0]) + 1
-                lines = lines[1:]
-            self._lines(lines, out, base)
+                start = buf.find(b"\n") + 1
+            found = None if self.prefilter is None else self.prefilter.scan(buf, start, last_nl)
+            if found is not None:  # the fast path: only candidate lines become objects
+                self._scanned(buf, start, last_nl, found, out)
+                rest = buf[last_nl + 1 :]
+            else:
+                lines = buf.split(b"\n")  # no copy of the chunk: the last piece is the rest
+                rest = lines.pop()
+                self._lines(lines[1:] if start else lines, out, self._pos + start)
             self._pos += last_nl + 1
-            rest = buf[last_nl + 1 :]
         else:
             rest = buf
         if len(rest) > self.max_line_bytes and not self._skipping:
@@ -235,6 +239,59 @@ class FileTail:
             self._pos += len(rest)
             rest = b""
         self._buf = rest
+
+    def _scanned(
+        self,
+        buf: bytes,
+        start: int,
+        last_nl: int,
+        found: tuple[list[int], list[bytes]],
+        out: list[Record],
+    ) -> None:
+        """Account for the lines of ``buf[start:last_nl + 1]`` of which only ``found`` (their
+        start offsets and bytes, from ``prefilter.scan``) may match: parse those, count the
+        rest as prefiltered (as :meth:`_lines` with a prefilter does, without splitting)."""
+        parse = self.parser.parse
+        append = out.append
+        limit = self.max_line_bytes
+        n = buf.count(b"\n", start, last_nl + 1)
+        records = blank = 0
+        at, index = start, 0  # line index of offset ``at``, found lazily for rejected lines
+        starts, kept = found
+        for pos, line in zip(starts, kept, strict=True):
+            if len(line) <= limit:
+                try:
+                    append(parse(line))
+                    records += 1
+                    continue
+                except RecordError as exc:
+                    reason, message = exc.reason, str(exc)
+                except Exception as exc:  # a parser bug costs one line, never the tail
+                    reason, message = "parser_error", f"{type(exc).__name__}: {exc}"
+                if not line.strip():
+                    blank += 1
+                    continue
+            else:
+                reason, message = "line_too_long", f"line longer than {limit} bytes"
+            index += buf.count(b"\n", at, pos)
+            at = pos
+            self.counters["rejected"] += 1
+            self.quarantine.add(
+                self.name,
+                self._line_no + index + 1,
+                reason,
+                line[:800] if reason == "line_too_long" else line,
+                offset=self._pos + pos,
+                message=message,
+            )
+        self._line_no += n
+        self.counters["lines"] += n
+        self.counters["records"] += records
+        self.counters["blank_lines"] += blank
+        skipped = n - len(kept)
+        if skipped:
+            self.counters["prefiltered"] += skipped
+            self._skipped += skipped
 
     def _line(self, line: bytes, out: list[Record]) -> None:
         self._lines([line], out, self._pos)

@@ -219,13 +219,17 @@ def _lines(fmt: str, n: int, seed: int) -> list[bytes]:
     return lines
 
 
-def _run(path: Path, fmt: str, text: str, fast: bool) -> tuple[dict[int, dict], Worker, FileTail]:
+def _run(
+    path: Path, fmt: str, text: str, fast: bool, *, scan: bool = True
+) -> tuple[dict[int, dict], Worker, FileTail]:
     job = _job(text)
     worker = Worker(job, wall_clock=lambda: START)
     tail = FileTail(path, parser=make_parser(fmt), read_size=1 << 14)
     if fast:
         tail.prefilter = prefilter_for([job], fmt)
-        assert tail.prefilter is not None
+        assert tail.prefilter is not None and tail.prefilter.scan_needle is not None
+        if not scan:  # split every chunk and select (the path of several jobs)
+            tail.prefilter.scan_needle = None
     out: dict[int, dict] = {}
     while True:
         batch = tail.poll()
@@ -245,7 +249,18 @@ def test_fast_path_equals_slow_path_and_counter(tmp_path: Path, fmt: str) -> Non
     text = MICRO_JSON if fmt == "json" else MICRO_NGINX
     slow, ws, ts = _run(path, fmt, text, fast=False)
     fast, wf, tf = _run(path, fmt, text, fast=True)
-    assert fast == slow
+    split, _, tsplit = _run(path, fmt, text, fast=True, scan=False)
+    assert fast == slow == split
+    assert tf.counters == tsplit.counters
+    # the same bad lines quarantined at the same line numbers and offsets, by both fast paths;
+    # the slow path quarantines those and the bad lines that could not match anyway
+    seen = [(e["line_no"], e["offset"], e["reason"]) for e in tf.quarantine.entries()]
+    assert seen and seen == [
+        (e["line_no"], e["offset"], e["reason"]) for e in tsplit.quarantine.entries()
+    ]
+    assert set(seen) <= {(e["line_no"], e["offset"], e["reason"]) for e in ts.quarantine.entries()}
+    for line_no, offset, _ in seen:
+        assert lines[line_no - 1] == path.read_bytes()[offset:].split(b"\n", 1)[0]
     assert wf.stats()["late_dropped"] == ws.stats()["late_dropped"] == 0
     assert tf.counters["prefiltered"] > len(lines) // 2
     assert wf.counters["prefiltered"] == tf.counters["prefiltered"]
@@ -310,3 +325,34 @@ def test_skipped_lines_keep_the_source_active() -> None:
     now[0] += idle * 0.75
     assert not worker.clock.idle  # without the skipped lines it would be idle by now
     assert worker.stats()["prefiltered"] == 100
+
+
+LINE_TOKENS = [b'"click"', b'"Video Games"', b"click", b"\\", b"x", b" ", b'"', b"\xc3\xa9"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.lists(st.sampled_from(LINE_TOKENS), max_size=6).map(b"".join), max_size=12),
+    skip_first=st.booleans(),
+)
+def test_scan_equals_split_and_select(lines: list[bytes], skip_first: bool) -> None:
+    pre = prefilter_for([_job(MICRO_JSON)], "json")
+    assert pre is not None and pre.scan_needle == b'"Video Games"'
+    buf = b"".join(x + b"\n" for x in lines) + b"partial"
+    last_nl = buf.rfind(b"\n")
+    if last_nl < 0:
+        return
+    start = buf.find(b"\n") + 1 if skip_first else 0
+    found = pre.scan(buf, start, last_nl)
+    assert found is not None
+    starts, kept = found
+    want = [(i, x) for i, x in _offsets(buf[start : last_nl + 1], start) if pre.may_match(x)]
+    assert list(zip(starts, kept, strict=True)) == want
+
+
+def _offsets(text: bytes, base: int) -> list[tuple[int, bytes]]:
+    out, pos = [], base
+    for x in text.split(b"\n")[:-1]:
+        out.append((pos, x))
+        pos += len(x) + 1
+    return out
