@@ -143,6 +143,8 @@ def normalize(value: Any) -> Any:
 def _json_default(value: Any) -> Any:
     if isinstance(value, set | frozenset | bytes):
         return normalize(value)
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalars
+        return value.tolist()
     raise TypeError(type(value).__name__)
 
 
