@@ -172,7 +172,7 @@ def _call(fn: Any, *args: Any) -> None:
 @click.option("--job", "job_class", help="Registered job class, e.g. wordcount.")
 @click.option("--input", "inputs", multiple=True, help="Input name the job reads.")
 @click.option("--epoch-seconds", type=float, help="Epoch length in seconds.")
-@click.option("--param", "params", multiple=True, help="KEY=VALUE job parameter.")
+@click.option("--param", "params", multiple=True, help="KEY=VALUE job parameter (JSON value).")
 @click.option("--query", help="An ELF QL query, or a file holding one (with --name).")
 @_api_options
 def submit(
@@ -206,13 +206,13 @@ def submit(
     else:
         if not name or not job_class:
             raise click.ClickException("give a SPEC_FILE or both --name and --job")
-        spec = {"name": name, "job": job_class, "creator": os.environ.get("USER", "elf")}
+        spec = {"name": name, "job_class": job_class, "creator": os.environ.get("USER", "elf")}
         if inputs:
             spec["inputs"] = list(inputs)
         if epoch_seconds is not None:
             spec["epoch_seconds"] = epoch_seconds
         if params:
-            spec["params"] = dict(p.partition("=")[::2] for p in params)
+            spec["params"] = _key_values(params, "--param")
     _call(_client(api, token, secret_file).submit, spec)
 
 
@@ -229,6 +229,21 @@ def jobs(api: str, token: str | None, secret_file: str | None) -> None:
 def stop(name: str, api: str, token: str | None, secret_file: str | None) -> None:
     """Stop a job."""
     _call(_client(api, token, secret_file).stop_job, name)
+
+
+def _key_values(items: tuple[str, ...], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` flags as a dict; a VALUE that parses as JSON is that value (numbers,
+    booleans, lists), anything else is a string."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise click.ClickException(f"{flag} wants KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key] = text
+    return out
 
 
 @cli.command()
@@ -252,15 +267,7 @@ def change(
 ) -> None:
     """Change a running job without restarting it; prints when every agent applied it."""
     body: dict[str, Any] = {}
-    params: dict[str, Any] = {}
-    for item in sets:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise click.ClickException(f"--set wants KEY=JSON, got {item!r}")
-        try:
-            params[key] = json.loads(text)
-        except json.JSONDecodeError:
-            params[key] = text  # a bare word is a string
+    params = _key_values(sets, "--set")
     if params:
         body["params"] = params
     if query_text is not None:

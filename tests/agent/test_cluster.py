@@ -126,8 +126,12 @@ def test_wordcount_rolls_up_exactly_and_trees_are_shallow(cluster: Any) -> None:
     )
     assert info["agents_reached"] == AGENTS
     for epoch in range(base, base + 6):
-        wait_equal(lambda e=epoch: result_counter(local.client(rng.randrange(AGENTS)), "wc", e),
-                   expected.get(epoch, Counter()), 60, f"epoch {epoch}")
+        wait_equal(
+            lambda e=epoch: result_counter(local.client(rng.randrange(AGENTS)), "wc", e),
+            expected.get(epoch, Counter()),
+            60,
+            f"epoch {epoch}",
+        )
 
     # The job tree: one master, the XOR-closest agent; depth and fan-in as promised.
     tid = job_tree(local)
@@ -160,10 +164,10 @@ def test_wordcount_rolls_up_exactly_and_trees_are_shallow(cluster: Any) -> None:
     # spans every agent, each multicast's confirmation counts all of them.
     master_client = local.client(node_ids.index(roots[0]))
     wait_until(
-        lambda: [
-            m["reached"] for m in master_client.status()["jobs"]["wc"]["multicast_stats"]
-        ][-3:]
-        == [AGENTS] * 3,
+        lambda: (
+            [m["reached"] for m in master_client.status()["jobs"]["wc"]["multicast_stats"]][-3:]
+            == [AGENTS] * 3
+        ),
         30,
         "multicasts confirmed by every agent",
     )
@@ -205,9 +209,7 @@ def test_bad_requests_get_clear_4xx(cluster: Any) -> None:
 def test_master_hand_off_keeps_results_exact(cluster: Any) -> None:
     local, inputs = cluster
     tid = job_tree(local)
-    old_master = min(
-        (int(s["node_id"], 16) for s in statuses(local)), key=lambda n: n ^ tid
-    )
+    old_master = min((int(s["node_id"], 16) for s in statuses(local)), key=lambda n: n ^ tid)
     before = {}
     client = local.client(1)
     epochs = client.results("wc")["epoch"]
@@ -272,6 +274,26 @@ def test_cli_reads_jobs_results_and_status(cluster: Any) -> None:
     assert status.exit_code == 0 and json.loads(status.output)["jobs"]["wc"]["roles"]
     bad = runner.invoke(cli, ["results", "nope", *common])
     assert bad.exit_code != 0 and "404" in bad.output
+    # submit by flags, change at runtime, stop: the job table follows
+    sub = runner.invoke(
+        cli, ["submit", "--name", "wc2", "--job", "wordcount", "--param", "min_length=2", *common]
+    )
+    assert sub.exit_code == 0, sub.output
+    assert json.loads(sub.output)["version"] == 1
+    changed = runner.invoke(cli, ["change", "wc2", "--set", "min_length=4", *common])
+    assert changed.exit_code == 0, changed.output
+    assert json.loads(changed.output)["version"] == 2
+
+    def params_everywhere() -> bool:
+        specs = [
+            next(j for j in local.client(i).jobs() if j["name"] == "wc2")["spec"]
+            for i in range(len(local.procs))
+        ]
+        return all(spec["params"] == {"min_length": 4} for spec in specs)
+
+    wait_until(params_everywhere, 30, "the change in every agent's job table")
+    stop = runner.invoke(cli, ["stop", "wc2", *common])
+    assert stop.exit_code == 0 and json.loads(stop.output)["state"] == "stopped"
 
 
 def test_sigterm_leaves_gracefully_and_the_rest_keeps_exact_results(cluster: Any) -> None:
