@@ -246,14 +246,18 @@ class Agent:
 
     async def _tick_loop(self) -> None:
         while self._running:
+            busy = False
             try:
-                self._tick()
+                busy = self._tick()
             except Exception:  # a bug in one job must not stop the agent's clock
                 self.count("tick_errors")
                 log.exception("agent tick failed")
-            await asyncio.sleep(TICK_SECONDS)
+            # an input that had data may have more (a file tail reads a chunk per poll): tick
+            # again at once instead of capping ingest at a chunk per TICK_SECONDS
+            await asyncio.sleep(0 if busy else TICK_SECONDS)
 
-    def _tick(self, only: set[str] | None = None) -> None:
+    def _tick(self, only: set[str] | None = None) -> bool:
+        """Poll the inputs jobs read and feed the jobs; True when some input had data."""
         # Only inputs some job reads are polled: unread file data stays in the file and ingested
         # records stay queued (bounded) until a job that wants them arrives.
         wanted = {name for runtime in self.runtimes.values() for name in runtime.inputs}
@@ -266,6 +270,7 @@ class Agent:
             if only is None or wanted.intersection(runtime.inputs):
                 runtime.tick({name: batches.get(name, []) for name in runtime.inputs}, now)
         self.offsets.observe(self.inputs, wanted, list(self.runtimes.values()))
+        return any(b or getattr(b, "skipped", 0) for b in batches.values())
 
     # ---- the job table -------------------------------------------------------------------------
 
