@@ -150,8 +150,8 @@ def install_prefilters(
 ) -> None:
     """Set ``prefilter`` on every input that has one (file tails) from the jobs whose worker
     reads it (``runtime.inputs``, ``runtime.worker.job``); ``configs[name].format`` is the
-    input's format. Recomputed only when the set of jobs reading an input changes (a job
-    replaced by a runtime change is another object)."""
+    input's format. Recomputed only when the set of jobs reading an input, or one of their
+    specs (a runtime change), changes."""
     readers: dict[str, list[Any]] = {}
     for runtime in runtimes:
         worker = getattr(runtime, "worker", None)
@@ -163,14 +163,17 @@ def install_prefilters(
         if not hasattr(source, "prefilter"):
             continue
         jobs = readers.get(name, [])
+        # A runtime change re-runs setup() on the same job instance with a new spec (a new
+        # WHERE): the spec object is part of the key, so the needles follow the change.
+        key = tuple((job, getattr(job, "spec", None)) for job in jobs)
         cached = getattr(source, "_prefilter_jobs", None)
         if (
             cached is not None
-            and len(cached) == len(jobs)
-            and all(a is b for a, b in zip(cached, jobs, strict=True))
+            and len(cached) == len(key)
+            and all(a is b and s is t for (a, s), (b, t) in zip(cached, key, strict=True))
         ):
             continue
         cfg = configs.get(name)
         fmt = getattr(cfg, "format", None)
         source.prefilter = prefilter_for(jobs, fmt) if jobs and fmt else None
-        source._prefilter_jobs = tuple(jobs)
+        source._prefilter_jobs = key

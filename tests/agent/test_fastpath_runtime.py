@@ -76,3 +76,40 @@ async def test_runtime_prefilters_file_input_and_results_match(tmp_path: Path) -
         assert stats["quarantine"]["by_reason"] == {"bad_json": 1}  # "not json" was skipped
         worker = agent.runtimes["promo"].worker
         assert worker is not None and worker.counters["prefiltered"] == stats["prefiltered"]
+
+
+async def test_a_runtime_where_change_re_derives_the_prefilter(tmp_path: Path) -> None:
+    path = tmp_path / "clicks.jsonl"
+    path.write_bytes(b"")
+    query = "SELECT product, count(*) AS clicks FROM clicks WHERE action = 'click' GROUP BY product"
+    async with running_agents(1, inputs=[f"clicks:json={path}"]) as agents:
+        agent = agents[0]
+        e = math.floor(time.time()) + 2
+        await agent.submit(
+            spec_from_query("promo", "t", query, start_epoch=e, allowed_lateness=0.5)
+        )
+        await wait_for(lambda: "promo" in agent.runtimes, 20, "the job to start")
+        agent._tick()  # installs the prefilter for action = 'click'
+        assert agent.inputs["clicks"].prefilter is not None
+        await agent.change_job("promo", {"query": query.replace("'click'", "'buy'")})
+        records = [
+            {"ts": e + 0.25, "product": f"p{j % 3}", "action": a}
+            for j, a in enumerate(["click", "buy", "buy", "view"] * 10)
+        ]
+        with path.open("a") as f:
+            f.write("\n".join(json.dumps(r) for r in records) + "\n")
+            f.write(json.dumps({**records[1], "ts": e + 3}) + "\n")
+        want = Counter(r["product"] for r in records if r["action"] == "buy")
+
+        async def counts() -> Counter | None:
+            try:
+                res = await agent.results("promo", e)
+            except Exception:
+                return None
+            return (
+                Counter({r["product"]: r["clicks"] for r in res["rows"]})
+                if res["complete"]
+                else None
+            )
+
+        assert await wait_for(counts, 30, "the changed job's result") == want
