@@ -215,10 +215,12 @@ class JobRuntime:
 
     def offer_child(self, name: SnapshotName, snap: Snapshot) -> str:
         if self.worker is not None and not self._stopped:
-            # The child closed this epoch by the same clock as ours: close our own share now
-            # rather than at our next tick, which would hold the whole subtree back by up to
-            # a tick interval at every level.
-            self._close_epochs()
+            # The child closed this epoch by the same clock as ours: read our inputs and close
+            # our own share now rather than at our next tick, which would hold the whole
+            # subtree back by up to a tick interval at every level. (Reading first matters: a
+            # watermark advanced by the idle clock must not close an epoch whose records are
+            # waiting in the input.)
+            self.agent.tick_now(self.inputs)
         result = self.ensure_tree(name.tree).offer_child(name.sender, name.epoch, snap)
         if result != "stale":
             return result

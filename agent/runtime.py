@@ -256,6 +256,14 @@ class Agent:
             # again at once instead of capping ingest at a chunk per TICK_SECONDS
             await asyncio.sleep(0 if busy else TICK_SECONDS)
 
+    def tick_now(self, inputs: Sequence[str]) -> None:
+        """Run the jobs reading ``inputs`` now (read, process, close epochs), between ticks."""
+        try:
+            self._tick(set(inputs))
+        except Exception:
+            self.count("tick_errors")
+            log.exception("agent tick failed")
+
     def _tick(self, only: set[str] | None = None) -> bool:
         """Poll the inputs jobs read and feed the jobs; True when some input had data."""
         # Only inputs some job reads are polled: unread file data stays in the file and ingested
