@@ -208,12 +208,59 @@ class Worker:
         self.counters["records_in"] += n
         self.counters["records_accepted"] += accepted
         self.counters["bad_records"] += bad
+        self._insert_pending(pending, keys_only)
+        return accepted
+
+    def map_function(self) -> tuple[Callable[[dict[str, Any]], Any], bool]:
+        """The per-record function :meth:`process` applies and whether it yields keys only
+        (``job.map_keys``) rather than pairs (for :meth:`process_mapped`'s producers)."""
+        keys_only = type(self.job).map_keys is not Job.map_keys
+        return (self.job.map_keys if keys_only else self.job.map), keys_only
+
+    def process_mapped(
+        self, items: Iterable[tuple[Any, list[Any] | None, str | None]], *, keys_only: bool
+    ) -> int:
+        """As :meth:`process`, for records mapped elsewhere (another process, see
+        :mod:`agent.parallel`): ``items`` are ``(ts, out, error)`` per record in input order,
+        ``ts`` the record's timestamp field (None when missing), ``out`` what the function of
+        :meth:`map_function` returned (a list), ``error`` a description when it raised (then
+        ``out`` is None). Epochs, lateness and accounting are :meth:`process`'s, in the same
+        order: a record dropped as late or without a timestamp costs no map error."""
+        pending: dict[int, list[Any]] = {}
+        assign = self.clock.assign
+        accepted = n = bad = 0
+        last_epoch: int | None = None
+        slot: list[Any] = []
+        for ts, out, error in items:
+            n += 1
+            try:
+                epoch = assign(ts)
+            except (TypeError, ValueError):
+                bad += 1
+                continue
+            if epoch is None:
+                continue
+            if error is not None:
+                self._error("map", RuntimeError(error), {"ts": ts})
+                continue
+            accepted += 1
+            if out:
+                if epoch != last_epoch:
+                    last_epoch = epoch
+                    slot = pending.setdefault(epoch, [])
+                slot.extend(out)
+        self.counters["records_in"] += n
+        self.counters["records_accepted"] += accepted
+        self.counters["bad_records"] += bad
+        self._insert_pending(pending, keys_only)
+        return accepted
+
+    def _insert_pending(self, pending: dict[int, list[Any]], keys_only: bool) -> None:
         for epoch, items in pending.items():
             if keys_only:
                 self._insert(epoch, items, None)
             else:
                 self._insert(epoch, *self._columns(items))
-        return accepted
 
     def _columns(self, pairs: list[Any]) -> tuple[list[Any], list[Any] | None]:
         """Keys and values of ``pairs``; values None when they are all int 1 for ``count``

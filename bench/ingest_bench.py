@@ -10,6 +10,9 @@ line and its top-10 is the whole file's). Measured, in the same run:
   (1 MiB reads, ``bytes.split``) with the prefilter the runtime installs
   (:func:`agent.fastpath.prefilter_for`: the query's pushdown) → parser → ``Worker.process``
   (epoch clock, compiled QL map, CBT) → ``poll``/``finish`` (every epoch's window snapshot).
+* ``elf_fast_2proc`` — the same fast path using both cores (:mod:`agent.parallel`): chunks
+  are prefiltered, parsed and mapped on 2 worker processes; the epoch clock and the CBT run
+  here in line order (identical results). The pool is started before timing.
 * ``elf_slow`` — the same without the prefilter (every line parsed).
 * ``read_split_floor`` — only reading the file and splitting it into lines (what any path
   pays in Python).
@@ -55,6 +58,7 @@ from agent.fastpath import prefilter_for
 from agent.formats import make_parser
 from agent.inputs import FileTail
 from agent.job import create_job, parse_spec
+from agent.parallel import ParallelFileIngest
 from agent.qljob import spec_from_query
 from agent.worker import Worker
 from agent.workload import ClickstreamGenerator, access_line, json_line
@@ -155,6 +159,33 @@ def elf_run(path: Path, fmt: str, fast: bool) -> tuple[float, list[tuple[str, in
     window = dict(snaps)[WINDOW_EPOCH]
     rows = [(r["product"], r["clicks"]) for r in job.result_rows(window.items())]
     return elapsed, rows, {"worker": worker.counters, "tail": tail.counters, "cpu": cpu}
+
+
+def elf_parallel(
+    path: Path, fmt: str, processes: int
+) -> tuple[float, list[tuple[str, int]], dict[str, Any]]:
+    """The fast path on ``processes`` worker processes (agent.parallel): parse and map there,
+    clock and CBT here in line order. The pool is started and warmed before timing (an agent
+    keeps its processes); its start-up time is reported apart."""
+    spec = parse_spec(spec_from_query("micro", "bench", QUERIES[fmt]))
+    job = create_job(spec)
+    worker = Worker(job, wall_clock=lambda: START)
+    t0 = time.perf_counter()
+    ingest = ParallelFileIngest(path, worker, fmt, processes=processes)
+    try:
+        ingest.warm()
+        started = time.perf_counter() - t0
+        snaps: list[Any] = []
+        c0, t0 = time.process_time(), time.perf_counter()
+        ingest.run(snaps.extend)
+        snaps.extend(worker.finish())
+        elapsed = time.perf_counter() - t0
+        main_cpu = time.process_time() - c0
+    finally:
+        ingest.close()
+    window = dict(snaps)[WINDOW_EPOCH]
+    rows = [(r["product"], r["clicks"]) for r in job.result_rows(window.items())]
+    return elapsed, rows, {"pool_start_s": started, "main_cpu": main_cpu, **ingest.counters}
 
 
 def read_split_floor(path: Path) -> tuple[float, float]:
@@ -306,7 +337,16 @@ def bench_format(
         "elf_slow": {**_rates(n, s_s, s_counters["cpu"]), "top10_agrees": agrees(s_rows, ref)},
         "read_split_floor": _rates(n, floor_s, floor_cpu),
     }
-    out["fast_equals_slow"] = f_rows == s_rows
+    par = [elf_parallel(paths["file"], fmt, 2) for _ in range(repeats)]
+    p_s, p_rows, p_info = min(par, key=lambda r: r[0])
+    engines["elf_fast_2proc"] = {
+        "seconds": round(p_s, 3),
+        "lines_per_s": round(n / p_s),
+        "main_process_cpu_s": round(p_info["main_cpu"], 3),
+        "pool_start_s": round(p_info["pool_start_s"], 2),
+        "top10_agrees": agrees(p_rows, ref),
+    }
+    out["fast_equals_slow"] = f_rows == s_rows == p_rows
     out["top10"] = [f"{p}={c}" for p, c in f_rows]
     ratios: dict[str, Any] = {"elf_fast_vs_elf_slow": round(s_s / f_s, 2)}
     if spark is not None:
@@ -327,11 +367,14 @@ def bench_format(
             "spark_streaming": (st_s, st_cpu),
         }.items():
             ratios[f"elf_fast_vs_{name}"] = round(other_s / f_s, 2)
+            ratios[f"elf_fast_2proc_vs_{name}"] = round(other_s / p_s, 2)
             ratios[f"elf_fast_vs_{name}_per_cpu_s"] = round(other_cpu / f_counters["cpu"], 2)
             ratios[f"elf_slow_vs_{name}"] = round(other_s / s_s, 2)
     out["ratios"] = ratios
     out["engines"] = engines
-    out["goal_1m_lines_per_s_met"] = n / f_s >= 1_000_000
+    ratios["elf_fast_2proc_vs_elf_fast"] = round(f_s / p_s, 2)
+    out["best_elf_lines_per_s"] = round(n / min(f_s, p_s))
+    out["goal_1m_lines_per_s_met"] = n / min(f_s, p_s) >= 1_000_000
     return out
 
 
