@@ -271,6 +271,10 @@ class DemoState:
         self.history.append(f"[t={self.elapsed:5.1f}s] {text}")
 
 
+class ClusterGone(RuntimeError):
+    """Every agent process of the demo exited (killed, crashed, or stopped from outside)."""
+
+
 class Demo:
     """One demo run: cluster, feed, jobs, polling, runtime change, Spark (module contract)."""
 
@@ -287,6 +291,7 @@ class Demo:
         self.catalogue = make_catalogue(PRODUCTS, seed=config.seed)
         self._tick = 0
         self._agent_urls: list[str] = []
+        self._gone: set[int] = set()
 
     # ---- set-up ---------------------------------------------------------------------------
     def start_cluster(self) -> None:
@@ -311,6 +316,19 @@ class Demo:
         self.cluster.start(timeout=120)
         self._agent_urls = [p.api_url for p in self.cluster.procs]
         self.cluster.wait_settled(120)
+
+    def check_agents(self) -> None:
+        """Log agent processes that exited; :class:`ClusterGone` when none is left."""
+        if self.cluster is None:
+            return
+        gone = [p.index for p in self.cluster.procs if p.process.poll() is not None]
+        for i in gone:
+            if i not in self._gone:
+                self._gone.add(i)
+                code = self.cluster.procs[i].process.returncode
+                self.state.log(f"agent process {i} exited (code {code})")
+        if len(gone) == len(self.cluster.procs):
+            raise ClusterGone("every agent process exited; see cluster/agent-*/stderr.log")
 
     def client(self, index: int = 0, timeout: float = POLL_TIMEOUT) -> ApiClient:
         assert self.cluster is not None
@@ -341,9 +359,11 @@ class Demo:
     # ---- polling --------------------------------------------------------------------------
     def poll(self, epoch: int | None = None) -> None:
         """One round of API calls that refreshes :attr:`state` (errors shown, never raised);
-        the data jobs' results of ``epoch`` (default: the newest)."""
+        the data jobs' results of ``epoch`` (default: the newest). Raises
+        :class:`ClusterGone` when no agent process is left."""
         self._tick += 1
         st = self.state
+        self.check_agents()
         if self.feed is not None:
             st.written = dict(self.feed.written)
             if self.feed.error is not None and not st.feed_error_shown:
@@ -448,11 +468,11 @@ class Demo:
         self.state.log(f"stopped waiting for epoch {last} after {timeout:.0f} s")
 
     def stop(self) -> None:
-        """Stop the feed and the cluster (idempotent; SIGINT ignored while stopping)."""
-        previous = signal.getsignal(signal.SIGINT)
+        """Stop the feed and the cluster (idempotent; SIGINT and SIGTERM are ignored while
+        stopping, so a second Ctrl-C cannot leave agent processes behind)."""
         main = threading.current_thread() is threading.main_thread()
-        if main:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signals = (signal.SIGINT, signal.SIGTERM) if main else ()
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in signals}
         try:
             if self.feed is not None:
                 self.feed.stop()
@@ -463,8 +483,8 @@ class Demo:
                 self.cluster.stop(timeout=20)
                 self.cluster = None
         finally:
-            if main:
-                signal.signal(signal.SIGINT, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
     def lake_files(self) -> dict[str, int]:
         """Parquet files per job in the lake."""
@@ -709,8 +729,24 @@ def spark_lines(demo: Demo) -> list[str]:
 # ---- the driver ----------------------------------------------------------------------------
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run_demo(config: DemoConfig) -> int:
-    """Run the demo (module contract); returns the exit code."""
+    """Run the demo (module contract); returns the exit code. SIGINT and SIGTERM stop it
+    cleanly (also when the parent started it with SIGINT ignored)."""
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return _run(config)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    return _run(config)
+
+
+def _run(config: DemoConfig) -> int:
     from rich.console import Console
 
     console = Console(highlight=False)
@@ -746,6 +782,9 @@ def run_demo(config: DemoConfig) -> int:
     except KeyboardInterrupt:
         st.interrupted = True
         code = 130
+    except ClusterGone as exc:
+        say(f"ERROR: {exc}")
+        st.interrupted, code = True, 1
     except Exception as exc:
         say(f"ERROR: {exc}")
         code = 1
@@ -768,6 +807,8 @@ def run_demo(config: DemoConfig) -> int:
             code = 1
     elif not config.spark:
         say("Spark step skipped (--no-spark)")
+    else:
+        say("Spark step skipped: the run did not finish")
     return code
 
 

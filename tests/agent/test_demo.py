@@ -117,6 +117,32 @@ def test_sigint_stops_the_demo_cleanly(tmp_path: Path) -> None:
     assert _agent_pids(tmp_path) == []
 
 
+def _wait_first_result(proc: subprocess.Popen[str]) -> list[str]:
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.split("] ", 1)[-1].startswith("result "):
+            break
+    return lines
+
+
+@pytest.mark.slow
+def test_agents_dying_end_the_demo_with_an_error(tmp_path: Path) -> None:
+    proc = _demo(tmp_path, "--duration", "0")
+    lines = _wait_first_result(proc)
+    pids = _agent_pids(tmp_path)
+    assert len(pids) == 3, "".join(lines)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    rest, _ = proc.communicate(timeout=60)
+    out = "".join(lines) + rest
+    assert proc.returncode == 1, out
+    assert "ERROR: every agent process exited" in out
+    assert "Spark step skipped: the run did not finish" in out
+    assert _agent_pids(tmp_path) == []
+
+
 @pytest.mark.slow
 def test_demo_ends_with_the_spark_join(tmp_path: Path) -> None:
     from spark_sink.session import java_version
