@@ -165,6 +165,7 @@ class LiveFeed(threading.Thread):
         self.error: BaseException | None = None
         self._stop_event = threading.Event()
         self.until: float | None = None  # no event at or after this time is written
+        self.started_at: float | None = None  # the first events' time (set by run)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop now (events due so far are written)."""
@@ -192,7 +193,8 @@ class LiveFeed(threading.Thread):
         return streams
 
     def run(self) -> None:
-        streams = self._streams(time.time())
+        self.started_at = time.time()
+        streams = self._streams(self.started_at)
         pending = [next(events) for _, events, _ in streams]
         try:
             while not self._stop_event.is_set():
@@ -672,7 +674,7 @@ def render(demo: Demo) -> Any:
         )
     pred = st.jobs[PREDICTION].error or _prediction_text(st.prediction)
     table.add_row(PREDICTION, "", "", "master", "", f"asks both masters: {esc(pred)}")
-    log = Panel(Text("\n".join(st.history[-6:]) or "-"), title="events", title_align="left")
+    log = Panel(Text("\n".join(st.history[-4:]) or "-"), title="events", title_align="left")
     return Group(head, table, log)
 
 

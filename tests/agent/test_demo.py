@@ -9,6 +9,8 @@ the demo generated).
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import re
 import signal
@@ -20,8 +22,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.demo import DATA_JOBS, PRODUCTS, DemoConfig, job_specs
-from agent.workload import make_catalogue
+from agent.demo import (
+    CLICK_USERS,
+    DATA_JOBS,
+    PRODUCTS,
+    TWEET_USERS,
+    DemoConfig,
+    LiveFeed,
+    job_specs,
+)
+from agent.workload import ClickstreamGenerator, TweetGenerator, make_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,6 +76,43 @@ def test_specs_share_the_start_epoch_and_windows() -> None:
         DemoConfig(agents=0)
     with pytest.raises(ValueError, match="--rate"):
         DemoConfig(rate=0)
+
+
+def test_live_feed_writes_each_generator_stream_up_to_its_end(tmp_path: Path) -> None:
+    files = [(tmp_path / f"c{i}.jsonl", tmp_path / f"t{i}.jsonl") for i in range(2)]
+    catalogue = make_catalogue(50, seed=3)
+    feed = LiveFeed(files, catalogue, rate=400.0, seed=3, tick=0.02)
+    feed.start()
+    until = time.time() + 0.5
+    feed.finish_at(until)
+    assert not feed.is_alive() and feed.error is None and feed.started_at is not None
+    for i, (clicks, tweets) in enumerate(files):
+        seed = 3 * 1000 + i
+        gens = (
+            (
+                clicks,
+                ClickstreamGenerator(
+                    seed=seed,
+                    users=CLICK_USERS,
+                    rate=400.0,
+                    start=feed.started_at,
+                    catalogue=catalogue,
+                ),
+            ),
+            (
+                tweets,
+                TweetGenerator(seed=seed, users=TWEET_USERS, rate=400.0, start=feed.started_at),
+            ),
+        )
+        for path, gen in gens:
+            expected = list(itertools.takewhile(lambda e: e["ts"] < until, gen))
+            got = [json.loads(line) for line in path.read_text().splitlines()]
+            assert got == expected
+            assert len(got) > 50
+    assert feed.written == {
+        "clicks": sum(len(c.read_text().splitlines()) for c, _ in files),
+        "tweets": sum(len(t.read_text().splitlines()) for _, t in files),
+    }
 
 
 def test_demo_runs_every_app_changes_a_filter_and_fills_the_lake(tmp_path: Path) -> None:
