@@ -294,6 +294,7 @@ class Demo:
         self._tick = 0
         self._agent_urls: list[str] = []
         self._gone: set[int] = set()
+        self.files: list[tuple[Path, Path]] = []
 
     # ---- set-up ---------------------------------------------------------------------------
     def start_cluster(self) -> None:
@@ -336,6 +337,11 @@ class Demo:
         assert self.cluster is not None
         return ApiClient(self._agent_urls[index], self.cluster.token, timeout=timeout)
 
+    def alive(self, n: int) -> int:
+        """The index of the ``n``-th agent process still running (cycling), else ``n``."""
+        alive = [i for i in range(len(self._agent_urls)) if i not in self._gone]
+        return alive[n % len(alive)] if alive else n % max(1, len(self._agent_urls))
+
     def submit_jobs(self) -> None:
         e = self.config.epoch_seconds
         self.start_epoch = math.floor(time.time() / e) + 1
@@ -371,7 +377,7 @@ class Demo:
             if self.feed.error is not None and not st.feed_error_shown:
                 st.feed_error_shown = True
                 st.log(f"the event feed stopped: {self.feed.error!r}")
-        client = self.client(0)
+        client = self.client(self.alive(0))
         for name in DATA_JOBS:
             view = st.jobs[name]
             try:
@@ -392,7 +398,7 @@ class Demo:
 
     def _poll_promoted(self) -> None:
         st = self.state
-        index = self._tick % self.config.agents  # any agent answers from its own copy
+        index = self.alive(self._tick)  # any agent answers from its own copy
         try:
             local = self.client(index).local(PROMOTION)
         except ApiError as exc:
@@ -412,9 +418,7 @@ class Demo:
         product = top[(self._tick // 2) % min(len(top), 3)][0] if top else "P000001"
         t0 = time.monotonic()
         try:
-            reply = self.client(self._tick % self.config.agents).query(
-                PREDICTION, {"product": product}
-            )
+            reply = self.client(self.alive(self._tick)).query(PREDICTION, {"product": product})
         except ApiError as exc:
             st.jobs[PREDICTION].error = str(exc)
             return
@@ -445,7 +449,7 @@ class Demo:
         st = self.state
         st.log(f"changing {SPAM}'s filter at runtime: {ZOOM_TEXT}")
         try:
-            reply = self.client(0, timeout=30).change(SPAM, {"params": ZOOM})
+            reply = self.client(self.alive(0), timeout=30).change(SPAM, {"params": ZOOM})
         except ApiError as exc:
             st.log(f"runtime change failed: {exc}")
             st.change = {"error": str(exc)}
