@@ -17,6 +17,10 @@ agents):
 * ``filter`` — a new WHERE clause;
 * ``functions`` — new SELECT/GROUP BY expressions (new map functions, same aggregate).
 
+With ``--processes P`` (default: the number of cores) the same changes run again with the N
+agents spread over P real agent processes (as agents on separate hosts would be), timed
+through each agent's ``/api/v1/jobs/{name}/timings``.
+
 Baseline in the same run, on the same agents: what a system without runtime changes does —
 stop the job and submit the changed one, timed until every agent runs the new job.
 
@@ -140,11 +144,7 @@ async def run(n: int, repeats: int, baseline_repeats: int) -> dict[str, Any]:
         master = next(a for a in agents if a.runtimes["q"].is_master)
         asker = next(a for a in agents if a is not master)
         out: dict[str, Any] = {"agents": n}
-        kinds: dict[str, list[dict[str, Any]]] = {
-            "notify": [{"empty": True}] * repeats,
-            "filter": [{"query": QUERY.format(p="ab"[i % 2])} for i in range(1, repeats + 1)],
-            "functions": [{"query": FUNCTIONS[i % 2]} for i in range(repeats)],
-        }
+        kinds = change_kinds(repeats)
         for kind, bodies in kinds.items():
             applied, replies = [], []
             for body in bodies:
@@ -168,12 +168,94 @@ async def run(n: int, repeats: int, baseline_repeats: int) -> dict[str, Any]:
         await stop_agents(agents, timeout=60)
 
 
+def cluster_run(n: int, processes: int, repeats: int) -> dict[str, Any]:
+    """The same changes with the N agents spread over ``processes`` real ``elf agent``
+    processes (both cores, as agents on separate hosts would have); timings over the API."""
+    import tempfile
+    from pathlib import Path
+
+    from agent.api_client import ApiClient
+    from agent.cluster import LocalCluster
+
+    with tempfile.TemporaryDirectory(prefix="elf-change-bench-") as tmp:
+        local = LocalCluster(processes, Path(tmp), logical_agents=n // processes)
+        local.start(timeout=180)
+        try:
+            clients = [ApiClient(a["api_url"], local.token) for a in local.agents()]
+            sync_wait(lambda: spans_one_tree([c.status().get("jobs_tree") for c in clients]), 180)
+            clients[0].submit(spec_from_query("q", "bench", QUERY.format(p="a")))
+
+            def on_tree() -> bool:
+                for c in clients:
+                    trees = c.status()["jobs"].get("q", {}).get("trees", [])
+                    if not trees or trees[0]["state"] == "joining":
+                        return False
+                return True
+
+            sync_wait(on_tree, 120)
+            roles = [c.status()["jobs"]["q"]["roles"] for c in clients]
+            asker = next(c for c, r in zip(clients, roles, strict=True) if "master" not in r)
+            out: dict[str, Any] = {"agents": n, "processes": processes}
+            for kind, bodies in change_kinds(repeats).items():
+                applied, replies = [], []
+                for body in bodies:
+                    t0 = time.time()
+                    reply = asker.change("q", body)
+                    replies.append(1000 * (time.time() - t0))
+                    if reply["agents_reached"] != n:
+                        raise RuntimeError(f"change reached {reply['agents_reached']} of {n}")
+                    stamps = []
+                    for c in clients:
+                        t = c.timings("q")
+                        if "query" in body:
+                            got = [at for v, at in t["changes_applied"] if v == reply["version"]]
+                        else:
+                            got = [
+                                m["received_at"]
+                                for m in t["multicasts_received"]
+                                if m["kind"] == "change" and m["received_at"] >= t0
+                            ]
+                        stamps.append(min(got))
+                    applied.append(1000 * (max(stamps) - t0))
+                out[kind] = {
+                    "request_to_last_apply": summary(applied),
+                    "request_to_reply": summary(replies),
+                }
+            return out
+        finally:
+            local.stop(timeout=60)
+
+
+def change_kinds(repeats: int) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "notify": [{"empty": True}] * repeats,
+        "filter": [{"query": QUERY.format(p="ab"[i % 2])} for i in range(1, repeats + 1)],
+        "functions": [{"query": FUNCTIONS[i % 2]} for i in range(repeats)],
+    }
+
+
+def sync_wait(predicate: Any, timeout: float) -> None:
+    """Poll other processes' state until ``predicate()``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"condition not met in {timeout}s")
+        time.sleep(0.2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="32 agents, 5 changes per kind")
     parser.add_argument("--agents", type=int, help="logical agents (default 64; quick 32)")
     parser.add_argument("--repeats", type=int, help="changes per kind")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="also spread the agents over P processes (0: cores)",
+    )
     args = parser.parse_args()
+    processes = args.processes or os.cpu_count() or 2
     n = args.agents or (32 if args.quick else 64)
     repeats = args.repeats or (5 if args.quick else 20)
     out = {
@@ -185,6 +267,8 @@ def main() -> None:
         "paper_ms": {"notify": 10, "filter": 210, "functions": 600},
         "run": asyncio.run(run(n, repeats, 2 if args.quick else 3)),
     }
+    if processes > 1:
+        out["run_across_processes"] = cluster_run(n, processes, repeats)
     json.dump(out, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
