@@ -293,7 +293,7 @@ class Demo:
         self.catalogue = make_catalogue(PRODUCTS, seed=config.seed)
         self._tick = 0
         self._agent_urls: list[str] = []
-        self._gone: set[int] = set()
+        self._gone: set[int] = set()  # agent processes seen exited
         self.files: list[tuple[Path, Path]] = []
 
     # ---- set-up ---------------------------------------------------------------------------
@@ -698,6 +698,8 @@ def summary_lines(demo: Demo) -> list[str]:
             f"{name}: {max(v.epochs_done, 0)} epochs (last {v.epoch}); {_fmt_rows(name, rows)}"
         )
     lines.append(f"{PREDICTION}: {_prediction_text(st.prediction)}")
+    if demo._gone:
+        lines.append(f"agent processes that exited during the run: {sorted(demo._gone)}")
     if st.change and "error" not in st.change:
         lines.append(
             f"runtime change: {SPAM} zoomed to {ZOOM_TEXT}, applied on "
