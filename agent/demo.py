@@ -408,8 +408,7 @@ class Demo:
         top = local.get("top") or []
         if local.get("epoch") is not None:
             st.jobs[PROMOTION].note = (
-                f"agent {index}'s local copy (multicast by the master): epoch {local['epoch']}, "
-                f"window {local.get('window')}, {len(top)} promoted"
+                f"read from agent {index}'s own copy (multicast by the master), {len(top)} promoted"
             )
 
     def _poll_prediction(self) -> None:
