@@ -37,7 +37,7 @@ from typing import Any
 
 from agent.errors import BadRequest, Conflict
 from agent.job import create_job
-from agent.jobspec import JobSpec
+from agent.jobspec import SNAPSHOT_FIELDS, JobSpec
 
 SPEC_FIELDS = (
     "top_k",
@@ -49,18 +49,7 @@ SPEC_FIELDS = (
 )
 CONTROL_FIELDS = ("empty", "batch")
 KNOWN = {"params", "replace_params", "query", *SPEC_FIELDS, *CONTROL_FIELDS}
-FIXED = (
-    "aggregator",
-    "aggregator_params",
-    "epoch_seconds",
-    "mode",
-    "window_size",
-    "window_slide",
-    "trees",
-    "inputs",
-    "placement",
-    "start_epoch",
-)
+FIXED = (*SNAPSHOT_FIELDS, "inputs", "placement", "start_epoch")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,17 @@ import orjson
 from cbt import get_aggregator
 
 MODES = ("batch", "window", "iterative")
+#: the fields that define the epochs and the snapshots every tree level merges: a running
+#: job cannot change them (agent/changes.py, Worker.replace_job)
+SNAPSHOT_FIELDS = (
+    "aggregator",
+    "aggregator_params",
+    "epoch_seconds",
+    "mode",
+    "window_size",
+    "window_slide",
+    "trees",
+)
 MAX_TREES = 64
 MAX_EPOCH_SECONDS = 86_400.0
 DEFAULT_MAX_FUTURE = 600.0

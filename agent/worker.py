@@ -49,6 +49,7 @@ from typing import Any
 
 from agent.epochs import EpochClock
 from agent.job import Job
+from agent.jobspec import SNAPSHOT_FIELDS
 from cbt import Aggregator, CompressedBufferTree, Snapshot
 
 FEEDBACK = "feedback"
@@ -370,16 +371,7 @@ class Worker:
         keep what they hold. The aggregator, epochs and execution model must stay the same
         (``ValueError`` otherwise): they define the snapshots the tree merges."""
         old, new = self.spec, job.spec
-        fixed = (
-            "aggregator",
-            "aggregator_params",
-            "epoch_seconds",
-            "mode",
-            "window_size",
-            "window_slide",
-            "trees",
-        )
-        changed = [name for name in fixed if getattr(old, name) != getattr(new, name)]
+        changed = [name for name in SNAPSHOT_FIELDS if getattr(old, name) != getattr(new, name)]
         if changed:
             raise ValueError(f"cannot change {', '.join(changed)} of a running worker")
         job.feedback = self.job.feedback

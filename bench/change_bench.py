@@ -33,12 +33,13 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import math
 import os
 import platform
 import sys
 import time
 from typing import Any
+
+from latency import pct, summary
 
 from agent.config import load_config
 from agent.daemon import start_agents, stop_agents
@@ -52,20 +53,6 @@ FUNCTIONS = (
     "SELECT lower(line) AS line, count(*) AS n FROM ingest GROUP BY lower(line)",
     "SELECT substr(line, 1, 2) AS line, count(*) AS n FROM ingest GROUP BY substr(line, 1, 2)",
 )
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
-
-
-def summary(values_ms: list[float]) -> dict[str, Any]:
-    return {
-        "n": len(values_ms),
-        "p50_ms": round(pct(values_ms, 0.5), 2),
-        "p99_ms": round(pct(values_ms, 0.99), 2),
-        "max_ms": round(max(values_ms), 2) if values_ms else None,
-    }
 
 
 async def wait(predicate: Any, timeout: float, what: str) -> None:

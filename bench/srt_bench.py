@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import math
 import os
 import platform
 import random
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from latency import summary
 
 from agent.cluster import LocalCluster
 from agent.config import load_config
@@ -53,20 +53,6 @@ from overlay import Tunables, node_id_for
 from srt import SnapshotName, app_id, roots_per_agent, two_choice_tree_ids
 
 SECRET = "srt-bench-secret-0123456789abcdef"
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
-
-
-def summary(values_ms: list[float]) -> dict[str, Any]:
-    return {
-        "n": len(values_ms),
-        "p50_ms": round(pct(values_ms, 0.5), 2),
-        "p99_ms": round(pct(values_ms, 0.99), 2),
-        "max_ms": round(max(values_ms), 2) if values_ms else None,
-    }
 
 
 # ---- balance ----------------------------------------------------------------------------------
