@@ -254,7 +254,7 @@ class DemoState:
     written: dict[str, int] = field(default_factory=dict)
     spark_rows: list[dict[str, Any]] = field(default_factory=list)
     spark_note: str = ""
-    interrupted: bool = False
+    outcome: str = "done"  # done | interrupted | failed
 
     @property
     def elapsed(self) -> float:
@@ -407,7 +407,9 @@ class Demo:
         st.promoted = {**local, "agent": index}
         top = local.get("top") or []
         if local.get("epoch") is not None:
-            st.jobs[PROMOTION].note = (
+            st.jobs[
+                PROMOTION
+            ].note = (
                 f"read from agent {index}'s own copy (multicast by the master), {len(top)} promoted"
             )
 
@@ -684,7 +686,7 @@ def render(demo: Demo) -> Any:
 def summary_lines(demo: Demo) -> list[str]:
     """The closing summary (printed also after Ctrl-C)."""
     st = demo.state
-    lines = ["", f"== ELF demo summary ({'interrupted' if st.interrupted else 'done'}) =="]
+    lines = ["", f"== ELF demo summary ({st.outcome}) =="]
     lines.append(
         f"{st.running:.0f} s of live streams ({st.elapsed:.0f} s in all) on "
         f"{demo.config.agents} agents; events written: "
@@ -787,19 +789,15 @@ def _run(config: DemoConfig) -> int:
             for line in plain_lines(demo):
                 say(line)
     except KeyboardInterrupt:
-        st.interrupted = True
-        code = 130
-    except ClusterGone as exc:
+        st.outcome, code = "interrupted", 130
+    except Exception as exc:  # ClusterGone, ClusterError, ApiError...: said, then a clean stop
         say(f"ERROR: {exc}")
-        st.interrupted, code = True, 1
-    except Exception as exc:
-        say(f"ERROR: {exc}")
-        code = 1
+        st.outcome, code = "failed", 1
     finally:
         try:
             demo.stop()
         except KeyboardInterrupt:
-            st.interrupted, code = True, 130
+            st.outcome, code = "interrupted", 130
     for line in summary_lines(demo):
         say(line)
     if config.spark and code == 0:
