@@ -10,7 +10,9 @@ Contract:
   every line) as soon as one of them has no pushdown (not a QL job, no WHERE, nothing
   pushable, a format without rules).
 * :func:`install_prefilters` (called by the runtime every tick; cached) sets
-  ``input.prefilter`` on each :class:`~agent.inputs.FileTail` from the jobs that read it.
+  ``input.prefilter`` on each :class:`~agent.inputs.FileTail` from the jobs that read it, and
+  its ``parser`` to a projected one when they are all QL jobs on an access log
+  (:mod:`agent.projection`; the input's own parser otherwise).
 
 Semantics (documented in docs/ingest.md): a skipped line is counted (``prefiltered`` in the
 input's and the worker's stats) but neither parsed nor validated, so it is not quarantined
@@ -27,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from agent.projection import projected_parser
 from agent.ql.pushdown import Needles, line_needles
 from agent.ql.query import CompiledQuery
 
@@ -177,3 +180,8 @@ def install_prefilters(
         fmt = getattr(cfg, "format", None)
         source.prefilter = prefilter_for(jobs, fmt) if jobs and fmt else None
         source._prefilter_jobs = key
+        # projection pushdown: parse only the fields the (QL) jobs read; else the full parser
+        full = getattr(source, "_full_parser", None) or source.parser
+        projected = projected_parser(jobs, fmt)
+        source._full_parser = full
+        source.parser = projected if projected is not None else full

@@ -6,7 +6,8 @@ catch-up of a file that is complete; following appends, rotation and truncation 
 :class:`~agent.inputs.FileTail`'s job) in chunks cut at newlines and hands each chunk to one of
 ``processes`` worker processes. A worker process runs exactly what the single-process path
 runs on a chunk — the job's prefilter (:mod:`agent.fastpath`; ``prefilter=False`` parses every
-line), the input format's parser, the job's ``map`` (``map_keys`` when the job class has it) —
+line), the input format's parser (projected, :mod:`agent.projection`, with the prefilter),
+the job's ``map`` (``map_keys`` when the job class has it) —
 and returns, per parsed record, ``(timestamp, pairs or keys, map error)``, plus the chunk's
 line counts and rejected lines. This process consumes the chunks **in file order** and feeds
 :meth:`~agent.worker.Worker.process_mapped`, so epochs, the watermark, lateness and error
@@ -49,12 +50,14 @@ def _init(spec: dict[str, Any], fmt: str, ts_field: str, limit: int, prefilter: 
     from agent.fastpath import prefilter_for
     from agent.formats import make_parser
     from agent.job import Job, create_job, parse_spec
+    from agent.projection import projected_parser
 
     job = create_job(parse_spec(spec))
     keys_only = type(job).map_keys is not Job.map_keys
+    projected = projected_parser([job], fmt) if prefilter else None
     _state.update(
         map=job.map_keys if keys_only else job.map,
-        parser=make_parser(fmt, ts_field=ts_field),
+        parser=projected or make_parser(fmt, ts_field=ts_field),
         prefilter=prefilter_for([job], fmt) if prefilter else None,
         ts_field=ts_field,
         limit=limit,

@@ -7,8 +7,8 @@ For each format (JSON lines, nginx combined access logs) N click events from
 line and its top-10 is the whole file's). Measured, in the same run:
 
 * ``elf_fast`` — the product path with the ingest fast path: :class:`~agent.inputs.FileTail`
-  (1 MiB reads, ``bytes.split``) with the prefilter the runtime installs
-  (:func:`agent.fastpath.prefilter_for`: the query's pushdown) → parser → ``Worker.process``
+  (1 MiB reads, chunk scan) with the prefilter and the projected access-log parser the runtime
+  installs (:mod:`agent.fastpath`, :mod:`agent.projection`) → parser → ``Worker.process``
   (epoch clock, compiled QL map, CBT) → ``poll``/``finish`` (every epoch's window snapshot).
 * ``elf_fast_2proc`` — the same fast path using both cores (:mod:`agent.parallel`): chunks
   are prefiltered, parsed and mapped on 2 worker processes; the epoch clock and the CBT run
@@ -59,6 +59,7 @@ from agent.formats import make_parser
 from agent.inputs import FileTail
 from agent.job import create_job, parse_spec
 from agent.parallel import ParallelFileIngest
+from agent.projection import projected_parser
 from agent.qljob import spec_from_query
 from agent.worker import Worker
 from agent.workload import ClickstreamGenerator, access_line, json_line
@@ -143,9 +144,10 @@ def elf_run(path: Path, fmt: str, fast: bool) -> tuple[float, list[tuple[str, in
     worker = Worker(job, wall_clock=lambda: START)
     c0, t0 = time.process_time(), time.perf_counter()
     tail = FileTail(path, parser=make_parser(fmt))
-    if fast:
+    if fast:  # what Agent._tick installs (agent.fastpath.install_prefilters)
         tail.prefilter = prefilter_for([job], fmt)
         assert tail.prefilter is not None
+        tail.parser = projected_parser([job], fmt) or tail.parser
     snaps = []
     while True:
         batch = tail.poll()

@@ -20,6 +20,7 @@ from agent.fastpath import LinePrefilter, install_prefilters, prefilter_for
 from agent.formats import make_parser
 from agent.inputs import FileTail
 from agent.job import create_job, parse_spec
+from agent.projection import projected_parser
 from agent.ql import compile_query
 from agent.ql.pushdown import Needles, line_needles
 from agent.qljob import spec_from_query
@@ -228,6 +229,7 @@ def _run(
     if fast:
         tail.prefilter = prefilter_for([job], fmt)
         assert tail.prefilter is not None and tail.prefilter.scan_needle is not None
+        tail.parser = projected_parser([job], fmt) or tail.parser  # nginx: projected parse
         if not scan:  # split every chunk and select (the path of several jobs)
             tail.prefilter.scan_needle = None
     out: dict[int, dict] = {}
