@@ -20,7 +20,8 @@ Contract:
   name of a "sales"/spam campaign: bursts of near-identical tweets with a link from bot
   accounts with few followers).
 * Renderers: :func:`json_line` (any event), :func:`access_line` (a click as an nginx combined
-  access-log line, ``GET /product?id=..&action=..&user=..&session=..``, parsed back by
+  access-log line, ``GET /product?id=..&dir=..&action=..&user=..&session=..`` with the
+  directory as a URL slug (:func:`directory_slug`: ``video-games``), parsed back by
   :class:`agent.formats.AccessLogParser`).
 * Writers: :func:`paced` (sleeps so events leave at their event time, optionally sped up),
   :class:`RotatingWriter` (a file with optional size-based rotation, like logrotate's rename),
@@ -360,11 +361,17 @@ def clf_time(ts: float) -> str:
     return text
 
 
+def directory_slug(directory: str) -> str:
+    """A directory as web shops put it in URLs: ``"Home & Kitchen"`` → ``"home-and-kitchen"``."""
+    words = directory.lower().replace("&", " and ").split()
+    return "-".join("".join(c for c in w if c.isalnum()) for w in words)
+
+
 def access_line(click: dict[str, Any]) -> str:
     """A click as an nginx combined access-log line (second resolution)."""
     target = (
-        f"/product?id={click['product_id']}&action={click['action']}"
-        f"&user={click['user_id']}&session={click['session_id']}"
+        f"/product?id={click['product_id']}&dir={directory_slug(click['directory'])}"
+        f"&action={click['action']}&user={click['user_id']}&session={click['session_id']}"
     )
     digits = "".join(c for c in str(click["product_id"]) if c.isdigit()) or "0"
     size = 512 + int(digits) % 4096 if click["action"] == "view" else 128

@@ -26,7 +26,9 @@ line and its top-10 is the whole file's). Measured, in the same run:
 
 Queries (ELF QL; Spark runs the same filter/group/count/order/limit): JSON lines —
 ``WHERE directory = 'Video Games' AND action = 'click' GROUP BY product_id``; nginx lines carry
-no directory, so ``WHERE path = '/product' AND query.action = 'click' GROUP BY query.id``. Both
+the click's fields as query parameters, the directory as a URL slug
+(``/product?id=..&dir=video-games&action=click..``), so
+``WHERE query.dir = 'video-games' AND query.action = 'click' GROUP BY query.id``. Both
 ``ORDER BY clicks DESC LIMIT 10 WINDOW 300 s EVERY 30 s`` (no ``MODE SYNC``: a sliding window
 runs in window mode). Every engine's top-10 is checked against a Counter over the generated
 events (counts equal; ties at the cut may order differently).
@@ -74,7 +76,7 @@ QUERIES = {
     ),
     "nginx": (
         "SELECT query.id AS product, count(*) AS clicks FROM clicks "
-        "WHERE path = '/product' AND query.action = 'click' "
+        "WHERE query.dir = 'video-games' AND query.action = 'click' "
         "GROUP BY query.id ORDER BY clicks DESC LIMIT 10 WINDOW 300 s EVERY 30 s"
     ),
 }
@@ -109,7 +111,11 @@ def generate(n: int, out: Path, stream_files: int) -> dict[str, Any]:
             for e in events
             if e["directory"] == "Video Games" and e["action"] == "click"
         ),
-        "nginx": Counter(e["product_id"] for e in events if e["action"] == "click"),
+        "nginx": Counter(
+            e["product_id"]
+            for e in events
+            if e["directory"] == "Video Games" and e["action"] == "click"
+        ),
     }
     paths: dict[str, Any] = {}
     for fmt, render in (("json", json_line), ("nginx", access_line)):
@@ -229,11 +235,11 @@ def spark_frame(spark: Any, fmt: str, source: str, streaming: bool) -> Any:
     df = reader.text(source)
     target = F.regexp_extract("value", NGINX_TARGET, 1)
     df = df.select(
-        F.substring_index(target, "?", 1).alias("path"),
+        F.regexp_extract(target, r"[?&]dir=([^&]*)", 1).alias("dir"),
         F.regexp_extract(target, r"[?&]action=([^&]*)", 1).alias("action"),
         F.regexp_extract(target, r"[?&]id=([^&]*)", 1).alias("product"),
     )
-    df = df.where((F.col("path") == "/product") & (F.col("action") == "click"))
+    df = df.where((F.col("dir") == "video-games") & (F.col("action") == "click"))
     return df.groupBy("product").agg(F.count("*").alias("clicks"))
 
 

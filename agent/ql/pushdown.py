@@ -32,7 +32,10 @@ Per format (the reason each rule is exact):
   printable ASCII without space, ``"``, ``\\``, ``%`` or ``+``: then a decoded value equal to
   the literal was written verbatim unless the line has a ``%`` (each other decoding produces
   a space, quote or backslash the literal does not have; invalid UTF-8 never turns into
-  ASCII). For a query-string parameter (``query.name = 'v'``) the needle is ``name=v``.
+  ASCII). For a query-string parameter (``query.name = 'v'``) the needle is ``name=v``, and
+  there ``v`` may hold spaces: form decoding turns ``+`` into a space, and a request target
+  holds no raw space, so in a line without ``%`` the value was written with ``+`` for each
+  space (``query.dir = 'Video Games'`` → ``dir=Video+Games``).
 * other formats (syslog derives ``facility_name`` from a number, raw lines are whole): no
   pushdown.
 """
@@ -134,12 +137,17 @@ def _needle(path: tuple[str, ...], kind: str, text: str, fmt: str) -> bytes | No
             "suffix": body + b'"',
             "contains": body,
         }[kind]
-    if not text or not text.isascii() or not text.isprintable() or _ACCESS_BAD.intersection(text):
+    if not text or not text.isascii() or not text.isprintable():
         return None
-    raw = text.encode("ascii")
     if len(path) == 2 and path[0] == "query" and kind in ("eq", "prefix"):
+        # A query value is form-decoded ('+' is a space): in a line without '%', a value with
+        # spaces was written with '+' in their place (a request target holds no raw space).
         name = path[1]
         plain = name.isascii() and name.isprintable() and "=" not in name and "&" not in name
         if name and plain and not _ACCESS_BAD.intersection(name):
-            return name.encode("ascii") + b"=" + raw
-    return raw
+            if not _ACCESS_BAD.intersection(text.replace(" ", "")):
+                return (name + "=" + text.replace(" ", "+")).encode("ascii")
+            return None
+    if _ACCESS_BAD.intersection(text):
+        return None
+    return text.encode("ascii")

@@ -9,7 +9,7 @@ import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -60,6 +60,7 @@ def test_micro_promotion_needles() -> None:
         ("u.loc = 'DE' AND n > 3", "json", ((b'"DE"',),)),
         ("a = 'caf\u00e9'", "json", (('"caf\u00e9"'.encode(),),)),
         ("query.q LIKE 'ab%'", "nginx", ((b"q=ab",),)),
+        ("query.dir = 'Video Games'", "nginx", ((b"dir=Video+Games",),)),
         ("user_agent LIKE '%Firefox%'", "apache", ((b"Firefox",),)),
     ],
 )
@@ -164,6 +165,33 @@ def test_access_skipped_lines_never_match(action: str, path: str, plus: bool, es
         rec = parser.parse(line)
         if q.map(rec):
             assert pre.may_match(line) and pre.select([line]) == [line], target
+
+
+DIRS = st.one_of(
+    st.sampled_from(["Video Games", "Video  Games", "Video+Games", "Video Game", "VideoGames"]),
+    st.lists(st.sampled_from([*TOKENS, "Video", "Games", " "]), max_size=5).map("".join),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(directory=DIRS, encoding=st.sampled_from(["plus", "percent", "mixed"]))
+def test_query_values_with_spaces_never_skip_a_match(directory: str, encoding: str) -> None:
+    q = compile_query(
+        "SELECT count(*) FROM x WHERE query.dir = 'Video Games' AND query.action = 'click'"
+    )
+    pre = LinePrefilter([line_needles(q.query.where, "nginx")])
+    parser = make_parser("nginx")
+    value = {
+        "plus": quote_plus(directory, safe=""),
+        "percent": quote(directory, safe=""),
+        "mixed": quote_plus(directory, safe="").replace("V", "%56"),
+    }[encoding]
+    line = _access(f"/product?id=P1&dir={value}&action=click")
+    rec = parser.parse(line)
+    if q.map(rec):
+        assert pre.may_match(line) and pre.select([line]) == [line], line
+    if directory == "Video Games":
+        assert q.map(rec)  # the generated shapes do reach the matching case
 
 
 def test_union_of_jobs_and_general_select() -> None:

@@ -28,6 +28,7 @@ from agent.workload import (
     TweetGenerator,
     ZipfSampler,
     access_line,
+    directory_slug,
     make_catalogue,
     paced,
     post_lines,
@@ -118,8 +119,8 @@ def test_access_lines_parse_back_with_query_parameters() -> None:
         ev = parser.parse(access_line(e))
         assert ev["path"] == "/product" and ev["source_ip"] == e["source_ip"]
         assert ev["query"] == {
-            "id": e["product_id"], "action": e["action"], "user": e["user_id"],
-            "session": e["session_id"],
+            "id": e["product_id"], "dir": directory_slug(e["directory"]), "action": e["action"],
+            "user": e["user_id"], "session": e["session_id"],
         }  # fmt: skip
         assert ev["ts"] == float(int(e["ts"])) and ev["user_agent"] == e["user_agent"]
 
