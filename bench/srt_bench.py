@@ -47,7 +47,7 @@ from latency import summary
 from agent.cluster import LocalCluster
 from agent.config import load_config
 from agent.daemon import start_agents, stop_agents
-from agent.runtime import Agent, spans_one_tree
+from agent.runtime import JOBS_TREE, Agent, spans_one_tree
 from cbt import CompressedBufferTree, Snapshot
 from overlay import Tunables, node_id_for
 from srt import SnapshotName, app_id, roots_per_agent, two_choice_tree_ids
@@ -122,6 +122,7 @@ async def tree_vs_star(n: int, epochs: int, seed: int) -> dict[str, Any]:
     started_s = time.monotonic() - t0
     try:
         settle_s = await settle(agents, 120)
+        cost = await multicast_cost(agents, 30)
         rng = random.Random(seed)
         info = await agents[0].submit(
             {"name": "bench", "creator": "bench", "job_class": "wordcount", "epoch_seconds": 1.0}
@@ -176,9 +177,41 @@ async def tree_vs_star(n: int, epochs: int, seed: int) -> dict[str, Any]:
             "multicast_send_to_last_delivery": summary(multicast_delivery),
             "multicast_send_to_confirmation": summary(multicast_confirm),
             "multicast_star_baseline": star["multicast"],
+            "multicast_cpu": cost,
         }
     finally:
         await stop_agents(agents, timeout=60)
+
+
+async def multicast_cost(agents: list[Agent], count: int) -> dict[str, Any]:
+    """CPU one multicast costs per agent (sender and receivers are all in this process):
+    ``count`` no-op multicasts down the jobs tree, minus the idle CPU of the same wall time.
+    ``floor_ms`` is what N agents need at least on this machine's cores even if the work
+    spread perfectly over them: N x the cost / cores."""
+    root = next(a for a in agents if (v := a.jobs_tree()) and v["is_root"])
+    trees = root.trees
+    assert trees is not None
+
+    def cpu() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    c0, w0 = cpu(), time.monotonic()
+    for _ in range(count):
+        await trees.multicast(JOBS_TREE, {"op": "noop"}, timeout=5.0)
+    busy_cpu, wall = cpu() - c0, time.monotonic() - w0
+    c1 = cpu()
+    await asyncio.sleep(wall)
+    idle_cpu = cpu() - c1
+    per_agent_us = 1e6 * max(0.0, busy_cpu - idle_cpu) / count / len(agents)
+    cores = os.cpu_count() or 1
+    return {
+        "cpu_per_agent_us": round(per_agent_us, 1),
+        "floor_ms": {
+            str(n): round(n * per_agent_us / 1000 / cores, 1) for n in (64, 256, len(agents))
+        },
+        "cores": cores,
+    }
 
 
 async def wait_epochs(runtime: Any, tid: int, count: int, timeout: float, since: int = 0) -> None:

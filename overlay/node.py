@@ -361,6 +361,32 @@ class OverlayNode:
                 self.on_missed_reply(node_id)
         raise RequestTimeout(f"no reply from {address} to {kind!r} after {retries + 1} tries")
 
+    def request_now(
+        self, target: NodeInfo, kind: str, payload: dict[str, Any], timeout: float | None = None
+    ) -> Awaitable[Any]:
+        """Like :meth:`request` with no retries, but the datagram leaves before this returns:
+        a caller fanning out to many nodes sends them all before it yields to the loop (and
+        before any local work it does next). Await the result for the reply."""
+        if not self._running:
+            raise NotRunning("the node is not running")
+        if not isinstance(payload, dict):
+            raise TypeError("payload must be a dict")
+        timeout = self.tunables.request_timeout if timeout is None else timeout
+        future = self.protocol.call(target.address, "request", [kind, payload], timeout)
+        return self._reply_of(future, target, kind)
+
+    async def _reply_of(
+        self, future: Awaitable[tuple[str, Any]], target: NodeInfo, kind: str
+    ) -> Any:
+        status, result = await future
+        if status == OK:
+            self.on_reply_from(target.id)
+            return result
+        if status == ERROR:
+            raise RemoteError(result)
+        self.on_missed_reply(target.id)
+        raise RequestTimeout(f"no reply from {target.address} to {kind!r}")
+
     async def _locate(self, node_id: int) -> NodeInfo:
         known = self.table.get(node_id)
         if known is not None:

@@ -48,6 +48,10 @@ WIRE_OVERHEAD = 160  # header, MAC, request framing, sender NodeInfo, the srt.mc
 _SEEN = 1024
 
 
+async def _failed(exc: OverlayError) -> Any:
+    raise exc
+
+
 class Multicaster:
     """The multicast half of a :class:`~srt.tree.TreeManager` (one per manager)."""
 
@@ -91,11 +95,13 @@ class Multicaster:
     async def _run(
         self, tree: _Tree, mid: bytes, message: dict, budget: float
     ) -> tuple[int, list[int]]:
-        """Copy to the children and deliver locally, concurrently; (reached, missing) for the
-        subtree rooted here (this node included)."""
-        fan = asyncio.ensure_future(self._fan_out(tree, mid, message, budget))
+        """Copy to the children, then deliver locally, then collect the children's
+        confirmations: (reached, missing) for the subtree rooted here (this node included).
+        The copies leave before the local handlers run, so a slow handler here never delays
+        the subtree below."""
+        children, replies = self._fan_out(tree, mid, message, budget)
         await self._deliver(tree.tree_id, message)
-        reached, missing = await fan
+        reached, missing = await self._collect(children, replies)
         return reached + 1, missing
 
     async def _deliver(self, tree_id: int, message: dict) -> None:
@@ -108,20 +114,33 @@ class Multicaster:
                 self.m.stats["mc_handler_errors"] += 1
                 log.exception("multicast handler failed")
 
-    async def _fan_out(
+    def _fan_out(
         self, tree: _Tree, mid: bytes, message: dict, budget: float
-    ) -> tuple[int, list[int]]:
+    ) -> tuple[list[NodeInfo], list[Any]]:
+        """Send the copies now (synchronously); the replies are awaitables."""
         children = list(tree.children.values())
-        if not children:
-            return 0, []
-        child_budget = budget * SHRINK
         payload = {
             "t": w.id_bytes(tree.tree_id),
             "mid": mid,
             "msg": message,
-            "budget": child_budget,
+            "budget": budget * SHRINK,
         }
-        results = await asyncio.gather(*(self._send(child, payload, budget) for child in children))
+        replies = []
+        for child in children:
+            try:
+                replies.append(self.m.overlay.request_now(child, w.MC, payload, timeout=budget))
+            except MessageTooLarge:
+                for pending in replies:
+                    pending.close()
+                raise
+            except OverlayError as exc:  # e.g. the node is stopping: this child is missing
+                replies.append(_failed(exc))
+        return children, replies
+
+    async def _collect(self, children: list[NodeInfo], replies: list[Any]) -> tuple[int, list[int]]:
+        results = await asyncio.gather(
+            *(self._reply(child, r) for child, r in zip(children, replies, strict=True))
+        )
         reached = 0
         missing: list[int] = []
         for child, (count, lost) in zip(children, results, strict=True):
@@ -132,13 +151,9 @@ class Multicaster:
                 missing.extend(lost)
         return reached, missing
 
-    async def _send(
-        self, child: NodeInfo, payload: dict[str, Any], budget: float
-    ) -> tuple[int | None, list[int]]:
+    async def _reply(self, child: NodeInfo, pending: Any) -> tuple[int | None, list[int]]:
         try:
-            reply = await self.m.overlay.request(child, w.MC, payload, timeout=budget, retries=0)
-        except MessageTooLarge:
-            raise
+            reply = await pending
         except OverlayError as exc:
             self.m.stats["mc_child_missing"] += 1
             log.info("multicast to %s failed: %s", child, exc)
