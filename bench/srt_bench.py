@@ -46,7 +46,7 @@ from latency import summary
 
 from agent.cluster import LocalCluster
 from agent.config import load_config
-from agent.daemon import start_agents, stop_agents
+from agent.daemon import freeze_heap, start_agents, stop_agents
 from agent.runtime import JOBS_TREE, Agent, spans_one_tree
 from cbt import CompressedBufferTree, Snapshot
 from overlay import Tunables, node_id_for
@@ -122,6 +122,7 @@ async def tree_vs_star(n: int, epochs: int, seed: int) -> dict[str, Any]:
     started_s = time.monotonic() - t0
     try:
         settle_s = await settle(agents, 120)
+        freeze_heap()  # as the daemon does once its agents are up
         cost = await multicast_cost(agents, 30)
         rng = random.Random(seed)
         info = await agents[0].submit(
