@@ -351,7 +351,7 @@ def cluster_run(n: int, processes: int, epochs: int) -> dict[str, Any]:
         ]
         if sends and epoch in done_at:
             rollup.append(1000 * (done_at[epoch] - max(sends)))
-    delivery, confirm = [], []
+    delivery, confirm, partial = [], [], 0
     for stat in by_node[master_id]["multicasts_sent"]:
         if stat.get("epoch") is None or stat["epoch"] < first:
             continue
@@ -363,6 +363,8 @@ def cluster_run(n: int, processes: int, epochs: int) -> dict[str, Any]:
         ]
         if len(received) == len(view_of):
             delivery.append(1000 * (max(received) - stat["sent_at"]))
+        else:
+            partial += 1
         confirm.append(stat["ms"])
     return {
         "agents": n,
@@ -374,6 +376,10 @@ def cluster_run(n: int, processes: int, epochs: int) -> dict[str, Any]:
         "rollup_last_leaf_to_master": summary(rollup),
         "multicast_send_to_last_delivery": summary(delivery),
         "multicast_send_to_confirmation": summary(confirm),
+        # Why a summary can be empty: epochs the final master did not complete itself (the
+        # role moved mid-run) or multicasts some agent never recorded (overload).
+        "epochs_without_timing": epochs - len(rollup),
+        "multicasts_not_seen_by_all": partial,
     }
 
 
