@@ -18,12 +18,19 @@ Request fields (all optional, at least one):
   running job's except ``top_k``.
 * ``top_k`` / ``top_k_largest`` / ``top_k_approximate``, ``allowed_lateness``,
   ``idle_timeout``, ``max_future``: those spec fields.
+* ``epoch_seconds``: a new epoch length (batch and iterative jobs). The master picks the
+  epoch it starts from: the first one starting at least ``max(EPOCH_SWITCH_LEAD, one current
+  epoch)`` after its wall clock (or its newest event time, if that is ahead), so no agent's
+  records have reached it yet (for logs replayed far behind the wall clock the new length
+  thus starts when event time reaches the present); the spec's ``epoch_schedule`` records
+  it and every agent's clock cuts epochs from there with the new length, indices continuing
+  (``agent/epoch_schedule.py``). A window job's windows count epochs: 409.
 * ``empty: true``: every agent empties its window state now; ``batch: true``: a new batch
   (window state and iterative feedback are cleared and the job's ``on_multicast`` sees
   ``{"kind": "batch"}``).
 
 Fixed while running (409): the aggregator and its params — also as implied by a query —,
-``epoch_seconds``, ``mode``, ``window_size``/``window_slide``, ``trees``, ``inputs``,
+``mode``, ``window_size``/``window_slide``, ``trees``, ``inputs``,
 ``placement``, ``start_epoch``, name, creator and job class. They define the epochs and the
 snapshots every tree level merges, so agents cannot switch them one by one between records;
 stop the job and submit the new one instead (Flink and Kafka Streams likewise need a restart
@@ -32,12 +39,13 @@ for a new window or state type).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from agent.errors import BadRequest, Conflict
 from agent.job import create_job
-from agent.jobspec import SNAPSHOT_FIELDS, JobSpec
+from agent.jobspec import MAX_EPOCH_SECONDS, SNAPSHOT_FIELDS, JobSpec
 
 SPEC_FIELDS = (
     "top_k",
@@ -48,8 +56,10 @@ SPEC_FIELDS = (
     "max_future",
 )
 CONTROL_FIELDS = ("empty", "batch")
-KNOWN = {"params", "replace_params", "query", *SPEC_FIELDS, *CONTROL_FIELDS}
+KNOWN = {"params", "replace_params", "query", "epoch_seconds", *SPEC_FIELDS, *CONTROL_FIELDS}
 FIXED = (*SNAPSHOT_FIELDS, "inputs", "placement", "start_epoch")
+#: the least event time between a change of epoch length and the epoch it starts from
+EPOCH_SWITCH_LEAD = 2.0
 
 
 @dataclass(frozen=True)
@@ -62,13 +72,21 @@ class JobChange:
     fields: tuple[tuple[str, Any], ...] = ()
     empty: bool = False
     batch: bool = False
+    epoch_seconds: float | None = None
 
     @property
     def changes_spec(self) -> bool:
-        return self.params is not None or self.query is not None or bool(self.fields)
+        return (
+            self.params is not None
+            or self.query is not None
+            or bool(self.fields)
+            or self.epoch_seconds is not None
+        )
 
-    def apply(self, spec: JobSpec) -> JobSpec | None:
-        """The next spec of a job now running ``spec`` (None: control only)."""
+    def apply(self, spec: JobSpec, event_time: float | None = None) -> JobSpec | None:
+        """The next spec of a job now running ``spec`` (None: control only). ``event_time``:
+        the master's newest event time (default its wall clock), from which a new epoch
+        length is scheduled."""
         if not self.changes_spec:
             return None
         data = spec.to_dict()
@@ -83,6 +101,8 @@ class JobChange:
         if self.query is not None:
             data.update(self._query_fields(spec))
         data.update(self.fields)
+        if self.epoch_seconds is not None:
+            data["epoch_schedule"] = self._schedule(spec, event_time)
         try:
             new = JobSpec.from_dict(data)
         except ValueError as exc:
@@ -100,6 +120,26 @@ class JobChange:
                 + f" (running {old_agg.name} {old_agg.params()}, asked {new_agg.name})"
             )
         return new
+
+    def _schedule(self, spec: JobSpec, event_time: float | None) -> list[list[Any]]:
+        if spec.mode == "window":
+            raise Conflict(
+                f"cannot change epoch_seconds of window job {spec.name!r}: its windows count "
+                "epochs; stop the job and submit the new spec"
+            )
+        schedule = spec.schedule
+        seconds = self.epoch_seconds
+        assert seconds is not None
+        if seconds == schedule.current_seconds:
+            return schedule.to_wire()
+        # Live logs: event time tracks the wall clock, and agents ahead of the master's own
+        # input must not have passed the switch, so never earlier than the wall clock.
+        now = time.time() if event_time is None else max(time.time(), event_time)
+        lead = max(EPOCH_SWITCH_LEAD, schedule.current_seconds)
+        try:
+            return schedule.switched(seconds, now + lead).to_wire()
+        except ValueError as exc:
+            raise BadRequest(f"epoch_seconds: {exc}") from None
 
     def _query_fields(self, spec: JobSpec) -> dict[str, Any]:
         if spec.job_class != "ql":
@@ -137,7 +177,9 @@ def parse_change(body: Any) -> JobChange:
     """Validate a change request body (see module docstring)."""
     if not isinstance(body, dict):
         raise BadRequest("a job change must be a JSON object")
-    fixed = [f for f in (*FIXED, "name", "creator", "job_class") if f in body]
+    fixed = [
+        f for f in (*FIXED, "name", "creator", "job_class") if f in body and f != "epoch_seconds"
+    ]
     if fixed:
         raise Conflict(_fixed_message(fixed))
     unknown = set(body) - KNOWN
@@ -160,6 +202,15 @@ def parse_change(body: Any) -> JobChange:
             raise BadRequest(f"{name}: expected true or false, got {value!r}")
         flags[name] = value
     fields = tuple((k, body[k]) for k in SPEC_FIELDS if k in body)
+    seconds = body.get("epoch_seconds")
+    if seconds is not None and (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 < seconds <= MAX_EPOCH_SECONDS
+    ):
+        raise BadRequest(
+            f"epoch_seconds: expected a number in (0, {MAX_EPOCH_SECONDS:g}], got {seconds!r}"
+        )
     return JobChange(
         params=params,
         replace_params=flags["replace_params"],
@@ -167,4 +218,5 @@ def parse_change(body: Any) -> JobChange:
         fields=fields,
         empty=flags["empty"],
         batch=flags["batch"],
+        epoch_seconds=None if seconds is None else float(seconds),
     )

@@ -251,6 +251,7 @@ def _key_values(items: tuple[str, ...], flag: str) -> dict[str, Any]:
 @click.option("--set", "sets", multiple=True, metavar="KEY=JSON", help="Set a job param.")
 @click.option("--query", "query_text", help="New ELF QL text (ql jobs), or @FILE.")
 @click.option("--top-k", type=int, help="New k for the job's top-k.")
+@click.option("--epoch-seconds", type=float, help="New epoch length (batch/iterative jobs).")
 @click.option("--empty", is_flag=True, help="Empty every agent's windows now.")
 @click.option("--batch", is_flag=True, help="Start a new batch.")
 @_api_options
@@ -259,6 +260,7 @@ def change(
     sets: tuple[str, ...],
     query_text: str | None,
     top_k: int | None,
+    epoch_seconds: float | None,
     empty: bool,
     batch: bool,
     api: str,
@@ -276,13 +278,15 @@ def change(
         )
     if top_k is not None:
         body["top_k"] = top_k
+    if epoch_seconds is not None:
+        body["epoch_seconds"] = epoch_seconds
     if empty:
         body["empty"] = True
     if batch:
         body["batch"] = True
     if not body:
         raise click.ClickException(
-            "nothing to change: give --set, --query, --top-k, --empty or --batch"
+            "nothing to change: give --set, --query, --top-k, --epoch-seconds, --empty or --batch"
         )
     _call(_client(api, token, secret_file).change, name, body)
 

@@ -4,7 +4,10 @@ Contract (:class:`EpochClock`):
 
 * An epoch is a half-open event-time interval ``[i * E, (i + 1) * E)`` of ``E =
   epoch_seconds``; ``assign(ts)`` returns its index ``i = floor(ts / E)``. Epoch indices are
-  absolute (aligned to the Unix epoch), so every agent of a job numbers epochs alike.
+  absolute (aligned to the Unix epoch), so every agent of a job numbers epochs alike. A
+  ``schedule`` (:class:`~agent.epoch_schedule.EpochSchedule`) changes the length from a given
+  epoch on, keeping indices contiguous; :meth:`EpochClock.reconfigure` applies a runtime
+  change (new schedule, lateness, idle timeout, future limit) between two records.
 * **Watermark** (bounded out-of-orderness, as in Flink/Spark Structured Streaming):
   ``max event time seen - allowed_lateness``. When no record has arrived for ``idle_timeout``
   seconds of wall clock, the watermark also advances with the wall clock, to
@@ -36,6 +39,8 @@ import math
 import time
 from collections.abc import Callable
 
+from agent.epoch_schedule import EpochSchedule
+
 
 class EpochClock:
     """Assigns records to event-time epochs and decides which epochs can close (see module)."""
@@ -49,6 +54,7 @@ class EpochClock:
         *,
         start_epoch: int | None = None,
         max_future: float | None = None,
+        schedule: EpochSchedule | None = None,
     ) -> None:
         if not _finite(epoch_seconds) or epoch_seconds <= 0:
             raise ValueError(f"epoch_seconds must be a positive number, got {epoch_seconds!r}")
@@ -65,6 +71,7 @@ class EpochClock:
         ):
             raise ValueError(f"start_epoch must be an int or None, got {start_epoch!r}")
         self.epoch_seconds = float(epoch_seconds)
+        self._set_schedule(schedule or EpochSchedule(self.epoch_seconds))
         self.allowed_lateness = float(allowed_lateness)
         self.idle_timeout = None if idle_timeout is None else float(idle_timeout)
         self.max_future = None if max_future is None else float(max_future)
@@ -81,14 +88,45 @@ class EpochClock:
         self._future = 0
         self._closed = 0
 
+    def _set_schedule(self, schedule: EpochSchedule) -> None:
+        if schedule.base != self.epoch_seconds:
+            raise ValueError(
+                f"the schedule starts with {schedule.base} s epochs, the clock with "
+                f"{self.epoch_seconds} s"
+            )
+        self.schedule = schedule
+        self._uniform = not schedule.changes  # the per-record fast path
+
+    def reconfigure(
+        self,
+        *,
+        schedule: EpochSchedule,
+        allowed_lateness: float,
+        idle_timeout: float | None,
+        max_future: float | None,
+    ) -> None:
+        """A runtime job change, between two records. The watermark never moves back; epochs
+        already closed stay closed (a schedule must change lengths only from an open epoch
+        on: the caller checks :attr:`next_epoch`)."""
+        if not _finite(allowed_lateness) or allowed_lateness < 0:
+            raise ValueError(f"allowed_lateness must be a number >= 0, got {allowed_lateness!r}")
+        self._set_schedule(schedule)
+        self.allowed_lateness = float(allowed_lateness)
+        self.idle_timeout = None if idle_timeout is None else float(idle_timeout)
+        self.max_future = None if max_future is None else float(max_future)
+
     # ---- records --------------------------------------------------------------------------
     def epoch_of(self, ts: float) -> int:
         """The epoch index of event time ``ts`` (no bookkeeping)."""
-        return math.floor(ts / self.epoch_seconds)
+        if self._uniform:
+            return math.floor(ts / self.epoch_seconds)
+        return self.schedule.epoch_of(ts)
 
     def epoch_end(self, epoch: int) -> float:
         """The (exclusive) end of ``epoch`` in event-time seconds."""
-        return (epoch + 1) * self.epoch_seconds
+        if self._uniform:
+            return (epoch + 1) * self.epoch_seconds
+        return self.schedule.end(epoch)
 
     def assign(self, ts: float) -> int | None:
         """The epoch of a record with event time ``ts``, or None if it is dropped.
@@ -107,7 +145,7 @@ class EpochClock:
         if self.max_future is not None and ts > now + self.max_future:
             self._future += 1
             return None
-        epoch = math.floor(ts / self.epoch_seconds)
+        epoch = math.floor(ts / self.epoch_seconds) if self._uniform else self.schedule.epoch_of(ts)
         if (self.start_epoch is not None and epoch < self.start_epoch) or (
             self._closed_any and epoch < self._next  # type: ignore[operator]
         ):
@@ -186,7 +224,7 @@ class EpochClock:
 
     def _last_closable(self, wm: float) -> int:
         """The highest epoch whose end is ``<= wm`` (exactly as ``epoch_end`` computes it)."""
-        e = math.floor(wm / self.epoch_seconds)
+        e = self.epoch_of(wm)
         while self.epoch_end(e) <= wm:
             e += 1
         while self.epoch_end(e - 1) > wm:

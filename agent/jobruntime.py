@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import math
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
@@ -309,7 +310,7 @@ class JobRuntime:
         has applied it."""
         started = time.time()
         change = parse_change(body)
-        spec = change.apply(self.spec)
+        spec = change.apply(self.spec, self._newest_event_time())
         version = self.version
         if spec is not None:
             version = await self.agent.publish_spec(spec, base_version=self.version)
@@ -325,6 +326,13 @@ class JobRuntime:
             "applied_ms": round((time.time() - started) * 1000, 3),
             "multicast_ms": round(result.elapsed_s * 1000, 3),
         }
+
+    def _newest_event_time(self) -> float | None:
+        """This agent's newest event time for the job (None: no record seen here)."""
+        if self.worker is None:
+            return None
+        newest = self.worker.clock.stats()["max_event_time"]
+        return newest if isinstance(newest, float) and math.isfinite(newest) else None
 
     def _on_change(self, message: dict[str, Any]) -> None:
         if message.get("spec") is not None:
@@ -508,7 +516,8 @@ class JobRuntime:
         return {
             "job": self.name,
             "epoch": epoch,
-            "epoch_seconds": self.spec.epoch_seconds,
+            "epoch_seconds": self.spec.schedule.seconds_of(epoch),
+            "epoch_start": self.spec.schedule.start(epoch),
             "complete": not missing,
             "updated": any(p.get("updated") for p in parts),
             "rows": rows if named is None else named,

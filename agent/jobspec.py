@@ -20,6 +20,8 @@ Fields (JSON name: type, default):
   that far ahead of the agent's wall clock are dropped, so one bad clock cannot close every
   epoch up to it; null: no limit); ``start_epoch``: int or null (the first epoch every worker
   reports; null: each worker starts at its first record).
+* ``epoch_schedule``: list of ``[first_epoch, seconds]``, default []: runtime changes of the
+  epoch length (``agent/epoch_schedule.py``; set by the master on a change, not at submission).
 * ``trees``: int in [1, 64], default 1 (m reducer trees, each owning a key-hash range).
 * ``mode``: ``"batch"`` | ``"window"`` | ``"iterative"``, default ``"batch"``;
   ``window_size`` / ``window_slide``: epochs, ints with 1 <= slide <= size, default 1/1.
@@ -44,6 +46,7 @@ from typing import Any
 
 import orjson
 
+from agent.epoch_schedule import EpochSchedule
 from cbt import get_aggregator
 
 MODES = ("batch", "window", "iterative")
@@ -96,6 +99,7 @@ class JobSpec:
     top_k_largest: bool = True
     top_k_approximate: float | None = None
     placement: int | None = None
+    epoch_schedule: tuple[tuple[int, float], ...] = ()
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -169,6 +173,14 @@ class JobSpec:
             raise JobSpecError(
                 "placement", f"must be an integer in [0, 2**32) or null, got {placement!r}"
             )
+        try:
+            schedule = EpochSchedule.parse(epoch_seconds, data.get("epoch_schedule", []))
+        except ValueError as exc:
+            raise JobSpecError("epoch_schedule", str(exc)) from None
+        if schedule.changes and mode == "window":
+            raise JobSpecError(
+                "epoch_schedule", "a window job's epoch length is fixed (its window counts epochs)"
+            )
         return cls(
             name=name,
             creator=creator,
@@ -190,6 +202,7 @@ class JobSpec:
             top_k_largest=largest,
             top_k_approximate=approx,
             placement=placement,
+            epoch_schedule=schedule.changes,
         )
 
     @classmethod
@@ -207,6 +220,7 @@ class JobSpec:
         out["inputs"] = list(self.inputs)
         out["params"] = orjson.loads(orjson.dumps(self.params))
         out["aggregator_params"] = orjson.loads(orjson.dumps(self.aggregator_params))
+        out["epoch_schedule"] = [[first, seconds] for first, seconds in self.epoch_schedule]
         return out
 
     def with_changes(self, **changes: Any) -> JobSpec:
@@ -215,10 +229,15 @@ class JobSpec:
 
     # ---- derived values -------------------------------------------------------------------
     @property
+    def schedule(self) -> EpochSchedule:
+        """Epoch index ↔ event time, with the runtime changes of the epoch length."""
+        return EpochSchedule(self.epoch_seconds, self.epoch_schedule)
+
+    @property
     def effective_idle_timeout(self) -> float | None:
         """Seconds without records before the watermark follows the wall clock (None: never)."""
         if self.idle_timeout is None:
-            return self.epoch_seconds
+            return self.schedule.current_seconds
         return None if self.idle_timeout == 0 else self.idle_timeout
 
     def window_bounds(self, epoch: int) -> tuple[int, int] | None:

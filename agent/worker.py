@@ -34,7 +34,8 @@ Execution models (``spec.mode``):
 Counters (``stats()``): ``records_in``, ``records_accepted``, ``pairs_out``, ``map_errors``,
 ``prefiltered`` (lines skipped unparsed by the input's prefilter, see :mod:`agent.fastpath`),
 ``bad_records`` (no/invalid timestamp), ``late_dropped``, ``future_dropped`` (from the clock),
-``epochs_emitted``, ``empty_epochs``, ``open_epochs``. (Splitting a snapshot among the job's
+``epochs_emitted``, ``empty_epochs``, ``open_epochs``, ``epochs_rebucketed`` and
+``epoch_switch_late`` (see :meth:`Worker.replace_job`). (Splitting a snapshot among the job's
 m trees is ``Snapshot.split_by_hash(m)``.) A ``map`` that raises, or yields a pair
 the CBT rejects (``TypeError``: a float key, an unserializable value), costs that record or
 pair only: it is counted and sampled in ``errors()``.
@@ -42,15 +43,19 @@ pair only: it is counted and sampled in ``errors()``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from agent.epoch_schedule import EpochSchedule
 from agent.epochs import EpochClock
 from agent.job import Job
-from agent.jobspec import SNAPSHOT_FIELDS
+from agent.jobspec import SNAPSHOT_FIELDS, JobSpec
 from cbt import Aggregator, CompressedBufferTree, Snapshot
+
+log = logging.getLogger(__name__)
 
 FEEDBACK = "feedback"
 EMPTY = "empty"
@@ -139,9 +144,11 @@ class Worker:
             wall_clock,
             start_epoch=spec.start_epoch,
             max_future=spec.max_future,
+            schedule=spec.schedule,
         )
         self._tree_options = dict(tree_options or {})
         self._trees: dict[int, CompressedBufferTree] = {}
+        self._carried: dict[int, Snapshot] = {}  # open epochs' data moved by a length change
         self._windows = (
             EpochWindows(spec.window_size, spec.window_slide, self.agg)
             if spec.mode == "window"
@@ -157,6 +164,8 @@ class Worker:
             "epochs_emitted": 0,
             "empty_epochs": 0,
             "prefiltered": 0,
+            "epochs_rebucketed": 0,
+            "epoch_switch_late": 0,
         }
 
     # ---- input ----------------------------------------------------------------------------
@@ -348,12 +357,16 @@ class Worker:
     def _close(self, epoch: int) -> tuple[int, Snapshot]:
         self.clock.close(epoch)
         tree = self._trees.pop(epoch, None)
+        carried = self._carried.pop(epoch, None)
         if tree is None:
-            pane = Snapshot.empty(self.agg)
-            self.counters["empty_epochs"] += 1
+            pane = carried if carried is not None else Snapshot.empty(self.agg)
+            if carried is None:
+                self.counters["empty_epochs"] += 1
         else:
             pane = tree.flush()
             tree.close()
+            if carried is not None:
+                pane = pane.merge(carried)
         out = pane
         if self._windows is not None:
             window = self._windows.push(epoch, pane)
@@ -369,13 +382,56 @@ class Worker:
         """Switch to another job instance between two ``process`` calls (a runtime job change:
         new params, filter or map). The records processed from now on use it; open epochs
         keep what they hold. The aggregator, epochs and execution model must stay the same
-        (``ValueError`` otherwise): they define the snapshots the tree merges."""
+        (``ValueError`` otherwise): they define the snapshots the tree merges. New lateness,
+        idle-timeout and future limits go to the clock; so does a new epoch length
+        (``spec.epoch_schedule``), which takes effect from the epoch the master chose."""
         old, new = self.spec, job.spec
         changed = [name for name in SNAPSHOT_FIELDS if getattr(old, name) != getattr(new, name)]
         if changed:
             raise ValueError(f"cannot change {', '.join(changed)} of a running worker")
         job.feedback = self.job.feedback
+        if (new.allowed_lateness, new.effective_idle_timeout, new.max_future, new.schedule) != (
+            old.allowed_lateness,
+            old.effective_idle_timeout,
+            old.max_future,
+            old.schedule,
+        ):
+            self._reconfigure_clock(old, new)
         self.job, self.spec = job, new
+
+    def _reconfigure_clock(self, old: JobSpec, new: JobSpec) -> None:
+        """New lateness/idle/future limits, or a new epoch length from an open epoch on. Data
+        already in an open epoch that the new schedule cuts differently moves to the epoch
+        its start falls in (counted: ``epochs_rebucketed``)."""
+        changed_from = _first_difference(old.schedule, new.schedule)
+        nxt = self.clock.next_epoch
+        if changed_from is not None and nxt is not None and changed_from < nxt:
+            # this agent closed epochs the new lengths re-cut: they were emitted already
+            self.counters["epoch_switch_late"] += 1
+            log.warning(
+                "job %s: epoch length changes from epoch %d but this worker closed up to %d",
+                new.name,
+                changed_from,
+                nxt - 1,
+            )
+        self.clock.reconfigure(
+            schedule=new.schedule,
+            allowed_lateness=new.allowed_lateness,
+            idle_timeout=new.effective_idle_timeout,
+            max_future=new.max_future,
+        )
+        if changed_from is None:
+            return
+        for epoch in sorted(e for e in self._trees if e >= changed_from):
+            target = new.schedule.epoch_of(old.schedule.start(epoch))
+            if target == epoch:
+                continue
+            tree = self._trees.pop(epoch)
+            moved = tree.flush()
+            tree.close()
+            prior = self._carried.get(target)
+            self._carried[target] = moved if prior is None else prior.merge(moved)
+            self.counters["epochs_rebucketed"] += 1
 
     # ---- control --------------------------------------------------------------------------
     def set_feedback(self, value: Any) -> None:
@@ -415,3 +471,14 @@ class Worker:
             "watermark": clock["watermark"],
             "next_epoch": clock["next_epoch"],
         }
+
+
+def _first_difference(old: EpochSchedule, new: EpochSchedule) -> int | None:
+    """The first epoch whose length differs between two schedules of one job (None: same)."""
+    if old == new:
+        return None
+    for a, b in zip(old.changes, new.changes, strict=False):
+        if a != b:
+            return min(a[0], b[0])
+    longer = old.changes if len(old.changes) > len(new.changes) else new.changes
+    return longer[min(len(old.changes), len(new.changes))][0]

@@ -89,9 +89,14 @@ class Rollup:
     value_names: Sequence[str] | None = None
     named_rows: Sequence[dict[str, Any]] | None = None  # the job's named result rows
     completed_at: float = field(default_factory=time.time)
+    #: event time the epoch starts at, when epochs changed length at runtime (None: the
+    #: epoch's index times ``epoch_seconds``, which then is this epoch's length)
+    start_time: float | None = None
 
     @property
     def epoch_start(self) -> float:
+        if self.start_time is not None:
+            return self.start_time
         return self.epoch * self.epoch_seconds
 
     def relative_path(self) -> str:

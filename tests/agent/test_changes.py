@@ -130,13 +130,50 @@ async def test_empty_windows_now_drops_closed_panes_everywhere() -> None:
         await wait_for(lambda: _eq(agents[1], "win", e + 1, Counter(new=3)), 20, "after empty")
 
 
+async def test_a_new_epoch_length_applies_from_the_epoch_the_master_chose() -> None:
+    async with running_agents(3) as agents:
+        e = next_epoch()
+        spec = {"name": "wcl", "creator": "t", "job_class": "wordcount", "start_epoch": e,
+                "allowed_lateness": 0.5}  # fmt: skip
+        await agents[0].submit(spec)
+        asked = time.time()
+        reply = await agents[1].change_job("wcl", {"epoch_seconds": 2.0})
+        assert reply["agents_reached"] == 3 and reply["missing"] == []
+        specs = [a.runtimes["wcl"].spec for a in agents]
+        assert all(s.epoch_schedule == specs[0].epoch_schedule for s in specs)
+        assert all(a.runtimes["wcl"].worker.clock.schedule == specs[0].schedule for a in agents)
+        (first, seconds),  = specs[0].epoch_schedule  # fmt: skip
+        schedule = specs[0].schedule
+        switch = schedule.start(first)
+        assert seconds == 2.0 and switch >= asked + 2.0  # no agent's records had reached it
+        assert schedule.end(first - 1) == switch and schedule.end(first) == switch + 2.0
+        stamped = [(switch - 0.5, "x y"), (switch + 0.1, "y z"), (switch + 1.9, "z z"),
+                   (switch + 2.1, "w")]  # fmt: skip
+        for a in agents:
+            for ts, text in stamped:
+                await a.ingest("ingest", lines(ts, [text]))
+        expected: dict[int, Counter] = {}
+        for ts, text in stamped:  # reference: each line in the epoch the schedule cuts
+            expected.setdefault(schedule.epoch_of(ts), Counter()).update(text.split() * 3)
+        assert sorted(expected) == [first - 1, first, first + 1]
+        for epoch, want in expected.items():
+            await wait_for(lambda ep=epoch, w=want: _eq(agents[2], "wcl", ep, w), 30, f"{epoch}")
+        res = await agents[0].results("wcl", first)
+        assert res["epoch_seconds"] == 2.0 and res["epoch_start"] == switch
+        with pytest.raises(BadRequest, match="epoch_seconds: expected a number"):
+            await agents[1].change_job("wcl", {"epoch_seconds": 0})
+
+
 async def test_changes_that_would_alter_snapshots_are_refused() -> None:
     async with running_agents(2) as agents:
         query = "SELECT line, count(*) AS n FROM ingest GROUP BY line"
         await agents[0].submit(spec_from_query("ql", "t", query))
         await agents[0].submit({"name": "wc", "creator": "t", "job_class": "wordcount"})
-        with pytest.raises(Conflict, match="cannot change epoch_seconds"):
-            await agents[1].change_job("wc", {"epoch_seconds": 5})
+        window = {"name": "win", "creator": "t", "job_class": "wordcount", "mode": "window",
+                  "window_size": 3}  # fmt: skip
+        await agents[0].submit(window)
+        with pytest.raises(Conflict, match="cannot change epoch_seconds of window job"):
+            await agents[1].change_job("win", {"epoch_seconds": 5})
         with pytest.raises(Conflict, match="aggregator"):
             await agents[1].change_job("ql", {"query": query.replace("count(*)", "min(ts)")})
         with pytest.raises(BadRequest, match="min_length"):

@@ -284,14 +284,29 @@ def test_cli_reads_jobs_results_and_status(cluster: Any) -> None:
     assert changed.exit_code == 0, changed.output
     assert json.loads(changed.output)["version"] == 2
 
-    def params_everywhere() -> bool:
-        specs = [
+    def wc2_specs() -> list[dict[str, Any]]:  # every agent's job-table entry
+        return [
             next(j for j in local.client(i).jobs() if j["name"] == "wc2")["spec"]
             for i in range(len(local.procs))
         ]
-        return all(spec["params"] == {"min_length": 4} for spec in specs)
+
+    def params_everywhere() -> bool:
+        return all(spec["params"] == {"min_length": 4} for spec in wc2_specs())
 
     wait_until(params_everywhere, 30, "the change in every agent's job table")
+    longer = runner.invoke(cli, ["change", "wc2", "--epoch-seconds", "3", *common])
+    assert longer.exit_code == 0, longer.output
+    assert json.loads(longer.output)["version"] == 3
+
+    def schedule_everywhere() -> bool:
+        schedules = [spec["epoch_schedule"] for spec in wc2_specs()]
+        return (
+            bool(schedules[0])
+            and schedules[0][-1][1] == 3.0
+            and all(s == schedules[0] for s in schedules)
+        )
+
+    wait_until(schedule_everywhere, 30, "the new epoch length in every agent's job table")
     stop = runner.invoke(cli, ["stop", "wc2", *common])
     assert stop.exit_code == 0 and json.loads(stop.output)["state"] == "stopped"
 

@@ -60,6 +60,19 @@ def test_fixed_columns_and_completeness(tmp_path: Path):
     assert lake.jobs() == ["j"]
 
 
+def test_epochs_after_a_runtime_length_change_carry_their_own_start_and_length(tmp_path: Path):
+    from agent.epoch_schedule import EpochSchedule
+
+    schedule = EpochSchedule(1.0).switched(60.0, EPOCH + 0.5)  # 60 s epochs from EPOCH + 1 on
+    lake = Lake(str(tmp_path))
+    for epoch in (EPOCH, EPOCH + 1, EPOCH + 2):
+        start, seconds = schedule.start(epoch), schedule.seconds_of(epoch)
+        lake.write(Rollup("s", 0, 1, epoch, seconds, [("k", 1)], start_time=start))
+    rows = sorted(read_table(lake, lake.files("s")).to_pylist(), key=lambda r: r["epoch"])
+    got = [(r["epoch_start"].timestamp(), r["epoch_end"].timestamp()) for r in rows]
+    assert got == [(EPOCH, EPOCH + 1), (EPOCH + 1, EPOCH + 61), (EPOCH + 61, EPOCH + 121)]
+
+
 def test_named_columns_for_tuple_keys_and_dict_values(tmp_path: Path):
     lake = Lake(str(tmp_path))
     rows = [(("p1", "shoes"), {"clicks": 7, "users": 2}), (("p2", "hats"), {"clicks": 3})]

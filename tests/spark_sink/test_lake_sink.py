@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from agent.jobspec import JobSpec
 from agent.lake_sink import LakeSink
 from agent.results import ResultStore
 from cbt import CompressedBufferTree
@@ -43,7 +44,7 @@ def runtime(store: ResultStore, job: Job) -> Any:
         store=store,
         tree_list=TREES,
         tree_set=set(TREES),
-        spec=SimpleNamespace(top_k=None, epoch_seconds=1.0, params={}),
+        spec=JobSpec.from_dict({"name": "wc", "creator": "t", "job_class": "wordcount"}),
         operator=None,
         job=job,
         counters=counters,
