@@ -15,7 +15,7 @@ Request fields (all optional, at least one):
   defines (code never travels; only names and values do).
 * ``query``: new ELF QL text for ``ql`` jobs (a new WHERE filter, new SELECT expressions or
   GROUP BY keys, HAVING, ORDER BY/LIMIT). The spec fields the query implies must match the
-  running job's except ``top_k``.
+  running job's except ``top_k`` and the aggregate (a new one is scheduled, below).
 * ``top_k`` / ``top_k_largest`` / ``top_k_approximate``, ``allowed_lateness``,
   ``idle_timeout``, ``max_future``: those spec fields.
 * ``epoch_seconds``: a new epoch length (batch and iterative jobs). The master picks the
@@ -25,16 +25,21 @@ Request fields (all optional, at least one):
   thus starts when event time reaches the present); the spec's ``epoch_schedule`` records
   it and every agent's clock cuts epochs from there with the new length, indices continuing
   (``agent/epoch_schedule.py``). A window job's windows count epochs: 409.
+* ``aggregator`` / ``aggregator_params``, or a ``query`` whose aggregates differ: a new
+  aggregate (new map and reduce functions). Like a new epoch length it is scheduled: the
+  spec's ``aggregator_since`` is the first epoch that starts at least that lead ahead; every
+  agent keeps the old job instance (map and aggregator) for earlier epochs until they close,
+  and the master renders each epoch's result with the instance that reduced it. A worker
+  that never ran the old aggregate starts at ``aggregator_since``. Window jobs: 409.
 * ``empty: true``: every agent empties its window state now; ``batch: true``: a new batch
   (window state and iterative feedback are cleared and the job's ``on_multicast`` sees
   ``{"kind": "batch"}``).
 
-Fixed while running (409): the aggregator and its params — also as implied by a query —,
-``mode``, ``window_size``/``window_slide``, ``trees``, ``inputs``,
-``placement``, ``start_epoch``, name, creator and job class. They define the epochs and the
-snapshots every tree level merges, so agents cannot switch them one by one between records;
-stop the job and submit the new one instead (Flink and Kafka Streams likewise need a restart
-for a new window or state type).
+Fixed while running (409): ``mode``, ``window_size``/``window_slide``, ``trees``,
+``inputs``, ``placement``, ``start_epoch``, name, creator and job class, and a window job's
+epoch length and aggregator. They define how epochs are cut into trees and windows, so
+agents cannot switch them one by one between records; stop the job and submit the new one
+instead (Flink and Kafka Streams likewise need a restart for a new window or state type).
 """
 
 from __future__ import annotations
@@ -56,7 +61,17 @@ SPEC_FIELDS = (
     "max_future",
 )
 CONTROL_FIELDS = ("empty", "batch")
-KNOWN = {"params", "replace_params", "query", "epoch_seconds", *SPEC_FIELDS, *CONTROL_FIELDS}
+#: a new aggregate: scheduled from an epoch ahead, like a new epoch length
+AGGREGATE_FIELDS = ("aggregator", "aggregator_params")
+KNOWN = {
+    "params",
+    "replace_params",
+    "query",
+    "epoch_seconds",
+    *SPEC_FIELDS,
+    *AGGREGATE_FIELDS,
+    *CONTROL_FIELDS,
+}
 FIXED = (*SNAPSHOT_FIELDS, "inputs", "placement", "start_epoch")
 #: the least event time between a change of epoch length and the epoch it starts from
 EPOCH_SWITCH_LEAD = 2.0
@@ -107,19 +122,34 @@ class JobChange:
             new = JobSpec.from_dict(data)
         except ValueError as exc:
             raise BadRequest(f"invalid change: {exc}") from None
-        changed = [f for f in FIXED if getattr(new, f) != getattr(spec, f)]
+        changed = [
+            f for f in FIXED if f not in AGGREGATE_FIELDS and getattr(new, f) != getattr(spec, f)
+        ]
         if changed:
             raise Conflict(_fixed_message(changed))
         try:
             old_agg, new_agg = create_job(spec).make_aggregator(), create_job(new).make_aggregator()
         except ValueError as exc:
             raise BadRequest(f"invalid change: {exc}") from None
-        if (old_agg.name, old_agg.params()) != (new_agg.name, new_agg.params()):
+        if (old_agg.name, old_agg.params()) == (new_agg.name, new_agg.params()):
+            return new
+        if spec.mode == "window":
             raise Conflict(
-                _fixed_message(["the aggregator"])
-                + f" (running {old_agg.name} {old_agg.params()}, asked {new_agg.name})"
+                f"cannot change the aggregator of window job {spec.name!r} (running "
+                f"{old_agg.name} {old_agg.params()}, asked {new_agg.name}): its window panes "
+                "merge across epochs; stop the job and submit the new spec"
             )
-        return new
+        schedule = new.schedule
+        not_before = _not_before(schedule.current_seconds, event_time)
+        first = schedule.epoch_of(not_before)
+        if schedule.start(first) < not_before:
+            first += 1
+        if spec.aggregator_since is not None:
+            first = max(first, spec.aggregator_since + 1)
+        try:
+            return JobSpec.from_dict({**new.to_dict(), "aggregator_since": first})
+        except ValueError as exc:
+            raise BadRequest(f"invalid change: {exc}") from None
 
     def _schedule(self, spec: JobSpec, event_time: float | None) -> list[list[Any]]:
         if spec.mode == "window":
@@ -132,12 +162,10 @@ class JobChange:
         assert seconds is not None
         if seconds == schedule.current_seconds:
             return schedule.to_wire()
-        # Live logs: event time tracks the wall clock, and agents ahead of the master's own
-        # input must not have passed the switch, so never earlier than the wall clock.
-        now = time.time() if event_time is None else max(time.time(), event_time)
-        lead = max(EPOCH_SWITCH_LEAD, schedule.current_seconds)
         try:
-            return schedule.switched(seconds, now + lead).to_wire()
+            return schedule.switched(
+                seconds, _not_before(schedule.current_seconds, event_time)
+            ).to_wire()
         except ValueError as exc:
             raise BadRequest(f"epoch_seconds: {exc}") from None
 
@@ -166,6 +194,14 @@ class JobChange:
         return out
 
 
+def _not_before(epoch_seconds: float, event_time: float | None) -> float:
+    """The earliest event time a scheduled change (epoch length, aggregate) may start at."""
+    # Live logs: event time tracks the wall clock, and agents ahead of the master's own
+    # input must not have passed the switch, so never earlier than the wall clock.
+    now = time.time() if event_time is None else max(time.time(), event_time)
+    return now + max(EPOCH_SWITCH_LEAD, epoch_seconds)
+
+
 def _fixed_message(fields: list[str]) -> str:
     return (
         f"cannot change {', '.join(fields)} of a running job: it defines the epochs and "
@@ -178,7 +214,9 @@ def parse_change(body: Any) -> JobChange:
     if not isinstance(body, dict):
         raise BadRequest("a job change must be a JSON object")
     fixed = [
-        f for f in (*FIXED, "name", "creator", "job_class") if f in body and f != "epoch_seconds"
+        f
+        for f in (*FIXED, "name", "creator", "job_class")
+        if f in body and f not in ("epoch_seconds", *AGGREGATE_FIELDS)
     ]
     if fixed:
         raise Conflict(_fixed_message(fixed))
@@ -201,7 +239,7 @@ def parse_change(body: Any) -> JobChange:
         if not isinstance(value, bool):
             raise BadRequest(f"{name}: expected true or false, got {value!r}")
         flags[name] = value
-    fields = tuple((k, body[k]) for k in SPEC_FIELDS if k in body)
+    fields = tuple((k, body[k]) for k in (*SPEC_FIELDS, *AGGREGATE_FIELDS) if k in body)
     seconds = body.get("epoch_seconds")
     if seconds is not None and (
         isinstance(seconds, bool)

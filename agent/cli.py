@@ -15,8 +15,10 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,8 @@ import click
 from agent.api_client import ApiClient, ApiError
 from agent.config import derive_api_token, load_config, read_secret
 from agent.errors import ConfigError
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def package_version() -> str:
@@ -83,16 +87,24 @@ def cluster(n: int, workdir: str | None, logical: int) -> None:
 
     root = Path(workdir or tempfile.mkdtemp(prefix="elf-cluster-"))
     local = LocalCluster(n, root, logical_agents=logical)
-    local.start()
+    # Handlers, not KeyboardInterrupt: a signal at any point (also SIGTERM, which would
+    # otherwise kill this process and orphan the agents) leads to one orderly stop.
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
     try:
+        local.start()
         click.echo(f"secret file: {local.secret_file}")
         for a in local.agents():
             click.echo(f"agent {a['node_id'][:10]}  overlay {a['overlay']}  api {a['api_url']}")
         click.echo("Ctrl-C stops the cluster.")
-        with contextlib.suppress(KeyboardInterrupt):
-            local.procs[0].process.wait()
+        while not stop.wait(0.5):
+            if all(p.process.poll() is not None for p in local.procs):
+                click.echo("every agent process has exited", err=True)
+                break
     finally:
         local.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @cli.command()
@@ -252,6 +264,7 @@ def _key_values(items: tuple[str, ...], flag: str) -> dict[str, Any]:
 @click.option("--query", "query_text", help="New ELF QL text (ql jobs), or @FILE.")
 @click.option("--top-k", type=int, help="New k for the job's top-k.")
 @click.option("--epoch-seconds", type=float, help="New epoch length (batch/iterative jobs).")
+@click.option("--aggregator", help="New CBT aggregator (a new reduce function), e.g. sum.")
 @click.option("--empty", is_flag=True, help="Empty every agent's windows now.")
 @click.option("--batch", is_flag=True, help="Start a new batch.")
 @_api_options
@@ -261,6 +274,7 @@ def change(
     query_text: str | None,
     top_k: int | None,
     epoch_seconds: float | None,
+    aggregator: str | None,
     empty: bool,
     batch: bool,
     api: str,
@@ -280,13 +294,16 @@ def change(
         body["top_k"] = top_k
     if epoch_seconds is not None:
         body["epoch_seconds"] = epoch_seconds
+    if aggregator is not None:
+        body["aggregator"] = aggregator
     if empty:
         body["empty"] = True
     if batch:
         body["batch"] = True
     if not body:
         raise click.ClickException(
-            "nothing to change: give --set, --query, --top-k, --epoch-seconds, --empty or --batch"
+            "nothing to change: give --set, --query, --top-k, --epoch-seconds, --aggregator, "
+            "--empty or --batch"
         )
     _call(_client(api, token, secret_file).change, name, body)
 

@@ -160,8 +160,9 @@ def install_prefilters(
         worker = getattr(runtime, "worker", None)
         if worker is None:
             continue
+        jobs = worker.active_jobs() if hasattr(worker, "active_jobs") else [worker.job]
         for name in runtime.inputs:
-            readers.setdefault(name, []).append(worker.job)
+            readers.setdefault(name, []).extend(jobs)  # two during a change of aggregate
     for name, source in inputs.items():
         if not hasattr(source, "prefilter"):
             continue

@@ -85,6 +85,8 @@ class JobRuntime:
         self._master_urls: dict[int, tuple[asyncio.Future[str], float]] = {}
         self._context = _Context(self)
         self.job.bind(self._context)
+        #: (first epoch of the next aggregate, the job instance used before it), oldest first
+        self._jobs_before: list[tuple[int, Job]] = []
         self._stopped = False
         self.lake = sink_for(self)  # None unless the agent has a rollup lake
 
@@ -264,9 +266,10 @@ class JobRuntime:
         log.warning("late contribution %s could not reach the master; dropped", name)
 
     async def _master_epoch(self, tid: int, epoch: int, snap: Snapshot) -> None:
-        await maybe_await(self.job.on_epoch_result(epoch, snap))
+        job = self.job_for(epoch)
+        await maybe_await(job.on_epoch_result(epoch, snap))
         if self.spec.mode == "iterative":
-            value = self.job.feedback_for(epoch, snap)
+            value = job.feedback_for(epoch, snap)
             if value is not None:
                 await self._multicast(tid, {"kind": "feedback", "epoch": epoch, "value": value})
         elif self.spec.mode == "batch":
@@ -357,16 +360,17 @@ class JobRuntime:
             spec = JobSpec.from_dict(spec_dict)
             if spec.start_epoch != old.start_epoch:  # a resumed agent's own start
                 spec = spec.with_changes(start_epoch=old.start_epoch)
-            job.spec, job.params = spec, spec.params
-            job.setup()
-            if self.worker is not None:
-                self.worker.replace_job(job)
-        except ValueError as exc:  # the master validated it: a version skew, say
-            job.spec, job.params = old, old.params
-            job.setup()
+        except ValueError as exc:
             self.count("changes_refused")
             log.warning("job %s: change to version %d refused: %s", self.name, version, exc)
             return False
+        if spec.aggregator_since != old.aggregator_since and spec.aggregator_since is not None:
+            if not self._switch_job(spec, version):
+                return False
+            job = self.job
+        else:
+            if not self._reconfigure_job(job, old, spec, version):
+                return False
         if (spec.top_k, spec.top_k_largest, spec.top_k_approximate) != (
             self.spec.top_k,
             self.spec.top_k_largest,
@@ -387,6 +391,48 @@ class JobRuntime:
             self.changes_applied.popitem(last=False)
         self.count("changes_applied")
         return True
+
+    def _reconfigure_job(self, job: Job, old: JobSpec, spec: JobSpec, version: int) -> bool:
+        """Same aggregate: the running instance re-runs ``setup()`` with the new spec."""
+        try:
+            job.spec, job.params = spec, spec.params
+            job.setup()
+            if self.worker is not None:
+                self.worker.replace_job(job)
+        except ValueError as exc:  # the master validated it: a version skew, say
+            job.spec, job.params = old, old.params
+            job.setup()
+            self.count("changes_refused")
+            log.warning("job %s: change to version %d refused: %s", self.name, version, exc)
+            return False
+        return True
+
+    def _switch_job(self, spec: JobSpec, version: int) -> bool:
+        """A new aggregate (and map) from epoch ``spec.aggregator_since`` on: a new job
+        instance; the current one keeps mapping, and rendering results of, earlier epochs."""
+        first = spec.aggregator_since
+        assert first is not None
+        try:
+            job = create_job(spec)
+            if self.worker is not None:
+                self.worker.switch_job(job, first)
+        except ValueError as exc:
+            self.count("changes_refused")
+            log.warning("job %s: change to version %d refused: %s", self.name, version, exc)
+            return False
+        job.bind(self._context)
+        self._jobs_before.append((first, self.job))
+        del self._jobs_before[:-8]
+        self.job = job
+        return True
+
+    def job_for(self, epoch: int) -> Job:
+        """The job instance whose aggregate ``epoch`` was reduced with (they differ only
+        after a runtime change of aggregate; see :meth:`_switch_job`)."""
+        for first, job in self._jobs_before:  # oldest first
+            if epoch < first:
+                return job
+        return self.job
 
     # ---- hand-over ---------------------------------------------------------------------------
 
@@ -512,7 +558,7 @@ class JobRuntime:
             # the stable sort keeps the trees' hash order among equal values.
             rows.sort(key=lambda r: r[1], reverse=self.spec.top_k_largest)
             del rows[self.spec.top_k :]
-        named = self.job.result_rows(rows)  # e.g. QL jobs: named columns, HAVING, ORDER BY
+        named = self.job_for(epoch).result_rows(rows)  # e.g. QL: named columns, HAVING, ORDER BY
         return {
             "job": self.name,
             "epoch": epoch,

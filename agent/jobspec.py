@@ -22,6 +22,9 @@ Fields (JSON name: type, default):
   reports; null: each worker starts at its first record).
 * ``epoch_schedule``: list of ``[first_epoch, seconds]``, default []: runtime changes of the
   epoch length (``agent/epoch_schedule.py``; set by the master on a change, not at submission).
+* ``aggregator_since``: int or null (default): the first epoch the current aggregator (and
+  map) applies to, after a runtime change of the aggregate (set by the master; a worker that
+  never ran the previous aggregator starts there).
 * ``trees``: int in [1, 64], default 1 (m reducer trees, each owning a key-hash range).
 * ``mode``: ``"batch"`` | ``"window"`` | ``"iterative"``, default ``"batch"``;
   ``window_size`` / ``window_slide``: epochs, ints with 1 <= slide <= size, default 1/1.
@@ -100,6 +103,7 @@ class JobSpec:
     top_k_approximate: float | None = None
     placement: int | None = None
     epoch_schedule: tuple[tuple[int, float], ...] = ()
+    aggregator_since: int | None = None
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -177,6 +181,13 @@ class JobSpec:
             schedule = EpochSchedule.parse(epoch_seconds, data.get("epoch_schedule", []))
         except ValueError as exc:
             raise JobSpecError("epoch_schedule", str(exc)) from None
+        since = data.get("aggregator_since")
+        if since is not None and not _is_int(since):
+            raise JobSpecError("aggregator_since", f"must be an integer or null, got {since!r}")
+        if since is not None and mode == "window":
+            raise JobSpecError(
+                "aggregator_since", "a window job's aggregator is fixed (its panes merge)"
+            )
         if schedule.changes and mode == "window":
             raise JobSpecError(
                 "epoch_schedule", "a window job's epoch length is fixed (its window counts epochs)"
@@ -203,6 +214,7 @@ class JobSpec:
             top_k_approximate=approx,
             placement=placement,
             epoch_schedule=schedule.changes,
+            aggregator_since=since,
         )
 
     @classmethod

@@ -64,7 +64,7 @@ class LakeSink:
         if result is None or tid not in rt.tree_set:
             return
         snap, completed_at = result.snapshot, result.completed_at
-        top_k, operator, spec, job = rt.spec.top_k, rt.operator, rt.spec, rt.job
+        top_k, operator, spec, job = rt.spec.top_k, rt.operator, rt.spec, rt.job_for(epoch)
 
         from spark_sink.lake import Rollup, normalize
 

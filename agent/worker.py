@@ -137,18 +137,23 @@ class Worker:
         self.spec = spec
         self.agg = job.make_aggregator()
         self.ts_field = ts_field or str(spec.params.get("ts_field", "ts"))
+        start = spec.start_epoch
+        if spec.aggregator_since is not None and (start is None or start < spec.aggregator_since):
+            start = spec.aggregator_since  # this worker never ran the previous aggregate
         self.clock = clock or EpochClock(
             spec.epoch_seconds,
             spec.allowed_lateness,
             spec.effective_idle_timeout,
             wall_clock,
-            start_epoch=spec.start_epoch,
+            start_epoch=start,
             max_future=spec.max_future,
             schedule=spec.schedule,
         )
         self._tree_options = dict(tree_options or {})
         self._trees: dict[int, CompressedBufferTree] = {}
         self._carried: dict[int, Snapshot] = {}  # open epochs' data moved by a length change
+        #: during a change of aggregate: (first epoch of the new one, old job, old aggregator)
+        self._before: tuple[int, Job, Aggregator] | None = None
         self._windows = (
             EpochWindows(spec.window_size, spec.window_slide, self.agg)
             if spec.mode == "window"
@@ -166,6 +171,7 @@ class Worker:
             "prefiltered": 0,
             "epochs_rebucketed": 0,
             "epoch_switch_late": 0,
+            "switch_discarded_keys": 0,
         }
 
     # ---- input ----------------------------------------------------------------------------
@@ -187,6 +193,8 @@ class Worker:
         if skipped:
             self.counters["prefiltered"] += skipped
             self.clock.touch()
+        if self._before is not None:
+            return self._process_switching(records, ts_field or self.ts_field)
         pending: dict[int, list[Any]] = {}
         assign = self.clock.assign
         keys_only = type(self.job).map_keys is not Job.map_keys
@@ -220,6 +228,99 @@ class Worker:
         self.counters["bad_records"] += bad
         self._insert_pending(pending, keys_only)
         return accepted
+
+    def _process_switching(self, records: Iterable[dict[str, Any]], ts_field: str) -> int:
+        """:meth:`process` while a change of aggregate is pending: each record is mapped by
+        the job of its epoch (the old one before the switch epoch, the new one from it). A
+        loop of its own, so the per-record path of :meth:`process` pays nothing for it."""
+        assert self._before is not None
+        first, old_job = self._before[0], self._before[1]
+        stages = {}
+        for job in (old_job, self.job):
+            keys_only = type(job).map_keys is not Job.map_keys
+            stages[job is self.job] = (job.map_keys if keys_only else job.map, keys_only)
+        pending: dict[bool, dict[int, list[Any]]] = {False: {}, True: {}}
+        assign = self.clock.assign
+        accepted = n = bad = 0
+        for rec in records:
+            n += 1
+            try:
+                epoch = assign(rec[ts_field])
+            except (KeyError, TypeError, ValueError):
+                bad += 1
+                continue
+            if epoch is None:
+                continue
+            new = epoch >= first
+            try:
+                pairs = list(stages[new][0](rec))
+            except Exception as exc:
+                self._error("map", exc, rec)
+                continue
+            accepted += 1
+            if pairs:
+                pending[new].setdefault(epoch, []).extend(pairs)
+        self.counters["records_in"] += n
+        self.counters["records_accepted"] += accepted
+        self.counters["bad_records"] += bad
+        for new, per_epoch in pending.items():
+            self._insert_pending(per_epoch, stages[new][1])
+        return accepted
+
+    def agg_for(self, epoch: int) -> Aggregator:
+        """The aggregator of ``epoch`` (the previous one before a pending change's epoch)."""
+        before = self._before
+        return before[2] if before is not None and epoch < before[0] else self.agg
+
+    def active_jobs(self) -> list[Job]:
+        """The job instances mapping records now (two while a change of aggregate is
+        pending): the input prefilter keeps a line any of them may match."""
+        return [self.job] if self._before is None else [self._before[1], self.job]
+
+    def switch_job(self, job: Job, first: int) -> None:
+        """A runtime change of aggregate: ``job`` (a new instance, with another aggregator
+        and map) applies from epoch ``first`` on; epochs before it keep the current job and
+        aggregator until they close. The master picks ``first`` ahead of every agent's
+        records; data already in open epochs from ``first`` on was mapped for the old
+        aggregate and cannot be re-mapped: it is discarded and counted
+        (``switch_discarded_keys``), as are closed ones (``epoch_switch_late``)."""
+        if self._windows is not None:
+            raise ValueError("a window job's aggregator cannot change while it runs")
+        new_agg = job.make_aggregator()
+        nxt = self.clock.next_epoch
+        if nxt is not None and nxt > first:
+            self.counters["epoch_switch_late"] += 1
+            log.warning(
+                "job %s: the aggregate changes from epoch %d but this worker closed up to %d",
+                job.spec.name,
+                first,
+                nxt - 1,
+            )
+        discarded = 0
+        for epoch in [e for e in self._trees if e >= first]:
+            tree = self._trees.pop(epoch)
+            discarded += len(tree.flush())
+            tree.close()
+        for epoch in [e for e in self._carried if e >= first]:
+            discarded += len(self._carried.pop(epoch))
+        if discarded:
+            self.counters["switch_discarded_keys"] += discarded
+            log.warning(
+                "job %s: %d keys aggregated for the old aggregate in epochs >= %d discarded",
+                job.spec.name,
+                discarded,
+                first,
+            )
+        old = self.spec
+        job.feedback = self.job.feedback
+        self._before = (first, self.job, self.agg) if nxt is None or nxt < first else None
+        self.job, self.spec, self.agg = job, job.spec, new_agg
+        if (job.spec.allowed_lateness, job.spec.max_future, job.spec.schedule) != (
+            old.allowed_lateness,
+            old.max_future,
+            old.schedule,
+        ) or job.spec.effective_idle_timeout != old.effective_idle_timeout:
+            self._reconfigure_clock(old, job.spec)
 
     def map_function(self) -> tuple[Callable[[dict[str, Any]], Any], bool]:
         """The per-record function :meth:`process` applies and whether it yields keys only
@@ -270,9 +371,9 @@ class Worker:
             if keys_only:
                 self._insert(epoch, items, None)
             else:
-                self._insert(epoch, *self._columns(items))
+                self._insert(epoch, *self._columns(items, self.agg_for(epoch)))
 
-    def _columns(self, pairs: list[Any]) -> tuple[list[Any], list[Any] | None]:
+    def _columns(self, pairs: list[Any], agg: Aggregator) -> tuple[list[Any], list[Any] | None]:
         """Keys and values of ``pairs``; values None when they are all int 1 for ``count``
         (the CBT's C fast path). Malformed pairs are counted and dropped."""
         try:
@@ -289,7 +390,7 @@ class Worker:
                 keys.append(k)
                 values.append(v)
         if (
-            self.agg.name == "count"
+            agg.name == "count"
             and values.count(1) == len(values)
             and set(map(type, values)) <= {int}
         ):
@@ -299,7 +400,9 @@ class Worker:
     def _insert(self, epoch: int, keys: list[Any], values: list[Any] | None) -> None:
         tree = self._trees.get(epoch)
         if tree is None:
-            tree = self._trees[epoch] = CompressedBufferTree(self.agg, **self._tree_options)
+            tree = self._trees[epoch] = CompressedBufferTree(
+                self.agg_for(epoch), **self._tree_options
+            )
         start = 0
         while start < len(keys):
             try:
@@ -359,7 +462,7 @@ class Worker:
         tree = self._trees.pop(epoch, None)
         carried = self._carried.pop(epoch, None)
         if tree is None:
-            pane = carried if carried is not None else Snapshot.empty(self.agg)
+            pane = carried if carried is not None else Snapshot.empty(self.agg_for(epoch))
             if carried is None:
                 self.counters["empty_epochs"] += 1
         else:
@@ -372,6 +475,8 @@ class Worker:
             window = self._windows.push(epoch, pane)
             out = window if window is not None else Snapshot.empty(self.agg)
         self.counters["epochs_emitted"] += 1
+        if self._before is not None and epoch + 1 >= self._before[0]:
+            self._before = None  # every epoch of the previous aggregate has closed here
         return epoch, out
 
     def window_bounds(self, epoch: int) -> tuple[int, int] | None:

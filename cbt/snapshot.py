@@ -203,12 +203,18 @@ class Snapshot:
             raise ValueError("cannot combine snapshots built with different hash functions")
 
     def merge(self, other: Snapshot) -> Snapshot:
-        """A new snapshot aggregating both (for every key: ``merge(self[k], other[k])``)."""
-        self._check_compatible(other)
+        """A new snapshot aggregating both (for every key: ``merge(self[k], other[k])``).
+
+        An empty snapshot is the identity whatever its aggregator (an epoch without data
+        where a job's aggregate changed is empty in either form); two non-empty snapshots
+        must share aggregator and hash function (``ValueError``)."""
+        if not isinstance(other, Snapshot):
+            raise TypeError(f"expected a Snapshot, got {type(other).__name__}")
         if not len(other):
             return self
         if not len(self):
             return other
+        self._check_compatible(other)
         run = sort_and_aggregate(
             np.concatenate([self.hashes, other.hashes]),
             EncodedKeys.concat([self.encoded_keys, other.encoded_keys]),

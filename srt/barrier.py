@@ -108,7 +108,7 @@ class EpochCombiner:
         self._children = {c: _Member(first_epoch, confirmed) for c in children}
         self._local: _Member | None = _Member(first_epoch, confirmed) if expect_local else None
         self._open: dict[int, _Open] = {}
-        self._proto: Snapshot | None = None  # an empty snapshot like the first one merged
+        self._proto: Snapshot | None = None  # an empty snapshot: filler for empty epochs
         self._emit_task: asyncio.Future | None = None
         self.counters: Counter[str] = Counter()
 
@@ -178,10 +178,11 @@ class EpochCombiner:
             )
 
     def _merge(self, epoch: int, snap: Snapshot) -> _Open:
-        if self._proto is not None:
-            self._proto.merge(snap)  # raises ValueError if incompatible with earlier snapshots
+        # Snapshots of one epoch must share an aggregator (ValueError otherwise); epochs may
+        # differ after a runtime change of the job's aggregate, and an empty snapshot (e.g.
+        # the filler below) merges with any.
         st = self._open.get(epoch) or _Open()
-        acc = self.operator.merge(st.acc, snap)  # raises ValueError if incompatible
+        acc = self.operator.merge(st.acc, snap)
         st.acc = acc
         if self._proto is None:
             self._proto = select(snap, np.empty(0, np.intp))

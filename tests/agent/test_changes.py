@@ -164,6 +164,49 @@ async def test_a_new_epoch_length_applies_from_the_epoch_the_master_chose() -> N
             await agents[1].change_job("wcl", {"epoch_seconds": 0})
 
 
+async def test_a_new_aggregate_applies_from_the_epoch_the_master_chose() -> None:
+    async with running_agents(3) as agents:
+        e = next_epoch()
+        query = "SELECT line, count(*) AS n FROM ingest GROUP BY line"
+        await agents[0].submit(spec_from_query("ql", "t", query, start_epoch=e,
+                                               allowed_lateness=0.5))  # fmt: skip
+        texts = ["a", "b", "a"]
+        for a in agents:  # counted by the old aggregate
+            await a.ingest("ingest", lines(e + 0.1, texts))
+        asked = time.time()
+        new_query = "SELECT line, min(ts) AS first FROM ingest GROUP BY line"
+        reply = await agents[1].change_job("ql", {"query": new_query})
+        assert reply["agents_reached"] == 3 and reply["missing"] == []
+        specs = [a.runtimes["ql"].spec for a in agents]
+        first = specs[0].aggregator_since
+        assert first is not None and all(s.aggregator_since == first for s in specs)
+        assert all(s.aggregator == "min" for s in specs)
+        switch = specs[0].schedule.start(first)
+        assert switch >= asked + 2.0
+        before, after = switch - 0.6, switch + 0.3
+        for i, a in enumerate(agents):  # around the switch: old map and count, then min(ts)
+            await a.ingest("ingest", lines(before, texts))
+            await a.ingest("ingest", lines(after + i * 0.1, texts))
+        counted = Counter({t: 3 * n for t, n in Counter(texts).items()})
+        await wait_for(lambda: _eq(agents[2], "ql", e, counted), 30, "epoch e, count")
+        await wait_for(lambda: _eq(agents[2], "ql", first - 1, counted), 30, "before the switch")
+
+        async def first_seen() -> dict[str, float] | None:
+            try:
+                res = await agents[0].results("ql", first)
+            except Exception:
+                return None
+            return {r["line"]: r["first"] for r in res["rows"]} if res["complete"] else None
+
+        await wait_for(lambda: _first_is(first_seen, after), 30, "after the switch, min(ts)")
+        assert all(a.runtimes["ql"].worker.stats()["switch_discarded_keys"] == 0 for a in agents)
+
+
+async def _first_is(seen: Any, after: float) -> bool:
+    got = await seen()
+    return got is not None and got == {"a": after, "b": after}
+
+
 async def test_changes_that_would_alter_snapshots_are_refused() -> None:
     async with running_agents(2) as agents:
         query = "SELECT line, count(*) AS n FROM ingest GROUP BY line"
@@ -174,8 +217,10 @@ async def test_changes_that_would_alter_snapshots_are_refused() -> None:
         await agents[0].submit(window)
         with pytest.raises(Conflict, match="cannot change epoch_seconds of window job"):
             await agents[1].change_job("win", {"epoch_seconds": 5})
-        with pytest.raises(Conflict, match="aggregator"):
-            await agents[1].change_job("ql", {"query": query.replace("count(*)", "min(ts)")})
+        windowed = query + " WINDOW 3 s EVERY 1 s"
+        await agents[0].submit(spec_from_query("qw", "t", windowed))
+        with pytest.raises(Conflict, match="cannot change the aggregator of window job"):
+            await agents[1].change_job("qw", {"query": windowed.replace("count(*)", "min(ts)")})
         with pytest.raises(BadRequest, match="min_length"):
             await agents[1].change_job("wc", {"params": {"min_length": "x"}})
         with pytest.raises(BadRequest, match="not ql"):

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import urllib.parse
 from pathlib import Path
+
+import pytest
 
 from agent.api_client import ApiClient
 from agent.config import derive_api_token
@@ -31,22 +35,35 @@ def read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> list
     return seen
 
 
-def test_elf_cluster_starts_agents_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "cluster", "--agents", "2", "--workdir", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_elf_cluster_starts_agents_and_stops_on_ctrl_c(tmp_path: Path, stop_signal: int) -> None:
+    errors = tmp_path / "cluster-stderr.log"
+    with errors.open("w") as err:  # a file, not a pipe nobody reads (it could fill and block)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent.cli", "cluster", "--agents", "2",
+             "--workdir", str(tmp_path / "cluster")],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )  # fmt: skip
     try:
         out = read_until(proc, "Ctrl-C stops the cluster.", 90)
         agents = [line.split() for line in out if line.startswith("agent ")]
         assert len(agents) == 2
-        token = derive_api_token((tmp_path / "secret").read_bytes().strip())
+        token = derive_api_token((tmp_path / "cluster" / "secret").read_bytes().strip())
         status = ApiClient(agents[0][-1], token).status()
         assert status["node_id"].startswith(agents[0][1])
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
+        proc.send_signal(stop_signal)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            logs = "".join(p.read_text() for p in sorted(tmp_path.rglob("*stderr.log")))
+            raise AssertionError(f"elf cluster did not stop in 60 s; stderr:\n{logs}") from None
+        assert code == 0
+        for agent in agents:  # the agents stopped with the cluster: nothing listens any more
+            url = urllib.parse.urlsplit(agent[-1])
+            with pytest.raises(OSError):
+                socket.create_connection((url.hostname, url.port), timeout=2).close()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import sys
 from collections import Counter
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -104,11 +105,19 @@ def test_snapshot_merge_does_not_mutate_inputs_with_mutable_states() -> None:
 
 
 def test_merge_rejects_incompatible_snapshots() -> None:
-    a = CompressedBufferTree("count").flush()
+    def one(agg: str, **kw: Any) -> Any:
+        tree = CompressedBufferTree(agg, **kw)
+        tree.insert("k", 1)
+        return tree.flush()
+
+    a = one("count")
     with pytest.raises(ValueError):
-        a.merge(CompressedBufferTree("sum").flush())
+        a.merge(one("sum"))
     with pytest.raises(ValueError):
-        a.merge(CompressedBufferTree("count", hash_function=lambda b: 1).flush())
+        a.merge(one("count", hash_function=lambda b: 1))
+    # an empty snapshot is merge's identity, whatever its aggregator
+    assert a.merge(CompressedBufferTree("sum").flush()) is a
+    assert CompressedBufferTree("max").flush().merge(a) is a
     with pytest.raises(TypeError):
         CompressedBufferTree("max").flush().subtract(CompressedBufferTree("max").flush())
 

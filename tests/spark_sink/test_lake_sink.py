@@ -49,6 +49,7 @@ def runtime(store: ResultStore, job: Job) -> Any:
         job=job,
         counters=counters,
         count=lambda what, n=1: counters.update({what: n}),
+        job_for=lambda epoch: job,
     )
 
 

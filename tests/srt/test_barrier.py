@@ -200,7 +200,7 @@ def test_incompatible_and_far_ahead_offers_are_refused_without_effect() -> None:
     )
     comb.offer_child(1, 0, snap_of(["a"]))
     with pytest.raises(ValueError):
-        comb.offer_child(2, 0, snap_of([], aggregator="max"))
+        comb.offer_child(2, 0, snap_of(["a"], aggregator="max"))
     assert comb.waiting_for(0) == [2]
     with pytest.raises(EpochTooFarAhead):
         comb.offer_child(2, 6, snap_of(["a"]))
@@ -243,8 +243,9 @@ async def test_snapshot_handler_maps_outcomes() -> None:
     with pytest.raises(RetryLater) as ei:
         await handle(name(9), body)
     assert ei.value.reason == "epoch_ahead"
+    assert await handle(name(2, sender=8), body) == "merged"  # epoch 2 holds count data
     with pytest.raises(Reject) as ei:
-        await handle(name(2), snap_of([], aggregator="max").to_bytes())
+        await handle(name(2), snap_of(["a"], aggregator="max").to_bytes())
     assert (ei.value.status, ei.value.reason) == (409, "incompatible")
     assert sink.epochs == [0, 1]
 
