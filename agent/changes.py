@@ -30,7 +30,8 @@ Request fields (all optional, at least one):
   spec's ``aggregator_since`` is the first epoch that starts at least that lead ahead; every
   agent keeps the old job instance (map and aggregator) for earlier epochs until they close,
   and the master renders each epoch's result with the instance that reduced it. A worker
-  that never ran the old aggregate starts at ``aggregator_since``. Window jobs: 409.
+  that never ran the old aggregate starts at ``aggregator_since``. Window jobs: 409; a second
+  change of aggregate before the previous one took effect everywhere: 409.
 * ``empty: true``: every agent empties its window state now; ``batch: true``: a new batch
   (window state and iterative feedback are cleared and the job's ``on_multicast`` sees
   ``{"kind": "batch"}``).
@@ -140,6 +141,20 @@ class JobChange:
                 "merge across epochs; stop the job and submit the new spec"
             )
         schedule = new.schedule
+        if spec.aggregator_since is not None:
+            # Agents hold one previous aggregate at a time: the last change must have taken
+            # effect everywhere (its first epoch plus lateness and an epoch in the past).
+            settled = (
+                schedule.start(spec.aggregator_since)
+                + spec.allowed_lateness
+                + schedule.current_seconds
+            )
+            if settled > time.time():
+                raise Conflict(
+                    f"job {spec.name!r}: the previous change of aggregate takes effect from "
+                    f"epoch {spec.aggregator_since}; change it again after "
+                    f"{settled - time.time():.1f} s"
+                )
         not_before = _not_before(schedule.current_seconds, event_time)
         first = schedule.epoch_of(not_before)
         if schedule.start(first) < not_before:

@@ -68,6 +68,8 @@ def test_the_master_schedules_a_new_aggregate_ahead_and_refuses_it_for_windows()
     filtered = COUNT.replace("GROUP BY line", "WHERE line <> 'x' GROUP BY line")
     same = parse_change({"query": filtered})
     assert same.apply(running).aggregator_since is None  # type: ignore[union-attr]
+    with pytest.raises(Conflict, match="previous change of aggregate"):
+        parse_change({"query": COUNT}).apply(new)  # the first one has not taken effect yet
     windowed = spec(COUNT + " WINDOW 3 s EVERY 1 s")
     with pytest.raises(Conflict, match="window job"):
         parse_change({"query": FIRST + " WINDOW 3 s EVERY 1 s"}).apply(windowed)
