@@ -196,6 +196,12 @@ class JobChange:
         params = {**spec.params, **implied.get("params", {})}
         out = {k: v for k, v in implied.items() if k not in ("name", "creator", "params")}
         out["params"] = params
+        from agent.ql import parse
+
+        if parse(self.query or "").window is None:
+            # no WINDOW: the query implies only the default length; the job keeps its own
+            # (submitted with the spec, or changed with epoch_seconds)
+            out.pop("epoch_seconds", None)
         for key in ("start_epoch", "placement"):  # decided at submission, not by the query
             out.pop(key, None)
         return out

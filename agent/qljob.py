@@ -130,6 +130,8 @@ def _compile_for(spec: JobSpec) -> CompiledQuery:
         raise JobSpecError("params.query", str(exc)) from None
     want = compiled.spec_fields()
     checked = list(_CHECKED)
+    if compiled.query.window is None:  # no WINDOW: the spec's epoch length (default 1 s)
+        checked.remove("epoch_seconds")
     if compiled.partitions is not None:
         checked.append("trees")
     if compiled.inputs:

@@ -153,9 +153,11 @@ def test_bad_query_and_disagreeing_spec_are_value_errors() -> None:
         parse_spec(bad)  # at submission (the API answers 400)
     with pytest.raises(ValueError, match=r"params\.query: line 2, column 1: expected ',' or FROM"):
         create_job(JobSpec.from_dict(bad))  # and on an agent, should one get it anyway
+    windowed = spec_from_query("w", "me", QUERY.replace("LIMIT 5", "LIMIT 5 WINDOW 10 s"))
+    with pytest.raises(ValueError, match="disagrees with the query"):
+        create_job(parse_spec({**windowed, "epoch_seconds": 5.0}))  # WINDOW sets the epochs
     for change in (
         {"aggregator": "count", "aggregator_params": {}},
-        {"epoch_seconds": 5.0},
         {"mode": "window"},
         {"inputs": ["other"]},
         {"top_k": 2},
@@ -164,8 +166,8 @@ def test_bad_query_and_disagreeing_spec_are_value_errors() -> None:
             create_job(parse_spec({**spec, **change}))
     with pytest.raises(ValueError, match=r"params\.query"):
         create_job(parse_spec({**spec, "params": {}}))
-    # fields the query leaves open are the submitter's
-    create_job(parse_spec({**spec, "trees": 4, "allowed_lateness": 2.0}))
+    # fields the query leaves open are the submitter's (the epoch length too without WINDOW)
+    create_job(parse_spec({**spec, "trees": 4, "allowed_lateness": 2.0, "epoch_seconds": 5.0}))
 
 
 def test_cli_submit_query_builds_the_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
