@@ -15,7 +15,14 @@ agents):
 
 * ``notify`` — "empty windows now" (control only);
 * ``filter`` — a new WHERE clause;
-* ``functions`` — new SELECT/GROUP BY expressions (new map functions, same aggregate).
+* ``functions`` — new SELECT/GROUP BY expressions (new map functions, same aggregate);
+* ``aggregate`` — a new aggregate (``count(*)`` ↔ ``min(ts)``: new map and reduce functions),
+  scheduled from an epoch ahead; one at a time (each waits until the previous one took
+  effect), so ``repeats // 5`` of them (at least 2). Measured like the others: request → the
+  last agent applied the new spec (the new aggregate then starts at the chosen epoch).
+
+``--epoch-seconds`` sets the job's epoch length (default 1 s, the worst case: every epoch
+boundary is a burst of snapshot work on the same cores that carry the change).
 
 With ``--processes P`` (default: the number of cores) the same changes run again with the N
 agents spread over P real agent processes (as agents on separate hosts would be), timed
@@ -46,6 +53,7 @@ from latency import pct, summary
 
 from agent.config import load_config
 from agent.daemon import freeze_heap, start_agents, stop_agents
+from agent.jobspec import JobSpec
 from agent.qljob import spec_from_query
 from agent.runtime import Agent, spans_one_tree
 from overlay import Tunables
@@ -53,6 +61,10 @@ from overlay import Tunables
 SECRET = "change-bench-secret-0123456789abcdef"
 QUERY = "SELECT line, count(*) AS n FROM ingest WHERE line LIKE '{p}%' GROUP BY line"
 WARM_UP = {"empty": True}
+AGGREGATES = (
+    "SELECT line, min(ts) AS n FROM ingest GROUP BY line",
+    "SELECT line, count(*) AS n FROM ingest GROUP BY line",
+)
 FUNCTIONS = (
     "SELECT lower(line) AS line, count(*) AS n FROM ingest GROUP BY lower(line)",
     "SELECT substr(line, 1, 2) AS line, count(*) AS n FROM ingest GROUP BY substr(line, 1, 2)",
@@ -116,13 +128,17 @@ async def resubmit(agents: list[Agent], asker: Agent, query: str) -> float:
     return 1000 * (time.time() - t0)
 
 
-async def run(n: int, repeats: int, baseline_repeats: int) -> dict[str, Any]:
+async def run(
+    n: int, repeats: int, baseline_repeats: int, epoch_seconds: float = 1.0
+) -> dict[str, Any]:
     cfg = load_config(env={"ELF_SECRET": SECRET}, overrides={"logical_agents": n})
     cfg = dataclasses.replace(cfg, tunables=Tunables(), heartbeat_interval=1.0)
     agents = await start_agents(cfg)
     try:
         await wait(lambda: spans_one_tree([a.jobs_tree() for a in agents]), 120, "settling")
-        await agents[0].submit(spec_from_query("q", "bench", QUERY.format(p="a")))
+        await agents[0].submit(
+            spec_from_query("q", "bench", QUERY.format(p="a"), epoch_seconds=epoch_seconds)
+        )
         tid_of = lambda a: a.runtimes["q"].tree_list[0]  # noqa: E731
         await wait(
             lambda: (
@@ -142,10 +158,11 @@ async def run(n: int, repeats: int, baseline_repeats: int) -> dict[str, Any]:
         for kind, bodies in kinds.items():
             applied, replies = [], []
             for body in bodies:
+                master = next(a for a in agents if a.runtimes["q"].is_master)
+                await asyncio.sleep(settle_seconds(master.runtimes["q"].spec.to_dict()) + 0.05)
                 got = await one_change(agents, asker, body)
                 applied.append(got["applied_ms"])
                 replies.append(got["reply_ms"])
-                await asyncio.sleep(0.05)
             out[kind] = {
                 "request_to_last_apply": summary(applied),
                 "request_to_reply": summary(replies),
@@ -162,7 +179,7 @@ async def run(n: int, repeats: int, baseline_repeats: int) -> dict[str, Any]:
         await stop_agents(agents, timeout=60)
 
 
-def cluster_run(n: int, processes: int, repeats: int) -> dict[str, Any]:
+def cluster_run(n: int, processes: int, repeats: int, epoch_seconds: float = 1.0) -> dict[str, Any]:
     """The same changes with the N agents spread over ``processes`` real ``elf agent``
     processes (both cores, as agents on separate hosts would have); timings over the API."""
     import tempfile
@@ -177,7 +194,9 @@ def cluster_run(n: int, processes: int, repeats: int) -> dict[str, Any]:
         try:
             clients = [ApiClient(a["api_url"], local.token) for a in local.agents()]
             sync_wait(lambda: spans_one_tree([c.status().get("jobs_tree") for c in clients]), 180)
-            clients[0].submit(spec_from_query("q", "bench", QUERY.format(p="a")))
+            clients[0].submit(
+                spec_from_query("q", "bench", QUERY.format(p="a"), epoch_seconds=epoch_seconds)
+            )
 
             def on_tree() -> bool:
                 for c in clients:
@@ -193,7 +212,11 @@ def cluster_run(n: int, processes: int, repeats: int) -> dict[str, Any]:
             first = cluster_change(clients, asker, WARM_UP, n)
             out["first_change_ms"] = round(first["applied_ms"], 2)
             for kind, bodies in change_kinds(repeats).items():
-                got = [cluster_change(clients, asker, body, n) for body in bodies]
+                got = []
+                for body in bodies:
+                    spec = next(j for j in asker.jobs() if j["name"] == "q")["spec"]
+                    time.sleep(settle_seconds(spec) + 0.05)
+                    got.append(cluster_change(clients, asker, body, n))
                 out[kind] = {
                     "request_to_last_apply": summary([g["applied_ms"] for g in got]),
                     "request_to_reply": summary([g["reply_ms"] for g in got]),
@@ -232,7 +255,19 @@ def change_kinds(repeats: int) -> dict[str, list[dict[str, Any]]]:
         "notify": [{"empty": True}] * repeats,
         "filter": [{"query": QUERY.format(p="ab"[i % 2])} for i in range(1, repeats + 1)],
         "functions": [{"query": FUNCTIONS[i % 2]} for i in range(repeats)],
+        # new reduce functions: scheduled, and one at a time (see settle_seconds)
+        "aggregate": [{"query": AGGREGATES[i % 2]} for i in range(max(2, repeats // 5))],
     }
+
+
+def settle_seconds(spec_dict: dict[str, Any]) -> float:
+    """Seconds until a change of aggregate in ``spec_dict`` has taken effect everywhere (the
+    master refuses the next one before: agents hold one previous aggregate)."""
+    spec = JobSpec.from_dict(spec_dict)
+    if spec.aggregator_since is None:
+        return 0.0
+    start = spec.schedule.start(spec.aggregator_since)
+    return max(0.0, start + spec.allowed_lateness + spec.schedule.current_seconds - time.time())
 
 
 def sync_wait(predicate: Any, timeout: float) -> None:
@@ -250,6 +285,9 @@ def main() -> None:
     parser.add_argument("--agents", type=int, help="logical agents (default 64; quick 32)")
     parser.add_argument("--repeats", type=int, help="changes per kind")
     parser.add_argument(
+        "--epoch-seconds", type=float, default=1.0, help="the job's epoch length (default 1)"
+    )
+    parser.add_argument(
         "--processes",
         type=int,
         default=0,
@@ -266,10 +304,11 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "goal_ms": 50,
         "paper_ms": {"notify": 10, "filter": 210, "functions": 600},
-        "run": asyncio.run(run(n, repeats, 2 if args.quick else 3)),
+        "epoch_seconds": args.epoch_seconds,
+        "run": asyncio.run(run(n, repeats, 2 if args.quick else 3, args.epoch_seconds)),
     }
     if processes > 1:
-        out["run_across_processes"] = cluster_run(n, processes, repeats)
+        out["run_across_processes"] = cluster_run(n, processes, repeats, args.epoch_seconds)
     json.dump(out, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
