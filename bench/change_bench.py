@@ -45,6 +45,7 @@ import dataclasses
 import json
 import os
 import platform
+import random
 import sys
 import time
 from typing import Any
@@ -61,6 +62,7 @@ from overlay import Tunables
 SECRET = "change-bench-secret-0123456789abcdef"
 QUERY = "SELECT line, count(*) AS n FROM ingest WHERE line LIKE '{p}%' GROUP BY line"
 WARM_UP = {"empty": True}
+_PHASE = random.Random(7)
 AGGREGATES = (
     "SELECT line, min(ts) AS n FROM ingest GROUP BY line",
     "SELECT line, count(*) AS n FROM ingest GROUP BY line",
@@ -267,7 +269,11 @@ def settle_seconds(spec_dict: dict[str, Any]) -> float:
     if spec.aggregator_since is None:
         return 0.0
     start = spec.schedule.start(spec.aggregator_since)
-    return max(0.0, start + spec.allowed_lateness + spec.schedule.current_seconds - time.time())
+    wait = start + spec.allowed_lateness + spec.schedule.current_seconds - time.time()
+    # ...plus a random phase: waking at the settle time itself would put every such change
+    # right on an epoch boundary, in the burst of snapshot work (the other kinds land at
+    # arbitrary phases)
+    return max(0.0, wait) + _PHASE.uniform(0.0, spec.schedule.current_seconds)
 
 
 def sync_wait(predicate: Any, timeout: float) -> None:
