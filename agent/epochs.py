@@ -11,8 +11,11 @@ Contract (:class:`EpochClock`):
 * **Watermark** (bounded out-of-orderness, as in Flink/Spark Structured Streaming):
   ``max event time seen - allowed_lateness``. When no record has arrived for ``idle_timeout``
   seconds of wall clock, the watermark also advances with the wall clock, to
-  ``clock() - allowed_lateness``, so an idle source never blocks its parent's barrier. The
-  watermark never moves backwards.
+  ``clock() - allowed_lateness``, so an idle source never blocks its parent's barrier. That
+  check runs when the watermark is read (``watermark``, ``closable``: the end of a batch),
+  never while records are assigned, so records an agent reads late (a busy loop, a slow
+  start) are not dropped for an idleness that was the reader's. The watermark never moves
+  backwards.
 * ``closable()`` lists, in increasing order, the epochs not yet closed whose end is
   ``<= watermark`` (from the first open epoch on, including epochs that received no record:
   they close as empty epochs; ``closable(limit)`` returns at most ``limit``).
@@ -140,8 +143,9 @@ class EpochClock:
         ) or not math.isfinite(ts):
             raise ValueError(f"timestamp must be a finite number, got {ts!r}")
         now = self._clock()
-        if self.idle_timeout is not None and now - self._last_arrival >= self.idle_timeout:
-            self._tick(now)
+        # No idle advance here: it belongs to the end of a batch (``watermark``/``closable``).
+        # Advancing before the batch would call a source idle because *we* read it late (a
+        # busy agent, a slow start) and drop its records as late.
         if self.max_future is not None and ts > now + self.max_future:
             self._future += 1
             return None
