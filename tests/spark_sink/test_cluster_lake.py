@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from agent_helpers import lines, running_agents, wait_for
 
-from spark_sink.lake import Lake, complete_epochs
+from spark_sink.lake import Lake, complete_epochs, read_table
 
 pytest.importorskip("pyspark")
 
@@ -29,6 +29,18 @@ async def reported(agent: Any, job: str, epoch: int) -> Counter | None:
     if not res["complete"]:
         return None
     return Counter(json.dumps(row, sort_keys=True) for row in res["rows"])
+
+
+def rows_of(texts: list[str], agents: int) -> Counter:
+    """The wordcount rows ``[word, count]`` of ``texts`` ingested by each of ``agents``."""
+    words: Counter = Counter()
+    for t in texts:
+        words.update(t.split())
+    return Counter(json.dumps([w, n * agents], sort_keys=True) for w, n in words.items())
+
+
+async def _equal(result: Any, want: Counter) -> bool:
+    return await result == want
 
 
 async def test_cluster_rollups_read_through_elf_equal_the_masters_results(
@@ -52,18 +64,30 @@ async def test_cluster_rollups_read_through_elf_equal_the_masters_results(
                 batch += lines(e + i + 0.1, texts)
             await a.ingest("ingest", batch)
         epochs = range(e, e + len(TEXTS) - 1)  # the last epoch waits for the watermark
-        want: dict[int, Counter] = {}
+        # Reference: every agent's lines. A master's result can still grow after it first
+        # reports the epoch complete (a late contribution from an agent that joined the tree
+        # mid-epoch is folded in, and the lake file replaced), so wait for the full result.
+        want = {e + i: rows_of(TEXTS[i], agents=3) for i in range(len(epochs))}
         for epoch in epochs:
-            want[epoch] = await wait_for(
-                lambda ep=epoch: reported(agents[1], "wc-lake", ep), 20, f"epoch {epoch}"
+            await wait_for(
+                lambda ep=epoch: _equal(reported(agents[1], "wc-lake", ep), want[ep]),
+                20,
+                f"epoch {epoch} with every agent's lines",
             )
         lake = Lake(str(lake_dir))
 
         def in_lake() -> bool:
             done = complete_epochs(lake.files("wc-lake"))
-            return all(done.get(epoch) for epoch in epochs)
+            if not all(done.get(epoch) for epoch in epochs):
+                return False
+            rows = read_table(lake, lake.files("wc-lake")).to_pylist()
+            have: dict[int, Counter] = {}
+            for r in rows:
+                row = json.dumps([r["key"], r["value"]], sort_keys=True)
+                have.setdefault(r["epoch"], Counter())[row] += 1
+            return all(have.get(epoch) == want[epoch] for epoch in epochs)
 
-        await wait_for(in_lake, 20, "the epochs in the lake")
+        await wait_for(in_lake, 20, "the full epochs in the lake")
         # the master pushes an epoch again (a retry): same file, no new rows
         for a in agents:
             rt = a.runtimes["wc-lake"]
