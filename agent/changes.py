@@ -155,10 +155,7 @@ class JobChange:
                     f"epoch {spec.aggregator_since}; change it again after "
                     f"{settled - time.time():.1f} s"
                 )
-        not_before = _not_before(schedule.current_seconds, event_time)
-        first = schedule.epoch_of(not_before)
-        if schedule.start(first) < not_before:
-            first += 1
+        first = schedule.first_epoch_from(_not_before(schedule.current_seconds, event_time))
         if spec.aggregator_since is not None:
             first = max(first, spec.aggregator_since + 1)
         try:

@@ -72,6 +72,11 @@ class EpochSchedule:
         """The length of ``epoch``."""
         return self._lengths[self._segment(epoch)]
 
+    def first_epoch_from(self, t: float) -> int:
+        """The first epoch that starts at or after event time ``t``."""
+        first = self.epoch_of(t)
+        return first if self.start(first) >= t else first + 1
+
     @property
     def current_seconds(self) -> float:
         """The length of the newest segment's epochs."""
@@ -90,9 +95,7 @@ class EpochSchedule:
             raise ValueError(f"epoch length must be a positive number, got {seconds!r}")
         if len(self.changes) >= MAX_CHANGES:
             raise ValueError(f"a job's epoch length can change at most {MAX_CHANGES} times")
-        first = self.epoch_of(not_before)
-        if self.start(first) < not_before:
-            first += 1
+        first = self.first_epoch_from(not_before)
         floor = self.changes[-1][0] if self.changes else 0
         if first <= floor:  # segments start at increasing epochs (segment 0 at epoch 0)
             first = floor + 1

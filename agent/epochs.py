@@ -195,6 +195,11 @@ class EpochClock:
         return self._watermark
 
     @property
+    def max_event_time(self) -> float:
+        """The newest accepted event time (``-inf`` before any record); no idle check."""
+        return self._max_ts
+
+    @property
     def idle(self) -> bool:
         """Whether no record arrived for ``idle_timeout`` seconds (False if disabled)."""
         return self.idle_timeout is not None and (

@@ -264,10 +264,8 @@ class FileTail:
                     append(parse(line))
                     records += 1
                     continue
-                except RecordError as exc:
-                    reason, message = exc.reason, str(exc)
                 except Exception as exc:  # a parser bug costs one line, never the tail
-                    reason, message = "parser_error", f"{type(exc).__name__}: {exc}"
+                    reason, message = _rejection(exc)
                 if not line.strip():
                     blank += 1
                     continue
@@ -313,10 +311,8 @@ class FileTail:
                     append(parse(line))
                     records += 1
                     continue
-                except RecordError as exc:
-                    reason, message = exc.reason, str(exc)
                 except Exception as exc:  # a parser bug costs one line, never the tail
-                    reason, message = "parser_error", f"{type(exc).__name__}: {exc}"
+                    reason, message = _rejection(exc)
                 if not line.strip():
                     blank += 1
                     continue
@@ -668,3 +664,10 @@ def open_input(
     return FileTail(
         cfg.path, parser=parser, quarantine=quarantine, name=cfg.name, state=state, **kw
     )
+
+
+def _rejection(exc: Exception) -> tuple[str, str]:
+    """(reason, message) for a line the parser refused (a ``RecordError`` names its reason)."""
+    if isinstance(exc, RecordError):
+        return exc.reason, str(exc)
+    return "parser_error", f"{type(exc).__name__}: {exc}"

@@ -334,8 +334,8 @@ class JobRuntime:
         """This agent's newest event time for the job (None: no record seen here)."""
         if self.worker is None:
             return None
-        newest = self.worker.clock.stats()["max_event_time"]
-        return newest if isinstance(newest, float) and math.isfinite(newest) else None
+        newest = self.worker.clock.max_event_time
+        return newest if math.isfinite(newest) else None
 
     def _on_change(self, message: dict[str, Any]) -> None:
         if message.get("spec") is not None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Any
 
 import orjson
@@ -240,9 +241,10 @@ class JobSpec:
         return JobSpec.from_dict({**self.to_dict(), **changes})
 
     # ---- derived values -------------------------------------------------------------------
-    @property
+    @cached_property
     def schedule(self) -> EpochSchedule:
-        """Epoch index ↔ event time, with the runtime changes of the epoch length."""
+        """Epoch index ↔ event time, with the runtime changes of the epoch length (built once
+        per spec: specs are immutable)."""
         return EpochSchedule(self.epoch_seconds, self.epoch_schedule)
 
     @property

@@ -223,9 +223,7 @@ class Worker:
                     last_epoch = epoch
                     slot = pending.setdefault(epoch, [])
                 slot.extend(pairs)
-        self.counters["records_in"] += n
-        self.counters["records_accepted"] += accepted
-        self.counters["bad_records"] += bad
+        self._count_batch(n, accepted, bad)
         self._insert_pending(pending, keys_only)
         return accepted
 
@@ -260,9 +258,7 @@ class Worker:
             accepted += 1
             if pairs:
                 pending[new].setdefault(epoch, []).extend(pairs)
-        self.counters["records_in"] += n
-        self.counters["records_accepted"] += accepted
-        self.counters["bad_records"] += bad
+        self._count_batch(n, accepted, bad)
         for new, per_epoch in pending.items():
             self._insert_pending(per_epoch, stages[new][1])
         return accepted
@@ -360,11 +356,14 @@ class Worker:
                     last_epoch = epoch
                     slot = pending.setdefault(epoch, [])
                 slot.extend(out)
-        self.counters["records_in"] += n
-        self.counters["records_accepted"] += accepted
-        self.counters["bad_records"] += bad
+        self._count_batch(n, accepted, bad)
         self._insert_pending(pending, keys_only)
         return accepted
+
+    def _count_batch(self, records: int, accepted: int, bad: int) -> None:
+        self.counters["records_in"] += records
+        self.counters["records_accepted"] += accepted
+        self.counters["bad_records"] += bad
 
     def _insert_pending(self, pending: dict[int, list[Any]], keys_only: bool) -> None:
         for epoch, items in pending.items():

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -59,3 +60,27 @@ async def running_agents(n: int, **overrides: Any):  # type: ignore[no-untyped-d
 
 def lines(ts: float, texts: list[str]) -> list[str]:
     return [json.dumps({"ts": ts, "line": t}) for t in texts]
+
+
+def word_counts(texts: list[str], n_agents: int, min_length: int = 1) -> Counter:
+    """Reference: the words of ``texts`` (at least ``min_length`` long) as ingested by each of
+    ``n_agents`` agents."""
+    c: Counter = Counter()
+    for text in texts:
+        c.update(w for w in text.split() if len(w) >= min_length)
+    return Counter({k: v * n_agents for k, v in c.items()})
+
+
+async def complete_result(agent: Any, job: str, epoch: int) -> Counter | None:
+    """A job's complete result for ``epoch`` as a Counter (None until complete); QL rows
+    ``{"line", "n"}`` or ``[key, value]`` pairs."""
+    try:
+        res = await agent.results(job, epoch)
+    except Exception:
+        return None
+    if not res["complete"]:
+        return None
+    rows = res["rows"]
+    if rows and isinstance(rows[0], dict):
+        return Counter({r["line"]: r["n"] for r in rows})
+    return Counter({k: v for k, v in rows})

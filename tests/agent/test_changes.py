@@ -9,33 +9,15 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from agent_helpers import complete_result as result
 from agent_helpers import lines, running_agents, wait_for
+from agent_helpers import word_counts as words
 
 from agent.changes import parse_change
 from agent.errors import BadRequest, Conflict
 from agent.qljob import spec_from_query
 
 TEXTS = ["a bb ccc dddd", "bb ccc eeeee", "a a ccc"]
-
-
-def words(texts: list[str], n_agents: int, min_length: int = 1) -> Counter:
-    c: Counter = Counter()
-    for text in texts:
-        c.update(w for w in text.split() if len(w) >= min_length)
-    return Counter({k: v * n_agents for k, v in c.items()})
-
-
-async def result(agent: Any, job: str, epoch: int) -> Counter | None:
-    try:
-        res = await agent.results(job, epoch)
-    except Exception:
-        return None
-    if not res["complete"]:
-        return None
-    rows = res["rows"]
-    if rows and isinstance(rows[0], dict):
-        return Counter({r["line"]: r["n"] for r in rows})
-    return Counter({k: v for k, v in rows})
 
 
 def next_epoch(seconds: float = 1.0) -> int:

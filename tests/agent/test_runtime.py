@@ -10,7 +10,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from agent_helpers import FAST, SECRET, lines, running_agents, wait_for
+from agent_helpers import FAST, SECRET, lines, running_agents, wait_for, word_counts
+from agent_helpers import complete_result as result
 
 from agent.api_client import ApiClient, ApiError
 from agent.config import load_config
@@ -22,21 +23,6 @@ from cbt import Snapshot
 
 WORDS_A = ["a a a b", "a c"]
 WORDS_B = ["b c c", "d"]
-
-
-def counter_of(texts: list[str], n_agents: int) -> Counter:
-    c: Counter = Counter()
-    for t in texts:
-        c.update(t.split())
-    return Counter({k: v * n_agents for k, v in c.items()})
-
-
-async def result(agent: Any, job: str, epoch: int) -> Counter | None:
-    try:
-        res = await agent.results(job, epoch)
-    except Exception:
-        return None
-    return Counter({k: v for k, v in res["rows"]}) if res["complete"] else None
 
 
 @register_job("test-exclude-top")
@@ -87,7 +73,7 @@ async def test_synchronous_batches_roll_up_exactly_and_empty_reaches_every_worke
         for a in agents:
             await a.ingest("ingest", lines(e + 0.1, WORDS_A) + lines(e + 1.1, WORDS_B))
         for epoch, texts in ((e, WORDS_A), (e + 1, WORDS_B)):
-            want = counter_of(texts, 4)
+            want = word_counts(texts, 4)
             await wait_for(lambda ep=epoch, w=want: _eq(agents[2], "wc", ep, w), 15, f"{epoch}")
         # The master multicasts "empty" after each epoch (once the result is stored); every
         # worker gets it and the confirmation counts all four.
@@ -131,7 +117,7 @@ async def test_sliding_windows_by_invertible_subtraction() -> None:
         for end in (e + 2, e + 3):
             want: Counter = Counter()
             for epoch in range(end - 2, end + 1):
-                want += counter_of(per_epoch[epoch], 3)
+                want += word_counts(per_epoch[epoch], 3)
             await wait_for(lambda ep=end, w=want: _eq(agents[1], "win", ep, w), 20, f"{end}")
 
 
