@@ -25,7 +25,7 @@ from typing import Any
 
 import click
 
-from agent.api_client import ApiClient, ApiError
+from agent.client import ApiClient, ApiError
 from agent.config import derive_api_token, load_config, read_secret
 from agent.errors import ConfigError
 
@@ -67,7 +67,7 @@ def cli() -> None:
 @click.option("--log-level", default="WARNING", show_default=True)
 def agent(config_path: str | None, log_level: str, **flags: Any) -> None:
     """Run an agent daemon until SIGTERM/SIGINT."""
-    from agent.daemon import run
+    from agent.server.daemon import run
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
     try:
@@ -83,7 +83,7 @@ def agent(config_path: str | None, log_level: str, **flags: Any) -> None:
 @click.option("--logical", type=int, default=1, show_default=True, help="Agents per process.")
 def cluster(n: int, workdir: str | None, logical: int) -> None:
     """Run a local multi-process cluster on loopback until Ctrl-C."""
-    from agent.cluster import LocalCluster
+    from agent.server.cluster import LocalCluster
 
     root = Path(workdir or tempfile.mkdtemp(prefix="elf-cluster-"))
     local = LocalCluster(n, root, logical_agents=logical)
@@ -201,7 +201,7 @@ def submit(
 ) -> None:
     """Submit a job: a JSON spec file, --name/--job/... flags, or --name/--query."""
     if query is not None:
-        from agent.qljob import spec_from_query
+        from agent.jobs.ql_job import spec_from_query
 
         if not name:
             raise click.ClickException("--query needs --name")

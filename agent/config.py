@@ -51,7 +51,7 @@ from overlay import Tunables
 
 MIN_SECRET_BYTES = 16
 INPUT_TYPES = ("jsonl", "file", "ingest")
-INPUT_FORMATS = ("json", "nginx", "apache", "syslog", "raw")  # agent.formats.FORMATS
+INPUT_FORMATS = ("json", "nginx", "apache", "syslog", "raw")  # agent.ingest.formats.FORMATS
 
 
 @dataclass(frozen=True)

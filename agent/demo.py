@@ -2,7 +2,7 @@
 
 Contract (:func:`run_demo`, see ``docs/demo.md``):
 
-1. Starts a :class:`~agent.cluster.LocalCluster` of ``agents`` real agent processes on
+1. Starts a :class:`~agent.server.cluster.LocalCluster` of ``agents`` real agent processes on
    loopback; every process has two file inputs (``clicks``, ``tweets``) in the work
    directory and writes the rollup lake ``<workdir>/lake`` (``ELF_LAKE``).
 2. Submits micro-promotion, product-bundling, sale-prediction and spam-campaign (job specs
@@ -44,8 +44,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent.api_client import ApiClient, ApiError
-from agent.cluster import LocalCluster
+from agent.client import ApiClient, ApiError
+from agent.server.cluster import LocalCluster
 from agent.workload import ClickstreamGenerator, TweetGenerator, json_line, make_catalogue
 
 PROMOTION, BUNDLING, PREDICTION, SPAM = (

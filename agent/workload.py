@@ -22,11 +22,11 @@ Contract:
 * Renderers: :func:`json_line` (any event), :func:`access_line` (a click as an nginx combined
   access-log line, ``GET /product?id=..&dir=..&action=..&user=..&session=..`` with the
   directory as a URL slug (:func:`directory_slug`: ``video-games``), parsed back by
-  :class:`agent.formats.AccessLogParser`).
+  :class:`agent.ingest.formats.AccessLogParser`).
 * Writers: :func:`paced` (sleeps so events leave at their event time, optionally sped up),
   :class:`RotatingWriter` (a file with optional size-based rotation, like logrotate's rename),
   :func:`post_lines` (batches to an agent's ingest endpoint through
-  :class:`agent.api_client.ApiClient`).
+  :class:`agent.client.ApiClient`).
 """
 
 from __future__ import annotations
@@ -460,7 +460,7 @@ def post_lines(
     lines: Iterable[str], client: Any, input_name: str, *, batch: int = 1000
 ) -> dict[str, int]:
     """POST ``lines`` in batches to ``client.ingest(input_name, lines)`` (an
-    :class:`agent.api_client.ApiClient`); returns accepted/rejected totals. A batch the agent
+    :class:`agent.client.ApiClient`); returns accepted/rejected totals. A batch the agent
     refuses as ``queue_full`` is retried (all or nothing, so no duplicates)."""
     totals = {"accepted": 0, "rejected": 0, "batches": 0, "retries": 0}
 

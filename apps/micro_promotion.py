@@ -39,8 +39,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agent.job import Job, register_job
-from agent.worker import EpochWindows
+from agent.jobs.job import Job, register_job
+from agent.runtime.worker import EpochWindows
 from apps.params import int_param, ranked, str_list_param, str_param
 from cbt import Snapshot
 

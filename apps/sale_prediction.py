@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agent.job import Job, register_job
+from agent.jobs.job import Job, register_job
 from apps.params import str_param
 from srt.ids import app_id
 

@@ -37,9 +37,9 @@ import apps.micro_promotion
 import apps.product_bundling
 import apps.spam_campaign
 import apps.wordcount
-from agent.job import create_job, parse_spec
-from agent.qljob import spec_from_query
-from agent.worker import Worker
+from agent.jobs.job import create_job, parse_spec
+from agent.jobs.ql_job import spec_from_query
+from agent.runtime.worker import Worker
 from agent.workload import ClickstreamGenerator, TweetGenerator
 from apps.bundles import compute_bundles
 

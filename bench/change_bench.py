@@ -53,10 +53,10 @@ from typing import Any
 from latency import pct, summary
 
 from agent.config import load_config
-from agent.daemon import freeze_heap, start_agents, stop_agents
-from agent.jobspec import JobSpec
-from agent.qljob import spec_from_query
-from agent.runtime import Agent, spans_one_tree
+from agent.jobs.ql_job import spec_from_query
+from agent.jobs.spec import JobSpec
+from agent.runtime.agent import Agent, spans_one_tree
+from agent.server.daemon import freeze_heap, start_agents, stop_agents
 from overlay import Tunables
 
 SECRET = "change-bench-secret-0123456789abcdef"
@@ -187,8 +187,8 @@ def cluster_run(n: int, processes: int, repeats: int, epoch_seconds: float = 1.0
     import tempfile
     from pathlib import Path
 
-    from agent.api_client import ApiClient
-    from agent.cluster import LocalCluster
+    from agent.client import ApiClient
+    from agent.server.cluster import LocalCluster
 
     with tempfile.TemporaryDirectory(prefix="elf-change-bench-") as tmp:
         local = LocalCluster(processes, Path(tmp), logical_agents=n // processes)

@@ -6,11 +6,12 @@ For each format (JSON lines, nginx combined access logs) N click events from
 250 s from a multiple of 300 s, so the 300-s window ending at the last 30-s epoch holds every
 line and its top-10 is the whole file's). Measured, in the same run:
 
-* ``elf_fast`` — the product path with the ingest fast path: :class:`~agent.inputs.FileTail`
+* ``elf_fast`` — the product path with the ingest fast path: :class:`~agent.ingest.inputs.FileTail`
   (1 MiB reads, chunk scan) with the prefilter and the projected access-log parser the runtime
-  installs (:mod:`agent.fastpath`, :mod:`agent.projection`) → parser → ``Worker.process``
+  installs (:mod:`agent.ingest.fastpath`, :mod:`agent.ingest.projection`) → parser →
+  ``Worker.process``
   (epoch clock, compiled QL map, CBT) → ``poll``/``finish`` (every epoch's window snapshot).
-* ``elf_fast_2proc`` — the same fast path using both cores (:mod:`agent.parallel`): chunks
+* ``elf_fast_2proc`` — the same fast path using both cores (:mod:`agent.runtime.parallel`): chunks
   are prefiltered, parsed and mapped on 2 worker processes; the epoch clock and the CBT run
   here in line order (identical results). The pool is started before timing.
 * ``elf_slow`` — the same without the prefilter (every line parsed).
@@ -55,15 +56,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import agent.qljob  # noqa: F401  (registers the "ql" job class)
-from agent.fastpath import prefilter_for
-from agent.formats import make_parser
-from agent.inputs import FileTail
-from agent.job import create_job, parse_spec
-from agent.parallel import ParallelFileIngest
-from agent.projection import projected_parser
-from agent.qljob import spec_from_query
-from agent.worker import Worker
+import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
+from agent.ingest.fastpath import prefilter_for
+from agent.ingest.formats import make_parser
+from agent.ingest.inputs import FileTail
+from agent.ingest.projection import projected_parser
+from agent.jobs.job import create_job, parse_spec
+from agent.jobs.ql_job import spec_from_query
+from agent.runtime.parallel import ParallelFileIngest
+from agent.runtime.worker import Worker
 from agent.workload import ClickstreamGenerator, access_line, json_line
 
 START = 1_699_999_800.0  # a multiple of 300 s: one window holds the 250 s of data
@@ -150,7 +151,7 @@ def elf_run(path: Path, fmt: str, fast: bool) -> tuple[float, list[tuple[str, in
     worker = Worker(job, wall_clock=lambda: START)
     c0, t0 = time.process_time(), time.perf_counter()
     tail = FileTail(path, parser=make_parser(fmt))
-    if fast:  # what Agent._tick installs (agent.fastpath.install_prefilters)
+    if fast:  # what Agent._tick installs (agent.ingest.fastpath.install_prefilters)
         tail.prefilter = prefilter_for([job], fmt)
         assert tail.prefilter is not None
         tail.parser = projected_parser([job], fmt) or tail.parser
@@ -172,7 +173,8 @@ def elf_run(path: Path, fmt: str, fast: bool) -> tuple[float, list[tuple[str, in
 def elf_parallel(
     path: Path, fmt: str, processes: int
 ) -> tuple[float, list[tuple[str, int]], dict[str, Any]]:
-    """The fast path on ``processes`` worker processes (agent.parallel): parse and map there,
+    """The fast path on ``processes`` worker processes (agent.runtime.parallel): parse and map
+    there,
     clock and CBT here in line order. The pool is started and warmed before timing (an agent
     keeps its processes); its start-up time is reported apart."""
     spec = parse_spec(spec_from_query("micro", "bench", QUERIES[fmt]))

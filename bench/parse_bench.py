@@ -5,7 +5,7 @@ Usage::
     python bench/parse_bench.py            # 200k lines per format
     python bench/parse_bench.py --quick    # 20k lines per format
 
-Prints one JSON object: per format, lines/s of the agent's parser (agent/formats.py) and of a
+Prints one JSON object: per format, lines/s of the agent's parser (agent/ingest/formats.py) and of a
 baseline over the same lines:
 
 * json: ``orjson.loads`` alone (no validation) vs ``RecordValidator.parse``;
@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
 
-from agent.formats import AccessLogParser, RawParser, SyslogParser
-from agent.records import RecordValidator
+from agent.ingest.formats import AccessLogParser, RawParser, SyslogParser
+from agent.ingest.records import RecordValidator
 from agent.workload import (
     ClickstreamGenerator,
     TweetGenerator,

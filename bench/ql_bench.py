@@ -32,10 +32,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.job import Job, create_job, parse_spec, register_job
+from agent.jobs.job import Job, create_job, parse_spec, register_job
+from agent.jobs.ql_job import spec_from_query
 from agent.ql import compile_query
-from agent.qljob import spec_from_query
-from agent.worker import Worker
+from agent.runtime.worker import Worker
 
 MICRO = """
 SELECT product, count(*) AS clicks

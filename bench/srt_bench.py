@@ -17,7 +17,7 @@ the idle cost of an agent. Prints one JSON document on stdout.
 * **Balance** (paper: with 500 trees 99.5 % of agents root < 3 trees; 1,000: 99.5 % < 5;
   2,000: 95 % < 5): 1,280 agent ids (SHA-1 of simulated addresses) and 500 / 1,000 / 2,000 job
   ids; the root of a tree is the XOR-closest agent. What agents do: each job takes the less
-  loaded of two candidate masters (``srt.balance.two_choice_tree_ids``). Baselines: plain
+  loaded of two candidate masters (``srt.trees.balance.two_choice_tree_ids``). Baselines: plain
   rendezvous on the appId (one choice) and uniformly random root placement.
 * **Idle agent**: RSS and CPU of one ``elf agent`` process with no input (and one job).
 
@@ -44,10 +44,10 @@ from typing import Any
 import psutil
 from latency import summary
 
-from agent.cluster import LocalCluster
 from agent.config import load_config
-from agent.daemon import freeze_heap, start_agents, stop_agents
-from agent.runtime import JOBS_TREE, Agent, spans_one_tree
+from agent.runtime.agent import JOBS_TREE, Agent, spans_one_tree
+from agent.server.cluster import LocalCluster
+from agent.server.daemon import freeze_heap, start_agents, stop_agents
 from cbt import CompressedBufferTree, Snapshot
 from overlay import Tunables, node_id_for
 from srt import SnapshotName, app_id, roots_per_agent, two_choice_tree_ids
@@ -297,7 +297,7 @@ def cluster_run(n: int, processes: int, epochs: int) -> dict[str, Any]:
     """N logical agents in ``processes`` real ``elf agent`` processes (both cores, as agents on
     separate hosts would have their own): each process tails one JSON-lines file that all its
     logical agents read; this process appends to the files and reads timings over the API."""
-    from agent.api_client import ApiClient
+    from agent.client import ApiClient
 
     per = n // processes
     with tempfile.TemporaryDirectory(prefix="elf-srt-bench-") as tmp:

@@ -1,4 +1,4 @@
-"""Exceptions of the SRT data plane (srt.dataplane, srt.upstream, srt.barrier).
+"""Exceptions of the SRT data plane (srt.dataplane, srt.dataplane.upstream, srt.dataplane.barrier).
 
 :class:`DataPlaneError` is what a sender sees when a snapshot or control call could not be
 delivered (after the client's retries); ``status`` is the HTTP status (0 when no response came

@@ -25,7 +25,8 @@ Per format (the reason each rule is exact):
   needle of ``= 'v'`` is ``"v"`` (quotes included: more selective), of ``LIKE 'x%'`` it is
   ``"x``, of ``'%x'`` ``x"``, of ``'%x%'`` ``x``. Literals whose JSON encoding itself needs a
   backslash (quote, backslash, control characters) are not pushed down.
-* ``nginx`` / ``apache`` (:class:`~agent.formats.AccessLogParser`) — escape ``%``. Every string
+* ``nginx`` / ``apache`` (:class:`~agent.ingest.formats.AccessLogParser`) — escape ``%``. Every
+string
   field of an access-log record is a substring of the line, except where the parser decodes:
   ``%XX`` (path and query: only when the line has a ``%``), ``+`` to space (query), and
   ``\\"`` / ``\\x22`` / ``\\\\`` (quoted fields). Literals are pushed down only when they are

@@ -13,8 +13,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from agent.config import load_config
-from agent.daemon import start_agents, stop_agents
-from agent.runtime import Agent, spans_one_tree
+from agent.runtime.agent import Agent, spans_one_tree
+from agent.server.daemon import start_agents, stop_agents
 from overlay import Tunables
 
 SECRET = "runtime-test-secret-0123456789abcdef"

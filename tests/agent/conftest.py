@@ -1,7 +1,10 @@
-"""Makes tests/agent/agent_helpers.py importable (pytest runs with --import-mode=importlib
-and tests/ has no packages, so a tests/agent package would shadow the real ``agent``)."""
+"""Makes the helper modules in tests/agent and its subfolders importable (pytest runs with
+--import-mode=importlib and tests/ has no packages, so a tests/agent package would shadow the
+real ``agent``; the subfolders mirror the package's subpackages and share these helpers)."""
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+HERE = Path(__file__).parent
+for folder in [HERE, *sorted(p for p in HERE.iterdir() if p.is_dir() and p.name != "__pycache__")]:
+    sys.path.insert(0, str(folder))

@@ -17,9 +17,9 @@ import pytest
 from agent_helpers import running_agents
 from click.testing import CliRunner
 
-from agent.api_client import ApiClient
 from agent.cli import cli
-from agent.formats import AccessLogParser
+from agent.client import ApiClient
+from agent.ingest.formats import AccessLogParser
 from agent.workload import (
     ACTIONS,
     DIRECTORIES,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from agent.api_client import ApiError
+from agent.client import ApiError
 from agent.workload import json_line
 
 AGENTS = 4  # agent processes of the shared cluster

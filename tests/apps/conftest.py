@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from app_helpers import AGENTS, DATA_EPOCHS, WINDOW, append_events, wait_until
 
-from agent.cluster import LocalCluster
-from agent.runtime import spans_one_tree
+from agent.runtime.agent import spans_one_tree
+from agent.server.cluster import LocalCluster
 from agent.workload import ClickstreamGenerator
 from apps.micro_promotion import promotion_spec
 from apps.product_bundling import bundling_spec

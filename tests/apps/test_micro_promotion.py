@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from app_helpers import AGENTS, DATA_EPOCHS, frame, ref_clicks, ref_top, wait_until
 
-from agent.api_client import ApiError
-from agent.job import create_job, job_class, parse_spec
-from agent.worker import Worker
+from agent.client import ApiError
+from agent.jobs.job import create_job, job_class, parse_spec
+from agent.runtime.worker import Worker
 from agent.workload import ClickstreamGenerator
 from apps.micro_promotion import MicroPromotion, promotion_spec
 from cbt import CompressedBufferTree, Snapshot

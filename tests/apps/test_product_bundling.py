@@ -19,9 +19,9 @@ from app_helpers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.job import create_job, job_class, parse_spec
+from agent.jobs.job import create_job, job_class, parse_spec
 from agent.jsonable import jsonable
-from agent.worker import Worker
+from agent.runtime.worker import Worker
 from agent.workload import ClickstreamGenerator
 from apps.bundles import compute_bundles
 from apps.product_bundling import ProductBundling, bundling_spec

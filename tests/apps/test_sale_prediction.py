@@ -11,7 +11,7 @@ import pytest
 from app_helpers import AGENTS, DATA_EPOCHS, WINDOW, frame, ref_bundles, ref_top, wait_until
 
 from agent.errors import Unavailable
-from agent.job import create_job, job_class, parse_spec
+from agent.jobs.job import create_job, job_class, parse_spec
 from apps.sale_prediction import SalePrediction, predict, prediction_spec
 from srt.ids import app_id
 

@@ -14,8 +14,8 @@ from app_helpers import AGENTS, ref_spam, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.job import create_job, job_class, parse_spec
-from agent.worker import Worker
+from agent.jobs.job import create_job, job_class, parse_spec
+from agent.runtime.worker import Worker
 from agent.workload import TweetGenerator
 from apps.spam_campaign import SALES_WORDS, SpamCampaign, spam_spec
 

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from agent.job import create_job, job_class, parse_spec
-from agent.worker import Worker
+from agent.jobs.job import create_job, job_class, parse_spec
+from agent.runtime.worker import Worker
 from apps.wordcount import WordCount
 
 SPEC = {"name": "wc", "creator": "test", "job_class": "wordcount"}
@@ -91,7 +91,7 @@ def test_tokenizer_agrees_with_reference_on_random_ascii() -> None:
 
 
 def test_master_answers_word_queries_over_recent_epochs() -> None:
-    from agent.jobspec import JobSpec
+    from agent.jobs.spec import JobSpec
     from apps.wordcount import WordCount
     from cbt import CompressedBufferTree
 

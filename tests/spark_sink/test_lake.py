@@ -61,7 +61,7 @@ def test_fixed_columns_and_completeness(tmp_path: Path):
 
 
 def test_epochs_after_a_runtime_length_change_carry_their_own_start_and_length(tmp_path: Path):
-    from agent.epoch_schedule import EpochSchedule
+    from agent.jobs.schedule import EpochSchedule
 
     schedule = EpochSchedule(1.0).switched(60.0, EPOCH + 0.5)  # 60 s epochs from EPOCH + 1 on
     lake = Lake(str(tmp_path))

@@ -1,4 +1,4 @@
-"""The master's hook (agent/lake_sink.py) with the agent's real ResultStore: a stored epoch
+"""The master's hook (agent/runtime/lake_sink.py) with the agent's real ResultStore: a stored epoch
 is written, a late contribution folded into it replaces the file with the merged result, and
 top-k / named rows reach the lake as the results API reports them (pyarrow only)."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from agent.jobspec import JobSpec
-from agent.lake_sink import LakeSink
-from agent.results import ResultStore
+from agent.jobs.spec import JobSpec
+from agent.runtime.lake_sink import LakeSink
+from agent.runtime.results import ResultStore
 from cbt import CompressedBufferTree
 from spark_sink.buffer import LakeWriter
 from spark_sink.lake import Lake, read_table

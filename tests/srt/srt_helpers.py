@@ -14,7 +14,7 @@ from typing import Any
 
 from overlay import NodeInfo, OverlayNode, Tunables
 from overlay.sim import agreement
-from srt.tree import TreeManager
+from srt.trees.manager import TreeManager
 
 SECRET = b"test-cluster-secret-0123456789ab"
 

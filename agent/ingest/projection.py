@@ -1,0 +1,148 @@
+"""Projection pushdown for access logs: parse only the record fields the jobs read.
+
+Contract:
+
+* :func:`referenced_fields` — the top-level record fields a compiled QL query can read
+  (every ``Field`` in SELECT, WHERE, GROUP BY, HAVING, ORDER BY; aliases count too, which only
+  widens the set), or None when it cannot tell (``*`` outside ``count(*)``).
+* :class:`ProjectedAccessLogParser` — an :class:`~agent.ingest.formats.AccessLogParser` that builds
+  only ``ts`` and the requested fields. It accepts and rejects exactly the lines the full
+  parser does, with the same reason and message (the same regex, then the same timestamp
+  check), and every field it returns equals the full parser's (the same helpers compute it);
+  fields it does not build specially (``bytes``, ``ident``, ``remote_user``, ``referer``,
+  ``user_agent``, ``extra``) make it fall back to the full parse, filtered. Property-tested
+  against the full parser on valid and garbage lines.
+* :func:`projected_parser` — the parser for an input of format ``fmt`` read by ``jobs``: a
+  projected one when every job is a QL job with known fields and the format is an access
+  log, else None (keep the input's own parser).
+
+A QL job never sees the fields it does not name, so its results are unchanged; other job
+classes get full records (they may read anything).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import unquote
+
+from agent.ingest.formats import AccessLogParser, _short, _text, _unescape, parse_query
+from agent.ingest.formats import severity_of_status as _severity
+from agent.ingest.records import RecordError
+from agent.ql import nodes as n
+from agent.ql.query import CompiledQuery
+
+#: fields the projected parse builds itself (anything else: full parse, filtered)
+_REQUEST = frozenset(("method", "path", "query", "protocol"))  # the request line's parts
+BUILT = frozenset(("ts", "source_ip", "priority", "status", "body", "request")) | _REQUEST
+
+
+def referenced_fields(compiled: CompiledQuery) -> frozenset[str] | None:
+    """Top-level fields ``compiled`` may read (see module docstring)."""
+    q = compiled.query
+    out: set[str] = set()
+    roots: list[Any] = [item.expr for item in q.select]
+    roots += [q.where, q.having, *q.group_by, *(o.expr for o in q.order_by)]
+    if any(isinstance(r, n.Star) for r in roots):
+        return None
+    stack = [r for r in roots if r is not None]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, n.Field):
+            out.add(node.path[0])
+        elif isinstance(node, n.Node):
+            stack.extend(_children(node))
+    return frozenset(out)
+
+
+def _children(node: n.Node) -> list[Any]:
+    kids: list[Any] = []
+    for f in dataclasses.fields(node):  # every sub-node, whatever the node type
+        value = getattr(node, f.name)
+        if isinstance(value, n.Node):
+            kids.append(value)
+        elif isinstance(value, tuple):
+            kids.extend(v for v in value if isinstance(v, n.Node))
+    return kids
+
+
+class ProjectedAccessLogParser(AccessLogParser):
+    """Access-log lines to records holding only ``ts`` and ``fields`` (see module)."""
+
+    def __init__(self, fields: Iterable[str]) -> None:
+        super().__init__()
+        self.fields = frozenset(fields) | {"ts"}
+        self._fallback = not self.fields <= BUILT
+        self._request = bool(self.fields & _REQUEST)
+        self._want = tuple(sorted(self.fields))
+
+    def parse(self, line: bytes | str) -> dict[str, Any]:
+        if self._fallback:
+            full = super().parse(line)
+            return {k: full[k] for k in self._want if k in full}
+        text = _text(line)
+        m = self._match(text)
+        if m is None:
+            raise RecordError(
+                "bad_access_line",
+                f"not a combined/common access-log line: {_short(text)}",
+            )
+        want = self.fields
+        event: dict[str, Any] = {}
+        request = m.group(5)
+        if "request" in want or "body" in want or self._request:
+            request = _unescape(request)
+            if "request" in want:
+                event["request"] = request
+            if "body" in want:
+                event["body"] = request
+        if self._request:
+            parts = request.split(" ")
+            method = path = protocol = None
+            query: dict[str, str] = {}
+            if len(parts) == 3 or (len(parts) == 2 and parts[1].startswith("/")):
+                method, target = parts[0], parts[1]
+                protocol = parts[2] if len(parts) == 3 else None
+                path, sep, qs = target.partition("?")
+                if sep and "query" in want:
+                    query = parse_query(qs)
+                if "%" in path and "path" in want:
+                    path = unquote(path)
+            for name, value in (
+                ("method", method),
+                ("path", path),
+                ("query", query),
+                ("protocol", protocol),
+            ):
+                if name in want:
+                    event[name] = value
+        if "status" in want or "priority" in want:
+            status = m.group(6)
+            code = None if status == "-" else int(status)
+            if "status" in want:
+                event["status"] = code
+            if "priority" in want:
+                event["priority"] = _severity(code)
+        if "source_ip" in want:
+            event["source_ip"] = m.group(1)
+        event["ts"] = self._ts(m.group(4))
+        return event
+
+
+def projected_parser(jobs: Iterable[Any], fmt: str | None) -> ProjectedAccessLogParser | None:
+    """A projected parser for ``jobs`` reading ``fmt`` lines, or None (see module)."""
+    if fmt not in ("nginx", "apache"):
+        return None
+    fields: set[str] = set()
+    any_job = False
+    for job in jobs:
+        compiled = getattr(job, "compiled", None)
+        if not isinstance(compiled, CompiledQuery):
+            return None
+        got = referenced_fields(compiled)
+        if got is None:
+            return None
+        fields |= got
+        any_job = True
+    return ProjectedAccessLogParser(fields) if any_job else None

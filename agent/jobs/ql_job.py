@@ -1,0 +1,171 @@
+"""The ``ql`` job class: a job defined by one ELF QL query (``params = {"query": text}``).
+
+Contract: ``check_spec`` (at submission, through ``agent.jobs.job.parse_spec``: a 400 from the API)
+and ``setup()`` compile ``params["query"]`` (``agent.ql``); a query error becomes a
+``ValueError`` whose message starts ``params.query: line L, column C: ...``, and so does a
+spec whose aggregator, epochs, mode, window, trees (when the query says PARTITIONS), inputs
+(when FROM names them) or ``top_k`` disagree with what the query implies — build specs with
+:func:`spec_from_query` so they agree. ``map`` is the compiled per-record pipeline (an
+instance attribute: no extra call per record); a counting query (``count(*)`` alone, or
+GROUP BY only) gets :class:`QLCountJob`, whose ``map_keys`` feeds the worker's counting fast
+path. Master side: :meth:`QLJob.result_rows` turns the final pairs into named rows (the
+runtime's results use it), ``on_epoch_result`` keeps the last rows this agent mastered
+(``last_epoch``, ``last_rows``; with PARTITIONS > 1 they cover this tree's keys only) and
+``on_query`` answers them. Optional ``params["ts_field"]`` names the timestamp field.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from agent.jobs.job import Job, register_job
+from agent.jobs.spec import JobSpec, JobSpecError
+from agent.ql import CompiledQuery, QLError, compile_query
+from cbt import Snapshot
+
+_CHECKED = (
+    "aggregator",
+    "aggregator_params",
+    "epoch_seconds",
+    "mode",
+    "window_size",
+    "window_slide",
+)
+
+
+@lru_cache(maxsize=128)
+def _compile(text: str) -> CompiledQuery:
+    # compiled queries are immutable (stateless closures): one per text per process
+    return compile_query(text)
+
+
+def spec_from_query(name: str, creator: str, text: str, **overrides: Any) -> dict[str, Any]:
+    """A full job-spec dict for query ``text`` (``overrides``: other spec fields such as
+    ``allowed_lateness`` or ``params={"ts_field": "time"}``; ``params["query"]`` is set).
+    Raises :class:`~agent.ql.QLError` for a bad query."""
+    compiled = _compile(text)
+    params = {**overrides.pop("params", {}), "query": text}
+    return {
+        "name": name,
+        "creator": creator,
+        "job_class": "ql",
+        **compiled.spec_fields(),
+        **overrides,
+        "params": params,
+    }
+
+
+@register_job("ql")
+class QLJob(Job):
+    """A job running one ELF QL query (see module docstring)."""
+
+    default_aggregator = "count"
+
+    def __new__(cls, spec: Any = None, *args: Any, **kwargs: Any) -> QLJob:
+        # a counting query gets the subclass with map_keys (the worker's C counting path)
+        if cls is QLJob:
+            text = getattr(spec, "params", {}).get("query")
+            if isinstance(text, str):
+                try:
+                    if _compile(text).keys is not None:
+                        return super().__new__(QLCountJob)
+                except QLError:
+                    pass  # setup() reports it
+        return super().__new__(cls)
+
+    @classmethod
+    def check_spec(cls, spec: JobSpec) -> None:
+        """Compile the query and check the spec agrees with it (``JobSpecError`` on
+        ``params.query``), at submission: see :func:`agent.jobs.job.parse_spec`."""
+        _compile_for(spec)
+
+    def setup(self) -> None:
+        try:
+            self.compiled: CompiledQuery = _compile_for(self.spec)
+        except JobSpecError as exc:
+            raise ValueError(str(exc)) from None
+        self.map = self.compiled.map  # type: ignore[method-assign]
+        if self.compiled.keys is not None:
+            self.map_keys = self.compiled.keys  # type: ignore[method-assign]
+        self.last_epoch: int | None = None
+        self.last_rows: list[dict[str, Any]] = []
+
+    def map(self, record: dict[str, Any]) -> list[tuple[Any, Any]]:
+        """The compiled pipeline (replaced by it per instance in ``setup``)."""
+        return self.compiled.map(record)
+
+    # ---- master side ----------------------------------------------------------------------
+    def result_rows(self, pairs: Any) -> list[dict[str, Any]]:
+        """Named result rows of the final ``(key, value)`` pairs (HAVING, ORDER BY, LIMIT)."""
+        return self.compiled.rows(pairs)
+
+    def on_epoch_result(self, epoch: int, snapshot: Snapshot) -> None:
+        if self.spec.window_bounds(epoch) is None:
+            return  # window mode filler epoch: no window ends here
+        self.last_epoch = epoch
+        self.last_rows = self.compiled.rows(snapshot)
+
+    def on_query(self, message: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "epoch": self.last_epoch,
+            "columns": list(self.compiled.columns),
+            "rows": self.last_rows,
+        }
+
+
+def _compile_for(spec: JobSpec) -> CompiledQuery:
+    """The spec's compiled query, or ``JobSpecError`` (field ``params.query``) when the query is
+    invalid or the spec disagrees with what it implies."""
+    params = spec.params
+    text = params.get("query")
+    if not isinstance(text, str) or not text.strip():
+        raise JobSpecError("params.query", "expected the query text (a non-empty string)")
+    unknown = set(params) - {"query", "ts_field"}
+    if unknown:
+        raise JobSpecError("params", f"unknown keys {sorted(unknown)}; expected query, ts_field")
+    try:
+        compiled = _compile(text)
+    except QLError as exc:
+        raise JobSpecError("params.query", str(exc)) from None
+    want = compiled.spec_fields()
+    checked = list(_CHECKED)
+    if compiled.query.window is None:  # no WINDOW: the spec's epoch length (default 1 s)
+        checked.remove("epoch_seconds")
+    if compiled.partitions is not None:
+        checked.append("trees")
+    if compiled.inputs:
+        checked.append("inputs")
+    bad = [f for f in checked if _norm(getattr(spec, f)) != _norm(want[f])]
+    if spec.top_k is not None and (
+        spec.top_k != want["top_k"] or spec.top_k_largest != want["top_k_largest"]
+    ):
+        bad.append("top_k")
+    if bad:
+        detail = ", ".join(f"{f}={want[f]!r}" for f in bad)
+        raise JobSpecError(
+            "params.query",
+            f"the spec disagrees with the query; the query implies {detail} "
+            "(build the spec with agent.jobs.ql_job.spec_from_query)",
+        )
+    return compiled
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, list | tuple):
+        return [_norm(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _norm(x) for k, x in v.items()}
+    return v
+
+
+class QLCountJob(QLJob):
+    """A QL job whose every value is the count 1 (``count(*)`` alone, or GROUP BY only): the
+    worker takes ``map_keys`` (keys without pair tuples; the CBT's C counting path).
+    ``QLJob(spec)`` returns one when the query allows it."""
+
+    def map_keys(self, record: dict[str, Any]) -> list[Any]:
+        """The compiled keys-only pipeline (replaced by it per instance in ``setup``)."""
+        keys = self.compiled.keys
+        assert keys is not None
+        return keys(record)

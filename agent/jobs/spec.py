@@ -1,0 +1,309 @@
+"""The job specification: what a user submits, validated field by field.
+
+Contract: :meth:`JobSpec.from_dict` takes a decoded JSON object (e.g. an HTTP submit body)
+and returns a frozen, validated :class:`JobSpec` or raises :class:`JobSpecError` whose
+``field`` names the offending field and whose message says what was expected and what came.
+Unknown fields are rejected (typos must not pass silently). :meth:`JobSpec.to_dict` is the
+JSON-able inverse (``from_dict(spec.to_dict()) == spec``). ``job_class`` is a *registered
+name* (see :func:`agent.jobs.job.register_job`), never a module path.
+
+Fields (JSON name: type, default):
+
+* ``name``: str (``[A-Za-z0-9][A-Za-z0-9_.-]{0,127}``), required; ``creator``: str, required
+  (the pair defines the job's app id).
+* ``job_class``: registered job class name, required.
+* ``aggregator``: a CBT aggregator name (default the job class's choice, else ``"count"``);
+  ``aggregator_params``: dict of its constructor arguments (``{"k": 10}``).
+* ``epoch_seconds``: number in (0, 86400], default 1; ``allowed_lateness``: number >= 0,
+  default 0; ``idle_timeout``: number >= 0 or null (null: ``epoch_seconds``; 0: never advance
+  the watermark by the wall clock); ``max_future``: seconds >= 0 or null, default 600 (records
+  that far ahead of the agent's wall clock are dropped, so one bad clock cannot close every
+  epoch up to it; null: no limit); ``start_epoch``: int or null (the first epoch every worker
+  reports; null: each worker starts at its first record).
+* ``epoch_schedule``: list of ``[first_epoch, seconds]``, default []: runtime changes of the
+  epoch length (``agent/jobs/schedule.py``; set by the master on a change, not at submission).
+* ``aggregator_since``: int or null (default): the first epoch the current aggregator (and
+  map) applies to, after a runtime change of the aggregate (set by the master; a worker that
+  never ran the previous aggregator starts there).
+* ``trees``: int in [1, 64], default 1 (m reducer trees, each owning a key-hash range).
+* ``mode``: ``"batch"`` | ``"window"`` | ``"iterative"``, default ``"batch"``;
+  ``window_size`` / ``window_slide``: epochs, ints with 1 <= slide <= size, default 1/1.
+* ``inputs``: list of input names on the agents (empty: every input), default [].
+* ``params``: a JSON object for the job class, default {}.
+* ``top_k``: int >= 1 or null (default): report only the k best keys per epoch, ranked by
+  value (``top_k_largest``, default true; false ranks smallest first). Levels of the tree cut
+  to k only where that is exact (max ranked largest, min ranked smallest); sums and counts are
+  never cut below the root unless ``top_k_approximate`` (a factor c >= 1: every level keeps
+  its ceil(k*c) best keys; documented error in ``srt/dataplane/operators.py``).
+* ``placement``: int salt or null (default): which of the job's candidate tree ids it uses
+  (``srt.ids.placement_id``); null lets the cluster pick the least-loaded of two candidate
+  masters at submission ("power of two choices").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from typing import Any
+
+import orjson
+
+from agent.jobs.schedule import EpochSchedule
+from cbt import get_aggregator
+
+MODES = ("batch", "window", "iterative")
+#: the fields that define the epochs and the snapshots every tree level merges: a running
+#: job cannot change them (agent/jobs/changes.py, Worker.replace_job)
+SNAPSHOT_FIELDS = (
+    "aggregator",
+    "aggregator_params",
+    "epoch_seconds",
+    "mode",
+    "window_size",
+    "window_slide",
+    "trees",
+)
+MAX_TREES = 64
+MAX_EPOCH_SECONDS = 86_400.0
+DEFAULT_MAX_FUTURE = 600.0
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+
+
+class JobSpecError(ValueError):
+    """An invalid job specification; ``field`` names the field at fault."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job specification (see module docstring for the fields)."""
+
+    name: str
+    creator: str
+    job_class: str
+    aggregator: str = "count"
+    aggregator_params: dict[str, Any] = field(default_factory=dict)
+    epoch_seconds: float = 1.0
+    allowed_lateness: float = 0.0
+    idle_timeout: float | None = None
+    max_future: float | None = DEFAULT_MAX_FUTURE
+    start_epoch: int | None = None
+    trees: int = 1
+    mode: str = "batch"
+    window_size: int = 1
+    window_slide: int = 1
+    inputs: tuple[str, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)
+    top_k: int | None = None
+    top_k_largest: bool = True
+    top_k_approximate: float | None = None
+    placement: int | None = None
+    epoch_schedule: tuple[tuple[int, float], ...] = ()
+    aggregator_since: int | None = None
+
+    # ---- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any, *, default_aggregator: str = "count") -> JobSpec:
+        """Validate a decoded JSON object into a spec (``JobSpecError`` names the field)."""
+        if not isinstance(data, dict):
+            raise JobSpecError("spec", f"must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        for key in data:
+            if key not in known:
+                raise JobSpecError(
+                    str(key), f"unknown field; known fields: {', '.join(sorted(known))}"
+                )
+        for key in ("name", "creator", "job_class"):
+            if key not in data:
+                raise JobSpecError(key, "is required")
+        name = _name(data, "name")
+        creator = _text(data, "creator")
+        job_class = _name(data, "job_class")
+        aggregator = data.get("aggregator", default_aggregator)
+        if not isinstance(aggregator, str) or not aggregator:
+            raise JobSpecError("aggregator", f"must be an aggregator name, got {aggregator!r}")
+        agg_params = _json_object(data, "aggregator_params")
+        try:
+            get_aggregator(aggregator, agg_params or None)
+        except (TypeError, ValueError) as exc:
+            where = "aggregator" if "unknown aggregator" in str(exc) else "aggregator_params"
+            raise JobSpecError(where, str(exc)) from None
+        epoch_seconds = _number(data, "epoch_seconds", 1.0, low=0.0, low_open=True)
+        if epoch_seconds > MAX_EPOCH_SECONDS:
+            raise JobSpecError("epoch_seconds", f"must be at most {MAX_EPOCH_SECONDS:g}")
+        lateness = _number(data, "allowed_lateness", 0.0, low=0.0)
+        idle = data.get("idle_timeout")
+        idle_timeout = None if idle is None else _number(data, "idle_timeout", 0.0, low=0.0)
+        future = data.get("max_future", DEFAULT_MAX_FUTURE)
+        max_future = None if future is None else _number(data, "max_future", future, low=0.0)
+        start = data.get("start_epoch")
+        if start is not None and not _is_int(start):
+            raise JobSpecError("start_epoch", f"must be an integer or null, got {start!r}")
+        trees = data.get("trees", 1)
+        if not _is_int(trees) or not 1 <= trees <= MAX_TREES:
+            raise JobSpecError("trees", f"must be an integer in [1, {MAX_TREES}], got {trees!r}")
+        mode = data.get("mode", "batch")
+        if mode not in MODES:
+            raise JobSpecError("mode", f"must be one of {', '.join(MODES)}; got {mode!r}")
+        size = data.get("window_size", 1)
+        if not _is_int(size) or size < 1:
+            raise JobSpecError("window_size", f"must be an integer >= 1 (epochs), got {size!r}")
+        slide = data.get("window_slide", 1)
+        if not _is_int(slide) or not 1 <= slide <= size:
+            raise JobSpecError(
+                "window_slide", f"must be an integer in [1, window_size={size}], got {slide!r}"
+            )
+        inputs = data.get("inputs", [])
+        if not isinstance(inputs, list | tuple) or not all(
+            isinstance(i, str) and i for i in inputs
+        ):
+            raise JobSpecError("inputs", f"must be a list of input names, got {inputs!r}")
+        params = _json_object(data, "params")
+        top_k = data.get("top_k")
+        if top_k is not None and (not _is_int(top_k) or top_k < 1):
+            raise JobSpecError("top_k", f"must be an integer >= 1 or null, got {top_k!r}")
+        largest = data.get("top_k_largest", True)
+        if not isinstance(largest, bool):
+            raise JobSpecError("top_k_largest", f"must be true or false, got {largest!r}")
+        approx = data.get("top_k_approximate")
+        if approx is not None:
+            approx = _number(data, "top_k_approximate", 1.0, low=1.0)
+        placement = data.get("placement")
+        if placement is not None and (not _is_int(placement) or not 0 <= placement < 1 << 32):
+            raise JobSpecError(
+                "placement", f"must be an integer in [0, 2**32) or null, got {placement!r}"
+            )
+        try:
+            schedule = EpochSchedule.parse(epoch_seconds, data.get("epoch_schedule", []))
+        except ValueError as exc:
+            raise JobSpecError("epoch_schedule", str(exc)) from None
+        since = data.get("aggregator_since")
+        if since is not None and not _is_int(since):
+            raise JobSpecError("aggregator_since", f"must be an integer or null, got {since!r}")
+        if since is not None and mode == "window":
+            raise JobSpecError(
+                "aggregator_since", "a window job's aggregator is fixed (its panes merge)"
+            )
+        if schedule.changes and mode == "window":
+            raise JobSpecError(
+                "epoch_schedule", "a window job's epoch length is fixed (its window counts epochs)"
+            )
+        return cls(
+            name=name,
+            creator=creator,
+            job_class=job_class,
+            aggregator=aggregator,
+            aggregator_params=agg_params,
+            epoch_seconds=epoch_seconds,
+            allowed_lateness=lateness,
+            idle_timeout=idle_timeout,
+            max_future=max_future,
+            start_epoch=start,
+            trees=trees,
+            mode=mode,
+            window_size=size,
+            window_slide=slide,
+            inputs=tuple(inputs),
+            params=params,
+            top_k=top_k,
+            top_k_largest=largest,
+            top_k_approximate=approx,
+            placement=placement,
+            epoch_schedule=schedule.changes,
+            aggregator_since=since,
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> JobSpec:
+        """Parse and validate a JSON document."""
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise JobSpecError("spec", f"not valid JSON: {exc}") from None
+        return cls.from_dict(obj)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able form, accepted back by :meth:`from_dict`."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["inputs"] = list(self.inputs)
+        out["params"] = orjson.loads(orjson.dumps(self.params))
+        out["aggregator_params"] = orjson.loads(orjson.dumps(self.aggregator_params))
+        out["epoch_schedule"] = [[first, seconds] for first, seconds in self.epoch_schedule]
+        return out
+
+    def with_changes(self, **changes: Any) -> JobSpec:
+        """A new validated spec with some fields changed (runtime job changes)."""
+        return JobSpec.from_dict({**self.to_dict(), **changes})
+
+    # ---- derived values -------------------------------------------------------------------
+    @cached_property
+    def schedule(self) -> EpochSchedule:
+        """Epoch index ↔ event time, with the runtime changes of the epoch length (built once
+        per spec: specs are immutable)."""
+        return EpochSchedule(self.epoch_seconds, self.epoch_schedule)
+
+    @property
+    def effective_idle_timeout(self) -> float | None:
+        """Seconds without records before the watermark follows the wall clock (None: never)."""
+        if self.idle_timeout is None:
+            return self.schedule.current_seconds
+        return None if self.idle_timeout == 0 else self.idle_timeout
+
+    def window_bounds(self, epoch: int) -> tuple[int, int] | None:
+        """The epochs a result for ``epoch`` covers: ``(epoch, epoch)`` outside window mode;
+        in window mode the window ending at ``epoch``, or None if ``epoch`` ends no window
+        (its result is empty filler)."""
+        if self.mode != "window":
+            return epoch, epoch
+        if (epoch + 1) % self.window_slide:
+            return None
+        return epoch - self.window_size + 1, epoch
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.creator))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _name(data: dict[str, Any], key: str) -> str:
+    v = data[key]
+    if not isinstance(v, str) or not _NAME_RE.fullmatch(v):
+        raise JobSpecError(
+            key, f"must be 1-128 characters of letters, digits, '_', '.', '-', got {v!r}"
+        )
+    return v
+
+
+def _text(data: dict[str, Any], key: str) -> str:
+    v = data[key]
+    if not isinstance(v, str) or not v or len(v) > 128 or not v.isprintable():
+        raise JobSpecError(key, f"must be a non-empty printable string of <= 128 chars, got {v!r}")
+    return v
+
+
+def _number(
+    data: dict[str, Any], key: str, default: float, *, low: float, low_open: bool = False
+) -> float:
+    v = data.get(key, default)
+    bad = isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+    if bad or v < low or (low_open and v == low):
+        op = ">" if low_open else ">="
+        raise JobSpecError(key, f"must be a number {op} {low:g}, got {v!r}")
+    return float(v)
+
+
+def _json_object(data: dict[str, Any], key: str) -> dict[str, Any]:
+    v = data.get(key, {})
+    if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+        raise JobSpecError(key, f"must be a JSON object, got {type(v).__name__}")
+    try:
+        return orjson.loads(orjson.dumps(v))  # a private, JSON-clean copy
+    except TypeError as exc:
+        raise JobSpecError(key, f"must be JSON-serializable: {exc}") from None

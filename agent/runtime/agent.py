@@ -1,0 +1,681 @@
+"""The agent: one overlay node, one data plane, one tree manager, many jobs.
+
+Contract: :class:`Agent` is what ``elf agent`` runs (once per logical agent) and what the HTTP
+API talks to. ``start()`` joins the overlay, opens the data plane (HTTP, authenticated with the
+cluster secret), joins the cluster-wide *jobs tree* and catches up on the replicated job table,
+starts its inputs and the HTTP API. Per job it holds a :class:`~agent.runtime.job.JobRuntime`
+with whichever roles it has: worker (it has the job's input), forwarder (inner node of a job
+tree), master (root of a job tree). ``stop()`` is graceful: inputs stop, trees are left (children
+re-join elsewhere, master results are handed to the next root), the overlay is left.
+
+Job changes (submit, stop) go to the jobs-tree root, which versions them and multicasts them to
+every agent; every agent keeps the whole table, so the jobs-tree root is never a single point of
+state (see ``agent/jobs/table.py``). Anti-entropy re-syncs the table periodically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from agent.config import AgentConfig, InputConfig
+from agent.errors import AgentError, BadRequest, Conflict, NotFound, Unavailable
+from agent.ingest.fastpath import install_prefilters
+from agent.ingest.inputs import FileTail, IngestQueue, StreamInput, open_input
+from agent.jobs.changes import parse_change
+from agent.jobs.job import load_entry_points, maybe_await, parse_spec
+from agent.jobs.spec import JobSpec
+from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
+from agent.runtime.job import JobRuntime
+from agent.runtime.offsets import OffsetKeeper
+from agent.server.http_api import HttpApi
+from cbt import Snapshot, SnapshotError
+from overlay import NodeInfo, OverlayNode, key_for
+from srt import (
+    DataPlaneClient,
+    DataPlaneError,
+    DataPlaneServer,
+    SnapshotName,
+    TreeManager,
+)
+from srt.errors import Reject
+from srt.ids import app_id, placement_id
+from srt.trees.types import JoinTimeout
+
+log = logging.getLogger(__name__)
+
+JOBS_TREE = key_for("elf/jobs-tree")
+JOBS_TREE_NAME = "elf.jobs"
+TICK_SECONDS = 0.1
+RESYNC_SECONDS = 10.0
+RESYNC_FANOUT = 2  # children a jobs-tree root pulls the table from
+QUERY_TIMEOUT = 10.0
+PLACEMENT_CHOICES = 2
+INGEST_INPUT = "ingest"
+
+
+def spans_one_tree(views: Sequence[dict[str, Any] | None]) -> bool:
+    """Whether members' views of one tree (``TreeView.to_dict()`` form, None = not a member)
+    form a single tree: everyone attached, exactly one root, one child link per non-root."""
+    if any(v is None or v["state"] == "joining" for v in views):
+        return False
+    roots = sum(1 for v in views if v["is_root"])  # type: ignore[index]
+    return roots == 1 and sum(len(v["children"]) for v in views) == len(views) - 1  # type: ignore[index]
+
+
+_JOB_CLASSES_LOADED = False
+
+
+def load_job_classes() -> None:
+    """Register the job classes installed distributions declare (entry points ``elf.jobs``),
+    once per process; a broken plug-in is logged, never fatal."""
+    global _JOB_CLASSES_LOADED
+    if _JOB_CLASSES_LOADED:
+        return
+    _JOB_CLASSES_LOADED = True
+    for name in load_entry_points():
+        if ":" in name:
+            log.warning("job class entry point failed: %s", name)
+
+
+class Agent:
+    """One logical ELF agent (see the module contract)."""
+
+    def __init__(self, config: AgentConfig, *, network: Any = None) -> None:
+        self.config = config
+        self.overlay = OverlayNode(
+            config.secret,
+            host=config.host,
+            port=config.overlay_port,
+            domain=config.domain,
+            tunables=config.tunables,
+            node_id=config.node_id,
+            network=network,
+        )
+        self.server = DataPlaneServer(config.secret, host=config.host, port=config.data_port)
+        self.client = DataPlaneClient(config.secret)
+        self.trees: TreeManager | None = None
+        self.api = HttpApi(self, config.api_token, host=config.api_host, port=config.api_port)
+        self.table = JobTable()
+        self.runtimes: dict[str, JobRuntime] = {}
+        self.inputs: dict[str, FileTail | StreamInput | IngestQueue] = {}
+        self.offsets = OffsetKeeper(config.data_dir)  # file positions, acked epochs
+        self.input_configs: dict[str, InputConfig] = {}
+        self.data_url = ""
+        self.started_at = 0.0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loops: list[asyncio.Task[Any]] = []
+        self._running = False
+        self.counters: dict[str, int] = {}
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        load_job_classes()
+        self.server.on_snapshot(self._on_snapshot)
+        self.server.route("POST", "/agent/v1/jobs", self._serve_jobs)
+        self.server.route("POST", "/agent/v1/results", self._serve_results)
+        self.server.route("POST", "/agent/v1/handover", self._serve_handover)
+        self.server.route("POST", "/agent/v1/late", self._serve_late)
+        self.server.route("POST", "/agent/v1/recv", self._serve_recv)
+        self.overlay.handle("agent.where", lambda payload, sender: {"data_url": self.data_url})
+        self.data_url = await self.server.start()
+        self.trees = TreeManager(
+            self.overlay,
+            data_url=self.data_url,
+            heartbeat_interval=self.config.heartbeat_interval,
+            parent_timeout=3.5 * self.config.heartbeat_interval,
+        )
+        self.trees.add_listener(self)
+        self.trees.on_multicast(self._on_multicast)
+        self.trees.on_query(self._on_query)
+        await self.trees.start()  # before the overlay: no tree message can arrive too early
+        await self.overlay.start(self.config.bootstrap)
+        self._open_inputs()
+        self._running = True
+        self.started_at = time.time()
+        with contextlib.suppress(JoinTimeout):  # the tree manager keeps retrying
+            await self.trees.join(JOBS_TREE, job=JOBS_TREE_NAME, subscriber=True)
+        with contextlib.suppress(AgentError):
+            await self._resync()
+        await self.api.start()
+        self._loops = [
+            asyncio.create_task(self._tick_loop(), name="elf-tick"),
+            asyncio.create_task(self._resync_loop(), name="elf-resync"),
+        ]
+
+    async def stop(self) -> None:
+        """Graceful: hand master results over, leave every tree, leave the overlay. Each step
+        is attempted even if an earlier one fails (and the failure is logged)."""
+        if not self._running:
+            return
+        self._running = False
+        for task in self._loops:
+            task.cancel()
+        for task in self._loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+            (f"stop job {name}", lambda r=runtime: r.stop(graceful=True))
+            for name, runtime in self.runtimes.items()
+        ]
+        steps.append(("stop the HTTP API", self.api.stop))
+        if self.trees is not None:
+            steps.append(("leave the trees", self.trees.stop))
+        for what, step in steps:
+            try:
+                await step()
+            except Exception as exc:
+                log.warning("%s failed during shutdown: %r", what, exc)
+        self.offsets.observe(self.inputs, set(), list(self.runtimes.values()), final=True)
+        for source in self.inputs.values():
+            source.close()
+        for task in list(self._tasks):
+            task.cancel()
+        try:
+            await self.overlay.leave()
+        except Exception as exc:
+            log.warning("leaving the overlay failed: %r", exc)
+        finally:
+            await self.client.close()
+            await self.server.stop()
+
+    def describe(self) -> dict[str, Any]:
+        """What ``elf agent`` prints when ready."""
+        host, port = self.overlay.info.address
+        return {
+            "node_id": f"{self.overlay.id:040x}",
+            "overlay": f"{host}:{port}",
+            "data_url": self.data_url,
+            "api_url": self.api.url,
+        }
+
+    def spawn(self, coro: Awaitable[Any], what: str) -> None:
+        """Run ``coro`` in the background; failures are logged and counted, never lost."""
+
+        async def guarded() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.count(f"task_failed:{what}")
+                log.warning("%s failed: %r", what, exc)
+
+        task = asyncio.get_running_loop().create_task(guarded(), name=what)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def count(self, what: str, n: int = 1) -> None:
+        self.counters[what] = self.counters.get(what, 0) + n
+
+    # ---- inputs --------------------------------------------------------------------------------
+
+    def _open_inputs(self) -> None:
+        configs = list(self.config.inputs)
+        if not any(c.name == INGEST_INPUT for c in configs):
+            configs.append(InputConfig(name=INGEST_INPUT, type="ingest"))
+        for cfg in configs:
+            self.input_configs[cfg.name] = cfg
+            state = self.offsets.resume_state(cfg.name)
+            self.inputs[cfg.name] = open_input(cfg, self.config.data_dir, state=state)
+
+    def input_names(self) -> set[str]:
+        return set(self.inputs)
+
+    async def ingest(self, input_name: str, lines: list[str]) -> dict[str, Any]:
+        source = self.inputs.get(input_name)
+        if source is None:
+            raise NotFound(f"no input named {input_name!r} on this agent")
+        if not isinstance(source, IngestQueue):
+            raise BadRequest(f"input {input_name!r} tails a file; ingest into an ingest input")
+        result = source.put_lines(lines).to_dict()
+        if result["accepted"]:
+            # Push inputs are processed at once (not at the next tick): a record that closes an
+            # epoch sends that epoch up the tree without a polling delay.
+            self._tick(only={input_name})
+        return result
+
+    async def _tick_loop(self) -> None:
+        while self._running:
+            busy = False
+            try:
+                busy = self._tick()
+            except Exception:  # a bug in one job must not stop the agent's clock
+                self.count("tick_errors")
+                log.exception("agent tick failed")
+            # an input that had data may have more (a file tail reads a chunk per poll): tick
+            # again at once instead of capping ingest at a chunk per TICK_SECONDS
+            await asyncio.sleep(0 if busy else TICK_SECONDS)
+
+    def tick_now(self, inputs: Sequence[str]) -> None:
+        """Run the jobs reading ``inputs`` now (read, process, close epochs), between ticks."""
+        try:
+            self._tick(set(inputs))
+        except Exception:
+            self.count("tick_errors")
+            log.exception("agent tick failed")
+
+    def _tick(self, only: set[str] | None = None) -> bool:
+        """Poll the inputs jobs read and feed the jobs; True when some input had data."""
+        # Only inputs some job reads are polled: unread file data stays in the file and ingested
+        # records stay queued (bounded) until a job that wants them arrives.
+        wanted = {name for runtime in self.runtimes.values() for name in runtime.inputs}
+        if only is not None:
+            wanted &= only
+        install_prefilters(self.inputs, self.input_configs, self.runtimes.values())
+        batches = {name: self.inputs[name].poll() for name in wanted}
+        now = time.time()
+        for runtime in list(self.runtimes.values()):
+            if only is None or wanted.intersection(runtime.inputs):
+                runtime.tick({name: batches.get(name, []) for name in runtime.inputs}, now)
+        self.offsets.observe(self.inputs, wanted, list(self.runtimes.values()))
+        return any(b or getattr(b, "skipped", 0) for b in batches.values())
+
+    # ---- the job table -------------------------------------------------------------------------
+
+    def _tree_manager(self) -> TreeManager:
+        if self.trees is None:
+            raise Unavailable("the agent is not started")
+        return self.trees
+
+    async def _ask_jobs_root(self, message: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply = await self._tree_manager().query(JOBS_TREE, message, timeout=QUERY_TIMEOUT)
+        except Exception as exc:
+            raise Unavailable(f"the jobs-tree root did not answer: {exc}") from None
+        if "error" in reply:
+            status = reply.get("status", 400)
+            cls = {404: NotFound, 409: Conflict}.get(status, BadRequest)
+            raise cls(str(reply["error"]))
+        return reply
+
+    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        parsed = self._validate_spec(spec)
+        return await self._ask_jobs_root({"op": "submit", "spec": parsed.to_dict()})
+
+    @staticmethod
+    def _validate_spec(spec: Any) -> JobSpec:
+        try:
+            return parse_spec(spec)
+        except ValueError as exc:
+            raise BadRequest(f"invalid job spec: {exc}") from None
+
+    async def change_job(self, name: str, change: Any) -> dict[str, Any]:
+        """Apply a runtime change (``agent/jobs/changes.py``) through the job's master."""
+        runtime = self._runtime(name)
+        parse_change(change)  # a bad request is answered here, without a network hop
+        trees = self._tree_manager()
+        try:
+            reply = await trees.query(
+                runtime.tree_list[0], {"op": "change", "change": change}, timeout=QUERY_TIMEOUT
+            )
+        except Exception as exc:
+            raise Unavailable(f"the master of {name!r} did not answer: {exc}") from None
+        if "error" in reply:
+            status = reply.get("status", 400)
+            cls = {404: NotFound, 409: Conflict, 503: Unavailable}.get(status, BadRequest)
+            raise cls(str(reply["error"]))
+        return reply
+
+    async def publish_spec(self, spec: JobSpec, *, base_version: int) -> int:
+        """Record a running job's new spec in the job table; returns its version."""
+        reply = await self._ask_jobs_root(
+            {"op": "update", "spec": spec.to_dict(), "base_version": base_version}
+        )
+        return int(reply["version"])
+
+    async def announce_entry(self, name: str) -> None:
+        """Have the jobs-tree root multicast a job's current entry to every agent."""
+        with contextlib.suppress(AgentError):
+            await self._ask_jobs_root({"op": "announce", "name": name})
+
+    async def stop_job(self, name: str) -> dict[str, Any]:
+        return await self._ask_jobs_root({"op": "stop", "name": name})
+
+    def jobs(self) -> list[dict[str, Any]]:
+        out = []
+        for entry in self.table.entries():
+            runtime = self.runtimes.get(entry.name)
+            out.append(
+                {
+                    "name": entry.name,
+                    "state": entry.state,
+                    "version": entry.version,
+                    "spec": entry.spec,
+                    "roles": runtime.roles() if runtime else [],
+                }
+            )
+        return out
+
+    async def _serve_table_change(self, message: dict[str, Any]) -> dict[str, Any]:
+        """At the jobs-tree root: version a submit/stop and multicast it to every agent."""
+        op = message.get("op")
+        if op == "submit":
+            try:
+                spec = self._validate_spec(message.get("spec"))
+            except BadRequest as exc:
+                return {"error": str(exc), "status": 400}
+            current = self.table.get(spec.name)
+            if current is not None and current.state == RUNNING:
+                return {"error": f"job {spec.name!r} is already running", "status": 409}
+            if spec.start_epoch is None:  # align every worker's first epoch: "from now on"
+                spec = spec.with_changes(start_epoch=math.floor(time.time() / spec.epoch_seconds))
+            if spec.placement is None:
+                spec = spec.with_changes(placement=await self._place(spec))
+            entry = JobEntry(spec.name, spec.to_dict(), RUNNING, self.table.next_version(spec.name))
+        elif op == "update":  # a runtime change, from the job's master (agent/jobs/changes.py)
+            try:
+                spec = self._validate_spec(message.get("spec"))
+            except BadRequest as exc:
+                return {"error": str(exc), "status": 400}
+            current = self.table.get(spec.name)
+            if current is None or current.state != RUNNING:
+                return {"error": f"no running job named {spec.name!r}", "status": 404}
+            if current.version != message.get("base_version"):
+                return {"error": f"job {spec.name!r} changed concurrently; retry", "status": 409}
+            entry = JobEntry(spec.name, spec.to_dict(), RUNNING, current.version + 1)
+        else:
+            name = message.get("name")
+            current = self.table.get(name) if isinstance(name, str) else None
+            if current is None:
+                return {"error": f"no job named {name!r}", "status": 404}
+            if op == "announce":  # after a change: every agent, on the job's tree or not
+                entry = current
+            else:
+                entry = JobEntry(current.name, current.spec, STOPPED, current.version + 1)
+        self._apply_entry(entry)
+        if op == "update":  # the job's master multicasts the change down its own tree first
+            return {"job": entry.name, "state": entry.state, "version": entry.version}
+        result = await self._tree_manager().multicast(
+            JOBS_TREE, {"op": "job", "entry": entry.to_wire()}, timeout=5.0
+        )
+        return {
+            "job": entry.name,
+            "state": entry.state,
+            "version": entry.version,
+            "agents_reached": result.reached,
+            "multicast_ms": round(result.elapsed_s * 1000, 3),
+        }
+
+    async def _place(self, spec: JobSpec) -> int:
+        """Power of two choices: ask the would-be masters of the job's candidate tree ids how
+        many trees they already root; take the least loaded (ties and failures: salt 0)."""
+        app = app_id(spec.name, spec.creator)
+        trees = self._tree_manager()
+
+        async def load(salt: int) -> int:
+            try:
+                reply = await trees.query(placement_id(app, salt), {"op": "load"}, timeout=2.0)
+                return int(reply["roots"])
+            except Exception:
+                return 1 << 30
+
+        loads = await asyncio.gather(*(load(s) for s in range(PLACEMENT_CHOICES)))
+        return min(range(PLACEMENT_CHOICES), key=lambda s: (loads[s], s))
+
+    def roots_held(self) -> int:
+        """Job trees this agent is the master of (its load for placement)."""
+        trees = self._tree_manager()
+        return sum(1 for v in trees.views() if v.is_root and v.tree_id != JOBS_TREE)
+
+    def _apply_entry(self, entry: JobEntry) -> None:
+        if self.table.apply(entry):
+            self._reconcile(entry)
+
+    def _reconcile(self, entry: JobEntry) -> None:
+        runtime = self.runtimes.get(entry.name)
+        if entry.state == RUNNING and runtime is None:
+            try:
+                runtime = JobRuntime(self, entry)
+            except Exception as exc:
+                self.count("job_start_errors")
+                log.warning("cannot run job %s here: %r", entry.name, exc)
+                return
+            self.runtimes[entry.name] = runtime
+            self.spawn(runtime.start(), f"start job {entry.name}")
+        elif entry.state == RUNNING and runtime is not None and entry.version > runtime.version:
+            runtime.apply_spec(entry.spec, entry.version)  # a runtime change, via the table
+        elif entry.state == STOPPED and runtime is not None:
+            del self.runtimes[entry.name]
+            self.spawn(runtime.stop(graceful=False), f"stop job {entry.name}")
+
+    async def _resync(self) -> None:
+        """Fetch the job table from the jobs-tree root over the data plane and merge it."""
+        view = self._tree_manager().view(JOBS_TREE)
+        if view is not None and view.is_root:
+            # A new root (a closer agent joined, or a split tree healed) may hold an empty or
+            # old table while its children hold the current one: it learns it from them.
+            urls = [url for url in view.child_urls.values() if url][:RESYNC_FANOUT]
+        else:
+            urls = [(await self._ask_jobs_root({"op": "where"}))["data_url"]]
+        for url in urls:
+            try:
+                reply = await self.client.post_json(url, "/agent/v1/jobs", {})
+                for entry in self.table.merge(reply.get("jobs", [])):
+                    self._reconcile(entry)
+            except (DataPlaneError, ValueError, KeyError, TypeError) as exc:
+                self.count("resync_errors")
+                log.info("job table resync from %s failed: %r", url, exc)
+
+    async def _resync_quietly(self) -> None:
+        with contextlib.suppress(AgentError):
+            await self._resync()
+
+    async def _resync_loop(self) -> None:
+        while self._running:
+            await asyncio.sleep(RESYNC_SECONDS)
+            with contextlib.suppress(AgentError):
+                await self._resync()
+
+    async def _serve_jobs(self, request: web.Request) -> dict[str, Any]:
+        return {"jobs": self.table.snapshot()}
+
+    # ---- tree callbacks (TreeListener) and control plane ---------------------------------------
+
+    def master_tree(self, app: int) -> int:
+        """The tree-0 id of the job whose appId is ``app`` (the placement salt is in the job
+        table every agent holds); ``app`` itself for a job this agent does not know."""
+        for entry in self.table.entries():
+            spec = entry.spec
+            if app_id(spec["name"], spec["creator"]) == app:
+                return placement_id(app, spec.get("placement") or 0)
+        return app
+
+    def runtime_for_tree(self, tree_id: int) -> JobRuntime | None:
+        for runtime in self.runtimes.values():
+            if tree_id in runtime.tree_set:
+                return runtime
+        return None
+
+    def tree_parent_changed(self, tree_id: int, parent: NodeInfo | None) -> None:
+        if tree_id == JOBS_TREE and parent is not None and self._running:
+            self.spawn(self._resync_quietly(), "job table resync")
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is not None:
+            runtime.parent_changed(tree_id)
+
+    def tree_child_added(self, tree_id: int, child: NodeInfo) -> None:
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is not None:
+            runtime.children_changed(tree_id)
+
+    def tree_child_removed(self, tree_id: int, child_id: int, reason: str) -> None:
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is not None:
+            runtime.children_changed(tree_id)
+
+    def tree_root_changed(self, tree_id: int, is_root: bool, new_root: NodeInfo | None) -> None:
+        if tree_id == JOBS_TREE and self._running:
+            self.spawn(self._resync_quietly(), "job table resync")
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is not None:
+            runtime.root_changed(tree_id, is_root)
+
+    async def _on_multicast(self, tree_id: int, message: dict[str, Any]) -> None:
+        if tree_id == JOBS_TREE:
+            if message.get("op") == "job":
+                try:
+                    self._apply_entry(JobEntry.from_wire(message.get("entry")))
+                except ValueError as exc:
+                    self.count("bad_job_multicast")
+                    log.warning("bad job-table multicast: %s", exc)
+            return
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is None:
+            self.count("multicast_unknown_tree")
+            return
+        await runtime.on_multicast(tree_id, message)
+
+    async def _on_query(self, tree_id: int, message: dict[str, Any]) -> dict[str, Any]:
+        op = message.get("op")
+        if op == "where":
+            return {"data_url": self.data_url, "node_id": f"{self.overlay.id:040x}"}
+        if op == "load":
+            return {"roots": self.roots_held()}
+        if tree_id == JOBS_TREE:
+            if op in ("submit", "stop", "update", "announce"):
+                return await self._serve_table_change(message)
+            return {"error": f"unknown jobs-tree operation {op!r}", "status": 400}
+        runtime = self.runtime_for_tree(tree_id)
+        if runtime is None:
+            return {"error": "no job runs on this tree here", "status": 404}
+        if op == "job_query":
+            return await runtime.answer_query(message.get("message"))
+        if op == "change":
+            if not runtime.is_master:  # a hand-over in progress: the asker retries
+                return {"error": f"not the master of {runtime.name!r} (any more)", "status": 503}
+            try:
+                return await runtime.serve_change(message.get("change"))
+            except AgentError as exc:
+                return {"error": str(exc), "status": exc.status}
+        return {"error": f"unknown operation {op!r}", "status": 400}
+
+    # ---- data plane ----------------------------------------------------------------------------
+
+    async def _on_snapshot(self, name: SnapshotName, payload: bytes) -> str:
+        runtime = self.runtimes.get(name.job)
+        if runtime is None or name.tree not in runtime.tree_set:
+            # A job this agent has not heard of yet (multicast in flight): let the child retry.
+            raise Reject(503, "unknown_job", f"job {name.job!r} tree not known here yet")
+        snap = Snapshot.from_bytes(payload)  # SnapshotError → 422, the sender resends
+        return runtime.offer_child(name, snap)
+
+    async def _serve_late(self, request: web.Request) -> dict[str, Any]:
+        name = SnapshotName.from_headers(request.headers)
+        runtime = self.runtimes.get(name.job)
+        if runtime is None:
+            raise Reject(503, "unknown_job", f"job {name.job!r} not known here yet")
+        try:
+            snap = Snapshot.from_bytes(await request.read())
+        except SnapshotError as exc:
+            raise Reject(422, "corrupt", str(exc)) from None
+        return {"result": runtime.offer_late(name, snap)}
+
+    async def _serve_recv(self, request: web.Request) -> dict[str, Any]:
+        body = await self._json_body(request, "job", "from")
+        runtime = self.runtimes.get(body["job"])
+        if runtime is None:
+            raise Reject(404, "unknown_job", f"job {body.get('job')!r} does not run here")
+        try:
+            sender = int(body["from"], 16)
+            if "snapshot" in body:
+                paos: Any = Snapshot.from_bytes(base64.b64decode(body["snapshot"]))
+            else:
+                paos = body.get("data")
+        except (KeyError, ValueError, TypeError, SnapshotError) as exc:
+            raise Reject(400, "bad_recv", f"bad send_to body: {exc}") from None
+        await maybe_await(runtime.job.on_recv(sender, paos))
+        return {"result": "delivered"}
+
+    @staticmethod
+    async def _json_body(request: web.Request, *fields: str) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise Reject(400, "bad_json", f"body is not JSON: {exc}") from None
+        if not isinstance(body, dict) or any(f not in body for f in fields):
+            raise Reject(400, "bad_body", f"body must be an object with {', '.join(fields)}")
+        return body
+
+    async def _serve_results(self, request: web.Request) -> dict[str, Any]:
+        body = await self._json_body(request, "job", "tree")
+        runtime = self.runtimes.get(body["job"])
+        if runtime is None:
+            raise Reject(404, "unknown_job", f"job {body['job']!r} does not run here")
+        try:
+            return runtime.local_results(int(body["tree"]), body.get("epoch"))
+        except (TypeError, ValueError) as exc:
+            raise Reject(400, "bad_body", f"bad tree or epoch: {exc}") from None
+
+    async def _serve_handover(self, request: web.Request) -> dict[str, Any]:
+        body = await self._json_body(request, "job", "tree", "items")
+        runtime = self.runtimes.get(body["job"])
+        if runtime is None:
+            raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
+        try:
+            items = [
+                dict(item, snapshot=base64.b64decode(item["snapshot"])) for item in body["items"]
+            ]
+            return {"taken": runtime.absorb(int(body["tree"]), items)}
+        except (KeyError, TypeError, ValueError, SnapshotError) as exc:
+            self.count("bad_handover")
+            raise Reject(400, "bad_handover", f"hand-over rejected: {exc}") from None
+
+    # ---- queries from users ----------------------------------------------------------------
+
+    def _runtime(self, name: str) -> JobRuntime:
+        runtime = self.runtimes.get(name)
+        if runtime is None:
+            raise NotFound(f"no running job named {name!r}")
+        return runtime
+
+    def job_timings(self, name: str) -> dict[str, Any]:
+        """This agent's epoch and control timings of a job (``JobRuntime.timings``)."""
+        return {"job": name, "node_id": f"{self.overlay.id:040x}", **self._runtime(name).timings()}
+
+    async def results(self, name: str, epoch: int | None) -> dict[str, Any]:
+        return await self._runtime(name).results(epoch)
+
+    async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]:
+        return await self._runtime(name).query_master(message)
+
+    async def local_query(self, name: str, params: dict[str, str]) -> dict[str, Any]:
+        """The job's ``local_query`` hook on this agent (no network hop); a reply with
+        ``"error"`` raises the matching API error (its ``"status"``: 404, else 400)."""
+        reply = await maybe_await(self._runtime(name).job.local_query(params))
+        if not isinstance(reply, dict):
+            raise AgentError(f"job {name!r}: local_query returned no object")
+        if "error" in reply:
+            raise (NotFound if reply.get("status") == 404 else BadRequest)(str(reply["error"]))
+        return reply
+
+    def jobs_tree(self) -> dict[str, Any] | None:
+        """This agent's view of the cluster-wide jobs tree (``TreeView.to_dict()``)."""
+        view = self.trees.view(JOBS_TREE) if self.trees is not None else None
+        return view.to_dict() if view is not None else None
+
+    def status(self) -> dict[str, Any]:
+        self._tree_manager()  # Unavailable before start
+        return {
+            **self.describe(),
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "domain": self.config.domain,
+            "neighbours": [f"{n.id:040x}" for n in self.overlay.leaf_set()],
+            "contacts": len(self.overlay.contacts()),
+            "jobs": {name: r.status() for name, r in sorted(self.runtimes.items())},
+            "jobs_tree": self.jobs_tree(),
+            "inputs": {name: src.stats() for name, src in self.inputs.items()},
+            "offsets": self.offsets.stats(),
+            "counters": dict(self.counters),
+            "overlay": self.overlay.metrics(),
+            "data_plane": self.server.metrics(),
+        }

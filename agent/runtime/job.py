@@ -1,0 +1,694 @@
+"""One job on one agent: its worker, forwarder and master roles over the job's m trees.
+
+Contract (see ``docs/agent-runtime.md``):
+
+* **Worker** (the agent has one of the job's inputs): records → ``Job.map`` → per-epoch CBT
+  (:class:`~agent.runtime.worker.Worker`); each closed epoch's snapshot is split by key-hash range
+  into the m tree partitions and offered to each tree's barrier as the local contribution.
+* **Forwarder / master**: per tree an :class:`~srt.dataplane.barrier.EpochCombiner` merges the local
+  snapshot with every child's for an epoch, then sends the epoch to the parent
+  (:class:`~srt.dataplane.upstream.UpstreamSender`, kept until acknowledged) or — at the root —
+  stores
+  it as the epoch's result and runs the job's master hooks (result, feedback multicast for
+  iterative jobs, "empty" multicast for synchronous batches).
+* **Late contributions** — a snapshot for an epoch its receiver already emitted (a child that
+  joined or moved mid-epoch) — bypass the tree and go straight to the tree's master, which
+  folds them into that epoch once per origin; results stay exact and the epoch is marked
+  ``updated``.
+* **Hand-over**: a master that loses the root role (a closer agent joined, or it stops)
+  sends its stored results to the new master over the data plane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import math
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from agent.errors import BadRequest, NotFound, Unavailable
+from agent.jobs.changes import parse_change
+from agent.jobs.job import Job, create_job, maybe_await
+from agent.jobs.spec import JobSpec
+from agent.jobs.table import RUNNING, JobEntry
+from agent.jsonable import jsonable
+from agent.runtime.lake_sink import sink_for
+from agent.runtime.results import ResultStore
+from agent.runtime.worker import Worker
+from cbt import Snapshot
+from srt import DataPlaneError, EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
+from srt.dataplane.operators import level_operator_for
+from srt.trees.types import JoinTimeout
+
+if TYPE_CHECKING:
+    from agent.runtime.agent import Agent
+
+log = logging.getLogger(__name__)
+MULTICAST_TIMEOUT = 5.0
+MASTER_URL_TTL = 5.0  # seconds a master's data-plane URL is reused before asking again
+LATE_ATTEMPTS = 12  # ~20 s of retries for a late contribution
+
+
+class JobRuntime:
+    """The roles of one job on one agent (see module contract)."""
+
+    def __init__(self, agent: Agent, entry: JobEntry) -> None:
+        self.agent = agent
+        # a restarted agent resumes past the epochs it already passed on (agent/runtime/offsets.py)
+        self.spec = agent.offsets.resume_spec(JobSpec.from_dict(entry.spec))
+        self.name = self.spec.name
+        self.version = entry.version  # of the job-table entry whose spec runs here
+        self.changes_applied: OrderedDict[int, float] = OrderedDict()  # version → time
+        self.job: Job = create_job(self.spec)
+        self.app_id = app_id(self.spec.name, self.spec.creator)
+        self.tree_list = tree_ids(self.app_id, self.spec.trees, self.spec.placement or 0)
+        self.tree_set = set(self.tree_list)
+        wanted = set(self.spec.inputs) if self.spec.inputs else agent.input_names()
+        self.inputs = sorted(wanted & agent.input_names())
+        self.worker: Worker | None = Worker(self.job) if self.inputs else None
+        self.operator = level_operator_for(
+            self.job.make_aggregator(),
+            top_k=self.spec.top_k,
+            largest=self.spec.top_k_largest,
+            approximate=self.spec.top_k_approximate,
+        )
+        self.combiners: dict[int, EpochCombiner] = {}
+        self.senders: dict[int, UpstreamSender] = {}
+        self.store = ResultStore()
+        self.multicasts: list[dict[str, Any]] = []  # recent control messages received
+        self.multicast_stats: list[dict[str, Any]] = []  # as master: reached, elapsed
+        self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
+        self.counters: dict[str, int] = {}
+        self._last_timer = 0.0
+        self._master_urls: dict[int, tuple[asyncio.Future[str], float]] = {}
+        self._context = _Context(self)
+        self.job.bind(self._context)
+        #: (first epoch of the next aggregate, the job instance used before it), oldest first
+        self._jobs_before: list[tuple[int, Job]] = []
+        self._stopped = False
+        self.lake = sink_for(self)  # None unless the agent has a rollup lake
+
+    def count(self, what: str, n: int = 1) -> None:
+        self.counters[what] = self.counters.get(what, 0) + n
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        trees = self.agent.trees
+        assert trees is not None
+        if self.worker is None:
+            return
+        for tid in self.tree_list:
+            self.ensure_tree(tid)
+            try:
+                await trees.join(tid, job=self.name, subscriber=True)
+            except JoinTimeout:  # the tree manager keeps trying; its callbacks finish the job
+                self.count("join_timeouts")
+                continue
+            self.parent_changed(tid)
+            self.children_changed(tid)
+
+    async def stop(self, graceful: bool) -> None:
+        self._stopped = True
+        trees = self.agent.trees
+        if graceful and trees is not None:
+            for tid in self.tree_list:
+                view = trees.view(tid)
+                if view is not None and view.is_root and self.store.epochs(tid):
+                    await self._hand_over_to_successor(tid)
+        if trees is not None:
+            for tid in self.tree_list:
+                if trees.view(tid) is not None:
+                    try:
+                        await trees.leave(tid)
+                    except Exception as exc:  # leaving is best effort; the tree repairs itself
+                        log.info("leaving tree of %s failed: %r", self.name, exc)
+        for sender in self.senders.values():
+            await sender.close()
+        if self.lake is not None:
+            await self.lake.flush()
+
+    # ---- tree bookkeeping --------------------------------------------------------------------
+
+    def ensure_tree(self, tid: int) -> EpochCombiner:
+        combiner = self.combiners.get(tid)
+        if combiner is None:
+            combiner = EpochCombiner(
+                job=self.name,
+                tree=tid,
+                expect_local=self.worker is not None,
+                children=(),
+                emit=lambda epoch, snap, tid=tid: self._emit(tid, epoch, snap),
+                operator=self.operator,
+                first_epoch=self.spec.start_epoch,
+            )
+            self.combiners[tid] = combiner
+            self.senders[tid] = UpstreamSender(
+                self.agent.client, job=self.name, tree=tid, sender=self.agent.overlay.id
+            )
+        return combiner
+
+    def parent_changed(self, tid: int) -> None:
+        view = self._view(tid)
+        if view is None:
+            return
+        self.ensure_tree(tid)
+        self.senders[tid].set_parent(view.parent_url)
+
+    def children_changed(self, tid: int) -> None:
+        view = self._view(tid)
+        if view is None:
+            return
+        self.ensure_tree(tid).set_children(view.children.keys())
+
+    def root_changed(self, tid: int, is_root: bool) -> None:
+        self.ensure_tree(tid)
+        if not is_root and self.store.epochs(tid):
+            self.agent.spawn(self._hand_over(tid), f"hand over {self.name}")
+        self.parent_changed(tid)
+
+    def _view(self, tid: int) -> Any:
+        trees = self.agent.trees
+        return trees.view(tid) if trees is not None else None
+
+    # ---- the data path -----------------------------------------------------------------------
+
+    def tick(self, batches: dict[str, list[dict[str, Any]]], now: float) -> None:
+        """Feed new records (per input name) to the worker, offer closed epochs to the trees'
+        barriers, run the master's timer."""
+        if self._stopped:
+            return
+        if self.worker is not None:
+            for name, records in batches.items():
+                skipped = getattr(records, "skipped", 0)  # lines a prefilter skipped
+                if records or skipped:
+                    ts_field = self.agent.input_configs[name].timestamp_field
+                    self.worker.process(records, ts_field=ts_field, skipped=skipped)
+            self._close_epochs()
+        interval = type(self.job).timer_interval
+        if interval and now - self._last_timer >= interval and self.is_master:
+            self._last_timer = now
+            self.agent.spawn(maybe_await(self.job.on_timer()), f"{self.name} on_timer")
+
+    def _close_epochs(self) -> None:
+        """Offer every epoch the worker's watermark has closed to the trees' barriers."""
+        assert self.worker is not None
+        for epoch, snap in self.worker.poll():
+            parts = snap.split_by_hash(len(self.tree_list))
+            for tid, part in zip(self.tree_list, parts, strict=True):
+                self.ensure_tree(tid).offer_local(epoch, part)
+
+    def _emit(self, tid: int, epoch: int, snap: Snapshot) -> None:
+        if self._stopped:
+            return
+        view = self._view(tid)
+        if view is not None and view.is_root:
+            if self.store.put(tid, epoch, snap, time.time()):
+                if self.lake is not None:
+                    self.lake.epoch(tid, epoch)
+                self.agent.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
+            return
+        name = SnapshotName(self.name, tid, epoch, self.agent.overlay.id)
+        self.senders[tid].send(name, snap.to_bytes())
+        self.sent_at[(tid, epoch)] = time.time()
+        while len(self.sent_at) > 256:
+            self.sent_at.popitem(last=False)
+
+    def offer_child(self, name: SnapshotName, snap: Snapshot) -> str:
+        if self.worker is not None and not self._stopped:
+            # The child closed this epoch by the same clock as ours: read our inputs and close
+            # our own share now rather than at our next tick, which would hold the whole
+            # subtree back by up to a tick interval at every level. (Reading first matters: a
+            # watermark advanced by the idle clock must not close an epoch whose records are
+            # waiting in the input.)
+            self.agent.tick_now(self.inputs)
+        result = self.ensure_tree(name.tree).offer_child(name.sender, name.epoch, snap)
+        if result != "stale":
+            return result
+        self.count("late_contributions")
+        return self.offer_late(name, snap)
+
+    def offer_late(self, name: SnapshotName, snap: Snapshot) -> str:
+        """A contribution for an epoch already emitted here: fold it in at the master."""
+        view = self._view(name.tree)
+        if view is not None and view.is_root:
+            folded = self.store.add_late(name.tree, name.epoch, name.sender, snap, time.time())
+            if folded and self.lake is not None:
+                self.lake.epoch(name.tree, name.epoch)  # updated epoch: replaces its file
+            return "merged" if folded else "duplicate"
+        self.agent.spawn(self._forward_late(name, snap), f"{self.name} late epoch")
+        return "merged"
+
+    async def _forward_late(self, name: SnapshotName, snap: Snapshot) -> None:
+        """Deliver a late contribution to the master, retrying (with a fresh master lookup)
+        through hand-overs and overload; only a stopping job gives up, and says so."""
+        payload = snap.to_bytes()
+        delay = 0.1
+        for _ in range(LATE_ATTEMPTS):
+            if self._stopped:
+                break
+            try:
+                url = await self._master_url(name.tree)
+                status, _ = await self.agent.client.request(
+                    "POST", url, "/agent/v1/late", payload, name=name
+                )
+                if status == 200:
+                    return
+            except Exception as exc:
+                log.info("late contribution %s: %r; retrying", name, exc)
+            self.forget_master_url(name.tree)
+            self.count("late_forward_retries")
+            await asyncio.sleep(delay)
+            delay = min(2.0, delay * 2)
+        self.count("late_forward_failed")
+        log.warning("late contribution %s could not reach the master; dropped", name)
+
+    async def _master_epoch(self, tid: int, epoch: int, snap: Snapshot) -> None:
+        job = self.job_for(epoch)
+        await maybe_await(job.on_epoch_result(epoch, snap))
+        if self.spec.mode == "iterative":
+            value = job.feedback_for(epoch, snap)
+            if value is not None:
+                await self._multicast(tid, {"kind": "feedback", "epoch": epoch, "value": value})
+        elif self.spec.mode == "batch":
+            await self._multicast(tid, {"kind": "empty", "epoch": epoch})
+
+    async def _multicast(self, tid: int, message: dict[str, Any]) -> Any:
+        trees = self.agent.trees
+        assert trees is not None
+        sent = time.time()
+        result = await trees.multicast(tid, {**message, "sent_at": sent}, timeout=MULTICAST_TIMEOUT)
+        self.multicast_stats.append(
+            {
+                "kind": message.get("kind"),
+                "epoch": message.get("epoch"),
+                "sent_at": sent,
+                "reached": result.reached,
+                "ms": result.elapsed_s * 1000,
+            }
+        )
+        del self.multicast_stats[:-64]
+        return result
+
+    async def on_multicast(self, tid: int, message: dict[str, Any]) -> None:
+        self.multicasts.append({"tree": f"{tid:040x}", **message, "received_at": time.time()})
+        del self.multicasts[:-64]
+        if message.get("kind") == "change":
+            self._on_change(message)
+            return
+        if self.worker is not None:
+            await maybe_await(self.worker.on_multicast(message))
+        else:
+            if message.get("kind") == "feedback":
+                self.job.feedback = message.get("value")
+            await maybe_await(self.job.on_multicast(message))
+
+    # ---- runtime changes (agent/jobs/changes.py)
+    # -----------------------------------------------------
+
+    async def serve_change(self, body: Any) -> dict[str, Any]:
+        """At the master: validate a change, record the new spec in the job table (so agents
+        that join later run it too), multicast it down the tree and report when every agent
+        has applied it."""
+        started = time.time()
+        change = parse_change(body)
+        spec = change.apply(self.spec, self._newest_event_time())
+        version = self.version
+        if spec is not None:
+            version = await self.agent.publish_spec(spec, base_version=self.version)
+            self.apply_spec(spec.to_dict(), version)
+        result = await self._multicast(self.tree_list[0], change.message(version, spec))
+        if spec is not None:  # agents off the job's tree learn it through the job table
+            self.agent.spawn(self.agent.announce_entry(self.name), f"announce {self.name}")
+        return {
+            "job": self.name,
+            "version": version,
+            "agents_reached": result.reached,
+            "missing": [f"{m:040x}" for m in result.missing],
+            "applied_ms": round((time.time() - started) * 1000, 3),
+            "multicast_ms": round(result.elapsed_s * 1000, 3),
+        }
+
+    def _newest_event_time(self) -> float | None:
+        """This agent's newest event time for the job (None: no record seen here)."""
+        if self.worker is None:
+            return None
+        newest = self.worker.clock.max_event_time
+        return newest if math.isfinite(newest) else None
+
+    def _on_change(self, message: dict[str, Any]) -> None:
+        if message.get("spec") is not None:
+            version = message.get("version")
+            if isinstance(version, int) and version > self.version:
+                self.apply_spec(message["spec"], version)
+        if self.worker is not None and (message.get("empty") or message.get("batch")):
+            self.worker.on_multicast({"kind": "batch" if message.get("batch") else "empty"})
+        elif message.get("batch"):
+            self.job.feedback = None
+        if message.get("batch"):
+            self.agent.spawn(maybe_await(self.job.on_multicast({"kind": "batch"})), "batch")
+
+    def apply_spec(self, spec_dict: Any, version: int) -> bool:
+        """Switch to a newer spec between two records (no restart): the job instance re-runs
+        ``setup()`` with it, keeping its state; the level operator follows a new top-k. A spec
+        that fails here is counted and logged, and the old one keeps running."""
+        if version <= self.version:
+            return False
+        job, old = self.job, self.spec
+        try:
+            spec = JobSpec.from_dict(spec_dict)
+            if spec.start_epoch != old.start_epoch:  # a resumed agent's own start
+                spec = spec.with_changes(start_epoch=old.start_epoch)
+        except ValueError as exc:
+            self.count("changes_refused")
+            log.warning("job %s: change to version %d refused: %s", self.name, version, exc)
+            return False
+        if spec.aggregator_since != old.aggregator_since and spec.aggregator_since is not None:
+            if not self._switch_job(spec, version):
+                return False
+            job = self.job
+        else:
+            if not self._reconfigure_job(job, old, spec, version):
+                return False
+        if (spec.top_k, spec.top_k_largest, spec.top_k_approximate) != (
+            self.spec.top_k,
+            self.spec.top_k_largest,
+            self.spec.top_k_approximate,
+        ):
+            self.operator = level_operator_for(
+                job.make_aggregator(),
+                top_k=spec.top_k,
+                largest=spec.top_k_largest,
+                approximate=spec.top_k_approximate,
+            )
+            for combiner in self.combiners.values():
+                combiner.operator = self.operator
+        self.spec, self.version = spec, version
+        self.agent.table.apply(JobEntry(self.name, spec_dict, RUNNING, version))
+        self.changes_applied[version] = time.time()
+        while len(self.changes_applied) > 64:
+            self.changes_applied.popitem(last=False)
+        self.count("changes_applied")
+        return True
+
+    def _reconfigure_job(self, job: Job, old: JobSpec, spec: JobSpec, version: int) -> bool:
+        """Same aggregate: the running instance re-runs ``setup()`` with the new spec."""
+        try:
+            job.spec, job.params = spec, spec.params
+            job.setup()
+            if self.worker is not None:
+                self.worker.replace_job(job)
+        except ValueError as exc:  # the master validated it: a version skew, say
+            job.spec, job.params = old, old.params
+            job.setup()
+            self.count("changes_refused")
+            log.warning("job %s: change to version %d refused: %s", self.name, version, exc)
+            return False
+        return True
+
+    def _switch_job(self, spec: JobSpec, version: int) -> bool:
+        """A new aggregate (and map) from epoch ``spec.aggregator_since`` on: a new job
+        instance; the current one keeps mapping, and rendering results of, earlier epochs."""
+        first = spec.aggregator_since
+        assert first is not None
+        try:
+            job = create_job(spec)
+            if self.worker is not None:
+                self.worker.switch_job(job, first)
+        except ValueError as exc:
+            self.count("changes_refused")
+            log.warning("job %s: change to version %d refused: %s", self.name, version, exc)
+            return False
+        job.bind(self._context)
+        self._jobs_before.append((first, self.job))
+        del self._jobs_before[:-8]
+        self.job = job
+        return True
+
+    def job_for(self, epoch: int) -> Job:
+        """The job instance whose aggregate ``epoch`` was reduced with (they differ only
+        after a runtime change of aggregate; see :meth:`_switch_job`)."""
+        for first, job in self._jobs_before:  # oldest first
+            if epoch < first:
+                return job
+        return self.job
+
+    # ---- hand-over ---------------------------------------------------------------------------
+
+    async def _hand_over(self, tid: int) -> None:
+        url = await self._master_url(tid)
+        if url == self.agent.data_url:
+            return  # we are root again
+        await self._send_results(tid, url)
+
+    async def _hand_over_to_successor(self, tid: int) -> None:
+        """Stopping master: give the results to the live agent closest to the tree id."""
+        others = [n for n in self.agent.overlay.leaf_set() if n.id != self.agent.overlay.id]
+        if not others:
+            return
+        successor = min(others, key=lambda n: n.id ^ tid)
+        try:
+            reply = await self.agent.overlay.request(successor, "agent.where", {})
+            await self._send_results(tid, reply["data_url"])
+        except Exception as exc:
+            self.count("handover_failed")
+            log.warning("hand-over of %s to %s failed: %r", self.name, successor, exc)
+
+    async def _send_results(self, tid: int, url: str) -> None:
+        items = [
+            dict(item, snapshot=base64.b64encode(item["snapshot"]).decode())
+            for item in self.store.export(tid)
+        ]
+        body = {"job": self.name, "tree": tid, "items": items}
+        await self.agent.client.post_json(url, "/agent/v1/handover", body)
+        self.store.drop_tree(tid)
+        self.count("handovers_sent")
+
+    def absorb(self, tid: int, items: list[dict[str, Any]]) -> int:
+        self.ensure_tree(tid)
+        taken = self.store.absorb(tid, items)
+        if self.lake is not None:
+            for epoch in {i["epoch"] for i in items if isinstance(i.get("epoch"), int)}:
+                self.lake.epoch(tid, epoch)
+        self.count("handovers_received")
+        return taken
+
+    # ---- results and queries -----------------------------------------------------------------
+
+    async def _master_url(self, tid: int) -> str:
+        """The data-plane URL of the tree's master: ours, a cached answer (a few seconds
+        old at most, shared by concurrent callers) or a fresh tree query."""
+        trees = self.agent.trees
+        assert trees is not None
+        view = trees.view(tid)
+        if view is not None and view.is_root:
+            return self.agent.data_url
+        now = time.monotonic()
+        cached = self._master_urls.get(tid)
+        if cached is not None and (not cached[0].done() or cached[1] > now):
+            return await asyncio.shield(cached[0])
+        lookup = asyncio.ensure_future(self._ask_master_url(tid))
+        self._master_urls[tid] = (lookup, now + MASTER_URL_TTL)
+        try:
+            return await asyncio.shield(lookup)
+        except Exception:
+            self._master_urls.pop(tid, None)
+            raise
+
+    async def _ask_master_url(self, tid: int) -> str:
+        trees = self.agent.trees
+        assert trees is not None
+        try:
+            reply = await trees.query(tid, {"op": "where"}, timeout=5.0)
+        except Exception as exc:
+            raise Unavailable(f"the master of {self.name!r} did not answer: {exc}") from None
+        return str(reply["data_url"])
+
+    def forget_master_url(self, tid: int) -> None:
+        self._master_urls.pop(tid, None)
+
+    def local_results(self, tid: int, epoch: Any) -> dict[str, Any]:
+        epochs = self.store.epochs(tid)
+        if epoch is None:
+            return {"epochs": epochs}
+        result = self.store.get(tid, int(epoch))
+        if result is None:
+            return {"epochs": epochs, "rows": None}
+        snap = result.snapshot
+        pairs = snap if self.spec.top_k is None else self.operator.result(snap)
+        return {
+            "epochs": epochs,
+            "rows": [[jsonable(k), jsonable(v)] for k, v in pairs],
+            "updated": result.updated,
+            "completed_at": result.completed_at,
+        }
+
+    async def _tree_results(self, tid: int, epoch: int | None) -> dict[str, Any]:
+        body = {"job": self.name, "tree": tid, "epoch": epoch}
+        for attempt in range(2):  # a cached master URL may be stale after a hand-over
+            url = await self._master_url(tid)
+            if url == self.agent.data_url:
+                return self.local_results(tid, epoch)
+            try:
+                return await self.agent.client.post_json(url, "/agent/v1/results", body)
+            except DataPlaneError as exc:
+                self.forget_master_url(tid)
+                if attempt:
+                    raise Unavailable(f"the master of {self.name!r} failed: {exc}") from None
+        raise AssertionError("unreachable")
+
+    async def results(self, epoch: int | None) -> dict[str, Any]:
+        """The job's result for ``epoch`` (default: the newest epoch all m masters have)."""
+        if epoch is not None and epoch < 0:
+            raise BadRequest("epoch must be ≥ 0")
+        if epoch is None:
+            listings = await asyncio.gather(*(self._tree_results(t, None) for t in self.tree_list))
+            common = set.intersection(*(set(x["epochs"]) for x in listings))
+            if not common:
+                raise NotFound(f"job {self.name!r} has no complete epoch yet")
+            epoch = max(common)
+        parts = await asyncio.gather(*(self._tree_results(t, epoch) for t in self.tree_list))
+        missing = [i for i, p in enumerate(parts) if p.get("rows") is None]
+        if len(missing) == len(parts):
+            raise NotFound(f"job {self.name!r} has no result for epoch {epoch}")
+        rows = [row for p in parts if p.get("rows") for row in p["rows"]]
+        if self.spec.top_k is not None:
+            # Trees own disjoint key ranges, so the global top k is among the trees' top k;
+            # the stable sort keeps the trees' hash order among equal values.
+            rows.sort(key=lambda r: r[1], reverse=self.spec.top_k_largest)
+            del rows[self.spec.top_k :]
+        named = self.job_for(epoch).result_rows(rows)  # e.g. QL: named columns, HAVING, ORDER BY
+        return {
+            "job": self.name,
+            "epoch": epoch,
+            "epoch_seconds": self.spec.schedule.seconds_of(epoch),
+            "epoch_start": self.spec.schedule.start(epoch),
+            "complete": not missing,
+            "updated": any(p.get("updated") for p in parts),
+            "rows": rows if named is None else named,
+        }
+
+    async def answer_query(self, message: Any) -> dict[str, Any]:
+        if not isinstance(message, dict):
+            return {"error": "query message must be a JSON object", "status": 400}
+        reply = await maybe_await(self.job.on_query(message))
+        if not isinstance(reply, dict):
+            return {"error": "the job's on_query returned no object", "status": 500}
+        return reply
+
+    async def query_master(self, message: dict[str, Any]) -> dict[str, Any]:
+        return await self._context.route(self.app_id, message)
+
+    # ---- status ------------------------------------------------------------------------------
+
+    @property
+    def is_master(self) -> bool:
+        view = self._view(self.tree_list[0])
+        return bool(view is not None and view.is_root)
+
+    def roles(self) -> list[str]:
+        roles = []
+        if self.worker is not None:
+            roles.append("worker")
+        views = [v for t in self.tree_list if (v := self._view(t)) is not None]
+        if any(v.children and not v.is_root for v in views):
+            roles.append("forwarder")
+        if any(v.is_root for v in views):
+            roles.append("master")
+        return roles
+
+    def status(self) -> dict[str, Any]:
+        views = [v for t in self.tree_list if (v := self._view(t)) is not None]
+        return {
+            "app_id": f"{self.app_id:040x}",
+            "tree_ids": [f"{t:040x}" for t in self.tree_list],
+            "roles": self.roles(),
+            "inputs": self.inputs,
+            "trees": [v.to_dict() for v in views],
+            "barrier": {f"{t:040x}": c.pending() for t, c in self.combiners.items()},
+            "upstream": {f"{t:040x}": s.pending() for t, s in self.senders.items()},
+            "worker": self.worker.stats() if self.worker is not None else None,
+            "results": {f"{t:040x}": self.store.epochs(t)[-8:] for t in self.store.trees()},
+            "multicasts_received": len(self.multicasts),
+            "multicast_stats": self.multicast_stats[-8:],
+            "counters": dict(self.counters),
+            "lake": self.lake.stats() if self.lake is not None else None,
+        }
+
+    def timings(self, recent: int = 64) -> dict[str, Any]:
+        """Epoch and control latency evidence (wall-clock seconds), for operators and the
+        benchmark: when this agent sent each recent epoch upward, when the epochs it masters
+        completed, and when the recent control multicasts were sent and received."""
+        sent = list(self.sent_at.items())[-recent:]
+        return {
+            "sent_at": [[f"{t:040x}", e, at] for (t, e), at in sent],
+            "completed_at": [
+                [f"{t:040x}", e, r.completed_at]
+                for t in self.store.trees()
+                for e in self.store.epochs(t)[-recent:]
+                if (r := self.store.get(t, e)) is not None
+            ],
+            "multicasts_received": [
+                {k: m.get(k) for k in ("kind", "epoch", "sent_at", "received_at")}
+                for m in self.multicasts[-recent:]
+            ],
+            "multicasts_sent": self.multicast_stats[-recent:],
+            "changes_applied": [[v, at] for v, at in self.changes_applied.items()],
+        }
+
+
+class _Context:
+    """The :class:`~agent.jobs.job.JobContext` the runtime gives each job instance."""
+
+    def __init__(self, runtime: JobRuntime) -> None:
+        self._rt = runtime
+
+    @property
+    def node_id(self) -> int:
+        return self._rt.agent.overlay.id
+
+    @property
+    def is_master(self) -> bool:
+        return self._rt.is_master
+
+    @property
+    def feedback(self) -> Any:
+        return self._rt.job.feedback
+
+    async def subscribe(self, app: int) -> None:
+        trees = self._rt.agent.trees
+        assert trees is not None
+        await trees.join(self._rt.agent.master_tree(app), job=self._rt.name, subscriber=False)
+
+    async def send_to(self, node_id: int, paos: Snapshot | dict[str, Any]) -> None:
+        agent = self._rt.agent
+        reply = await agent.overlay.request(node_id, "agent.where", {})
+        body: dict[str, Any] = {"job": self._rt.name, "from": f"{agent.overlay.id:040x}"}
+        if isinstance(paos, Snapshot):
+            body["snapshot"] = base64.b64encode(paos.to_bytes()).decode()
+        else:
+            body["data"] = paos
+        await agent.client.post_json(reply["data_url"], "/agent/v1/recv", body)
+
+    async def multicast(self, message: dict[str, Any]) -> Any:
+        if not self._rt.is_master:
+            raise BadRequest("only the job's master can multicast")
+        if "kind" in message and message["kind"] in ("feedback", "empty"):
+            raise BadRequest("multicast kinds 'feedback' and 'empty' are reserved")
+        return await self._rt._multicast(self._rt.tree_list[0], message)
+
+    async def route(self, app: int, message: dict[str, Any]) -> dict[str, Any]:
+        trees = self._rt.agent.trees
+        assert trees is not None
+        tree = self._rt.agent.master_tree(app)
+        try:
+            reply = await trees.query(tree, {"op": "job_query", "message": message}, timeout=10.0)
+        except Exception as exc:
+            raise Unavailable(f"no reply from the master of app {app:040x}: {exc}") from None
+        if "error" in reply:
+            status = reply.get("status", 400)
+            raise (NotFound if status == 404 else BadRequest)(str(reply["error"]))
+        return reply

@@ -1,0 +1,257 @@
+"""Durable read positions of file inputs: resume after a restart without loss or duplicates.
+
+Contract (the long form, with what is *not* guaranteed, is in ``docs/inputs.md``):
+
+* :class:`OffsetKeeper` keeps ``<data_dir>/offsets.json``::
+
+      {"version": 1,
+       "inputs": {"web": {"path": ..., "inode": ..., "offset": ..., "line_no": ...}},
+       "jobs": {"wc": {"creator": "ann", "start_epoch": 1763755200, "acked": 1763755265}}}
+
+  written atomically (temp file, ``fsync``, ``os.replace``, ``fsync`` of the directory) each
+  time it changes (at most once per agent tick).
+* **Commit point.** After each tick the keeper notes, per file input polled, the tail's
+  position and, per job reading it, the highest epoch ``H`` any record read so far can belong
+  to (the epoch of the worker's newest event time). A job's **acknowledged epoch** ``A`` is the
+  highest epoch such that every epoch ``<= A`` has left this agent durably for every one of the
+  job's trees: acknowledged by the parent (the upstream queue holds no epoch ``<= A``) or, where
+  this agent is the tree's master, stored in its result store. A noted position is
+  **committed** once ``H <= A`` for every job that read it: every record before it is in an
+  acknowledged contribution (or was dropped as late, which a re-read would do too).
+* **Resume.** A restarted agent's file tails resume at the committed position (same inode, file
+  still that long; else from the start of the file). Records after it are read again; a job
+  whose identity (name, creator, submitted start epoch) matches a stored entry starts its
+  worker and barrier at ``A + 1`` (:meth:`OffsetKeeper.resume_spec`), so re-read records of
+  epochs already acknowledged are dropped as late instead of being contributed twice, and
+  records of later epochs - never acknowledged - are contributed once.
+* Inputs other than files (ingest, stdin) cannot be re-read and have no state here. Without a
+  data directory nothing is persisted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from agent.ingest.inputs import FileTail
+
+if TYPE_CHECKING:
+    from agent.jobs.spec import JobSpec
+    from agent.runtime.job import JobRuntime
+
+log = logging.getLogger(__name__)
+STATE_FILE = "offsets.json"
+MAX_PENDING = 4096  # noted positions per input awaiting acknowledgement (oldest merged)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data``: temp file, fsync, rename, fsync of the directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    with contextlib.suppress(OSError):  # not every platform can fsync a directory
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def acknowledged_epoch(runtime: JobRuntime) -> int | None:
+    """The highest epoch every one of the job's trees has durably passed on from this agent
+    (parent acknowledgement, or stored here as master); None if none yet."""
+    best: int | None = None
+    trees = runtime.agent.trees
+    for tid in runtime.tree_list:
+        combiner = runtime.combiners.get(tid)
+        if combiner is None:
+            return None
+        done = combiner.next_epoch - 1  # emitted: sent upward or stored (root)
+        view = trees.view(tid) if trees is not None else None
+        sender = runtime.senders.get(tid)
+        if sender is not None and not (view is not None and view.is_root):
+            queued = sender.pending()["queued"]
+            if queued:
+                done = min(done, queued[0] - 1)
+        best = done if best is None else min(best, done)
+    return best
+
+
+def _high_epoch(runtime: JobRuntime) -> int | None:
+    """The highest epoch any record the job's worker accepted so far can belong to."""
+    worker = runtime.worker
+    if worker is None:
+        return None
+    newest = worker.clock._max_ts
+    if newest == -math.inf:
+        return None
+    return worker.clock.epoch_of(newest)
+
+
+def _identity(spec: JobSpec) -> dict[str, Any]:
+    return {"creator": spec.creator, "start_epoch": spec.start_epoch}
+
+
+class OffsetKeeper:
+    """Per-agent durable input positions and acknowledged epochs (see module docstring)."""
+
+    def __init__(
+        self, data_dir: str | os.PathLike[str] | None, *, flush_interval: float = 1.0
+    ) -> None:
+        self.path = Path(data_dir) / STATE_FILE if data_dir else None
+        self.flush_interval = flush_interval
+        self._last_flush = -math.inf
+        self.inputs: dict[str, dict[str, Any]] = {}
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._pending: dict[str, deque[tuple[dict[str, Any], dict[str, int]]]] = {}
+        self._identities: dict[str, dict[str, Any]] = {}  # job → its submitted identity
+        self._dirty = False
+        self.counters = {"writes": 0, "write_errors": 0, "load_errors": 0}
+        if self.path is not None:
+            self._load()
+
+    def _load(self) -> None:
+        assert self.path is not None
+        try:
+            doc = orjson.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return
+        except (OSError, orjson.JSONDecodeError) as exc:
+            self.counters["load_errors"] += 1
+            log.warning("cannot read %s (%r): inputs start afresh", self.path, exc)
+            return
+        if isinstance(doc, dict):
+            if isinstance(doc.get("inputs"), dict):
+                self.inputs = {k: v for k, v in doc["inputs"].items() if isinstance(v, dict)}
+            if isinstance(doc.get("jobs"), dict):
+                self.jobs = {k: v for k, v in doc["jobs"].items() if isinstance(v, dict)}
+
+    # ---- resume ---------------------------------------------------------------------------
+    def resume_state(self, input_name: str) -> dict[str, Any] | None:
+        """The committed position of a file input (``FileTail(state=...)``), if any."""
+        return self.inputs.get(input_name)
+
+    def resume_spec(self, spec: JobSpec) -> JobSpec:
+        """``spec`` with ``start_epoch`` moved past the epochs this agent already passed on for
+        the same job (name, creator, submitted start epoch); unchanged otherwise."""
+        self._identities[spec.name] = _identity(spec)
+        entry = self.jobs.get(spec.name)
+        if entry is None or spec.start_epoch is None:
+            return spec
+        if entry.get("creator") != spec.creator or entry.get("start_epoch") != spec.start_epoch:
+            return spec
+        acked = entry.get("acked")
+        if not isinstance(acked, int) or acked < spec.start_epoch:
+            return spec
+        return spec.with_changes(start_epoch=acked + 1)
+
+    # ---- tracking -------------------------------------------------------------------------
+    def observe(
+        self,
+        inputs: dict[str, Any],
+        polled: set[str],
+        runtimes: list[JobRuntime],
+        *,
+        final: bool = False,
+    ) -> None:
+        """After a tick: note the positions of the file inputs in ``polled``, commit what the
+        jobs have acknowledged, persist: at once when an acknowledged epoch moved (that
+        narrows the duplicate window, see the docs), else at most every ``flush_interval``
+        seconds, and always when ``final`` (the agent stops)."""
+        if self.path is None:
+            return
+        acked: dict[str, int | None] = {}
+        urgent = final
+        for rt in runtimes:
+            if rt.worker is None:
+                continue
+            a = acknowledged_epoch(rt)
+            acked[rt.name] = a
+            if a is None or rt.spec.start_epoch is None:
+                continue
+            # the identity is the submitted spec's (resume_spec saw it), not the resumed one
+            ident = self._identities.get(rt.name) or _identity(rt.spec)
+            entry = self.jobs.get(rt.name)
+            if entry is None or {k: entry.get(k) for k in ident} != ident:
+                entry = self.jobs[rt.name] = dict(ident, acked=None)
+            if entry.get("acked") != a:
+                entry["acked"] = a
+                self._dirty = urgent = True
+        for name in polled:
+            source = inputs.get(name)
+            if not isinstance(source, FileTail):
+                continue
+            state = source.state()
+            if state["inode"] is None:
+                continue
+            highs = {}
+            for rt in runtimes:
+                if name in rt.inputs:
+                    h = _high_epoch(rt)
+                    if h is not None:
+                        highs[rt.name] = h
+            pending = self._pending.setdefault(name, deque())
+            if pending and pending[-1][0] == state:
+                pending[-1] = (state, highs)  # same position, newer high-water marks
+            else:
+                pending.append((state, highs))
+            if len(pending) > MAX_PENDING:  # merge the oldest two: the later one governs
+                first = pending.popleft()
+                second = pending.popleft()
+                merged = {k: max(first[1].get(k, -1), v) for k, v in second[1].items()}
+                pending.appendleft((second[0], merged))
+        for name, pending in self._pending.items():
+            committed = None
+            while pending:
+                state, highs = pending[0]
+                if any(
+                    job in acked and (acked[job] is None or acked[job] < h)  # type: ignore[operator]
+                    for job, h in highs.items()
+                ):
+                    break
+                committed = state
+                pending.popleft()
+            if committed is not None and self.inputs.get(name) != committed:
+                self.inputs[name] = committed
+                self._dirty = True
+        if urgent or time.monotonic() - self._last_flush >= self.flush_interval:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the state file if it changed. Never raises (errors are counted, logged)."""
+        if not self._dirty or self.path is None:
+            return
+        doc = {"version": 1, "inputs": self.inputs, "jobs": self.jobs}
+        try:
+            write_atomically(self.path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        except OSError as exc:
+            self.counters["write_errors"] += 1
+            log.warning("cannot write %s: %r", self.path, exc)
+            return
+        self._dirty = False
+        self._last_flush = time.monotonic()
+        self.counters["writes"] += 1
+
+    def stats(self) -> dict[str, Any]:
+        """Committed positions, acknowledged epochs and counters."""
+        return {
+            "path": None if self.path is None else str(self.path),
+            "inputs": {k: v.get("offset") for k, v in self.inputs.items()},
+            "jobs": {k: v.get("acked") for k, v in self.jobs.items()},
+            "pending": {k: len(v) for k, v in self._pending.items()},
+            **self.counters,
+        }

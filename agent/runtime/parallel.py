@@ -1,0 +1,267 @@
+"""Ingest one log file on several cores: parse and map on worker processes, the epoch clock
+and the CBT in this process, in line order.
+
+Contract: :class:`ParallelFileIngest` reads a file from the start to its end (a replay or a
+catch-up of a file that is complete; following appends, rotation and truncation is
+:class:`~agent.ingest.inputs.FileTail`'s job) in chunks cut at newlines and hands each chunk to one
+of
+``processes`` worker processes. A worker process runs exactly what the single-process path
+runs on a chunk — the job's prefilter (:mod:`agent.ingest.fastpath`; ``prefilter=False`` parses
+every
+line), the input format's parser (projected, :mod:`agent.ingest.projection`, with the prefilter),
+the job's ``map`` (``map_keys`` when the job class has it) —
+and returns, per parsed record, ``(timestamp, pairs or keys, map error)``, plus the chunk's
+line counts and rejected lines. This process consumes the chunks **in file order** and feeds
+:meth:`~agent.runtime.worker.Worker.process_mapped`, so epochs, the watermark, lateness and error
+accounting are those of feeding the same records to ``Worker.process`` in order: the results
+are identical to the single-process path (tested against it and a Counter). Rejected lines are
+quarantined here with their line numbers and file offsets, as the tail would.
+
+Worker processes are started with ``spawn`` (nothing inherited) and rebuild the job from its
+spec (JSON, never pickled code); the job class must be importable there (``ql`` jobs and job
+classes registered by ``agent.jobs.ql_job``). ``map`` output crosses the process boundary pickled
+by :mod:`multiprocessing` — only keys and values the job produced, never input. What this
+buys: parsing and mapping, which dominate the cost of lines that pass the prefilter, run on
+all cores; reading, the clock and the CBT stay on one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from agent.ingest.records import Quarantine, RecordError
+from agent.runtime.worker import Worker
+from cbt import Snapshot
+
+Item = tuple[Any, list[Any] | None, str | None]
+#: (lines, prefiltered, blank, items, rejects: (line index, offset, reason, message, text))
+ChunkResult = tuple[int, int, int, list[Item], list[tuple[int, int, str, str, bytes]]]
+
+_state: dict[str, Any] = {}
+
+
+def _init(spec: dict[str, Any], fmt: str, ts_field: str, limit: int, prefilter: bool) -> None:
+    """Worker-process initializer: the job, parser and prefilter from the spec."""
+    import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
+    from agent.ingest.fastpath import prefilter_for
+    from agent.ingest.formats import make_parser
+    from agent.ingest.projection import projected_parser
+    from agent.jobs.job import Job, create_job, parse_spec
+
+    job = create_job(parse_spec(spec))
+    keys_only = type(job).map_keys is not Job.map_keys
+    projected = projected_parser([job], fmt) if prefilter else None
+    _state.update(
+        map=job.map_keys if keys_only else job.map,
+        parser=projected or make_parser(fmt, ts_field=ts_field),
+        prefilter=prefilter_for([job], fmt) if prefilter else None,
+        ts_field=ts_field,
+        limit=limit,
+    )
+
+
+def _chunk(data: bytes) -> ChunkResult:
+    """Parse and map the newline-terminated lines of ``data`` (see module docstring)."""
+    parse, job_map = _state["parser"].parse, _state["map"]
+    ts_field, limit, pre = _state["ts_field"], _state["limit"], _state["prefilter"]
+    last_nl = len(data) - 1
+    found = None if pre is None else pre.scan(data, 0, last_nl)
+    lines: list[bytes] = []
+    starts: list[int] = []
+    if found is None:
+        lines = data[:last_nl].split(b"\n")
+        n = len(lines)
+        kept = lines if pre is None else pre.select(lines)
+    else:
+        n = data.count(b"\n")
+        starts, kept = found
+    items: list[Item] = []
+    rejects: list[tuple[int, int, str, str, bytes]] = []
+    blank = 0
+    at, offset = -1, 0  # index and chunk offset of the last rejected line (split path)
+    for j, line in enumerate(kept):
+        if len(line) <= limit:
+            try:
+                rec = parse(line)
+            except RecordError as exc:
+                reason, message = exc.reason, str(exc)
+            except Exception as exc:  # a parser bug costs one line
+                reason, message = "parser_error", f"{type(exc).__name__}: {exc}"
+            else:
+                try:
+                    items.append((rec.get(ts_field), list(job_map(rec)), None))
+                except Exception as exc:
+                    items.append((rec.get(ts_field), None, f"{type(exc).__name__}: {exc}"[:200]))
+                continue
+            if not line.strip():
+                blank += 1
+                continue
+        else:
+            reason, message = "line_too_long", f"line longer than {limit} bytes"
+        if found is not None:
+            pos = starts[j]
+            index = data.count(b"\n", 0, pos)
+        else:  # kept lines are in order: walk to this one (amortized one pass)
+            at += 1
+            if at > 0:
+                offset += len(lines[at - 1]) + 1
+            while lines[at] is not line:
+                offset += len(lines[at]) + 1
+                at += 1
+            index, pos = at, offset
+        rejects.append((index, pos, reason, message, _cut(line, reason)))
+    return n, n - len(kept), blank, items, rejects
+
+
+def _cut(line: bytes, reason: str) -> bytes:
+    return line[:800] if reason == "line_too_long" else line
+
+
+class ParallelFileIngest:
+    """Feeds one file to ``worker`` using ``processes`` worker processes (see module)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        worker: Worker,
+        fmt: str,
+        *,
+        processes: int = 2,
+        ts_field: str = "ts",
+        prefilter: bool = True,
+        quarantine: Quarantine | None = None,
+        name: str | None = None,
+        read_size: int = 1 << 20,
+        max_line_bytes: int = 1 << 20,
+    ) -> None:
+        if processes < 1:
+            raise ValueError("processes must be >= 1")
+        self.path = Path(path)
+        self.worker = worker
+        self.name = name or str(self.path)
+        self.quarantine = quarantine if quarantine is not None else Quarantine()
+        self.processes = processes
+        self.read_size = read_size
+        self.max_line_bytes = max_line_bytes
+        _, self.keys_only = worker.map_function()
+        self._pool = ProcessPoolExecutor(
+            processes,
+            mp_context=get_context("spawn"),
+            initializer=_init,
+            initargs=(worker.spec.to_dict(), fmt, ts_field, max_line_bytes, prefilter),
+        )
+        self.counters = {
+            "lines": 0,
+            "records": 0,
+            "blank_lines": 0,
+            "rejected": 0,
+            "prefiltered": 0,
+            "bytes": 0,
+            "chunks": 0,
+        }
+        self._line_no = 0
+
+    def warm(self) -> None:
+        """Start every worker process now (else they start with the first chunks)."""
+        list(self._pool.map(_chunk, [b"\n"] * self.processes))
+
+    def run(self, on_epochs: Callable[[list[tuple[int, Snapshot]]], None] | None = None) -> int:
+        """Read the file to its end; after each chunk the epochs the watermark closed go to
+        ``on_epochs``. Returns the number of lines. (``worker.finish()`` is the caller's.)"""
+        inflight: deque[tuple[Future[ChunkResult], int]] = deque()
+        depth = 2 * self.processes
+        pos = 0  # file offset of the next chunk
+        carry = b""
+        skipping = False  # inside an over-long line: drop bytes until its newline
+        with open(self.path, "rb") as f:
+            while True:
+                data = f.read(self.read_size)
+                if not data:
+                    if carry and not skipping:
+                        inflight.append((self._pool.submit(_chunk, carry + b"\n"), pos))
+                    break
+                self.counters["bytes"] += len(data)
+                buf = carry + data if carry else data
+                last_nl = buf.rfind(b"\n")
+                if last_nl < 0:
+                    carry = buf
+                else:
+                    start = 0
+                    if skipping:
+                        skipping, start = False, buf.find(b"\n") + 1
+                    if start <= last_nl:
+                        chunk = buf[start : last_nl + 1]
+                        inflight.append((self._pool.submit(_chunk, chunk), pos + start))
+                    pos += last_nl + 1
+                    carry = buf[last_nl + 1 :]
+                if len(carry) > self.max_line_bytes and not skipping:
+                    self._reject_long(carry, pos)
+                    skipping = True
+                if skipping:
+                    pos += len(carry)
+                    carry = b""
+                while len(inflight) >= depth or (inflight and inflight[0][0].done()):
+                    self._consume(*inflight.popleft(), on_epochs)
+        while inflight:
+            self._consume(*inflight.popleft(), on_epochs)
+        return self.counters["lines"]
+
+    def _reject_long(self, text: bytes, offset: int) -> None:
+        self._line_no += 1
+        self.counters["lines"] += 1
+        self.counters["rejected"] += 1
+        self.quarantine.add(
+            self.name,
+            self._line_no,
+            "line_too_long",
+            text[:800],
+            offset=offset,
+            message=f"line longer than {self.max_line_bytes} bytes",
+        )
+
+    def _consume(
+        self,
+        fut: Future[ChunkResult],
+        base: int,
+        on_epochs: Callable[[list[tuple[int, Snapshot]]], None] | None,
+    ) -> None:
+        n, skipped, blank, items, rejects = fut.result()
+        for index, offset, reason, message, text in rejects:
+            self.quarantine.add(
+                self.name,
+                self._line_no + index + 1,
+                reason,
+                text,
+                offset=base + offset,
+                message=message,
+            )
+        self._line_no += n
+        c = self.counters
+        c["chunks"] += 1
+        c["lines"] += n
+        c["records"] += len(items)
+        c["blank_lines"] += blank
+        c["rejected"] += len(rejects)
+        c["prefiltered"] += skipped
+        if skipped:
+            self.worker.process([], skipped=skipped)
+        self.worker.process_mapped(items, keys_only=self.keys_only)
+        closed = self.worker.poll()
+        if closed and on_epochs is not None:
+            on_epochs(closed)
+
+    def close(self) -> None:
+        """Stop the worker processes."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> ParallelFileIngest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

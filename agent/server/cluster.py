@@ -1,0 +1,182 @@
+"""A local multi-process cluster on loopback, for demos, tests and benchmarks.
+
+Contract: :class:`LocalCluster` starts ``n`` real ``elf agent`` processes (each with its own
+ports, data directory and optional JSON-lines inputs), the first as the seed the others
+bootstrap from; :meth:`LocalCluster.start` returns once every process printed its ready line
+(or raises with the failing process's stderr); :meth:`stop` sends SIGTERM (graceful leave) and
+kills what has not exited after a timeout. Processes share one secret file in the work
+directory; the API token is derived from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.client import ApiClient, ApiError
+from agent.config import derive_api_token
+from agent.runtime.agent import spans_one_tree
+from agent.server.daemon import READY_PREFIX
+
+
+@dataclass
+class AgentProcess:
+    """One running ``elf agent`` process and what it printed on start."""
+
+    index: int
+    process: subprocess.Popen[str]
+    data_dir: Path
+    agents: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def api_url(self) -> str:
+        return self.agents[0]["api_url"]
+
+    @property
+    def overlay_address(self) -> str:
+        return self.agents[0]["overlay"]
+
+
+class ClusterError(RuntimeError):
+    """An agent process failed to start; the message carries its stderr tail."""
+
+
+class LocalCluster:
+    """``n`` agent processes on 127.0.0.1 (see the module contract)."""
+
+    def __init__(
+        self,
+        n: int,
+        workdir: str | Path,
+        *,
+        inputs: dict[int, dict[str, str]] | None = None,
+        logical_agents: int = 1,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        if n < 1:
+            raise ValueError("a cluster needs at least one agent process")
+        self.n = n
+        self.workdir = Path(workdir)
+        self.inputs = inputs or {}
+        self.logical_agents = logical_agents
+        self.extra_args = extra_args or []
+        self.env = env or {}
+        self.procs: list[AgentProcess] = []
+        self.secret_file = self.workdir / "secret"
+
+    @property
+    def token(self) -> str:
+        return derive_api_token(self.secret_file.read_bytes().strip())
+
+    def client(self, index: int = 0) -> ApiClient:
+        return ApiClient(self.procs[index].api_url, self.token)
+
+    def agents(self) -> list[dict[str, Any]]:
+        return [a for p in self.procs for a in p.agents]
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.secret_file.exists():
+            self.secret_file.write_text(secrets.token_hex(32))
+            self.secret_file.chmod(0o600)
+        try:
+            seed = self._spawn(0, bootstrap=None)
+            self._wait_ready(seed, timeout)
+            rest = [self._spawn(i, bootstrap=seed.overlay_address) for i in range(1, self.n)]
+            for proc in rest:
+                self._wait_ready(proc, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _spawn(self, index: int, bootstrap: str | None) -> AgentProcess:
+        data_dir = self.workdir / f"agent-{index}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "agent.cli", "agent", "--secret-file", str(self.secret_file)]
+        args += ["--data-dir", str(data_dir), "--agents", str(self.logical_agents)]
+        if bootstrap:
+            args += ["--bootstrap", bootstrap]
+        for name, path in self.inputs.get(index, {}).items():
+            args += ["--input", f"{name}={path}"]
+        args += self.extra_args
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        stderr = open(data_dir / "stderr.log", "w")  # noqa: SIM115 - lives as long as the process
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+        stderr.close()
+        agent = AgentProcess(index, proc, data_dir)
+        self.procs.append(agent)
+        return agent
+
+    def _wait_ready(self, agent: AgentProcess, timeout: float) -> None:
+        result: list[str] = []
+
+        def read() -> None:
+            assert agent.process.stdout is not None
+            for line in agent.process.stdout:
+                if line.startswith(READY_PREFIX):
+                    result.append(line[len(READY_PREFIX) :])
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not result:
+            tail = (agent.data_dir / "stderr.log").read_text()[-3000:]
+            raise ClusterError(f"agent process {agent.index} did not become ready:\n{tail}")
+        agent.agents = json.loads(result[0])
+
+    def settled(self) -> bool:
+        """Whether the jobs tree spans every agent process with exactly one root (the state in
+        which a submitted job reaches everyone at once)."""
+        views = []
+        for i in range(len(self.procs)):
+            try:
+                views.append(self.client(i).status().get("jobs_tree"))
+            except ApiError:
+                return False
+        return spans_one_tree(views)
+
+    def wait_settled(self, timeout: float = 60.0) -> None:
+        """Poll :meth:`settled` until true; raise :class:`ClusterError` after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not self.settled():
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the cluster's jobs tree did not settle in {timeout}s")
+            time.sleep(0.2)  # polling other processes' state
+
+    def stop(self, timeout: float = 20.0) -> None:
+        for proc in self.procs:
+            if proc.process.poll() is None:
+                proc.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            try:
+                proc.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.process.kill()
+                proc.process.wait()
+            if proc.process.stdout is not None:
+                proc.process.stdout.close()
+
+    def kill(self, index: int) -> None:
+        """Kill one agent process without a graceful leave (a crash)."""
+        proc = self.procs[index].process
+        proc.kill()
+        proc.wait()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

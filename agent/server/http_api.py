@@ -1,0 +1,183 @@
+"""The agent's user-facing HTTP API (aiohttp, JSON, bearer-token authenticated).
+
+Contract: every endpoint except ``GET /api/v1/health`` needs ``Authorization: Bearer
+<token>``; a wrong or missing token is 401. Bodies are JSON (``ingest`` takes JSON lines).
+Invalid input gets a 4xx whose JSON body is ``{"error": "<what was wrong>"}``; the agent keeps
+running whatever arrives. The endpoints are listed in ``docs/http-api.md``:
+
+=======  ==================================  ===============================================
+POST     /api/v1/jobs                        submit a job spec → 201 job info
+GET      /api/v1/jobs                        list jobs
+DELETE   /api/v1/jobs/{name}                 stop a job
+GET      /api/v1/jobs/{name}/results         latest complete epoch, or ``?epoch=E``
+POST     /api/v1/jobs/{name}/query           cross-job query, answered by the job's master
+GET      /api/v1/jobs/{name}/local           ``?k=v``: the job's instance on this agent answers
+GET      /api/v1/status                      node id, neighbours, roles and trees per job
+POST     /api/v1/ingest/{input}              JSON lines into a named input
+GET      /api/v1/health                      liveness (no token)
+=======  ==================================  ===============================================
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+
+from agent.errors import AgentError, BadRequest, Unauthorized
+from agent.jsonable import jsonable
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+log = logging.getLogger(__name__)
+
+
+class AgentFacade(Protocol):
+    """What the API needs from an agent (implemented by :class:`agent.runtime.agent.Agent`)."""
+
+    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]: ...
+    def jobs(self) -> list[dict[str, Any]]: ...
+    async def stop_job(self, name: str) -> dict[str, Any]: ...
+    async def change_job(self, name: str, change: Any) -> dict[str, Any]: ...
+    def job_timings(self, name: str) -> dict[str, Any]: ...
+    async def results(self, name: str, epoch: int | None) -> dict[str, Any]: ...
+    async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]: ...
+    async def local_query(self, name: str, params: dict[str, str]) -> dict[str, Any]: ...
+    def status(self) -> dict[str, Any]: ...
+    async def ingest(self, input_name: str, lines: list[str]) -> dict[str, Any]: ...
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    body = orjson.dumps(jsonable(data, hex_ids=True), default=str)
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+class HttpApi:
+    """An aiohttp application serving one agent's API on ``host:port`` (0 = any free port)."""
+
+    def __init__(self, agent: AgentFacade, token: str, *, host: str = "127.0.0.1", port: int = 0):
+        self.agent = agent
+        self._token = token.encode()
+        self.host, self.port = host, port
+        self.rejected: dict[str, int] = {}
+        self.app = web.Application(middlewares=[self._errors], client_max_size=MAX_BODY_BYTES)
+        r = self.app.router
+        r.add_get("/api/v1/health", self._health)
+        r.add_post("/api/v1/jobs", self._submit)
+        r.add_get("/api/v1/jobs", self._jobs)
+        r.add_delete("/api/v1/jobs/{name}", self._stop)
+        r.add_post("/api/v1/jobs/{name}/change", self._change)
+        r.add_get("/api/v1/jobs/{name}/timings", self._timings)
+        r.add_get("/api/v1/jobs/{name}/results", self._results)
+        r.add_post("/api/v1/jobs/{name}/query", self._query)
+        r.add_get("/api/v1/jobs/{name}/local", self._local)
+        r.add_get("/api/v1/status", self._status)
+        r.add_post("/api/v1/ingest/{input}", self._ingest)
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets  # type: ignore[attr-defined]
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        self.url = f"http://{self.host}:{self.port}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _count(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            if request.path != "/api/v1/health":
+                self._authenticate(request)
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status >= 400:
+                self._count(f"http_{exc.status}")
+                return _json({"error": exc.reason}, exc.status)
+            raise
+        except AgentError as exc:
+            self._count(type(exc).__name__)
+            return _json({"error": str(exc)}, exc.status)
+        except Exception as exc:  # a bug must answer 500 with its name, not kill the agent
+            self._count("internal_error")
+            log.exception("API %s %s failed", request.method, request.path)
+            return _json({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+
+    def _authenticate(self, request: web.Request) -> None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme != "Bearer" or not hmac.compare_digest(token.encode(), self._token):
+            raise Unauthorized("missing or wrong API token (Authorization: Bearer <token>)")
+
+    @staticmethod
+    async def _body(request: web.Request) -> dict[str, Any]:
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        return body
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return _json({"ok": True})
+
+    async def _submit(self, request: web.Request) -> web.Response:
+        return _json(await self.agent.submit(await self._body(request)), 201)
+
+    async def _jobs(self, request: web.Request) -> web.Response:
+        return _json({"jobs": self.agent.jobs()})
+
+    async def _stop(self, request: web.Request) -> web.Response:
+        return _json(await self.agent.stop_job(request.match_info["name"]))
+
+    async def _change(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        return _json(await self.agent.change_job(request.match_info["name"], body))
+
+    async def _timings(self, request: web.Request) -> web.Response:
+        return _json(self.agent.job_timings(request.match_info["name"]))
+
+    async def _results(self, request: web.Request) -> web.Response:
+        text = request.query.get("epoch")
+        epoch: int | None = None
+        if text is not None:
+            try:
+                epoch = int(text)
+            except ValueError:
+                raise BadRequest(f"epoch must be an integer, got {text!r}") from None
+        return _json(await self.agent.results(request.match_info["name"], epoch))
+
+    async def _query(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        return _json(await self.agent.query(request.match_info["name"], body))
+
+    async def _local(self, request: web.Request) -> web.Response:
+        params = {key: request.query[key] for key in request.query}  # first value of each key
+        return _json(await self.agent.local_query(request.match_info["name"], params))
+
+    async def _status(self, request: web.Request) -> web.Response:
+        return _json(self.agent.status())
+
+    async def _ingest(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRequest(f"ingest body is not UTF-8 (byte {exc.start})") from None
+        lines = [line for line in text.splitlines() if line.strip()]
+        return _json(await self.agent.ingest(request.match_info["input"], lines))

@@ -1,0 +1,331 @@
+"""EpochCombiner: the combining-tree barrier of one (job, tree) on one node.
+
+Per epoch the combiner merges the node's own local snapshot (if it has input) with every
+expected child's snapshot and emits the merged result (after the operator's ``level`` step)
+only once all of them have arrived and every earlier epoch has been emitted: epochs leave a
+node - and so reach the master - strictly in order, each exactly once.
+
+Precise semantics (``docs/srt-dataplane.md`` has the long form):
+
+* **Names.** A snapshot is identified by (sender, epoch) within the combiner (job and tree are
+  the combiner's). The first offer of a name for an open epoch (``epoch >= next_epoch``) is
+  merged (``"merged"``); any later offer of that name is ``"duplicate"``; an offer for an
+  epoch already emitted is ``"stale"`` (counted, not merged). Senders that are not (or no
+  longer) children are merged too - their data is never dropped - but never block an epoch.
+* **Who blocks epoch e.** Every child c with ``start[c] <= e``, and the local input if
+  ``expect_local`` and ``local_start <= e``. Children given to the constructor start at
+  ``first_epoch``. A child added by :meth:`EpochCombiner.set_children` (or the local input
+  switched on by :meth:`set_expect_local`) gets a *tentative* start: the first epoch after
+  every epoch that has already received something (``max(next_epoch, last touched + 1)``),
+  so epochs in progress keep their membership. Its first delivery for an open epoch f then
+  fixes ``start = f``: epochs before f stop waiting for it (it sent them elsewhere or has no
+  data there), epochs from f on wait for it. Senders deliver in epoch order
+  (:class:`srt.dataplane.upstream.UpstreamSender` does), so nothing it sends later is missed.
+* **Floating start.** With ``first_epoch=None`` (what agents use: event-time epoch indices are
+  absolute, e.g. ~1.7e9 for 1 s epochs) the combiner starts at the lowest epoch offered before
+  its first emit, and the constructor's members are tentative like new ones.
+* **Removal.** A removed child stops blocking at once; what it already delivered stays.
+* **Nobody expected.** An open epoch with no expected contributor and nothing received is
+  emitted as an empty snapshot as soon as a later epoch has received something, so a parent
+  never waits forever for an epoch this node has no data for.
+
+The emit callback may be sync or async; calls happen in epoch order and async ones are
+awaited one after another (:meth:`EpochCombiner.drain` waits for them). A failing emit is
+logged and counted; it never breaks the barrier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cbt import Snapshot
+from srt.dataplane.name import SnapshotName
+from srt.dataplane.operators import LevelOperator, select
+from srt.errors import Reject, RetryLater
+
+log = logging.getLogger(__name__)
+
+LOCAL = "local"
+
+
+class EpochTooFarAhead(ValueError):
+    """An offer for an epoch more than ``max_ahead`` past the next epoch to emit."""
+
+
+@dataclass
+class _Open:
+    acc: Snapshot | None = None
+    local: bool = False
+    senders: set[int] = field(default_factory=set)
+
+
+@dataclass
+class _Member:
+    start: int
+    confirmed: bool
+
+
+class EpochCombiner:
+    """The per-(job, tree) barrier on one node (contract in the module docstring).
+
+    ``max_ahead`` bounds how far past ``next_epoch`` an offer may be (memory bound against a
+    runaway sender): further offers raise :class:`EpochTooFarAhead`."""
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        tree: int,
+        expect_local: bool,
+        children: Iterable[int],
+        emit: Callable[[int, Snapshot], Awaitable[None] | None],
+        operator: LevelOperator | None = None,
+        first_epoch: int | None = 0,
+        max_ahead: int = 10_000,
+    ) -> None:
+        if first_epoch is not None and first_epoch < 0:
+            raise ValueError("first_epoch must be >= 0")
+        # Floating start (first_epoch None): event-time epoch numbers are absolute (~1.7e9
+        # for 1 s epochs), so a combiner created mid-stream starts at the lowest epoch offered
+        # before its first emit; its initial members count as new (tentative) ones.
+        self._floating = first_epoch is None
+        confirmed = not self._floating
+        first_epoch = first_epoch or 0
+        self.job = job
+        self.tree = tree
+        self.operator = operator or LevelOperator()
+        self.max_ahead = max_ahead
+        self._emit_cb = emit
+        self._next = first_epoch
+        self._children = {c: _Member(first_epoch, confirmed) for c in children}
+        self._local: _Member | None = _Member(first_epoch, confirmed) if expect_local else None
+        self._open: dict[int, _Open] = {}
+        self._proto: Snapshot | None = None  # an empty snapshot: filler for empty epochs
+        self._emit_task: asyncio.Future | None = None
+        self.counters: Counter[str] = Counter()
+
+    # ---- inspection ---------------------------------------------------------------------
+    @property
+    def next_epoch(self) -> int:
+        """The lowest epoch not emitted yet."""
+        return self._next
+
+    @property
+    def children(self) -> frozenset[int]:
+        return frozenset(self._children)
+
+    @property
+    def expect_local(self) -> bool:
+        return self._local is not None
+
+    def state_of(self, sender: int, epoch: int) -> str | None:
+        """ "stale" / "duplicate" if an offer of this name would be refused, else None."""
+        if epoch < self._next and not self._floating:
+            return "stale"
+        st = self._open.get(epoch)
+        return "duplicate" if st is not None and sender in st.senders else None
+
+    def waiting_for(self, epoch: int) -> list[int | str]:
+        """Who epoch ``epoch`` still waits for (child ids, and "local")."""
+        st = self._open.get(epoch) or _Open()
+        out: list[int | str] = []
+        if self._local is not None and self._local.start <= epoch and not st.local:
+            out.append(LOCAL)
+        out.extend(c for c, m in self._children.items() if m.start <= epoch and c not in st.senders)
+        return out
+
+    def pending(self) -> dict:
+        """Status: next epoch, membership (start epochs), open epochs and whom they wait for."""
+        epochs = sorted(set(self._open) | {self._next})
+        return {
+            "job": self.job,
+            "tree": self.tree,
+            "next_epoch": self._next,
+            "expect_local": self._local is not None,
+            "local_from": None if self._local is None else self._local.start,
+            "children": {
+                c: {"from": m.start, "confirmed": m.confirmed} for c, m in self._children.items()
+            },
+            "open": {
+                e: {
+                    "local": e in self._open and self._open[e].local,
+                    "received": sorted(self._open[e].senders) if e in self._open else [],
+                    "waiting_for": self.waiting_for(e),
+                }
+                for e in epochs
+            },
+            "counters": dict(self.counters),
+        }
+
+    # ---- offers -------------------------------------------------------------------------
+    def _check_epoch(self, epoch: int) -> None:
+        if type(epoch) is not int or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        if self._floating and (self._proto is None or epoch < self._next):
+            self._next = epoch  # nothing emitted yet: start at the lowest epoch offered
+            return
+        if epoch > self._next + self.max_ahead:
+            raise EpochTooFarAhead(
+                f"epoch {epoch} is more than {self.max_ahead} past the next epoch {self._next}"
+            )
+
+    def _merge(self, epoch: int, snap: Snapshot) -> _Open:
+        # Snapshots of one epoch must share an aggregator (ValueError otherwise); epochs may
+        # differ after a runtime change of the job's aggregate, and an empty snapshot (e.g.
+        # the filler below) merges with any.
+        st = self._open.get(epoch) or _Open()
+        acc = self.operator.merge(st.acc, snap)
+        st.acc = acc
+        if self._proto is None:
+            self._proto = select(snap, np.empty(0, np.intp))
+        self._open[epoch] = st
+        return st
+
+    def offer_local(self, epoch: int, snap: Snapshot) -> str:
+        """This node's own snapshot of ``epoch``: "merged" | "duplicate" | "stale"."""
+        self._check_epoch(epoch)
+        if epoch < self._next:
+            self.counters["stale_local"] += 1
+            return "stale"
+        st = self._open.get(epoch)
+        if st is not None and st.local:
+            self.counters["duplicate"] += 1
+            return "duplicate"
+        st = self._merge(epoch, snap)
+        st.local = True
+        if self._local is not None and not self._local.confirmed:
+            self._local = _Member(epoch, True)
+        self.counters["merged_local"] += 1
+        self._advance()
+        return "merged"
+
+    def offer_child(self, child: int, epoch: int, snap: Snapshot) -> str:
+        """A child's snapshot of ``epoch``: "merged" | "duplicate" | "stale" (see module doc).
+
+        Raises ValueError (nothing recorded) for an incompatible snapshot, and
+        :class:`EpochTooFarAhead` beyond ``max_ahead``."""
+        self._check_epoch(epoch)
+        refused = self.state_of(child, epoch)
+        if refused is not None:
+            self.counters[refused] += 1
+            return refused
+        st = self._merge(epoch, snap)
+        st.senders.add(child)
+        member = self._children.get(child)
+        if member is None:
+            self.counters["merged_unexpected"] += 1
+        else:
+            if not member.confirmed:
+                self._children[child] = _Member(epoch, True)
+            self.counters["merged"] += 1
+        self._advance()
+        return "merged"
+
+    # ---- membership ---------------------------------------------------------------------
+    def _tentative_start(self) -> int:
+        return max(self._next, max(self._open, default=-1) + 1)
+
+    def set_children(self, children: Iterable[int]) -> None:
+        """Replace the child set: removed children stop blocking; new ones start tentatively
+        after every epoch already touched, then from their first delivery (module doc)."""
+        new = set(children)
+        start = self._tentative_start()
+        self._children = {c: self._children.get(c) or _Member(start, False) for c in new}
+        self._advance()
+
+    def set_expect_local(self, flag: bool) -> None:
+        """Switch waiting for the local snapshot on (tentative start, as for a new child) or
+        off (stops blocking at once)."""
+        if flag and self._local is None:
+            self._local = _Member(self._tentative_start(), False)
+        elif not flag:
+            self._local = None
+        self._advance()
+
+    # ---- emission -----------------------------------------------------------------------
+    def _complete(self, epoch: int) -> bool:
+        if self.waiting_for(epoch):
+            return False
+        if epoch in self._open:
+            return True
+        # nothing expected and nothing received: empty, once a later epoch has data
+        return self._proto is not None and any(e > epoch for e in self._open)
+
+    def _advance(self) -> None:
+        while self._complete(self._next):
+            epoch = self._next
+            st = self._open.pop(epoch, None)
+            snap = st.acc if st is not None and st.acc is not None else self._proto
+            assert snap is not None
+            self._next = epoch + 1
+            self._floating = False
+            try:
+                out = self.operator.level(snap)
+            except Exception:
+                log.exception(
+                    "operator failed on %s epoch %d; passing the merge up", self.job, epoch
+                )
+                self.counters["operator_errors"] += 1
+                out = snap
+            self.counters["emitted"] += 1
+            self._emit(epoch, out)
+
+    def _emit(self, epoch: int, snap: Snapshot) -> None:
+        try:
+            res = self._emit_cb(epoch, snap)
+        except Exception:
+            log.exception("emit failed for %s tree %x epoch %d", self.job, self.tree, epoch)
+            self.counters["emit_errors"] += 1
+            return
+        if inspect.isawaitable(res):
+            self._emit_task = asyncio.ensure_future(self._chain(self._emit_task, res, epoch))
+
+    async def _chain(self, prev: asyncio.Future | None, res: Awaitable[Any], epoch: int) -> None:
+        if prev is not None:
+            await asyncio.shield(prev)
+        try:
+            await res
+        except Exception:
+            log.exception("emit failed for %s tree %x epoch %d", self.job, self.tree, epoch)
+            self.counters["emit_errors"] += 1
+
+    async def drain(self) -> None:
+        """Wait until every async emit started so far has finished."""
+        while self._emit_task is not None and not self._emit_task.done():
+            await asyncio.shield(self._emit_task)
+
+
+def snapshot_handler(
+    resolve: Callable[[SnapshotName], EpochCombiner | None],
+) -> Callable[[SnapshotName, bytes], Awaitable[str]]:
+    """A :meth:`DataPlaneServer.on_snapshot` handler feeding the combiner ``resolve(name)``
+    returns. Unknown (job, tree) → 503 ``unknown_tree`` (the sender retries: the receiver may
+    not have set the tree up yet); duplicates and stale names are answered without decoding;
+    a corrupt body → 422; an incompatible snapshot → 409 ``incompatible``; an epoch too far
+    ahead → 503 ``epoch_ahead``."""
+
+    async def handle(name: SnapshotName, body: bytes) -> str:
+        comb = resolve(name)
+        if comb is None:
+            raise RetryLater("unknown_tree", f"no combiner for job {name.job!r} tree {name.tree:x}")
+        refused = comb.state_of(name.sender, name.epoch)
+        if refused is not None:
+            comb.counters[refused] += 1
+            return refused
+        snap = Snapshot.from_bytes(body)  # SnapshotError -> 422, the sender resends
+        try:
+            return comb.offer_child(name.sender, name.epoch, snap)
+        except EpochTooFarAhead as e:
+            raise RetryLater("epoch_ahead", str(e)) from None
+        except ValueError as e:
+            raise Reject(409, "incompatible", str(e)) from None
+
+    return handle

@@ -1,0 +1,227 @@
+"""DataPlaneServer: the authenticated aiohttp endpoint of one agent's data plane.
+
+Contract: every request passes, in order, route lookup (404/405), snapshot-name validation on
+the snapshot route (400 ``bad_name``), header authentication (401 ``unauthenticated`` /
+``bad_mac`` / ``stale_timestamp``), the body size limit (413 ``too_large``), the signed body
+digest (422 ``corrupt``: damaged in transit, the client resends) and the replay cache (401
+``replay``) before any handler runs. A snapshot handler returns ``"merged"``, ``"duplicate"`` or
+``"stale"``; raising :class:`cbt.SnapshotError` answers 422 ``corrupt`` (the client resends),
+:class:`srt.errors.Reject` answers its status, anything else 500 ``handler_error``. Every
+rejection is counted in :meth:`DataPlaneServer.metrics` by reason; no request can stop the
+server. Routes can be added before or after :meth:`start`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from cbt.errors import SnapshotError
+from srt.dataplane.auth import AuthError, RequestAuth, body_digest
+from srt.dataplane.name import ACK_RESULTS, SNAPSHOT_PATH, SnapshotName, name_fields
+from srt.errors import Reject, SnapshotNameError
+
+log = logging.getLogger(__name__)
+
+SnapshotHandler = Callable[[SnapshotName, bytes], Awaitable[str]]
+RouteHandler = Callable[[web.Request], Awaitable[Any]]
+DEFAULT_MAX_BODY = 64 << 20
+
+
+def _json(status: int, obj: Any) -> web.Response:
+    return web.Response(
+        status=status, body=json.dumps(obj).encode(), content_type="application/json"
+    )
+
+
+class DataPlaneServer:
+    """One agent's data-plane HTTP server (see the module docstring for the contract).
+
+    ``max_body`` bounds a request body in bytes; ``max_skew`` the accepted clock difference;
+    ``clock`` (seconds since the Unix epoch) is injectable for tests."""
+
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body: int = DEFAULT_MAX_BODY,
+        max_skew: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._auth = RequestAuth(secret, max_skew=max_skew, clock=clock)
+        self.host = host
+        self.port = port
+        self.max_body = max_body
+        self._snapshot_handler: SnapshotHandler | None = None
+        self._routes: dict[tuple[str, str], RouteHandler | None] = {("POST", SNAPSHOT_PATH): None}
+        self._runner: web.AppRunner | None = None
+        self.url: str | None = None
+        self._requests = 0
+        self._bytes_in = 0
+        self._rejected: Counter[str] = Counter()
+        self._results: Counter[str] = Counter()
+
+    # ---- configuration ------------------------------------------------------------------
+    def on_snapshot(self, handler: SnapshotHandler) -> None:
+        """Set the handler of ``POST /srt/v1/snapshot`` (name, body) → merged|duplicate|stale."""
+        self._snapshot_handler = handler
+
+    def route(self, method: str, path: str, handler: RouteHandler) -> None:
+        """Add an authenticated endpoint. ``handler(request)`` runs only for authenticated,
+        fresh, intact requests (``await request.read()``/``request.json()`` give the verified
+        body) and returns a ``web.Response`` or a JSON-able value (sent as 200 JSON).
+        Responses are signed. Raise :class:`srt.errors.Reject` for a 4xx/5xx answer;
+        ``SnapshotNameError`` answers 400 ``bad_name``, ``SnapshotError`` 422 ``corrupt``."""
+        if not path.startswith("/") or path == SNAPSHOT_PATH:
+            raise ValueError(f"bad or reserved path {path!r}")
+        self._routes[(method.upper(), path)] = handler
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> str:
+        """Listen; returns the base URL ``http://host:port``."""
+        if self._runner is not None:
+            raise RuntimeError("server already started")
+        app = web.Application(client_max_size=self.max_body)
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = runner.addresses[0][1]
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.url = f"http://{host}:{self.port}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    def metrics(self) -> dict:
+        """Counters: requests, bytes received, results by kind, rejections by reason."""
+        return {
+            "requests": self._requests,
+            "bytes_in": self._bytes_in,
+            "results": dict(self._results),
+            "rejected": dict(self._rejected),
+            "rejected_total": sum(self._rejected.values()),
+            "replay_cache": len(self._auth.replays),
+        }
+
+    # ---- request path -------------------------------------------------------------------
+    def _reject(self, status: int, reason: str, detail: str = "", nonce: str | None = None):
+        self._rejected[reason] += 1
+        log.debug("data plane rejects: %s %s %s", status, reason, detail)
+        resp = _json(status, {"error": reason, "detail": detail})
+        if nonce is not None:
+            self._sign(resp, nonce)
+        return resp
+
+    def _sign(self, resp: web.StreamResponse, nonce: str) -> web.StreamResponse:
+        if isinstance(resp, web.Response):
+            body = resp.body
+            if body is None or isinstance(body, bytes | bytearray):
+                sig = self._auth.sign_response(resp.status, nonce, bytes(body or b""))
+                resp.headers["X-Elf-Signature"] = sig
+        return resp
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        self._requests += 1
+        method, path = request.method, request.path
+        key = (method, path)
+        if key not in self._routes:
+            if any(p == path for _, p in self._routes):
+                return self._reject(405, "method_not_allowed", f"{method} {path}")
+            return self._reject(404, "not_found", path)
+        is_snapshot = path == SNAPSHOT_PATH
+        headers = request.headers
+        name = None
+        if is_snapshot:
+            try:
+                name = SnapshotName.from_headers(headers)
+            except SnapshotNameError as e:
+                return self._reject(400, "bad_name", str(e))
+        try:
+            nonce, digest = self._auth.verify_headers(
+                method, request.raw_path, name_fields(headers), headers
+            )
+        except AuthError as e:
+            return self._reject(401, e.reason, e.detail)
+        length = request.content_length
+        if length is not None and length > self.max_body:
+            return self._reject(413, "too_large", f"{length} > {self.max_body} bytes", nonce)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._reject(413, "too_large", f"body over {self.max_body} bytes", nonce)
+        except Exception as e:  # client went away mid-body, bad chunking, ...
+            return self._reject(400, "read_error", f"{type(e).__name__}: {e}", nonce)
+        self._bytes_in += len(body)
+        if body_digest(body) != digest:
+            return self._reject(422, "corrupt", "body does not match its signed digest", nonce)
+        try:
+            self._auth.check_replay(nonce)
+        except AuthError as e:
+            return self._reject(401, e.reason, e.detail)
+        if is_snapshot:
+            assert name is not None
+            return self._sign(await self._run_snapshot(name, body, nonce), nonce)
+        return self._sign(await self._run_route(self._routes[key], request, nonce), nonce)
+
+    async def _run_snapshot(self, name: SnapshotName, body: bytes, nonce: str) -> web.Response:
+        handler = self._snapshot_handler
+        if handler is None:
+            return self._reject(503, "no_handler", "no snapshot handler registered", nonce)
+        try:
+            result = await handler(name, body)
+        except SnapshotError as e:
+            return self._reject(422, "corrupt", str(e), nonce)
+        except Reject as e:
+            return self._reject(e.status, e.reason, e.detail, nonce)
+        except Exception as e:
+            log.exception("snapshot handler failed for %s", name)
+            return self._reject(500, "handler_error", f"{type(e).__name__}: {e}", nonce)
+        if result not in ACK_RESULTS:
+            log.error("snapshot handler returned %r for %s", result, name)
+            return self._reject(500, "handler_error", f"handler returned {result!r}", nonce)
+        self._results[result] += 1
+        return _json(200, {"result": result})
+
+    async def _run_route(
+        self, handler: RouteHandler | None, request: web.Request, nonce: str
+    ) -> web.StreamResponse:
+        assert handler is not None
+        try:
+            out = await handler(request)
+        except Reject as e:
+            return self._reject(e.status, e.reason, e.detail, nonce)
+        except SnapshotNameError as e:
+            return self._reject(400, "bad_name", str(e), nonce)
+        except SnapshotError as e:
+            return self._reject(422, "corrupt", str(e), nonce)
+        except web.HTTPException as e:
+            self._rejected[f"http_{e.status}"] += 1
+            return _json(e.status, {"error": e.reason, "detail": e.text or ""})
+        except Exception as e:
+            log.exception("data plane route %s %s failed", request.method, request.path)
+            return self._reject(500, "handler_error", f"{type(e).__name__}: {e}", nonce)
+        self._results["route"] += 1
+        if isinstance(out, web.StreamResponse):
+            return out
+        try:
+            return _json(200, out)
+        except (TypeError, ValueError) as e:
+            return self._reject(500, "handler_error", f"reply is not JSON: {e}", nonce)
