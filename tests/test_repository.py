@@ -1,9 +1,12 @@
-"""Repository-level contracts: CI runs the README's test command, every package states its
-role, the CLI answers, and lower layers never import higher ones."""
+"""Repository-level contracts: CI runs the README's test command, every package and
+subpackage states its role, the CLI answers, lower layers never import higher ones — between
+packages and between the subpackages inside ``agent`` and ``srt`` — and no module import
+cycle exists, ``TYPE_CHECKING`` and function-local imports included."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import importlib
 import re
 import subprocess
@@ -24,7 +27,7 @@ ALLOWED_IMPORTS = {
     "overlay": set(),
     "srt": {"cbt", "overlay"},
     "agent": {"cbt", "overlay", "srt", "spark_sink"},
-    "apps": {"cbt", "overlay", "srt", "agent"},
+    "apps": {"cbt", "agent", "spark_sink"},
     "spark_sink": {"cbt"},
 }
 
@@ -48,24 +51,131 @@ def test_each_package_states_its_role(name: str) -> None:
     assert module.__doc__ and len(module.__doc__.split()) >= 15
 
 
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every project module path imported anywhere in ``path`` (module level, functions and
+    ``if TYPE_CHECKING:`` blocks alike), with its line; relative imports resolved."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = _module_name(path).split(".")
+    is_pkg = path.name == "__init__.py"
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here if is_pkg else here[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.append((node.lineno, module))
+            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
+    return [(line, m) for line, m in found if m.split(".")[0] in PACKAGES]
+
+
+def _sources(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
 @pytest.mark.parametrize("name", PACKAGES)
 def test_layers_only_import_downward(name: str) -> None:
-    others = set(PACKAGES) - {name}
-    for path in (ROOT / name).rglob("*.py"):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                roots = [alias.name.split(".")[0] for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                roots = [node.module.split(".")[0]]
-            else:
-                continue
-            for root in roots:
-                if root in others:
-                    assert root in ALLOWED_IMPORTS[name], (
-                        f"{path.relative_to(ROOT)}:{node.lineno} imports {root!r}, "
-                        f"which layer {name!r} may not use"
-                    )
+    for path in _sources(name):
+        for line, module in _imports(path):
+            root = module.split(".")[0]
+            if root != name:
+                assert root in ALLOWED_IMPORTS[name], (
+                    f"{path.relative_to(ROOT)}:{line} imports {root!r}, "
+                    f"which layer {name!r} may not use"
+                )
+
+
+# Layers inside a package, lowest first: a module may import its own group and lower groups,
+# never a higher one. A group is a subpackage or a top-level module; the package's own
+# __init__ (a facade of re-exports) is exempt. Groups on one rank may not import each other.
+INNER_LAYERS: dict[str, list[set[str]]] = {
+    "agent": [
+        {"errors", "jsonable"},  # leaves every layer may use
+        {"config"},  # the agent's configuration (overlay, srt and runtime tunables nested)
+        {"ql", "client"},  # the query language; the HTTP client of the user API
+        {"jobs"},  # what a job is: spec, schedule, table, changes, QL job
+        {"ingest"},  # log lines to records
+        {"runtime"},  # the agent and its jobs at run time
+        {"server"},  # the process: HTTP API, daemon, local cluster
+        {"api"},  # the job author's facade
+        {"cli"},  # the `elf` command
+    ],
+    "srt": [
+        {"errors", "ids"},  # leaves
+        {"config"},  # typed tunables
+        {"trees", "dataplane"},  # the control plane and the data plane share only the leaves
+    ],
+}
+
+
+def _group(package: str, module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == package else None
+
+
+@pytest.mark.parametrize("package", sorted(INNER_LAYERS))
+def test_subpackages_only_import_downward(package: str) -> None:
+    rank = {g: i for i, groups in enumerate(INNER_LAYERS[package]) for g in groups}
+    for path in _sources(package):
+        here = _group(package, _module_name(path))
+        if here is None:
+            continue  # the package facade
+        assert here in rank, f"{path.relative_to(ROOT)}: {here!r} has no place in INNER_LAYERS"
+        for line, module in _imports(path):
+            there = _group(package, module)
+            if there is None or there == here or there not in rank:
+                continue  # another package, the facade, or a name imported from the facade
+            assert rank[there] < rank[here], (
+                f"{path.relative_to(ROOT)}:{line} imports {module!r}: {package}.{here} may not "
+                f"use {package}.{there} (same or higher layer)"
+            )
+
+
+def test_apps_use_the_job_author_surface() -> None:
+    """Job classes see the agent only through ``agent.api``; the demo, an operator-side
+    program, may also drive a local cluster through the client."""
+    operator_side = {"agent.api", "agent.client", "agent.server.cluster", "agent.jobs.ql_job"}
+    for path in _sources("apps"):
+        allowed = operator_side if "demo" in path.relative_to(ROOT).parts else {"agent.api"}
+        for line, module in _imports(path):
+            if module.split(".")[0] == "agent" and module != "agent":
+                assert any(module == a or module.startswith(a + ".") for a in allowed), (
+                    f"{path.relative_to(ROOT)}:{line} imports {module!r}; apps use agent.api"
+                )
+
+
+def test_no_import_cycles() -> None:
+    """The module import graph is acyclic (a facade __init__ re-exporting its own
+    submodules does not count)."""
+    modules = {
+        _module_name(p): p for package in PACKAGES for p in _sources(package)
+    }
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        for _, target in _imports(path):
+            parts = target.split(".")
+            for k in range(len(parts), 0, -1):
+                candidate = ".".join(parts[:k])
+                if candidate in modules and candidate != name:
+                    if not (is_pkg and candidate.startswith(name + ".")):
+                        graph[name].add(candidate)
+                    break
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        pytest.fail(f"import cycle: {' -> '.join(exc.args[1])}")
 
 
 def test_cli_version_and_help() -> None:
