@@ -229,7 +229,7 @@ def test_agent_reads_stdin_of_a_subprocess(tmp_path: Path) -> None:
         input=data.encode(),
         capture_output=True,
         timeout=60,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
     )
     assert proc.returncode == 0, proc.stderr.decode()
     assert orjson.loads(proc.stdout) == {"records": 1000, "eof": True}
