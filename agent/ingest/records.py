@@ -61,6 +61,14 @@ class RecordError(ValueError):
         self.reason = reason
 
 
+def rejection(exc: Exception) -> tuple[str, str]:
+    """``(reason, message)`` for a line a parser refused with ``exc``: a ``RecordError`` names
+    its reason; anything else is a parser bug (``parser_error``) that costs that line only."""
+    if isinstance(exc, RecordError):
+        return exc.reason, str(exc)
+    return "parser_error", f"{type(exc).__name__}: {exc}"
+
+
 class LineParser(Protocol):
     """A line format: ``parse`` returns a validated record or raises :class:`RecordError`."""
 

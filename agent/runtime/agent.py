@@ -29,7 +29,9 @@ from aiohttp import web
 from agent.config import AgentConfig, InputConfig
 from agent.errors import AgentError, BadRequest, Conflict, NotFound, Unavailable
 from agent.ingest.fastpath import install_prefilters
-from agent.ingest.inputs import FileTail, IngestQueue, StreamInput, open_input
+from agent.ingest.inputs import open_input
+from agent.ingest.stream import IngestQueue, StreamInput
+from agent.ingest.tail import FileTail
 from agent.jobs.changes import parse_change
 from agent.jobs.job import load_entry_points, maybe_await, parse_spec
 from agent.jobs.spec import JobSpec

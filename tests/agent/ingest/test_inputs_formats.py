@@ -23,8 +23,10 @@ from agent.config import InputConfig, load_config
 from agent.errors import ConfigError
 from agent.ingest.deadletter import DeadLetterFile
 from agent.ingest.formats import AccessLogParser, SyslogParser
-from agent.ingest.inputs import FileTail, IngestQueue, StreamInput, open_input
+from agent.ingest.inputs import open_input
 from agent.ingest.records import Quarantine
+from agent.ingest.stream import IngestQueue, StreamInput
+from agent.ingest.tail import FileTail
 from agent.workload import ClickstreamGenerator, access_line
 
 SECRET = {"ELF_SECRET": "inputs-formats-secret-0123456789"}
