@@ -1,50 +1,68 @@
-"""Errors the agent runtime raises toward its users (HTTP API, CLI, job code).
+"""The root of the agent's errors, and the errors it answers its users with (HTTP API, CLI).
 
-Contract: each class maps to one HTTP status (``status``) so the API layer never guesses; the
-message always names what was wrong (the field, the job, the input) so a 4xx body is useful on
-its own.
+Contract: every error the agent package raises on purpose derives from :class:`AgentError`, so
+``except AgentError`` means "an error the agent anticipated" (a bug is anything else). Two
+kinds:
+
+* :class:`StatusError` and its subclasses are *answers*: each maps to one HTTP status
+  (``status``) so the API layer never guesses, and the message always names what was wrong
+  (the field, the job, the input) so a 4xx body is useful on its own. The HTTP API, and the
+  agent answering a remote agent, map exactly these to their status.
+* Domain errors — :class:`~agent.ingest.records.RecordError` (a bad input line),
+  :class:`~agent.jobs.spec.JobSpecError` (an invalid job spec),
+  :class:`~agent.jobs.job.UnknownJobClass`, :class:`~agent.ql.errors.QLError` (a bad query) —
+  carry no status: the layer that catches one decides what it means (a quarantined line, a
+  ``BadRequest`` at submission, a refused change). One that escapes to the API is a bug and is
+  answered as an internal error (500), like any other exception.
+
+Each class also keeps a built-in base (``ValueError``, ``LookupError``) so callers that catch
+those catch it too. This module imports nothing from the project: everything may import it.
 """
 
 from __future__ import annotations
 
 
 class AgentError(Exception):
-    """Base class; ``status`` is the HTTP status the API answers with."""
+    """Root of the errors the agent raises on purpose (see module docstring)."""
+
+
+class StatusError(AgentError):
+    """An error that is an answer to a request; ``status`` is the HTTP status it maps to."""
 
     status = 500
 
 
-class BadRequest(AgentError, ValueError):
+class BadRequest(StatusError, ValueError):
     """The caller sent something invalid (a job spec field, a query body, an epoch)."""
 
     status = 400
 
 
-class Unauthorized(AgentError):
+class Unauthorized(StatusError):
     """Missing or wrong API token."""
 
     status = 401
 
 
-class NotFound(AgentError, LookupError):
+class NotFound(StatusError, LookupError):
     """No such job, input or epoch result."""
 
     status = 404
 
 
-class Conflict(AgentError):
+class Conflict(StatusError):
     """The request clashes with the current state (e.g. a job of that name already runs)."""
 
     status = 409
 
 
-class Unavailable(AgentError):
+class Unavailable(StatusError):
     """The answer needs a remote agent (a job master) that did not reply in time."""
 
     status = 503
 
 
-class ConfigError(AgentError, ValueError):
+class ConfigError(StatusError, ValueError):
     """An agent configuration value (file, environment or flag) is invalid; names its key."""
 
     status = 400

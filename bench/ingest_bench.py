@@ -6,7 +6,7 @@ For each format (JSON lines, nginx combined access logs) N click events from
 250 s from a multiple of 300 s, so the 300-s window ending at the last 30-s epoch holds every
 line and its top-10 is the whole file's). Measured, in the same run:
 
-* ``elf_fast`` — the product path with the ingest fast path: :class:`~agent.ingest.inputs.FileTail`
+* ``elf_fast`` — the product path with the ingest fast path: :class:`~agent.ingest.tail.FileTail`
   (1 MiB reads, chunk scan) with the prefilter and the projected access-log parser the runtime
   installs (:mod:`agent.ingest.fastpath`, :mod:`agent.ingest.projection`) → parser →
   ``Worker.process``
@@ -59,8 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
 from agent.ingest.fastpath import prefilter_for
 from agent.ingest.formats import make_parser
-from agent.ingest.inputs import FileTail
 from agent.ingest.projection import projected_parser
+from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.runtime.parallel import ParallelFileIngest

@@ -10,7 +10,7 @@ Contract:
   every line) as soon as one of them has no pushdown (not a QL job, no WHERE, nothing
   pushable, a format without rules).
 * :func:`install_prefilters` (called by the runtime every tick; cached) sets
-  ``input.prefilter`` on each :class:`~agent.ingest.inputs.FileTail` from the jobs that read it, and
+  ``input.prefilter`` on each :class:`~agent.ingest.tail.FileTail` from the jobs that read it, and
   its ``parser`` to a projected one when they are all QL jobs on an access log
   (:mod:`agent.ingest.projection`; the input's own parser otherwise).
 

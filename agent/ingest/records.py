@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from agent.errors import AgentError
+
 if TYPE_CHECKING:
     from agent.ingest.deadletter import DeadLetterFile
 
@@ -53,12 +55,24 @@ REASONS = (
 QUARANTINE_TEXT_CHARS = 200
 
 
-class RecordError(ValueError):
-    """A line or object that is not a valid record; ``reason`` is one of :data:`REASONS`."""
+class RecordError(AgentError, ValueError):
+    """A line or object that is not a valid record; ``reason`` is one of :data:`REASONS`.
+
+    An :class:`~agent.errors.AgentError` with no HTTP status (inputs quarantine the line)."""
 
     def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
+        # raised per bad line: calling the built-in __init__ directly skips the super() walk
+        # through AgentError (which has none), so joining the hierarchy costs nothing here
+        ValueError.__init__(self, message)
         self.reason = reason
+
+
+def rejection(exc: Exception) -> tuple[str, str]:
+    """``(reason, message)`` for a line a parser refused with ``exc``: a ``RecordError`` names
+    its reason; anything else is a parser bug (``parser_error``) that costs that line only."""
+    if isinstance(exc, RecordError):
+        return exc.reason, str(exc)
+    return "parser_error", f"{type(exc).__name__}: {exc}"
 
 
 class LineParser(Protocol):

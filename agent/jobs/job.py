@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
+from agent.errors import AgentError
 from agent.jobs.spec import JobSpec, JobSpecError
 from cbt import Aggregator, Snapshot, get_aggregator
 
@@ -186,8 +187,10 @@ _JOBS: dict[str, type[Job]] = {}
 J = TypeVar("J", bound=type[Job])
 
 
-class UnknownJobClass(LookupError):
-    """No job class is registered under the requested name."""
+class UnknownJobClass(AgentError, LookupError):
+    """No job class is registered under the requested name (an
+    :class:`~agent.errors.AgentError` with no HTTP status; ``parse_spec`` turns it into a
+    ``JobSpecError`` on ``job_class``)."""
 
 
 def register_job(name: str) -> Callable[[J], J]:

@@ -50,6 +50,7 @@ from typing import Any
 
 import orjson
 
+from agent.errors import AgentError
 from agent.jobs.schedule import EpochSchedule
 from cbt import get_aggregator
 
@@ -71,8 +72,11 @@ DEFAULT_MAX_FUTURE = 600.0
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
-class JobSpecError(ValueError):
-    """An invalid job specification; ``field`` names the field at fault."""
+class JobSpecError(AgentError, ValueError):
+    """An invalid job specification; ``field`` names the field at fault.
+
+    An :class:`~agent.errors.AgentError` with no HTTP status: the agent answers a submission
+    that fails with ``BadRequest``."""
 
     def __init__(self, field_name: str, message: str) -> None:
         super().__init__(f"{field_name}: {message}")

@@ -1,15 +1,18 @@
 """The one error ELF QL raises: :class:`QLError`, with the position it refers to.
 
-Contract: every syntax, type or semantic error in a query is a ``QLError`` (a ``ValueError``)
-whose ``line`` and ``column`` (1-based) point into the query text and whose message reads
-``"line L, column C: <what was expected>, got <what came>"``. Nothing else escapes the
-lexer, parser, checker or compiler for any input text.
+Contract: every syntax, type or semantic error in a query is a ``QLError`` (a ``ValueError``
+and an :class:`~agent.errors.AgentError` with no HTTP status) whose ``line`` and ``column``
+(1-based) point into the query text and whose message reads ``"line L, column C: <what was
+expected>, got <what came>"``. Nothing else escapes the lexer, parser, checker or compiler for
+any input text.
 """
 
 from __future__ import annotations
 
+from agent.errors import AgentError
 
-class QLError(ValueError):
+
+class QLError(AgentError, ValueError):
     """A query error at ``line``/``column`` (1-based); ``detail`` is the message without the
     position prefix."""
 

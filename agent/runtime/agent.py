@@ -27,9 +27,11 @@ from typing import Any
 from aiohttp import web
 
 from agent.config import AgentConfig, InputConfig
-from agent.errors import AgentError, BadRequest, Conflict, NotFound, Unavailable
+from agent.errors import BadRequest, Conflict, NotFound, StatusError, Unavailable
 from agent.ingest.fastpath import install_prefilters
-from agent.ingest.inputs import FileTail, IngestQueue, StreamInput, open_input
+from agent.ingest.inputs import open_input
+from agent.ingest.stream import IngestQueue, StreamInput
+from agent.ingest.tail import FileTail
 from agent.jobs.changes import parse_change
 from agent.jobs.job import load_entry_points, maybe_await, parse_spec
 from agent.jobs.spec import JobSpec
@@ -144,7 +146,7 @@ class Agent:
         self.started_at = time.time()
         with contextlib.suppress(JoinTimeout):  # the tree manager keeps retrying
             await self.trees.join(JOBS_TREE, job=JOBS_TREE_NAME, subscriber=True)
-        with contextlib.suppress(AgentError):
+        with contextlib.suppress(StatusError):
             await self._resync()
         await self.api.start()
         self._loops = [
@@ -335,7 +337,7 @@ class Agent:
 
     async def announce_entry(self, name: str) -> None:
         """Have the jobs-tree root multicast a job's current entry to every agent."""
-        with contextlib.suppress(AgentError):
+        with contextlib.suppress(StatusError):
             await self._ask_jobs_root({"op": "announce", "name": name})
 
     async def stop_job(self, name: str) -> dict[str, Any]:
@@ -467,13 +469,13 @@ class Agent:
                 log.info("job table resync from %s failed: %r", url, exc)
 
     async def _resync_quietly(self) -> None:
-        with contextlib.suppress(AgentError):
+        with contextlib.suppress(StatusError):
             await self._resync()
 
     async def _resync_loop(self) -> None:
         while self._running:
             await asyncio.sleep(RESYNC_SECONDS)
-            with contextlib.suppress(AgentError):
+            with contextlib.suppress(StatusError):
                 await self._resync()
 
     async def _serve_jobs(self, request: web.Request) -> dict[str, Any]:
@@ -555,7 +557,7 @@ class Agent:
                 return {"error": f"not the master of {runtime.name!r} (any more)", "status": 503}
             try:
                 return await runtime.serve_change(message.get("change"))
-            except AgentError as exc:
+            except StatusError as exc:
                 return {"error": str(exc), "status": exc.status}
         return {"error": f"unknown operation {op!r}", "status": 400}
 
@@ -653,7 +655,7 @@ class Agent:
         ``"error"`` raises the matching API error (its ``"status"``: 404, else 400)."""
         reply = await maybe_await(self._runtime(name).job.local_query(params))
         if not isinstance(reply, dict):
-            raise AgentError(f"job {name!r}: local_query returned no object")
+            raise StatusError(f"job {name!r}: local_query returned no object")
         if "error" in reply:
             raise (NotFound if reply.get("status") == 404 else BadRequest)(str(reply["error"]))
         return reply

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agent.ingest.inputs import FileTail
+from agent.ingest.base import Resumable
 
 if TYPE_CHECKING:
     from agent.jobs.spec import JobSpec
@@ -193,7 +193,7 @@ class OffsetKeeper:
                 self._dirty = urgent = True
         for name in polled:
             source = inputs.get(name)
-            if not isinstance(source, FileTail):
+            if not isinstance(source, Resumable):
                 continue
             state = source.state()
             if state["inode"] is None:

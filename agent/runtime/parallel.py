@@ -3,7 +3,7 @@ and the CBT in this process, in line order.
 
 Contract: :class:`ParallelFileIngest` reads a file from the start to its end (a replay or a
 catch-up of a file that is complete; following appends, rotation and truncation is
-:class:`~agent.ingest.inputs.FileTail`'s job) in chunks cut at newlines and hands each chunk to one
+:class:`~agent.ingest.tail.FileTail`'s job) in chunks cut at newlines and hands each chunk to one
 of
 ``processes`` worker processes. A worker process runs exactly what the single-process path
 runs on a chunk — the job's prefilter (:mod:`agent.ingest.fastpath`; ``prefilter=False`` parses

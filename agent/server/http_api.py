@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
-from agent.errors import AgentError, BadRequest, Unauthorized
+from agent.errors import BadRequest, StatusError, Unauthorized
 from agent.jsonable import jsonable
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -108,7 +108,7 @@ class HttpApi:
                 self._count(f"http_{exc.status}")
                 return _json({"error": exc.reason}, exc.status)
             raise
-        except AgentError as exc:
+        except StatusError as exc:  # domain errors (no status) are bugs here: 500 below
             self._count(type(exc).__name__)
             return _json({"error": str(exc)}, exc.status)
         except Exception as exc:  # a bug must answer 500 with its name, not kill the agent

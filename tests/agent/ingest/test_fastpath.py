@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
 from agent.ingest.fastpath import LinePrefilter, install_prefilters, prefilter_for
 from agent.ingest.formats import make_parser
-from agent.ingest.inputs import FileTail
 from agent.ingest.projection import projected_parser
+from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.ql import compile_query

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import io
 import json
 import os
 import tempfile
@@ -18,8 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.ingest.inputs import FileTail, IngestQueue, Input
+from agent.ingest.base import Input, Resumable
 from agent.ingest.records import Quarantine, RecordError, RecordValidator, parse_iso8601
+from agent.ingest.stream import IngestQueue, StreamInput
+from agent.ingest.tail import FileTail
 
 
 def drain(tail: FileTail, want: int, timeout: float = 5.0) -> list[dict[str, Any]]:
@@ -116,6 +119,21 @@ def test_quarantine_is_bounded_and_cuts_text() -> None:
 
 
 # ---- file tail ----------------------------------------------------------------------------
+
+
+def test_only_the_file_tail_is_resumable(tmp_path: Path) -> None:
+    """The runtime persists the position of ``Resumable`` inputs only: a file tail's; a
+    stream cannot be re-read and the ingest queue lives in memory."""
+    tail, queue = FileTail(tmp_path / "log.jsonl"), IngestQueue()
+    stream = StreamInput(io.BytesIO(b""))
+    for src in (tail, queue, stream):
+        assert isinstance(src, Input)
+    assert isinstance(tail, Resumable)
+    assert not isinstance(queue, Resumable) and not isinstance(stream, Resumable)
+    want = {"path": str(tmp_path / "log.jsonl"), "inode": None, "offset": 0, "line_no": 0}
+    assert tail.state() == want  # no file yet: no position
+    for src in (tail, queue, stream):
+        src.close()
 
 
 def test_tail_reads_appends_and_waits_for_partial_lines(tmp_path: Path) -> None:

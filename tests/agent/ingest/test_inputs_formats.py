@@ -23,8 +23,10 @@ from agent.config import InputConfig, load_config
 from agent.errors import ConfigError
 from agent.ingest.deadletter import DeadLetterFile
 from agent.ingest.formats import AccessLogParser, SyslogParser
-from agent.ingest.inputs import FileTail, IngestQueue, StreamInput, open_input
+from agent.ingest.inputs import open_input
 from agent.ingest.records import Quarantine
+from agent.ingest.stream import IngestQueue, StreamInput
+from agent.ingest.tail import FileTail
 from agent.workload import ClickstreamGenerator, access_line
 
 SECRET = {"ELF_SECRET": "inputs-formats-secret-0123456789"}
@@ -229,7 +231,7 @@ def test_agent_reads_stdin_of_a_subprocess(tmp_path: Path) -> None:
         input=data.encode(),
         capture_output=True,
         timeout=60,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
     )
     assert proc.returncode == 0, proc.stderr.decode()
     assert orjson.loads(proc.stdout) == {"records": 1000, "eof": True}

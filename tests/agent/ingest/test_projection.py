@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
 from agent.ingest.fastpath import install_prefilters
 from agent.ingest.formats import AccessLogParser
-from agent.ingest.inputs import FileTail
 from agent.ingest.projection import (
     BUILT,
     ProjectedAccessLogParser,
     projected_parser,
     referenced_fields,
 )
+from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.ql import compile_query

@@ -141,7 +141,7 @@ def test_map_errors_are_counted_not_fatal() -> None:
 
 def test_job_class_registered_and_entry_point_declared() -> None:
     assert job_class("ql") is QLJob
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
     assert pyproject["project"]["entry-points"]["elf.jobs"]["ql"] == "agent.jobs.ql_job:QLJob"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from agent_helpers import running_agents, wait_for
 
-from agent.ingest.inputs import FileTail
+from agent.ingest.tail import FileTail
 from agent.jobs.spec import JobSpec
 from agent.runtime.agent import Agent
 from agent.runtime.clock import EpochClock

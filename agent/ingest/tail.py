@@ -1,0 +1,330 @@
+"""A file input: :class:`FileTail` follows one log file like ``tail -F``.
+
+Contract (an :class:`~agent.ingest.base.Input` and :class:`~agent.ingest.base.Resumable`):
+
+* appends are read as they arrive; a partial last line waits for its newline;
+* **rotation** (the path now names another inode): the old file is read to its end (an
+  unterminated last line is parsed as a line), then the new file is read from its start;
+* **truncation** (same inode, size below the read position, e.g. ``copytruncate``): reading
+  restarts at offset 0;
+* ``state()`` is ``{"path", "inode", "offset", "line_no"}`` where ``offset`` is just past the
+  last complete line consumed; passing it back (``state=``) resumes there if the file is the
+  same inode and still that long, else reads the file from the start. (Persisting it is the
+  runtime's job.) A truncation immediately followed by regrowth past the read position
+  between two polls is not detectable by size and is read as an append;
+* a line longer than ``max_line_bytes`` is quarantined (``line_too_long``) and skipped; blank
+  lines are skipped silently; a missing file is waited for; a parser that raises anything but
+  ``RecordError`` costs that line (``parser_error``), never the tail;
+* with a ``prefilter`` (:mod:`agent.ingest.fastpath`, installed by the runtime) lines no job
+  can match are skipped unparsed and counted as ``prefiltered``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from agent.ingest.base import Record, RecordBatch
+from agent.ingest.records import LineParser, Quarantine, RecordValidator, rejection
+
+if TYPE_CHECKING:
+    from agent.ingest.fastpath import LinePrefilter
+
+
+class FileTail:
+    """Follows one log file across appends, rotation and truncation (see module)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        parser: LineParser | None = None,
+        quarantine: Quarantine | None = None,
+        name: str | None = None,
+        state: dict[str, Any] | None = None,
+        start_at_end: bool = False,
+        poll_interval: float = 0.1,
+        read_size: int = 1 << 20,
+        max_line_bytes: int = 1 << 20,
+    ) -> None:
+        self.path = Path(path)
+        self.name = name or str(self.path)
+        self.parser: LineParser = parser or RecordValidator()
+        self.quarantine = quarantine if quarantine is not None else Quarantine()
+        self.poll_interval = poll_interval
+        self.read_size = read_size
+        self.max_line_bytes = max_line_bytes
+        self._resume = dict(state) if state else None
+        self._start_at_end = start_at_end
+        self._f: BinaryIO | None = None
+        self._inode: int | None = None
+        self._pos = 0  # offset just past the last complete line consumed
+        self._buf = b""  # bytes read after _pos (an incomplete line)
+        self._skipping = False  # inside an over-long line: drop bytes until its newline
+        self._line_no = 0
+        self._closed = False
+        #: optional :class:`~agent.ingest.fastpath.LinePrefilter`: lines no job can match are
+        #: skipped unparsed (counted in ``prefiltered``; the runtime installs it)
+        self.prefilter: LinePrefilter | None = None
+        self._skipped = 0
+        self.counters = {
+            "lines": 0,
+            "records": 0,
+            "blank_lines": 0,
+            "rejected": 0,
+            "rotations": 0,
+            "truncations": 0,
+            "bytes": 0,
+            "prefiltered": 0,
+        }
+
+    # ---- opening --------------------------------------------------------------------------
+    def _open(self) -> bool:
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - kept open across polls
+        except (FileNotFoundError, PermissionError, IsADirectoryError):
+            return False
+        st = os.fstat(f.fileno())
+        self._f, self._inode = f, st.st_ino
+        self._pos, self._buf, self._skipping, self._line_no = 0, b"", False, 0
+        resume, self._resume = self._resume, None
+        offset = resume.get("offset") if resume else None
+        if resume and resume.get("inode") == st.st_ino and isinstance(offset, int):
+            if 0 <= offset <= st.st_size:
+                self._pos = offset
+                line_no = resume.get("line_no", 0)
+                self._line_no = line_no if isinstance(line_no, int) else 0
+        elif self._start_at_end:
+            self._pos = st.st_size
+        self._start_at_end = False  # only the first file opened starts at its end
+        f.seek(self._pos)
+        return True
+
+    def _close_file(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    # ---- reading --------------------------------------------------------------------------
+    def poll(self) -> RecordBatch:
+        """Read and parse every complete line available now (up to ``read_size`` bytes per
+        file switch). Never raises on bad data; I/O errors leave the tail retrying. The
+        batch's ``skipped`` is the number of lines the prefilter skipped."""
+        out = RecordBatch()
+        if self._closed:
+            return out
+        if self._f is None and not self._open():
+            return out
+        try:
+            self._poll_into(out)
+        except OSError:
+            self._close_file()  # retried on the next poll, resuming at _pos
+            self._resume = {"inode": self._inode, "offset": self._pos, "line_no": self._line_no}
+        out.skipped, self._skipped = self._skipped, 0
+        return out
+
+    def _poll_into(self, out: list[Record]) -> None:
+        assert self._f is not None
+        fst = os.fstat(self._f.fileno())
+        if fst.st_size < self._pos + len(self._buf):
+            self.counters["truncations"] += 1
+            self._f.seek(0)
+            self._pos, self._buf, self._skipping, self._line_no = 0, b"", False, 0
+        data = self._f.read(self.read_size)
+        if data:
+            self.counters["bytes"] += len(data)
+            self._consume(data, out)
+            return
+        # at EOF of the open file: has the path moved on to another file?
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return  # rotated away and not recreated yet: keep the old file, wait
+        if st.st_ino != self._inode:
+            while data := self._f.read(self.read_size):  # a last write may have raced us
+                self.counters["bytes"] += len(data)
+                self._consume(data, out)
+            if self._buf and not self._skipping:
+                self._line(self._buf, out)
+            self._close_file()
+            self.counters["rotations"] += 1
+            if self._open():
+                self._poll_into(out)
+
+    def _consume(self, data: bytes, out: list[Record]) -> None:
+        buf = self._buf + data if self._buf else data
+        last_nl = buf.rfind(b"\n")
+        if last_nl >= 0:
+            start = 0
+            if self._skipping:  # the first piece ends an over-long line already quarantined
+                self._skipping = False
+                start = buf.find(b"\n") + 1
+            found = None if self.prefilter is None else self.prefilter.scan(buf, start, last_nl)
+            if found is not None:  # the fast path: only candidate lines become objects
+                self._scanned(buf, start, last_nl, found, out)
+                rest = buf[last_nl + 1 :]
+            else:
+                lines = buf.split(b"\n")  # no copy of the chunk: the last piece is the rest
+                rest = lines.pop()
+                self._lines(lines[1:] if start else lines, out, self._pos + start)
+            self._pos += last_nl + 1
+        else:
+            rest = buf
+        if len(rest) > self.max_line_bytes and not self._skipping:
+            self._line_no += 1
+            self.counters["lines"] += 1
+            self.counters["rejected"] += 1
+            self.quarantine.add(
+                self.name,
+                self._line_no,
+                "line_too_long",
+                rest[:800],
+                offset=self._pos,
+                message=f"line longer than {self.max_line_bytes} bytes",
+            )
+            self._skipping = True
+        if self._skipping:
+            self._pos += len(rest)
+            rest = b""
+        self._buf = rest
+
+    def _scanned(
+        self,
+        buf: bytes,
+        start: int,
+        last_nl: int,
+        found: tuple[list[int], list[bytes]],
+        out: list[Record],
+    ) -> None:
+        """Account for the lines of ``buf[start:last_nl + 1]`` of which only ``found`` (their
+        start offsets and bytes, from ``prefilter.scan``) may match: parse those, count the
+        rest as prefiltered (as :meth:`_lines` with a prefilter does, without splitting)."""
+        parse = self.parser.parse
+        append = out.append
+        limit = self.max_line_bytes
+        n = buf.count(b"\n", start, last_nl + 1)
+        records = blank = 0
+        at, index = start, 0  # line index of offset ``at``, found lazily for rejected lines
+        starts, kept = found
+        for pos, line in zip(starts, kept, strict=True):
+            if len(line) <= limit:
+                try:
+                    append(parse(line))
+                    records += 1
+                    continue
+                except Exception as exc:  # a parser bug costs one line, never the tail
+                    reason, message = rejection(exc)
+                if not line.strip():
+                    blank += 1
+                    continue
+            else:
+                reason, message = "line_too_long", f"line longer than {limit} bytes"
+            index += buf.count(b"\n", at, pos)
+            at = pos
+            self.counters["rejected"] += 1
+            self.quarantine.add(
+                self.name,
+                self._line_no + index + 1,
+                reason,
+                line[:800] if reason == "line_too_long" else line,
+                offset=self._pos + pos,
+                message=message,
+            )
+        self._line_no += n
+        self.counters["lines"] += n
+        self.counters["records"] += records
+        self.counters["blank_lines"] += blank
+        skipped = n - len(kept)
+        if skipped:
+            self.counters["prefiltered"] += skipped
+            self._skipped += skipped
+
+    def _line(self, line: bytes, out: list[Record]) -> None:
+        self._lines([line], out, self._pos)
+
+    def _lines(self, lines: list[bytes], out: list[Record], base: int) -> None:
+        """Parse ``lines``; ``base`` is the file offset of the first (for dead letters).
+        With a ``prefilter`` only the lines it keeps are parsed (the rest are counted)."""
+        parse = self.parser.parse
+        append = out.append
+        limit = self.max_line_bytes
+        kept = lines if self.prefilter is None else self.prefilter.select(lines)
+        records = blank = 0
+        # index in ``lines`` and file offset of rejected lines, found lazily (amortized one
+        # pass over the batch: kept lines are in order)
+        at, off_index, off_value = -1, 0, base
+        for j, line in enumerate(kept):
+            if len(line) <= limit:
+                try:
+                    append(parse(line))
+                    records += 1
+                    continue
+                except Exception as exc:  # a parser bug costs one line, never the tail
+                    reason, message = rejection(exc)
+                if not line.strip():
+                    blank += 1
+                    continue
+            else:
+                reason, message = "line_too_long", f"line longer than {limit} bytes"
+            if kept is lines:
+                at = j
+            else:
+                at += 1
+                while lines[at] is not line:
+                    at += 1
+            while off_index < at:
+                off_value += len(lines[off_index]) + 1
+                off_index += 1
+            self.counters["rejected"] += 1
+            self.quarantine.add(
+                self.name,
+                self._line_no + at + 1,
+                reason,
+                line[:800] if reason == "line_too_long" else line,
+                offset=off_value,
+                message=message,
+            )
+        self._line_no += len(lines)
+        self.counters["lines"] += len(lines)
+        self.counters["records"] += records
+        self.counters["blank_lines"] += blank
+        skipped = len(lines) - len(kept)
+        if skipped:
+            self.counters["prefiltered"] += skipped
+            self._skipped += skipped
+
+    async def batches(self) -> AsyncIterator[list[Record]]:
+        """Non-empty record batches as they arrive; sleeps ``poll_interval`` when idle."""
+        while not self._closed:
+            batch = self.poll()
+            if batch:
+                yield batch
+            else:
+                await asyncio.sleep(self.poll_interval)
+
+    # ---- state ----------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Where a restarted tail should resume (see module docstring)."""
+        return {
+            "path": str(self.path),
+            "inode": self._inode,
+            "offset": self._pos,
+            "line_no": self._line_no,
+        }
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": "file",
+            **self.counters,
+            "offset": self._pos,
+            "pending_bytes": len(self._buf),
+            "quarantine": self.quarantine.stats(),
+        }
+
+    def close(self) -> None:
+        self._closed = True
+        self._close_file()
