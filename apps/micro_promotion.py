@@ -40,9 +40,8 @@ import logging
 from typing import Any
 
 from agent.jobs.job import Job, register_job
-from agent.runtime.worker import EpochWindows
 from apps.params import int_param, ranked, str_list_param, str_param
-from cbt import Snapshot
+from cbt import EpochWindows, Snapshot
 
 log = logging.getLogger(__name__)
 
