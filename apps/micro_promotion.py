@@ -39,9 +39,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agent.jobs.job import Job, register_job
+from agent.api import EpochWindows, Job, register_job
 from apps.params import int_param, ranked, str_list_param, str_param
-from cbt import EpochWindows, Snapshot
+from cbt import Snapshot
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.jobs.job import Job, register_job
+from agent.api import Job, register_job
 from apps.bundles import BundleSet, compute_bundles
 from apps.params import int_param, str_list_param, str_param
 from cbt import Snapshot

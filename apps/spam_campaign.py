@@ -29,7 +29,7 @@ import re
 from collections import OrderedDict
 from typing import Any
 
-from agent.jobs.job import Job, register_job
+from agent.api import Job, register_job
 from apps.params import int_param, optional_int_param, ranked, str_list_param
 from cbt import Snapshot
 
