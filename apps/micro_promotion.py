@@ -1,7 +1,7 @@
 """Micro-promotion: the top-k products by clicks in one catalogue directory over a sliding
 window, pushed to every agent so webservers can flag discounted products locally.
 
-Job class ``"micro-promotion"`` over clickstream records (``agent.workload`` schema):
+Job class ``"micro-promotion"`` over clickstream records (``apps.workload`` schema):
 
 * worker: ``map_keys(record)`` → ``[product_id]`` when ``record["directory"]`` equals
   ``params.directory`` (default ``"Video Games"``) and ``record["action"]`` is in

@@ -1,6 +1,6 @@
 """Product bundling: products liked or bought together, grouped into bundles per window.
 
-Job class ``"product-bundling"`` over clickstream records (``agent.workload`` schema):
+Job class ``"product-bundling"`` over clickstream records (``apps.workload`` schema):
 
 * worker: ``map(record)`` → ``[(group, product_id)]`` when ``record["action"]`` is in
   ``params.actions`` (default ``["like", "buy"]``); the group is ``[user_id, session_id]``

@@ -25,7 +25,7 @@ from agent.ingest.deadletter import DeadLetterFile
 from agent.ingest.formats import AccessLogParser, SyslogParser
 from agent.ingest.inputs import FileTail, IngestQueue, StreamInput, open_input
 from agent.ingest.records import Quarantine
-from agent.workload import ClickstreamGenerator, access_line
+from apps.workload import ClickstreamGenerator, access_line
 
 SECRET = {"ELF_SECRET": "inputs-formats-secret-0123456789"}
 
