@@ -24,7 +24,7 @@ ALLOWED_IMPORTS = {
     "overlay": set(),
     "srt": {"cbt", "overlay"},
     "agent": {"cbt", "overlay", "srt", "spark_sink"},
-    "apps": {"cbt", "overlay", "srt", "agent"},
+    "apps": {"cbt", "agent", "spark_sink"},
     "spark_sink": {"cbt"},
 }
 
@@ -66,6 +66,39 @@ def test_layers_only_import_downward(name: str) -> None:
                         f"{path.relative_to(ROOT)}:{node.lineno} imports {root!r}, "
                         f"which layer {name!r} may not use"
                     )
+
+
+# Within apps: job code sees the agent only through its job API (agent.api) and cbt; the
+# operator-side programs (the demo, `elf generate`) are clients of the system and may use the
+# API client, the local cluster, the CLI's shared options and the lake's Spark jobs.
+APPS_JOB_IMPORTS = ("agent.api", "cbt")
+APPS_OPERATOR_IMPORTS = {
+    "apps/demo": (*APPS_JOB_IMPORTS, "agent.client", "agent.server.cluster", "spark_sink"),
+    "apps/workload_cli.py": (*APPS_JOB_IMPORTS, "agent.client", "agent.cli_common"),
+}
+
+
+def test_apps_use_the_agent_only_through_its_job_api() -> None:
+    for path in (ROOT / "apps").rglob("*.py"):
+        rel = path.relative_to(ROOT).as_posix()
+        allowed = next(
+            (mods for prefix, mods in APPS_OPERATOR_IMPORTS.items() if rel.startswith(prefix)),
+            APPS_JOB_IMPORTS,
+        )
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] not in set(PACKAGES) - {"apps"}:
+                    continue
+                assert any(name == a or name.startswith(a + ".") for a in allowed), (
+                    f"{rel}:{node.lineno} imports {name!r}; apps may use only {allowed}"
+                )
 
 
 def test_cli_version_and_help() -> None:
