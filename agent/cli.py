@@ -2,16 +2,20 @@
 
 One click group. ``elf agent`` runs an agent daemon (config file, ``ELF_*`` environment and
 flags, in increasing precedence); ``elf cluster`` runs a local multi-process cluster on
-loopback; ``elf demo`` runs the main demo (``agent/demo.py``); ``elf submit / jobs / stop /
-results / query / status`` talk to any agent's HTTP API (``--api`` or ``ELF_API``; token from
-``--token``/``ELF_TOKEN`` or derived from the cluster secret file). Errors print one
-line naming what was wrong and exit non-zero.
+loopback; ``elf submit / jobs / stop / change / results / query / status`` talk to any
+agent's HTTP API (``--api`` or ``ELF_API``; token from ``--token``/``ELF_TOKEN`` or derived from
+the cluster secret file: :mod:`agent.cli_common`); ``elf spark`` runs a Spark job over the
+lake. Errors print one line naming what was wrong and exit non-zero.
+
+Commands of higher layers are plugged in, not imported: :func:`load_commands` adds the click
+commands installed distributions declare in the ``elf.commands`` entry-point group (this
+project's ``elf demo`` and ``elf generate`` live in ``apps``, which ``agent`` never imports).
+A broken entry point is logged and skipped; the other commands still work.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -19,17 +23,20 @@ import signal
 import sys
 import tempfile
 import threading
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from typing import Any
 
 import click
 
-from agent.client import ApiClient, ApiError
-from agent.config import derive_api_token, load_config, read_secret
+from agent.cli_common import api_client, api_options, call
+from agent.config import load_config
 from agent.errors import ConfigError
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+COMMANDS_GROUP = "elf.commands"
+
+log = logging.getLogger("agent.cli")  # also when run as ``python -m agent.cli``
 
 
 def package_version() -> str:
@@ -108,77 +115,6 @@ def cluster(n: int, workdir: str | None, logical: int) -> None:
 
 
 @cli.command()
-@click.option("--agents", type=int, default=8, show_default=True, help="Agent processes.")
-@click.option(
-    "--duration", type=float, default=60.0, show_default=True, help="Seconds; 0 = until Ctrl-C."
-)
-@click.option(
-    "--dir", "workdir", type=click.Path(file_okay=False), help="Work dir (default: temp)."
-)
-@click.option("--epoch-seconds", type=float, default=2.0, show_default=True, help="Epoch length.")
-@click.option("--rate", type=float, default=100.0, show_default=True, help="Events/s per agent.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--no-spark", is_flag=True, help="Skip the final Spark join.")
-@click.option("--plain", is_flag=True, help="Plain periodic lines instead of the live view.")
-def demo(
-    agents: int,
-    duration: float,
-    workdir: str | None,
-    epoch_seconds: float,
-    rate: float,
-    seed: int,
-    no_spark: bool,
-    plain: bool,
-) -> None:
-    """The main demo: a local cluster, live streams, four apps, a runtime change, Spark."""
-    from agent.demo import DemoConfig, run_demo
-
-    try:
-        config = DemoConfig(
-            agents=agents,
-            duration=duration,
-            workdir=Path(workdir) if workdir else None,
-            epoch_seconds=epoch_seconds,
-            rate=rate,
-            spark=not no_spark,
-            seed=seed,
-            live=False if plain else None,
-        )
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
-    sys.exit(run_demo(config))
-
-
-def _client(api: str, token: str | None, secret_file: str | None) -> ApiClient:
-    if not token:
-        if not secret_file:
-            raise click.ClickException("no API token: pass --token or --secret-file")
-        try:
-            token = derive_api_token(read_secret(secret_file))
-        except ConfigError as exc:
-            raise click.ClickException(str(exc)) from None
-    return ApiClient(api, token)
-
-
-def _api_options(fn: Any) -> Any:
-    fn = click.option("--secret-file", envvar="ELF_SECRET_FILE", help="Derive the token.")(fn)
-    fn = click.option("--token", envvar="ELF_TOKEN", help="API token.")(fn)
-    default_api = "http://127.0.0.1:7480"
-    return click.option("--api", envvar="ELF_API", default=default_api, show_default=True)(fn)
-
-
-def _print(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
-
-
-def _call(fn: Any, *args: Any) -> None:
-    try:
-        _print(fn(*args))
-    except ApiError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-@cli.command()
 @click.argument("spec_file", type=click.File("r"), required=False)
 @click.option("--name", help="Job name (instead of SPEC_FILE).")
 @click.option("--job", "job_class", help="Registered job class, e.g. wordcount.")
@@ -186,7 +122,7 @@ def _call(fn: Any, *args: Any) -> None:
 @click.option("--epoch-seconds", type=float, help="Epoch length in seconds.")
 @click.option("--param", "params", multiple=True, help="KEY=VALUE job parameter (JSON value).")
 @click.option("--query", help="An ELF QL query, or a file holding one (with --name).")
-@_api_options
+@api_options
 def submit(
     spec_file: Any,
     name: str | None,
@@ -225,22 +161,22 @@ def submit(
             spec["epoch_seconds"] = epoch_seconds
         if params:
             spec["params"] = _key_values(params, "--param")
-    _call(_client(api, token, secret_file).submit, spec)
+    call(api_client(api, token, secret_file).submit, spec)
 
 
 @cli.command()
-@_api_options
+@api_options
 def jobs(api: str, token: str | None, secret_file: str | None) -> None:
     """List the cluster's jobs."""
-    _call(_client(api, token, secret_file).jobs)
+    call(api_client(api, token, secret_file).jobs)
 
 
 @cli.command()
 @click.argument("name")
-@_api_options
+@api_options
 def stop(name: str, api: str, token: str | None, secret_file: str | None) -> None:
     """Stop a job."""
-    _call(_client(api, token, secret_file).stop_job, name)
+    call(api_client(api, token, secret_file).stop_job, name)
 
 
 def _key_values(items: tuple[str, ...], flag: str) -> dict[str, Any]:
@@ -267,7 +203,7 @@ def _key_values(items: tuple[str, ...], flag: str) -> dict[str, Any]:
 @click.option("--aggregator", help="New CBT aggregator (a new reduce function), e.g. sum.")
 @click.option("--empty", is_flag=True, help="Empty every agent's windows now.")
 @click.option("--batch", is_flag=True, help="Start a new batch.")
-@_api_options
+@api_options
 def change(
     name: str,
     sets: tuple[str, ...],
@@ -305,116 +241,39 @@ def change(
             "nothing to change: give --set, --query, --top-k, --epoch-seconds, --aggregator, "
             "--empty or --batch"
         )
-    _call(_client(api, token, secret_file).change, name, body)
+    call(api_client(api, token, secret_file).change, name, body)
 
 
 @cli.command()
 @click.argument("name")
 @click.option("--epoch", type=int, help="Epoch index (default: the latest complete one).")
-@_api_options
+@api_options
 def results(
     name: str, epoch: int | None, api: str, token: str | None, secret_file: str | None
 ) -> None:
     """Print a job's result for one epoch, fetched from its master."""
-    _call(_client(api, token, secret_file).results, name, epoch)
+    call(api_client(api, token, secret_file).results, name, epoch)
 
 
 @cli.command()
 @click.argument("name")
 @click.argument("message")
-@_api_options
+@api_options
 def query(name: str, message: str, api: str, token: str | None, secret_file: str | None) -> None:
     """Send a JSON query MESSAGE to a job's master and print its reply."""
     try:
         body = json.loads(message)
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"MESSAGE is not JSON: {exc}") from None
-    _call(_client(api, token, secret_file).query, name, body)
+    call(api_client(api, token, secret_file).query, name, body)
 
 
 @cli.command()
-@_api_options
+@api_options
 def status(api: str, token: str | None, secret_file: str | None) -> None:
     """Print the agent's status: node id, neighbours, roles and trees per job."""
-    _call(_client(api, token, secret_file).status)
+    call(api_client(api, token, secret_file).status)
 
-
-@cli.command()
-@click.argument("kind", type=click.Choice(["clicks", "tweets"]))
-@click.option("--events", "-n", type=int, default=10_000, show_default=True, help="0 = endless.")
-@click.option("--rate", type=float, default=1000.0, show_default=True, help="Events/s.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--start", type=float, help="First event time (epoch s; default: now).")
-@click.option("--realtime", is_flag=True, help="Emit events at their event time.")
-@click.option("--speedup", type=float, default=1.0, show_default=True, help="With --realtime.")
-@click.option("--format", "fmt", type=click.Choice(["json", "nginx"]), default="json")
-@click.option("--out", "-o", default="-", show_default=True, help="File, or - for stdout.")
-@click.option("--rotate-bytes", type=int, help="Rotate --out when it would pass this size.")
-@click.option("--users", type=int, default=10_000, show_default=True)
-@click.option("--products", type=int, default=1000, show_default=True)
-@click.option("--catalogue", type=click.Path(dir_okay=False), help="Write products (.csv/.json).")
-@click.option("--post-to", "input_name", help="POST to this ingest input of --api instead.")
-@_api_options
-def generate(
-    kind: str,
-    events: int,
-    rate: float,
-    seed: int,
-    start: float | None,
-    realtime: bool,
-    speedup: float,
-    fmt: str,
-    out: str,
-    rotate_bytes: int | None,
-    users: int,
-    products: int,
-    catalogue: str | None,
-    input_name: str | None,
-    api: str,
-    token: str | None,
-    secret_file: str | None,
-) -> None:
-    """Generate a seeded clickstream or tweet stream (agent/workload.py)."""
-    from agent import workload
-
-    if fmt == "nginx" and kind != "clicks":
-        raise click.ClickException("--format nginx renders clicks only")
-    limit = events or None
-    try:
-        if kind == "clicks":
-            cat = workload.make_catalogue(products, seed=seed)
-            if catalogue:
-                workload.write_catalogue(cat, catalogue)
-            gen: Any = workload.ClickstreamGenerator(
-                seed=seed, users=users, rate=rate, start=start, limit=limit, catalogue=cat
-            )
-        else:
-            gen = workload.TweetGenerator(
-                seed=seed, users=users, rate=rate, start=start, limit=limit
-            )
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
-    stream = workload.paced(gen, speedup=speedup) if realtime else iter(gen)
-    render = workload.RENDERERS[fmt]
-    lines = (render(e) for e in stream)
-    if input_name:
-        try:
-            totals = workload.post_lines(lines, _client(api, token, secret_file), input_name)
-        except ApiError as exc:
-            raise click.ClickException(str(exc)) from None
-        _print(totals)
-    elif out == "-":
-        with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
-            for line in lines:
-                sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-    else:
-        with (
-            workload.RotatingWriter(out, rotate_bytes=rotate_bytes) as w,
-            contextlib.suppress(KeyboardInterrupt),
-        ):
-            for line in lines:
-                w.write(line)
 
 
 @cli.command(
@@ -436,6 +295,33 @@ def spark(job_name: str, args: tuple[str, ...]) -> None:
     except KeyError as exc:
         raise click.ClickException(str(exc.args[0])) from None
     sys.exit(run(list(args)))
+
+
+def load_commands(group: click.Group, ep_group: str = COMMANDS_GROUP) -> list[str]:
+    """Add the click commands installed distributions declare in ``ep_group`` to ``group``,
+    each under its entry-point name; returns the names added. An entry point that fails to
+    load, is not a click command, or would replace a command already there is logged and
+    skipped."""
+    added = []
+    for ep in entry_points(group=ep_group):
+        try:
+            command = ep.load()
+        except Exception as exc:
+            log.warning("elf: command %r (%s) failed to load: %r", ep.name, ep.value, exc)
+            continue
+        if not isinstance(command, click.Command):
+            log.warning("elf: command %r (%s) is not a click command", ep.name, ep.value)
+        elif group.commands.get(ep.name) is command:
+            continue  # the same distribution seen twice on sys.path (e.g. an egg-info in cwd)
+        elif ep.name in group.commands:
+            log.warning("elf: command %r (%s) is already defined; skipped", ep.name, ep.value)
+        else:
+            group.add_command(command, ep.name)
+            added.append(ep.name)
+    return added
+
+
+load_commands(cli)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Micro-promotion: the top-k products by clicks in one catalogue directory over a sliding
 window, pushed to every agent so webservers can flag discounted products locally.
 
-Job class ``"micro-promotion"`` over clickstream records (``agent.workload`` schema):
+Job class ``"micro-promotion"`` over clickstream records (``apps.workload`` schema):
 
 * worker: ``map_keys(record)`` → ``[product_id]`` when ``record["directory"]`` equals
   ``params.directory`` (default ``"Video Games"``) and ``record["action"]`` is in
@@ -39,8 +39,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agent.jobs.job import Job, register_job
-from agent.runtime.worker import EpochWindows
+from agent.api import EpochWindows, Job, register_job
 from apps.params import int_param, ranked, str_list_param, str_param
 from cbt import Snapshot
 

@@ -1,6 +1,6 @@
 """Product bundling: products liked or bought together, grouped into bundles per window.
 
-Job class ``"product-bundling"`` over clickstream records (``agent.workload`` schema):
+Job class ``"product-bundling"`` over clickstream records (``apps.workload`` schema):
 
 * worker: ``map(record)`` → ``[(group, product_id)]`` when ``record["action"]`` is in
   ``params.actions`` (default ``["like", "buy"]``); the group is ``[user_id, session_id]``
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.jobs.job import Job, register_job
+from agent.api import Job, register_job
 from apps.bundles import BundleSet, compute_bundles
 from apps.params import int_param, str_list_param, str_param
 from cbt import Snapshot

@@ -8,7 +8,7 @@ Query (``route`` / ``POST /api/v1/jobs/{name}/query``) ``{"product": p}``: the j
 ``{"product": p}`` to the masters of ``params.promotion_job`` (default
 ``"micro-promotion"``) and ``params.bundling_job`` (default ``"product-bundling"``), both
 submitted by ``params.creator`` (default: this job's creator), with
-``context.route(srt.ids.app_id(name, creator), message)``, concurrently, and answers::
+``context.route(agent.api.app_id(name, creator), message)``, concurrently, and answers::
 
     {"product", "promoted", "rank", "epoch": promotion epoch,
      "in_bundle", "bundle_size", "popular_bundle", "bundle_epoch",
@@ -25,9 +25,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agent.jobs.job import Job, register_job
+from agent.api import Job, app_id, register_job
 from apps.params import str_param
-from srt.ids import app_id
 
 NO_INPUT = "none"
 

@@ -1,7 +1,7 @@
 """Spam campaigns: the users posting most "sales" tweets, with a filter that can zoom in at
 runtime (the paper's OSN study).
 
-Job class ``"spam-campaign"`` over tweet records (``agent.workload.TweetGenerator`` schema):
+Job class ``"spam-campaign"`` over tweet records (``apps.workload.TweetGenerator`` schema):
 
 * worker: ``map_keys(record)`` → ``[user_id]`` when the tweet's ``text`` holds one of
   ``params.words`` (default :data:`SALES_WORDS`; text and words compared lowercase, word by
@@ -29,7 +29,7 @@ import re
 from collections import OrderedDict
 from typing import Any
 
-from agent.jobs.job import Job, register_job
+from agent.api import Job, register_job
 from apps.params import int_param, optional_int_param, ranked, str_list_param
 from cbt import Snapshot
 

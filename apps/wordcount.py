@@ -20,7 +20,7 @@ import re
 from collections import deque
 from typing import Any
 
-from agent.jobs.job import Job, register_job
+from agent.api import Job, register_job
 from cbt import Snapshot
 
 RETAINED_EPOCHS = 64

@@ -1,6 +1,6 @@
 """Apps benchmark: what the paper's applications cost an agent, each beside a baseline.
 
-Over generated events (``agent.workload``, dicts as the worker gets them), in one process:
+Over generated events (``apps.workload``, dicts as the worker gets them), in one process:
 
 * ``micro_promotion``: ``Worker.process`` ns/record of the job class (``map_keys``) beside the
   same filter and key as an ELF QL job (the declarative baseline), interleaved in chunks so
@@ -40,8 +40,8 @@ import apps.wordcount
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.runtime.worker import Worker
-from agent.workload import ClickstreamGenerator, TweetGenerator
 from apps.bundles import compute_bundles
+from apps.workload import ClickstreamGenerator, TweetGenerator
 
 START = 1_700_000_000
 CHUNK = 5_000

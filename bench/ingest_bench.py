@@ -2,7 +2,7 @@
 Spark (a warmed batch job and Structured Streaming) on the same lines and the same query.
 
 For each format (JSON lines, nginx combined access logs) N click events from
-:class:`~agent.workload.ClickstreamGenerator` are written to a temp dir (event times span
+:class:`~apps.workload.ClickstreamGenerator` are written to a temp dir (event times span
 250 s from a multiple of 300 s, so the 300-s window ending at the last 30-s epoch holds every
 line and its top-10 is the whole file's). Measured, in the same run:
 
@@ -65,7 +65,7 @@ from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.runtime.parallel import ParallelFileIngest
 from agent.runtime.worker import Worker
-from agent.workload import ClickstreamGenerator, access_line, json_line
+from apps.workload import ClickstreamGenerator, access_line, json_line
 
 START = 1_699_999_800.0  # a multiple of 300 s: one window holds the 250 s of data
 SPAN = 250.0

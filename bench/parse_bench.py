@@ -39,7 +39,7 @@ import orjson
 
 from agent.ingest.formats import AccessLogParser, RawParser, SyslogParser
 from agent.ingest.records import RecordValidator
-from agent.workload import (
+from apps.workload import (
     ClickstreamGenerator,
     TweetGenerator,
     access_line,

@@ -28,7 +28,7 @@ from cbt.hashing import xxh3_64
 from cbt.hll import HyperLogLog
 from cbt.snapshot import Snapshot
 from cbt.tree import CompressedBufferTree
-from cbt.window import SlidingWindow, TumblingWindow
+from cbt.window import EpochWindows, SlidingWindow, TumblingWindow
 
 __all__ = [
     "Aggregator",
@@ -39,6 +39,7 @@ __all__ = [
     "CompressedBufferTree",
     "Count",
     "Distinct",
+    "EpochWindows",
     "HyperLogLog",
     "Max",
     "Min",

@@ -53,7 +53,7 @@ from agent.jobs.job import Job
 from agent.jobs.schedule import EpochSchedule
 from agent.jobs.spec import SNAPSHOT_FIELDS, JobSpec
 from agent.runtime.clock import EpochClock
-from cbt import Aggregator, CompressedBufferTree, Snapshot
+from cbt import Aggregator, CompressedBufferTree, EpochWindows, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -62,62 +62,6 @@ EMPTY = "empty"
 BATCH = "batch"
 POLL_LIMIT = 1024
 _MAX_ERROR_SAMPLES = 50
-
-
-class EpochWindows:
-    """Per-epoch panes in, aligned sliding/tumbling windows out (see module docstring).
-
-    ``push(epoch, pane)`` must be called for consecutive epochs; it returns the window ending
-    at ``epoch`` when ``epoch`` ends a window, else ``None``. Usable on the master as well
-    (over merged panes) if the runtime prefers to window there.
-    """
-
-    def __init__(
-        self, size: int, slide: int, agg: Aggregator, *, invertible: bool | None = None
-    ) -> None:
-        if size < 1 or not 1 <= slide <= size:
-            raise ValueError(f"need 1 <= slide <= size, got size={size}, slide={slide}")
-        self.size, self.slide, self.agg = size, slide, agg
-        self.invertible = agg.name == "count" if invertible is None else invertible
-        if self.invertible and not agg.invertible:
-            raise ValueError(f"aggregator {agg.name!r} is not invertible")
-        self._panes: deque[tuple[int, Snapshot]] = deque()
-        self._running: Snapshot | None = None
-        self._last: int | None = None
-
-    def ends_window(self, epoch: int) -> bool:
-        return (epoch + 1) % self.slide == 0
-
-    def bounds(self, epoch: int) -> tuple[int, int]:
-        """First and last epoch of the window ending at ``epoch``."""
-        return epoch - self.size + 1, epoch
-
-    def push(self, epoch: int, pane: Snapshot) -> Snapshot | None:
-        if self._last is not None and epoch != self._last + 1:
-            raise ValueError(f"panes must be consecutive: got {epoch} after {self._last}")
-        self._last = epoch
-        self._panes.append((epoch, pane))
-        # consecutive pushes: at most one pane leaves the window per push
-        expired = self._panes.popleft()[1] if self._panes[0][0] <= epoch - self.size else None
-        if self.invertible:
-            running = pane if self._running is None else self._running.merge(pane)
-            if expired is not None and len(expired):
-                running = running.subtract(expired)
-            self._running = running
-        if not self.ends_window(epoch):
-            return None
-        if self.invertible:
-            assert self._running is not None
-            return self._running
-        out = self._panes[0][1]
-        for _, p in list(self._panes)[1:]:
-            out = out.merge(p)
-        return out
-
-    def reset(self) -> None:
-        """Forget every pane (the master's "empty windows now")."""
-        self._panes.clear()
-        self._running = None
 
 
 class Worker:

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from agent.client import ApiError
-from agent.workload import json_line
+from apps.workload import json_line
 
 AGENTS = 4  # agent processes of the shared cluster
 WINDOW = 60  # epochs of 1 s: every window ending within a minute of the data holds all of it

@@ -24,15 +24,17 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# tests/agent's shared helpers (running_agents: in-process agents), for test_workload's posting
+sys.path.append(str(Path(__file__).parents[1] / "agent"))
 
 from app_helpers import AGENTS, DATA_EPOCHS, WINDOW, append_events, wait_until
 
 from agent.runtime.agent import spans_one_tree
 from agent.server.cluster import LocalCluster
-from agent.workload import ClickstreamGenerator
 from apps.micro_promotion import promotion_spec
 from apps.product_bundling import bundling_spec
 from apps.sale_prediction import prediction_spec
+from apps.workload import ClickstreamGenerator
 
 CREATOR = "tests"
 INPUTS = ("clicks_p", "clicks_b", "tweets")

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from agent.jobs.job import create_job, job_class, parse_spec
 from agent.jsonable import jsonable
 from agent.runtime.worker import Worker
-from agent.workload import ClickstreamGenerator
 from apps.bundles import compute_bundles
 from apps.product_bundling import ProductBundling, bundling_spec
+from apps.workload import ClickstreamGenerator
 
 
 def make(**overrides: Any) -> ProductBundling:

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from agent.jobs.job import create_job, job_class, parse_spec
 from agent.runtime.worker import Worker
-from agent.workload import TweetGenerator
 from apps.spam_campaign import SALES_WORDS, SpamCampaign, spam_spec
+from apps.workload import TweetGenerator
 
 
 def make(**overrides: Any) -> SpamCampaign:

@@ -26,7 +26,7 @@ from agent.jobs.ql_job import spec_from_query
 from agent.ql import compile_query
 from agent.ql.pushdown import Needles, line_needles
 from agent.runtime.worker import Worker
-from agent.workload import ClickstreamGenerator, access_line, json_line
+from apps.workload import ClickstreamGenerator, access_line, json_line
 
 MICRO_JSON = (
     "SELECT product_id AS product, count(*) AS clicks FROM clicks "

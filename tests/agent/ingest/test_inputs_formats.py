@@ -27,7 +27,7 @@ from agent.ingest.inputs import open_input
 from agent.ingest.records import Quarantine
 from agent.ingest.stream import IngestQueue, StreamInput
 from agent.ingest.tail import FileTail
-from agent.workload import ClickstreamGenerator, access_line
+from apps.workload import ClickstreamGenerator, access_line
 
 SECRET = {"ELF_SECRET": "inputs-formats-secret-0123456789"}
 

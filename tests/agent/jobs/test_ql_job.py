@@ -181,7 +181,7 @@ def test_cli_submit_query_builds_the_spec(tmp_path: Path, monkeypatch: pytest.Mo
             sent.append(spec)
             return {"ok": True}
 
-    monkeypatch.setattr(cli, "_client", lambda *a: FakeClient())
+    monkeypatch.setattr(cli, "api_client", lambda *a: FakeClient())
     path = tmp_path / "q.sql"
     path.write_text(QUERY + "WINDOW 300 s EVERY 30 s")
     result = CliRunner().invoke(cli.cli, ["submit", "--name", "top", "--query", str(path)])

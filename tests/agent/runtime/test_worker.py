@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from agent.jobs.job import Job, register_job
 from agent.jobs.spec import JobSpec
-from agent.runtime.worker import EpochWindows, Worker
-from cbt import Snapshot, get_aggregator
+from agent.runtime.worker import Worker
+from cbt import EpochWindows, Snapshot, get_aggregator
 
 
 class FakeClock:

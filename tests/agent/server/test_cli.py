@@ -1,4 +1,5 @@
-"""``elf cluster`` and ``elf agent`` as real processes: start, report, stop cleanly."""
+"""``elf cluster`` and ``elf agent`` as real processes: start, report, stop cleanly; commands
+plugged in through the ``elf.commands`` entry-point group."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import urllib.parse
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,44 @@ def test_elf_agent_reports_ready_and_rejects_bad_config(tmp_path: Path) -> None:
         timeout=60,
     )
     assert bad.returncode != 0 and "cannot read" in bad.stderr
+
+
+def test_plugged_in_commands_load_and_a_broken_one_is_only_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import click
+    from click.testing import CliRunner
+
+    import agent.cli as cli_module
+
+    (tmp_path / "elf_plugin_demo.py").write_text(
+        "import click\n"
+        "@click.command()\n"
+        "def hello():\n"
+        "    click.echo('hello from a plugin')\n"
+        "not_a_command = 42\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    group = "elf.test-commands"
+    eps = [
+        EntryPoint("hello", "elf_plugin_demo:hello", group),
+        EntryPoint("broken", "elf_plugin_missing_module:cmd", group),
+        EntryPoint("odd", "elf_plugin_demo:not_a_command", group),
+        EntryPoint("status", "elf_plugin_demo:hello", group),  # would shadow a built-in
+    ]
+    monkeypatch.setattr(cli_module, "entry_points", lambda group: eps)
+    target = click.Group("elf", commands={"status": click.Command("status")})
+    with caplog.at_level("WARNING", logger="agent.cli"):
+        assert cli_module.load_commands(target, group) == ["hello"]
+    assert sorted(target.commands) == ["hello", "status"]
+    assert target.commands["status"].callback is None  # the built-in one stays
+    logged = caplog.text
+    assert "'broken'" in logged and "'odd'" in logged and "'status'" in logged
+    result = CliRunner().invoke(target, ["hello"])
+    assert result.exit_code == 0 and result.output == "hello from a plugin\n"
+
+
+def test_elf_demo_and_generate_are_plugged_in() -> None:
+    from agent.cli import cli
+
+    assert {"demo", "generate"} <= set(cli.commands)

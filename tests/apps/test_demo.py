@@ -22,16 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.demo import (
-    CLICK_USERS,
-    DATA_JOBS,
-    PRODUCTS,
-    TWEET_USERS,
-    DemoConfig,
-    LiveFeed,
-    job_specs,
-)
-from agent.workload import ClickstreamGenerator, TweetGenerator, make_catalogue
+from apps.demo.feed import CLICK_USERS, PRODUCTS, TWEET_USERS, LiveFeed
+from apps.demo.jobs import DATA_JOBS, job_specs
+from apps.demo.state import DemoConfig
+from apps.workload import ClickstreamGenerator, TweetGenerator, make_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from agent.cli import cli
 from agent.client import ApiClient
 from agent.ingest.formats import AccessLogParser
-from agent.workload import (
+from apps.workload import (
     ACTIONS,
     DIRECTORIES,
     ClickstreamGenerator,

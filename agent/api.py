@@ -1,0 +1,33 @@
+"""The job author's surface: everything a job class (``apps/``, or a third party's package)
+needs from the agent, in one module.
+
+Contract:
+
+* :class:`Job` — the base class; subclass it and override the hooks (``setup``, ``map`` or
+  ``map_keys``, ``on_epoch_result``, ``on_query``, ``local_query``, ...; their contracts are
+  in :mod:`agent.jobs.job`). :func:`register_job` binds a registered name to the class (jobs
+  arriving from the network name a registered class; no module path from the network is ever
+  imported). Distributions also declare their classes in the ``elf.jobs`` entry-point group.
+* :class:`JobContext` — what the runtime injects (``job.context``): ``node_id``,
+  ``is_master``, ``feedback``, ``subscribe``, ``send_to``, ``multicast``, ``route``. A job
+  reaches the runtime only through it.
+* :class:`JobSpec` — the validated spec a job instance reads (``job.spec``, ``job.params``).
+* :class:`EpochWindows` — the one windowing implementation (from :mod:`cbt.window`), for a
+  master that windows merged epochs itself.
+* :func:`app_id` — a job's overlay id from its name and creator, the address
+  ``context.route`` and ``context.subscribe`` take to reach another job.
+
+Stability: these names are the interface between the agent and job code; what lies behind
+them (runtime, servers, overlay, trees) may be reorganized without touching a job class.
+Job modules import this module and :mod:`cbt` (snapshots, aggregators), nothing else of the
+project. Importing it has no side effect beyond importing those modules.
+"""
+
+from __future__ import annotations
+
+from agent.jobs.job import Job, JobContext, register_job
+from agent.jobs.spec import JobSpec
+from cbt.window import EpochWindows
+from srt.ids import app_id
+
+__all__ = ["EpochWindows", "Job", "JobContext", "JobSpec", "app_id", "register_job"]
