@@ -43,14 +43,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import orjson
 
 from agent.ingest.inputs import FileTail
-from agent.runtime.tunables import RuntimeTunables
 
 if TYPE_CHECKING:
     from agent.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
 STATE_FILE = "offsets.json"
-_DEFAULTS = RuntimeTunables()
 
 
 class TreeOutflow(NamedTuple):
@@ -146,7 +144,7 @@ class OffsetKeeper:
         data_dir: str | os.PathLike[str] | None,
         *,
         flush_interval: float = 1.0,
-        max_pending: int = _DEFAULTS.max_pending,
+        max_pending: int = 4096,  # RuntimeTunables.max_pending; the agent passes its own
     ) -> None:
         self.path = Path(data_dir) / STATE_FILE if data_dir else None
         self.flush_interval = flush_interval

@@ -8,6 +8,7 @@ import pytest
 
 from agent.config import AgentConfig, derive_api_token, load_config
 from agent.errors import ConfigError
+from agent.runtime.offsets import OffsetKeeper
 from agent.runtime.tunables import RuntimeTunables
 
 SECRET = "s" * 32
@@ -134,3 +135,4 @@ def test_runtime_tunables_validate_on_construction() -> None:
     with pytest.raises(ValueError, match="master_url_ttl"):
         RuntimeTunables(master_url_ttl=float("inf"))
     assert RuntimeTunables(tick_seconds=1).tick_seconds == 1
+    assert OffsetKeeper(None).max_pending == RuntimeTunables().max_pending  # same default
