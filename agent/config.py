@@ -32,6 +32,23 @@ Example file::
 
     [tunables]                 # overlay timings, see overlay.Tunables
     probe_interval = 0.5
+
+    [runtime]                  # agent runtime timings and bounds (defaults shown),
+    tick_seconds = 0.1         # see agent.runtime.tunables.RuntimeTunables
+    resync_seconds = 10.0      # job-table anti-entropy period
+    resync_fanout = 2          # children a new jobs-tree root pulls the table from
+    query_timeout = 10.0       # queries to the jobs-tree root and to a job's master
+    placement_choices = 2      # candidate tree ids per job
+    multicast_timeout = 5.0    # a master's multicast down a job tree
+    master_url_ttl = 5.0       # a master's data-plane URL is cached this long
+    late_attempts = 12         # tries to deliver a late contribution to the master
+    stop_flush_seconds = 10.0  # a stopping job waits this long for its lake rollups
+    max_pending = 4096         # file positions per input awaiting acknowledgement
+
+Each table of tunables (``[tunables]``, ``[runtime]``) is a frozen dataclass nested in
+:class:`AgentConfig` (``tunables``, ``runtime``); an unknown key or a bad value is a
+:class:`~agent.errors.ConfigError` naming the table. Another layer's tunables nest the same way:
+a field here and one entry in ``_TUNABLE_SECTIONS``.
 """
 
 from __future__ import annotations
@@ -41,12 +58,13 @@ import hashlib
 import hmac
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
+from agent.runtime.tunables import RuntimeTunables
 from overlay import Tunables
 
 MIN_SECRET_BYTES = 16
@@ -82,7 +100,9 @@ class AgentConfig:
     api_token: str = ""
     logical_agents: int = 1
     inputs: tuple[InputConfig, ...] = ()
-    tunables: Tunables = field(default_factory=Tunables)
+    # Tunables of the layers, one table each (see _TUNABLE_SECTIONS); srt's nest here too.
+    tunables: Tunables = field(default_factory=Tunables)  # [tunables]: the overlay node
+    runtime: RuntimeTunables = field(default_factory=RuntimeTunables)  # [runtime]
     heartbeat_interval: float = 1.0
     node_id: int | None = None  # overrides SHA-1(host:port); tests and planned placements
     lake: str | None = None  # rollup lake path/URI (spark_sink); None = no lake
@@ -141,6 +161,12 @@ _STR_KEYS = (
     "lake",
 )
 _FLOAT_KEYS = ("heartbeat_interval",)
+# TOML table → the tunables dataclass read from it, stored in the AgentConfig field of the
+# same name. One line per layer (srt's tunables join here).
+_TUNABLE_SECTIONS: dict[str, Callable[..., Any]] = {
+    "tunables": Tunables,
+    "runtime": RuntimeTunables,
+}
 _ENV = {
     "ELF_HOST": "host",
     "ELF_OVERLAY_PORT": "overlay_port",
@@ -170,7 +196,7 @@ def load_config(
     raw: dict[str, Any] = {}
     origin: dict[str, str] = {}
     inputs_raw: list[Any] = []
-    tunables_raw: dict[str, Any] = {}
+    tunables_raw: dict[str, dict[str, Any]] = {}
     if path is not None:
         try:
             doc = tomllib.loads(Path(path).read_text())
@@ -178,13 +204,17 @@ def load_config(
             raise ConfigError(f"config file {path}: {exc.strerror}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path}: {exc}") from None
-        unknown = set(doc) - {"agent", "inputs", "tunables"}
+        unknown = set(doc) - {"agent", "inputs", *_TUNABLE_SECTIONS}
         if unknown:
             raise ConfigError(f"config file {path}: unknown section(s) {sorted(unknown)}")
         for key, value in dict(doc.get("agent", {})).items():
             raw[key], origin[key] = value, f"{path} [agent].{key}"
         inputs_raw = list(doc.get("inputs", []))
-        tunables_raw = dict(doc.get("tunables", {}))
+        for section in _TUNABLE_SECTIONS:
+            table = doc.get(section, {})
+            if not isinstance(table, dict):
+                raise ConfigError(f"config file {path}: [{section}] must be a table")
+            tunables_raw[section] = table
     for var, key in _ENV.items():
         if var in env:
             raw[key], origin[key] = env[var], f"environment {var}"
@@ -198,7 +228,7 @@ def _build(
     raw: dict[str, Any],
     origin: dict[str, str],
     inputs_raw: list[Any],
-    tunables_raw: dict[str, Any],
+    tunables_raw: dict[str, dict[str, Any]],
     env: Mapping[str, str],
 ) -> AgentConfig:
     known = {*_INT_KEYS, *_STR_KEYS, *_FLOAT_KEYS, "bootstrap", "inputs"}
@@ -272,10 +302,11 @@ def _build(
         raise ConfigError("inputs: only one input can read stdin (path '-')")
     if stdin_inputs and values.get("logical_agents", 1) > 1:
         raise ConfigError("inputs: a stdin input (path '-') needs logical_agents = 1")
-    try:
-        values["tunables"] = dataclasses.replace(Tunables(), **tunables_raw)
-    except TypeError as exc:
-        raise ConfigError(f"[tunables]: {exc}") from None
+    for section, cls in _TUNABLE_SECTIONS.items():
+        try:
+            values[section] = cls(**tunables_raw.get(section, {}))
+        except (TypeError, ValueError) as exc:  # unknown key, bad value
+            raise ConfigError(f"[{section}]: {exc}") from None
     return AgentConfig(**values)
 
 

@@ -5,5 +5,6 @@
 protocols a job runtime is given instead of the agent), ``worker`` and ``clock`` (pure state:
 records to per-epoch snapshots on event time), ``results`` (a master's stored epochs),
 ``offsets`` (file offsets persisted once acknowledged), ``lake_sink`` (epochs to the Parquet
-lake) and ``parallel`` (a file replayed through a worker on several cores).
+lake), ``parallel`` (a file replayed through a worker on several cores) and ``tunables``
+(the runtime's timings and bounds, ``[runtime]`` in the agent config).
 """

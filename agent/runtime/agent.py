@@ -11,6 +11,12 @@ re-join elsewhere, master results are handed to the next root), the overlay is l
 Job changes (submit, stop) go to the jobs-tree root, which versions them and multicasts them to
 every agent; every agent keeps the whole table, so the jobs-tree root is never a single point of
 state (see ``agent/jobs/table.py``). Anti-entropy re-syncs the table periodically.
+
+The agent implements the services a job runtime is given (``agent/runtime/services.py``:
+network and trees, job table, inputs) and owns the background tasks they spawn
+(:class:`~overlay.tasks.BackgroundTasks`: a failed task is counted as ``task_failed:<what>``
+and logged, every task is cancelled on stop). Its timings come from ``config.runtime``
+(:class:`~agent.runtime.tunables.RuntimeTunables`).
 """
 
 from __future__ import annotations
@@ -37,10 +43,12 @@ from agent.jobs.job import load_entry_points, maybe_await, parse_spec
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
 from agent.runtime.job import JobRuntime
+from agent.runtime.lake_sink import lake_target
 from agent.runtime.offsets import OffsetKeeper
 from agent.server.http_api import HttpApi
 from cbt import Snapshot, SnapshotError
 from overlay import NodeInfo, OverlayNode, key_for
+from overlay.tasks import BackgroundTasks
 from srt import (
     DataPlaneClient,
     DataPlaneError,
@@ -56,11 +64,6 @@ log = logging.getLogger(__name__)
 
 JOBS_TREE = key_for("elf/jobs-tree")
 JOBS_TREE_NAME = "elf.jobs"
-TICK_SECONDS = 0.1
-RESYNC_SECONDS = 10.0
-RESYNC_FANOUT = 2  # children a jobs-tree root pulls the table from
-QUERY_TIMEOUT = 10.0
-PLACEMENT_CHOICES = 2
 INGEST_INPUT = "ingest"
 
 
@@ -93,6 +96,7 @@ class Agent:
 
     def __init__(self, config: AgentConfig, *, network: Any = None) -> None:
         self.config = config
+        self.tunables = config.runtime
         self.overlay = OverlayNode(
             config.secret,
             host=config.host,
@@ -109,11 +113,12 @@ class Agent:
         self.table = JobTable()
         self.runtimes: dict[str, JobRuntime] = {}
         self.inputs: dict[str, FileTail | StreamInput | IngestQueue] = {}
-        self.offsets = OffsetKeeper(config.data_dir)  # file positions, acked epochs
+        # file positions, acked epochs
+        self.offsets = OffsetKeeper(config.data_dir, max_pending=self.tunables.max_pending)
         self.input_configs: dict[str, InputConfig] = {}
         self.data_url = ""
         self.started_at = 0.0
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = BackgroundTasks(self._task_failed)
         self._loops: list[asyncio.Task[Any]] = []
         self._running = False
         self.counters: dict[str, int] = {}
@@ -180,8 +185,7 @@ class Agent:
         self.offsets.observe(self.inputs, set(), list(self.runtimes.values()), final=True)
         for source in self.inputs.values():
             source.close()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel_all()
         try:
             await self.overlay.leave()
         except Exception as exc:
@@ -202,19 +206,11 @@ class Agent:
 
     def spawn(self, coro: Awaitable[Any], what: str) -> None:
         """Run ``coro`` in the background; failures are logged and counted, never lost."""
+        self._tasks.spawn(coro, what)
 
-        async def guarded() -> None:
-            try:
-                await coro
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.count(f"task_failed:{what}")
-                log.warning("%s failed: %r", what, exc)
-
-        task = asyncio.get_running_loop().create_task(guarded(), name=what)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _task_failed(self, what: str, exc: BaseException) -> None:
+        self.count(f"task_failed:{what}")
+        log.warning("%s failed: %r", what, exc)
 
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] = self.counters.get(what, 0) + n
@@ -232,6 +228,15 @@ class Agent:
 
     def input_names(self) -> set[str]:
         return set(self.inputs)
+
+    def timestamp_field(self, input_name: str) -> str:
+        """The event-time field of ``input_name``'s records (InputService)."""
+        return self.input_configs[input_name].timestamp_field
+
+    def resume_spec(self, spec: JobSpec) -> JobSpec:
+        """``spec`` moved past the epochs passed on before a restart (InputService; see
+        ``agent/runtime/offsets.py``)."""
+        return self.offsets.resume_spec(spec)
 
     async def ingest(self, input_name: str, lines: list[str]) -> dict[str, Any]:
         source = self.inputs.get(input_name)
@@ -255,8 +260,8 @@ class Agent:
                 self.count("tick_errors")
                 log.exception("agent tick failed")
             # an input that had data may have more (a file tail reads a chunk per poll): tick
-            # again at once instead of capping ingest at a chunk per TICK_SECONDS
-            await asyncio.sleep(0 if busy else TICK_SECONDS)
+            # again at once instead of capping ingest at a chunk per tick
+            await asyncio.sleep(0 if busy else self.tunables.tick_seconds)
 
     def tick_now(self, inputs: Sequence[str]) -> None:
         """Run the jobs reading ``inputs`` now (read, process, close epochs), between ticks."""
@@ -291,7 +296,9 @@ class Agent:
 
     async def _ask_jobs_root(self, message: dict[str, Any]) -> dict[str, Any]:
         try:
-            reply = await self._tree_manager().query(JOBS_TREE, message, timeout=QUERY_TIMEOUT)
+            reply = await self._tree_manager().query(
+                JOBS_TREE, message, timeout=self.tunables.query_timeout
+            )
         except Exception as exc:
             raise Unavailable(f"the jobs-tree root did not answer: {exc}") from None
         if "error" in reply:
@@ -318,7 +325,9 @@ class Agent:
         trees = self._tree_manager()
         try:
             reply = await trees.query(
-                runtime.tree_list[0], {"op": "change", "change": change}, timeout=QUERY_TIMEOUT
+                runtime.tree_list[0],
+                {"op": "change", "change": change},
+                timeout=self.tunables.query_timeout,
             )
         except Exception as exc:
             raise Unavailable(f"the master of {name!r} did not answer: {exc}") from None
@@ -339,6 +348,11 @@ class Agent:
         """Have the jobs-tree root multicast a job's current entry to every agent."""
         with contextlib.suppress(StatusError):
             await self._ask_jobs_root({"op": "announce", "name": name})
+
+    def record_entry(self, entry: JobEntry) -> None:
+        """Note an entry of a job this agent already runs, as its runtime applied it (a
+        runtime change): no start or stop follows (JobTableService)."""
+        self.table.apply(entry)
 
     async def stop_job(self, name: str) -> dict[str, Any]:
         return await self._ask_jobs_root({"op": "stop", "name": name})
@@ -421,8 +435,9 @@ class Agent:
             except Exception:
                 return 1 << 30
 
-        loads = await asyncio.gather(*(load(s) for s in range(PLACEMENT_CHOICES)))
-        return min(range(PLACEMENT_CHOICES), key=lambda s: (loads[s], s))
+        choices = self.tunables.placement_choices
+        loads = await asyncio.gather(*(load(s) for s in range(choices)))
+        return min(range(choices), key=lambda s: (loads[s], s))
 
     def roots_held(self) -> int:
         """Job trees this agent is the master of (its load for placement)."""
@@ -437,7 +452,15 @@ class Agent:
         runtime = self.runtimes.get(entry.name)
         if entry.state == RUNNING and runtime is None:
             try:
-                runtime = JobRuntime(self, entry)
+                runtime = JobRuntime(
+                    entry,
+                    network=self,
+                    job_table=self,
+                    inputs=self,
+                    tasks=self._tasks,
+                    tunables=self.tunables,
+                    lake=lake_target(self.config.lake, self.config.data_dir, self.node_id),
+                )
             except Exception as exc:
                 self.count("job_start_errors")
                 log.warning("cannot run job %s here: %r", entry.name, exc)
@@ -456,7 +479,7 @@ class Agent:
         if view is not None and view.is_root:
             # A new root (a closer agent joined, or a split tree healed) may hold an empty or
             # old table while its children hold the current one: it learns it from them.
-            urls = [url for url in view.child_urls.values() if url][:RESYNC_FANOUT]
+            urls = [url for url in view.child_urls.values() if url][: self.tunables.resync_fanout]
         else:
             urls = [(await self._ask_jobs_root({"op": "where"}))["data_url"]]
         for url in urls:
@@ -474,7 +497,7 @@ class Agent:
 
     async def _resync_loop(self) -> None:
         while self._running:
-            await asyncio.sleep(RESYNC_SECONDS)
+            await asyncio.sleep(self.tunables.resync_seconds)
             with contextlib.suppress(StatusError):
                 await self._resync()
 
@@ -562,6 +585,20 @@ class Agent:
         return {"error": f"unknown operation {op!r}", "status": 400}
 
     # ---- data plane ----------------------------------------------------------------------------
+
+    @property
+    def node_id(self) -> int:
+        """This agent's overlay id (NetworkService; known once the agent started)."""
+        return self.overlay.id
+
+    def neighbours(self) -> list[NodeInfo]:
+        """The overlay leaf set (NetworkService)."""
+        return self.overlay.leaf_set()
+
+    async def data_url_of(self, node: NodeInfo | int) -> str:
+        """Another agent's data-plane URL, asked over the overlay (NetworkService)."""
+        reply = await self.overlay.request(node, "agent.where", {})
+        return reply["data_url"]
 
     async def _on_snapshot(self, name: SnapshotName, payload: bytes) -> str:
         runtime = self.runtimes.get(name.job)

@@ -17,6 +17,10 @@ Contract (see ``docs/agent-runtime.md``):
   ``updated``.
 * **Hand-over**: a master that loses the root role (a closer agent joined, or it stops)
   sends its stored results to the new master over the data plane.
+
+A runtime reaches its agent only through the narrow services of ``agent/runtime/services.py``
+(network and trees, job table, inputs, background tasks) and reads its timings from
+:class:`~agent.runtime.tunables.RuntimeTunables`; the agent passes both in.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.errors import BadRequest, NotFound, Unavailable
 from agent.jobs.changes import parse_change
@@ -35,30 +39,48 @@ from agent.jobs.job import Job, create_job, maybe_await
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, JobEntry
 from agent.jsonable import jsonable
-from agent.runtime.lake_sink import sink_for
+from agent.runtime.clock import EpochClock
+from agent.runtime.lake_sink import LakeTarget, sink_for
+from agent.runtime.offsets import TreeOutflow
 from agent.runtime.results import ResultStore
+from agent.runtime.services import InputService, JobTableService, NetworkService, Spawner
+from agent.runtime.tunables import RuntimeTunables
 from agent.runtime.worker import Worker
 from cbt import Snapshot
 from srt import DataPlaneError, EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
 from srt.dataplane.operators import level_operator_for
 from srt.trees.types import JoinTimeout
 
-if TYPE_CHECKING:
-    from agent.runtime.agent import Agent
-
 log = logging.getLogger(__name__)
-MULTICAST_TIMEOUT = 5.0
-MASTER_URL_TTL = 5.0  # seconds a master's data-plane URL is reused before asking again
-LATE_ATTEMPTS = 12  # ~20 s of retries for a late contribution
 
 
 class JobRuntime:
-    """The roles of one job on one agent (see module contract)."""
+    """The roles of one job on one agent (see module contract).
 
-    def __init__(self, agent: Agent, entry: JobEntry) -> None:
-        self.agent = agent
+    ``entry`` is the job-table entry to run; ``network``, ``job_table``, ``inputs`` and
+    ``tasks`` are the agent's services (``agent/runtime/services.py``); ``lake`` is where
+    the master's results go (None: no lake). Raises ``ValueError`` (or a job class's error)
+    when the job cannot run here; the agent counts that and skips the job.
+    """
+
+    def __init__(
+        self,
+        entry: JobEntry,
+        *,
+        network: NetworkService,
+        job_table: JobTableService,
+        inputs: InputService,
+        tasks: Spawner,
+        tunables: RuntimeTunables | None = None,
+        lake: LakeTarget | None = None,
+    ) -> None:
+        self.network = network
+        self.job_table = job_table
+        self.input_service = inputs
+        self.tasks = tasks
+        self.tunables = tunables or RuntimeTunables()
         # a restarted agent resumes past the epochs it already passed on (agent/runtime/offsets.py)
-        self.spec = agent.offsets.resume_spec(JobSpec.from_dict(entry.spec))
+        self.spec = inputs.resume_spec(JobSpec.from_dict(entry.spec))
         self.name = self.spec.name
         self.version = entry.version  # of the job-table entry whose spec runs here
         self.changes_applied: OrderedDict[int, float] = OrderedDict()  # version → time
@@ -66,8 +88,8 @@ class JobRuntime:
         self.app_id = app_id(self.spec.name, self.spec.creator)
         self.tree_list = tree_ids(self.app_id, self.spec.trees, self.spec.placement or 0)
         self.tree_set = set(self.tree_list)
-        wanted = set(self.spec.inputs) if self.spec.inputs else agent.input_names()
-        self.inputs = sorted(wanted & agent.input_names())
+        wanted = set(self.spec.inputs) if self.spec.inputs else inputs.input_names()
+        self.inputs = sorted(wanted & inputs.input_names())
         self.worker: Worker | None = Worker(self.job) if self.inputs else None
         self.operator = level_operator_for(
             self.job.make_aggregator(),
@@ -89,7 +111,8 @@ class JobRuntime:
         #: (first epoch of the next aggregate, the job instance used before it), oldest first
         self._jobs_before: list[tuple[int, Job]] = []
         self._stopped = False
-        self.lake = sink_for(self)  # None unless the agent has a rollup lake
+        # None unless the agent has a rollup lake
+        self.lake = sink_for(self, lake, stop_flush_seconds=self.tunables.stop_flush_seconds)
 
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] = self.counters.get(what, 0) + n
@@ -97,7 +120,7 @@ class JobRuntime:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        trees = self.agent.trees
+        trees = self.network.trees
         assert trees is not None
         if self.worker is None:
             return
@@ -113,7 +136,7 @@ class JobRuntime:
 
     async def stop(self, graceful: bool) -> None:
         self._stopped = True
-        trees = self.agent.trees
+        trees = self.network.trees
         if graceful and trees is not None:
             for tid in self.tree_list:
                 view = trees.view(tid)
@@ -147,7 +170,7 @@ class JobRuntime:
             )
             self.combiners[tid] = combiner
             self.senders[tid] = UpstreamSender(
-                self.agent.client, job=self.name, tree=tid, sender=self.agent.overlay.id
+                self.network.client, job=self.name, tree=tid, sender=self.network.node_id
             )
         return combiner
 
@@ -167,11 +190,11 @@ class JobRuntime:
     def root_changed(self, tid: int, is_root: bool) -> None:
         self.ensure_tree(tid)
         if not is_root and self.store.epochs(tid):
-            self.agent.spawn(self._hand_over(tid), f"hand over {self.name}")
+            self.tasks.spawn(self._hand_over(tid), f"hand over {self.name}")
         self.parent_changed(tid)
 
     def _view(self, tid: int) -> Any:
-        trees = self.agent.trees
+        trees = self.network.trees
         return trees.view(tid) if trees is not None else None
 
     # ---- the data path -----------------------------------------------------------------------
@@ -185,13 +208,13 @@ class JobRuntime:
             for name, records in batches.items():
                 skipped = getattr(records, "skipped", 0)  # lines a prefilter skipped
                 if records or skipped:
-                    ts_field = self.agent.input_configs[name].timestamp_field
+                    ts_field = self.input_service.timestamp_field(name)
                     self.worker.process(records, ts_field=ts_field, skipped=skipped)
             self._close_epochs()
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:
             self._last_timer = now
-            self.agent.spawn(maybe_await(self.job.on_timer()), f"{self.name} on_timer")
+            self.tasks.spawn(maybe_await(self.job.on_timer()), f"{self.name} on_timer")
 
     def _close_epochs(self) -> None:
         """Offer every epoch the worker's watermark has closed to the trees' barriers."""
@@ -209,9 +232,9 @@ class JobRuntime:
             if self.store.put(tid, epoch, snap, time.time()):
                 if self.lake is not None:
                     self.lake.epoch(tid, epoch)
-                self.agent.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
+                self.tasks.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
             return
-        name = SnapshotName(self.name, tid, epoch, self.agent.overlay.id)
+        name = SnapshotName(self.name, tid, epoch, self.network.node_id)
         self.senders[tid].send(name, snap.to_bytes())
         self.sent_at[(tid, epoch)] = time.time()
         while len(self.sent_at) > 256:
@@ -224,7 +247,7 @@ class JobRuntime:
             # subtree back by up to a tick interval at every level. (Reading first matters: a
             # watermark advanced by the idle clock must not close an epoch whose records are
             # waiting in the input.)
-            self.agent.tick_now(self.inputs)
+            self.input_service.tick_now(self.inputs)
         result = self.ensure_tree(name.tree).offer_child(name.sender, name.epoch, snap)
         if result != "stale":
             return result
@@ -239,7 +262,7 @@ class JobRuntime:
             if folded and self.lake is not None:
                 self.lake.epoch(name.tree, name.epoch)  # updated epoch: replaces its file
             return "merged" if folded else "duplicate"
-        self.agent.spawn(self._forward_late(name, snap), f"{self.name} late epoch")
+        self.tasks.spawn(self._forward_late(name, snap), f"{self.name} late epoch")
         return "merged"
 
     async def _forward_late(self, name: SnapshotName, snap: Snapshot) -> None:
@@ -247,12 +270,12 @@ class JobRuntime:
         through hand-overs and overload; only a stopping job gives up, and says so."""
         payload = snap.to_bytes()
         delay = 0.1
-        for _ in range(LATE_ATTEMPTS):
+        for _ in range(self.tunables.late_attempts):
             if self._stopped:
                 break
             try:
                 url = await self._master_url(name.tree)
-                status, _ = await self.agent.client.request(
+                status, _ = await self.network.client.request(
                     "POST", url, "/agent/v1/late", payload, name=name
                 )
                 if status == 200:
@@ -277,10 +300,12 @@ class JobRuntime:
             await self._multicast(tid, {"kind": "empty", "epoch": epoch})
 
     async def _multicast(self, tid: int, message: dict[str, Any]) -> Any:
-        trees = self.agent.trees
+        trees = self.network.trees
         assert trees is not None
         sent = time.time()
-        result = await trees.multicast(tid, {**message, "sent_at": sent}, timeout=MULTICAST_TIMEOUT)
+        result = await trees.multicast(
+            tid, {**message, "sent_at": sent}, timeout=self.tunables.multicast_timeout
+        )
         self.multicast_stats.append(
             {
                 "kind": message.get("kind"),
@@ -318,11 +343,11 @@ class JobRuntime:
         spec = change.apply(self.spec, self._newest_event_time())
         version = self.version
         if spec is not None:
-            version = await self.agent.publish_spec(spec, base_version=self.version)
+            version = await self.job_table.publish_spec(spec, base_version=self.version)
             self.apply_spec(spec.to_dict(), version)
         result = await self._multicast(self.tree_list[0], change.message(version, spec))
         if spec is not None:  # agents off the job's tree learn it through the job table
-            self.agent.spawn(self.agent.announce_entry(self.name), f"announce {self.name}")
+            self.tasks.spawn(self.job_table.announce_entry(self.name), f"announce {self.name}")
         return {
             "job": self.name,
             "version": version,
@@ -349,7 +374,7 @@ class JobRuntime:
         elif message.get("batch"):
             self.job.feedback = None
         if message.get("batch"):
-            self.agent.spawn(maybe_await(self.job.on_multicast({"kind": "batch"})), "batch")
+            self.tasks.spawn(maybe_await(self.job.on_multicast({"kind": "batch"})), "batch")
 
     def apply_spec(self, spec_dict: Any, version: int) -> bool:
         """Switch to a newer spec between two records (no restart): the job instance re-runs
@@ -387,7 +412,7 @@ class JobRuntime:
             for combiner in self.combiners.values():
                 combiner.operator = self.operator
         self.spec, self.version = spec, version
-        self.agent.table.apply(JobEntry(self.name, spec_dict, RUNNING, version))
+        self.job_table.record_entry(JobEntry(self.name, spec_dict, RUNNING, version))
         self.changes_applied[version] = time.time()
         while len(self.changes_applied) > 64:
             self.changes_applied.popitem(last=False)
@@ -440,19 +465,18 @@ class JobRuntime:
 
     async def _hand_over(self, tid: int) -> None:
         url = await self._master_url(tid)
-        if url == self.agent.data_url:
+        if url == self.network.data_url:
             return  # we are root again
         await self._send_results(tid, url)
 
     async def _hand_over_to_successor(self, tid: int) -> None:
         """Stopping master: give the results to the live agent closest to the tree id."""
-        others = [n for n in self.agent.overlay.leaf_set() if n.id != self.agent.overlay.id]
+        others = [n for n in self.network.neighbours() if n.id != self.network.node_id]
         if not others:
             return
         successor = min(others, key=lambda n: n.id ^ tid)
         try:
-            reply = await self.agent.overlay.request(successor, "agent.where", {})
-            await self._send_results(tid, reply["data_url"])
+            await self._send_results(tid, await self.network.data_url_of(successor))
         except Exception as exc:
             self.count("handover_failed")
             log.warning("hand-over of %s to %s failed: %r", self.name, successor, exc)
@@ -463,7 +487,7 @@ class JobRuntime:
             for item in self.store.export(tid)
         ]
         body = {"job": self.name, "tree": tid, "items": items}
-        await self.agent.client.post_json(url, "/agent/v1/handover", body)
+        await self.network.client.post_json(url, "/agent/v1/handover", body)
         self.store.drop_tree(tid)
         self.count("handovers_sent")
 
@@ -481,17 +505,17 @@ class JobRuntime:
     async def _master_url(self, tid: int) -> str:
         """The data-plane URL of the tree's master: ours, a cached answer (a few seconds
         old at most, shared by concurrent callers) or a fresh tree query."""
-        trees = self.agent.trees
+        trees = self.network.trees
         assert trees is not None
         view = trees.view(tid)
         if view is not None and view.is_root:
-            return self.agent.data_url
+            return self.network.data_url
         now = time.monotonic()
         cached = self._master_urls.get(tid)
         if cached is not None and (not cached[0].done() or cached[1] > now):
             return await asyncio.shield(cached[0])
         lookup = asyncio.ensure_future(self._ask_master_url(tid))
-        self._master_urls[tid] = (lookup, now + MASTER_URL_TTL)
+        self._master_urls[tid] = (lookup, now + self.tunables.master_url_ttl)
         try:
             return await asyncio.shield(lookup)
         except Exception:
@@ -499,7 +523,7 @@ class JobRuntime:
             raise
 
     async def _ask_master_url(self, tid: int) -> str:
-        trees = self.agent.trees
+        trees = self.network.trees
         assert trees is not None
         try:
             reply = await trees.query(tid, {"op": "where"}, timeout=5.0)
@@ -530,10 +554,10 @@ class JobRuntime:
         body = {"job": self.name, "tree": tid, "epoch": epoch}
         for attempt in range(2):  # a cached master URL may be stale after a hand-over
             url = await self._master_url(tid)
-            if url == self.agent.data_url:
+            if url == self.network.data_url:
                 return self.local_results(tid, epoch)
             try:
-                return await self.agent.client.post_json(url, "/agent/v1/results", body)
+                return await self.network.client.post_json(url, "/agent/v1/results", body)
             except DataPlaneError as exc:
                 self.forget_master_url(tid)
                 if attempt:
@@ -581,6 +605,32 @@ class JobRuntime:
 
     async def query_master(self, message: dict[str, Any]) -> dict[str, Any]:
         return await self._context.route(self.app_id, message)
+
+    # ---- progress, for durable offsets (offsets.JobProgress) ---------------------------------
+
+    @property
+    def clock(self) -> EpochClock | None:
+        """The worker's event-time clock; None when this agent has no input of the job."""
+        return self.worker.clock if self.worker is not None else None
+
+    def outflow(self) -> list[TreeOutflow] | None:
+        """Where each of the job's trees stands here: its barrier's next epoch, the oldest
+        epoch its parent has not acknowledged, whether this agent masters it; None while a
+        tree has no barrier yet."""
+        out = []
+        for tid in self.tree_list:
+            combiner = self.combiners.get(tid)
+            if combiner is None:
+                return None
+            view = self._view(tid)
+            is_root = view is not None and view.is_root
+            sender = self.senders.get(tid)
+            oldest = None
+            if sender is not None and not is_root:  # a root's emitted epochs are stored
+                queued = sender.pending()["queued"]
+                oldest = queued[0] if queued else None
+            out.append(TreeOutflow(combiner.next_epoch, oldest, is_root))
+        return out
 
     # ---- status ------------------------------------------------------------------------------
 
@@ -648,7 +698,7 @@ class _Context:
 
     @property
     def node_id(self) -> int:
-        return self._rt.agent.overlay.id
+        return self._rt.network.node_id
 
     @property
     def is_master(self) -> bool:
@@ -659,19 +709,19 @@ class _Context:
         return self._rt.job.feedback
 
     async def subscribe(self, app: int) -> None:
-        trees = self._rt.agent.trees
+        trees = self._rt.network.trees
         assert trees is not None
-        await trees.join(self._rt.agent.master_tree(app), job=self._rt.name, subscriber=False)
+        await trees.join(self._rt.job_table.master_tree(app), job=self._rt.name, subscriber=False)
 
     async def send_to(self, node_id: int, paos: Snapshot | dict[str, Any]) -> None:
-        agent = self._rt.agent
-        reply = await agent.overlay.request(node_id, "agent.where", {})
-        body: dict[str, Any] = {"job": self._rt.name, "from": f"{agent.overlay.id:040x}"}
+        network = self._rt.network
+        url = await network.data_url_of(node_id)
+        body: dict[str, Any] = {"job": self._rt.name, "from": f"{network.node_id:040x}"}
         if isinstance(paos, Snapshot):
             body["snapshot"] = base64.b64encode(paos.to_bytes()).decode()
         else:
             body["data"] = paos
-        await agent.client.post_json(reply["data_url"], "/agent/v1/recv", body)
+        await network.client.post_json(url, "/agent/v1/recv", body)
 
     async def multicast(self, message: dict[str, Any]) -> Any:
         if not self._rt.is_master:
@@ -681,9 +731,9 @@ class _Context:
         return await self._rt._multicast(self._rt.tree_list[0], message)
 
     async def route(self, app: int, message: dict[str, Any]) -> dict[str, Any]:
-        trees = self._rt.agent.trees
+        trees = self._rt.network.trees
         assert trees is not None
-        tree = self._rt.agent.master_tree(app)
+        tree = self._rt.job_table.master_tree(app)
         try:
             reply = await trees.query(tree, {"op": "job_query", "message": message}, timeout=10.0)
         except Exception as exc:

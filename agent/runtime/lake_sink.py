@@ -1,8 +1,10 @@
 """A job master's hand-off of epoch results to the rollup lake (``spark_sink``).
 
-Contract: :func:`sink_for` returns the :class:`LakeSink` of a job runtime when the agent's
-config names a lake (``lake``; default ``<data_dir>/lake`` when a data directory is set,
-``"off"`` disables it), else None. Every agent process shares one
+Contract: :func:`lake_target` turns the agent's config (``lake``; default ``<data_dir>/lake``
+when a data directory is set, ``"off"`` disables it) into a :class:`LakeTarget`, or None when
+there is no lake; :func:`sink_for` opens a job's :class:`LakeSink` on a target. The sink reads
+the job only through :class:`EpochSource` (its name, trees, spec, level operator, stored
+results and job instances). Every agent process shares one
 :class:`~spark_sink.buffer.LakeWriter` per (lake, buffer directory): one writer thread, so the
 event loop never waits for the lake. :meth:`LakeSink.epoch` is called by the master when it
 stores an epoch's result, folds a late contribution into one, or absorbs results on hand-over;
@@ -11,7 +13,8 @@ the results API reports (top-k applied per tree; a job's named ``result_rows`` a
 this tree's pairs) — and writes them. Tentative results do not
 exist in the runtime yet: every row is written with ``tentative = false`` and
 ``coverage = 1.0``. The buffer directory is ``<data_dir>/lake-buffer`` (or a per-node one
-under the system temp directory when the agent has no data directory).
+under the system temp directory when the agent has no data directory). A stopping job's
+:meth:`LakeSink.flush` waits at most ``stop_flush_seconds`` (``RuntimeTunables``).
 """
 
 from __future__ import annotations
@@ -20,18 +23,71 @@ import asyncio
 import logging
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from agent.runtime.tunables import RuntimeTunables
 
 if TYPE_CHECKING:  # spark_sink (pyarrow) is imported only when a lake is configured
-    from agent.runtime.job import JobRuntime
+    from agent.jobs.job import Job
+    from agent.jobs.spec import JobSpec
+    from agent.runtime.results import EpochResult
     from spark_sink.buffer import LakeWriter
     from spark_sink.lake import Rollup
+    from srt.dataplane.operators import LevelOperator
 
 log = logging.getLogger(__name__)
 _WRITERS: dict[tuple[str, str], LakeWriter] = {}
 _LOCK = threading.Lock()
-STOP_FLUSH_SECONDS = 10.0
+_DEFAULTS = RuntimeTunables()
+
+
+class StoredResults(Protocol):
+    """A master's stored epochs (:class:`~agent.runtime.results.ResultStore`)."""
+
+    def get(self, tree: int, epoch: int) -> EpochResult | None: ...
+
+
+class EpochSource(Protocol):
+    """What the sink reads of the job whose results it writes (a
+    :class:`~agent.runtime.job.JobRuntime`); spec, operator and job instances are read per
+    epoch because a runtime change replaces them."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def tree_list(self) -> Sequence[int]: ...
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def operator(self) -> LevelOperator: ...
+    @property
+    def store(self) -> StoredResults: ...
+    @property
+    def job(self) -> Job: ...
+    def job_for(self, epoch: int) -> Job: ...
+    def count(self, what: str, n: int = 1) -> None: ...
+
+
+class LakeTarget(NamedTuple):
+    """Where an agent's rollups go: the lake, and the local buffer directory on the way."""
+
+    location: str
+    buffer_dir: str
+
+
+def lake_target(lake: str | None, data_dir: str | None, node_id: int) -> LakeTarget | None:
+    """The agent's lake target (``lake`` and ``data_dir`` from its config), or None without
+    a lake. The buffer is ``<data_dir>/lake-buffer``, else per node under the temp directory."""
+    if not lake:
+        return None
+    if data_dir:
+        buffer_dir = str(Path(data_dir) / "lake-buffer")
+    else:
+        node = f"{node_id:040x}"[:12]
+        buffer_dir = str(Path(tempfile.gettempdir()) / f"elf-lake-buffer-{node}")
+    return LakeTarget(lake, buffer_dir)
 
 
 def writer_for(location: str, buffer_dir: str) -> LakeWriter:
@@ -49,9 +105,16 @@ def writer_for(location: str, buffer_dir: str) -> LakeWriter:
 class LakeSink:
     """Hands one job's stored epoch results (as master) to the lake writer."""
 
-    def __init__(self, runtime: JobRuntime, writer: LakeWriter) -> None:
+    def __init__(
+        self,
+        runtime: EpochSource,
+        writer: LakeWriter,
+        *,
+        stop_flush_seconds: float = _DEFAULTS.stop_flush_seconds,
+    ) -> None:
         self.runtime = runtime
         self.writer = writer
+        self.stop_flush_seconds = stop_flush_seconds
         job = runtime.job
         params = runtime.spec.params or {}
         self.key_names = getattr(job, "lake_key_names", None) or params.get("lake_key_names")
@@ -61,7 +124,7 @@ class LakeSink:
         """Queue the stored result of (tree, epoch) for the lake (no-op if none stored)."""
         rt = self.runtime
         result = rt.store.get(tid, epoch)
-        if result is None or tid not in rt.tree_set:
+        if result is None or tid not in rt.tree_list:
             return
         snap, completed_at = result.snapshot, result.completed_at
         top_k, operator, spec, job = rt.spec.top_k, rt.operator, rt.spec, rt.job_for(epoch)
@@ -90,7 +153,7 @@ class LakeSink:
 
     async def flush(self) -> None:
         """Wait (off the loop, bounded) for queued rollups to be written or buffered."""
-        done = await asyncio.to_thread(self.writer.flush, STOP_FLUSH_SECONDS)
+        done = await asyncio.to_thread(self.writer.flush, self.stop_flush_seconds)
         if not done:
             log.warning(
                 "lake: %s stopping with rollups still queued or buffered: %s",
@@ -102,15 +165,14 @@ class LakeSink:
         return self.writer.stats()
 
 
-def sink_for(runtime: JobRuntime) -> LakeSink | None:
-    """The runtime's lake sink, or None when the agent has no lake configured."""
-    config = runtime.agent.config
-    location = getattr(config, "lake", None)
-    if not location:
+def sink_for(
+    runtime: EpochSource,
+    target: LakeTarget | None,
+    *,
+    stop_flush_seconds: float = _DEFAULTS.stop_flush_seconds,
+) -> LakeSink | None:
+    """The job's lake sink on ``target`` (the process-wide writer), or None without a lake."""
+    if target is None:
         return None
-    if config.data_dir:
-        buffer_dir = str(Path(config.data_dir) / "lake-buffer")
-    else:
-        node = f"{runtime.agent.overlay.id:040x}"[:12]
-        buffer_dir = str(Path(tempfile.gettempdir()) / f"elf-lake-buffer-{node}")
-    return LakeSink(runtime, writer_for(location, buffer_dir))
+    writer = writer_for(target.location, target.buffer_dir)
+    return LakeSink(runtime, writer, stop_flush_seconds=stop_flush_seconds)

@@ -36,8 +36,9 @@ import math
 import os
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import orjson
 
@@ -45,11 +46,45 @@ from agent.ingest.base import Resumable
 
 if TYPE_CHECKING:
     from agent.jobs.spec import JobSpec
-    from agent.runtime.job import JobRuntime
 
 log = logging.getLogger(__name__)
 STATE_FILE = "offsets.json"
-MAX_PENDING = 4096  # noted positions per input awaiting acknowledgement (oldest merged)
+
+
+class TreeOutflow(NamedTuple):
+    """Where one of a job's trees stands on this agent."""
+
+    next_epoch: int  # the barrier's next epoch: every epoch below it was emitted
+    oldest_queued: int | None  # the oldest epoch the parent has not acknowledged, if any
+    is_root: bool  # this agent masters the tree: an emitted epoch is stored, not sent
+
+
+class EventClock(Protocol):
+    """What the keeper reads of a worker's clock (:class:`~agent.runtime.clock.EpochClock`)."""
+
+    @property
+    def max_event_time(self) -> float: ...
+    def epoch_of(self, ts: float) -> int: ...
+
+
+class JobProgress(Protocol):
+    """What the keeper reads of one job on this agent (a
+    :class:`~agent.runtime.job.JobRuntime`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def inputs(self) -> Sequence[str]: ...
+    @property
+    def clock(self) -> EventClock | None:
+        """The worker's event-time clock; None when the job has no worker here."""
+        ...
+
+    def outflow(self) -> Sequence[TreeOutflow] | None:
+        """One entry per tree of the job; None while a tree has no barrier yet."""
+        ...
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -71,35 +106,30 @@ def write_atomically(path: Path, data: bytes) -> None:
             os.close(dfd)
 
 
-def acknowledged_epoch(runtime: JobRuntime) -> int | None:
+def acknowledged_epoch(job: JobProgress) -> int | None:
     """The highest epoch every one of the job's trees has durably passed on from this agent
     (parent acknowledgement, or stored here as master); None if none yet."""
+    trees = job.outflow()
+    if trees is None:
+        return None
     best: int | None = None
-    trees = runtime.agent.trees
-    for tid in runtime.tree_list:
-        combiner = runtime.combiners.get(tid)
-        if combiner is None:
-            return None
-        done = combiner.next_epoch - 1  # emitted: sent upward or stored (root)
-        view = trees.view(tid) if trees is not None else None
-        sender = runtime.senders.get(tid)
-        if sender is not None and not (view is not None and view.is_root):
-            queued = sender.pending()["queued"]
-            if queued:
-                done = min(done, queued[0] - 1)
+    for tree in trees:
+        done = tree.next_epoch - 1  # emitted: sent upward or stored (root)
+        if tree.oldest_queued is not None and not tree.is_root:
+            done = min(done, tree.oldest_queued - 1)
         best = done if best is None else min(best, done)
     return best
 
 
-def _high_epoch(runtime: JobRuntime) -> int | None:
+def _high_epoch(job: JobProgress) -> int | None:
     """The highest epoch any record the job's worker accepted so far can belong to."""
-    worker = runtime.worker
-    if worker is None:
+    clock = job.clock
+    if clock is None:
         return None
-    newest = worker.clock._max_ts
+    newest = clock.max_event_time
     if newest == -math.inf:
         return None
-    return worker.clock.epoch_of(newest)
+    return clock.epoch_of(newest)
 
 
 def _identity(spec: JobSpec) -> dict[str, Any]:
@@ -110,10 +140,16 @@ class OffsetKeeper:
     """Per-agent durable input positions and acknowledged epochs (see module docstring)."""
 
     def __init__(
-        self, data_dir: str | os.PathLike[str] | None, *, flush_interval: float = 1.0
+        self,
+        data_dir: str | os.PathLike[str] | None,
+        *,
+        flush_interval: float = 1.0,
+        max_pending: int = 4096,  # RuntimeTunables.max_pending; the agent passes its own
     ) -> None:
         self.path = Path(data_dir) / STATE_FILE if data_dir else None
         self.flush_interval = flush_interval
+        # noted positions kept per input awaiting acknowledgement (beyond: the oldest merge)
+        self.max_pending = max_pending
         self._last_flush = -math.inf
         self.inputs: dict[str, dict[str, Any]] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -164,7 +200,7 @@ class OffsetKeeper:
         self,
         inputs: dict[str, Any],
         polled: set[str],
-        runtimes: list[JobRuntime],
+        runtimes: Sequence[JobProgress],
         *,
         final: bool = False,
     ) -> None:
@@ -177,7 +213,7 @@ class OffsetKeeper:
         acked: dict[str, int | None] = {}
         urgent = final
         for rt in runtimes:
-            if rt.worker is None:
+            if rt.clock is None:  # no worker here: the job reads no input of this agent
                 continue
             a = acknowledged_epoch(rt)
             acked[rt.name] = a
@@ -209,7 +245,7 @@ class OffsetKeeper:
                 pending[-1] = (state, highs)  # same position, newer high-water marks
             else:
                 pending.append((state, highs))
-            if len(pending) > MAX_PENDING:  # merge the oldest two: the later one governs
+            if len(pending) > self.max_pending:  # merge the oldest two: the later one governs
                 first = pending.popleft()
                 second = pending.popleft()
                 merged = {k: max(first[1].get(k, -1), v) for k, v in second[1].items()}

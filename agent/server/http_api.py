@@ -9,6 +9,8 @@ running whatever arrives. The endpoints are listed in ``docs/http-api.md``:
 POST     /api/v1/jobs                        submit a job spec → 201 job info
 GET      /api/v1/jobs                        list jobs
 DELETE   /api/v1/jobs/{name}                 stop a job
+POST     /api/v1/jobs/{name}/change          a runtime change, applied by every agent
+GET      /api/v1/jobs/{name}/timings         this agent's recent epoch and control timings
 GET      /api/v1/jobs/{name}/results         latest complete epoch, or ``?epoch=E``
 POST     /api/v1/jobs/{name}/query           cross-job query, answered by the job's master
 GET      /api/v1/jobs/{name}/local           ``?k=v``: the job's instance on this agent answers

@@ -20,7 +20,12 @@ from agent.ingest.tail import FileTail
 from agent.jobs.spec import JobSpec
 from agent.runtime.agent import Agent
 from agent.runtime.clock import EpochClock
-from agent.runtime.offsets import OffsetKeeper, acknowledged_epoch, write_atomically
+from agent.runtime.offsets import (
+    OffsetKeeper,
+    TreeOutflow,
+    acknowledged_epoch,
+    write_atomically,
+)
 
 # ---- the commit rule, with fakes ------------------------------------------------------------
 
@@ -33,22 +38,37 @@ class FakeSender:
         return {"queued": sorted(self.queued)}
 
 
-def fake_runtime(name: str, inputs: list[str], start_epoch: int = 100) -> Any:
-    """What OffsetKeeper reads of a JobRuntime: worker clock, combiners, senders, trees."""
-    clock = EpochClock(1.0, start_epoch=start_epoch)
-    rt = SimpleNamespace(
-        name=name,
-        inputs=inputs,
-        spec=JobSpec.from_dict(
+class FakeRuntime:
+    """What OffsetKeeper reads of a JobRuntime (offsets.JobProgress): the worker's clock and,
+    per tree, the barrier's next epoch, the upstream queue and whether this agent is root."""
+
+    def __init__(self, name: str, inputs: list[str], start_epoch: int) -> None:
+        self.name = name
+        self.inputs = inputs
+        self.spec = JobSpec.from_dict(
             {"name": name, "creator": "t", "job_class": "wordcount", "start_epoch": start_epoch}
-        ),
-        worker=SimpleNamespace(clock=clock),
-        tree_list=[1, 2],
-        combiners={tid: SimpleNamespace(next_epoch=start_epoch) for tid in (1, 2)},
-        senders={1: FakeSender(), 2: FakeSender()},
-        agent=SimpleNamespace(trees=SimpleNamespace(view=lambda tid: None)),
-    )
-    return rt
+        )
+        self.clock = EpochClock(1.0, start_epoch=start_epoch)
+        self.tree_list = [1, 2]
+        self.combiners = {tid: SimpleNamespace(next_epoch=start_epoch) for tid in (1, 2)}
+        self.senders = {1: FakeSender(), 2: FakeSender()}
+        self.is_root = False
+
+    def outflow(self) -> list[TreeOutflow] | None:
+        if any(tid not in self.combiners for tid in self.tree_list):
+            return None
+        return [
+            TreeOutflow(
+                self.combiners[tid].next_epoch,
+                (self.senders[tid].pending()["queued"] or [None])[0],
+                self.is_root,
+            )
+            for tid in self.tree_list
+        ]
+
+
+def fake_runtime(name: str, inputs: list[str], start_epoch: int = 100) -> Any:
+    return FakeRuntime(name, inputs, start_epoch)
 
 
 def emit(rt: Any, epoch: int, *, acked: bool) -> None:
@@ -73,8 +93,8 @@ def test_positions_commit_only_after_every_reader_acknowledged(tmp_path: Path) -
     inputs = {"in": tail}
 
     tail.poll()
-    a.worker.clock.assign(100.5)  # both jobs hold records of epoch 100
-    b.worker.clock.assign(100.5)
+    a.clock.assign(100.5)  # both jobs hold records of epoch 100
+    b.clock.assign(100.5)
     keeper.observe(inputs, {"in"}, [a, b])
     assert keeper.resume_state("in") is None  # nothing acknowledged yet
     emit(a, 100, acked=True)
@@ -89,7 +109,7 @@ def test_positions_commit_only_after_every_reader_acknowledged(tmp_path: Path) -
     with open(log, "a") as f:  # records of epoch 101: position waits for epoch 101
         f.write(json.dumps({"ts": 101.2}) + "\n")
     tail.poll()
-    a.worker.clock.assign(101.2)
+    a.clock.assign(101.2)
     keeper.observe(inputs, {"in"}, [a, b])  # b got no records: its high epoch stays 100
     committed = keeper.resume_state("in")
     assert committed is not None and committed["offset"] < tail.state()["offset"]
@@ -105,7 +125,7 @@ def test_positions_commit_only_after_every_reader_acknowledged(tmp_path: Path) -
 
 def test_master_role_counts_stored_epochs_as_acknowledged() -> None:
     rt = fake_runtime("m", ["in"])
-    rt.agent.trees.view = lambda tid: SimpleNamespace(is_root=True)
+    rt.is_root = True
     emit(rt, 100, acked=False)  # queued upstream but we are root: stored in our results
     assert acknowledged_epoch(rt) == 100
     rt.combiners.pop(2)

@@ -8,6 +8,8 @@ import pytest
 
 from agent.config import AgentConfig, derive_api_token, load_config
 from agent.errors import ConfigError
+from agent.runtime.offsets import OffsetKeeper
+from agent.runtime.tunables import RuntimeTunables
 
 SECRET = "s" * 32
 
@@ -99,3 +101,38 @@ def test_bad_file_is_reported_with_its_path(tmp_path: Path, secret_file: Path) -
     short.write_text("abc")
     with pytest.raises(ConfigError, match="shorter than 16 bytes"):
         load_config(env={}, overrides={"secret_file": str(short)})
+
+
+def test_runtime_tunables_come_from_the_runtime_table(tmp_path: Path, secret_file: Path) -> None:
+    assert load_config(env={}, overrides={"secret_file": str(secret_file)}).runtime == (
+        RuntimeTunables()
+    )
+    cfg_file = tmp_path / "agent.toml"
+    cfg_file.write_text(
+        f'[agent]\nsecret_file = "{secret_file}"\n\n'
+        "[runtime]\ntick_seconds = 0.05\nlate_attempts = 3\nmax_pending = 16\n"
+    )
+    cfg = load_config(cfg_file, env={})
+    assert cfg.runtime.tick_seconds == 0.05 and cfg.runtime.late_attempts == 3
+    assert cfg.runtime.max_pending == 16
+    assert cfg.runtime.resync_seconds == RuntimeTunables().resync_seconds  # the rest: defaults
+    assert cfg.for_logical(1).runtime == cfg.runtime
+    for body, message in [
+        ("[runtime]\ntick_secs = 1\n", r"\[runtime\]: .*tick_secs"),
+        ("[runtime]\nlate_attempts = 0\n", r"\[runtime\]: late_attempts must be a positive"),
+        ("[runtime]\nquery_timeout = -1.0\n", r"\[runtime\]: query_timeout must be a positive"),
+        ('[runtime]\ntick_seconds = "fast"\n', r"\[runtime\]: tick_seconds must be a positive"),
+        ("runtime = 3\n", r"\[runtime\] must be a table"),
+    ]:
+        cfg_file.write_text(f'{body}\n[agent]\nsecret_file = "{secret_file}"\n')
+        with pytest.raises(ConfigError, match=message):
+            load_config(cfg_file, env={})
+
+
+def test_runtime_tunables_validate_on_construction() -> None:
+    with pytest.raises(ValueError, match="resync_fanout must be a positive integer"):
+        RuntimeTunables(resync_fanout=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="master_url_ttl"):
+        RuntimeTunables(master_url_ttl=float("inf"))
+    assert RuntimeTunables(tick_seconds=1).tick_seconds == 1
+    assert OffsetKeeper(None).max_pending == RuntimeTunables().max_pending  # same default

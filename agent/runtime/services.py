@@ -1,0 +1,124 @@
+"""What a job runtime needs from its agent, as narrow protocols (one per concern).
+
+Contract: a :class:`~agent.runtime.job.JobRuntime` is constructed with these services, never
+with the whole :class:`~agent.runtime.agent.Agent`, which implements them (the spawner is the
+agent's :class:`~overlay.tasks.BackgroundTasks`). Each protocol lists exactly what the runtime
+uses, so what a job can reach of its agent is visible here and a test can fake one concern
+without the others:
+
+* :class:`NetworkService` — this agent's place on the network: node id, its job trees
+  (:class:`JobTrees`, satisfied by :class:`srt.TreeManager`), its data-plane URL and client,
+  its overlay neighbours and the data-plane URL of another agent.
+* :class:`JobTableService` — the replicated job table: publish a changed spec (through the
+  jobs-tree root), announce an entry to every agent, record an entry this agent already runs,
+  and the tree-0 id of a job known by its appId.
+* :class:`InputService` — the agent's inputs: their names and timestamp fields, a read-now
+  (between ticks), and where a restarted agent resumes a job (durable offsets).
+* :class:`Spawner` — background tasks whose failures are counted and logged, cancelled when
+  the agent stops.
+
+This module imports no runtime module (only types of the layers below), so it sits at the
+bottom of ``agent.runtime`` and closes no import cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from agent.jobs.spec import JobSpec
+    from agent.jobs.table import JobEntry
+    from overlay import NodeInfo
+    from srt import DataPlaneClient, MulticastResult, TreeView
+
+
+class JobTrees(Protocol):
+    """The tree operations a job uses (implemented by :class:`srt.TreeManager`)."""
+
+    def view(self, tree_id: int) -> TreeView | None: ...
+    async def join(self, tree_id: int, *, job: str, subscriber: bool = True) -> TreeView: ...
+    async def leave(self, tree_id: int) -> None: ...
+    async def multicast(
+        self, tree_id: int, message: dict, *, timeout: float = 5.0
+    ) -> MulticastResult: ...
+    async def query(self, tree_id: int, message: dict, *, timeout: float = 5.0) -> dict: ...
+
+
+class NetworkService(Protocol):
+    """This agent's node id, job trees and data plane (implemented by the Agent)."""
+
+    @property
+    def node_id(self) -> int:
+        """This agent's overlay id."""
+        ...
+
+    @property
+    def trees(self) -> JobTrees | None:
+        """The tree manager; None before the agent started."""
+        ...
+
+    @property
+    def data_url(self) -> str:
+        """This agent's data-plane URL (where children and late contributions post)."""
+        ...
+
+    @property
+    def client(self) -> DataPlaneClient:
+        """The authenticated data-plane client (shared by every job of the agent)."""
+        ...
+
+    def neighbours(self) -> list[NodeInfo]:
+        """The overlay leaf set: the live agents closest to this one."""
+        ...
+
+    async def data_url_of(self, node: NodeInfo | int) -> str:
+        """Another agent's data-plane URL, asked over the overlay (``agent.where``)."""
+        ...
+
+
+class JobTableService(Protocol):
+    """The replicated job table, as a running job changes and reads it (the Agent)."""
+
+    async def publish_spec(self, spec: JobSpec, *, base_version: int) -> int:
+        """Record a running job's new spec at the jobs-tree root; returns its version."""
+        ...
+
+    async def announce_entry(self, name: str) -> None:
+        """Have the jobs-tree root multicast a job's current entry to every agent."""
+        ...
+
+    def record_entry(self, entry: JobEntry) -> None:
+        """Note in the local table an entry this agent already runs (no start, no stop)."""
+        ...
+
+    def master_tree(self, app: int) -> int:
+        """The tree-0 id of the job whose appId is ``app`` (``app`` itself if unknown)."""
+        ...
+
+
+class InputService(Protocol):
+    """The agent's inputs, as a job reads them (the Agent)."""
+
+    def input_names(self) -> set[str]:
+        """Every input this agent has."""
+        ...
+
+    def timestamp_field(self, input_name: str) -> str:
+        """The record field holding event time in ``input_name``'s records."""
+        ...
+
+    def tick_now(self, inputs: Sequence[str]) -> None:
+        """Read ``inputs`` and feed the jobs reading them now, between two ticks."""
+        ...
+
+    def resume_spec(self, spec: JobSpec) -> JobSpec:
+        """``spec`` moved past the epochs this agent already passed on before a restart."""
+        ...
+
+
+class Spawner(Protocol):
+    """Runs background work; a failure is counted and logged, never lost
+    (:class:`overlay.tasks.BackgroundTasks`)."""
+
+    def spawn(self, coro: Awaitable[Any], what: str = "task") -> Any: ...

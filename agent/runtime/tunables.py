@@ -1,0 +1,52 @@
+"""Tunables of the agent runtime (timings and bounds), with the defaults production runs use.
+
+Contract: :class:`RuntimeTunables` is a frozen dataclass validated on construction (every
+timing a positive finite number of seconds, every count a positive integer; a bad value raises
+:class:`ValueError` naming the field). ``AgentConfig.runtime`` holds one, read from the TOML
+config's ``[runtime]`` table (``agent/config.py``); tests pass other values with
+``dataclasses.replace``. The agent hands each value to the component that uses it: the
+:class:`~agent.runtime.agent.Agent` (tick, resync, jobs-tree queries, placement), each
+:class:`~agent.runtime.job.JobRuntime` (multicasts, master lookups, late contributions), the
+lake sink (flush on stop) and the :class:`~agent.runtime.offsets.OffsetKeeper`.
+
+This module imports nothing of the project, so the config can nest it without a cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeTunables:
+    """Timings (seconds) and bounds of one agent's runtime."""
+
+    # ---- the agent (agent/runtime/agent.py)
+    tick_seconds: float = 0.1  # inputs are polled (and jobs fed) at least this often
+    resync_seconds: float = 10.0  # anti-entropy: the job table is re-fetched this often
+    resync_fanout: int = 2  # children a new jobs-tree root pulls the table from
+    query_timeout: float = 10.0  # a query to the jobs-tree root or a job's master
+    placement_choices: int = 2  # candidate tree ids per job ("power of two choices")
+    # ---- one job (agent/runtime/job.py)
+    multicast_timeout: float = 5.0  # a master's multicast down a job tree
+    master_url_ttl: float = 5.0  # a master's data-plane URL is reused this long
+    late_attempts: int = 12  # tries to deliver a late contribution (~20 s with back-off)
+    # ---- the lake sink (agent/runtime/lake_sink.py)
+    stop_flush_seconds: float = 10.0  # a stopping job waits this long for its rollups
+    # ---- durable offsets (agent/runtime/offsets.py)
+    max_pending: int = 4096  # noted positions per input awaiting acknowledgement
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", int):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(f"{f.name} must be a positive integer, got {value!r}")
+            elif (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ValueError(f"{f.name} must be a positive number of seconds, got {value!r}")
