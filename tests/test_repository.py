@@ -108,7 +108,7 @@ INNER_LAYERS: dict[str, list[set[str]]] = {
         {"ingest"},  # log lines to records
         {"runtime"},  # the agent and its jobs at run time
         {"server"},  # the process: HTTP API, daemon, local cluster
-        {"api"},  # the job author's facade
+        {"api", "cli_common"},  # the job author's facade; options shared by CLI commands
         {"cli"},  # the `elf` command
     ],
     "srt": [
