@@ -214,3 +214,21 @@ def test_indexed_crawl_heap_matches_kademlia_heap(pushes: list[int], seed: int) 
         assert [n.id for n in ref] == [n.id for n in fast]
         assert all((n in ref) == (n in fast) for n in pool)
         assert [n.id for n in ref.get_uncontacted()] == [n.id for n in fast.get_uncontacted()]
+
+
+def test_every_overlay_exception_derives_from_overlay_error() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import overlay
+    from overlay import OverlayError
+
+    found = []
+    for mod in pkgutil.iter_modules(overlay.__path__):
+        module = importlib.import_module(f"overlay.{mod.name}")
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, BaseException) and cls.__module__.startswith("overlay"):
+                found.append(cls)
+                assert issubclass(cls, OverlayError), cls
+    assert len(found) >= 8  # the API errors, WireError, SimulationStalled
