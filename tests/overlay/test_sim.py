@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(300)
 async def _route_sample(nodes: list[Any], keys: list[int], rng: random.Random, per_key: int):
     live = [n for n in nodes if n.running]
     for n in live:
-        if "t" not in n._apps:
+        if "t" not in n._router.apps:
             n.register("t", Recorder())
     good = 0
     total = 0

@@ -48,7 +48,7 @@ async def test_22_nodes_bootstrap_from_one_seed_and_agree_on_roots() -> None:
             assert {r.node.id for r in results} == {root.id}
             assert all(r.status == "delivered" for r in results)
             assert max(r.hops for r in results) <= 3
-            assert len(root._apps["test"].delivered) >= len(nodes)
+            assert len(root._router.apps["test"].delivered) >= len(nodes)
             # Every node's local next-hop chain ends at the same root (used by tree builders).
             for n in nodes:
                 cur, steps = n, 0
