@@ -332,7 +332,7 @@ class OverlayNode:
         means about k·2¹⁶⁰/d nodes in all."""
         return self._hood.size_estimate()
 
-    def metrics(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         """This node's counters (see "Metrics" in docs/overlay.md): plain, JSON-encodable."""
         snap: dict[str, Any] = self._metrics.snapshot()
         snap["maintenance_msgs_sent"] = sum(snap["sent_msgs"].get(k, 0) for k in MAINTENANCE_TYPES)
