@@ -122,12 +122,12 @@ async def simulate(
     bound = math.ceil(math.log(n, 16))
 
     # maintenance traffic in a steady state (no application traffic)
-    before = sum(x.metrics()["maintenance_msgs_sent"] for x in nodes)
+    before = sum(x.stats()["maintenance_msgs_sent"] for x in nodes)
     t0 = loop.time()
     w0 = time.perf_counter()
     c0 = time.process_time()
     await asyncio.sleep(window)
-    maint = (sum(x.metrics()["maintenance_msgs_sent"] for x in nodes) - before) / n / (
+    maint = (sum(x.stats()["maintenance_msgs_sent"] for x in nodes) - before) / n / (
         loop.time() - t0
     )
     wall_per_virtual_s = (time.perf_counter() - w0) / (loop.time() - t0)

@@ -17,8 +17,9 @@ from overlay.errors import (
     RouteError,
 )
 from overlay.ids import key_for, node_id_for
-from overlay.node import OverlayNode, RouteResult, RoutingApplication
+from overlay.node import OverlayNode
 from overlay.nodeinfo import NodeInfo
+from overlay.router import RouteResult, RoutingApplication
 
 __all__ = [
     "MessageTooLarge",

@@ -1,4 +1,10 @@
-"""Exceptions raised by the overlay's public API. All derive from :class:`OverlayError`."""
+"""Exceptions raised by the overlay's public API. All derive from :class:`OverlayError`.
+
+So do the overlay's other exceptions, defined beside the code that raises them:
+:class:`overlay.wire.WireError` (a rejected datagram, never seen outside the protocol) and
+:class:`overlay.sim.SimulationStalled`. ``except OverlayError`` therefore catches anything
+the overlay raises on purpose.
+"""
 
 from __future__ import annotations
 

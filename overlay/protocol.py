@@ -16,26 +16,27 @@ get/set run unchanged on top of it, but it replaces the whole ``rpcudp`` datagra
 * a missed reply is reported to the failure detector instead of evicting the contact;
 * encoding uses msgpack (never pickle or umsgpack); oversized messages raise
   :class:`overlay.errors.MessageTooLarge` before anything is sent.
+
+The other changes to the package (crawl heap, server) are in :mod:`overlay.kademlia_compat`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
 import inspect
 import logging
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-import kademlia.crawling
-from kademlia.node import Node, NodeHeap
+from kademlia.node import Node
 from kademlia.protocol import KademliaProtocol
 
 from overlay import ids
 from overlay.errors import NotRunning
 from overlay.metrics import Metrics
 from overlay.nodeinfo import NodeInfo
+from overlay.tasks import BackgroundTasks
 from overlay.wire import MSG_ID_SIZE, REQUEST, RESPONSE, Codec, WireError
 
 log = logging.getLogger(__name__)
@@ -46,41 +47,6 @@ TIMEOUT = "timeout"
 DHT_VALUE_TYPES = (int, float, bool, str, bytes)
 
 Handler = Callable[..., Any]
-
-
-class IndexedNodeHeap(NodeHeap):
-    """kademlia's crawl heap with an id set beside it: the package's ``__contains__`` is a
-    linear scan of the heap, so every crawl was quadratic in the candidates it saw (the main
-    cost of a join at thousands of nodes). Same order, same results. Installed as
-    ``kademlia.crawling.NodeHeap`` when this module is imported."""
-
-    def __init__(self, node: Node, maxsize: int) -> None:
-        super().__init__(node, maxsize)
-        self._ids: set[bytes] = set()
-
-    def remove(self, peers: Any) -> None:
-        super().remove(peers)
-        self._ids = {node.id for _, node in self.heap}
-
-    def popleft(self) -> Node | None:
-        node = super().popleft()
-        if node is not None:
-            self._ids.discard(node.id)
-        return node
-
-    def push(self, nodes: Any) -> None:
-        if not isinstance(nodes, list):
-            nodes = [nodes]
-        for node in nodes:
-            if node.id not in self._ids:
-                self._ids.add(node.id)
-                heapq.heappush(self.heap, (self.node.distance_to(node), node))
-
-    def __contains__(self, node: Any) -> bool:
-        return node.id in self._ids
-
-
-kademlia.crawling.NodeHeap = IndexedNodeHeap  # type: ignore[misc]
 
 
 class ProtocolHost(Protocol):
@@ -126,7 +92,9 @@ class OverlayProtocol(KademliaProtocol):
             **handlers,
         }
         self.allowed = frozenset(self._rpcs)
-        self._tasks: dict[asyncio.Task[Any], None] = {}  # dict: deterministic order (sim)
+        # Coroutine handlers still running; their failures are answered as error replies in
+        # _serve, so the helper needs no error hook. close() cancels them.
+        self._tasks = BackgroundTasks()
         self.closed = False
 
     # rpcudp turns any unknown attribute into a remote call; make it an ordinary error.
@@ -177,7 +145,7 @@ class OverlayProtocol(KademliaProtocol):
             self._handler_failed(msg_id, name, sender, exc, addr)
             return
         if inspect.isawaitable(result):
-            self._spawn(self._serve(msg_id, name, result, sender, addr))
+            self._tasks.spawn(self._serve(msg_id, name, result, sender, addr), "rpc " + name)
         else:
             self._reply(msg_id, True, result, addr, name)
 
@@ -258,11 +226,6 @@ class OverlayProtocol(KademliaProtocol):
             if not entry[0].done():
                 entry[0].set_result((TIMEOUT, None))
 
-    def _spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks[task] = None
-        task.add_done_callback(lambda t: self._tasks.pop(t, None))
-
     def close(self) -> None:
         """Stop serving: pending calls time out at once, running handlers are cancelled."""
         self.closed = True
@@ -272,8 +235,7 @@ class OverlayProtocol(KademliaProtocol):
             if not future.done():
                 future.set_result((TIMEOUT, None))
         self._outstanding.clear()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel_all()
 
     # ---- the Kademlia RPCs (served) ----------------------------------------------------------
 

@@ -26,13 +26,15 @@ import zlib
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
+from overlay.errors import OverlayError
 from overlay.wire import Envelope, InProcessCodec
 
 Address = tuple[str, int]
 
 
-class SimulationStalled(RuntimeError):
-    """The virtual loop has nothing left to run but the awaited coroutine is not done."""
+class SimulationStalled(OverlayError, RuntimeError):
+    """The virtual loop has nothing left to run but the awaited coroutine is not done (still a
+    ``RuntimeError``, as asyncio's own "loop stopped" errors are)."""
 
 
 class _VirtualSelector(selectors.BaseSelector):

@@ -41,7 +41,7 @@ from typing import Any
 
 import msgpack
 
-from overlay.errors import MessageTooLarge
+from overlay.errors import MessageTooLarge, OverlayError
 
 VERSION = 1
 REQUEST = 0
@@ -55,8 +55,9 @@ DEFAULT_MAX_DATAGRAM = 8192
 MIN_SECRET = 16
 
 
-class WireError(Exception):
-    """A datagram was rejected; ``reason`` is the metrics drop reason."""
+class WireError(OverlayError):
+    """A datagram was rejected; ``reason`` is the metrics drop reason. Raised by ``decode``
+    only; the protocol counts it and drops the datagram, so it never reaches the API."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)

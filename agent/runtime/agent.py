@@ -715,6 +715,6 @@ class Agent:
             "inputs": {name: src.stats() for name, src in self.inputs.items()},
             "offsets": self.offsets.stats(),
             "counters": dict(self.counters),
-            "overlay": self.overlay.metrics(),
+            "overlay": self.overlay.stats(),
             "data_plane": self.server.metrics(),
         }

@@ -195,7 +195,7 @@ def test_indexed_crawl_heap_matches_kademlia_heap(pushes: list[int], seed: int) 
     (linear-scan) NodeHeap: same members, same order, same pops and removals."""
     from kademlia.node import Node, NodeHeap
 
-    from overlay.protocol import IndexedNodeHeap
+    from overlay.kademlia_compat import IndexedNodeHeap
 
     rng = random.Random(seed)
     me = Node(to_bytes(rng.getrandbits(160)))
@@ -214,3 +214,40 @@ def test_indexed_crawl_heap_matches_kademlia_heap(pushes: list[int], seed: int) 
         assert [n.id for n in ref] == [n.id for n in fast]
         assert all((n in ref) == (n in fast) for n in pool)
         assert [n.id for n in ref.get_uncontacted()] == [n.id for n in fast.get_uncontacted()]
+
+
+def test_kademlia_shim_is_installed_by_start_not_by_import() -> None:
+    """Importing the overlay leaves kademlia alone; install() (what OverlayNode.start calls)
+    swaps in the indexed heap and is idempotent. A fresh interpreter: this one has started
+    nodes already."""
+    import subprocess
+    import sys
+
+    script = (
+        "import kademlia.crawling as kc\n"
+        "import overlay\n"
+        "from overlay import kademlia_compat as k\n"
+        "assert kc.NodeHeap is not k.IndexedNodeHeap, 'patched at import time'\n"
+        "k.install()\n"
+        "k.install()\n"
+        "assert kc.NodeHeap is k.IndexedNodeHeap\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_every_overlay_exception_derives_from_overlay_error() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import overlay
+    from overlay import OverlayError
+
+    found = []
+    for mod in pkgutil.iter_modules(overlay.__path__):
+        module = importlib.import_module(f"overlay.{mod.name}")
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, BaseException) and cls.__module__.startswith("overlay"):
+                found.append(cls)
+                assert issubclass(cls, OverlayError), cls
+    assert len(found) >= 8  # the API errors, WireError, SimulationStalled

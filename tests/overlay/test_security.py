@@ -55,7 +55,7 @@ async def test_bad_datagrams_are_dropped_and_counted() -> None:
         sock.sendto(good.encode(REQUEST, bad_sender), addr)
 
         def drops() -> dict[str, int]:
-            return target.metrics()["drops"]
+            return target.stats()["drops"]
 
         await wait_for(
             lambda: all(
@@ -93,7 +93,7 @@ async def test_nodes_with_another_secret_cannot_join() -> None:
         await intruder.start([nodes[0].info.address])
         assert intruder.contacts() == []
         assert all(intruder.info.id not in {c.id for c in n.contacts()} for n in nodes)
-        assert nodes[0].metrics()["drops"]["bad_mac"] >= 1
+        assert nodes[0].stats()["drops"]["bad_mac"] >= 1
     finally:
         await intruder.stop()
         await stop_all(nodes)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(300)
 async def _route_sample(nodes: list[Any], keys: list[int], rng: random.Random, per_key: int):
     live = [n for n in nodes if n.running]
     for n in live:
-        if "t" not in n._apps:
+        if "t" not in n._router.apps:
             n.register("t", Recorder())
     good = 0
     total = 0
@@ -47,7 +47,7 @@ def _scenario(seed: int, n: int) -> dict[str, Any]:
             "ratio": ratio,
             "hops": hops,
             "delivered": net.delivered,
-            "sent": [n.metrics()["sent_msgs"] for n in nodes],
+            "sent": [n.stats()["sent_msgs"] for n in nodes],
             "time": asyncio.get_running_loop().time(),
         }
 
@@ -133,10 +133,10 @@ def test_maintenance_traffic_is_under_ten_messages_per_node_per_second() -> None
         nodes = await start_cluster(net, 100, SECRET, tunables=Tunables())
         await asyncio.sleep(20)
         loop = asyncio.get_running_loop()
-        before = sum(n.metrics()["maintenance_msgs_sent"] for n in nodes)
+        before = sum(n.stats()["maintenance_msgs_sent"] for n in nodes)
         t0 = loop.time()
         await asyncio.sleep(30)
-        after = sum(n.metrics()["maintenance_msgs_sent"] for n in nodes)
+        after = sum(n.stats()["maintenance_msgs_sent"] for n in nodes)
         rate = (after - before) / len(nodes) / (loop.time() - t0)
         for n in nodes:
             await n.stop()
@@ -156,9 +156,9 @@ def test_simulated_datagrams_from_another_cluster_are_dropped() -> None:
         await a.start()
         b = OverlayNode(b"another-cluster-secret-0123", host="10.0.0.2", port=7000, network=net)
         await b.start([a.info.address])
-        assert a.metrics()["drops"].get("bad_mac", 0) >= 1
+        assert a.stats()["drops"].get("bad_mac", 0) >= 1
         assert not a.contacts() and not b.contacts()
-        assert a.metrics()["sent_msgs"] == {}
+        assert a.stats()["sent_msgs"] == {}
         await a.stop()
         await b.stop()
 

@@ -48,7 +48,7 @@ async def test_22_nodes_bootstrap_from_one_seed_and_agree_on_roots() -> None:
             assert {r.node.id for r in results} == {root.id}
             assert all(r.status == "delivered" for r in results)
             assert max(r.hops for r in results) <= 3
-            assert len(root._apps["test"].delivered) >= len(nodes)
+            assert len(root._router.apps["test"].delivered) >= len(nodes)
             # Every node's local next-hop chain ends at the same root (used by tree builders).
             for n in nodes:
                 cur, steps = n, 0
@@ -94,7 +94,7 @@ async def test_forward_upcall_can_change_and_stop_messages() -> None:
         if res.hops:
             with pytest.raises(RouteError, match="deliver raised RuntimeError"):
                 await origin.route("s", key, {}, timeout=3)
-            assert root.metrics()["drops"]["upcall_error"] == 1
+            assert root.stats()["drops"]["upcall_error"] == 1
     finally:
         await stop_all(nodes)
 
@@ -122,7 +122,7 @@ async def test_direct_requests_replies_errors_and_size_limit() -> None:
             await a.request(b.info, "boom", {})
         with pytest.raises(MessageTooLarge):
             await a.request(b.info, "echo", {"x": b"z" * 9000})
-        assert b.metrics()["drops"].get("handler_error", 0) >= 2
+        assert b.stats()["drops"].get("handler_error", 0) >= 2
         with pytest.raises(AttributeError):
             a.protocol.fnd_node  # noqa: B018 - rpcudp would have made this a remote call
         dead = OverlayNode(SECRET, tunables=FAST)
@@ -176,7 +176,7 @@ async def test_graceful_leave_is_immediate() -> None:
         await wait_for(
             lambda: all(leaver.id not in {c.id for c in n.contacts()} for n in rest), 2
         )
-        assert sum(n.metrics()["events"].get("nodes_left", 0) for n in rest) >= 1
+        assert sum(n.stats()["events"].get("nodes_left", 0) for n in rest) >= 1
     finally:
         await stop_all(nodes)
 

@@ -1,0 +1,302 @@
+"""Failure detection: who is alive, as one node sees it (the I/O around :mod:`overlay.membership`).
+
+Contract:
+
+* **Learning.** Every authenticated message teaches its sender (``direct``); ``find_node``
+  replies teach second-hand news, ignored for known or tombstoned nodes. A node is tracked only
+  if it would enter the :class:`~overlay.neighbourhood.Neighbourhood` (leaf set or table); a
+  contact that the table evicts and the leaf set does not hold is forgotten again.
+* **Probes and suspicion.** Each :meth:`FailureDetector.tick` (every ``probe_interval``) pings
+  one watched contact (leaf set ∪ designated entries, round-robin in a shuffled order) and
+  every suspected one. After ``misses_before_suspect`` consecutive missed replies — probes,
+  routed hops or requests, reported through :meth:`on_missed_reply` — a node is suspected and
+  leaves routing at once; any reply (:meth:`on_reply_from`) revives it.
+* **Failure.** Suspected for ``fail_timeout`` → declared failed: removed everywhere (kademlia's
+  k-buckets included), tombstoned, put on the failed list, ``failed`` fires. A ``leave`` RPC
+  does the same without the failed list.
+* **Rumours.** Every removal is piggybacked on the next pings and pongs; a received rumour
+  removes the node unless this node heard from it lately (:class:`Membership` decides).
+* **The failed list.** Failed nodes are re-pinged now and then (:meth:`rejoin`, also the
+  bootstrap addresses while this node knows nobody): after a partition heals each side finds
+  the other again this way; an answer revives the node and asks it for our neighbourhood.
+
+The detector owns the :class:`Membership` state, the probe order and the failed list. It
+reaches the network only through the ``call`` callable and the :class:`Contacts` it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from overlay import ids
+from overlay.config import Tunables
+from overlay.membership import FAILED, LEFT, Membership
+from overlay.metrics import Metrics
+from overlay.neighbourhood import Neighbourhood
+from overlay.nodeinfo import NodeInfo
+from overlay.ports import Address, Call, Contacts, Spawn
+from overlay.protocol import OK, TIMEOUT
+
+log = logging.getLogger(__name__)
+
+RUMOURS_PER_MESSAGE = 32  # read at most this many rumours from one ping or pong
+
+Event = Callable[[NodeInfo], None]
+
+
+class FailureDetector:
+    """Membership and failure detection of the node ``me``; see the module docstring.
+
+    ``running()`` says whether the node runs, ``call(address, name, args, timeout)`` sends one
+    RPC (resolving to ``(status, result)``), ``spawn(coro, what)`` runs a background task the
+    node owns, ``joined(info)``/``failed(info)`` tell the node's listeners, ``rng`` is the
+    node's seeded random source (shared, so the simulator's runs repeat) and ``bootstrap`` the
+    addresses to try again when this node knows nobody."""
+
+    def __init__(
+        self,
+        me: NodeInfo,
+        tunables: Tunables,
+        metrics: Metrics,
+        hood: Neighbourhood,
+        contacts: Contacts,
+        *,
+        call: Call,
+        running: Callable[[], bool],
+        spawn: Spawn,
+        joined: Event,
+        failed: Event,
+        rng: random.Random,
+        bootstrap: list[Address],
+    ) -> None:
+        self._me = me
+        self._t = tunables
+        self._metrics = metrics
+        self._hood = hood
+        self._contacts = contacts
+        self._call = call
+        self._running = running
+        self._spawn = spawn
+        self._joined = joined
+        self._failed = failed
+        self._rng = rng
+        self._bootstrap = bootstrap
+        self.membership = Membership(me.id, tunables)
+        self._probe_queue: list[int] = []
+        # Failed nodes, re-pinged now and then: after a partition heals each side finds the
+        # other again this way (tombstones stop second-hand news of them meanwhile).
+        self._graveyard: OrderedDict[int, tuple[NodeInfo, float]] = OrderedDict()
+
+    # ---- learning ------------------------------------------------------------------------------
+
+    def learn(self, info: NodeInfo, direct: bool) -> None:
+        """``info`` spoke to us (``direct``) or was mentioned by another node."""
+        if not self._running():
+            return
+        membership = self.membership
+        if not direct and info.id in membership.peers:
+            return  # second-hand news of a known peer changes nothing (Membership.learn)
+        if membership.get(info.id) is None and not self._hood.wanted(
+            info, direct, membership.tombstones
+        ):
+            return  # would not enter any table: not worth tracking
+        change = membership.learn(info, _now(), direct)
+        if change is None:
+            return
+        self._admit(info)
+        if change == "new" and info.id in membership.peers:
+            self._metrics.event("nodes_joined")
+            self._joined(info)
+
+    def _admit(self, info: NodeInfo) -> None:
+        kept, dropped = self._hood.admit(info)
+        if dropped is not None:
+            self._forget(dropped)
+        if kept:
+            self._contacts.welcome(info)
+            self._probe_queue.clear()  # the watched set changed
+        else:
+            self._forget(info)
+
+    def _forget(self, info: NodeInfo) -> None:
+        self.membership.peers.pop(info.id, None)
+        self._contacts.remove(info)
+
+    # ---- replies and silences ------------------------------------------------------------------
+
+    def on_reply_from(self, node_id: int) -> None:
+        """``node_id`` answered a request of ours: a suspected node is revived."""
+        state = self.membership.get(node_id)
+        if state is not None and self.membership.heard(node_id, _now()):
+            self._metrics.event("nodes_revived")
+            self._admit(state.info)
+
+    def on_missed_reply(self, node_id: int) -> None:
+        """``node_id`` did not answer in time: enough misses in a row make it suspected."""
+        if self.membership.missed(node_id, _now()):
+            state = self.membership.get(node_id)
+            if state is not None:
+                self._metrics.event("nodes_suspected")
+                self._hood.retire(state.info.id)
+                self._probe_queue.clear()
+
+    def _declare_failed(self, node_id: int, kind: str) -> None:
+        if self.membership.get(node_id) is None:
+            return
+        state = self.membership.remove(node_id, _now(), kind)
+        assert state is not None
+        info = state.info
+        self._hood.retire(info.id)
+        self._contacts.remove(info)
+        self._probe_queue.clear()
+        if kind == FAILED:
+            self._bury(info)
+        self._metrics.event("nodes_failed" if kind == FAILED else "nodes_left")
+        self._failed(info)
+
+    # ---- pings, leaves and rumours -------------------------------------------------------------
+
+    async def ping_address(self, addr: Address) -> NodeInfo | None:
+        """Bootstrap ping: learn who listens at ``addr`` (``None``: nobody answered)."""
+        t = self._t
+        for _ in range(t.request_retries + 1):
+            status, result = await self._call(
+                addr, "ping", [self.membership.take_rumours()], t.request_timeout
+            )
+            if status == OK:
+                try:
+                    info = NodeInfo.from_wire(result[0])
+                except (ValueError, TypeError, IndexError):
+                    self._metrics.drop("malformed_reply")
+                    return None
+                self.learn(info, direct=True)
+                self._apply_rumours(result[1] if len(result) > 1 else [])
+                return info
+        return None
+
+    def serve_ping(self, sender: NodeInfo, rumours: Any) -> list[Any]:
+        """The ``ping`` RPC: take the sender's rumours, answer with ours."""
+        self._apply_rumours(rumours)
+        return [self._me.to_wire(), self.membership.take_rumours()]
+
+    def serve_leave(self, sender: NodeInfo) -> bool:
+        """The ``leave`` RPC: the sender is going away gracefully."""
+        self._declare_failed(sender.id, LEFT)
+        return True
+
+    def _apply_rumours(self, rumours: Any) -> None:
+        if not isinstance(rumours, list):
+            return
+        now = _now()
+        for item in rumours[:RUMOURS_PER_MESSAGE]:
+            try:
+                kind, raw = item
+                node_id = ids.from_bytes(raw)
+            except (TypeError, ValueError):
+                self._metrics.drop("malformed_rumour")
+                continue
+            if kind not in (FAILED, LEFT):
+                continue
+            state = self.membership.get(node_id)
+            if self.membership.accept_rumour(kind, node_id, now) and state is not None:
+                self._metrics.event("rumours_applied")
+                self._hood.retire(state.info.id)
+                self._contacts.remove(state.info)
+                self._probe_queue.clear()
+                if kind == FAILED:
+                    self._bury(state.info)
+                self._failed(state.info)
+
+    # ---- the failed list -----------------------------------------------------------------------
+
+    def _bury(self, info: NodeInfo) -> None:
+        self._graveyard.pop(info.id, None)
+        self._graveyard[info.id] = (info, _now())
+        while len(self._graveyard) > self._t.graveyard_size:
+            self._graveyard.popitem(last=False)
+
+    async def rejoin(self) -> None:
+        """Re-ping a few failed nodes (and the bootstrap addresses if we know nobody); any
+        answer revives the node directly and we ask it for our neighbourhood."""
+        t = self._t
+        now = _now()
+        for node_id in [i for i, (_, at) in self._graveyard.items() if now - at > t.graveyard_ttl]:
+            del self._graveyard[node_id]
+        targets = [info.address for info, _ in self._graveyard.values()]
+        if not self._hood.contacts():
+            targets.extend(self._bootstrap)
+        if not targets:
+            return
+        picks = self._rng.sample(targets, min(t.rejoin_batch, len(targets)))
+        for addr in picks:
+            status, result = await self._call(
+                addr, "ping", [self.membership.take_rumours()], t.probe_timeout
+            )
+            if status != OK:
+                continue
+            try:
+                info = NodeInfo.from_wire(result[0])
+            except (ValueError, TypeError, IndexError):
+                continue
+            self._graveyard.pop(info.id, None)
+            self.learn(info, direct=True)
+            self._metrics.event("rejoined")
+            if info.id in self.membership.peers:
+                await self._contacts.find_node(info, self._me.id)
+
+    # ---- probing -------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """One round of detection: declare overdue suspects failed, probe every suspect and
+        the next watched contact, now and then prune old tombstones."""
+        now = _now()
+        for node_id in self.membership.due_failures(now):
+            self._declare_failed(node_id, FAILED)
+        for info in self.membership.suspected():
+            self._spawn(self._probe(info), "probe")
+        if not self._probe_queue:
+            self._probe_queue = self._probe_order()
+        while self._probe_queue:
+            node_id = self._probe_queue.pop()
+            state = self.membership.get(node_id)
+            if state is not None and state.suspected_since is None:
+                self._spawn(self._probe(state.info), "probe")
+                break
+        if self._rng.random() < 0.05:
+            self.membership.prune_tombstones(now)
+
+    def suspected_count(self) -> int:
+        return len(self.membership.suspected())
+
+    def _probe_order(self) -> list[int]:
+        order = [n.id for n in self._hood.watched()]
+        self._rng.shuffle(order)
+        return order
+
+    async def _probe(self, info: NodeInfo) -> None:
+        """Probe until a reply or until the peer is suspected (misses are consecutive)."""
+        t = self._t
+        for _ in range(t.misses_before_suspect):
+            if not self._running() or self.membership.get(info.id) is None:
+                return
+            status, result = await self._call(
+                info.address, "ping", [self.membership.take_rumours()], t.probe_timeout
+            )
+            if status != TIMEOUT:
+                self.on_reply_from(info.id)
+                if status == OK and isinstance(result, list) and len(result) == 2:
+                    self._apply_rumours(result[1])
+                return
+            self.on_missed_reply(info.id)
+            if self.membership.is_suspected(info.id):
+                return
+
+
+def _now() -> float:
+    """The event loop's clock (virtual in the simulator)."""
+    return asyncio.get_running_loop().time()
