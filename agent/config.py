@@ -34,7 +34,7 @@ Example file::
     probe_interval = 0.5
 
     [runtime]                  # agent runtime timings and bounds (defaults shown),
-    tick_seconds = 0.1         # see agent.runtime.tunables.RuntimeTunables
+    tick_seconds = 0.1         # see agent.tunables.RuntimeTunables
     resync_seconds = 10.0      # job-table anti-entropy period
     resync_fanout = 2          # children a new jobs-tree root pulls the table from
     query_timeout = 10.0       # queries to the jobs-tree root and to a job's master
@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
-from agent.runtime.tunables import RuntimeTunables
+from agent.tunables import RuntimeTunables
 from overlay import Tunables
 
 MIN_SECRET_BYTES = 16

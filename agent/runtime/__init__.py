@@ -5,6 +5,7 @@
 protocols a job runtime is given instead of the agent), ``worker`` and ``clock`` (pure state:
 records to per-epoch snapshots on event time), ``results`` (a master's stored epochs),
 ``offsets`` (file offsets persisted once acknowledged), ``lake_sink`` (epochs to the Parquet
-lake), ``parallel`` (a file replayed through a worker on several cores) and ``tunables``
-(the runtime's timings and bounds, ``[runtime]`` in the agent config).
+lake), ``http_api`` (the user HTTP API the agent serves, given an ``AgentFacade``) and
+``parallel`` (a file replayed through a worker on several cores). The runtime's timings and
+bounds are :class:`agent.tunables.RuntimeTunables` (``[runtime]`` in the agent config).
 """

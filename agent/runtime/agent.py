@@ -16,7 +16,7 @@ The agent implements the services a job runtime is given (``agent/runtime/servic
 network and trees, job table, inputs) and owns the background tasks they spawn
 (:class:`~overlay.tasks.BackgroundTasks`: a failed task is counted as ``task_failed:<what>``
 and logged, every task is cancelled on stop). Its timings come from ``config.runtime``
-(:class:`~agent.runtime.tunables.RuntimeTunables`).
+(:class:`~agent.tunables.RuntimeTunables`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
 from agent.runtime.job import JobRuntime
 from agent.runtime.lake_sink import lake_target
 from agent.runtime.offsets import OffsetKeeper
-from agent.server.http_api import HttpApi
+from agent.runtime.http_api import HttpApi
 from cbt import Snapshot, SnapshotError
 from overlay import NodeInfo, OverlayNode, key_for
 from overlay.tasks import BackgroundTasks

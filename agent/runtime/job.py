@@ -20,7 +20,7 @@ Contract (see ``docs/agent-runtime.md``):
 
 A runtime reaches its agent only through the narrow services of ``agent/runtime/services.py``
 (network and trees, job table, inputs, background tasks) and reads its timings from
-:class:`~agent.runtime.tunables.RuntimeTunables`; the agent passes both in.
+:class:`~agent.tunables.RuntimeTunables`; the agent passes both in.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from agent.runtime.lake_sink import LakeTarget, sink_for
 from agent.runtime.offsets import TreeOutflow
 from agent.runtime.results import ResultStore
 from agent.runtime.services import InputService, JobTableService, NetworkService, Spawner
-from agent.runtime.tunables import RuntimeTunables
 from agent.runtime.worker import Worker
+from agent.tunables import RuntimeTunables
 from cbt import Snapshot
 from srt import DataPlaneError, EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
 from srt.dataplane.operators import level_operator_for

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from agent.runtime.tunables import RuntimeTunables
+from agent.tunables import RuntimeTunables
 
 if TYPE_CHECKING:  # spark_sink (pyarrow) is imported only when a lake is configured
     from agent.jobs.job import Job

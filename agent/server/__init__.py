@@ -1,6 +1,7 @@
-"""The agent as a process: HTTP API, daemon entry point and a local multi-process cluster.
+"""The agent as a process: the daemon entry point and a local multi-process cluster.
 
-``http_api`` (the user API over aiohttp, given an :class:`AgentFacade`), ``daemon`` (the
-``elf agent`` process: configuration, agents, signals) and ``cluster`` (``elf cluster``: a
-local cluster of real agent processes, used by the demo and the tests).
+``daemon`` (the ``elf agent`` process: configuration, logical agents, signals) and
+``cluster`` (``elf cluster``: a local cluster of real agent processes, used by the demo, the
+tests and the benchmarks). The HTTP API is not here: the :class:`~agent.runtime.agent.Agent`
+serves it, so it lives in :mod:`agent.runtime.http_api`, below the process shell.
 """

@@ -19,7 +19,7 @@ from agent.jobs.table import RUNNING, JobEntry
 from agent.runtime.agent import Agent, load_job_classes
 from agent.runtime.job import JobRuntime
 from agent.runtime.offsets import TreeOutflow, acknowledged_epoch
-from agent.runtime.tunables import RuntimeTunables
+from agent.tunables import RuntimeTunables
 from srt import DataPlaneClient
 
 SECRET = "s" * 32
