@@ -42,10 +42,10 @@ from agent.jobs.changes import parse_change
 from agent.jobs.job import load_entry_points, maybe_await, parse_spec
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
+from agent.runtime.http_api import HttpApi
 from agent.runtime.job import JobRuntime
 from agent.runtime.lake_sink import lake_target
 from agent.runtime.offsets import OffsetKeeper
-from agent.runtime.http_api import HttpApi
 from cbt import Snapshot, SnapshotError
 from overlay import NodeInfo, OverlayNode, key_for
 from overlay.tasks import BackgroundTasks
