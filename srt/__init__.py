@@ -20,6 +20,7 @@ from srt.errors import DataPlaneError as DataPlaneError
 from srt.errors import Reject as Reject
 from srt.errors import RetryLater as RetryLater
 from srt.errors import SnapshotNameError as SnapshotNameError
+from srt.errors import SRTError as SRTError
 
 # isort: split
 # Trees: formation, maintenance, multicast and cross-job queries (docs/srt-trees.md).
