@@ -12,9 +12,9 @@ from srt.dataplane import DataPlaneServer as DataPlaneServer
 from srt.dataplane import SnapshotName as SnapshotName
 from srt.dataplane.barrier import EpochCombiner as EpochCombiner
 from srt.dataplane.barrier import snapshot_handler as snapshot_handler
-from srt.dataplane.operators import GroupBy as GroupBy
+from srt.dataplane.operators import GroupByOperator as GroupByOperator
 from srt.dataplane.operators import LevelOperator as LevelOperator
-from srt.dataplane.operators import TopK as TopK
+from srt.dataplane.operators import TopKOperator as TopKOperator
 from srt.dataplane.upstream import UpstreamSender as UpstreamSender
 from srt.errors import DataPlaneError as DataPlaneError
 from srt.errors import Reject as Reject
