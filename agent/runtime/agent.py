@@ -677,5 +677,5 @@ class Agent:
             "offsets": self.offsets.stats(),
             "counters": dict(self.counters),
             "overlay": self.overlay.metrics(),
-            "data_plane": self.server.metrics(),
+            "data_plane": self.server.stats(),
         }

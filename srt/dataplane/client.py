@@ -79,7 +79,7 @@ class DataPlaneClient:
             session, self._session = self._session, None
             await session.close()
 
-    def metrics(self) -> dict:
+    def stats(self) -> dict:
         """Counters: requests, acknowledgements by kind, resends (422), retries, failures."""
         return dict(self._counts)
 

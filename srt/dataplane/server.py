@@ -7,7 +7,7 @@ digest (422 ``corrupt``: damaged in transit, the client resends) and the replay 
 ``replay``) before any handler runs. A snapshot handler returns ``"merged"``, ``"duplicate"`` or
 ``"stale"``; raising :class:`cbt.SnapshotError` answers 422 ``corrupt`` (the client resends),
 :class:`srt.errors.Reject` answers its status, anything else 500 ``handler_error``. Every
-rejection is counted in :meth:`DataPlaneServer.metrics` by reason; no request can stop the
+rejection is counted in :meth:`DataPlaneServer.stats` by reason; no request can stop the
 server. Routes can be added before or after :meth:`start`.
 """
 
@@ -110,7 +110,7 @@ class DataPlaneServer:
             runner, self._runner = self._runner, None
             await runner.cleanup()
 
-    def metrics(self) -> dict:
+    def stats(self) -> dict:
         """Counters: requests, bytes received, results by kind, rejections by reason."""
         return {
             "requests": self._requests,

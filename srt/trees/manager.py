@@ -24,7 +24,7 @@ Contract (one manager per agent; details and the loop-freedom argument in docs/s
   ``stop()`` hands every tree over: children are moved to this node's parent (or, at a root,
   to the closest other node, told to take over) and the parent is told the node left.
 * Network input is validated (``srt.trees.wire``); malformed messages are counted in
-  ``metrics()["bad_input"]`` and answered with an error, never crash the node.
+  ``stats()["bad_input"]`` and answered with an error, never crash the node.
 
 Multicast (:mod:`srt.trees.multicast`) and cross-job queries (:mod:`srt.trees.query`) are parts of
 the
@@ -143,7 +143,7 @@ class TreeManager:
         self._stopping = False
         self._rng = random.Random()
         self._lag = 0.0  # recent event-loop lag (s), widens heartbeat timeouts
-        self.stats: Counter[str] = Counter()
+        self.events: Counter[str] = Counter()
         self.bad_input: Counter[str] = Counter()
         self._mc = Multicaster(self)
         self._query = QueryService(self)
@@ -264,7 +264,7 @@ class TreeManager:
         """Route ``message`` to the root of ``tree_id``; return its handler's reply."""
         return await self._query.query(tree_id, message, timeout=timeout)
 
-    def metrics(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         states = Counter(t.state for t in self._trees.values())
         return {
             "trees": len(self._trees),
@@ -273,7 +273,7 @@ class TreeManager:
             "joining": states[JOINING],
             "children": sum(len(t.children) for t in self._trees.values()),
             "loop_lag_s": round(self._lag, 4),
-            "events": dict(self.stats),
+            "events": dict(self.events),
             "bad_input": dict(self.bad_input),
         }
 
@@ -310,7 +310,7 @@ class TreeManager:
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            self.stats["task_errors"] += 1
+            self.events["task_errors"] += 1
             log.warning("tree task failed: %r", task.exception())
 
     def _fire(self, method: str, *args: Any) -> None:
@@ -321,7 +321,7 @@ class TreeManager:
             try:
                 fn(*args)
             except Exception:
-                self.stats["listener_errors"] += 1
+                self.events["listener_errors"] += 1
                 log.exception("tree listener %s failed", method)
 
     def _guard(self, kind: str, fn: Callable[[Any, NodeInfo], Any]) -> Callable[..., Any]:
@@ -365,7 +365,7 @@ class TreeManager:
         node can never adopt itself or any of its ancestors)."""
         me = self.me.id
         if child.id == me or self._dist(child.id, tree_id) <= self._dist(me, tree_id):
-            self.stats["loops_refused"] += 1
+            self.events["loops_refused"] += 1
             raise LoopRefused(
                 f"refusing child {child} for tree {tree_id:040x}: it is not farther from the "
                 "tree id than this node (parents must be strictly closer)"
@@ -379,7 +379,7 @@ class TreeManager:
             tree.child_urls[child.id] = url
         tree.child_seen[child.id] = self._now()
         if not known:
-            self.stats["children_added"] += 1
+            self.events["children_added"] += 1
             self._fire("tree_child_added", tree.tree_id, child)
 
     def _remove_child(self, tree: _Tree, child_id: int, reason: str) -> None:
@@ -387,13 +387,13 @@ class TreeManager:
             return
         tree.child_urls.pop(child_id, None)
         tree.child_seen.pop(child_id, None)
-        self.stats[f"children_{reason}"] += 1
+        self.events[f"children_{reason}"] += 1
         self._fire("tree_child_removed", tree.tree_id, child_id, reason)
 
     def _set_parent(self, tree: _Tree, parent: NodeInfo, jid: bytes | None) -> None:
         """Take ``parent`` (strictly closer, by the invariant) as this node's parent."""
         if self._dist(parent.id, tree.tree_id) >= self._dist(self.me.id, tree.tree_id):
-            self.stats["loops_refused"] += 1
+            self.events["loops_refused"] += 1
             raise LoopRefused(f"next hop {parent} is not closer to the tree id")
         if parent.id in tree.children:  # cannot happen with the invariant; belt and braces
             self._remove_child(tree, parent.id, "moved")
@@ -439,7 +439,7 @@ class TreeManager:
         tree.touched = self._now()
         tree.own_jid = None
         tree.backoff = 0.0
-        self.stats["became_root"] += 1
+        self.events["became_root"] += 1
         tree.announced_root = True
         if old is not None:  # we were attached below someone: tell them we moved
             self._spawn(self._tell_leave(old, tree.tree_id, "moved"))
@@ -449,7 +449,7 @@ class TreeManager:
         """Lose the parent and join again (children are kept)."""
         if self._trees.get(tree.tree_id) is not tree or self._stopping:
             return
-        self.stats["rejoins"] += 1
+        self.events["rejoins"] += 1
         log.debug("re-joining tree %x: %s", tree.tree_id, why)
         self._lose_parent(tree)
         tree.state = JOINING
@@ -483,11 +483,11 @@ class TreeManager:
         if tree.own_jid is not None:
             tree.old_jids.append(tree.own_jid)
         tree.own_jid = jid
-        self.stats["join_attempts"] += 1
+        self.events["join_attempts"] += 1
         try:
             await self.overlay.route(w.APP, tree.tree_id, w.join_message(tree.job, jid))
         except (OverlayError, TreeError) as exc:
-            self.stats["join_failures"] += 1
+            self.events["join_failures"] += 1
             log.info("JOIN for tree %x failed: %s", tree.tree_id, exc)
             if tree.own_jid == jid and tree.state != ROOT:
                 if tree.parent is not None:  # it may have adopted us before the route failed
@@ -511,7 +511,7 @@ class TreeManager:
         return tree.state != JOINING
 
     async def _announce_demotion(self, tree: _Tree) -> None:
-        self.stats["handovers"] += 1
+        self.events["handovers"] += 1
         new_root = await self.locate_root(tree.tree_id)
         if new_root is not None and new_root.id == self.me.id:
             new_root = None
@@ -555,7 +555,7 @@ class TreeManager:
         j = self._accept_join(message)
         me = self.me
         if me.id in j.path:
-            self.stats["loops_refused"] += 1
+            self.events["loops_refused"] += 1
             raise LoopRefused(f"JOIN for {key:040x} already passed through {me}")
         tree = self._trees.get(key)
         if j.prev is None:  # our own JOIN, leaving the origin
@@ -570,13 +570,13 @@ class TreeManager:
             tree = self._trees[key] = self._new_tree(key, j.job, False)
             self._adopt(tree, j.prev, j.url)
             self._set_parent(tree, next_hop, j.jid)
-            self.stats["forwarders_created"] += 1
+            self.events["forwarders_created"] += 1
             return self._relay(message, j)
         self._adopt(tree, j.prev, j.url)
         if tree.state == ROOT:  # a closer node exists: hand the master role over
             self._set_parent(tree, next_hop, j.jid)
             return self._relay(message, j)
-        self.stats["joins_stopped"] += 1
+        self.events["joins_stopped"] += 1
         return None  # already on the tree (member or re-joining): stop here (Scribe)
 
     def _check_own(self, tree: _Tree | None, j: w.Join) -> None:
@@ -586,7 +586,7 @@ class TreeManager:
         if tree is not None and tree.own_jid == j.jid:
             return
         if tree is not None and j.jid in tree.old_jids:
-            self.stats["stale_joins"] += 1
+            self.events["stale_joins"] += 1
             raise TreeError("superseded JOIN attempt dropped")
         raise self._reject("join", BadTreeMessage("JOIN without a sender"))
 
@@ -614,7 +614,7 @@ class TreeManager:
             self._check_own(tree, j)
         else:
             if self.me.id in j.path:
-                self.stats["loops_refused"] += 1
+                self.events["loops_refused"] += 1
                 raise LoopRefused(f"JOIN for {key:040x} already passed through {self.me}")
             self._check_child(key, j.prev)
             if tree is None:
@@ -633,7 +633,7 @@ class TreeManager:
             try:
                 self._tick()
             except Exception:
-                self.stats["tick_errors"] += 1
+                self.events["tick_errors"] += 1
                 log.exception("tree maintenance tick failed")
             pause = self.heartbeat_interval * self._rng.uniform(0.9, 1.1)
             started = self._now()
@@ -657,7 +657,7 @@ class TreeManager:
                     self._remove_child(tree, cid, "failed")
             idle = now - tree.touched > self.parent_timeout  # (children may be on their way)
             if not tree.subscriber and not tree.children and not tree.joining and idle:
-                self.stats["pruned"] += 1
+                self.events["pruned"] += 1
                 self._spawn(self._drop_tree(tree))
                 continue
             if tree.state == MEMBER and tree.parent is not None:
@@ -678,21 +678,21 @@ class TreeManager:
 
     async def _heartbeat(self, parent: NodeInfo, trees: list[_Tree]) -> None:
         payload = {"url": self.data_url, "trees": [w.id_bytes(t.tree_id) for t in trees]}
-        self.stats["hb_sent"] += 1
+        self.events["hb_sent"] += 1
         try:
             raw = await self.overlay.request(
                 parent, w.HB, payload, timeout=self.heartbeat_interval, retries=0
             )
             reply = w.parse_hb_reply(raw, len(trees))
         except RemoteError as exc:  # the parent has no tree layer / rejects us: re-join
-            self.stats["hb_rejected"] += 1
+            self.events["hb_rejected"] += 1
             log.info("heartbeat to %s rejected: %s", parent, exc)
             for t in trees:
                 if t.parent is not None and t.parent.id == parent.id:
                     self._rejoin(t, "parent rejected heartbeat")
             return
         except OverlayError:
-            self.stats["hb_missed"] += 1
+            self.events["hb_missed"] += 1
             return
         except BadTreeMessage as exc:
             self.bad_input["hb_reply"] += 1
@@ -709,7 +709,7 @@ class TreeManager:
             if t.tree_id in reply.lost:
                 if self._now() - t.parent_since < self.heartbeat_interval:
                     # the heartbeat may have overtaken the JOIN that makes us its child
-                    self.stats["hb_lost_early"] += 1
+                    self.events["hb_lost_early"] += 1
                     continue
                 self._rejoin(t, "parent does not count us as a child")
             else:
@@ -765,7 +765,7 @@ class TreeManager:
         tree = self._trees.get(tid)
         if tree is None or tree.parent is None or tree.parent.id != sender.id:
             return {"ok": False}
-        self.stats["moved"] += 1
+        self.events["moved"] += 1
         self._note_departure(sender.id)
         if new_parent is None or new_parent.id == self.me.id:
             if new_parent is None:
@@ -795,7 +795,7 @@ class TreeManager:
 
     def _check_parent_candidate(self, tree: _Tree, parent: NodeInfo) -> None:
         if self._dist(parent.id, tree.tree_id) >= self._dist(self.me.id, tree.tree_id):
-            self.stats["loops_refused"] += 1
+            self.events["loops_refused"] += 1
             raise LoopRefused(f"{parent} is not closer to the tree id than this node")
 
     def _serve_adopt(self, payload: Any, sender: NodeInfo) -> dict[str, Any]:

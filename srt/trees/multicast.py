@@ -76,7 +76,7 @@ class Multicaster:
         mid = os.urandom(w.TOKEN_BYTES)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        m.stats["mc_sent"] += 1
+        m.events["mc_sent"] += 1
         reached, missing = await self._run(tree, mid, message, timeout)
         return MulticastResult(reached=reached, elapsed_s=loop.time() - start, missing=missing)
 
@@ -111,7 +111,7 @@ class Multicaster:
                 if inspect.isawaitable(result):
                     await result
             except Exception:
-                self.m.stats["mc_handler_errors"] += 1
+                self.m.events["mc_handler_errors"] += 1
                 log.exception("multicast handler failed")
 
     def _fan_out(
@@ -155,7 +155,7 @@ class Multicaster:
         try:
             reply = await pending
         except OverlayError as exc:
-            self.m.stats["mc_child_missing"] += 1
+            self.m.events["mc_child_missing"] += 1
             log.info("multicast to %s failed: %s", child, exc)
             return None, []
         try:
@@ -187,7 +187,7 @@ class Multicaster:
         if mid in self._seen:
             # A second copy: a retry, or a stale parent that still lists us while we already
             # re-attached elsewhere. Whoever came first counts our subtree; this one adds 0.
-            self.m.stats["mc_duplicates"] += 1
+            self.m.events["mc_duplicates"] += 1
             return {"reached": 0, "missing": []}
         tree = self.m._trees.get(tid)
         if tree is None or self.m._stopping:
@@ -195,6 +195,6 @@ class Multicaster:
         self._seen[mid] = None
         while len(self._seen) > _SEEN:
             self._seen.popitem(last=False)
-        self.m.stats["mc_received"] += 1
+        self.m.events["mc_received"] += 1
         reached, missing = await self._run(tree, mid, message, float(budget))
         return {"reached": reached, "missing": [w.id_bytes(x) for x in missing[:MAX_MISSING]]}

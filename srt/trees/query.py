@@ -58,7 +58,7 @@ class QueryService:
         qid = os.urandom(w.TOKEN_BYTES)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[qid] = fut
-        m.stats["queries_sent"] += 1
+        m.events["queries_sent"] += 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:
@@ -77,7 +77,7 @@ class QueryService:
             try:
                 return await asyncio.wait_for(asyncio.shield(fut), deadline - loop.time())
             except TimeoutError:
-                m.stats["query_timeouts"] += 1
+                m.events["query_timeouts"] += 1
                 raise QueryTimeout(self._timeout_text(tree_id, timeout, "the reply")) from None
         finally:
             self._pending.pop(qid, None)
@@ -98,7 +98,7 @@ class QueryService:
         except BadTreeMessage as exc:
             self.m.bad_input["query"] += 1
             raise exc from None
-        self.m.stats["queries_answered"] += 1
+        self.m.events["queries_answered"] += 1
         self.m._spawn(self._answer(tree_id, qid, origin, body))
 
     async def _answer(self, tree_id: int, qid: bytes, origin: NodeInfo, body: dict) -> None:
@@ -114,7 +114,7 @@ class QueryService:
                     raise TypeError(f"query handler returned {type(result).__name__}, not dict")
                 reply = {"qid": qid, "ok": True, "reply": result}
             except Exception as exc:
-                self.m.stats["query_handler_errors"] += 1
+                self.m.events["query_handler_errors"] += 1
                 log.warning("query handler failed: %r", exc)
                 reply = {"qid": qid, "ok": False, "error": _text(f"handler raised {exc!r}")}
         if origin.id == self.m.me.id:
@@ -142,7 +142,7 @@ class QueryService:
     def _resolve(self, qid: bytes, payload: dict[str, Any], sender: NodeInfo | None = None) -> bool:
         fut = self._pending.get(qid)
         if fut is None or fut.done():
-            self.m.stats["late_query_replies"] += 1
+            self.m.events["late_query_replies"] += 1
             return False
         if payload["ok"] is True:
             fut.set_result(payload["reply"])

@@ -27,7 +27,7 @@ class TreeError(SRTError):
 
 
 class BadTreeMessage(TreeError, ValueError):
-    """A tree message from the network is malformed (counted in ``metrics()["bad_input"]``
+    """A tree message from the network is malformed (counted in ``stats()["bad_input"]``
     and answered with an error; never crashes the node)."""
 
 

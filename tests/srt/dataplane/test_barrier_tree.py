@@ -97,7 +97,7 @@ async def run_tree(operator: LevelOperator, seed: int):
         expected = {e: Counter() for e in range(EPOCHS)}
         for (_, e), words in inputs.items():
             expected[e].update(words)
-        stats = {nid: n.server.metrics() for nid, n in nodes.items()}
+        stats = {nid: n.server.stats() for nid, n in nodes.items()}
         return results, expected, stats
     finally:
         for n in nodes.values():

@@ -48,7 +48,7 @@ async def test_join_timeout_then_background_retry() -> None:
         with pytest.raises(JoinTimeout, match=f"{tid:040x} not joined within 0.6s; retrying"):
             await joiner.join(tid, job="late")
         assert joiner.view(tid).state == "joining"
-        assert joiner.stats["join_failures"] >= 1
+        assert joiner.events["join_failures"] >= 1
         # the tree layer comes up on the root: the background retries attach the joiner
         late = TreeManager(bare, data_url="", heartbeat_interval=HB, parent_timeout=PARENT_TIMEOUT)
         await late.start()

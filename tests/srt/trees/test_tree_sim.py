@@ -111,9 +111,9 @@ def build_and_check(
                 *(by_id[m].trees.join(t, job=f"job-{t}") for t in batch for m in members[t])
             )
             progress(f"{i + len(batch)} trees joined")
-        hb0 = sum(n.trees.stats["hb_sent"] for n in nodes)
+        hb0 = sum(n.trees.events["hb_sent"] for n in nodes)
         await asyncio.sleep(3.0)  # a few heartbeats: everything confirmed
-        hb_rate = (sum(n.trees.stats["hb_sent"] for n in nodes) - hb0) / (3.0 * len(nodes))
+        hb_rate = (sum(n.trees.events["hb_sent"] for n in nodes) - hb0) / (3.0 * len(nodes))
         progress(f"heartbeats: {hb_rate:.2f} srt.hb requests per agent per second")
         result = check_all(nodes, tids, members)
         progress(f"checked: {result}")
@@ -126,7 +126,7 @@ def build_and_check(
         result["tids"] = tids
         events: Counter[str] = Counter()
         for n in nodes:
-            events.update(n.trees.stats)
+            events.update(n.trees.events)
         result["events"] = dict(events)
         progress(f"events: {dict(events)}")
         result["members"] = sum(len(m) for m in members.values())
