@@ -23,6 +23,10 @@ from srt.errors import SnapshotNameError as SnapshotNameError
 from srt.errors import SRTError as SRTError
 
 # isort: split
+# Configuration: timings and bounds of the trees and the data plane.
+from srt.config import Tunables as Tunables
+
+# isort: split
 # Trees: formation, maintenance, multicast and cross-job queries (docs/srt-trees.md).
 from srt.ids import app_id as app_id
 from srt.ids import key_tree_index as key_tree_index

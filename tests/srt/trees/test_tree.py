@@ -193,6 +193,6 @@ async def test_silent_child_is_dropped_and_comes_back(cluster: Cluster) -> None:
     await wait_for(lambda: child.overlay.id not in parent.view(tid).children, 5, what="dropped")
     removed = cluster.recorder(parent).of("child-")
     assert (removed[-1][2], removed[-1][3]) == (child.overlay.id, "failed")
-    child._loop_task = asyncio.ensure_future(child._maintenance())  # re-joins or re-adopted
+    child._loop_task = asyncio.ensure_future(child._maint.run())  # re-joins or re-adopted
     await wait_clean(lambda: check_tree(cluster, tid, members), 10)
     assert child.overlay.id in cluster.by_id(child.view(tid).parent.id).view(tid).children

@@ -124,7 +124,7 @@ async def test_superseded_own_join_is_dropped_quietly(cluster: Cluster) -> None:
     await cluster.converge([tid])
     await asyncio.gather(*(m.join(tid, job="s") for m in cluster.mgrs))
     m = next(x for x in cluster.mgrs if not x.view(tid).is_root)
-    m._trees[tid].old_jids.append(b"oldjoin!")  # an attempt we re-joined past
+    m._table.trees[tid].old_jids.append(b"oldjoin!")  # an attempt we re-joined past
     stale = {"k": "join", "job": "s", "jid": b"oldjoin!", "prev": None, "url": "", "path": []}
     before = dict(m.bad_input)
     with pytest.raises(TreeError, match="superseded"):

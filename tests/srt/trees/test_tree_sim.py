@@ -15,6 +15,7 @@ import pytest
 
 from overlay import OverlayNode
 from overlay.sim import SimNetwork, run, start_cluster
+from srt.config import Tunables
 from srt.ids import app_id
 from srt.trees.balance import roots_per_agent
 from srt.trees.manager import TreeManager
@@ -27,7 +28,9 @@ class TreeNode(OverlayNode):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.trees = TreeManager(self, data_url="", heartbeat_interval=1.0, parent_timeout=3.5)
+        self.trees = TreeManager(
+            self, data_url="", tunables=Tunables(heartbeat_interval=1.0, parent_timeout=3.5)
+        )
 
     async def start(self, bootstrap: Any = ()) -> None:
         await self.trees.start()
