@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 from dataplane_helpers import SECRET, snap_of, wait_for
 
+from srt.config import Tunables
 from srt.dataplane import DataPlaneClient, DataPlaneServer, SnapshotName
 from srt.dataplane.barrier import EpochCombiner, snapshot_handler
 from srt.dataplane.operators import GroupByOperator, LevelOperator, TopKOperator
@@ -29,7 +30,7 @@ class Node:
         self.operator = operator
         self.results = results
         self.server = DataPlaneServer(SECRET)
-        self.client = DataPlaneClient(SECRET, backoff=0.01)
+        self.client = DataPlaneClient(SECRET, tunables=Tunables(send_backoff=0.01))
         self.url = ""
         self.comb: EpochCombiner | None = None
         self.sender: UpstreamSender | None = None
@@ -45,8 +46,7 @@ class Node:
                 tree=TREE,
                 sender=self.nid,
                 parent_url=parent.url,
-                backoff=0.01,
-                max_backoff=0.05,
+                tunables=Tunables(upstream_backoff=0.01, upstream_max_backoff=0.05),
             )
         self.comb = EpochCombiner(
             job=JOB,

@@ -16,6 +16,7 @@ from dataplane_helpers import OTHER_SECRET, SECRET, name, server_and_client, sna
 from yarl import URL
 
 from cbt import Snapshot
+from srt.config import Tunables
 from srt.dataplane import SNAPSHOT_PATH, DataPlaneClient, DataPlaneServer, SnapshotName
 from srt.dataplane.auth import RequestAuth
 from srt.errors import DataPlaneError, Reject, RetryLater
@@ -67,7 +68,7 @@ async def test_round_trip_and_duplicate() -> None:
 async def test_wrong_secret_stale_timestamp_and_replay_are_401_and_counted() -> None:
     async with server_and_client() as (server, client, rec, url):
         body = snap_of(WORDS).to_bytes()
-        bad = DataPlaneClient(OTHER_SECRET, backoff=0.01)
+        bad = DataPlaneClient(OTHER_SECRET, tunables=Tunables(send_backoff=0.01))
         with pytest.raises(DataPlaneError) as ei:
             await bad.send_snapshot(url, name(0), body)
         await bad.close()
@@ -162,7 +163,7 @@ async def test_corrupt_body_is_422_and_the_client_resends() -> None:
                     body = bytes(b)
                 return await super()._transmit(method, url, headers, body)
 
-        flaky = FlakyLink(SECRET, backoff=0.001)
+        flaky = FlakyLink(SECRET, tunables=Tunables(send_backoff=0.001))
         assert await flaky.send_snapshot(url, name(2), body) == "merged"
         await flaky.close()
         assert flaky.stats()["resends"] == 2
@@ -277,7 +278,7 @@ async def test_unsigned_replies_and_dead_servers_are_not_acknowledgements() -> N
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    client = DataPlaneClient(SECRET, backoff=0.001, attempts=2)
+    client = DataPlaneClient(SECRET, tunables=Tunables(send_backoff=0.001, send_attempts=2))
     try:
         with pytest.raises(DataPlaneError) as ei:
             await client.send_snapshot(f"http://127.0.0.1:{port}", name(1), b"x")
@@ -302,7 +303,7 @@ async def test_server_lifecycle_and_config_errors() -> None:
     assert URL(url).port == server.port > 0
     with pytest.raises(RuntimeError):
         await server.start()
-    client = DataPlaneClient(SECRET, attempts=1)
+    client = DataPlaneClient(SECRET, tunables=Tunables(send_attempts=1))
     with pytest.raises(DataPlaneError) as ei:  # no handler registered yet: retryable 503
         await client.send_snapshot(url, name(1), snap_of(WORDS).to_bytes())
     assert (ei.value.status, ei.value.reason) == (503, "no_handler")
