@@ -165,7 +165,7 @@ async def tree_vs_star(n: int, epochs: int, seed: int) -> dict[str, Any]:
             multicast_confirm.append(stat["ms"])
         star = await star_baseline(agents, master, epochs)
         shape = tree_shape(agents, tid)
-        joins = sum(a.trees.stats["join_attempts"] for a in agents if a.trees)  # type: ignore[union-attr]
+        joins = sum(a.trees.events["join_attempts"] for a in agents if a.trees)  # type: ignore[union-attr]
         return {
             "agents": n,
             "join_attempts_per_agent": round(joins / n, 2),

@@ -12,14 +12,19 @@ from srt.dataplane import DataPlaneServer as DataPlaneServer
 from srt.dataplane import SnapshotName as SnapshotName
 from srt.dataplane.barrier import EpochCombiner as EpochCombiner
 from srt.dataplane.barrier import snapshot_handler as snapshot_handler
-from srt.dataplane.operators import GroupBy as GroupBy
+from srt.dataplane.operators import GroupByOperator as GroupByOperator
 from srt.dataplane.operators import LevelOperator as LevelOperator
-from srt.dataplane.operators import TopK as TopK
+from srt.dataplane.operators import TopKOperator as TopKOperator
 from srt.dataplane.upstream import UpstreamSender as UpstreamSender
 from srt.errors import DataPlaneError as DataPlaneError
 from srt.errors import Reject as Reject
 from srt.errors import RetryLater as RetryLater
 from srt.errors import SnapshotNameError as SnapshotNameError
+from srt.errors import SRTError as SRTError
+
+# isort: split
+# Configuration: timings and bounds of the trees and the data plane.
+from srt.config import Tunables as Tunables
 
 # isort: split
 # Trees: formation, maintenance, multicast and cross-job queries (docs/srt-trees.md).

@@ -1,5 +1,12 @@
-"""Exceptions of the SRT data plane (srt.dataplane, srt.dataplane.upstream, srt.dataplane.barrier).
+"""Exceptions of the SRT package: :class:`SRTError` is the root of every error ``srt`` raises.
 
+Every srt exception derives from :class:`SRTError` (``except srt.SRTError`` catches anything
+the package raises on purpose) and keeps its other, more specific bases (``ValueError``,
+``TimeoutError``, ...) so ``except`` clauses written against those still catch it. The tree
+layer's errors (:class:`srt.trees.types.TreeError` and its subclasses) live next to the tree
+types and derive from :class:`SRTError` too.
+
+Data plane (srt.dataplane, srt.dataplane.upstream, srt.dataplane.barrier):
 :class:`DataPlaneError` is what a sender sees when a snapshot or control call could not be
 delivered (after the client's retries); ``status`` is the HTTP status (0 when no response came
 back) and ``reason`` the server's machine-readable rejection reason (or the local failure).
@@ -10,7 +17,11 @@ Handlers registered on a :class:`~srt.dataplane.DataPlaneServer` raise :class:`R
 from __future__ import annotations
 
 
-class DataPlaneError(Exception):
+class SRTError(Exception):
+    """Root of every exception raised by the ``srt`` package."""
+
+
+class DataPlaneError(SRTError):
     """A data-plane request failed; ``status`` 0 means no HTTP response (connection/timeout)."""
 
     def __init__(self, status: int, reason: str, detail: str = "") -> None:
@@ -25,7 +36,7 @@ class DataPlaneError(Exception):
         return self.status in (0, 408, 422, 425, 429) or self.status >= 500
 
 
-class Reject(Exception):
+class Reject(SRTError):
     """Raised by a server handler: answer ``status`` with ``{"error": reason, "detail": ...}``."""
 
     def __init__(self, status: int, reason: str, detail: str = "") -> None:
@@ -44,5 +55,5 @@ class RetryLater(Reject):
         super().__init__(503, reason, detail)
 
 
-class SnapshotNameError(ValueError):
+class SnapshotNameError(SRTError, ValueError):
     """A snapshot name (or the headers carrying it) is malformed."""

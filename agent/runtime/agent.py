@@ -56,6 +56,7 @@ from srt import (
     SnapshotName,
     TreeManager,
 )
+from srt import Tunables as SrtTunables
 from srt.errors import Reject
 from srt.ids import app_id, placement_id
 from srt.trees.types import JoinTimeout
@@ -138,8 +139,8 @@ class Agent:
         self.trees = TreeManager(
             self.overlay,
             data_url=self.data_url,
-            heartbeat_interval=self.config.heartbeat_interval,
-            parent_timeout=3.5 * self.config.heartbeat_interval,
+            # parent timeout: 3.5 heartbeat intervals (srt.Tunables' default)
+            tunables=SrtTunables(heartbeat_interval=self.config.heartbeat_interval),
         )
         self.trees.add_listener(self)
         self.trees.on_multicast(self._on_multicast)
@@ -716,5 +717,5 @@ class Agent:
             "offsets": self.offsets.stats(),
             "counters": dict(self.counters),
             "overlay": self.overlay.stats(),
-            "data_plane": self.server.metrics(),
+            "data_plane": self.server.stats(),
         }

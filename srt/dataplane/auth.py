@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from overlay.wire import ReplayCache
+from srt.errors import SRTError
 
 MIN_SECRET = 16
 H_TIMESTAMP = "X-Elf-Timestamp"
@@ -41,7 +42,7 @@ _HEX64_RE = re.compile(r"[0-9a-f]{64}")
 _TS_RE = re.compile(r"[0-9]{1,16}")
 
 
-class AuthError(Exception):
+class AuthError(SRTError):
     """A request failed authentication; ``reason`` names the rejection counter."""
 
     def __init__(self, reason: str, detail: str = "") -> None:

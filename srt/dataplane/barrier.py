@@ -49,14 +49,14 @@ import numpy as np
 from cbt import Snapshot
 from srt.dataplane.name import SnapshotName
 from srt.dataplane.operators import LevelOperator, select
-from srt.errors import Reject, RetryLater
+from srt.errors import Reject, RetryLater, SRTError
 
 log = logging.getLogger(__name__)
 
 LOCAL = "local"
 
 
-class EpochTooFarAhead(ValueError):
+class EpochTooFarAhead(SRTError, ValueError):
     """An offer for an epoch more than ``max_ahead`` past the next epoch to emit."""
 
 

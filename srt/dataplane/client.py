@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from srt.config import DEFAULT_TUNABLES, Tunables
 from srt.dataplane.auth import H_NONCE, H_SIGNATURE, RequestAuth
 from srt.dataplane.name import ACK_RESULTS, SNAPSHOT_PATH, SnapshotName
 from srt.errors import DataPlaneError
@@ -31,30 +32,27 @@ from srt.errors import DataPlaneError
 class DataPlaneClient:
     """Authenticated data-plane client over one keep-alive ``aiohttp.ClientSession``.
 
-    ``timeout``: seconds per attempt (connect + send + reply); ``attempts``, ``backoff`` and
-    ``max_backoff`` shape :meth:`send_snapshot`'s retries (delay doubles from ``backoff``, with
-    ±25 % jitter, capped at ``max_backoff``). Create and use it inside one event loop."""
+    From ``tunables`` (:class:`srt.Tunables`): ``request_timeout`` is the seconds per attempt
+    (connect + send + reply); ``send_attempts``, ``send_backoff`` and ``send_max_backoff``
+    shape :meth:`send_snapshot`'s retries (delay doubles from ``send_backoff``, with ±25 %
+    jitter, capped at ``send_max_backoff``); ``max_skew`` bounds the clock difference of signed
+    messages and ``connections_per_host`` the keep-alive connections per receiver. ``clock``
+    (seconds since the Unix epoch) is injectable for tests. Create and use it inside one event
+    loop."""
 
     def __init__(
         self,
         secret: bytes,
         *,
-        timeout: float = 5.0,
-        attempts: int = 4,
-        backoff: float = 0.05,
-        max_backoff: float = 1.0,
-        max_skew: float = 30.0,
+        tunables: Tunables = DEFAULT_TUNABLES,
         clock: Callable[[], float] = time.time,
-        connections_per_host: int = 4,
     ) -> None:
-        if attempts < 1:
-            raise ValueError("attempts must be >= 1")
-        self._auth = RequestAuth(secret, max_skew=max_skew, clock=clock)
-        self.timeout = timeout
-        self.attempts = attempts
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self._per_host = connections_per_host
+        self._auth = RequestAuth(secret, max_skew=tunables.max_skew, clock=clock)
+        self.timeout = tunables.request_timeout
+        self.attempts = tunables.send_attempts
+        self.backoff = tunables.send_backoff
+        self.max_backoff = tunables.send_max_backoff
+        self._per_host = tunables.connections_per_host
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._counts: Counter[str] = Counter()
@@ -79,7 +77,7 @@ class DataPlaneClient:
             session, self._session = self._session, None
             await session.close()
 
-    def metrics(self) -> dict:
+    def stats(self) -> dict:
         """Counters: requests, acknowledgements by kind, resends (422), retries, failures."""
         return dict(self._counts)
 

@@ -4,9 +4,9 @@ Every level group-by-aggregates (``Snapshot.merge``: associative and commutative
 order never matters). A :class:`LevelOperator` then decides what a level passes upward
 (:meth:`~LevelOperator.level`) and what the master reports (:meth:`~LevelOperator.result`):
 
-* :class:`GroupBy` (the default): the whole merged snapshot goes up; the result is the
+* :class:`GroupByOperator` (the default): the whole merged snapshot goes up; the result is the
   snapshot. Always exact.
-* :class:`TopK`: the k keys with the largest (or smallest) values, ordered by value, ties by
+* :class:`TopKOperator`: the k keys with the largest (or smallest) values, ordered by value, ties by
   the snapshot's hash order (the same total order :meth:`cbt.Snapshot.top` uses, at every
   level). Each level truncates to k **only where that is exact**: a ``max`` aggregate ranked
   largest-first or a ``min`` aggregate ranked smallest-first (a key's final value is its value
@@ -20,6 +20,9 @@ order never matters). A :class:`LevelOperator` then decides what a level passes 
   there), so a key whose true value exceeds the k-th value by more than the sum of the
   cut-offs on the paths is still reported - exact whenever no node cuts a key of the global
   top k (likely once c·k covers each subtree's heavy hitters).
+
+The classes are named ``...Operator`` because ``cbt.TopK`` is something else: an aggregator
+(per key, the k heaviest items), not a rule for what a tree level passes upward.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ class LevelOperator:
         return {"operator": self.name}
 
 
-class GroupBy(LevelOperator):
+class GroupByOperator(LevelOperator):
     """Group-by-aggregate at every level; the master's result is the whole snapshot."""
 
 
@@ -80,7 +83,7 @@ def select(snap: Snapshot, idx: np.ndarray) -> Snapshot:
     )
 
 
-class TopK(LevelOperator):
+class TopKOperator(LevelOperator):
     """The k best keys by aggregated value (see the module docstring for exactness).
 
     ``largest``: rank largest-first (False: smallest-first). ``approximate``: None (exact,
@@ -136,10 +139,11 @@ def level_operator_for(
     largest: bool = True,
     approximate: float | None = None,
 ) -> LevelOperator:
-    """The operator a job's trees use: :class:`TopK` when ``top_k`` is given, otherwise the
-    exact :class:`GroupBy`. ``aggregator`` (a ``cbt.Aggregator`` or its name) is checked to be
-    registered; :class:`TopK` itself decides per snapshot whether a level may cut (max/min)."""
+    """The operator a job's trees use: :class:`TopKOperator` when ``top_k`` is given,
+    otherwise the exact :class:`GroupByOperator`. ``aggregator`` (a ``cbt.Aggregator`` or its
+    name) is checked to be registered; :class:`TopKOperator` itself decides per snapshot
+    whether a level may cut (max/min)."""
     get_aggregator(aggregator)
     if top_k is None:
-        return GroupBy()
-    return TopK(top_k, largest=largest, approximate=approximate)
+        return GroupByOperator()
+    return TopKOperator(top_k, largest=largest, approximate=approximate)

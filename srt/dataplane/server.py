@@ -7,7 +7,7 @@ digest (422 ``corrupt``: damaged in transit, the client resends) and the replay 
 ``replay``) before any handler runs. A snapshot handler returns ``"merged"``, ``"duplicate"`` or
 ``"stale"``; raising :class:`cbt.SnapshotError` answers 422 ``corrupt`` (the client resends),
 :class:`srt.errors.Reject` answers its status, anything else 500 ``handler_error``. Every
-rejection is counted in :meth:`DataPlaneServer.metrics` by reason; no request can stop the
+rejection is counted in :meth:`DataPlaneServer.stats` by reason; no request can stop the
 server. Routes can be added before or after :meth:`start`.
 """
 
@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from cbt.errors import SnapshotError
+from srt.config import DEFAULT_TUNABLES, Tunables
 from srt.dataplane.auth import AuthError, RequestAuth, body_digest
 from srt.dataplane.name import ACK_RESULTS, SNAPSHOT_PATH, SnapshotName, name_fields
 from srt.errors import Reject, SnapshotNameError
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 
 SnapshotHandler = Callable[[SnapshotName, bytes], Awaitable[str]]
 RouteHandler = Callable[[web.Request], Awaitable[Any]]
-DEFAULT_MAX_BODY = 64 << 20
 
 
 def _json(status: int, obj: Any) -> web.Response:
@@ -43,8 +43,9 @@ def _json(status: int, obj: Any) -> web.Response:
 class DataPlaneServer:
     """One agent's data-plane HTTP server (see the module docstring for the contract).
 
-    ``max_body`` bounds a request body in bytes; ``max_skew`` the accepted clock difference;
-    ``clock`` (seconds since the Unix epoch) is injectable for tests."""
+    From ``tunables`` (:class:`srt.Tunables`): ``max_body`` bounds a request body in bytes,
+    ``max_skew`` the accepted clock difference. ``clock`` (seconds since the Unix epoch) is
+    injectable for tests."""
 
     def __init__(
         self,
@@ -52,14 +53,13 @@ class DataPlaneServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        max_body: int = DEFAULT_MAX_BODY,
-        max_skew: float = 30.0,
+        tunables: Tunables = DEFAULT_TUNABLES,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._auth = RequestAuth(secret, max_skew=max_skew, clock=clock)
+        self._auth = RequestAuth(secret, max_skew=tunables.max_skew, clock=clock)
         self.host = host
         self.port = port
-        self.max_body = max_body
+        self.max_body = tunables.max_body
         self._snapshot_handler: SnapshotHandler | None = None
         self._routes: dict[tuple[str, str], RouteHandler | None] = {("POST", SNAPSHOT_PATH): None}
         self._runner: web.AppRunner | None = None
@@ -110,7 +110,7 @@ class DataPlaneServer:
             runner, self._runner = self._runner, None
             await runner.cleanup()
 
-    def metrics(self) -> dict:
+    def stats(self) -> dict:
         """Counters: requests, bytes received, results by kind, rejections by reason."""
         return {
             "requests": self._requests,

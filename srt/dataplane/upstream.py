@@ -5,8 +5,9 @@ Contract: :meth:`UpstreamSender.enqueue` (or :meth:`~UpstreamSender.send` with a
 one epoch); the sender delivers queued snapshots **one at a time in epoch order** to the
 current parent URL with :meth:`DataPlaneClient.send_snapshot` and keeps each one until the
 parent acknowledges it (``"merged"``, ``"duplicate"`` or ``"stale"`` - all mean the parent
-is done with that name). Failures are retried for ever with exponential backoff (``backoff``
-doubling up to ``max_backoff``); a 422 (damaged in transit) is resent at once.
+is done with that name). Failures are retried for ever with exponential backoff
+(``srt.Tunables.upstream_backoff`` doubling up to ``upstream_max_backoff``); a 422 (damaged
+in transit) is resent at once.
 :meth:`set_parent` re-targets: the attempt in flight (if any) finishes where it went - an
 acknowledgement from the old parent counts - and every later attempt, including the very next
 one (the backoff wait is cut short), goes to the new URL. With no parent (``None``, e.g. this
@@ -28,6 +29,7 @@ from sortedcontainers import SortedDict
 from yarl import URL
 
 from cbt import Snapshot
+from srt.config import DEFAULT_TUNABLES, Tunables
 from srt.dataplane.client import DataPlaneClient
 from srt.dataplane.name import SnapshotName
 from srt.errors import DataPlaneError
@@ -56,8 +58,7 @@ class UpstreamSender:
         tree: int,
         sender: int | None = None,
         parent_url: str | None = None,
-        backoff: float = 0.05,
-        max_backoff: float = 2.0,
+        tunables: Tunables = DEFAULT_TUNABLES,
     ) -> None:
         SnapshotName(job, tree, 0, 0 if sender is None else sender)  # validates the fields
         _check_url(parent_url)
@@ -65,8 +66,8 @@ class UpstreamSender:
         self.job = job
         self.tree = tree
         self.sender = sender
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.backoff = tunables.upstream_backoff
+        self.max_backoff = tunables.upstream_max_backoff
         self._parent = parent_url
         self._queue: SortedDict = SortedDict()  # epoch -> payload bytes
         self._in_flight: int | None = None

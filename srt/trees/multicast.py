@@ -17,7 +17,11 @@ delivered twice. The whole datagram must fit the overlay's limit (8 KiB with the
 tunables): larger messages raise :class:`overlay.MessageTooLarge` before anything is sent —
 bulk data belongs on the data plane. A child that does not confirm in time is reported in
 ``missing`` (its subtree is then unknown, not counted as reached); ``missing`` lists at most
-``MAX_MISSING`` ids per reply.
+``MAX_MISSING`` ids per reply. The largest budget and the per-level shrink factor are
+tunables (``srt.Tunables.multicast_max_budget``, ``multicast_shrink``).
+
+The multicaster sees its manager only through :class:`~srt.trees.host.TreeHost` (tree views,
+whether it runs, counters) and the overlay through :class:`~srt.trees.host.TreeNetwork`.
 """
 
 from __future__ import annotations
@@ -28,22 +32,18 @@ import logging
 import math
 import os
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 
 from overlay import MessageTooLarge, NodeInfo, OverlayError
 from srt.trees import wire as w
-from srt.trees.types import ROOT, BadTreeMessage, MulticastResult, NotRoot, TreeError
-
-if TYPE_CHECKING:
-    from srt.trees.manager import TreeManager, _Tree
+from srt.trees.host import TreeHost, TreeNetwork, ensure_accepting
+from srt.trees.types import BadTreeMessage, MulticastResult, NotRoot, TreeError, TreeView
 
 log = logging.getLogger(__name__)
 
 MAX_MISSING = 256
-MAX_BUDGET = 120.0
-SHRINK = 0.8  # a child's budget is this fraction of its parent's
 WIRE_OVERHEAD = 160  # header, MAC, request framing, sender NodeInfo, the srt.mc envelope
 _SEEN = 1024
 
@@ -53,30 +53,33 @@ async def _failed(exc: OverlayError) -> Any:
 
 
 class Multicaster:
-    """The multicast half of a :class:`~srt.trees.manager.TreeManager` (one per manager)."""
+    """The multicast part of a :class:`~srt.trees.manager.TreeManager` (one per manager)."""
 
-    def __init__(self, manager: TreeManager) -> None:
-        self.m = manager
+    def __init__(self, host: TreeHost, net: TreeNetwork) -> None:
+        self.host = host
+        self.net = net
         self.handlers: list[Any] = []
         self._seen: OrderedDict[bytes, None] = OrderedDict()  # recent mids, oldest first
 
     async def multicast(
-        self, tree_id: int, message: dict, *, timeout: float = 5.0
+        self, tree_id: int, message: dict, *, timeout: float | None = None
     ) -> MulticastResult:
-        m = self.m
-        m._check_running()
+        host = self.host
+        ensure_accepting(host)
         if not isinstance(message, dict):
             raise TypeError("a multicast message must be a dict")
-        if not 0 < timeout <= MAX_BUDGET:
-            raise ValueError(f"timeout must be in (0, {MAX_BUDGET}]")
-        tree = m._trees.get(tree_id)
-        if tree is None or tree.state != ROOT:
+        max_budget = host.tunables.multicast_max_budget
+        timeout = host.tunables.multicast_timeout if timeout is None else timeout
+        if not 0 < timeout <= max_budget:
+            raise ValueError(f"timeout must be in (0, {max_budget}]")
+        tree = host.view(tree_id)
+        if tree is None or not tree.is_root:
             raise NotRoot(f"this node is not the root of tree {tree_id:040x}")
         self._check_size(message)
         mid = os.urandom(w.TOKEN_BYTES)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        m.stats["mc_sent"] += 1
+        host.events["mc_sent"] += 1
         reached, missing = await self._run(tree, mid, message, timeout)
         return MulticastResult(reached=reached, elapsed_s=loop.time() - start, missing=missing)
 
@@ -85,7 +88,7 @@ class Multicaster:
             size = len(msgpack.packb(message, use_bin_type=True))
         except (TypeError, ValueError, OverflowError) as exc:
             raise TypeError(f"multicast message is not msgpack-encodable: {exc}") from None
-        limit = self.m.overlay.tunables.max_datagram - WIRE_OVERHEAD
+        limit = self.net.tunables.max_datagram - WIRE_OVERHEAD
         if size > limit:
             raise MessageTooLarge(
                 f"multicast message is {size} bytes; at most {limit} fit one overlay datagram "
@@ -93,7 +96,7 @@ class Multicaster:
             )
 
     async def _run(
-        self, tree: _Tree, mid: bytes, message: dict, budget: float
+        self, tree: TreeView, mid: bytes, message: dict, budget: float
     ) -> tuple[int, list[int]]:
         """Copy to the children, then deliver locally, then collect the children's
         confirmations: (reached, missing) for the subtree rooted here (this node included).
@@ -111,11 +114,11 @@ class Multicaster:
                 if inspect.isawaitable(result):
                     await result
             except Exception:
-                self.m.stats["mc_handler_errors"] += 1
+                self.host.events["mc_handler_errors"] += 1
                 log.exception("multicast handler failed")
 
     def _fan_out(
-        self, tree: _Tree, mid: bytes, message: dict, budget: float
+        self, tree: TreeView, mid: bytes, message: dict, budget: float
     ) -> tuple[list[NodeInfo], list[Any]]:
         """Send the copies now (synchronously); the replies are awaitables."""
         children = list(tree.children.values())
@@ -123,12 +126,12 @@ class Multicaster:
             "t": w.id_bytes(tree.tree_id),
             "mid": mid,
             "msg": message,
-            "budget": budget * SHRINK,
+            "budget": budget * self.host.tunables.multicast_shrink,
         }
         replies = []
         for child in children:
             try:
-                replies.append(self.m.overlay.request_now(child, w.MC, payload, timeout=budget))
+                replies.append(self.net.request_now(child, w.MC, payload, timeout=budget))
             except MessageTooLarge:
                 for pending in replies:
                     pending.close()
@@ -155,7 +158,7 @@ class Multicaster:
         try:
             reply = await pending
         except OverlayError as exc:
-            self.m.stats["mc_child_missing"] += 1
+            self.host.events["mc_child_missing"] += 1
             log.info("multicast to %s failed: %s", child, exc)
             return None, []
         try:
@@ -166,7 +169,7 @@ class Multicaster:
                 raise BadTreeMessage("multicast reply needs reached (int) and missing (list)")
             return count, [w.tree_id(x, "missing id") for x in lost[:MAX_MISSING]]
         except BadTreeMessage as exc:
-            self.m.bad_input["mc_reply"] += 1
+            self.host.bad_input["mc_reply"] += 1
             log.info("bad multicast reply from %s: %s", child, exc)
             return None, []
 
@@ -177,24 +180,25 @@ class Multicaster:
         mid = w.token(payload.get("mid"), "multicast mid")
         message = w.want_dict(payload.get("msg"), "multicast msg")
         budget = payload.get("budget")
+        max_budget = self.host.tunables.multicast_max_budget
         if (
             not isinstance(budget, int | float)
             or isinstance(budget, bool)
             or not math.isfinite(budget)
-            or not 0 < budget <= MAX_BUDGET
+            or not 0 < budget <= max_budget
         ):
-            raise BadTreeMessage(f"multicast budget must be a number in (0, {MAX_BUDGET}]")
+            raise BadTreeMessage(f"multicast budget must be a number in (0, {max_budget}]")
         if mid in self._seen:
             # A second copy: a retry, or a stale parent that still lists us while we already
             # re-attached elsewhere. Whoever came first counts our subtree; this one adds 0.
-            self.m.stats["mc_duplicates"] += 1
+            self.host.events["mc_duplicates"] += 1
             return {"reached": 0, "missing": []}
-        tree = self.m._trees.get(tid)
-        if tree is None or self.m._stopping:
+        tree = self.host.view(tid)
+        if tree is None or not self.host.accepting:
             raise TreeError(f"not on tree {tid:040x}")
         self._seen[mid] = None
         while len(self._seen) > _SEEN:
             self._seen.popitem(last=False)
-        self.m.stats["mc_received"] += 1
+        self.host.events["mc_received"] += 1
         reached, missing = await self._run(tree, mid, message, float(budget))
         return {"reached": reached, "missing": [w.id_bytes(x) for x in missing[:MAX_MISSING]]}

@@ -11,7 +11,12 @@ reply does not fit a datagram). The asker matches the reply by ``qid`` and retur
 raises :class:`~srt.trees.types.QueryError` with the root's error text, or
 :class:`~srt.trees.types.QueryTimeout` if nothing came back within ``timeout``. Late or
 unknown replies are counted (``late_query_replies``) and ignored. Both messages must fit one
-overlay datagram (:class:`overlay.MessageTooLarge` otherwise, raised before sending).
+overlay datagram (:class:`overlay.MessageTooLarge` otherwise, raised before sending). The
+default timeout is ``srt.Tunables.query_timeout``.
+
+The query service sees its manager only through :class:`~srt.trees.host.TreeHost` (whether it
+runs, this node, counters, background tasks) and the overlay through
+:class:`~srt.trees.host.TreeNetwork`.
 """
 
 from __future__ import annotations
@@ -20,14 +25,12 @@ import asyncio
 import inspect
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from overlay import MessageTooLarge, NodeInfo, OverlayError
 from srt.trees import wire as w
+from srt.trees.host import TreeHost, TreeNetwork, ensure_accepting
 from srt.trees.types import BadTreeMessage, QueryError, QueryTimeout
-
-if TYPE_CHECKING:
-    from srt.trees.manager import TreeManager
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +38,11 @@ MAX_ERROR = 500
 
 
 class QueryService:
-    """The query half of a :class:`~srt.trees.manager.TreeManager` (one per manager)."""
+    """The query part of a :class:`~srt.trees.manager.TreeManager` (one per manager)."""
 
-    def __init__(self, manager: TreeManager) -> None:
-        self.m = manager
+    def __init__(self, host: TreeHost, net: TreeNetwork) -> None:
+        self.host = host
+        self.net = net
         self.handler: Any = None
         self._pending: dict[bytes, asyncio.Future[dict[str, Any]]] = {}
 
@@ -48,9 +52,10 @@ class QueryService:
                 fut.set_exception(QueryError("the tree manager stopped"))
         self._pending.clear()
 
-    async def query(self, tree_id: int, message: dict, *, timeout: float = 5.0) -> dict:
-        m = self.m
-        m._check_running()
+    async def query(self, tree_id: int, message: dict, *, timeout: float | None = None) -> dict:
+        host = self.host
+        ensure_accepting(host)
+        timeout = host.tunables.query_timeout if timeout is None else timeout
         if not isinstance(message, dict):
             raise TypeError("a query message must be a dict")
         if timeout <= 0:
@@ -58,14 +63,14 @@ class QueryService:
         qid = os.urandom(w.TOKEN_BYTES)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[qid] = fut
-        m.stats["queries_sent"] += 1
+        host.events["queries_sent"] += 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:
-            routed = {"k": "q", "qid": qid, "o": m.me.to_wire(), "msg": message}
+            routed = {"k": "q", "qid": qid, "o": host.me.to_wire(), "msg": message}
             try:
                 await asyncio.wait_for(
-                    m.overlay.route(w.APP, tree_id, routed, report=False),
+                    self.net.route(w.APP, tree_id, routed, report=False),
                     timeout,
                 )
             except TimeoutError:
@@ -77,7 +82,7 @@ class QueryService:
             try:
                 return await asyncio.wait_for(asyncio.shield(fut), deadline - loop.time())
             except TimeoutError:
-                m.stats["query_timeouts"] += 1
+                host.events["query_timeouts"] += 1
                 raise QueryTimeout(self._timeout_text(tree_id, timeout, "the reply")) from None
         finally:
             self._pending.pop(qid, None)
@@ -96,10 +101,10 @@ class QueryService:
             origin = w.node(message.get("o"), "query origin")
             body = w.want_dict(message.get("msg"), "query msg")
         except BadTreeMessage as exc:
-            self.m.bad_input["query"] += 1
+            self.host.bad_input["query"] += 1
             raise exc from None
-        self.m.stats["queries_answered"] += 1
-        self.m._spawn(self._answer(tree_id, qid, origin, body))
+        self.host.events["queries_answered"] += 1
+        self.host.spawn(self._answer(tree_id, qid, origin, body), "query answer")
 
     async def _answer(self, tree_id: int, qid: bytes, origin: NodeInfo, body: dict) -> None:
         reply: dict[str, Any]
@@ -114,17 +119,17 @@ class QueryService:
                     raise TypeError(f"query handler returned {type(result).__name__}, not dict")
                 reply = {"qid": qid, "ok": True, "reply": result}
             except Exception as exc:
-                self.m.stats["query_handler_errors"] += 1
+                self.host.events["query_handler_errors"] += 1
                 log.warning("query handler failed: %r", exc)
                 reply = {"qid": qid, "ok": False, "error": _text(f"handler raised {exc!r}")}
-        if origin.id == self.m.me.id:
+        if origin.id == self.host.me.id:
             self._resolve(qid, reply)
             return
         try:
-            await self.m.overlay.request(origin, w.QR, reply)
+            await self.net.request(origin, w.QR, reply)
         except MessageTooLarge as exc:
             error = _text(f"reply too large for one datagram: {exc}")
-            await self.m.overlay.request(origin, w.QR, {"qid": qid, "ok": False, "error": error})
+            await self.net.request(origin, w.QR, {"qid": qid, "ok": False, "error": error})
 
     def serve_reply(self, payload: Any, sender: NodeInfo) -> dict[str, Any]:
         """``srt.qr`` handler at the asker."""
@@ -142,7 +147,7 @@ class QueryService:
     def _resolve(self, qid: bytes, payload: dict[str, Any], sender: NodeInfo | None = None) -> bool:
         fut = self._pending.get(qid)
         if fut is None or fut.done():
-            self.m.stats["late_query_replies"] += 1
+            self.host.events["late_query_replies"] += 1
             return False
         if payload["ok"] is True:
             fut.set_result(payload["reply"])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from overlay import NodeInfo
+from srt.errors import SRTError
 
 # TreeView.state values
 ROOT = "root"  # this node is the master of the tree
@@ -21,12 +22,12 @@ MEMBER = "member"  # attached below a parent
 JOINING = "joining"  # (re-)joining: no parent yet, JOIN in flight or due
 
 
-class TreeError(Exception):
-    """Base class of the tree layer's errors."""
+class TreeError(SRTError):
+    """Base class of the tree layer's errors (an :class:`~srt.errors.SRTError`)."""
 
 
 class BadTreeMessage(TreeError, ValueError):
-    """A tree message from the network is malformed (counted in ``metrics()["bad_input"]``
+    """A tree message from the network is malformed (counted in ``stats()["bad_input"]``
     and answered with an error; never crashes the node)."""
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from contextlib import asynccontextmanager
 
 from cbt import CompressedBufferTree, Snapshot
+from srt.config import Tunables
 from srt.dataplane import DataPlaneClient, DataPlaneServer, SnapshotName
 
 SECRET = b"test-cluster-secret-0123456789ab"
@@ -61,11 +62,13 @@ class Recorder:
 @asynccontextmanager
 async def server_and_client(**server_kw):
     """A started DataPlaneServer with a Recorder and a fast-retrying client."""
-    server = DataPlaneServer(SECRET, **server_kw)
+    server = DataPlaneServer(SECRET, tunables=Tunables(**server_kw))
     rec = Recorder()
     server.on_snapshot(rec)
     url = await server.start()
-    client = DataPlaneClient(SECRET, timeout=2.0, backoff=0.01, max_backoff=0.05)
+    client = DataPlaneClient(
+        SECRET, tunables=Tunables(request_timeout=2.0, send_backoff=0.01, send_max_backoff=0.05)
+    )
     try:
         yield server, client, rec, url
     finally:

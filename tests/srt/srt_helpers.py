@@ -14,6 +14,7 @@ from typing import Any
 
 from overlay import NodeInfo, OverlayNode, Tunables
 from overlay.sim import agreement
+from srt.config import Tunables as SrtTunables
 from srt.trees.manager import TreeManager
 
 SECRET = b"test-cluster-secret-0123456789ab"
@@ -99,9 +100,9 @@ class Cluster:
         mgr = TreeManager(
             node,
             data_url="",  # set below, once the port is bound
-            heartbeat_interval=HB,
-            parent_timeout=PARENT_TIMEOUT,
-            join_timeout=8.0,
+            tunables=SrtTunables(
+                heartbeat_interval=HB, parent_timeout=PARENT_TIMEOUT, join_timeout=8.0
+            ),
         )
         rec = Recorder()
         mgr.add_listener(rec)

@@ -11,9 +11,10 @@ from collections import Counter
 import pytest
 from dataplane_helpers import SECRET, snap_of, wait_for
 
+from srt.config import Tunables
 from srt.dataplane import DataPlaneClient, DataPlaneServer, SnapshotName
 from srt.dataplane.barrier import EpochCombiner, snapshot_handler
-from srt.dataplane.operators import GroupBy, LevelOperator, TopK
+from srt.dataplane.operators import GroupByOperator, LevelOperator, TopKOperator
 from srt.dataplane.upstream import UpstreamSender
 
 JOB, TREE = "wordcount", 0x5EED
@@ -29,7 +30,7 @@ class Node:
         self.operator = operator
         self.results = results
         self.server = DataPlaneServer(SECRET)
-        self.client = DataPlaneClient(SECRET, backoff=0.01)
+        self.client = DataPlaneClient(SECRET, tunables=Tunables(send_backoff=0.01))
         self.url = ""
         self.comb: EpochCombiner | None = None
         self.sender: UpstreamSender | None = None
@@ -45,8 +46,7 @@ class Node:
                 tree=TREE,
                 sender=self.nid,
                 parent_url=parent.url,
-                backoff=0.01,
-                max_backoff=0.05,
+                tunables=Tunables(upstream_backoff=0.01, upstream_max_backoff=0.05),
             )
         self.comb = EpochCombiner(
             job=JOB,
@@ -97,7 +97,7 @@ async def run_tree(operator: LevelOperator, seed: int):
         expected = {e: Counter() for e in range(EPOCHS)}
         for (_, e), words in inputs.items():
             expected[e].update(words)
-        stats = {nid: n.server.metrics() for nid, n in nodes.items()}
+        stats = {nid: n.server.stats() for nid, n in nodes.items()}
         return results, expected, stats
     finally:
         for n in nodes.values():
@@ -106,7 +106,7 @@ async def run_tree(operator: LevelOperator, seed: int):
 
 @pytest.mark.parametrize("seed", [1, 2])
 async def test_three_level_tree_rolls_up_every_epoch_exactly(seed: int) -> None:
-    results, expected, stats = await run_tree(GroupBy(), seed)
+    results, expected, stats = await run_tree(GroupByOperator(), seed)
     assert [e for e, _ in results] == list(range(EPOCHS))
     for e, snap in results:
         assert Counter(snap.to_dict()) == expected[e]
@@ -119,7 +119,7 @@ async def test_three_level_tree_rolls_up_every_epoch_exactly(seed: int) -> None:
 
 async def test_top_k_of_sums_through_the_tree_is_exact() -> None:
     k = 5
-    results, expected, _ = await run_tree(TopK(k), seed=3)
+    results, expected, _ = await run_tree(TopKOperator(k), seed=3)
     assert [e for e, _ in results] == list(range(EPOCHS))
     for e, top in results:
         ref = expected[e]

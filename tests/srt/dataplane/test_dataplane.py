@@ -16,6 +16,7 @@ from dataplane_helpers import OTHER_SECRET, SECRET, name, server_and_client, sna
 from yarl import URL
 
 from cbt import Snapshot
+from srt.config import Tunables
 from srt.dataplane import SNAPSHOT_PATH, DataPlaneClient, DataPlaneServer, SnapshotName
 from srt.dataplane.auth import RequestAuth
 from srt.errors import DataPlaneError, Reject, RetryLater
@@ -58,21 +59,21 @@ async def test_round_trip_and_duplicate() -> None:
         n = name(2**62, sender=2**160 - 1, job="wörd count/β", tree=2**159 + 5)
         assert await client.send_snapshot(url, n, snap.to_bytes()) == "merged"
         assert n in rec.merged
-        m = server.metrics()
+        m = server.stats()
         assert m["results"] == {"merged": 2, "duplicate": 1}
         assert m["rejected_total"] == 0
-        assert client.metrics()["merged"] == 2
+        assert client.stats()["merged"] == 2
 
 
 async def test_wrong_secret_stale_timestamp_and_replay_are_401_and_counted() -> None:
     async with server_and_client() as (server, client, rec, url):
         body = snap_of(WORDS).to_bytes()
-        bad = DataPlaneClient(OTHER_SECRET, backoff=0.01)
+        bad = DataPlaneClient(OTHER_SECRET, tunables=Tunables(send_backoff=0.01))
         with pytest.raises(DataPlaneError) as ei:
             await bad.send_snapshot(url, name(0), body)
         await bad.close()
         assert (ei.value.status, ei.value.reason) == (401, "bad_mac")
-        assert bad.metrics()["requests"] == 1  # permanent: not retried
+        assert bad.stats()["requests"] == 1  # permanent: not retried
 
         late = DataPlaneClient(SECRET, clock=lambda: time.time() - 120)
         with pytest.raises(DataPlaneError) as ei:
@@ -93,7 +94,7 @@ async def test_wrong_secret_stale_timestamp_and_replay_are_401_and_counted() -> 
         status, reply = await raw_post(url, headers, body)
         assert (status, reply["error"]) == (401, "bad_mac")
 
-        assert server.metrics()["rejected"] == {
+        assert server.stats()["rejected"] == {
             "bad_mac": 2,
             "stale_timestamp": 1,
             "replay": 1,
@@ -128,7 +129,7 @@ async def test_malformed_names_are_400_and_counted(field: str, value: str) -> No
         headers[field] = value
         status, reply = await raw_post(url, headers, body)
         assert (status, reply["error"]) == (400, "bad_name")
-        assert server.metrics()["rejected"] == {"bad_name": 1}
+        assert server.stats()["rejected"] == {"bad_name": 1}
         assert await client.send_snapshot(url, name(1), body) == "merged"
 
 
@@ -162,18 +163,18 @@ async def test_corrupt_body_is_422_and_the_client_resends() -> None:
                     body = bytes(b)
                 return await super()._transmit(method, url, headers, body)
 
-        flaky = FlakyLink(SECRET, backoff=0.001)
+        flaky = FlakyLink(SECRET, tunables=Tunables(send_backoff=0.001))
         assert await flaky.send_snapshot(url, name(2), body) == "merged"
         await flaky.close()
-        assert flaky.metrics()["resends"] == 2
+        assert flaky.stats()["resends"] == 2
         assert rec.merged[name(2)] == snap
-        assert server.metrics()["rejected"] == {"corrupt": 4}
+        assert server.stats()["rejected"] == {"corrupt": 4}
 
         # a sender whose bytes are always bad gives up after its attempts
         with pytest.raises(DataPlaneError) as ei:
             await client.send_snapshot(url, name(3), bytes(flipped), attempts=2)
         assert ei.value.status == 422
-        assert client.metrics()["resends"] == 2
+        assert client.stats()["resends"] == 2
 
 
 async def test_size_limit_is_413_and_not_retried() -> None:
@@ -183,10 +184,10 @@ async def test_size_limit_is_413_and_not_retried() -> None:
         with pytest.raises(DataPlaneError) as ei:
             await client.send_snapshot(url, name(1), big)
         assert (ei.value.status, ei.value.reason) == (413, "too_large")
-        assert client.metrics()["requests"] == 1
+        assert client.stats()["requests"] == 1
         small = snap_of(WORDS).to_bytes()
         assert await client.send_snapshot(url, name(1), small) == "merged"
-        assert server.metrics()["rejected"] == {"too_large": 1}
+        assert server.stats()["rejected"] == {"too_large": 1}
 
 
 async def test_handler_failures_answer_without_crashing() -> None:
@@ -217,7 +218,7 @@ async def test_handler_failures_answer_without_crashing() -> None:
         with pytest.raises(DataPlaneError) as ei:
             await client.send_snapshot(url, name(4), body, attempts=1)
         assert ei.value.status == 500
-        rejected = server.metrics()["rejected"]
+        rejected = server.stats()["rejected"]
         assert rejected == {"handler_error": 3, "unknown_tree": 2, "not_child": 1}
         assert set(rec.merged) == {name(2)}
 
@@ -258,7 +259,7 @@ async def test_routes_and_post_json() -> None:
         )
         assert (status, reply["error"]) == (401, "bad_mac")
         assert len(seen) == 2
-        assert server.metrics()["rejected"] == {
+        assert server.stats()["rejected"] == {
             "bad_request": 1,
             "not_found": 1,
             "unauthenticated": 1,
@@ -277,7 +278,7 @@ async def test_unsigned_replies_and_dead_servers_are_not_acknowledgements() -> N
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    client = DataPlaneClient(SECRET, backoff=0.001, attempts=2)
+    client = DataPlaneClient(SECRET, tunables=Tunables(send_backoff=0.001, send_attempts=2))
     try:
         with pytest.raises(DataPlaneError) as ei:
             await client.send_snapshot(f"http://127.0.0.1:{port}", name(1), b"x")
@@ -302,7 +303,7 @@ async def test_server_lifecycle_and_config_errors() -> None:
     assert URL(url).port == server.port > 0
     with pytest.raises(RuntimeError):
         await server.start()
-    client = DataPlaneClient(SECRET, attempts=1)
+    client = DataPlaneClient(SECRET, tunables=Tunables(send_attempts=1))
     with pytest.raises(DataPlaneError) as ei:  # no handler registered yet: retryable 503
         await client.send_snapshot(url, name(1), snap_of(WORDS).to_bytes())
     assert (ei.value.status, ei.value.reason) == (503, "no_handler")
@@ -339,7 +340,7 @@ async def test_random_garbage_requests_are_refused_and_the_server_keeps_serving(
                 async with s.request(method, url + SNAPSHOT_PATH, headers=headers, data=data) as r:
                     statuses[r.status] += 1
                     assert r.status in (400, 401, 405), await r.text()
-        m = server.metrics()
+        m = server.stats()
         assert m["rejected_total"] == m["requests"] == 60 == sum(statuses.values())
         assert rec.calls == 0
         assert await client.send_snapshot(url, name(1), body) == "merged"

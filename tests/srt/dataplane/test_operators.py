@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cbt import CompressedBufferTree, Snapshot
 from srt.dataplane.barrier import EpochCombiner
-from srt.dataplane.operators import GroupBy, LevelOperator, TopK, ranked, select
+from srt.dataplane.operators import GroupByOperator, LevelOperator, TopKOperator, ranked, select
 
 # node -> parent; node 0 is the root
 TREE = {0: None, 1: 0, 2: 0, 3: 1, 4: 1, 5: 2}
@@ -82,10 +82,10 @@ def test_top_k_of_max_truncates_every_level_and_stays_exact(inputs, k) -> None:
     for pairs in inputs.values():
         for key, v in pairs:
             ref[key] = max(ref.get(key, v), v)
-    spy = Spy(TopK(k))
+    spy = Spy(TopKOperator(k))
     top = roll_up(spy, "max", inputs)
-    full = roll_up(GroupBy(), "max", inputs)
-    assert top == TopK(k).result(full)  # same keys, same tie-breaks as without truncation
+    full = roll_up(GroupByOperator(), "max", inputs)
+    assert top == TopKOperator(k).result(full)  # same keys, same tie-breaks as without truncation
     assert [v for _, v in top] == sorted(ref.values(), reverse=True)[:k]
     assert all(ref[key] == v for key, v in top)
     assert all(after <= k for _, after in spy.sizes)
@@ -98,9 +98,9 @@ def test_bottom_k_of_min_truncates_every_level_and_stays_exact(inputs, k) -> Non
     for pairs in inputs.values():
         for key, v in pairs:
             ref[key] = min(ref.get(key, v), v)
-    op = TopK(k, largest=False)
+    op = TopKOperator(k, largest=False)
     bottom = roll_up(op, "min", inputs)
-    assert bottom == op.result(roll_up(GroupBy(), "min", inputs))
+    assert bottom == op.result(roll_up(GroupByOperator(), "min", inputs))
     assert [v for _, v in bottom] == sorted(ref.values())[:k]
     assert all(ref[key] == v for key, v in bottom)
 
@@ -112,12 +112,12 @@ def test_top_k_of_sums_is_exact_and_never_truncated_below_the_root(inputs, k) ->
     for pairs in inputs.values():
         for key, v in pairs:
             ref[key] += v
-    spy = Spy(TopK(k))
+    spy = Spy(TopKOperator(k))
     top = roll_up(spy, "sum", inputs)
     assert [v for _, v in top] == sorted(ref.values(), reverse=True)[:k]
     assert all(ref[key] == v for key, v in top)
     assert all(before == after for before, after in spy.sizes)
-    groups = roll_up(GroupBy(), "sum", inputs)
+    groups = roll_up(GroupByOperator(), "sum", inputs)
     assert groups.to_dict() == {key: v for key, v in ref.items()}
 
 
@@ -128,10 +128,10 @@ def test_approximate_top_k_only_under_reports(inputs, k, c) -> None:
     for pairs in inputs.values():
         for key, v in pairs:
             ref[key] += v
-    top = roll_up(TopK(k, approximate=c), "count", inputs)
+    top = roll_up(TopKOperator(k, approximate=c), "count", inputs)
     assert all(v <= ref[key] for key, v in top)
     assert len(top) == min(k, len(ref))
-    exact = roll_up(TopK(k, approximate=12.0), "count", inputs)  # c·k ≥ every key: exact
+    exact = roll_up(TopKOperator(k, approximate=12.0), "count", inputs)  # c·k ≥ every key: exact
     assert [v for _, v in exact] == sorted(ref.values(), reverse=True)[:k]
 
 
@@ -140,24 +140,29 @@ def test_ranking_helpers_and_validation() -> None:
     order = ranked(snap)
     vals = snap.values()
     assert [vals[i] for i in order] == [5, 3, 3, 1]
-    assert TopK(3).result(snap) == snap.top(3)  # the same tie-break as Snapshot.top
+    assert TopKOperator(3).result(snap) == snap.top(3)  # the same tie-break as Snapshot.top
     sub = select(snap, order[:2])
     assert sub.to_dict() == dict(snap.top(2)) and sub.keys() == sorted(
         sub.keys(), key=snap.keys().index
     )
     assert Snapshot.from_bytes(sub.to_bytes()) == sub
-    assert TopK(2).describe() == {"operator": "top_k", "k": 2, "largest": True, "approximate": None}
+    assert TopKOperator(2).describe() == {
+        "operator": "top_k",
+        "k": 2,
+        "largest": True,
+        "approximate": None,
+    }
     with pytest.raises(ValueError):
-        TopK(0)
+        TopKOperator(0)
     with pytest.raises(ValueError):
-        TopK(2, approximate=0.5)
+        TopKOperator(2, approximate=0.5)
 
 
 def test_level_operator_for_a_job() -> None:
     from srt.dataplane.operators import level_operator_for
 
-    assert isinstance(level_operator_for("count"), GroupBy)
+    assert isinstance(level_operator_for("count"), GroupByOperator)
     op = level_operator_for("max", top_k=3, approximate=2.0)
-    assert isinstance(op, TopK) and (op.k, op.approximate) == (3, 2.0)
+    assert isinstance(op, TopKOperator) and (op.k, op.approximate) == (3, 2.0)
     with pytest.raises(ValueError):
         level_operator_for("no-such-aggregator")

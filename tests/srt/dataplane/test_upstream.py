@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from dataplane_helpers import SECRET, Recorder, name, snap_of, wait_for
 
+from srt.config import Tunables
 from srt.dataplane import DataPlaneClient, DataPlaneServer
 from srt.dataplane.upstream import UpstreamSender
 
@@ -31,8 +32,7 @@ def new_sender(client, url=None) -> UpstreamSender:
         tree=0xABC,
         sender=7,
         parent_url=url,
-        backoff=0.01,
-        max_backoff=0.05,
+        tunables=Tunables(upstream_backoff=0.01, upstream_max_backoff=0.05),
     )
 
 
@@ -62,7 +62,7 @@ async def test_survives_a_parent_that_is_down_for_a_while() -> None:
     server, rec, order, url = await start_parent()
     port = server.port
     await server.stop()  # the parent goes down
-    client = DataPlaneClient(SECRET, timeout=1.0)
+    client = DataPlaneClient(SECRET, tunables=Tunables(request_timeout=1.0))
     sender = new_sender(client, url)
     try:
         for e in range(4):
@@ -87,7 +87,7 @@ async def test_survives_a_parent_that_is_down_for_a_while() -> None:
 async def test_parent_change_retargets_unacknowledged_snapshots() -> None:
     old, old_rec, _, old_url = await start_parent()
     new, new_rec, new_order, new_url = await start_parent()
-    client = DataPlaneClient(SECRET, timeout=1.0)
+    client = DataPlaneClient(SECRET, tunables=Tunables(request_timeout=1.0))
     sender = new_sender(client, old_url)
     try:
         sender.enqueue(0, snap_of(["a"]))

@@ -50,14 +50,14 @@ async def test_multicast_reaches_every_member_once(cluster: Cluster) -> None:
     members = await form(cluster, tid)
     got = record(cluster)
     root = cluster.true_root(tid)
-    sent_before = {m.overlay.id: m.stats["mc_received"] for m in cluster.live()}
+    sent_before = {m.overlay.id: m.events["mc_received"] for m in cluster.live()}
     result = await root.multicast(tid, {"seq": 1, "op": "empty"}, timeout=3.0)
     assert result.reached == len(members)
     assert result.missing == []
     assert 0 < result.elapsed_s < 3.0
     assert got == Counter({(i, tid, 1): 1 for i in members})
     # the root sent one copy per child; every non-root member received exactly one copy
-    assert sum(m.stats["mc_received"] - sent_before[m.overlay.id] for m in cluster.live()) == (
+    assert sum(m.events["mc_received"] - sent_before[m.overlay.id] for m in cluster.live()) == (
         len(members) - 1
     )
     assert len(root.view(tid).children) < len(members) - 1  # inner nodes did copy

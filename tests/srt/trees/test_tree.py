@@ -75,7 +75,7 @@ async def test_m_trees_have_their_own_roots(cluster: Cluster) -> None:
     for t, r in roots.items():
         assert cluster.by_id(r).view(t).is_root
     # heartbeats are batched per parent node, not per tree
-    hb = sum(m.stats["hb_sent"] for m in cluster.live())
+    hb = sum(m.events["hb_sent"] for m in cluster.live())
     assert hb > 0
 
 
@@ -139,7 +139,7 @@ async def test_closer_new_node_takes_over_master(cluster: Cluster) -> None:
     assert new_events == [("root", tid, True, None)]
     await wait_for(lambda: cluster.recorder(old).of("root")[-1][2] is False, 5, what="old root")
     assert cluster.recorder(old).of("root")[-1] == ("root", tid, False, newcomer.overlay.id)
-    assert old.stats["handovers"] == 1
+    assert old.events["handovers"] == 1
 
 
 async def test_graceful_stop_hands_children_over(cluster: Cluster) -> None:
@@ -181,7 +181,7 @@ async def test_leave_unsubscribes_and_prunes(cluster: Cluster) -> None:
         await m.leave(tid)
     # everyone unsubscribed: leaves leave at once, forwarders prune bottom-up, root last
     await wait_for(lambda: all(m.view(tid) is None for m in cluster.live()), 10, what="pruned")
-    assert all(m.stats["children_left"] == 0 for m in leaves)
+    assert all(m.events["children_left"] == 0 for m in leaves)
 
 
 async def test_silent_child_is_dropped_and_comes_back(cluster: Cluster) -> None:
@@ -193,6 +193,6 @@ async def test_silent_child_is_dropped_and_comes_back(cluster: Cluster) -> None:
     await wait_for(lambda: child.overlay.id not in parent.view(tid).children, 5, what="dropped")
     removed = cluster.recorder(parent).of("child-")
     assert (removed[-1][2], removed[-1][3]) == (child.overlay.id, "failed")
-    child._loop_task = asyncio.ensure_future(child._maintenance())  # re-joins or re-adopted
+    child._loop_task = asyncio.ensure_future(child._maint.run())  # re-joins or re-adopted
     await wait_clean(lambda: check_tree(cluster, tid, members), 10)
     assert child.overlay.id in cluster.by_id(child.view(tid).parent.id).view(tid).children

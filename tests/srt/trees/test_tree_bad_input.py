@@ -47,7 +47,7 @@ async def test_malformed_requests_are_rejected_and_counted(cluster: Cluster) -> 
         with pytest.raises(RemoteError, match=text):
             await a.overlay.request(b.overlay.info, kind, payload)
         assert b.bad_input[kind] == before + 1, kind
-    assert b.metrics()["bad_input"]["srt.hb"] == 4
+    assert b.stats()["bad_input"]["srt.hb"] == 4
 
 
 BAD_JOINS = [
@@ -69,7 +69,7 @@ async def test_malformed_routed_messages_fail_the_route_clearly(cluster: Cluster
         # sent from a raw overlay node's point of view: the first tree node to see it objects
         with pytest.raises((RouteError, Exception), match=text):
             await sender.overlay.route("srt", tid, message)
-    assert sum(m.metrics()["bad_input"].get("join", 0) for m in cluster.mgrs) >= 5
+    assert sum(m.stats()["bad_input"].get("join", 0) for m in cluster.mgrs) >= 5
     # a JOIN whose path already contains the receiving node is refused (loop rule), at the
     # root (deliver) and at a forwarder (forward)
     far = max(cluster.mgrs, key=lambda m: m.overlay.id ^ tid)
@@ -115,7 +115,7 @@ async def test_forged_child_closer_than_parent_is_refused(cluster: Cluster) -> N
         far.overlay.info, "srt.hb", {"trees": [tid.to_bytes(20, "big")], "url": ""}
     )
     assert reply["lost"] == [tid.to_bytes(20, "big")]
-    assert far.stats["loops_refused"] >= 2
+    assert far.events["loops_refused"] >= 2
     assert check_tree(cluster, tid, members) == []
 
 
@@ -124,12 +124,12 @@ async def test_superseded_own_join_is_dropped_quietly(cluster: Cluster) -> None:
     await cluster.converge([tid])
     await asyncio.gather(*(m.join(tid, job="s") for m in cluster.mgrs))
     m = next(x for x in cluster.mgrs if not x.view(tid).is_root)
-    m._trees[tid].old_jids.append(b"oldjoin!")  # an attempt we re-joined past
+    m._table.trees[tid].old_jids.append(b"oldjoin!")  # an attempt we re-joined past
     stale = {"k": "join", "job": "s", "jid": b"oldjoin!", "prev": None, "url": "", "path": []}
     before = dict(m.bad_input)
     with pytest.raises(TreeError, match="superseded"):
         m._on_forward(tid, stale, m.view(tid).parent)
-    assert dict(m.bad_input) == before and m.stats["stale_joins"] == 1
+    assert dict(m.bad_input) == before and m.events["stale_joins"] == 1
     stale["jid"] = b"unknown!"
     with pytest.raises(BadTreeMessage, match="without a sender"):
         m._on_forward(tid, stale, m.view(tid).parent)

@@ -3,6 +3,8 @@ keeps retrying in the background until it can."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from srt_helpers import (
     FAST,
@@ -17,6 +19,7 @@ from srt_helpers import (
 
 from overlay import OverlayNode
 from overlay.sim import agreement
+from srt.config import Tunables
 from srt.ids import app_id
 from srt.trees.manager import TreeManager
 from srt.trees.types import JoinTimeout
@@ -44,13 +47,17 @@ async def test_join_timeout_then_background_retry() -> None:
         await wait_for(lambda: direct() is not None, 20, what="a node routing straight to the root")
         joiner = direct()
         assert joiner is not None
-        joiner.join_timeout = 0.6
+        joiner.tunables = dataclasses.replace(joiner.tunables, join_timeout=0.6)
         with pytest.raises(JoinTimeout, match=f"{tid:040x} not joined within 0.6s; retrying"):
             await joiner.join(tid, job="late")
         assert joiner.view(tid).state == "joining"
-        assert joiner.stats["join_failures"] >= 1
+        assert joiner.events["join_failures"] >= 1
         # the tree layer comes up on the root: the background retries attach the joiner
-        late = TreeManager(bare, data_url="", heartbeat_interval=HB, parent_timeout=PARENT_TIMEOUT)
+        late = TreeManager(
+            bare,
+            data_url="",
+            tunables=Tunables(heartbeat_interval=HB, parent_timeout=PARENT_TIMEOUT),
+        )
         await late.start()
         cluster.mgrs.append(late)
         cluster.nodes.append(bare)

@@ -15,6 +15,7 @@ import pytest
 
 from overlay import OverlayNode
 from overlay.sim import SimNetwork, run, start_cluster
+from srt.config import Tunables
 from srt.ids import app_id
 from srt.trees.balance import roots_per_agent
 from srt.trees.manager import TreeManager
@@ -27,7 +28,9 @@ class TreeNode(OverlayNode):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.trees = TreeManager(self, data_url="", heartbeat_interval=1.0, parent_timeout=3.5)
+        self.trees = TreeManager(
+            self, data_url="", tunables=Tunables(heartbeat_interval=1.0, parent_timeout=3.5)
+        )
 
     async def start(self, bootstrap: Any = ()) -> None:
         await self.trees.start()
@@ -111,9 +114,9 @@ def build_and_check(
                 *(by_id[m].trees.join(t, job=f"job-{t}") for t in batch for m in members[t])
             )
             progress(f"{i + len(batch)} trees joined")
-        hb0 = sum(n.trees.stats["hb_sent"] for n in nodes)
+        hb0 = sum(n.trees.events["hb_sent"] for n in nodes)
         await asyncio.sleep(3.0)  # a few heartbeats: everything confirmed
-        hb_rate = (sum(n.trees.stats["hb_sent"] for n in nodes) - hb0) / (3.0 * len(nodes))
+        hb_rate = (sum(n.trees.events["hb_sent"] for n in nodes) - hb0) / (3.0 * len(nodes))
         progress(f"heartbeats: {hb_rate:.2f} srt.hb requests per agent per second")
         result = check_all(nodes, tids, members)
         progress(f"checked: {result}")
@@ -126,7 +129,7 @@ def build_and_check(
         result["tids"] = tids
         events: Counter[str] = Counter()
         for n in nodes:
-            events.update(n.trees.stats)
+            events.update(n.trees.events)
         result["events"] = dict(events)
         progress(f"events: {dict(events)}")
         result["members"] = sum(len(m) for m in members.values())
