@@ -33,6 +33,9 @@ Example file::
     [tunables]                 # overlay timings, see overlay.Tunables
     probe_interval = 0.5
 
+    [srt]                      # reducer trees and data plane, see srt.Tunables
+    request_timeout = 5.0      # (the tree heartbeat is the agent's heartbeat_interval)
+
     [runtime]                  # agent runtime timings and bounds (defaults shown),
     tick_seconds = 0.1         # see agent.tunables.RuntimeTunables
     resync_seconds = 10.0      # job-table anti-entropy period
@@ -45,8 +48,10 @@ Example file::
     stop_flush_seconds = 10.0  # a stopping job waits this long for its lake rollups
     max_pending = 4096         # file positions per input awaiting acknowledgement
 
-Each table of tunables (``[tunables]``, ``[runtime]``) is a frozen dataclass nested in
-:class:`AgentConfig` (``tunables``, ``runtime``); an unknown key or a bad value is a
+Each table of tunables (``[tunables]`` for the overlay, ``[srt]``, ``[runtime]``) is a frozen
+dataclass nested in :class:`AgentConfig` (``tunables``, ``srt``, ``runtime``); the trees'
+``heartbeat_interval`` is always the agent's own key (one source for it, so ``[srt]`` refuses
+it); an unknown key or a bad value is a
 :class:`~agent.errors.ConfigError` naming the table. Another layer's tunables nest the same way:
 a field here and one entry in ``_TUNABLE_SECTIONS``.
 """
@@ -66,6 +71,7 @@ from typing import Any
 from agent.errors import ConfigError
 from agent.tunables import RuntimeTunables
 from overlay import Tunables
+from srt import Tunables as SrtTunables
 
 MIN_SECRET_BYTES = 16
 INPUT_TYPES = ("jsonl", "file", "ingest")
@@ -100,8 +106,9 @@ class AgentConfig:
     api_token: str = ""
     logical_agents: int = 1
     inputs: tuple[InputConfig, ...] = ()
-    # Tunables of the layers, one table each (see _TUNABLE_SECTIONS); srt's nest here too.
+    # Tunables of the layers, one table each (see _TUNABLE_SECTIONS).
     tunables: Tunables = field(default_factory=Tunables)  # [tunables]: the overlay node
+    srt: SrtTunables = field(default_factory=SrtTunables)  # [srt]: trees and data plane
     runtime: RuntimeTunables = field(default_factory=RuntimeTunables)  # [runtime]
     heartbeat_interval: float = 1.0
     node_id: int | None = None  # overrides SHA-1(host:port); tests and planned placements
@@ -162,9 +169,10 @@ _STR_KEYS = (
 )
 _FLOAT_KEYS = ("heartbeat_interval",)
 # TOML table → the tunables dataclass read from it, stored in the AgentConfig field of the
-# same name. One line per layer (srt's tunables join here).
+# same name. One line per layer.
 _TUNABLE_SECTIONS: dict[str, Callable[..., Any]] = {
     "tunables": Tunables,
+    "srt": SrtTunables,
     "runtime": RuntimeTunables,
 }
 _ENV = {
@@ -302,6 +310,8 @@ def _build(
         raise ConfigError("inputs: only one input can read stdin (path '-')")
     if stdin_inputs and values.get("logical_agents", 1) > 1:
         raise ConfigError("inputs: a stdin input (path '-') needs logical_agents = 1")
+    if "heartbeat_interval" in tunables_raw.get("srt", {}):
+        raise ConfigError("[srt]: heartbeat_interval is the agent's own key (heartbeat_interval)")
     for section, cls in _TUNABLE_SECTIONS.items():
         try:
             values[section] = cls(**tunables_raw.get(section, {}))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -56,7 +57,6 @@ from srt import (
     SnapshotName,
     TreeManager,
 )
-from srt import Tunables as SrtTunables
 from srt.errors import Reject
 from srt.ids import app_id, placement_id
 from srt.trees.types import JoinTimeout
@@ -107,8 +107,13 @@ class Agent:
             node_id=config.node_id,
             network=network,
         )
-        self.server = DataPlaneServer(config.secret, host=config.host, port=config.data_port)
-        self.client = DataPlaneClient(config.secret)
+        self.srt_tunables = dataclasses.replace(
+            config.srt, heartbeat_interval=config.heartbeat_interval
+        )
+        self.server = DataPlaneServer(
+            config.secret, host=config.host, port=config.data_port, tunables=self.srt_tunables
+        )
+        self.client = DataPlaneClient(config.secret, tunables=self.srt_tunables)
         self.trees: TreeManager | None = None
         self.api = HttpApi(self, config.api_token, host=config.api_host, port=config.api_port)
         self.table = JobTable()
@@ -139,8 +144,8 @@ class Agent:
         self.trees = TreeManager(
             self.overlay,
             data_url=self.data_url,
-            # parent timeout: 3.5 heartbeat intervals (srt.Tunables' default)
-            tunables=SrtTunables(heartbeat_interval=self.config.heartbeat_interval),
+            # the agent's heartbeat_interval is the trees' (parent timeout: 3.5 of them)
+            tunables=self.srt_tunables,
         )
         self.trees.add_listener(self)
         self.trees.on_multicast(self._on_multicast)

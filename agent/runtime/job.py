@@ -170,7 +170,11 @@ class JobRuntime:
             )
             self.combiners[tid] = combiner
             self.senders[tid] = UpstreamSender(
-                self.network.client, job=self.name, tree=tid, sender=self.network.node_id
+                self.network.client,
+                job=self.name,
+                tree=tid,
+                sender=self.network.node_id,
+                tunables=self.network.srt_tunables,
             )
         return combiner
 

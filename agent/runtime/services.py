@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from agent.jobs.table import JobEntry
     from overlay import NodeInfo
     from srt import DataPlaneClient, MulticastResult, TreeView
+    from srt import Tunables as SrtTunables
 
 
 class JobTrees(Protocol):
@@ -66,6 +67,11 @@ class NetworkService(Protocol):
     @property
     def client(self) -> DataPlaneClient:
         """The authenticated data-plane client (shared by every job of the agent)."""
+        ...
+
+    @property
+    def srt_tunables(self) -> SrtTunables:
+        """The SRT layer's tunables of this agent (upstream retry backoff, ...)."""
         ...
 
     def neighbours(self) -> list[NodeInfo]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import srt
 from agent.config import load_config
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, JobEntry
@@ -41,6 +42,7 @@ class FakeAgent:
         self.trees = FakeTrees()
         self.data_url = "http://127.0.0.1:1"
         self.client = DataPlaneClient(SECRET.encode())
+        self.srt_tunables = srt.Tunables()
         self.recorded: list[JobEntry] = []
         self.ticked: list[list[str]] = []
         self.spawned: list[str] = []

@@ -136,3 +136,26 @@ def test_runtime_tunables_validate_on_construction() -> None:
         RuntimeTunables(master_url_ttl=float("inf"))
     assert RuntimeTunables(tick_seconds=1).tick_seconds == 1
     assert OffsetKeeper(None).max_pending == RuntimeTunables().max_pending  # same default
+
+
+def test_srt_tunables_come_from_the_srt_table(tmp_path: Path, secret_file: Path) -> None:
+    import srt
+
+    assert load_config(env={}, overrides={"secret_file": str(secret_file)}).srt == srt.Tunables()
+    cfg_file = tmp_path / "agent.toml"
+    cfg_file.write_text(
+        f'[agent]\nsecret_file = "{secret_file}"\nheartbeat_interval = 0.5\n\n'
+        "[srt]\nrequest_timeout = 2.5\nsend_attempts = 6\n"
+    )
+    cfg = load_config(cfg_file, env={})
+    assert cfg.srt.request_timeout == 2.5 and cfg.srt.send_attempts == 6
+    assert cfg.srt.query_timeout == srt.Tunables().query_timeout  # the rest: defaults
+    assert cfg.heartbeat_interval == 0.5
+    for body, message in [
+        ("[srt]\nrequest_timeout = 0\n", r"\[srt\]: request_timeout must be positive"),
+        ("[srt]\nsend_tries = 2\n", r"\[srt\]: .*send_tries"),
+        ("[srt]\nheartbeat_interval = 2.0\n", r"\[srt\]: heartbeat_interval is the agent's own"),
+    ]:
+        cfg_file.write_text(f'{body}\n[agent]\nsecret_file = "{secret_file}"\n')
+        with pytest.raises(ConfigError, match=message):
+            load_config(cfg_file, env={})
