@@ -99,6 +99,11 @@ class Snapshot:
         return cls(agg, run.hashes, run.keys, run.values, hash_function)
 
     @property
+    def hash_name(self) -> str:
+        """The name of the hash function the keys were hashed with (in the wire header)."""
+        return hash_name(self._hash_fn)
+
+    @property
     def keys_column(self) -> np.ndarray:
         """The keys as an object array (decoded on first use, in one msgpack call)."""
         if self._decoded is None:

@@ -11,7 +11,9 @@ Data plane (srt.dataplane, srt.dataplane.upstream, srt.dataplane.barrier):
 delivered (after the client's retries); ``status`` is the HTTP status (0 when no response came
 back) and ``reason`` the server's machine-readable rejection reason (or the local failure).
 Handlers registered on a :class:`~srt.dataplane.DataPlaneServer` raise :class:`Reject` (or
-:class:`RetryLater`) to answer with a specific status instead of a 500.
+:class:`RetryLater`) to answer with a specific status instead of a 500; :class:`Incompatible`
+(409) and ``srt.dataplane.barrier.EpochTooFarAhead`` (503) are such rejections, so wherever a
+barrier refuses a peer's snapshot the server answers the documented code.
 """
 
 from __future__ import annotations
@@ -53,6 +55,15 @@ class RetryLater(Reject):
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(503, reason, detail)
+
+
+class Incompatible(Reject, ValueError):
+    """A snapshot whose aggregator, aggregator parameters, hash function or keys do not match
+    what its (job, tree) expects for that epoch: answered 409 ``incompatible`` before it
+    touches any state (a ``ValueError`` too, as ``Snapshot.merge`` raises for a mismatch)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(409, "incompatible", detail)
 
 
 class SnapshotNameError(SRTError, ValueError):

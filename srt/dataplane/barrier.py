@@ -29,6 +29,14 @@ Precise semantics (``docs/srt-dataplane.md`` has the long form):
   emitted as an empty snapshot as soon as a later epoch has received something, so a parent
   never waits forever for an epoch this node has no data for.
 
+* **Admission** (before anything is recorded): :meth:`EpochCombiner.check` refuses an offer
+  more than ``max_ahead`` epochs past ``next_epoch`` or past ``horizon()``
+  (:class:`EpochTooFarAhead`, 503 ``epoch_ahead``) and a child's snapshot that does not match
+  ``expect(epoch)`` (:class:`srt.errors.Incompatible`, 409 ``incompatible``; see
+  :mod:`srt.dataplane.compat`). Refusals are counted (``refused_ahead``,
+  ``refused_incompatible``) and logged at WARNING with job, tree, epoch and origin. The local
+  snapshot is the node's own and is bounded but not type-checked.
+
 The emit callback may be sync or async; calls happen in epoch order and async ones are
 awaited one after another (:meth:`EpochCombiner.drain` waits for them). A failing emit is
 logged and counted; it never breaks the barrier.
@@ -47,17 +55,23 @@ from typing import Any
 import numpy as np
 
 from cbt import Snapshot
+from srt.dataplane.compat import Expectation, admit
 from srt.dataplane.name import SnapshotName
 from srt.dataplane.operators import LevelOperator, select
-from srt.errors import Reject, RetryLater, SRTError
+from srt.errors import Incompatible, Reject, RetryLater
 
 log = logging.getLogger(__name__)
 
 LOCAL = "local"
 
 
-class EpochTooFarAhead(SRTError, ValueError):
-    """An offer for an epoch more than ``max_ahead`` past the next epoch to emit."""
+class EpochTooFarAhead(RetryLater, ValueError):
+    """An offer for an epoch more than ``max_ahead`` past the next epoch to emit (or past the
+    combiner's horizon): a 503 ``epoch_ahead`` rejection the sender retries later (the
+    receiver may be behind, e.g. waiting for a dead child)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("epoch_ahead", detail)
 
 
 @dataclass
@@ -77,7 +91,11 @@ class EpochCombiner:
     """The per-(job, tree) barrier on one node (contract in the module docstring).
 
     ``max_ahead`` bounds how far past ``next_epoch`` an offer may be (memory bound against a
-    runaway sender): further offers raise :class:`EpochTooFarAhead`."""
+    runaway sender): further offers raise :class:`EpochTooFarAhead`. ``horizon()`` (optional)
+    is an absolute upper bound on accepted epochs (None: none) - it also covers a floating
+    combiner's very first offer, which ``max_ahead`` cannot. ``expect(epoch)`` (optional) is
+    what children's snapshots of ``epoch`` must be (:class:`~srt.dataplane.compat.Expectation`,
+    None: anything mergeable)."""
 
     def __init__(
         self,
@@ -90,6 +108,8 @@ class EpochCombiner:
         operator: LevelOperator | None = None,
         first_epoch: int | None = 0,
         max_ahead: int = 10_000,
+        expect: Callable[[int], Expectation | None] | None = None,
+        horizon: Callable[[], int | None] | None = None,
     ) -> None:
         if first_epoch is not None and first_epoch < 0:
             raise ValueError("first_epoch must be >= 0")
@@ -103,6 +123,8 @@ class EpochCombiner:
         self.tree = tree
         self.operator = operator or LevelOperator()
         self.max_ahead = max_ahead
+        self._expect = expect
+        self._horizon = horizon
         self._emit_cb = emit
         self._next = first_epoch
         self._children = {c: _Member(first_epoch, confirmed) for c in children}
@@ -128,7 +150,7 @@ class EpochCombiner:
 
     def state_of(self, sender: int, epoch: int) -> str | None:
         """ "stale" / "duplicate" if an offer of this name would be refused, else None."""
-        if epoch < self._next and not self._floating:
+        if self._emitted(epoch):
             return "stale"
         st = self._open.get(epoch)
         return "duplicate" if st is not None and sender in st.senders else None
@@ -165,24 +187,66 @@ class EpochCombiner:
             "counters": dict(self.counters),
         }
 
+    # ---- admission ----------------------------------------------------------------------
+    def _limit(self, epoch: int) -> str | None:
+        """Why ``epoch`` is too far ahead to accept, or None."""
+        floating_start = self._floating and (self._proto is None or epoch < self._next)
+        if not floating_start and epoch > self._next + self.max_ahead:
+            return f"epoch {epoch} is more than {self.max_ahead} past the next epoch {self._next}"
+        horizon = self._horizon() if self._horizon is not None else None
+        if horizon is not None and epoch > horizon:
+            return f"epoch {epoch} is past this job's horizon {horizon}"
+        return None
+
+    def _refuse(self, counter: str, epoch: int, origin: int | str, detail: str) -> None:
+        self.counters[counter] += 1
+        who = origin if isinstance(origin, str) else f"{origin:x}"
+        log.warning(
+            "job %s tree %x: refused snapshot of epoch %d from %s: %s",
+            self.job,
+            self.tree,
+            epoch,
+            who,
+            detail,
+        )
+
+    def check(self, epoch: int, snap: Snapshot, origin: int | str = LOCAL) -> Snapshot:
+        """Admit a snapshot of ``epoch`` from ``origin`` (a child id, or a label such as
+        "local"/"handover") without recording anything: returns the snapshot to merge (an
+        empty one re-typed to the expected aggregator) or raises :class:`EpochTooFarAhead`
+        (503) / :class:`~srt.errors.Incompatible` (409), counted and logged."""
+        if type(epoch) is not int or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        why = self._limit(epoch)
+        if why is not None:
+            self._refuse("refused_ahead", epoch, origin, why)
+            raise EpochTooFarAhead(why)
+        try:
+            return admit(self._expect(epoch) if self._expect is not None else None, snap)
+        except Incompatible as e:
+            self._refuse("refused_incompatible", epoch, origin, e.detail)
+            raise
+
     # ---- offers -------------------------------------------------------------------------
     def _check_epoch(self, epoch: int) -> None:
         if type(epoch) is not int or epoch < 0:
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
-        if self._floating and (self._proto is None or epoch < self._next):
-            self._next = epoch  # nothing emitted yet: start at the lowest epoch offered
-            return
-        if epoch > self._next + self.max_ahead:
-            raise EpochTooFarAhead(
-                f"epoch {epoch} is more than {self.max_ahead} past the next epoch {self._next}"
-            )
+        why = self._limit(epoch)
+        if why is not None:
+            raise EpochTooFarAhead(why)
+
+    def _emitted(self, epoch: int) -> bool:
+        # a floating combiner has emitted nothing: a lower epoch moves its start instead
+        return epoch < self._next and not self._floating
 
     def _merge(self, epoch: int, snap: Snapshot) -> _Open:
         # Snapshots of one epoch must share an aggregator (ValueError otherwise); epochs may
         # differ after a runtime change of the job's aggregate, and an empty snapshot (e.g.
         # the filler below) merges with any.
         st = self._open.get(epoch) or _Open()
-        acc = self.operator.merge(st.acc, snap)
+        acc = self.operator.merge(st.acc, snap)  # may raise: nothing is recorded before it
+        if self._floating and (self._proto is None or epoch < self._next):
+            self._next = epoch  # nothing emitted yet: start at the lowest epoch offered
         st.acc = acc
         if self._proto is None:
             self._proto = select(snap, np.empty(0, np.intp))
@@ -192,7 +256,7 @@ class EpochCombiner:
     def offer_local(self, epoch: int, snap: Snapshot) -> str:
         """This node's own snapshot of ``epoch``: "merged" | "duplicate" | "stale"."""
         self._check_epoch(epoch)
-        if epoch < self._next:
+        if self._emitted(epoch):
             self.counters["stale_local"] += 1
             return "stale"
         st = self._open.get(epoch)
@@ -210,8 +274,12 @@ class EpochCombiner:
     def offer_child(self, child: int, epoch: int, snap: Snapshot) -> str:
         """A child's snapshot of ``epoch``: "merged" | "duplicate" | "stale" (see module doc).
 
-        Raises ValueError (nothing recorded) for an incompatible snapshot, and
-        :class:`EpochTooFarAhead` beyond ``max_ahead``."""
+        Admitted first (:meth:`check`, for stale and duplicate names too): raises
+        :class:`~srt.errors.Incompatible` (409) for a snapshot that does not fit ``expect``
+        and :class:`EpochTooFarAhead` (503) beyond ``max_ahead``/``horizon``, with nothing
+        recorded. A ValueError from the merge itself (no ``expect`` given) records nothing
+        either."""
+        snap = self.check(epoch, snap, child)
         self._check_epoch(epoch)
         refused = self.state_of(child, epoch)
         if refused is not None:
@@ -310,7 +378,7 @@ def snapshot_handler(
     returns. Unknown (job, tree) → 503 ``unknown_tree`` (the sender retries: the receiver may
     not have set the tree up yet); duplicates and stale names are answered without decoding;
     a corrupt body → 422; an incompatible snapshot → 409 ``incompatible``; an epoch too far
-    ahead → 503 ``epoch_ahead``."""
+    ahead → 503 ``epoch_ahead`` (both refused before the combiner records anything)."""
 
     async def handle(name: SnapshotName, body: bytes) -> str:
         comb = resolve(name)
@@ -323,9 +391,10 @@ def snapshot_handler(
         snap = Snapshot.from_bytes(body)  # SnapshotError -> 422, the sender resends
         try:
             return comb.offer_child(name.sender, name.epoch, snap)
-        except EpochTooFarAhead as e:
-            raise RetryLater("epoch_ahead", str(e)) from None
-        except ValueError as e:
-            raise Reject(409, "incompatible", str(e)) from None
+        except Reject:  # EpochTooFarAhead (503), Incompatible (409): the documented answers
+            raise
+        except ValueError as e:  # a merge refused without an expectation: still incompatible
+            comb.counters["refused_incompatible"] += 1
+            raise Incompatible(str(e)) from None
 
     return handle
