@@ -18,7 +18,10 @@ The paper's primitives, in Python:
   this agent from the job's local instance (no network hop); the default answers
   ``{"error": ..., "status": 404}``.
 * optional: ``result_rows(pairs)`` (master) names the columns of the results API's rows;
-  the class method ``check_spec(spec)`` rejects a spec at submission (``parse_spec``).
+  the class method ``check_spec(spec)`` rejects a spec at submission (``parse_spec``);
+  ``keys_problem(snapshot)`` says why a peer's snapshot holds keys this job never makes
+  (None: fine; the default accepts every valid CBT key), so the data plane refuses it with
+  409 ``incompatible`` before it merges (``docs/srt-dataplane.md``).
 * :class:`JobContext` (injected with :meth:`Job.bind`): ``node_id``, ``is_master``,
   ``feedback``, ``subscribe(app_id)``, ``send_to(node_id, paos)``, ``multicast(message)``,
   ``route(app_id, message) -> reply``. The runtime implements it; every hook may be a plain or
@@ -143,6 +146,13 @@ class Job:
 
     def on_recv(self, node_id: int, paos: Any) -> Awaitable[None] | None:
         """PAOs another agent sent with ``send_to``."""
+        return None
+
+    def keys_problem(self, snapshot: Snapshot) -> str | None:
+        """Optional key schema: why ``snapshot``'s keys cannot be this job's (a short text),
+        or None. Runs on the event loop for every peer snapshot, so keep it a linear scan;
+        the default accepts any key (``Snapshot.from_bytes`` already checked they are valid
+        CBT keys)."""
         return None
 
     # ---- master side ----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any
 from agent.jobs.job import Job, register_job
 from agent.jobs.spec import JobSpec, JobSpecError
 from agent.ql import CompiledQuery, QLError, compile_query
+from agent.ql.keys import keys_problem
 from cbt import Snapshot
 
 _CHECKED = (
@@ -94,6 +95,11 @@ class QLJob(Job):
     def map(self, record: dict[str, Any]) -> list[tuple[Any, Any]]:
         """The compiled pipeline (replaced by it per instance in ``setup``)."""
         return self.compiled.map(record)
+
+    def keys_problem(self, snapshot: Snapshot) -> str | None:
+        """Every key must decode for the query's GROUP BY width (else ``result_rows`` would
+        fail on the epoch at the master)."""
+        return keys_problem(snapshot.keys(), self.compiled.group_width)
 
     # ---- master side ----------------------------------------------------------------------
     def result_rows(self, pairs: Any) -> list[dict[str, Any]]:

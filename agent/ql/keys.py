@@ -6,6 +6,8 @@ and :func:`decode` inverts it, also after a trip through JSON (tuples as lists).
 ``(tag, payload)`` that no string or int can collide with: NULL ``(0, 0)``, float
 ``(1, float.hex())``, bool ``(2, 0|1)``, object/array ``(3, canonical JSON)``, a larger int
 ``(4, decimal digits)``. Equal JSON values give equal keys (object members are sorted).
+:func:`keys_problem` says whether a whole column of keys decodes for a GROUP BY width (what
+the data plane checks a peer's snapshot with before it merges).
 """
 
 from __future__ import annotations
@@ -65,3 +67,21 @@ def decode_key(key: Any, width: int) -> tuple:
     if not isinstance(key, list | tuple) or len(key) != width:
         raise ValueError(f"expected a group key of {width} parts, got {key!r}")
     return tuple(decode(p) for p in key)
+
+
+def keys_problem(keys: list[Any], width: int) -> str | None:
+    """The first reason one of ``keys`` is not a key of a ``width``-column GROUP BY (so
+    ``decode_key`` and the result rows would fail on it), or None when every key fits.
+    Width 0 (no GROUP BY) has the single key ``()``."""
+    for key in keys:
+        try:
+            if width == 0:
+                if key != ():
+                    raise ValueError(
+                        f"expected the key () of a query without GROUP BY, got {key!r}"
+                    )
+            else:
+                decode_key(key, width)
+        except (ValueError, TypeError) as exc:  # orjson's decode error is a ValueError
+            return str(exc)[:200]
+    return None

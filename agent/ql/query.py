@@ -64,6 +64,8 @@ class CompiledQuery:
     rows: Callable[[Iterable[Any]], list[dict[str, Any]]] = field(repr=False)
     #: ``keys(record) -> [key]`` when every value is the count 1 (else None): ``map_keys``
     keys: Callable[[dict[str, Any]], list[Any]] | None = field(default=None, repr=False)
+    #: the number of GROUP BY columns (the shape of every key: see ``agent.ql.keys``)
+    group_width: int = 0
 
     @property
     def partitions(self) -> int | None:
@@ -118,6 +120,7 @@ def compile_query(text: str) -> CompiledQuery:
         map=map_fn,
         rows=build_rows(an, query.limit),
         keys=keys_fn,
+        group_width=len(an.group_by),
     )
 
 

@@ -638,15 +638,15 @@ class Agent:
                 paos = body.get("data")
         except (KeyError, ValueError, TypeError, SnapshotError) as exc:
             raise Reject(400, "bad_recv", f"bad send_to body: {exc}") from None
-        await maybe_await(runtime.job.on_recv(sender, paos))
+        await runtime.deliver(sender, paos)  # 409 incompatible, 400 recv_refused
         return {"result": "delivered"}
 
     @staticmethod
     async def _json_body(request: web.Request, *fields: str) -> dict[str, Any]:
         try:
             body = await request.json()
-        except ValueError as exc:
-            raise Reject(400, "bad_json", f"body is not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+            raise Reject(400, "bad_json", f"body is not JSON: {str(exc)[:200]}") from None
         if not isinstance(body, dict) or any(f not in body for f in fields):
             raise Reject(400, "bad_body", f"body must be an object with {', '.join(fields)}")
         return body
@@ -658,7 +658,7 @@ class Agent:
             raise Reject(404, "unknown_job", f"job {body['job']!r} does not run here")
         try:
             return runtime.local_results(int(body["tree"]), body.get("epoch"))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # int(1e400): OverflowError
             raise Reject(400, "bad_body", f"bad tree or epoch: {exc}") from None
 
     async def _serve_handover(self, request: web.Request) -> dict[str, Any]:
@@ -671,7 +671,10 @@ class Agent:
                 dict(item, snapshot=base64.b64decode(item["snapshot"])) for item in body["items"]
             ]
             return {"taken": runtime.absorb(int(body["tree"]), items)}
-        except (KeyError, TypeError, ValueError, SnapshotError) as exc:
+        except Reject:  # 409 incompatible, 503 epoch_ahead / unknown_job: nothing taken
+            self.count("bad_handover")
+            raise
+        except (KeyError, TypeError, ValueError, OverflowError, SnapshotError) as exc:
             self.count("bad_handover")
             raise Reject(400, "bad_handover", f"hand-over rejected: {exc}") from None
 

@@ -17,6 +17,12 @@ Contract (see ``docs/agent-runtime.md``):
   ``updated``.
 * **Hand-over**: a master that loses the root role (a closer agent joined, or it stops)
   sends its stored results to the new master over the data plane.
+* **Peers are checked** before anything of theirs touches state: every snapshot a peer
+  sends (a child's, a late contribution, a hand-over item, a ``send_to``) must be of one of
+  the job's trees, within the barrier's epoch bounds (503 ``epoch_ahead``) and match
+  :meth:`JobRuntime.expectation` for its epoch - the aggregator and parameters of the job
+  instance that reduces that epoch (they change with a runtime change of aggregate) and the
+  job's key schema (``Job.keys_problem``) - else 409 ``incompatible``, counted and logged.
 
 A runtime reaches its agent only through the narrow services of ``agent/runtime/services.py``
 (network and trees, job table, inputs, background tasks) and reads its timings from
@@ -48,10 +54,16 @@ from agent.runtime.worker import Worker
 from agent.tunables import RuntimeTunables
 from cbt import Snapshot
 from srt import DataPlaneError, EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
+from srt.dataplane.compat import Expectation, admit
 from srt.dataplane.operators import level_operator_for
+from srt.errors import Incompatible, Reject, RetryLater
 from srt.trees.types import JoinTimeout
 
 log = logging.getLogger(__name__)
+
+#: epochs of clock skew a peer may be ahead of this agent's ``max_future`` horizon (as the
+#: barrier's ``max_ahead``)
+HORIZON_SLACK = 10_000
 
 
 class JobRuntime:
@@ -110,6 +122,8 @@ class JobRuntime:
         self.job.bind(self._context)
         #: (first epoch of the next aggregate, the job instance used before it), oldest first
         self._jobs_before: list[tuple[int, Job]] = []
+        #: per job instance (by id, the instance kept alive alongside): what its epochs accept
+        self._expectations: dict[int, tuple[Job, Expectation]] = {}
         self._stopped = False
         # None unless the agent has a rollup lake
         self.lake = sink_for(self, lake, stop_flush_seconds=self.tunables.stop_flush_seconds)
@@ -167,6 +181,8 @@ class JobRuntime:
                 emit=lambda epoch, snap, tid=tid: self._emit(tid, epoch, snap),
                 operator=self.operator,
                 first_epoch=self.spec.start_epoch,
+                expect=self.expectation,
+                horizon=self._horizon,
             )
             self.combiners[tid] = combiner
             self.senders[tid] = UpstreamSender(
@@ -177,6 +193,38 @@ class JobRuntime:
                 tunables=self.network.srt_tunables,
             )
         return combiner
+
+    # ---- what peers may send (module contract: "peers are checked") ---------------------------
+
+    def expectation(self, epoch: int | None) -> Expectation:
+        """What a snapshot of ``epoch`` must be: the aggregator of the job instance that
+        reduces that epoch (None: the current one) and its key check."""
+        job = self.job if epoch is None else self.job_for(epoch)
+        cached = self._expectations.get(id(job))
+        if cached is None or cached[0] is not job:
+            key_check = None if type(job).keys_problem is Job.keys_problem else job.keys_problem
+            cached = (job, Expectation(job.make_aggregator(), key_check=key_check))
+            live = {id(j) for _, j in self._jobs_before} | {id(self.job)}
+            self._expectations = {k: v for k, v in self._expectations.items() if k in live}
+            self._expectations[id(job)] = cached
+        return cached[1]
+
+    def _horizon(self) -> int | None:
+        """The highest epoch a peer may send: a worker drops records more than ``max_future``
+        seconds ahead of its clock, so no honest snapshot is later than that epoch (plus the
+        barrier's ``max_ahead`` for clock skew). None when the spec sets no ``max_future``."""
+        if self.spec.max_future is None:
+            return None
+        ahead = time.time() + self.spec.max_future
+        return self.spec.schedule.epoch_of(ahead) + HORIZON_SLACK
+
+    def _known_tree(self, tid: int) -> None:
+        if tid not in self.tree_set:
+            self.count("refused_unknown_tree")
+            log.warning(
+                "job %s: refused a peer's data for tree %x (not one of its trees)", self.name, tid
+            )
+            raise RetryLater("unknown_job", f"tree {tid:x} is not a tree of job {self.name!r}")
 
     def parent_changed(self, tid: int) -> None:
         view = self._view(tid)
@@ -245,6 +293,12 @@ class JobRuntime:
             self.sent_at.popitem(last=False)
 
     def offer_child(self, name: SnapshotName, snap: Snapshot) -> str:
+        """A child's snapshot (``POST /srt/v1/snapshot``): admitted by the tree's barrier
+        first (409 ``incompatible`` / 503 ``epoch_ahead``, nothing recorded), then merged, or
+        folded in at the master when its epoch was already emitted here."""
+        self._known_tree(name.tree)
+        combiner = self.ensure_tree(name.tree)
+        snap = combiner.check(name.epoch, snap, name.sender)
         if self.worker is not None and not self._stopped:
             # The child closed this epoch by the same clock as ours: read our inputs and close
             # our own share now rather than at our next tick, which would hold the whole
@@ -252,13 +306,20 @@ class JobRuntime:
             # watermark advanced by the idle clock must not close an epoch whose records are
             # waiting in the input.)
             self.input_service.tick_now(self.inputs)
-        result = self.ensure_tree(name.tree).offer_child(name.sender, name.epoch, snap)
+        result = combiner.offer_child(name.sender, name.epoch, snap)
         if result != "stale":
             return result
         self.count("late_contributions")
-        return self.offer_late(name, snap)
+        return self._fold_late(name, snap)
 
     def offer_late(self, name: SnapshotName, snap: Snapshot) -> str:
+        """A late contribution from a peer (``POST /agent/v1/late``): admitted like a
+        child's snapshot (a tree of this job, epoch bounds, expectation), then folded in."""
+        self._known_tree(name.tree)
+        snap = self.ensure_tree(name.tree).check(name.epoch, snap, name.sender)
+        return self._fold_late(name, snap)
+
+    def _fold_late(self, name: SnapshotName, snap: Snapshot) -> str:
         """A contribution for an epoch already emitted here: fold it in at the master."""
         view = self._view(name.tree)
         if view is not None and view.is_root:
@@ -496,13 +557,38 @@ class JobRuntime:
         self.count("handovers_sent")
 
     def absorb(self, tid: int, items: list[dict[str, Any]]) -> int:
-        self.ensure_tree(tid)
-        taken = self.store.absorb(tid, items)
+        """A previous master's results (``POST /agent/v1/handover``): every item is admitted
+        (tree, epoch bounds, expectation) before any is stored."""
+        self._known_tree(tid)
+        combiner = self.ensure_tree(tid)
+        taken = self.store.absorb(
+            tid, items, check=lambda epoch, snap: combiner.check(epoch, snap, "handover")
+        )
         if self.lake is not None:
             for epoch in {i["epoch"] for i in items if isinstance(i.get("epoch"), int)}:
                 self.lake.epoch(tid, epoch)
         self.count("handovers_received")
         return taken
+
+    async def deliver(self, sender: int, paos: Snapshot | Any) -> None:
+        """A peer's ``send_to`` (``POST /agent/v1/recv``) to the job's ``on_recv``: a snapshot
+        must match the current aggregate and key schema (409 ``incompatible``); an exception
+        from ``on_recv`` answers 400 ``recv_refused`` (counted, logged), never a 500."""
+        if isinstance(paos, Snapshot):
+            try:
+                paos = admit(self.expectation(None), paos)
+            except Incompatible as exc:
+                self.count("refused_incompatible")
+                log.warning(
+                    "job %s: refused a send_to snapshot from %x: %s", self.name, sender, exc.detail
+                )
+                raise
+        try:
+            await maybe_await(self.job.on_recv(sender, paos))
+        except Exception as exc:
+            self.count("recv_errors")
+            log.warning("job %s: on_recv refused data from %x: %r", self.name, sender, exc)
+            raise Reject(400, "recv_refused", f"the job's on_recv raised {exc!r}"[:300]) from None
 
     # ---- results and queries -----------------------------------------------------------------
 

@@ -13,6 +13,7 @@ has from the same origin).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,15 +123,23 @@ class ResultStore:
             if t == tree
         ]
 
-    def absorb(self, tree: int, items: list[dict[str, Any]]) -> int:
+    def absorb(
+        self,
+        tree: int,
+        items: list[dict[str, Any]],
+        check: Callable[[int, Snapshot], Snapshot] | None = None,
+    ) -> int:
         """Merge exported results (from a previous master); returns epochs taken over. Raises
-        ``ValueError``/``SnapshotError`` on a malformed item before changing anything."""
+        ``ValueError``/``SnapshotError`` on a malformed item, or whatever ``check(epoch,
+        snap)`` (which returns the snapshot to keep) raises, before changing anything."""
         parsed = []
         for item in items:
             epoch = item.get("epoch") if isinstance(item, dict) else None
-            if not isinstance(epoch, int):
+            if type(epoch) is not int:
                 raise ValueError("hand-over item without an integer epoch")
             snap = Snapshot.from_bytes(item["snapshot"])
+            if check is not None:
+                snap = check(epoch, snap)
             late = {(int(a), int(b)) for a, b in item.get("late", [])}
             parsed.append((epoch, snap, float(item.get("completed_at", 0.0)), late, item))
         taken = 0
