@@ -12,6 +12,7 @@ path. Master side: :meth:`QLJob.result_rows` turns the final pairs into named ro
 runtime's results use it), ``on_epoch_result`` keeps the last rows this agent mastered
 (``last_epoch``, ``last_rows``; with PARTITIONS > 1 they cover this tree's keys only) and
 ``on_query`` answers them. Optional ``params["ts_field"]`` names the timestamp field.
+``keys_problem`` refuses a peer's snapshot whose keys do not decode for the GROUP BY width.
 """
 
 from __future__ import annotations
