@@ -12,11 +12,13 @@ enforces the :class:`ConnectionLimits` of its :class:`ConnectionGuard`:
 * **idle timeout** — between requests a keep-alive connection may stay silent for
   ``idle_timeout`` seconds (aiohttp's own ``keepalive_timeout``);
 * **pre-authentication cap** — at most ``max_preauth`` connections may be open that have not
-  yet completed an authenticated request (the server calls :meth:`ConnectionGuard.
-  authenticated` once a request's credentials check out). A connection opened at the cap evicts
-  the *oldest* pre-authentication connection: a legitimate client authenticates within one
-  round trip, so it is never the oldest for long, while a flood of idle connections only ever
-  evicts itself;
+  yet completed an authenticated request (the server calls :meth:`ConnectionGuard.authenticated`
+  once a request's credentials check out). A connection opened at the cap evicts
+  the *oldest* pre-authentication connection. A legitimate client authenticates within one
+  round trip of connecting, so it is pushed out only if ``max_preauth`` more connections arrive
+  within that round trip, while connections held open by a slow-loris are soon the oldest and
+  are the ones evicted (refusing newcomers instead would let an attacker who re-opens
+  ``max_preauth`` connections per second lock every client out);
 * **line and header sizes** — a request line over ``max_line_size`` bytes is answered 414
   (``uri_too_long``), a header line over ``max_field_size`` bytes or more than ``max_headers``
   headers 400; every malformed request gets a JSON ``{"error", "reason"}`` answer and one
@@ -115,9 +117,10 @@ class ConnectionGuard:
     def _opened(self, handler: _GuardedHandler) -> None:
         self._opened_total += 1
         self._open.add(handler)
-        while len(self._preauth) >= self.limits.max_preauth:
+        cap = self.limits.max_preauth
+        while len(self._preauth) >= cap:
             oldest, _ = self._preauth.popitem(last=False)
-            oldest._close_for("preauth_evicted", f"over {self.limits.max_preauth} pre-auth")
+            oldest._close_for("preauth_evicted", f"over {cap} pre-auth connections")
         self._preauth[handler] = None
 
     def _closed(self, handler: _GuardedHandler) -> None:
