@@ -47,6 +47,10 @@ Example file::
     late_attempts = 12         # tries to deliver a late contribution to the master
     stop_flush_seconds = 10.0  # a stopping job waits this long for its lake rollups
     max_pending = 4096         # file positions per input awaiting acknowledgement
+    api_head_timeout = 10.0    # API connections: a request head must arrive within this,
+    api_body_timeout = 30.0    # its body within this; keep-alive silence is closed after
+    api_idle_timeout = 60.0    # this; and at most api_max_preauth connections without an
+    api_max_preauth = 64       # authenticated request (oldest closed first)
 
 Each table of tunables (``[tunables]`` for the overlay, ``[srt]``, ``[runtime]``) is a frozen
 dataclass nested in :class:`AgentConfig` (``tunables``, ``srt``, ``runtime``); the trees'

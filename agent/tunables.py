@@ -7,7 +7,8 @@ config's ``[runtime]`` table (``agent/config.py``); tests pass other values with
 ``dataclasses.replace``. The agent hands each value to the component that uses it: the
 :class:`~agent.runtime.agent.Agent` (tick, resync, jobs-tree queries, placement), each
 :class:`~agent.runtime.job.JobRuntime` (multicasts, master lookups, late contributions), the
-lake sink (flush on stop) and the :class:`~agent.runtime.offsets.OffsetKeeper`.
+lake sink (flush on stop), the :class:`~agent.runtime.offsets.OffsetKeeper` and the
+:class:`~agent.runtime.http_api.HttpApi` (its connection limits, ``api_*``).
 
 This module imports nothing of the project, so the config can nest it without a cycle.
 """
@@ -36,6 +37,11 @@ class RuntimeTunables:
     stop_flush_seconds: float = 10.0  # a stopping job waits this long for its rollups
     # ---- durable offsets (agent/runtime/offsets.py)
     max_pending: int = 4096  # noted positions per input awaiting acknowledgement
+    # ---- connections of the user HTTP API (agent/runtime/http_api.py, srt.dataplane.guard)
+    api_head_timeout: float = 10.0  # a request's head must arrive within this of its first byte
+    api_body_timeout: float = 30.0  # ... and its body (at most 8 MB) within this of the head
+    api_idle_timeout: float = 60.0  # a keep-alive connection may be silent this long
+    api_max_preauth: int = 64  # open connections without an authenticated request (oldest evicted)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -40,9 +40,19 @@ class Tunables:
     route_timeout: float = 10.0
     max_datagram: int = 8192
     max_skew: float = 30.0  # accepted clock skew for datagram timestamps
+    # UDP receive buffer asked of the kernel (SO_RCVBUF, bytes; 0 = the OS default). Linux caps
+    # it at net.core.rmem_max (raise that sysctl for bursts); stats()["socket"]["rcvbuf"] shows
+    # what was granted, stats()["drops"]["kernel_rcvbuf"] what still overflowed.
+    recv_buffer: int = 4 << 20
+    socket_stats_interval: float = 10.0  # kernel drops sampled (WARNING on growth) this often
 
     def __post_init__(self) -> None:
         if self.misses_before_suspect < 1 or self.leaf_set_size < 1 or self.ksize < 1:
             raise ValueError("sizes and miss counts must be positive")
-        if min(self.request_timeout, self.probe_interval, self.probe_timeout) <= 0:
+        if min(
+            self.request_timeout, self.probe_interval, self.probe_timeout,
+            self.socket_stats_interval,
+        ) <= 0:
             raise ValueError("timings must be positive")
+        if self.recv_buffer < 0:
+            raise ValueError("recv_buffer must be >= 0 (0: the OS default)")

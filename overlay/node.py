@@ -101,13 +101,14 @@ class OverlayNode:
         self._port = port
         self._node_id = node_id
         self._domain = domain
-        self._net = network or UdpNetwork()
+        self._net = network or UdpNetwork(recv_buffer=self.tunables.recv_buffer)
         self._metrics = Metrics()
         self._tasks = BackgroundTasks(self._task_failed, quiet=(NotRunning,))
         self._handlers: dict[str, RequestHandler] = {}
         self._joined_cbs: list[Callable[[NodeInfo], Any]] = []
         self._failed_cbs: list[Callable[[NodeInfo], Any]] = []
         self._running = False
+        self._kernel_drops_seen = 0  # the kernel's drop counter at the last WARNING
         self._info: NodeInfo | None = None
         # Built now, not in start(): applications may register before the node starts.
         self._router = Router(
@@ -195,6 +196,10 @@ class OverlayNode:
 
         self.transport = await self._net.open(self._host, self._port, make_protocol)
         self.server.transport = self.transport
+        socket_stats = getattr(self._net, "socket_stats", None)
+        if socket_stats is not None:
+            transport = self.transport
+            self._metrics.sample_socket_with(lambda: socket_stats(transport))
         me = self.info
         addrs = [(a[0], a[1]) for a in bootstrap if (a[0], a[1]) != me.address]
         self._rng = random.Random(self._net.seed_for(me.id))
@@ -259,6 +264,7 @@ class OverlayNode:
         next_leaf_refresh = _now() + self._rng.uniform(0, t.leaf_refresh_interval)
         next_rejoin = _now() + self._rng.uniform(0, t.rejoin_interval)
         next_slot = _now() + self._rng.uniform(0, t.slot_refresh_interval)
+        next_socket = _now() + t.socket_stats_interval
         while self._running:
             try:
                 self._detector.tick()
@@ -271,9 +277,26 @@ class OverlayNode:
                 if _now() >= next_rejoin:
                     next_rejoin = _now() + t.rejoin_interval
                     self._tasks.spawn(self._detector.rejoin(), "rejoin")
+                if _now() >= next_socket:
+                    next_socket = _now() + t.socket_stats_interval
+                    self._warn_kernel_drops()
             except Exception:  # maintenance must survive anything
                 log.exception("maintenance tick failed")
             await asyncio.sleep(t.probe_interval)
+
+    def _warn_kernel_drops(self) -> None:
+        """Datagrams the kernel dropped (receive buffer full) since the last sample: WARNING."""
+        sock = self._metrics.socket()
+        drops = sock.get("kernel_drops")
+        if drops is not None and drops > self._kernel_drops_seen:
+            log.warning(
+                "overlay %s: the kernel dropped %d datagrams (UDP receive buffer of %s bytes "
+                "full; raise tunables.recv_buffer and net.core.rmem_max)",
+                self.info.address,
+                drops - self._kernel_drops_seen,
+                sock.get("rcvbuf"),
+            )
+            self._kernel_drops_seen = drops
 
     def _task_failed(self, what: str, exc: BaseException) -> None:
         self._metrics.event("task_errors")

@@ -45,6 +45,11 @@ class Tunables:
     upstream_max_backoff: float = 2.0
     max_skew: float = 30.0  # accepted clock difference of signed requests
     max_body: int = 64 << 20  # largest request body the data-plane server reads (bytes)
+    # connections of the data-plane server (srt.dataplane.guard; docs/srt-dataplane.md)
+    head_timeout: float = 10.0  # a request's head must arrive within this of its first byte
+    body_timeout: float = 60.0  # ... and its body within this of the head (64 MB ≈ 10 Mbit/s)
+    idle_timeout: float = 60.0  # a keep-alive connection may be silent this long (> client's 15)
+    max_preauth: int = 128  # open connections without an authenticated request (oldest evicted)
 
     def __post_init__(self) -> None:
         timings = {
@@ -59,6 +64,9 @@ class Tunables:
             "upstream_backoff": self.upstream_backoff,
             "upstream_max_backoff": self.upstream_max_backoff,
             "max_skew": self.max_skew,
+            "head_timeout": self.head_timeout,
+            "body_timeout": self.body_timeout,
+            "idle_timeout": self.idle_timeout,
         }
         for name, value in timings.items():
             if not value > 0:
@@ -68,6 +76,7 @@ class Tunables:
             "send_attempts": self.send_attempts,
             "connections_per_host": self.connections_per_host,
             "max_body": self.max_body,
+            "max_preauth": self.max_preauth,
         }
         for name, value in counts.items():
             if value < 1:

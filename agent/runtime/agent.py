@@ -57,6 +57,7 @@ from srt import (
     SnapshotName,
     TreeManager,
 )
+from srt.dataplane.guard import ConnectionLimits
 from srt.errors import Reject
 from srt.ids import app_id, placement_id
 from srt.trees.types import JoinTimeout
@@ -115,7 +116,19 @@ class Agent:
         )
         self.client = DataPlaneClient(config.secret, tunables=self.srt_tunables)
         self.trees: TreeManager | None = None
-        self.api = HttpApi(self, config.api_token, host=config.api_host, port=config.api_port)
+        t = self.tunables
+        self.api = HttpApi(
+            self,
+            config.api_token,
+            host=config.api_host,
+            port=config.api_port,
+            limits=ConnectionLimits(
+                head_timeout=t.api_head_timeout,
+                body_timeout=t.api_body_timeout,
+                idle_timeout=t.api_idle_timeout,
+                max_preauth=t.api_max_preauth,
+            ),
+        )
         self.table = JobTable()
         self.runtimes: dict[str, JobRuntime] = {}
         self.inputs: dict[str, FileTail | StreamInput | IngestQueue] = {}
@@ -726,4 +739,5 @@ class Agent:
             "counters": dict(self.counters),
             "overlay": self.overlay.stats(),
             "data_plane": self.server.stats(),
+            "api": self.api.stats(),
         }

@@ -3,7 +3,10 @@
 Contract: every endpoint except ``GET /api/v1/health`` needs ``Authorization: Bearer
 <token>``; a wrong or missing token is 401. Bodies are JSON (``ingest`` takes JSON lines).
 Invalid input gets a 4xx whose JSON body is ``{"error": "<what was wrong>"}``; the agent keeps
-running whatever arrives. The endpoints are listed in ``docs/http-api.md``:
+running whatever arrives. Connections go through :mod:`srt.dataplane.guard` (head, body and
+idle timeouts; a cap on connections without an authenticated request; 414 for a request line
+over 8190 bytes, 400 for other malformed heads, never a traceback). The endpoints are listed
+in ``docs/http-api.md``:
 
 =======  ==================================  ===============================================
 POST     /api/v1/jobs                        submit a job spec → 201 job info
@@ -28,9 +31,11 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from agent.errors import BadRequest, StatusError, Unauthorized
 from agent.jsonable import jsonable
+from srt.dataplane.guard import ConnectionGuard, ConnectionLimits, GuardedHttpServer
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 log = logging.getLogger(__name__)
@@ -57,9 +62,18 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 
 class HttpApi:
-    """An aiohttp application serving one agent's API on ``host:port`` (0 = any free port)."""
+    """An aiohttp application serving one agent's API on ``host:port`` (0 = any free port);
+    ``limits`` bound its connections (default :class:`ConnectionLimits`)."""
 
-    def __init__(self, agent: AgentFacade, token: str, *, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        agent: AgentFacade,
+        token: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        limits: ConnectionLimits | None = None,
+    ):
         self.agent = agent
         self._token = token.encode()
         self.host, self.port = host, port
@@ -77,24 +91,26 @@ class HttpApi:
         r.add_get("/api/v1/jobs/{name}/local", self._local)
         r.add_get("/api/v1/status", self._status)
         r.add_post("/api/v1/ingest/{input}", self._ingest)
-        self._runner: web.AppRunner | None = None
+        self.guard = ConnectionGuard(limits or ConnectionLimits(), name="HTTP API")
+        self._server: GuardedHttpServer | None = None
         self.url = ""
 
     async def start(self) -> str:
-        self._runner = web.AppRunner(self.app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        server = site._server
-        assert server is not None and server.sockets  # type: ignore[attr-defined]
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-        self.url = f"http://{self.host}:{self.port}"
+        server = GuardedHttpServer(self.app, self.guard, host=self.host, port=self.port)
+        self.port = await server.start()
+        self._server = server
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.url = f"http://{host}:{self.port}"
         return self.url
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop()
+
+    def stats(self) -> dict[str, Any]:
+        """Requests refused by reason, and the connection guard's counters."""
+        return {"rejected": dict(self.rejected), "connections": self.guard.stats()}
 
     def _count(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
@@ -104,6 +120,7 @@ class HttpApi:
         try:
             if request.path != "/api/v1/health":
                 self._authenticate(request)
+                self.guard.authenticated(request)  # no longer counts as a pre-auth connection
             return await handler(request)
         except web.HTTPException as exc:
             if exc.status >= 400:
@@ -125,8 +142,17 @@ class HttpApi:
             raise Unauthorized("missing or wrong API token (Authorization: Bearer <token>)")
 
     @staticmethod
-    async def _body(request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
+    async def _read(request: web.Request) -> bytes:
+        """The request body; a body cut off (the client went away, or the connection guard
+        closed it after ``body_timeout``) is the client's error, not the server's."""
+        try:
+            return await request.read()
+        except (ConnectionError, RequestPayloadError) as exc:
+            raise BadRequest(f"request body could not be read: {type(exc).__name__}") from None
+
+    @classmethod
+    async def _body(cls, request: web.Request) -> dict[str, Any]:
+        raw = await cls._read(request)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -176,7 +202,7 @@ class HttpApi:
         return _json(self.agent.status())
 
     async def _ingest(self, request: web.Request) -> web.Response:
-        raw = await request.read()
+        raw = await self._read(request)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -9,6 +9,13 @@ digest (422 ``corrupt``: damaged in transit, the client resends) and the replay 
 :class:`srt.errors.Reject` answers its status, anything else 500 ``handler_error``. Every
 rejection is counted in :meth:`DataPlaneServer.stats` by reason; no request can stop the
 server. Routes can be added before or after :meth:`start`.
+
+Connections go through :mod:`srt.dataplane.guard`: a request's head must arrive within
+``head_timeout`` and its body within ``body_timeout``, a keep-alive connection may idle for
+``idle_timeout``, and at most ``max_preauth`` connections may be open before their first
+authenticated request (the oldest is evicted); a request line over 8190 bytes is answered 414,
+other malformed heads 400, each counted under ``stats()["connections"]`` and logged at WARNING
+without a traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from aiohttp import web
 from cbt.errors import SnapshotError
 from srt.config import DEFAULT_TUNABLES, Tunables
 from srt.dataplane.auth import AuthError, RequestAuth, body_digest
+from srt.dataplane.guard import ConnectionGuard, ConnectionLimits, GuardedHttpServer
 from srt.dataplane.name import ACK_RESULTS, SNAPSHOT_PATH, SnapshotName, name_fields
 from srt.errors import Reject, SnapshotNameError
 
@@ -44,8 +52,9 @@ class DataPlaneServer:
     """One agent's data-plane HTTP server (see the module docstring for the contract).
 
     From ``tunables`` (:class:`srt.Tunables`): ``max_body`` bounds a request body in bytes,
-    ``max_skew`` the accepted clock difference. ``clock`` (seconds since the Unix epoch) is
-    injectable for tests."""
+    ``max_skew`` the accepted clock difference, ``head_timeout``, ``body_timeout``,
+    ``idle_timeout`` and ``max_preauth`` the connections (module docstring). ``clock``
+    (seconds since the Unix epoch) is injectable for tests."""
 
     def __init__(
         self,
@@ -62,7 +71,16 @@ class DataPlaneServer:
         self.max_body = tunables.max_body
         self._snapshot_handler: SnapshotHandler | None = None
         self._routes: dict[tuple[str, str], RouteHandler | None] = {("POST", SNAPSHOT_PATH): None}
-        self._runner: web.AppRunner | None = None
+        self.guard = ConnectionGuard(
+            ConnectionLimits(
+                head_timeout=tunables.head_timeout,
+                body_timeout=tunables.body_timeout,
+                idle_timeout=tunables.idle_timeout,
+                max_preauth=tunables.max_preauth,
+            ),
+            name="data plane",
+        )
+        self._server: GuardedHttpServer | None = None
         self.url: str | None = None
         self._requests = 0
         self._bytes_in = 0
@@ -87,31 +105,25 @@ class DataPlaneServer:
     # ---- lifecycle ----------------------------------------------------------------------
     async def start(self) -> str:
         """Listen; returns the base URL ``http://host:port``."""
-        if self._runner is not None:
+        if self._server is not None:
             raise RuntimeError("server already started")
         app = web.Application(client_max_size=self.max_body)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self.port = runner.addresses[0][1]
+        server = GuardedHttpServer(app, self.guard, host=self.host, port=self.port)
+        self.port = await server.start()
+        self._server = server
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.url = f"http://{host}:{self.port}"
         return self.url
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop()
 
     def stats(self) -> dict:
-        """Counters: requests, bytes received, results by kind, rejections by reason."""
+        """Counters: requests, bytes received, results by kind, rejections by reason, and the
+        connection guard's (open, pre-auth, closed by reason)."""
         return {
             "requests": self._requests,
             "bytes_in": self._bytes_in,
@@ -119,6 +131,7 @@ class DataPlaneServer:
             "rejected": dict(self._rejected),
             "rejected_total": sum(self._rejected.values()),
             "replay_cache": len(self._auth.replays),
+            "connections": self.guard.stats(),
         }
 
     # ---- request path -------------------------------------------------------------------
@@ -176,6 +189,7 @@ class DataPlaneServer:
             self._auth.check_replay(nonce)
         except AuthError as e:
             return self._reject(401, e.reason, e.detail)
+        self.guard.authenticated(request)  # signed, fresh, intact: no longer pre-auth
         if is_snapshot:
             assert name is not None
             return self._sign(await self._run_snapshot(name, body, nonce), nonce)

@@ -56,6 +56,7 @@ class FilteredUdp(UdpNetwork):
     """Real UDP whose senders can be told to drop datagrams to some ports (partitions)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.blocked: set[tuple[int, int]] = set()
 
     async def open(self, host: str, port: int, make_protocol: Any) -> Any:
