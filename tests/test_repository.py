@@ -214,3 +214,17 @@ def test_console_script_is_installed() -> None:
         pytest.skip("package not installed into this interpreter's environment")
     out = subprocess.run([str(elf), "--version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "elf, version" in out.stdout
+
+
+def test_no_merge_conflict_markers() -> None:
+    """No file in the repository carries a leftover merge-conflict marker."""
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.split()
+    if not files:
+        pytest.skip("not a git checkout")
+    marker = re.compile(r"^(<{7}|>{7}) ", re.M)
+    for name in files:
+        path = ROOT / name
+        if path.suffix in {".py", ".md", ".toml", ".txt", ".cfg"} and path.is_file():
+            assert not marker.search(path.read_text(errors="replace")), f"{name}: merge marker"
