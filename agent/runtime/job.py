@@ -251,8 +251,7 @@ class JobRuntime:
             if records or getattr(records, "skipped", 0):  # lines a prefilter skipped
                 self._backlog.append((name, records))
                 self._backlog_records += len(records)
-        now = time.monotonic()
-        over = self.cpu.over(now)
+        over = self.cpu.over()
         if over and self._backlog:
             self._throttle_started()
         started = time.thread_time()
@@ -311,6 +310,14 @@ class JobRuntime:
         if interval and now - self._last_timer >= interval and self.is_master:
             self._last_timer = now
             self.tasks.spawn(maybe_await(self.job.on_timer()), f"{self.name} on_timer")
+
+    def cpu_status(self) -> dict[str, Any]:
+        """The job's CPU budget here: share used over the window, throttling, backlog."""
+        return {
+            **self.cpu.stats(),
+            "throttled": self._throttled,
+            "backlog_records": self._backlog_records,
+        }
 
     def worker_stats(self) -> dict[str, Any] | None:
         """The worker's counters as the record thread last published them (None: no worker).
@@ -767,11 +774,7 @@ class JobRuntime:
             "barrier": {f"{t:040x}": c.pending() for t, c in self.combiners.items()},
             "upstream": {f"{t:040x}": s.pending() for t, s in self.senders.items()},
             "worker": self.worker_stats(),
-            "cpu": {
-                **self.cpu.stats(),
-                "throttled": self._throttled,
-                "backlog_records": self._backlog_records,
-            },
+            "cpu": self.cpu_status(),
             "results": {f"{t:040x}": self.store.epochs(t)[-8:] for t in self.store.trees()},
             "multicasts_received": len(self.multicasts),
             "multicast_stats": self.multicast_stats[-8:],

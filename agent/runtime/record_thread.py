@@ -11,6 +11,14 @@ the interpreter hands the GIL back to the loop every switch interval (5 ms by de
 thread's queue, never the loop. (C code that holds the GIL for long — none of ours on bounded
 lines — would.)
 
+**Switch interval.** With CPython's default 5 ms interval the loop still lags 40–115 ms behind
+a busy record thread (measured, tests/agent/server/test_hostile_loop.py): every time the loop
+releases the GIL for a system call (a socket send, the selector) it waits up to a whole
+interval to get it back — the GIL "convoy". Starting a record thread therefore lowers the
+process's switch interval to :data:`SWITCH_INTERVAL` (1 ms: the same probe's lag is then
+about 5–12 ms). The interval only matters while two threads want the GIL, so an idle loop or
+an idle record thread costs nothing.
+
 :class:`InlineRecords` runs the same calls in the caller's thread: a :class:`JobRuntime` built
 without an agent (unit tests) uses it, with unchanged semantics.
 
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,11 +37,16 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+#: the interpreter's GIL switch interval (seconds) once an agent runs a record thread
+SWITCH_INTERVAL = 0.001
+
 
 class RecordThread:
     """One agent's record thread (see module contract)."""
 
     def __init__(self, name: str = "elf-records") -> None:
+        if sys.getswitchinterval() > SWITCH_INTERVAL:  # process-wide; see module docstring
+            sys.setswitchinterval(SWITCH_INTERVAL)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=name)
         self._ident: int | None = None
         self._pool.submit(self._note_ident).result()
