@@ -33,6 +33,13 @@ class RuntimeTunables:
     multicast_timeout: float = 5.0  # a master's multicast down a job tree
     master_url_ttl: float = 5.0  # a master's data-plane URL is reused this long
     late_attempts: int = 12  # tries to deliver a late contribution (~20 s with back-off)
+    # a job whose record processing used more than cpu_budget_share of one core over the last
+    # cpu_budget_window seconds is throttled (its records wait in its backlog) and reported
+    cpu_budget_share: float = 0.5
+    cpu_budget_window: float = 10.0
+    # a throttled job's backlog bound: past it the inputs it reads are not polled (they back
+    # up: a file stays unread, the ingest queue fills and answers queue_full); nothing dropped
+    max_backlog_records: int = 100_000
     # ---- the lake sink (agent/runtime/lake_sink.py)
     stop_flush_seconds: float = 10.0  # a stopping job waits this long for its rollups
     # ---- durable offsets (agent/runtime/offsets.py)

@@ -12,8 +12,9 @@ Semantics: a missing field or a non-object on a dotted path is NULL. Comparisons
 are UNKNOWN; values of different kinds (number, string, boolean, other) are never equal
 (``=`` FALSE) and ordering them is UNKNOWN. Arithmetic takes numbers only (anything else, or a
 division by zero, is NULL); ``%`` is Python's (floored) modulo. LIKE (``%``, ``_``, ``\\``
-escapes; whole string) and RLIKE/REGEXP (``re.search``) patterns are compiled once; a
-non-string operand is UNKNOWN.
+escapes; whole string) and RLIKE/REGEXP (search anywhere) patterns are compiled once, on
+RE2 (:mod:`agent.ql.regex`: linear time; a pattern RE2 cannot run is a ``QLError`` here, at
+submission); a non-string operand is UNKNOWN.
 
 :func:`build_map` assembles WHERE, the GROUP BY key (:mod:`agent.ql.keys`) and the aggregate
 value(s) into one closure, specialized for the common shapes (a conjunction of
@@ -24,15 +25,17 @@ cost stays close to a hand-written function.
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Callable
 from typing import Any
+
+import re2
 
 from agent.ql import keys
 from agent.ql import nodes as n
 from agent.ql.checker import AggSpec, Analysis
 from agent.ql.errors import QLError
 from agent.ql.functions import FUNCTIONS
+from agent.ql.regex import Regex, RegexRefused, compile_regex
 
 Fn = Callable[[Any], Any]
 Resolver = Callable[[n.Node], Fn | None]
@@ -137,7 +140,8 @@ def eq3(a: Any, b: Any) -> bool | None:
 def like_plan(pattern: str) -> tuple[str, Any]:
     """How to match a LIKE pattern (``%`` any run, ``_`` one char, ``\\x`` literal x) against
     a whole string: ``("eq" | "prefix" | "suffix" | "contains", text)`` for the common shapes
-    (str methods), else ``("call", fullmatch)`` of a compiled regex."""
+    (str methods), else ``("call", test)``: ``test(text) -> bool``, a whole-string match on
+    RE2 (DOTALL)."""
     if "\\" not in pattern and "_" not in pattern:
         inner = pattern.strip("%")
         if "%" not in inner:
@@ -151,12 +155,13 @@ def like_plan(pattern: str) -> tuple[str, Any]:
     while i < len(pattern):
         c = pattern[i]
         if c == "\\" and i + 1 < len(pattern):
-            out.append(re.escape(pattern[i + 1]))
+            out.append(re2.escape(pattern[i + 1]))
             i += 2
             continue
-        out.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
+        out.append(".*" if c == "%" else "." if c == "_" else re2.escape(c))
         i += 1
-    return "call", re.compile("".join(out), re.DOTALL).fullmatch
+    # RE2 too: a LIKE with many ``%`` would backtrack polynomially on Python's re.
+    return "call", compile_regex("".join(out), dotall=True).whole
 
 
 def _string_test(kind: str, arg: Any, f: Fn | None, name: str | None) -> Fn:
@@ -171,7 +176,7 @@ def _string_test(kind: str, arg: Any, f: Fn | None, name: str | None) -> Fn:
             return lambda r: type(v := r.get(name)) is str and v.endswith(arg)
         if kind == "contains":
             return lambda r: type(v := r.get(name)) is str and arg in v
-        return lambda r: type(v := r.get(name)) is str and arg(v) is not None
+        return lambda r: type(v := r.get(name)) is str and arg(v)
     assert f is not None
     if kind == "eq":
         return lambda r: type(v := f(r)) is str and v == arg
@@ -181,7 +186,7 @@ def _string_test(kind: str, arg: Any, f: Fn | None, name: str | None) -> Fn:
         return lambda r: type(v := f(r)) is str and v.endswith(arg)
     if kind == "contains":
         return lambda r: type(v := f(r)) is str and arg in v
-    return lambda r: type(v := f(r)) is str and arg(v) is not None
+    return lambda r: type(v := f(r)) is str and arg(v)
 
 
 class ExprCompiler:
@@ -207,9 +212,8 @@ class ExprCompiler:
             args = [self.value(a) for a in node.args]
             lits = [a.value if isinstance(a, n.Literal) else None for a in node.args]
             if node.name == "regexp_extract":
-                self._regex(node.args[1])
+                groups = self._regex(node.args[1]).groups
                 group = lits[2] if len(lits) > 2 else 1
-                groups = re.compile(lits[1]).groups
                 if not 0 <= group <= groups:
                     raise QLError(
                         node.args[-1].line,
@@ -288,11 +292,11 @@ class ExprCompiler:
         return index
 
     @staticmethod
-    def _regex(node: n.Node) -> re.Pattern[str]:
+    def _regex(node: n.Node) -> Regex:
         assert isinstance(node, n.Literal) and isinstance(node.value, str)
         try:
-            return re.compile(node.value)
-        except re.error as exc:
+            return compile_regex(node.value)
+        except RegexRefused as exc:
             raise QLError(node.line, node.column, f"expected a regular expression: {exc}") from None
 
     # ---- conditions -----------------------------------------------------------------------
@@ -504,7 +508,7 @@ class ExprCompiler:
         if node.op == "LIKE":
             kind, arg = like_plan(pattern.value)
         else:
-            kind, arg = "call", self._regex(pattern).search
+            kind, arg = "call", self._regex(pattern).found
         if want_match:
             name = self._top_field(node.expr)
             f = None if name is not None else self.value(node.expr)

@@ -12,10 +12,11 @@ compiled once).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from agent.ql.regex import compile_regex
 
 Fn = Callable[[Any], Any]
 NUMBER_TYPES = (int, float)
@@ -118,14 +119,17 @@ def _concat(args: list[Fn], lits: list[Any]) -> Fn:
 
 def _regexp_extract(args: list[Fn], lits: list[Any]) -> Fn:
     a = args[0]
-    search = re.compile(lits[1]).search
+    search = compile_regex(lits[1]).search  # linear time (RE2); refused at compile if not
     group = lits[2] if len(lits) > 2 else 1
 
     def f(r: Any) -> Any:
         v = a(r)
         if type(v) is not str:
             return None
-        m = search(v)
+        try:
+            m = search(v)
+        except UnicodeEncodeError:  # a lone surrogate has no UTF-8 form for RE2: NULL
+            return None
         return m.group(group) if m else None
 
     return f

@@ -1,4 +1,4 @@
-"""The agent: one overlay node, one data plane, one tree manager, many jobs.
+r"""The agent: one overlay node, one data plane, one tree manager, many jobs.
 
 Contract: :class:`Agent` is what ``elf agent`` runs (once per logical agent) and what the HTTP
 API talks to. ``start()`` joins the overlay, opens the data plane (HTTP, authenticated with the
@@ -17,6 +17,14 @@ network and trees, job table, inputs) and owns the background tasks they spawn
 (:class:`~overlay.tasks.BackgroundTasks`: a failed task is counted as ``task_failed:<what>``
 and logged, every task is cancelled on stop). Its timings come from ``config.runtime``
 (:class:`~agent.tunables.RuntimeTunables`).
+
+**The event loop never runs per-record work.** Reading and parsing inputs (the ingest
+endpoint's lines included), every job's ``map``, CBT inserts and epoch closing run on the
+agent's record thread (:class:`~agent.runtime.record_thread.RecordThread`), one tick at a time:
+the tick loop ``await``\ s the thread's part of a tick (:meth:`Agent._tick_work`) and then offers
+the closed epochs to the trees on the loop. An ingest request is processed before it is
+answered (the request waits for the thread; the loop does not). A loop-lag sampler
+(:class:`~agent.runtime.looplag.LoopLag`) reports in ``status()`` how late the loop woke up.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from aiohttp import web
 
 from agent.config import AgentConfig, InputConfig
 from agent.errors import BadRequest, Conflict, NotFound, StatusError, Unavailable
+from agent.ingest.base import Resumable
 from agent.ingest.fastpath import install_prefilters
 from agent.ingest.inputs import open_input
 from agent.ingest.stream import IngestQueue, StreamInput
@@ -46,7 +55,9 @@ from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
 from agent.runtime.http_api import HttpApi
 from agent.runtime.job import JobRuntime
 from agent.runtime.lake_sink import lake_target
+from agent.runtime.looplag import LoopLag
 from agent.runtime.offsets import OffsetKeeper
+from agent.runtime.record_thread import InlineRecords, RecordThread
 from cbt import Snapshot, SnapshotError
 from overlay import NodeInfo, OverlayNode, key_for
 from overlay.tasks import BackgroundTasks
@@ -91,6 +102,26 @@ def load_job_classes() -> None:
     for name in load_entry_points():
         if ":" in name:
             log.warning("job class entry point failed: %s", name)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ticked:
+    """What the record thread's part of a tick hands back to the loop."""
+
+    busy: bool  # some input had data
+    polled: set[str]
+    closed: list[tuple[JobRuntime, list[tuple[int, list[Snapshot]]]]]
+    positions: dict[str, _Position]  # resumable inputs' positions right after the poll
+
+
+@dataclasses.dataclass(frozen=True)
+class _Position:
+    """A resumable input's ``state()`` captured on the record thread (``Resumable``)."""
+
+    captured: dict[str, Any]
+
+    def state(self) -> dict[str, Any]:
+        return self.captured
 
 
 class Agent:
@@ -141,11 +172,17 @@ class Agent:
         self._loops: list[asyncio.Task[Any]] = []
         self._running = False
         self.counters: dict[str, int] = {}
+        #: per-record work runs here (started with the agent); inline before start
+        self.records: RecordThread | InlineRecords = InlineRecords()
+        self._tick_requests: set[str] = set()  # inputs to read at once (tick_now)
+        self._tick_event = asyncio.Event()
+        self.loop_lag = LoopLag()
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         load_job_classes()
+        self.records = RecordThread(f"elf-records-{self.config.overlay_port or 'agent'}")
         self.server.on_snapshot(self._on_snapshot)
         self.server.route("POST", "/agent/v1/jobs", self._serve_jobs)
         self.server.route("POST", "/agent/v1/results", self._serve_results)
@@ -176,6 +213,7 @@ class Agent:
         self._loops = [
             asyncio.create_task(self._tick_loop(), name="elf-tick"),
             asyncio.create_task(self._resync_loop(), name="elf-resync"),
+            asyncio.create_task(self.loop_lag.run(), name="elf-loop-lag"),
         ]
 
     async def stop(self) -> None:
@@ -189,6 +227,9 @@ class Agent:
         for task in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        # let the record thread finish what it was given (an ingest, a change) before the
+        # runtimes stop; it is ended last, once nothing can submit to it any more
+        await self.records.run(lambda: None)
         steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
             (f"stop job {name}", lambda r=runtime: r.stop(graceful=True))
             for name, runtime in self.runtimes.items()
@@ -212,6 +253,8 @@ class Agent:
         finally:
             await self.client.close()
             await self.server.stop()
+            records, self.records = self.records, InlineRecords()
+            await asyncio.to_thread(records.close)
 
     def describe(self) -> dict[str, Any]:
         """What ``elf agent`` prints when ready."""
@@ -263,48 +306,107 @@ class Agent:
             raise NotFound(f"no input named {input_name!r} on this agent")
         if not isinstance(source, IngestQueue):
             raise BadRequest(f"input {input_name!r} tails a file; ingest into an ingest input")
-        result = source.put_lines(lines).to_dict()
-        if result["accepted"]:
-            # Push inputs are processed at once (not at the next tick): a record that closes an
-            # epoch sends that epoch up the tree without a polling delay.
-            self._tick(only={input_name})
-        return result
+        # Parsing the lines and processing them run on the record thread, in one step: the
+        # request is answered once its records are in the jobs (as before), and a runtime
+        # change submitted after this request applies to later records only. A record that
+        # closes an epoch sends that epoch up the tree without a polling delay.
+        runtimes = list(self.runtimes.values())
+        outcome, ticked = await self.records.run(
+            self._ingest_work, source, lines, input_name, runtimes
+        )
+        if ticked is not None:
+            self._tick_done(ticked)
+        return outcome
+
+    def _ingest_work(
+        self, source: IngestQueue, lines: list[str], input_name: str, runtimes: list[JobRuntime]
+    ) -> tuple[dict[str, Any], _Ticked | None]:
+        """Record thread: validate and enqueue ``lines``, then feed the jobs reading them."""
+        outcome = source.put_lines(lines).to_dict()
+        if not outcome["accepted"]:
+            return outcome, None
+        return outcome, self._tick_work({input_name}, runtimes)
 
     async def _tick_loop(self) -> None:
+        """Tick every ``tick_seconds`` (at once again while inputs have data: a file tail
+        reads a chunk per poll), and in between whenever :meth:`tick_now` asks."""
+        next_full = 0.0
         while self._running:
+            now = time.monotonic()
+            if now >= next_full:
+                only: set[str] | None = None
+                next_full = now + self.tunables.tick_seconds
+                self._tick_requests = set()
+            else:
+                only, self._tick_requests = self._tick_requests, set()
+            self._tick_event.clear()
             busy = False
             try:
-                busy = self._tick()
+                busy = await self._tick_async(only)
             except Exception:  # a bug in one job must not stop the agent's clock
                 self.count("tick_errors")
                 log.exception("agent tick failed")
-            # an input that had data may have more (a file tail reads a chunk per poll): tick
-            # again at once instead of capping ingest at a chunk per tick
-            await asyncio.sleep(0 if busy else self.tunables.tick_seconds)
+            if busy:
+                next_full = 0.0
+                await asyncio.sleep(0)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._tick_event.wait(), max(0.0, next_full - time.monotonic())
+                )
 
     def tick_now(self, inputs: Sequence[str]) -> None:
-        """Run the jobs reading ``inputs`` now (read, process, close epochs), between ticks."""
-        try:
-            self._tick(set(inputs))
-        except Exception:
-            self.count("tick_errors")
-            log.exception("agent tick failed")
+        """Have the jobs reading ``inputs`` run now (read, process, close epochs), between
+        ticks: the tick loop does it next, on the record thread; this returns at once."""
+        self._tick_requests.update(inputs)
+        self._tick_event.set()
+
+    async def _tick_async(self, only: set[str] | None = None) -> bool:
+        """One tick: the record thread reads and processes, the loop delivers; True when
+        some input had data."""
+        ticked = await self.records.run(self._tick_work, only, list(self.runtimes.values()))
+        return self._tick_done(ticked)
 
     def _tick(self, only: set[str] | None = None) -> bool:
-        """Poll the inputs jobs read and feed the jobs; True when some input had data."""
+        """One tick, blocking the caller until the record thread has done its part (tools and
+        tests; the agent itself ticks through :meth:`_tick_async`)."""
+        ticked = self.records.run_blocking(self._tick_work, only, list(self.runtimes.values()))
+        return self._tick_done(ticked)
+
+    def _tick_work(self, only: set[str] | None, runtimes: list[JobRuntime]) -> _Ticked:
+        """Record thread: poll the inputs jobs read, feed the jobs, collect closed epochs."""
         # Only inputs some job reads are polled: unread file data stays in the file and ingested
-        # records stay queued (bounded) until a job that wants them arrives.
-        wanted = {name for runtime in self.runtimes.values() for name in runtime.inputs}
+        # records stay queued (bounded) until a job that wants them arrives. Nor are inputs a
+        # job over its CPU budget reads, once its backlog is full: they back up at the source.
+        wanted = {name for runtime in runtimes for name in runtime.inputs}
         if only is not None:
             wanted &= only
-        install_prefilters(self.inputs, self.input_configs, self.runtimes.values())
-        batches = {name: self.inputs[name].poll() for name in wanted}
+        install_prefilters(self.inputs, self.input_configs, runtimes)
+        held = {name for runtime in runtimes if runtime.backlog_full() for name in runtime.inputs}
+        polled = wanted - held
+        batches = {name: self.inputs[name].poll() for name in polled}
+        closed = [
+            (runtime, runtime.work({name: batches.get(name, []) for name in runtime.inputs}))
+            for runtime in runtimes
+            if only is None or wanted.intersection(runtime.inputs)
+        ]
+        busy = any(b or getattr(b, "skipped", 0) for b in batches.values())
+        # the read positions as of this poll, for the loop's offset keeping (the live inputs
+        # belong to this thread)
+        positions = {
+            name: _Position(source.state())
+            for name in polled
+            if isinstance(source := self.inputs[name], Resumable)
+        }
+        return _Ticked(busy, polled, closed, positions)
+
+    def _tick_done(self, ticked: _Ticked) -> bool:
+        """Event loop: offer the closed epochs to the trees, note the offsets."""
         now = time.time()
-        for runtime in list(self.runtimes.values()):
-            if only is None or wanted.intersection(runtime.inputs):
-                runtime.tick({name: batches.get(name, []) for name in runtime.inputs}, now)
-        self.offsets.observe(self.inputs, wanted, list(self.runtimes.values()))
-        return any(b or getattr(b, "skipped", 0) for b in batches.values())
+        for runtime, closed in ticked.closed:
+            runtime.deliver(closed, now)
+        self.offsets.observe(ticked.positions, ticked.polled, list(self.runtimes.values()))
+        return ticked.busy
 
     # ---- the job table -------------------------------------------------------------------------
 
@@ -479,6 +581,7 @@ class Agent:
                     tasks=self._tasks,
                     tunables=self.tunables,
                     lake=lake_target(self.config.lake, self.config.data_dir, self.node_id),
+                    records=self.records,
                 )
             except Exception as exc:
                 self.count("job_start_errors")
@@ -487,7 +590,8 @@ class Agent:
             self.runtimes[entry.name] = runtime
             self.spawn(runtime.start(), f"start job {entry.name}")
         elif entry.state == RUNNING and runtime is not None and entry.version > runtime.version:
-            runtime.apply_spec(entry.spec, entry.version)  # a runtime change, via the table
+            # a runtime change, via the table
+            self.spawn(runtime.apply_spec(entry.spec, entry.version), f"change {entry.name}")
         elif entry.state == STOPPED and runtime is not None:
             del self.runtimes[entry.name]
             self.spawn(runtime.stop(graceful=False), f"stop job {entry.name}")
@@ -737,6 +841,7 @@ class Agent:
             "inputs": {name: src.stats() for name, src in self.inputs.items()},
             "offsets": self.offsets.stats(),
             "counters": dict(self.counters),
+            "loop_lag": self.loop_lag.stats(),
             "overlay": self.overlay.stats(),
             "data_plane": self.server.stats(),
             "api": self.api.stats(),

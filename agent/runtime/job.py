@@ -25,8 +25,22 @@ Contract (see ``docs/agent-runtime.md``):
   job's key schema (``Job.keys_problem``) - else 409 ``incompatible``, counted and logged.
 
 A runtime reaches its agent only through the narrow services of ``agent/runtime/services.py``
-(network and trees, job table, inputs, background tasks) and reads its timings from
-:class:`~agent.tunables.RuntimeTunables`; the agent passes both in.
+(network and trees, job table, inputs, background tasks, the record executor) and reads its
+timings from :class:`~agent.tunables.RuntimeTunables`; the agent passes both in.
+
+**Threads.** The worker's state (``Worker``, the job's ``map``, its CBTs) is touched only on the
+agent's record thread (:mod:`agent.runtime.record_thread`): :meth:`JobRuntime.work` (records in,
+closed epochs out) runs there, as do the worker side of runtime changes and control messages;
+everything else — barriers, senders, the master's store and hooks — stays on the event loop
+(:meth:`JobRuntime.deliver`). The loop reads the worker only through :meth:`worker_stats`, a
+copy published by the record thread. A runtime built without an agent runs them inline.
+
+**CPU budget.** ``work`` measures the job's thread CPU time; a job over its budget
+(:class:`~agent.runtime.cpu_budget.CpuBudget`, ``RuntimeTunables.cpu_budget_share`` of one core
+over ``cpu_budget_window`` s) processes no new records until it is back under: they wait in
+order in its backlog (bounded: a full backlog stops the agent polling the inputs the job reads,
+so they back up at the source), its idle clock is kept from advancing over them, and it is
+reported (``cpu`` in its status, ``cpu_throttled`` counter, a WARNING naming the job).
 """
 
 from __future__ import annotations
@@ -36,7 +50,7 @@ import base64
 import logging
 import math
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 from agent.errors import BadRequest, NotFound, Unavailable
@@ -46,10 +60,18 @@ from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, JobEntry
 from agent.jsonable import jsonable
 from agent.runtime.clock import EpochClock
+from agent.runtime.cpu_budget import CpuBudget
 from agent.runtime.lake_sink import LakeTarget, sink_for
 from agent.runtime.offsets import TreeOutflow
+from agent.runtime.record_thread import InlineRecords
 from agent.runtime.results import ResultStore
-from agent.runtime.services import InputService, JobTableService, NetworkService, Spawner
+from agent.runtime.services import (
+    InputService,
+    JobTableService,
+    NetworkService,
+    RecordExecutor,
+    Spawner,
+)
 from agent.runtime.worker import Worker
 from agent.tunables import RuntimeTunables
 from cbt import Snapshot
@@ -85,8 +107,10 @@ class JobRuntime:
         tasks: Spawner,
         tunables: RuntimeTunables | None = None,
         lake: LakeTarget | None = None,
+        records: RecordExecutor | None = None,
     ) -> None:
         self.network = network
+        self.records: RecordExecutor = records or InlineRecords()
         self.job_table = job_table
         self.input_service = inputs
         self.tasks = tasks
@@ -125,6 +149,14 @@ class JobRuntime:
         #: per job instance (by id, the instance kept alive alongside): what its epochs accept
         self._expectations: dict[int, tuple[Job, Expectation]] = {}
         self._stopped = False
+        self.cpu = CpuBudget(self.tunables.cpu_budget_share, self.tunables.cpu_budget_window)
+        #: records waiting for the CPU budget, per batch, in arrival order (record thread)
+        self._backlog: deque[tuple[str, Any]] = deque()
+        self._backlog_records = 0
+        self._throttled = False
+        #: the worker's stats as the record thread last published them (None: no worker)
+        self._worker_stats = self.worker.stats() if self.worker is not None else None
+        self._changing = asyncio.Lock()  # one runtime change at a time, in version order
         # None unless the agent has a rollup lake
         self.lake = sink_for(self, lake, stop_flush_seconds=self.tunables.stop_flush_seconds)
 
@@ -253,28 +285,93 @@ class JobRuntime:
 
     def tick(self, batches: dict[str, list[dict[str, Any]]], now: float) -> None:
         """Feed new records (per input name) to the worker, offer closed epochs to the trees'
-        barriers, run the master's timer."""
+        barriers, run the master's timer: :meth:`work` then :meth:`deliver`, inline."""
+        self.deliver(self.work(batches), now)
+
+    def work(self, batches: dict[str, list[dict[str, Any]]]) -> list[tuple[int, list[Snapshot]]]:
+        """Record thread: feed new records to the worker (within the job's CPU budget; see
+        the module's contract) and return the epochs its watermark closed, each split into
+        the m tree partitions."""
+        if self._stopped or self.worker is None:
+            return []
+        worker = self.worker
+        for name, records in batches.items():
+            if records or getattr(records, "skipped", 0):  # lines a prefilter skipped
+                self._backlog.append((name, records))
+                self._backlog_records += len(records)
+        over = self.cpu.over()
+        if over and self._backlog:
+            self._throttle_started()
+        started = time.thread_time()
+        while self._backlog and not over:
+            name, records = self._backlog.popleft()
+            self._backlog_records -= len(records)
+            ts_field = self.input_service.timestamp_field(name)
+            worker.process(records, ts_field=ts_field, skipped=getattr(records, "skipped", 0))
+            spent = time.thread_time() - started
+            self.cpu.charge(spent)
+            started += spent
+            over = self.cpu.over()
+        if self._backlog:
+            # records are waiting here, not absent: the idle clock must not close their epochs
+            worker.clock.touch()
+        elif self._throttled:
+            self._throttled = False
+            log.info("job %s: back within its CPU budget", self.name)
+        closed = []
+        for epoch, snap in worker.poll():
+            closed.append((epoch, snap.split_by_hash(len(self.tree_list))))
+        self.cpu.charge(time.thread_time() - started)
+        self._worker_stats = worker.stats()
+        return closed
+
+    def _throttle_started(self) -> None:
+        self.cpu.throttled_ticks += 1
+        self.count("cpu_throttled")
+        if not self._throttled:
+            self._throttled = True
+            self.cpu.episodes += 1
+            log.warning(
+                "job %s: over its CPU budget (%.0f %% of a core over %.0f s, budget %.0f %%); "
+                "throttled, %d records waiting",
+                self.name,
+                100 * self.cpu.used() / self.cpu.window,
+                self.cpu.window,
+                100 * self.cpu.share,
+                self._backlog_records,
+            )
+
+    def backlog_full(self) -> bool:
+        """Whether the records waiting for this job's CPU budget reached their bound (the
+        agent then leaves the inputs it reads unpolled)."""
+        return self._backlog_records >= self.tunables.max_backlog_records
+
+    def deliver(self, closed: list[tuple[int, list[Snapshot]]], now: float) -> None:
+        """Event loop: offer the closed epochs' partitions to the trees' barriers, run the
+        master's timer."""
         if self._stopped:
             return
-        if self.worker is not None:
-            for name, records in batches.items():
-                skipped = getattr(records, "skipped", 0)  # lines a prefilter skipped
-                if records or skipped:
-                    ts_field = self.input_service.timestamp_field(name)
-                    self.worker.process(records, ts_field=ts_field, skipped=skipped)
-            self._close_epochs()
+        for epoch, parts in closed:
+            for tid, part in zip(self.tree_list, parts, strict=True):
+                self.ensure_tree(tid).offer_local(epoch, part)
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:
             self._last_timer = now
             self.tasks.spawn(maybe_await(self.job.on_timer()), f"{self.name} on_timer")
 
-    def _close_epochs(self) -> None:
-        """Offer every epoch the worker's watermark has closed to the trees' barriers."""
-        assert self.worker is not None
-        for epoch, snap in self.worker.poll():
-            parts = snap.split_by_hash(len(self.tree_list))
-            for tid, part in zip(self.tree_list, parts, strict=True):
-                self.ensure_tree(tid).offer_local(epoch, part)
+    def cpu_status(self) -> dict[str, Any]:
+        """The job's CPU budget here: share used over the window, throttling, backlog."""
+        return {
+            **self.cpu.stats(),
+            "throttled": self._throttled,
+            "backlog_records": self._backlog_records,
+        }
+
+    def worker_stats(self) -> dict[str, Any] | None:
+        """The worker's counters as the record thread last published them (None: no worker).
+        The loop reads this copy, never the live worker, so it never waits on or races the
+        record thread."""
+        return self._worker_stats
 
     def _emit(self, tid: int, epoch: int, snap: Snapshot) -> None:
         if self._stopped:
@@ -387,10 +484,10 @@ class JobRuntime:
         self.multicasts.append({"tree": f"{tid:040x}", **message, "received_at": time.time()})
         del self.multicasts[:-64]
         if message.get("kind") == "change":
-            self._on_change(message)
+            await self._on_change(message)
             return
         if self.worker is not None:
-            await maybe_await(self.worker.on_multicast(message))
+            await maybe_await(await self.records.run(self.worker.on_multicast, message))
         else:
             if message.get("kind") == "feedback":
                 self.job.feedback = message.get("value")
@@ -409,7 +506,7 @@ class JobRuntime:
         version = self.version
         if spec is not None:
             version = await self.job_table.publish_spec(spec, base_version=self.version)
-            self.apply_spec(spec.to_dict(), version)
+            await self.apply_spec(spec.to_dict(), version)
         result = await self._multicast(self.tree_list[0], change.message(version, spec))
         if spec is not None:  # agents off the job's tree learn it through the job table
             self.tasks.spawn(self.job_table.announce_entry(self.name), f"announce {self.name}")
@@ -426,27 +523,35 @@ class JobRuntime:
         """This agent's newest event time for the job (None: no record seen here)."""
         if self.worker is None:
             return None
+        # one float the record thread writes: a read from the loop sees an old or new value
         newest = self.worker.clock.max_event_time
         return newest if math.isfinite(newest) else None
 
-    def _on_change(self, message: dict[str, Any]) -> None:
+    async def _on_change(self, message: dict[str, Any]) -> None:
         if message.get("spec") is not None:
             version = message.get("version")
             if isinstance(version, int) and version > self.version:
-                self.apply_spec(message["spec"], version)
+                await self.apply_spec(message["spec"], version)
         if self.worker is not None and (message.get("empty") or message.get("batch")):
-            self.worker.on_multicast({"kind": "batch" if message.get("batch") else "empty"})
+            control = {"kind": "batch" if message.get("batch") else "empty"}
+            await self.records.run(self.worker.on_multicast, control)
         elif message.get("batch"):
             self.job.feedback = None
         if message.get("batch"):
             self.tasks.spawn(maybe_await(self.job.on_multicast({"kind": "batch"})), "batch")
 
-    def apply_spec(self, spec_dict: Any, version: int) -> bool:
+    async def apply_spec(self, spec_dict: Any, version: int) -> bool:
         """Switch to a newer spec between two records (no restart): the job instance re-runs
         ``setup()`` with it, keeping its state; the level operator follows a new top-k. A spec
-        that fails here is counted and logged, and the old one keeps running."""
-        if version <= self.version:
-            return False
+        that fails here is counted and logged, and the old one keeps running. The job and
+        worker side (``setup()``, the worker's swap) runs on the record thread, between two
+        batches; the rest on the loop; one change at a time."""
+        async with self._changing:
+            if version <= self.version or self._stopped:
+                return False
+            return await self._apply_spec(spec_dict, version)
+
+    async def _apply_spec(self, spec_dict: Any, version: int) -> bool:
         job, old = self.job, self.spec
         try:
             spec = JobSpec.from_dict(spec_dict)
@@ -457,11 +562,15 @@ class JobRuntime:
             log.warning("job %s: change to version %d refused: %s", self.name, version, exc)
             return False
         if spec.aggregator_since != old.aggregator_since and spec.aggregator_since is not None:
-            if not self._switch_job(spec, version):
+            new_job = await self.records.run(self._switch_job, spec, version)
+            if new_job is None:
                 return False
-            job = self.job
+            new_job.bind(self._context)
+            self._jobs_before.append((spec.aggregator_since, self.job))
+            del self._jobs_before[:-8]
+            self.job = job = new_job
         else:
-            if not self._reconfigure_job(job, old, spec, version):
+            if not await self.records.run(self._reconfigure_job, job, old, spec, version):
                 return False
         if (spec.top_k, spec.top_k_largest, spec.top_k_approximate) != (
             self.spec.top_k,
@@ -485,12 +594,14 @@ class JobRuntime:
         return True
 
     def _reconfigure_job(self, job: Job, old: JobSpec, spec: JobSpec, version: int) -> bool:
-        """Same aggregate: the running instance re-runs ``setup()`` with the new spec."""
+        """Record thread: same aggregate; the running instance re-runs ``setup()`` with the
+        new spec."""
         try:
             job.spec, job.params = spec, spec.params
             job.setup()
             if self.worker is not None:
                 self.worker.replace_job(job)
+                self._worker_stats = self.worker.stats()
         except ValueError as exc:  # the master validated it: a version skew, say
             job.spec, job.params = old, old.params
             job.setup()
@@ -499,24 +610,22 @@ class JobRuntime:
             return False
         return True
 
-    def _switch_job(self, spec: JobSpec, version: int) -> bool:
-        """A new aggregate (and map) from epoch ``spec.aggregator_since`` on: a new job
-        instance; the current one keeps mapping, and rendering results of, earlier epochs."""
+    def _switch_job(self, spec: JobSpec, version: int) -> Job | None:
+        """Record thread: a new aggregate (and map) from epoch ``spec.aggregator_since`` on: a
+        new job instance; the current one keeps mapping, and rendering results of, earlier
+        epochs."""
         first = spec.aggregator_since
         assert first is not None
         try:
             job = create_job(spec)
             if self.worker is not None:
                 self.worker.switch_job(job, first)
+                self._worker_stats = self.worker.stats()
         except ValueError as exc:
             self.count("changes_refused")
             log.warning("job %s: change to version %d refused: %s", self.name, version, exc)
-            return False
-        job.bind(self._context)
-        self._jobs_before.append((first, self.job))
-        del self._jobs_before[:-8]
-        self.job = job
-        return True
+            return None
+        return job
 
     def job_for(self, epoch: int) -> Job:
         """The job instance whose aggregate ``epoch`` was reduced with (they differ only
@@ -750,7 +859,8 @@ class JobRuntime:
             "trees": [v.to_dict() for v in views],
             "barrier": {f"{t:040x}": c.pending() for t, c in self.combiners.items()},
             "upstream": {f"{t:040x}": s.pending() for t, s in self.senders.items()},
-            "worker": self.worker.stats() if self.worker is not None else None,
+            "worker": self.worker_stats(),
+            "cpu": self.cpu_status(),
             "results": {f"{t:040x}": self.store.epochs(t)[-8:] for t in self.store.trees()},
             "multicasts_received": len(self.multicasts),
             "multicast_stats": self.multicast_stats[-8:],

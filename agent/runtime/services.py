@@ -16,6 +16,7 @@ without the others:
   (between ticks), and where a restarted agent resumes a job (durable offsets).
 * :class:`Spawner` — background tasks whose failures are counted and logged, cancelled when
   the agent stops.
+* :class:`RecordExecutor` — the thread per-record work runs on (never the event loop).
 
 This module imports no runtime module (only types of the layers below), so it sits at the
 bottom of ``agent.runtime`` and closes no import cycle.
@@ -128,3 +129,13 @@ class Spawner(Protocol):
     (:class:`overlay.tasks.BackgroundTasks`)."""
 
     def spawn(self, coro: Awaitable[Any], what: str = "task") -> Any: ...
+
+
+class RecordExecutor(Protocol):
+    """Where a runtime's per-record work runs (:class:`~agent.runtime.record_thread.RecordThread`:
+    the agent's record thread; ``InlineRecords`` without an agent): every access to the
+    worker goes through it, in order."""
+
+    def in_thread(self) -> bool: ...
+    async def run(self, fn: Any, *args: Any) -> Any: ...
+    def run_blocking(self, fn: Any, *args: Any) -> Any: ...
