@@ -755,7 +755,7 @@ class Agent:
                 paos = body.get("data")
         except (KeyError, ValueError, TypeError, SnapshotError) as exc:
             raise Reject(400, "bad_recv", f"bad send_to body: {exc}") from None
-        await runtime.deliver(sender, paos)  # 409 incompatible, 400 recv_refused
+        await runtime.receive(sender, paos)  # 409 incompatible, 400 recv_refused
         return {"result": "delivered"}
 
     @staticmethod

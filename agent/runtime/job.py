@@ -679,7 +679,7 @@ class JobRuntime:
         self.count("handovers_received")
         return taken
 
-    async def deliver(self, sender: int, paos: Snapshot | Any) -> None:
+    async def receive(self, sender: int, paos: Snapshot | Any) -> None:
         """A peer's ``send_to`` (``POST /agent/v1/recv``) to the job's ``on_recv``: a snapshot
         must match the current aggregate and key schema (409 ``incompatible``); an exception
         from ``on_recv`` answers 400 ``recv_refused`` (counted, logged), never a 500."""

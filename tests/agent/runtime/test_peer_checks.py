@@ -36,7 +36,7 @@ async def test_every_entry_point_refuses_a_foreign_aggregate_and_records_nothing
     with pytest.raises(Incompatible):
         rt.absorb(tid, [{"epoch": 90, "snapshot": summed.to_bytes()}])
     with pytest.raises(Incompatible):
-        await rt.deliver(9, summed)
+        await rt.receive(9, summed)
     with pytest.raises(RetryLater, match="not a tree"):
         rt.offer_late(SnapshotName("wc", tid ^ 1, 90, 9), snap({"a": 1}))
     with pytest.raises(RetryLater):
@@ -62,7 +62,7 @@ async def test_on_recv_errors_answer_400_not_500() -> None:
 
     rt.job.on_recv = boom  # type: ignore[method-assign]
     with pytest.raises(Reject) as err:
-        await rt.deliver(9, {"any": "data"})
+        await rt.receive(9, {"any": "data"})
     assert (err.value.status, err.value.reason) == (400, "recv_refused")
     assert rt.counters["recv_errors"] == 1
     await fake.client.close()
