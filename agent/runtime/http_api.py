@@ -2,7 +2,8 @@
 
 Contract: every endpoint except ``GET /api/v1/health`` needs ``Authorization: Bearer
 <token>``; a wrong or missing token is 401. Bodies are JSON (``ingest`` takes JSON lines).
-Invalid input gets a 4xx whose JSON body is ``{"error": "<what was wrong>"}``; the agent keeps
+Invalid input gets a 4xx whose JSON body is ``{"error": "<what was wrong>"}`` (plus ``"field"``
+naming the spec or change field at fault when there is one); the agent keeps
 running whatever arrives. The endpoints are listed in ``docs/http-api.md``:
 
 =======  ==================================  ===============================================
@@ -112,7 +113,10 @@ class HttpApi:
             raise
         except StatusError as exc:  # domain errors (no status) are bugs here: 500 below
             self._count(type(exc).__name__)
-            return _json({"error": str(exc)}, exc.status)
+            body = {"error": str(exc)}
+            if exc.field:
+                body["field"] = exc.field
+            return _json(body, exc.status)
         except Exception as exc:  # a bug must answer 500 with its name, not kill the agent
             self._count("internal_error")
             log.exception("API %s %s failed", request.method, request.path)
