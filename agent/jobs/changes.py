@@ -122,7 +122,9 @@ class JobChange:
         try:
             new = JobSpec.from_dict(data)
         except ValueError as exc:
-            raise _invalid(exc) from None
+            # a new length is asked as epoch_seconds; the spec records it in its schedule
+            asked = "epoch_seconds" if self.epoch_seconds is not None else None
+            raise _invalid(exc, {"epoch_schedule": asked} if asked else None) from None
         changed = [
             f for f in FIXED if f not in AGGREGATE_FIELDS and getattr(new, f) != getattr(spec, f)
         ]
@@ -215,9 +217,13 @@ class JobChange:
         return out
 
 
-def _invalid(exc: ValueError) -> BadRequest:
-    """A refused change, naming the field (a ``JobSpecError``'s, when it has one)."""
-    return BadRequest(f"invalid change: {exc}", field=getattr(exc, "field", None))
+def _invalid(exc: ValueError, rename: dict[str, str] | None = None) -> BadRequest:
+    """A refused change, naming the field (a ``JobSpecError``'s, when it has one; ``rename``
+    maps a spec field to the change field the client sent)."""
+    field = getattr(exc, "field", None)
+    if rename and field in rename:
+        field = rename[field]
+    return BadRequest(f"invalid change: {exc}", field=field)
 
 
 def _not_before(epoch_seconds: float, event_time: float | None) -> float:
