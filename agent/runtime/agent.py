@@ -498,15 +498,20 @@ class Agent:
             urls = [(await self._ask_jobs_root({"op": "where"}))["data_url"]]
         for url in urls:
             try:
-                reply = await self.client.post_json(url, "/agent/v1/jobs", {})
-                # tombstones first: a collected job's stale entries must not come back
-                for entry in self.table.merge_removed(reply.get("removed", [])):
-                    self._reconcile(entry)
-                for entry in self.table.merge(reply.get("jobs", [])):
-                    self._reconcile(entry)
+                await self.merge_table_from(url)
             except (DataPlaneError, ValueError, KeyError, TypeError) as exc:
                 self.count("resync_errors")
                 log.info("job table resync from %s failed: %r", url, exc)
+
+    async def merge_table_from(self, url: str) -> None:
+        """Merge the job table (and tombstones) of the agent at data-plane ``url`` into ours
+        and start or stop jobs accordingly (one anti-entropy exchange)."""
+        reply = await self.client.post_json(url, "/agent/v1/jobs", {})
+        # tombstones first: a collected job's stale entries must not come back
+        for entry in self.table.merge_removed(reply.get("removed", [])):
+            self._reconcile(entry)
+        for entry in self.table.merge(reply.get("jobs", [])):
+            self._reconcile(entry)
 
     async def _resync_quietly(self) -> None:
         with contextlib.suppress(StatusError):
