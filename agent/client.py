@@ -16,12 +16,14 @@ import orjson
 
 
 class ApiError(Exception):
-    """The API refused a request (``status`` ≥ 400) or could not be reached (``status`` 0)."""
+    """The API refused a request (``status`` ≥ 400) or could not be reached (``status`` 0);
+    ``field`` is the request field the agent named as at fault (None when it named none)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
         super().__init__(f"{status}: {message}" if status else message)
         self.status = status
         self.message = message
+        self.field = field
 
 
 class ApiClient:
@@ -43,11 +45,14 @@ class ApiClient:
                 return orjson.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             payload = exc.read()
+            field = None
             try:
-                message = orjson.loads(payload).get("error", "")
+                doc = orjson.loads(payload)
+                message = doc.get("error", "")
+                field = doc.get("field") if isinstance(doc.get("field"), str) else None
             except (orjson.JSONDecodeError, AttributeError):
                 message = payload.decode("utf-8", "replace")[:200]
-            raise ApiError(exc.code, message) from None
+            raise ApiError(exc.code, message, field) from None
         except (urllib.error.URLError, OSError) as exc:
             raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
 

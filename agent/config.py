@@ -42,6 +42,11 @@ Example file::
     resync_fanout = 2          # children a new jobs-tree root pulls the table from
     query_timeout = 10.0       # queries to the jobs-tree root and to a job's master
     placement_choices = 2      # candidate tree ids per job
+    max_catchup_epochs = 3600  # a submitted start_epoch: at most this many epochs back,
+    max_catchup_seconds = 3600.0   # ... at most this much event time back,
+    max_start_ahead_seconds = 86400.0  # ... and at most this far ahead of now
+    stopped_job_ttl = 600.0    # a stopped job leaves every agent's job table after this
+    tombstone_seconds = 86400.0  # a removed job's last version is remembered this long
     multicast_timeout = 5.0    # a master's multicast down a job tree
     master_url_ttl = 5.0       # a master's data-plane URL is cached this long
     late_attempts = 12         # tries to deliver a late contribution to the master

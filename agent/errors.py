@@ -27,9 +27,17 @@ class AgentError(Exception):
 
 
 class StatusError(AgentError):
-    """An error that is an answer to a request; ``status`` is the HTTP status it maps to."""
+    """An error that is an answer to a request; ``status`` is the HTTP status it maps to.
+
+    ``field`` (optional) names the request field at fault (a job-spec or change field such as
+    ``epoch_seconds`` or ``params.min_length``); the HTTP API sends it as ``"field"`` next to
+    ``"error"`` so a client need not parse the message."""
 
     status = 500
+
+    def __init__(self, *args: object, field: str | None = None) -> None:
+        super().__init__(*args)
+        self.field = field
 
 
 class BadRequest(StatusError, ValueError):

@@ -29,6 +29,13 @@ class RuntimeTunables:
     resync_fanout: int = 2  # children a new jobs-tree root pulls the table from
     query_timeout: float = 10.0  # a query to the jobs-tree root or a job's master
     placement_choices: int = 2  # candidate tree ids per job ("power of two choices")
+    # ---- admission of a submitted spec (agent/runtime/admission.py)
+    max_catchup_epochs: int = 3600  # a start_epoch at most this many epochs before now
+    max_catchup_seconds: float = 3600.0  # ... and at most this much event time before now
+    max_start_ahead_seconds: float = 86_400.0  # a start_epoch at most this far after now
+    # ---- the job table (agent/jobs/table.py)
+    stopped_job_ttl: float = 600.0  # a stopped job leaves the table this long after its stop
+    tombstone_seconds: float = 86_400.0  # a removed job's version is remembered this long
     # ---- one job (agent/runtime/job.py)
     multicast_timeout: float = 5.0  # a master's multicast down a job tree
     master_url_ttl: float = 5.0  # a master's data-plane URL is reused this long

@@ -40,7 +40,7 @@ import logging
 from typing import Any
 
 from agent.api import EpochWindows, Job, register_job
-from apps.params import int_param, ranked, str_list_param, str_param
+from apps.params import MAX_K, MAX_WINDOW, int_param, ranked, str_list_param, str_param
 from cbt import Snapshot
 
 log = logging.getLogger(__name__)
@@ -91,14 +91,14 @@ class MicroPromotion(Job):
     def setup(self) -> None:
         self.directory = str_param(self.params, "directory", DEFAULT_DIRECTORY)
         self.actions = frozenset(str_list_param(self.params, "actions", ["click"]) or ())
-        self.k = int_param(self.params, "k", 10, low=1)
+        self.k = int_param(self.params, "k", 10, low=1, high=MAX_K)
         if self.spec.trees != 1:
             raise ValueError("trees: micro-promotion needs 1 tree (its master ranks every key)")
         if self.spec.aggregator != "count":
             raise ValueError("aggregator: micro-promotion counts clicks (aggregator 'count')")
         if self.spec.mode == "batch":
-            size = int_param(self.params, "window_epochs", 10, low=1)
-            slide = int_param(self.params, "slide_epochs", 1, low=1)
+            size = int_param(self.params, "window_epochs", 10, low=1, high=MAX_WINDOW)
+            slide = int_param(self.params, "slide_epochs", 1, low=1, high=MAX_WINDOW)
             if slide > size:
                 raise ValueError(f"params.slide_epochs: must be <= window_epochs={size}")
             window: tuple[int, int] | None = (size, slide)

@@ -28,7 +28,7 @@ from typing import Any
 
 from agent.api import Job, register_job
 from apps.bundles import BundleSet, compute_bundles
-from apps.params import int_param, str_list_param, str_param
+from apps.params import MAX_BASKET, MAX_K, int_param, str_list_param, str_param
 from cbt import Snapshot
 
 GROUPS = ("session", "user")
@@ -73,9 +73,9 @@ class ProductBundling(Job):
         if self.group_by not in GROUPS:
             raise ValueError(f"params.group_by: must be one of {GROUPS}, got {self.group_by!r}")
         self.min_support = int_param(self.params, "min_support", 2, low=1)
-        self.max_basket = int_param(self.params, "max_basket", 50, low=2)
-        self.popular_size = int_param(self.params, "popular_size", 3, low=2)
-        self.max_reply = int_param(self.params, "max_reply", 20, low=1)
+        self.max_basket = int_param(self.params, "max_basket", 50, low=2, high=MAX_BASKET)
+        self.popular_size = int_param(self.params, "popular_size", 3, low=2, high=MAX_K)
+        self.max_reply = int_param(self.params, "max_reply", 20, low=1, high=MAX_K)
         if self.spec.trees != 1:
             raise ValueError("trees: product-bundling needs 1 tree (its master sees every basket)")
         if self.spec.aggregator != "collect_set":

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from typing import Any
 
 from agent.api import Job, register_job
-from apps.params import int_param, optional_int_param, ranked, str_list_param
+from apps.params import MAX_K, int_param, optional_int_param, ranked, str_list_param
 from cbt import Snapshot
 
 RETAINED_EPOCHS = 16
@@ -69,7 +69,7 @@ class SpamCampaign(Job):
     def setup(self) -> None:
         words = str_list_param(self.params, "words", SALES_WORDS) or ()
         self.words = frozenset(w.lower() for w in words)
-        self.k = int_param(self.params, "k", 10, low=1)
+        self.k = int_param(self.params, "k", 10, low=1, high=MAX_K)
         self.min_count = int_param(self.params, "min_count", 1, low=1)
         locations = str_list_param(self.params, "locations", None, allow_null=True)
         self.locations = None if locations is None else frozenset(locations)

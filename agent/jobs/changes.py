@@ -50,8 +50,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.errors import BadRequest, Conflict
-from agent.jobs.job import create_job
-from agent.jobs.spec import MAX_EPOCH_SECONDS, SNAPSHOT_FIELDS, JobSpec
+from agent.jobs.job import create_job, dry_run
+from agent.jobs.spec import MAX_EPOCH_SECONDS, MIN_EPOCH_SECONDS, SNAPSHOT_FIELDS, JobSpec
 
 SPEC_FIELDS = (
     "top_k",
@@ -122,16 +122,19 @@ class JobChange:
         try:
             new = JobSpec.from_dict(data)
         except ValueError as exc:
-            raise BadRequest(f"invalid change: {exc}") from None
+            # a new length is asked as epoch_seconds; the spec records it in its schedule
+            asked = "epoch_seconds" if self.epoch_seconds is not None else None
+            raise _invalid(exc, {"epoch_schedule": asked} if asked else None) from None
         changed = [
             f for f in FIXED if f not in AGGREGATE_FIELDS and getattr(new, f) != getattr(spec, f)
         ]
         if changed:
-            raise Conflict(_fixed_message(changed))
+            raise Conflict(_fixed_message(changed), field=changed[0])
         try:
-            old_agg, new_agg = create_job(spec).make_aggregator(), create_job(new).make_aggregator()
+            # the new spec runs the class's setup() as every agent will (a dry run)
+            old_agg, new_agg = create_job(spec).make_aggregator(), dry_run(new).make_aggregator()
         except ValueError as exc:
-            raise BadRequest(f"invalid change: {exc}") from None
+            raise _invalid(exc) from None
         if (old_agg.name, old_agg.params()) == (new_agg.name, new_agg.params()):
             return new
         if spec.mode == "window":
@@ -161,7 +164,7 @@ class JobChange:
         try:
             return JobSpec.from_dict({**new.to_dict(), "aggregator_since": first})
         except ValueError as exc:
-            raise BadRequest(f"invalid change: {exc}") from None
+            raise _invalid(exc) from None
 
     def _schedule(self, spec: JobSpec, event_time: float | None) -> list[list[Any]]:
         if spec.mode == "window":
@@ -179,17 +182,19 @@ class JobChange:
                 seconds, _not_before(schedule.current_seconds, event_time)
             ).to_wire()
         except ValueError as exc:
-            raise BadRequest(f"epoch_seconds: {exc}") from None
+            raise BadRequest(f"epoch_seconds: {exc}", field="epoch_seconds") from None
 
     def _query_fields(self, spec: JobSpec) -> dict[str, Any]:
         if spec.job_class != "ql":
-            raise BadRequest(f"query: job {spec.name!r} is a {spec.job_class!r} job, not ql")
+            raise BadRequest(
+                f"query: job {spec.name!r} is a {spec.job_class!r} job, not ql", field="query"
+            )
         from agent.jobs.ql_job import spec_from_query  # the ql job class is optional here
 
         try:
             implied = spec_from_query(spec.name, spec.creator, self.query or "")
         except ValueError as exc:
-            raise BadRequest(f"query: {exc}") from None
+            raise BadRequest(f"query: {exc}", field="query") from None
         params = {**spec.params, **implied.get("params", {})}
         out = {k: v for k, v in implied.items() if k not in ("name", "creator", "params")}
         out["params"] = params
@@ -210,6 +215,15 @@ class JobChange:
             out["version"] = version
             out["spec"] = spec.to_dict()
         return out
+
+
+def _invalid(exc: ValueError, rename: dict[str, str] | None = None) -> BadRequest:
+    """A refused change, naming the field (a ``JobSpecError``'s, when it has one; ``rename``
+    maps a spec field to the change field the client sent)."""
+    field = getattr(exc, "field", None)
+    if rename and field in rename:
+        field = rename[field]
+    return BadRequest(f"invalid change: {exc}", field=field)
 
 
 def _not_before(epoch_seconds: float, event_time: float | None) -> float:
@@ -237,7 +251,7 @@ def parse_change(body: Any) -> JobChange:
         if f in body and f not in ("epoch_seconds", *AGGREGATE_FIELDS)
     ]
     if fixed:
-        raise Conflict(_fixed_message(fixed))
+        raise Conflict(_fixed_message(fixed), field=fixed[0])
     unknown = set(body) - KNOWN
     if unknown:
         raise BadRequest(
@@ -247,25 +261,29 @@ def parse_change(body: Any) -> JobChange:
         raise BadRequest(f"an empty change; expected some of {sorted(KNOWN)}")
     params = body.get("params")
     if params is not None and not isinstance(params, dict):
-        raise BadRequest(f"params: expected a JSON object, got {type(params).__name__}")
+        raise BadRequest(
+            f"params: expected a JSON object, got {type(params).__name__}", field="params"
+        )
     query = body.get("query")
     if query is not None and (not isinstance(query, str) or not query.strip()):
-        raise BadRequest("query: expected the ELF QL text (a non-empty string)")
+        raise BadRequest("query: expected the ELF QL text (a non-empty string)", field="query")
     flags = {}
     for name in ("replace_params", *CONTROL_FIELDS):
         value = body.get(name, False)
         if not isinstance(value, bool):
-            raise BadRequest(f"{name}: expected true or false, got {value!r}")
+            raise BadRequest(f"{name}: expected true or false, got {value!r}", field=name)
         flags[name] = value
     fields = tuple((k, body[k]) for k in (*SPEC_FIELDS, *AGGREGATE_FIELDS) if k in body)
     seconds = body.get("epoch_seconds")
     if seconds is not None and (
         isinstance(seconds, bool)
         or not isinstance(seconds, int | float)
-        or not 0 < seconds <= MAX_EPOCH_SECONDS
+        or not MIN_EPOCH_SECONDS <= seconds <= MAX_EPOCH_SECONDS
     ):
         raise BadRequest(
-            f"epoch_seconds: expected a number in (0, {MAX_EPOCH_SECONDS:g}], got {seconds!r}"
+            f"epoch_seconds: expected a number in [{MIN_EPOCH_SECONDS:g}, "
+            f"{MAX_EPOCH_SECONDS:g}], got {seconds!r}",
+            field="epoch_seconds",
         )
     return JobChange(
         params=params,

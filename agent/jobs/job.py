@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import fields as dataclass_fields
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
@@ -266,10 +268,12 @@ def load_job_modules(modules: Iterable[str]) -> list[str]:
 
 
 def parse_spec(data: Any) -> JobSpec:
-    """Validate a submitted spec, defaulting the aggregator to its job class's choice.
+    """Validate a submitted spec, defaulting the aggregator to its job class's choice, and
+    dry-run it (:func:`dry_run`: the job class's ``setup()`` with the spec's params), so a
+    spec accepted here is one every agent can instantiate.
 
     Raises :class:`~agent.jobs.spec.JobSpecError` (``job_class`` field for unknown classes; the
-    class's :meth:`Job.check_spec` may reject the spec too, e.g. invalid params).
+    class's :meth:`Job.check_spec` or ``setup()`` may reject the spec too, e.g. invalid params).
     """
     if isinstance(data, dict) and isinstance(data.get("job_class"), str):
         try:
@@ -282,9 +286,57 @@ def parse_spec(data: Any) -> JobSpec:
         except JobSpecError:
             raise
         except ValueError as exc:
-            raise JobSpecError("params", str(exc)) from None
+            raise _spec_error(str(exc)) from None
+        dry_run(spec)
         return spec
-    return JobSpec.from_dict(data)
+    spec = JobSpec.from_dict(data)
+    dry_run(spec)
+    return spec
+
+
+#: the spec fields a job class's error message may start with ("trees: needs 1 tree")
+_SPEC_FIELDS = frozenset(f.name for f in dataclass_fields(JobSpec))
+_LEADING_FIELD = re.compile(r"(params(?:\.[A-Za-z0-9_\-]+)*|[a-z_]+)(?=[:\s]|$)")
+
+
+def _field_of(message: str) -> str:
+    """The field a job class's error message names first (``params.k: must be ...`` →
+    ``params.k``; ``trees: needs 1 tree`` → ``trees``); ``params`` when it names none (a
+    class's ``setup()`` validates its params)."""
+    match = _LEADING_FIELD.match(message)
+    if match is not None:
+        name = match.group(1)
+        if name.startswith("params") or name in _SPEC_FIELDS:
+            return name
+    return "params"
+
+
+def _spec_error(message: str) -> JobSpecError:
+    """A job class's error as a ``JobSpecError`` on the field it names (named once)."""
+    field_name = _field_of(message)
+    if message.startswith(field_name) and message != field_name:
+        message = message[len(field_name) :].lstrip(": ") or message
+    return JobSpecError(field_name, message)
+
+
+def dry_run(spec: JobSpec) -> Job:
+    """Build the spec's job instance as every agent will (``create_job``: the class's
+    ``setup()`` runs with the spec's params) and its aggregator, without binding it to a
+    runtime; returns the instance. Anything the class raises — a ``ValueError`` from its
+    validation or any other exception from its code — is a :class:`JobSpecError` naming the
+    field the message names (else ``params``), so the submission or change gets a 400 instead
+    of failing later on every agent."""
+    try:
+        job = create_job(spec)
+        job.make_aggregator()
+    except JobSpecError:
+        raise
+    except UnknownJobClass as exc:
+        raise JobSpecError("job_class", str(exc)) from None
+    except Exception as exc:  # job-class code: any failure refuses the spec
+        message = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        raise _spec_error(message) from None
+    return job
 
 
 def create_job(spec: JobSpec) -> Job:

@@ -13,31 +13,46 @@ Fields (JSON name: type, default):
   (the pair defines the job's app id).
 * ``job_class``: registered job class name, required.
 * ``aggregator``: a CBT aggregator name (default the job class's choice, else ``"count"``);
-  ``aggregator_params``: dict of its constructor arguments (``{"k": 10}``).
-* ``epoch_seconds``: number in (0, 86400], default 1; ``allowed_lateness``: number >= 0,
-  default 0; ``idle_timeout``: number >= 0 or null (null: ``epoch_seconds``; 0: never advance
-  the watermark by the wall clock); ``max_future``: seconds >= 0 or null, default 600 (records
-  that far ahead of the agent's wall clock are dropped, so one bad clock cannot close every
-  epoch up to it; null: no limit); ``start_epoch``: int or null (the first epoch every worker
-  reports; null: each worker starts at its first record).
+  ``aggregator_params``: dict of its constructor arguments (``{"k": 10}``; a ``topk`` k is at
+  most ``MAX_TOP_K``).
+* ``epoch_seconds``: number in [``MIN_EPOCH_SECONDS`` = 0.1, 86400], default 1;
+  ``allowed_lateness``: number in [0, 3600] and at most ``MAX_OPEN_EPOCHS`` (1024) epochs of
+  the current length, default 0; ``idle_timeout``: number in [0, 86400] or null (null:
+  ``epoch_seconds``; 0: never advance the watermark by the wall clock); ``max_future``: seconds
+  in [0, 7 days] or null, default 600 (records that far ahead of the agent's wall clock are
+  dropped, so one bad clock cannot close every epoch up to it; null: no limit);
+  ``start_epoch``: int in [0, 2**53] or null (the first epoch every worker reports; null: each
+  worker starts at its first record). How far behind or ahead of *now* a submitted
+  ``start_epoch`` may be is checked at submission (``agent/runtime/admission.py``): it depends
+  on the clock, so it is no property of the spec.
 * ``epoch_schedule``: list of ``[first_epoch, seconds]``, default []: runtime changes of the
-  epoch length (``agent/jobs/schedule.py``; set by the master on a change, not at submission).
-* ``aggregator_since``: int or null (default): the first epoch the current aggregator (and
-  map) applies to, after a runtime change of the aggregate (set by the master; a worker that
-  never ran the previous aggregator starts there).
-* ``trees``: int in [1, 64], default 1 (m reducer trees, each owning a key-hash range).
+  epoch length (``agent/jobs/schedule.py``; set by the master on a change, not at submission);
+  every length obeys the same bounds as ``epoch_seconds``.
+* ``aggregator_since``: int in [0, 2**53] or null (default): the first epoch the current
+  aggregator (and map) applies to, after a runtime change of the aggregate (set by the master;
+  a worker that never ran the previous aggregator starts there).
+* ``trees``: int in [1, 64], default 1 (m reducer trees, each owning a key-hash range). The
+  master of each tree writes one lake file per epoch, so ``trees / epoch_seconds`` (every
+  length in the schedule) is at most ``MAX_LAKE_FILES_PER_SECOND`` (16).
 * ``mode``: ``"batch"`` | ``"window"`` | ``"iterative"``, default ``"batch"``;
-  ``window_size`` / ``window_slide``: epochs, ints with 1 <= slide <= size, default 1/1.
-* ``inputs``: list of input names on the agents (empty: every input), default [].
+  ``window_size`` / ``window_slide``: epochs, ints with 1 <= slide <= size <= 10,000, default 1/1.
+* ``inputs``: list of at most 64 input names on the agents (empty: every input), default [].
 * ``params``: a JSON object for the job class, default {}.
-* ``top_k``: int >= 1 or null (default): report only the k best keys per epoch, ranked by
-  value (``top_k_largest``, default true; false ranks smallest first). Levels of the tree cut
-  to k only where that is exact (max ranked largest, min ranked smallest); sums and counts are
-  never cut below the root unless ``top_k_approximate`` (a factor c >= 1: every level keeps
-  its ceil(k*c) best keys; documented error in ``srt/dataplane/operators.py``).
+* ``top_k``: int in [1, 10,000] or null (default): report only the k best keys per epoch,
+  ranked by value (``top_k_largest``, default true; false ranks smallest first). Levels of the
+  tree cut to k only where that is exact (max ranked largest, min ranked smallest); sums and
+  counts are never cut below the root unless ``top_k_approximate`` (a factor c in [1, 100]:
+  every level keeps its ceil(k*c) best keys; documented error in
+  ``srt/dataplane/operators.py``).
 * ``placement``: int salt or null (default): which of the job's candidate tree ids it uses
   (``srt.ids.placement_id``); null lets the cluster pick the least-loaded of two candidate
   masters at submission ("power of two choices").
+
+Sizes: ``params`` and ``aggregator_params`` hold JSON only — integers within signed 64 bits
+(what msgpack, Arrow and the lake carry), finite numbers, nesting at most ``MAX_JSON_DEPTH``
+(16) deep — and the whole spec, msgpack-encoded, is at most ``MAX_SPEC_BYTES`` (6144): every
+job-table entry and runtime change travels in one overlay datagram (8192 bytes by default).
+A violation is a ``JobSpecError`` naming the field (``params.a.b[2]`` for a nested value).
 """
 
 from __future__ import annotations
@@ -48,6 +63,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
+import msgpack
 import orjson
 
 from agent.errors import AgentError
@@ -68,7 +84,26 @@ SNAPSHOT_FIELDS = (
 )
 MAX_TREES = 64
 MAX_EPOCH_SECONDS = 86_400.0
+#: the shortest epoch: each epoch costs a snapshot per tree level and a lake file per tree
+MIN_EPOCH_SECONDS = 0.1
+#: trees / epoch length: the lake files a job's masters write per second of event time
+MAX_LAKE_FILES_PER_SECOND = 16.0
 DEFAULT_MAX_FUTURE = 600.0
+MAX_FUTURE_SECONDS = 7 * 86_400.0
+MAX_LATENESS_SECONDS = 3_600.0
+#: allowed lateness in epochs: each open epoch is one CBT on every worker
+MAX_OPEN_EPOCHS = 1024
+MAX_IDLE_TIMEOUT = 86_400.0
+#: epoch indices (start_epoch, aggregator_since, schedule changes): exact as floats, int64
+MAX_EPOCH_INDEX = 2**53
+MAX_WINDOW_EPOCHS = 10_000
+MAX_TOP_K = 10_000
+MAX_TOP_K_APPROXIMATE = 100.0
+MAX_INPUTS = 64
+MAX_JSON_DEPTH = 16
+#: the msgpack-encoded spec: a job-table entry or change travels in one overlay datagram
+MAX_SPEC_BYTES = 6144
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
@@ -133,21 +168,27 @@ class JobSpec:
             raise JobSpecError("aggregator", f"must be an aggregator name, got {aggregator!r}")
         agg_params = _json_object(data, "aggregator_params")
         try:
-            get_aggregator(aggregator, agg_params or None)
+            agg = get_aggregator(aggregator, agg_params or None)
         except (TypeError, ValueError) as exc:
             where = "aggregator" if "unknown aggregator" in str(exc) else "aggregator_params"
             raise JobSpecError(where, str(exc)) from None
-        epoch_seconds = _number(data, "epoch_seconds", 1.0, low=0.0, low_open=True)
-        if epoch_seconds > MAX_EPOCH_SECONDS:
-            raise JobSpecError("epoch_seconds", f"must be at most {MAX_EPOCH_SECONDS:g}")
-        lateness = _number(data, "allowed_lateness", 0.0, low=0.0)
+        _check_aggregator_size(agg.name, agg.params())
+        epoch_seconds = _number(
+            data, "epoch_seconds", 1.0, low=MIN_EPOCH_SECONDS, high=MAX_EPOCH_SECONDS
+        )
         idle = data.get("idle_timeout")
-        idle_timeout = None if idle is None else _number(data, "idle_timeout", 0.0, low=0.0)
+        idle_timeout = (
+            None
+            if idle is None
+            else _number(data, "idle_timeout", 0.0, low=0.0, high=MAX_IDLE_TIMEOUT)
+        )
         future = data.get("max_future", DEFAULT_MAX_FUTURE)
-        max_future = None if future is None else _number(data, "max_future", future, low=0.0)
-        start = data.get("start_epoch")
-        if start is not None and not _is_int(start):
-            raise JobSpecError("start_epoch", f"must be an integer or null, got {start!r}")
+        max_future = (
+            None
+            if future is None
+            else _number(data, "max_future", future, low=0.0, high=MAX_FUTURE_SECONDS)
+        )
+        start = _epoch_index(data, "start_epoch")
         trees = data.get("trees", 1)
         if not _is_int(trees) or not 1 <= trees <= MAX_TREES:
             raise JobSpecError("trees", f"must be an integer in [1, {MAX_TREES}], got {trees!r}")
@@ -155,28 +196,37 @@ class JobSpec:
         if mode not in MODES:
             raise JobSpecError("mode", f"must be one of {', '.join(MODES)}; got {mode!r}")
         size = data.get("window_size", 1)
-        if not _is_int(size) or size < 1:
-            raise JobSpecError("window_size", f"must be an integer >= 1 (epochs), got {size!r}")
+        if not _is_int(size) or not 1 <= size <= MAX_WINDOW_EPOCHS:
+            raise JobSpecError(
+                "window_size",
+                f"must be an integer in [1, {MAX_WINDOW_EPOCHS}] (epochs), got {size!r}",
+            )
         slide = data.get("window_slide", 1)
         if not _is_int(slide) or not 1 <= slide <= size:
             raise JobSpecError(
                 "window_slide", f"must be an integer in [1, window_size={size}], got {slide!r}"
             )
         inputs = data.get("inputs", [])
-        if not isinstance(inputs, list | tuple) or not all(
-            isinstance(i, str) and i for i in inputs
+        if (
+            not isinstance(inputs, list | tuple)
+            or len(inputs) > MAX_INPUTS
+            or not all(isinstance(i, str) and _NAME_RE.fullmatch(i) for i in inputs)
         ):
-            raise JobSpecError("inputs", f"must be a list of input names, got {inputs!r}")
+            raise JobSpecError(
+                "inputs", f"must be a list of at most {MAX_INPUTS} input names, got {inputs!r}"
+            )
         params = _json_object(data, "params")
         top_k = data.get("top_k")
-        if top_k is not None and (not _is_int(top_k) or top_k < 1):
-            raise JobSpecError("top_k", f"must be an integer >= 1 or null, got {top_k!r}")
+        if top_k is not None and (not _is_int(top_k) or not 1 <= top_k <= MAX_TOP_K):
+            raise JobSpecError(
+                "top_k", f"must be an integer in [1, {MAX_TOP_K}] or null, got {top_k!r}"
+            )
         largest = data.get("top_k_largest", True)
         if not isinstance(largest, bool):
             raise JobSpecError("top_k_largest", f"must be true or false, got {largest!r}")
         approx = data.get("top_k_approximate")
         if approx is not None:
-            approx = _number(data, "top_k_approximate", 1.0, low=1.0)
+            approx = _number(data, "top_k_approximate", 1.0, low=1.0, high=MAX_TOP_K_APPROXIMATE)
         placement = data.get("placement")
         if placement is not None and (not _is_int(placement) or not 0 <= placement < 1 << 32):
             raise JobSpecError(
@@ -186,9 +236,17 @@ class JobSpec:
             schedule = EpochSchedule.parse(epoch_seconds, data.get("epoch_schedule", []))
         except ValueError as exc:
             raise JobSpecError("epoch_schedule", str(exc)) from None
-        since = data.get("aggregator_since")
-        if since is not None and not _is_int(since):
-            raise JobSpecError("aggregator_since", f"must be an integer or null, got {since!r}")
+        # the lake-file rate names the field the submitter chose (trees alone, or the length)
+        rate_field = "trees" if "trees" in data and "epoch_seconds" not in data else None
+        _check_schedule(schedule, trees, rate_field)
+        lateness = _number(data, "allowed_lateness", 0.0, low=0.0, high=MAX_LATENESS_SECONDS)
+        if lateness > MAX_OPEN_EPOCHS * schedule.current_seconds:
+            raise JobSpecError(
+                "allowed_lateness",
+                f"must be at most {MAX_OPEN_EPOCHS} epochs of {schedule.current_seconds:g} s "
+                f"(each open epoch is a buffer tree on every worker), got {lateness:g}",
+            )
+        since = _epoch_index(data, "aggregator_since")
         if since is not None and mode == "window":
             raise JobSpecError(
                 "aggregator_since", "a window job's aggregator is fixed (its panes merge)"
@@ -197,7 +255,7 @@ class JobSpec:
             raise JobSpecError(
                 "epoch_schedule", "a window job's epoch length is fixed (its window counts epochs)"
             )
-        return cls(
+        spec = cls(
             name=name,
             creator=creator,
             job_class=job_class,
@@ -221,6 +279,14 @@ class JobSpec:
             epoch_schedule=schedule.changes,
             aggregator_since=since,
         )
+        size_bytes = len(msgpack.packb(spec.to_dict(), use_bin_type=True))
+        if size_bytes > MAX_SPEC_BYTES:
+            raise JobSpecError(
+                "spec",
+                f"is {size_bytes} bytes encoded; at most {MAX_SPEC_BYTES} fit the job table's "
+                "overlay messages (shorten params or the query)",
+            )
+        return spec
 
     @classmethod
     def from_json(cls, data: bytes | str) -> JobSpec:
@@ -292,22 +358,89 @@ def _text(data: dict[str, Any], key: str) -> str:
     return v
 
 
-def _number(
-    data: dict[str, Any], key: str, default: float, *, low: float, low_open: bool = False
-) -> float:
+def _number(data: dict[str, Any], key: str, default: float, *, low: float, high: float) -> float:
     v = data.get(key, default)
     bad = isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
-    if bad or v < low or (low_open and v == low):
-        op = ">" if low_open else ">="
-        raise JobSpecError(key, f"must be a number {op} {low:g}, got {v!r}")
+    if bad or not low <= v <= high:
+        raise JobSpecError(key, f"must be a number in [{low:g}, {high:g}], got {v!r}")
     return float(v)
+
+
+def _epoch_index(data: dict[str, Any], key: str) -> int | None:
+    v = data.get(key)
+    if v is not None and (not _is_int(v) or not 0 <= v <= MAX_EPOCH_INDEX):
+        raise JobSpecError(key, f"must be an integer in [0, 2**53] or null, got {v!r}")
+    return v
+
+
+def _check_schedule(schedule: EpochSchedule, trees: int, rate_field: str | None) -> None:
+    """Every epoch length of the job obeys the floor, the ceiling and the lake-file rate
+    (``rate_field``: the field a base-rate violation names, default ``epoch_seconds``)."""
+    for first, seconds in ((0, schedule.base), *schedule.changes):
+        field_name = "epoch_seconds" if first == 0 else "epoch_schedule"
+        if first > MAX_EPOCH_INDEX:
+            raise JobSpecError(field_name, f"first epoch {first} is beyond 2**53")
+        if not MIN_EPOCH_SECONDS <= seconds <= MAX_EPOCH_SECONDS:
+            raise JobSpecError(
+                field_name,
+                f"epoch lengths must be in [{MIN_EPOCH_SECONDS:g}, {MAX_EPOCH_SECONDS:g}] "
+                f"seconds, got {seconds!r}",
+            )
+        if trees / seconds > MAX_LAKE_FILES_PER_SECOND:
+            raise JobSpecError(
+                (rate_field or field_name) if first == 0 else field_name,
+                f"{trees} trees with {seconds:g} s epochs write {trees / seconds:g} lake files "
+                f"per second; at most {MAX_LAKE_FILES_PER_SECOND:g} (epochs of at least "
+                f"{trees / MAX_LAKE_FILES_PER_SECOND:g} s, or fewer trees)",
+            )
+
+
+def _check_aggregator_size(name: str, params: dict[str, Any]) -> None:
+    """A ``topk`` aggregator keeps k pairs per key: k is bounded like the spec's ``top_k``
+    (composite parts too)."""
+    if name == "topk" and params.get("k", 0) > MAX_TOP_K:
+        raise JobSpecError(
+            "aggregator_params", f"topk k must be at most {MAX_TOP_K}, got {params['k']!r}"
+        )
+    for part in params.get("parts", ()) if name == "composite" else ():
+        _check_aggregator_size(part[0], part[1])
 
 
 def _json_object(data: dict[str, Any], key: str) -> dict[str, Any]:
     v = data.get(key, {})
     if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
         raise JobSpecError(key, f"must be a JSON object, got {type(v).__name__}")
+    _check_json(v, key, 0)
     try:
         return orjson.loads(orjson.dumps(v))  # a private, JSON-clean copy
     except TypeError as exc:
         raise JobSpecError(key, f"must be JSON-serializable: {exc}") from None
+
+
+def _check_json(v: Any, path: str, depth: int) -> None:
+    """JSON values the runtime can carry unchanged: int64 integers, finite numbers, bounded
+    nesting (an out-of-range integer would fail msgpack or Arrow on every agent; a NaN would
+    silently become null)."""
+    if depth > MAX_JSON_DEPTH:
+        raise JobSpecError(path, f"nests deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return
+    if isinstance(v, int):
+        if not INT64_MIN <= v <= INT64_MAX:
+            raise JobSpecError(path, f"integer {v} is outside the signed 64-bit range")
+    elif isinstance(v, float):
+        if not math.isfinite(v):
+            raise JobSpecError(path, f"must be a finite number, got {v!r}")
+    elif isinstance(v, dict):
+        for k, item in v.items():
+            if not isinstance(k, str):
+                raise JobSpecError(path, f"keys must be strings, got {k!r}")
+            _check_json(item, f"{path}.{k}", depth + 1)
+    elif isinstance(v, list | tuple):
+        for i, item in enumerate(v):
+            _check_json(item, f"{path}[{i}]", depth + 1)
+    else:
+        raise JobSpecError(
+            path,
+            f"must be JSON (object, array, string, number, boolean, null), got {type(v).__name__}",
+        )

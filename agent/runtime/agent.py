@@ -49,9 +49,10 @@ from agent.ingest.inputs import open_input
 from agent.ingest.stream import IngestQueue, StreamInput
 from agent.ingest.tail import FileTail
 from agent.jobs.changes import parse_change
-from agent.jobs.job import load_entry_points, maybe_await, parse_spec
+from agent.jobs.job import load_entry_points, maybe_await
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
+from agent.runtime import admission
 from agent.runtime.http_api import HttpApi
 from agent.runtime.job import JobRuntime
 from agent.runtime.lake_sink import lake_target
@@ -160,7 +161,10 @@ class Agent:
                 max_preauth=t.api_max_preauth,
             ),
         )
-        self.table = JobTable()
+        self.table = JobTable(
+            stopped_ttl=self.tunables.stopped_job_ttl,
+            tombstone_seconds=self.tunables.tombstone_seconds,
+        )
         self.runtimes: dict[str, JobRuntime] = {}
         self.inputs: dict[str, FileTail | StreamInput | IngestQueue] = {}
         # file positions, acked epochs
@@ -214,6 +218,7 @@ class Agent:
             asyncio.create_task(self._tick_loop(), name="elf-tick"),
             asyncio.create_task(self._resync_loop(), name="elf-resync"),
             asyncio.create_task(self.loop_lag.run(), name="elf-loop-lag"),
+            asyncio.create_task(self._collect_loop(), name="elf-job-gc"),
         ]
 
     async def stop(self) -> None:
@@ -425,19 +430,19 @@ class Agent:
         if "error" in reply:
             status = reply.get("status", 400)
             cls = {404: NotFound, 409: Conflict}.get(status, BadRequest)
-            raise cls(str(reply["error"]))
+            raise cls(str(reply["error"]), field=_field(reply))
         return reply
 
     async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Validate and dry-run a spec here (a 400 naming the field, without a network hop),
+        then have the jobs-tree root version and multicast it (it checks again)."""
         parsed = self._validate_spec(spec)
+        admission.check_start_window(parsed, time.time(), self.tunables)
         return await self._ask_jobs_root({"op": "submit", "spec": parsed.to_dict()})
 
     @staticmethod
     def _validate_spec(spec: Any) -> JobSpec:
-        try:
-            return parse_spec(spec)
-        except ValueError as exc:
-            raise BadRequest(f"invalid job spec: {exc}") from None
+        return admission.validate(spec)
 
     async def change_job(self, name: str, change: Any) -> dict[str, Any]:
         """Apply a runtime change (``agent/jobs/changes.py``) through the job's master."""
@@ -455,7 +460,7 @@ class Agent:
         if "error" in reply:
             status = reply.get("status", 400)
             cls = {404: NotFound, 409: Conflict, 503: Unavailable}.get(status, BadRequest)
-            raise cls(str(reply["error"]))
+            raise cls(str(reply["error"]), field=_field(reply))
         return reply
 
     async def publish_spec(self, spec: JobSpec, *, base_version: int) -> int:
@@ -499,8 +504,9 @@ class Agent:
         if op == "submit":
             try:
                 spec = self._validate_spec(message.get("spec"))
+                admission.check_start_window(spec, time.time(), self.tunables)
             except BadRequest as exc:
-                return {"error": str(exc), "status": 400}
+                return _error_reply(exc)
             current = self.table.get(spec.name)
             if current is not None and current.state == RUNNING:
                 return {"error": f"job {spec.name!r} is already running", "status": 409}
@@ -513,7 +519,7 @@ class Agent:
             try:
                 spec = self._validate_spec(message.get("spec"))
             except BadRequest as exc:
-                return {"error": str(exc), "status": 400}
+                return _error_reply(exc)
             current = self.table.get(spec.name)
             if current is None or current.state != RUNNING:
                 return {"error": f"no running job named {spec.name!r}", "status": 404}
@@ -527,8 +533,10 @@ class Agent:
                 return {"error": f"no job named {name!r}", "status": 404}
             if op == "announce":  # after a change: every agent, on the job's tree or not
                 entry = current
-            else:
-                entry = JobEntry(current.name, current.spec, STOPPED, current.version + 1)
+            else:  # stamped: every agent collects the entry stopped_job_ttl after this
+                entry = JobEntry(
+                    current.name, current.spec, STOPPED, current.version + 1, time.time()
+                )
         self._apply_entry(entry)
         if op == "update":  # the job's master multicasts the change down its own tree first
             return {"job": entry.name, "state": entry.state, "version": entry.version}
@@ -607,12 +615,20 @@ class Agent:
             urls = [(await self._ask_jobs_root({"op": "where"}))["data_url"]]
         for url in urls:
             try:
-                reply = await self.client.post_json(url, "/agent/v1/jobs", {})
-                for entry in self.table.merge(reply.get("jobs", [])):
-                    self._reconcile(entry)
+                await self.merge_table_from(url)
             except (DataPlaneError, ValueError, KeyError, TypeError) as exc:
                 self.count("resync_errors")
                 log.info("job table resync from %s failed: %r", url, exc)
+
+    async def merge_table_from(self, url: str) -> None:
+        """Merge the job table (and tombstones) of the agent at data-plane ``url`` into ours
+        and start or stop jobs accordingly (one anti-entropy exchange)."""
+        reply = await self.client.post_json(url, "/agent/v1/jobs", {})
+        # tombstones first: a collected job's stale entries must not come back
+        for entry in self.table.merge_removed(reply.get("removed", [])):
+            self._reconcile(entry)
+        for entry in self.table.merge(reply.get("jobs", [])):
+            self._reconcile(entry)
 
     async def _resync_quietly(self) -> None:
         with contextlib.suppress(StatusError):
@@ -624,8 +640,19 @@ class Agent:
             with contextlib.suppress(StatusError):
                 await self._resync()
 
+    async def _collect_loop(self) -> None:
+        """Garbage-collect stopped jobs from the table (``agent/jobs/table.py``), often enough
+        to honour ``stopped_job_ttl`` within a quarter of it (or the resync period)."""
+        period = max(0.05, min(self.tunables.resync_seconds, self.tunables.stopped_job_ttl / 4))
+        while self._running:
+            await asyncio.sleep(period)
+            for entry in self.table.collect():
+                log.info(
+                    "job table: stopped job %s (version %d) collected", entry.name, entry.version
+                )
+
     async def _serve_jobs(self, request: web.Request) -> dict[str, Any]:
-        return {"jobs": self.table.snapshot()}
+        return {"jobs": self.table.snapshot(), "removed": self.table.removed()}
 
     # ---- tree callbacks (TreeListener) and control plane ---------------------------------------
 
@@ -704,7 +731,7 @@ class Agent:
             try:
                 return await runtime.serve_change(message.get("change"))
             except StatusError as exc:
-                return {"error": str(exc), "status": exc.status}
+                return _error_reply(exc)
         return {"error": f"unknown operation {op!r}", "status": 400}
 
     # ---- data plane ----------------------------------------------------------------------------
@@ -838,6 +865,7 @@ class Agent:
             "contacts": len(self.overlay.contacts()),
             "jobs": {name: r.status() for name, r in sorted(self.runtimes.items())},
             "jobs_tree": self.jobs_tree(),
+            "job_table": self.table.stats(),
             "inputs": {name: src.stats() for name, src in self.inputs.items()},
             "offsets": self.offsets.stats(),
             "counters": dict(self.counters),
@@ -846,3 +874,16 @@ class Agent:
             "data_plane": self.server.stats(),
             "api": self.api.stats(),
         }
+
+
+def _error_reply(exc: StatusError) -> dict[str, Any]:
+    """A refused request as a query reply (another agent re-raises it, field included)."""
+    reply: dict[str, Any] = {"error": str(exc), "status": exc.status}
+    if exc.field:
+        reply["field"] = exc.field
+    return reply
+
+
+def _field(reply: dict[str, Any]) -> str | None:
+    field = reply.get("field")
+    return field if isinstance(field, str) else None

@@ -2,11 +2,12 @@
 
 Contract: every endpoint except ``GET /api/v1/health`` needs ``Authorization: Bearer
 <token>``; a wrong or missing token is 401. Bodies are JSON (``ingest`` takes JSON lines).
-Invalid input gets a 4xx whose JSON body is ``{"error": "<what was wrong>"}``; the agent keeps
-running whatever arrives. Connections go through :mod:`srt.dataplane.guard` (head, body and
-idle timeouts; a cap on connections without an authenticated request; 414 for a request line
-over 8190 bytes, 400 for other malformed heads, never a traceback). The endpoints are listed
-in ``docs/http-api.md``:
+Invalid input gets a 4xx whose JSON body is ``{"error": "<what was wrong>"}`` (plus ``"field"``
+naming the spec or change field at fault when there is one); the agent keeps running whatever
+arrives. Connections go through :mod:`srt.dataplane.guard` (head, body and idle timeouts; a cap
+on connections without an authenticated request; 414 for a request line over 8190 bytes, 400
+for other malformed heads, never a traceback). The endpoints are listed in
+``docs/http-api.md``:
 
 =======  ==================================  ===============================================
 POST     /api/v1/jobs                        submit a job spec → 201 job info
@@ -129,7 +130,10 @@ class HttpApi:
             raise
         except StatusError as exc:  # domain errors (no status) are bugs here: 500 below
             self._count(type(exc).__name__)
-            return _json({"error": str(exc)}, exc.status)
+            body = {"error": str(exc)}
+            if exc.field:
+                body["field"] = exc.field
+            return _json(body, exc.status)
         except Exception as exc:  # a bug must answer 500 with its name, not kill the agent
             self._count("internal_error")
             log.exception("API %s %s failed", request.method, request.path)

@@ -15,6 +15,7 @@ from typing import Any
 from agent.config import load_config
 from agent.runtime.agent import Agent, spans_one_tree
 from agent.server.daemon import start_agents, stop_agents
+from agent.tunables import RuntimeTunables
 from overlay import Tunables
 
 SECRET = "runtime-test-secret-0123456789abcdef"
@@ -47,9 +48,12 @@ def settled(agents: list[Agent]) -> bool:
 
 
 @asynccontextmanager
-async def running_agents(n: int, **overrides: Any):  # type: ignore[no-untyped-def]
+async def running_agents(n: int, runtime: RuntimeTunables | None = None, **overrides: Any):  # type: ignore[no-untyped-def]
+    """``n`` logical agents in this loop; ``runtime``: their runtime tunables (default ones)."""
     cfg = load_config(env={"ELF_SECRET": SECRET}, overrides={"logical_agents": n, **overrides})
     cfg = dataclasses.replace(cfg, tunables=FAST, heartbeat_interval=0.3)
+    if runtime is not None:
+        cfg = dataclasses.replace(cfg, runtime=runtime)
     agents = await start_agents(cfg)
     try:
         await wait_for(lambda: settled(agents), 30, "the jobs tree to span every agent")
