@@ -32,6 +32,9 @@ class ApiClient:
         self.token = token
         self.timeout = timeout
 
+    def __repr__(self) -> str:  # never the token: clients end up in logs and tracebacks
+        return f"ApiClient({self.url!r}, token=<redacted>, timeout={self.timeout})"
+
     def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> Any:
         data = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
         req = urllib.request.Request(self.url + path, data=data, method=method)
