@@ -88,11 +88,7 @@ class LocalCluster:
         return [a for p in self.procs for a in p.agents]
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        if not self.secret_file.exists():
-            # created 0600 (O_EXCL, mode given to open): never readable by others, not even
-            # for the moment between a write and a chmod
-            create_private(self.secret_file, secrets.token_hex(32).encode())
+        self.ensure_secret()
         try:
             seed = self._spawn(0, bootstrap=None)
             self._wait_ready(seed, timeout)
@@ -103,6 +99,15 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def ensure_secret(self) -> Path:
+        """Create the work directory and, unless it exists, the secret file: created 0600
+        (``O_EXCL``, the mode given to ``open``), so it is never readable by others, not even
+        for the moment between a write and a chmod."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.secret_file.exists():
+            create_private(self.secret_file, secrets.token_hex(32).encode())
+        return self.secret_file
 
     def _spawn(self, index: int, bootstrap: str | None) -> AgentProcess:
         data_dir = self.workdir / f"agent-{index}"
