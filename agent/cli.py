@@ -3,9 +3,9 @@
 One click group. ``elf agent`` runs an agent daemon (config file, ``ELF_*`` environment and
 flags, in increasing precedence); ``elf cluster`` runs a local multi-process cluster on
 loopback; ``elf submit / jobs / stop / change / results / query / status`` talk to any
-agent's HTTP API (``--api`` or ``ELF_API``; token from ``--token``/``ELF_TOKEN`` or derived from
-the cluster secret file: :mod:`agent.cli_common`); ``elf spark`` runs a Spark job over the
-lake. Errors print one line naming what was wrong and exit non-zero.
+agent's HTTP API (``--api`` or ``ELF_API``; token from ``--token-file``/``ELF_TOKEN`` or
+derived from the cluster secret file, never from a flag: :mod:`agent.cli_common`); ``elf spark``
+runs a Spark job over the lake. Errors print one line naming what was wrong and exit non-zero.
 
 Commands of higher layers are plugged in, not imported: :func:`load_commands` adds the click
 commands installed distributions declare in the ``elf.commands`` entry-point group (this
@@ -132,7 +132,7 @@ def submit(
     params: tuple[str, ...],
     query: str | None,
     api: str,
-    token: str | None,
+    token_file: str | None,
     secret_file: str | None,
 ) -> None:
     """Submit a job: a JSON spec file, --name/--job/... flags, or --name/--query."""
@@ -161,22 +161,22 @@ def submit(
             spec["epoch_seconds"] = epoch_seconds
         if params:
             spec["params"] = _key_values(params, "--param")
-    call(api_client(api, token, secret_file).submit, spec)
+    call(api_client(api, token_file, secret_file).submit, spec)
 
 
 @cli.command()
 @api_options
-def jobs(api: str, token: str | None, secret_file: str | None) -> None:
+def jobs(api: str, token_file: str | None, secret_file: str | None) -> None:
     """List the cluster's jobs."""
-    call(api_client(api, token, secret_file).jobs)
+    call(api_client(api, token_file, secret_file).jobs)
 
 
 @cli.command()
 @click.argument("name")
 @api_options
-def stop(name: str, api: str, token: str | None, secret_file: str | None) -> None:
+def stop(name: str, api: str, token_file: str | None, secret_file: str | None) -> None:
     """Stop a job."""
-    call(api_client(api, token, secret_file).stop_job, name)
+    call(api_client(api, token_file, secret_file).stop_job, name)
 
 
 def _key_values(items: tuple[str, ...], flag: str) -> dict[str, Any]:
@@ -214,7 +214,7 @@ def change(
     empty: bool,
     batch: bool,
     api: str,
-    token: str | None,
+    token_file: str | None,
     secret_file: str | None,
 ) -> None:
     """Change a running job without restarting it; prints when every agent applied it."""
@@ -241,7 +241,7 @@ def change(
             "nothing to change: give --set, --query, --top-k, --epoch-seconds, --aggregator, "
             "--empty or --batch"
         )
-    call(api_client(api, token, secret_file).change, name, body)
+    call(api_client(api, token_file, secret_file).change, name, body)
 
 
 @cli.command()
@@ -249,30 +249,32 @@ def change(
 @click.option("--epoch", type=int, help="Epoch index (default: the latest complete one).")
 @api_options
 def results(
-    name: str, epoch: int | None, api: str, token: str | None, secret_file: str | None
+    name: str, epoch: int | None, api: str, token_file: str | None, secret_file: str | None
 ) -> None:
     """Print a job's result for one epoch, fetched from its master."""
-    call(api_client(api, token, secret_file).results, name, epoch)
+    call(api_client(api, token_file, secret_file).results, name, epoch)
 
 
 @cli.command()
 @click.argument("name")
 @click.argument("message")
 @api_options
-def query(name: str, message: str, api: str, token: str | None, secret_file: str | None) -> None:
+def query(
+    name: str, message: str, api: str, token_file: str | None, secret_file: str | None
+) -> None:
     """Send a JSON query MESSAGE to a job's master and print its reply."""
     try:
         body = json.loads(message)
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"MESSAGE is not JSON: {exc}") from None
-    call(api_client(api, token, secret_file).query, name, body)
+    call(api_client(api, token_file, secret_file).query, name, body)
 
 
 @cli.command()
 @api_options
-def status(api: str, token: str | None, secret_file: str | None) -> None:
+def status(api: str, token_file: str | None, secret_file: str | None) -> None:
     """Print the agent's status: node id, neighbours, roles and trees per job."""
-    call(api_client(api, token, secret_file).status)
+    call(api_client(api, token_file, secret_file).status)
 
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -33,6 +34,9 @@ class ApiClient:
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
+
+    def __repr__(self) -> str:  # never the token: clients end up in logs and tracebacks
+        return f"ApiClient({self.url!r}, token=<redacted>, timeout={self.timeout})"
 
     def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> Any:
         data = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
@@ -88,7 +92,8 @@ class ApiClient:
     def status(self) -> dict[str, Any]:
         return self.call("GET", "/api/v1/status")
 
-    def ingest(self, input_name: str, lines: list[str]) -> dict[str, Any]:
-        raw = ("\n".join(lines) + "\n").encode()
+    def ingest(self, input_name: str, lines: Sequence[str | bytes]) -> dict[str, Any]:
+        """POST lines (text, or bytes sent as they are) to an ingest input."""
+        raw = b"".join((x.encode() if isinstance(x, str) else bytes(x)) + b"\n" for x in lines)
         path = f"/api/v1/ingest/{urllib.parse.quote(input_name, safe='')}"
         return self.call("POST", path, raw=raw)

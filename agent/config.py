@@ -4,8 +4,10 @@ by command-line flags.
 Contract: :func:`load_config` returns a validated, frozen :class:`AgentConfig` or raises
 :class:`~agent.errors.ConfigError` naming the offending key and where it came from. The cluster
 secret is read from a file (or ``ELF_SECRET`` for tests and containers) and must be at least 16
-bytes; the API token defaults to a value derived from the secret, so holders of the secret file
-can always reach the API (``elf`` commands derive it the same way).
+bytes; the API token comes from ``ELF_TOKEN`` or ``token_file`` and defaults to a value derived
+from the secret, so holders of the secret file can always reach the API (``elf`` commands derive
+it the same way). Secret and token files must be private to their owner: one others may read
+is refused (:mod:`agent.private_files`). Neither value ever appears in ``repr(config)``.
 
 Example file::
 
@@ -78,6 +80,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
+from agent.private_files import read_private
 from agent.tunables import RuntimeTunables
 from overlay import Tunables
 from srt import Tunables as SrtTunables
@@ -103,7 +106,8 @@ class InputConfig:
 class AgentConfig:
     """Everything one agent process needs; ``logical_agents`` > 1 runs that many agents."""
 
-    secret: bytes
+    # never in repr(): a config logged or shown in a traceback must not disclose them
+    secret: bytes = field(repr=False)
     host: str = "127.0.0.1"
     overlay_port: int = 0
     data_port: int = 0
@@ -112,7 +116,7 @@ class AgentConfig:
     domain: str = "default"
     data_dir: str | None = None
     bootstrap: tuple[tuple[str, int], ...] = ()
-    api_token: str = ""
+    api_token: str = field(default="", repr=False)
     logical_agents: int = 1
     inputs: tuple[InputConfig, ...] = ()
     # Tunables of the layers, one table each (see _TUNABLE_SECTIONS).
@@ -146,6 +150,17 @@ def derive_api_token(secret: bytes) -> str:
     return hmac.new(secret, b"elf api token v1", hashlib.sha256).hexdigest()[:32]
 
 
+def read_token(path: str | Path, where: str = "token_file") -> str:
+    """The API token in ``path``: a private file (as the secret), non-empty."""
+    try:
+        token = read_private(path, where).decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: the token in {path} is not UTF-8 text") from None
+    if not token:
+        raise ConfigError(f"{where}: the token file {path} is empty")
+    return token
+
+
 def parse_address(text: str, where: str) -> tuple[str, int]:
     """``host:port`` → (host, port); the error names ``where`` the value came from."""
     host, sep, port = str(text).rpartition(":")
@@ -155,10 +170,9 @@ def parse_address(text: str, where: str) -> tuple[str, int]:
 
 
 def read_secret(path: str | Path, where: str = "secret_file") -> bytes:
-    try:
-        secret = Path(path).read_bytes().strip()
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read {path}: {exc.strerror}") from None
+    """The cluster secret in ``path``: a private file (refused when others may read it,
+    :func:`~agent.private_files.read_private`) holding at least 16 bytes."""
+    secret = read_private(path, where).strip()
     if len(secret) < MIN_SECRET_BYTES:
         raise ConfigError(f"{where}: the secret in {path} is shorter than {MIN_SECRET_BYTES} bytes")
     return secret
@@ -299,10 +313,7 @@ def _build(
     if "api_token" in raw:
         values["api_token"] = str(raw["api_token"])
     elif "token_file" in raw:
-        try:
-            values["api_token"] = Path(raw["token_file"]).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"{origin['token_file']}: {exc.strerror}") from None
+        values["api_token"] = read_token(raw["token_file"], origin["token_file"])
     else:
         values["api_token"] = derive_api_token(secret)
     if not values["api_token"]:

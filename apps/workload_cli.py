@@ -3,7 +3,7 @@
 
 Contract: writes a seeded clickstream (``clicks``) or tweet stream (``tweets``) from
 :mod:`apps.workload` — to stdout, to a file (optionally rotated like logrotate), or POSTed in
-batches to an agent's ingest input (``--post-to``, with the shared ``--api``/``--token``/
+batches to an agent's ingest input (``--post-to``, with the shared ``--api``/``--token-file``/
 ``--secret-file`` options of :mod:`agent.cli_common`; prints the accepted/rejected totals).
 The same arguments give the same lines. Invalid options exit with a one-line error; Ctrl-C
 or a closed pipe end the stream quietly. An operator-side program, like ``apps.demo``.
@@ -54,7 +54,7 @@ def generate(
     catalogue: str | None,
     input_name: str | None,
     api: str,
-    token: str | None,
+    token_file: str | None,
     secret_file: str | None,
 ) -> None:
     """Generate a seeded clickstream or tweet stream (apps/workload.py)."""
@@ -80,7 +80,8 @@ def generate(
     lines = (render(e) for e in stream)
     if input_name:
         try:
-            totals = workload.post_lines(lines, api_client(api, token, secret_file), input_name)
+            client = api_client(api, token_file, secret_file)
+            totals = workload.post_lines(lines, client, input_name)
         except ApiError as exc:
             raise click.ClickException(str(exc)) from None
         print_json(totals)

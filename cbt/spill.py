@@ -51,7 +51,10 @@ class SpillStore:
             f"<{len(cols)}Q", *map(len, cols)
         )
         tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
+        # 0600 from the start: spilled keys and values are user data (the directory is 0700
+        # already, mkdtemp's mode; the file mode keeps it private if the directory is moved)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
             f.write(header)
             for col in cols:
                 f.write(col)

@@ -61,7 +61,9 @@ class LakeWriter:
         self.location = lake.location if isinstance(lake, Lake) else str(lake)
         self._lake = lake if isinstance(lake, Lake) else None
         self.buffer_dir = Path(buffer_dir)
-        self.buffer_dir.mkdir(parents=True, exist_ok=True)
+        # 0700: buffered rollups hold the jobs' keys (user data), and without a data directory
+        # the buffer lives under the shared temp directory
+        self.buffer_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.capacity = capacity
         self.capacity_bytes = capacity_bytes
         self.retry_initial = retry_initial

@@ -102,6 +102,7 @@ def test_layers_only_import_downward(name: str) -> None:
 INNER_LAYERS: dict[str, list[set[str]]] = {
     "agent": [
         {"errors", "jsonable", "tunables"},  # leaves every layer may use
+        {"private_files"},  # secrets read from, raw lines written to, owner-only files
         {"config"},  # the agent's configuration (overlay, srt and runtime tunables nested)
         {"ql", "client"},  # the query language; the HTTP client of the user API
         {"jobs"},  # what a job is: spec, schedule, table, changes, QL job

@@ -12,9 +12,11 @@ Contract: :class:`DeadLetterFile` appends one JSON object per sampled line to
 per clock hour (the rest are only counted: ``suppressed``), and at most ``max_bytes`` per file:
 a full file is renamed to ``<input>.jsonl.1`` (replacing the previous one) and a new one is
 started, so the dead letters of one input never take more than ``2 * max_bytes``. A line is
-cut to ``max_line_chars`` (``truncated: true``). Write errors are counted (``write_errors``)
-and never propagate: a full disk costs samples, never the input. Counts by reason are the
-:class:`~agent.ingest.records.Quarantine`'s job; this file only holds samples.
+cut to ``max_line_chars`` (``truncated: true``). The samples are raw log lines (they may hold
+user data): the directory is created ``0700`` and the files ``0600`` from the start
+(:mod:`agent.private_files`; a rotated file keeps its mode). Write errors are counted
+(``write_errors``) and never propagate: a full disk costs samples, never the input. Counts by
+reason are the :class:`~agent.ingest.records.Quarantine`'s job; this file only holds samples.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from agent.private_files import open_private, private_dir
 
 DEFAULT_PER_REASON_PER_HOUR = 100
 DEFAULT_MAX_BYTES = 16 << 20
@@ -61,6 +65,7 @@ class DeadLetterFile:
         self.clock = clock
         self._hour: int | None = None
         self._this_hour: Counter[str] = Counter()
+        self._dir_ready = False
         self.counters = {"written": 0, "suppressed": 0, "rotations": 0, "write_errors": 0}
 
     @classmethod
@@ -105,7 +110,9 @@ class DeadLetterFile:
         entry["truncated"] = truncated
         data = orjson.dumps(entry) + b"\n"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self._dir_ready:
+                private_dir(self.path.parent)
+                self._dir_ready = True
             try:
                 size = self.path.stat().st_size
             except FileNotFoundError:
@@ -113,7 +120,8 @@ class DeadLetterFile:
             if size and size + len(data) > self.max_bytes:
                 os.replace(self.path, self.path.with_name(self.path.name + ".1"))
                 self.counters["rotations"] += 1
-            with open(self.path, "ab") as f:
+            # raw log lines: the file is created 0600 (and an older, wider one narrowed)
+            with os.fdopen(open_private(self.path), "ab") as f:
                 f.write(data)
         except OSError:
             self.counters["write_errors"] += 1

@@ -183,6 +183,7 @@ def install_prefilters(
         source._prefilter_jobs = key
         # projection pushdown: parse only the fields the (QL) jobs read; else the full parser
         full = getattr(source, "_full_parser", None) or source.parser
-        projected = projected_parser(jobs, fmt)
+        repairs = getattr(full, "repairs", None)  # one count per input, whichever parser
+        projected = projected_parser(jobs, fmt, repairs=repairs)
         source._full_parser = full
         source.parser = projected if projected is not None else full

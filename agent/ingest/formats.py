@@ -18,7 +18,8 @@ plus the format's own fields (listed per parser below), or raises
 ``bad_encoding``; JSON: the reasons of :class:`~agent.ingest.records.RecordValidator`) and whose
 message names the offending part. No parser raises anything else on any input (property-tested
 on random garbage). Bytes are decoded as UTF-8; invalid sequences are replaced (U+FFFD), not
-rejected - a log line with one bad byte is still an event.
+rejected - a log line with one bad byte is still an event - and counted in the parser's
+``repairs`` (:class:`~agent.ingest.records.EncodingRepairs`; ``make_parser(repairs=)`` shares one).
 
 :func:`make_parser` builds a parser by format name (:data:`FORMATS`). Timestamps are in UTC
 unless the line carries an offset (RFC 3164 lines carry neither year nor zone: UTC and the
@@ -34,7 +35,13 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from agent.ingest.records import LineParser, RecordError, RecordValidator
+from agent.ingest.records import (
+    EncodingRepairs,
+    LineParser,
+    RecordError,
+    RecordValidator,
+    decode_line,
+)
 
 FORMATS = ("json", "nginx", "apache", "syslog", "raw")
 
@@ -48,12 +55,12 @@ _DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _TS_CACHE_MAX = 4096
 
 
-def _text(line: bytes | str) -> str:
+def _text(line: bytes | str, repairs: EncodingRepairs | None = None) -> str:
     if isinstance(line, str):
         text = line
     else:
         try:
-            text = bytes(line).decode("utf-8", "replace")
+            text = decode_line(line, repairs)
         except TypeError:
             raise RecordError("bad_encoding", "a line must be bytes or str") from None
     return text[:-1] if text.endswith("\r") else text
@@ -186,9 +193,10 @@ class AccessLogParser:
     string, so a busy log parses each second once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, repairs: EncodingRepairs | None = None) -> None:
         self._ts_cache: dict[str, float] = {}
         self._match = ACCESS_RE.fullmatch
+        self.repairs = repairs if repairs is not None else EncodingRepairs()
 
     def _ts(self, text: str) -> float:
         ts = self._ts_cache.get(text)
@@ -210,7 +218,7 @@ class AccessLogParser:
         return ts
 
     def parse(self, line: bytes | str) -> dict[str, Any]:
-        text = _text(line)
+        text = _text(line, self.repairs)
         m = self._match(text)
         if m is None:
             raise RecordError(
@@ -293,12 +301,18 @@ class SyslogParser:
     ``time.time``) gives "now" for that and for the year of 3164 timestamps.
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        repairs: EncodingRepairs | None = None,
+    ) -> None:
         self.clock = clock
         self._bsd_cache: dict[str, float] = {}
+        self.repairs = repairs if repairs is not None else EncodingRepairs()
 
     def parse(self, line: bytes | str) -> dict[str, Any]:
-        text = _text(line)
+        text = _text(line, self.repairs)
         pri: int | None = None
         pos = 0
         if text.startswith("<"):
@@ -455,24 +469,36 @@ class RawParser:
     """Raw text: the line is the ``body``; ``ts`` is the arrival time (``clock()``), ``source_ip``
     and ``priority`` are None. Never rejects a line (blank lines are skipped by the inputs)."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        repairs: EncodingRepairs | None = None,
+    ) -> None:
         self.clock = clock
+        self.repairs = repairs if repairs is not None else EncodingRepairs()
 
     def parse(self, line: bytes | str) -> dict[str, Any]:
-        return {"ts": self.clock(), "source_ip": None, "priority": None, "body": _text(line)}
+        body = _text(line, self.repairs)
+        return {"ts": self.clock(), "source_ip": None, "priority": None, "body": body}
 
 
 def make_parser(
-    fmt: str, *, ts_field: str = "ts", clock: Callable[[], float] = time.time
+    fmt: str,
+    *,
+    ts_field: str = "ts",
+    clock: Callable[[], float] = time.time,
+    repairs: EncodingRepairs | None = None,
 ) -> LineParser:
     """The parser of format ``fmt`` (one of :data:`FORMATS`); ``ts_field`` is the JSON-lines
-    timestamp field (the log formats always produce ``ts``)."""
+    timestamp field (the log formats always produce ``ts``); ``repairs`` counts the lines whose
+    invalid UTF-8 it replaced (a new counter if None)."""
     if fmt == "json":
-        return RecordValidator(ts_field)
+        return RecordValidator(ts_field, repairs=repairs)
     if fmt in ("nginx", "apache"):
-        return AccessLogParser()
+        return AccessLogParser(repairs=repairs)
     if fmt == "syslog":
-        return SyslogParser(clock=clock)
+        return SyslogParser(clock=clock, repairs=repairs)
     if fmt == "raw":
-        return RawParser(clock=clock)
+        return RawParser(clock=clock, repairs=repairs)
     raise ValueError(f"unknown format {fmt!r}; expected one of {FORMATS}")

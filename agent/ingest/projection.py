@@ -8,7 +8,8 @@ Contract:
 * :class:`ProjectedAccessLogParser` — an :class:`~agent.ingest.formats.AccessLogParser` that builds
   only ``ts`` and the requested fields. It accepts and rejects exactly the lines the full
   parser does, with the same reason and message (the same regex, then the same timestamp
-  check), and every field it returns equals the full parser's (the same helpers compute it);
+  check), and every field it returns equals the full parser's (the same helpers compute it,
+  invalid UTF-8 replaced and counted alike);
   fields it does not build specially (``bytes``, ``ident``, ``remote_user``, ``referer``,
   ``user_agent``, ``extra``) make it fall back to the full parse, filtered. Property-tested
   against the full parser on valid and garbage lines.
@@ -29,7 +30,7 @@ from urllib.parse import unquote
 
 from agent.ingest.formats import AccessLogParser, _short, _text, _unescape, parse_query
 from agent.ingest.formats import severity_of_status as _severity
-from agent.ingest.records import RecordError
+from agent.ingest.records import EncodingRepairs, RecordError
 from agent.ql import nodes as n
 from agent.ql.query import CompiledQuery
 
@@ -70,8 +71,8 @@ def _children(node: n.Node) -> list[Any]:
 class ProjectedAccessLogParser(AccessLogParser):
     """Access-log lines to records holding only ``ts`` and ``fields`` (see module)."""
 
-    def __init__(self, fields: Iterable[str]) -> None:
-        super().__init__()
+    def __init__(self, fields: Iterable[str], *, repairs: EncodingRepairs | None = None) -> None:
+        super().__init__(repairs=repairs)
         self.fields = frozenset(fields) | {"ts"}
         self._fallback = not self.fields <= BUILT
         self._request = bool(self.fields & _REQUEST)
@@ -81,7 +82,7 @@ class ProjectedAccessLogParser(AccessLogParser):
         if self._fallback:
             full = super().parse(line)
             return {k: full[k] for k in self._want if k in full}
-        text = _text(line)
+        text = _text(line, self.repairs)  # bad bytes replaced and counted, as the full parse
         m = self._match(text)
         if m is None:
             raise RecordError(
@@ -130,8 +131,11 @@ class ProjectedAccessLogParser(AccessLogParser):
         return event
 
 
-def projected_parser(jobs: Iterable[Any], fmt: str | None) -> ProjectedAccessLogParser | None:
-    """A projected parser for ``jobs`` reading ``fmt`` lines, or None (see module)."""
+def projected_parser(
+    jobs: Iterable[Any], fmt: str | None, *, repairs: EncodingRepairs | None = None
+) -> ProjectedAccessLogParser | None:
+    """A projected parser for ``jobs`` reading ``fmt`` lines, or None (see module); it counts
+    its encoding repairs in ``repairs`` (the input's, so a swap loses no count)."""
     if fmt not in ("nginx", "apache"):
         return None
     fields: set[str] = set()
@@ -145,4 +149,4 @@ def projected_parser(jobs: Iterable[Any], fmt: str | None) -> ProjectedAccessLog
             return None
         fields |= got
         any_job = True
-    return ProjectedAccessLogParser(fields) if any_job else None
+    return ProjectedAccessLogParser(fields, repairs=repairs) if any_job else None

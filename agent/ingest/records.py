@@ -13,6 +13,14 @@ Contract:
   inputs add ``line_too_long`` and ``parser_error``.
 * :class:`LineParser` is the protocol every line format implements (JSON lines here; log
   formats plug in the same way): ``parse(line) -> record`` or raise ``RecordError``.
+* **Bad bytes never lose an event.** Every parser decodes bytes as UTF-8 with invalid
+  sequences replaced by U+FFFD (:func:`decode_line`): a JSON line whose string holds one
+  invalid byte is still the event, its value carrying U+FFFD where the byte was. orjson reads
+  valid lines directly (the fast path); only a line it refuses is checked for invalid UTF-8,
+  repaired and read again, so valid lines pay nothing. Each parser counts the lines it
+  repaired in its :class:`EncodingRepairs` (``parser.repairs``), which the inputs report as
+  ``bad_encoding_repaired``. A line that is still not JSON after the repair (a bad byte
+  outside a string) is ``bad_json``.
 * :class:`Quarantine` counts rejected lines per reason and keeps a bounded sample of the most
   recent ones as ``{source, line_no, reason, text}`` (text cut to 200 characters; plus
   ``offset`` and ``message`` when the caller knows them); an optional ``on_reject`` callback
@@ -81,22 +89,77 @@ class LineParser(Protocol):
     def parse(self, line: bytes | str) -> dict[str, Any]: ...
 
 
+class EncodingRepairs:
+    """Counts the lines whose invalid UTF-8 a parser replaced with U+FFFD (and kept).
+
+    One per input: the input's parsers share it (a projected parser takes over the full
+    parser's), so the count survives a parser swap."""
+
+    __slots__ = ("lines",)
+
+    def __init__(self) -> None:
+        self.lines = 0
+
+
+def decode_line(line: bytes | bytearray | memoryview, repairs: EncodingRepairs | None) -> str:
+    """``line`` as text: strict UTF-8 (as fast as lenient on valid bytes), else with invalid
+    sequences replaced by U+FFFD and the repair counted in ``repairs``."""
+    raw = bytes(line)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        if repairs is not None:
+            repairs.lines += 1
+        return raw.decode("utf-8", "replace")
+
+
+def repairs_of(parser: Any) -> int:
+    """Lines ``parser`` repaired so far (0 for a parser without an :class:`EncodingRepairs`)."""
+    repairs = getattr(parser, "repairs", None)
+    return repairs.lines if isinstance(repairs, EncodingRepairs) else 0
+
+
 class RecordValidator:
     """Validates JSON-lines records (see module docstring); implements :class:`LineParser`."""
 
-    def __init__(self, ts_field: str = "ts", *, allow_iso: bool = True) -> None:
+    def __init__(
+        self,
+        ts_field: str = "ts",
+        *,
+        allow_iso: bool = True,
+        repairs: EncodingRepairs | None = None,
+    ) -> None:
         if not isinstance(ts_field, str) or not ts_field:
             raise ValueError("ts_field must be a non-empty string")
         self.ts_field = ts_field
         self.allow_iso = allow_iso
+        self.repairs = repairs if repairs is not None else EncodingRepairs()
 
     def parse(self, line: bytes | str) -> dict[str, Any]:
-        """Decode one JSON line and validate it."""
+        """Decode one JSON line and validate it (invalid UTF-8 is replaced, see module)."""
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            raise RecordError("bad_json", f"not valid JSON: {exc}") from None
+            obj = self._repaired(line, exc)
         return self.validate(obj)
+
+    def _repaired(self, line: bytes | str, exc: orjson.JSONDecodeError) -> Any:
+        """The object of a line orjson refused, if the cause was invalid UTF-8 (replaced by
+        U+FFFD, counted); else ``bad_json``. Off the fast path: refused lines only."""
+        if isinstance(line, bytes | bytearray | memoryview):
+            raw = bytes(line)
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                try:
+                    obj = orjson.loads(raw.decode("utf-8", "replace"))
+                except orjson.JSONDecodeError as again:
+                    raise RecordError(
+                        "bad_json", f"not valid JSON (invalid UTF-8 replaced): {again}"
+                    ) from None
+                self.repairs.lines += 1
+                return obj
+        raise RecordError("bad_json", f"not valid JSON: {exc}") from None
 
     def validate(self, obj: Any) -> dict[str, Any]:
         """Validate a decoded object; returns it with a numeric timestamp field."""

@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from agent.ingest.base import Record
-from agent.ingest.records import LineParser, Quarantine, RecordError, RecordValidator, rejection
+from agent.ingest.records import (
+    LineParser,
+    Quarantine,
+    RecordError,
+    RecordValidator,
+    rejection,
+    repairs_of,
+)
 
 
 @dataclass
@@ -158,6 +165,7 @@ class IngestQueue:
             "kind": "ingest",
             **self.counters,
             "queued": len(self._queue),
+            "bad_encoding_repaired": repairs_of(self.parser),
             "quarantine": self.quarantine.stats(),
         }
 
@@ -279,6 +287,7 @@ class StreamInput:
             **self.counters,
             "eof": self.eof,
             "buffered": self._lines.qsize(),
+            "bad_encoding_repaired": repairs_of(self.parser),
             "quarantine": self.quarantine.stats(),
         }
         if self._error:

@@ -12,6 +12,8 @@ Contract (an :class:`~agent.ingest.base.Input` and :class:`~agent.ingest.base.Re
   same inode and still that long, else reads the file from the start. (Persisting it is the
   runtime's job.) A truncation immediately followed by regrowth past the read position
   between two polls is not detectable by size and is read as an append;
+* invalid UTF-8 in a line is replaced (U+FFFD) by the parser, the line kept and counted in
+  ``stats()["bad_encoding_repaired"]``;
 * a line longer than ``max_line_bytes`` is quarantined (``line_too_long``) and skipped; blank
   lines are skipped silently; a missing file is waited for; a parser that raises anything but
   ``RecordError`` costs that line (``parser_error``), never the tail;
@@ -28,7 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from agent.ingest.base import Record, RecordBatch
-from agent.ingest.records import LineParser, Quarantine, RecordValidator, rejection
+from agent.ingest.records import (
+    LineParser,
+    Quarantine,
+    RecordValidator,
+    rejection,
+    repairs_of,
+)
 
 if TYPE_CHECKING:
     from agent.ingest.fastpath import LinePrefilter
@@ -322,6 +330,7 @@ class FileTail:
             **self.counters,
             "offset": self._pos,
             "pending_bytes": len(self._buf),
+            "bad_encoding_repaired": repairs_of(self.parser),
             "quarantine": self.quarantine.stats(),
         }
 

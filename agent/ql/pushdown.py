@@ -24,7 +24,9 @@ Per format (the reason each rule is exact):
   any backslash holding a string value ``v`` contains ``"v"`` verbatim (its UTF-8 bytes). The
   needle of ``= 'v'`` is ``"v"`` (quotes included: more selective), of ``LIKE 'x%'`` it is
   ``"x``, of ``'%x'`` ``x"``, of ``'%x%'`` ``x``. Literals whose JSON encoding itself needs a
-  backslash (quote, backslash, control characters) are not pushed down.
+  backslash (quote, backslash, control characters) are not pushed down. Invalid UTF-8 in a
+  line is read as U+FFFD (:mod:`agent.ingest.records`): every other character of a value is
+  still its own bytes in the line, so only literals holding U+FFFD are not pushed down.
 * ``nginx`` / ``apache`` (:class:`~agent.ingest.formats.AccessLogParser`) — escape ``%``. Every
 string
   field of an access-log record is a substring of the line, except where the parser decodes:
@@ -127,6 +129,10 @@ def _clause(node: n.Node, fmt: str) -> tuple[bytes, ...] | None:
 
 def _needle(path: tuple[str, ...], kind: str, text: str, fmt: str) -> bytes | None:
     """The needle of ``path <kind> text`` (kind: eq, prefix, suffix, contains) or None."""
+    if "\ufffd" in text:
+        # U+FFFD is what an invalid byte decodes to: a line holding a bad byte (not these
+        # UTF-8 bytes) can match, so no byte needle implies the value
+        return None
     if fmt == "json":
         enc = orjson.dumps(text)
         if b"\\" in enc:

@@ -305,7 +305,7 @@ class Agent:
         ``agent/runtime/offsets.py``)."""
         return self.offsets.resume_spec(spec)
 
-    async def ingest(self, input_name: str, lines: list[str]) -> dict[str, Any]:
+    async def ingest(self, input_name: str, lines: Sequence[bytes | str]) -> dict[str, Any]:
         source = self.inputs.get(input_name)
         if source is None:
             raise NotFound(f"no input named {input_name!r} on this agent")

@@ -5,7 +5,9 @@ ports, data directory and optional JSON-lines inputs), the first as the seed the
 bootstrap from; :meth:`LocalCluster.start` returns once every process printed its ready line
 (or raises with the failing process's stderr); :meth:`stop` sends SIGTERM (graceful leave) and
 kills what has not exited after a timeout. Processes share one secret file in the work
-directory; the API token is derived from it.
+directory, created ``0600``; the API token is derived from it. Secrets never appear on the
+agents' command lines (``--secret-file PATH`` names the file), and each agent's
+``stderr.log`` is ``0600``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from agent.client import ApiClient, ApiError
 from agent.config import derive_api_token
+from agent.private_files import create_private, open_private
 from agent.runtime.agent import spans_one_tree
 from agent.server.daemon import READY_PREFIX
 
@@ -85,10 +88,7 @@ class LocalCluster:
         return [a for p in self.procs for a in p.agents]
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        if not self.secret_file.exists():
-            self.secret_file.write_text(secrets.token_hex(32))
-            self.secret_file.chmod(0o600)
+        self.ensure_secret()
         try:
             seed = self._spawn(0, bootstrap=None)
             self._wait_ready(seed, timeout)
@@ -99,6 +99,15 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def ensure_secret(self) -> Path:
+        """Create the work directory and, unless it exists, the secret file: created 0600
+        (``O_EXCL``, the mode given to ``open``), so it is never readable by others, not even
+        for the moment between a write and a chmod."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.secret_file.exists():
+            create_private(self.secret_file, secrets.token_hex(32).encode())
+        return self.secret_file
 
     def _spawn(self, index: int, bootstrap: str | None) -> AgentProcess:
         data_dir = self.workdir / f"agent-{index}"
@@ -111,7 +120,8 @@ class LocalCluster:
             args += ["--input", f"{name}={path}"]
         args += self.extra_args
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
-        stderr = open(data_dir / "stderr.log", "w")  # noqa: SIM115 - lives as long as the process
+        # the agent's log may quote rejected lines: private, like the dead letters
+        stderr = os.fdopen(open_private(data_dir / "stderr.log", append=False), "w")
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
         stderr.close()
         agent = AgentProcess(index, proc, data_dir)

@@ -75,6 +75,7 @@ def test_elf_cluster_starts_agents_and_stops_on_ctrl_c(tmp_path: Path, stop_sign
 def test_elf_agent_reports_ready_and_rejects_bad_config(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("0123456789abcdef0123456789abcdef")
+    secret.chmod(0o600)
     cfg = tmp_path / "agent.toml"
     cfg.write_text(f'[agent]\nsecret_file = "{secret}"\nlogical_agents = 2\n')
     proc = subprocess.Popen(

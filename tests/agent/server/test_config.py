@@ -18,6 +18,7 @@ SECRET = "s" * 32
 def secret_file(tmp_path: Path) -> Path:
     path = tmp_path / "secret"
     path.write_text(SECRET + "\n")
+    path.chmod(0o600)  # a secret file others may read is refused
     return path
 
 
@@ -99,6 +100,7 @@ def test_bad_file_is_reported_with_its_path(tmp_path: Path, secret_file: Path) -
         load_config(unknown, env={})
     short = tmp_path / "short"
     short.write_text("abc")
+    short.chmod(0o600)
     with pytest.raises(ConfigError, match="shorter than 16 bytes"):
         load_config(env={}, overrides={"secret_file": str(short)})
 
