@@ -43,6 +43,7 @@ from agent.jobs.changes import parse_change
 from agent.jobs.job import load_entry_points, maybe_await, parse_spec
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
+from agent.runtime.heap import trim_heap
 from agent.runtime.http_api import HttpApi
 from agent.runtime.job import JobRuntime
 from agent.runtime.lake_sink import lake_target
@@ -189,6 +190,8 @@ class Agent:
             except Exception as exc:
                 log.warning("%s failed during shutdown: %r", what, exc)
         self.offsets.observe(self.inputs, set(), list(self.runtimes.values()), final=True)
+        for runtime in self.runtimes.values():
+            runtime.release()  # spill files and results go with the agent
         for source in self.inputs.values():
             source.close()
         self._tasks.cancel_all()
@@ -466,6 +469,7 @@ class Agent:
                     tasks=self._tasks,
                     tunables=self.tunables,
                     lake=lake_target(self.config.lake, self.config.data_dir, self.node_id),
+                    data_dir=self.config.data_dir,
                 )
             except Exception as exc:
                 self.count("job_start_errors")
@@ -477,7 +481,17 @@ class Agent:
             runtime.apply_spec(entry.spec, entry.version)  # a runtime change, via the table
         elif entry.state == STOPPED and runtime is not None:
             del self.runtimes[entry.name]
-            self.spawn(runtime.stop(graceful=False), f"stop job {entry.name}")
+            self.spawn(self._stop_runtime(runtime), f"stop job {entry.name}")
+
+    async def _stop_runtime(self, runtime: JobRuntime) -> None:
+        """Stop a job the table stopped and give its memory back (``JobRuntime.release``
+        frees it; the heap is trimmed so the agent's RSS shrinks too)."""
+        try:
+            await runtime.stop(graceful=False)
+        finally:
+            runtime.release()
+            trim_heap()
+            self.count("jobs_released")
 
     async def _resync(self) -> None:
         """Fetch the job table from the jobs-tree root over the data plane and merge it."""
@@ -657,7 +671,7 @@ class Agent:
         if runtime is None:
             raise Reject(404, "unknown_job", f"job {body['job']!r} does not run here")
         try:
-            return runtime.local_results(int(body["tree"]), body.get("epoch"))
+            return await runtime.local_results(int(body["tree"]), body.get("epoch"))
         except (TypeError, ValueError) as exc:
             raise Reject(400, "bad_body", f"bad tree or epoch: {exc}") from None
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # spark_sink (pyarrow) is imported only when a lake is config
     from agent.jobs.job import Job
     from agent.jobs.spec import JobSpec
     from agent.runtime.results import EpochResult
+    from cbt import Snapshot
     from spark_sink.buffer import LakeWriter
     from spark_sink.lake import Rollup
     from srt.dataplane.operators import LevelOperator
@@ -47,6 +48,7 @@ class StoredResults(Protocol):
     """A master's stored epochs (:class:`~agent.runtime.results.ResultStore`)."""
 
     def get(self, tree: int, epoch: int) -> EpochResult | None: ...
+    def load(self, tree: int, epoch: int) -> Snapshot: ...
 
 
 class EpochSource(Protocol):
@@ -126,12 +128,16 @@ class LakeSink:
         result = rt.store.get(tid, epoch)
         if result is None or tid not in rt.tree_list:
             return
-        snap, completed_at = result.snapshot, result.completed_at
+        held, completed_at = result.snapshot, result.completed_at
         top_k, operator, spec, job = rt.spec.top_k, rt.operator, rt.spec, rt.job_for(epoch)
+        store = rt.store
 
         from spark_sink.lake import Rollup, normalize
 
         def build() -> Rollup:
+            # a spilled epoch (spilled before the writer got to it) is read back here, in
+            # the writer thread
+            snap = held if held is not None else store.load(tid, epoch)
             pairs = list(snap if top_k is None else operator.result(snap))
             named = job.result_rows([[normalize(k), normalize(v)] for k, v in pairs])
             return Rollup(

@@ -75,6 +75,8 @@ class Worker:
         wall_clock: Callable[[], float] = time.time,
         ts_field: str | None = None,
         tree_options: dict[str, Any] | None = None,
+        memory_budget_bytes: int | None = None,
+        spill_dir: str | None = None,
     ) -> None:
         spec = job.spec
         self.job = job
@@ -94,6 +96,10 @@ class Worker:
             schedule=spec.schedule,
         )
         self._tree_options = dict(tree_options or {})
+        if spill_dir is not None:
+            self._tree_options.setdefault("spill_dir", spill_dir)
+        #: the job's budget of resident compressed CBT buffers, shared by its open epochs
+        self.memory_budget_bytes = memory_budget_bytes
         self._trees: dict[int, CompressedBufferTree] = {}
         self._carried: dict[int, Snapshot] = {}  # open epochs' data moved by a length change
         #: during a change of aggregate: (first epoch of the new one, old job, old aggregator)
@@ -116,6 +122,7 @@ class Worker:
             "epochs_rebucketed": 0,
             "epoch_switch_late": 0,
             "switch_discarded_keys": 0,
+            "budget_enforcements": 0,
         }
 
     # ---- input ----------------------------------------------------------------------------
@@ -316,6 +323,33 @@ class Worker:
                 self._insert(epoch, items, None)
             else:
                 self._insert(epoch, *self._columns(items, self.agg_for(epoch)))
+        if pending and self.memory_budget_bytes is not None:
+            self._enforce_budget(self.memory_budget_bytes)
+
+    def _enforce_budget(self, budget: int) -> None:
+        """Keep the open epochs' resident compressed buffers within the job's budget: past
+        it, each tree gets an equal share and spills what exceeds it (cbt's spill store).
+        The uncompressed roots are bounded by ``root_capacity`` entries per open epoch."""
+        trees = list(self._trees.values())
+        if sum(t.resident_compressed_bytes() for t in trees) <= budget:
+            return
+        share = budget // max(1, len(trees))
+        for tree in trees:
+            tree.set_memory_budget(share)
+        self.counters["budget_enforcements"] += 1
+
+    def memory_bytes(self) -> int:
+        """Resident compressed bytes of the open epochs' trees (what the budget bounds)."""
+        return sum(t.resident_compressed_bytes() for t in self._trees.values())
+
+    def close(self) -> None:
+        """Drop every open epoch (a stopping job): trees closed, spill files removed."""
+        for tree in self._trees.values():
+            tree.close()
+        self._trees.clear()
+        self._carried.clear()
+        if self._windows is not None:
+            self._windows.reset()
 
     def _columns(self, pairs: list[Any], agg: Aggregator) -> tuple[list[Any], list[Any] | None]:
         """Keys and values of ``pairs``; values None when they are all int 1 for ``count``
@@ -517,6 +551,8 @@ class Worker:
             "late_dropped": clock["late_dropped"],
             "future_dropped": clock["future_dropped"],
             "open_epochs": len(self._trees),
+            "memory_bytes": self.memory_bytes(),
+            "memory_budget_bytes": self.memory_budget_bytes,
             "watermark": clock["watermark"],
             "next_epoch": clock["next_epoch"],
         }
