@@ -139,7 +139,7 @@ class JobRuntime:
         self._jobs_before: list[tuple[int, Job]] = []
         self._stopped = False
         # None unless the agent has a rollup lake
-        self.lake = sink_for(self, lake, stop_flush_seconds=self.tunables.stop_flush_seconds)
+        self.lake = sink_for(self, lake, tunables=self.tunables)
 
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] = self.counters.get(what, 0) + n
