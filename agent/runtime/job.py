@@ -122,8 +122,9 @@ class JobRuntime:
         self._results_dir = str(Path(data_dir) / "results") if data_dir else None
         self.store = ResultStore(
             budget_bytes=t.result_memory_bytes,
-            spill=None,  # opened when this agent first stores a result (most never master)
             spill_budget_bytes=t.result_spill_bytes,
+            # opened when first needed: most agents never master a given job
+            spill_factory=lambda: ResultSpill(self._results_dir, self.name),
             job=self.name,
         )
         self._spilling = False
@@ -291,8 +292,6 @@ class JobRuntime:
         time; encoding and writing run in a thread, never on the event loop)."""
         if self._spilling or self._stopped or not self.store.over_budget():
             return
-        if self.store.spill is None:
-            self.store.spill = ResultSpill(self._results_dir, self.name)
         self._spilling = True
         self.tasks.spawn(self._spill_results(), f"{self.name} spill results")
 

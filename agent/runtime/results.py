@@ -18,8 +18,8 @@ merges by epoch, never double-counts an epoch it already has from the same origi
   commits with :meth:`spilled`, which releases the resident copy. A spilled epoch stays
   answerable: :meth:`get` reports it as spilled and :meth:`load` reads it back (a thread);
 * at most ``spill_budget_bytes`` on disk (:class:`~agent.runtime.result_spill.ResultSpill`);
-  past it the oldest spilled epochs are dropped. Without a spill directory, epochs past the
-  memory budget are dropped instead.
+  past it the oldest spilled epochs are dropped. Without a spill (nor a ``spill_factory``
+  opening one when first needed), epochs past the memory budget are dropped instead.
 
 An epoch dropped by any bound is remembered as *gone* with its reason (:meth:`gone`), so the
 results API answers 410 naming the bound (the lake still has it), never a silent 404.
@@ -74,11 +74,15 @@ class ResultStore:
         budget_bytes: int | None = None,
         spill: ResultSpill | None = None,
         spill_budget_bytes: int | None = None,
+        spill_factory: Callable[[], ResultSpill] | None = None,
         job: str = "",
     ) -> None:
         self.retention = retention
         self.budget_bytes = budget_bytes
         self.spill = spill
+        # opens the spill directory when first needed (most agents never master a job)
+        self._spill_factory = spill_factory
+        self._can_spill = spill is not None or spill_factory is not None
         self.spill_budget_bytes = spill_budget_bytes
         self.job = job
         self.resident_bytes = 0
@@ -112,7 +116,7 @@ class ResultStore:
         while len(epochs) > self.retention:
             old, _ = next(iter(epochs.items()))
             self._drop(tree, old, RETENTION)
-        if self.spill is None:
+        if not self._can_spill:
             self._drop_over_budget()
         return True
 
@@ -166,7 +170,7 @@ class ResultStore:
         size = snap.memory_bytes()
         self.resident_bytes += size - result.nbytes
         result.snapshot, result.nbytes, result.spilling = snap, size, False
-        if self.spill is None:
+        if not self._can_spill:
             self._drop_over_budget()
 
     # ---- reading -----------------------------------------------------------------------------
@@ -211,8 +215,11 @@ class ResultStore:
     def spill_candidates(self) -> list[tuple[int, int, Snapshot]]:
         """The oldest resident epochs whose release brings the store within its budget
         (marked ``spilling``); the caller spills each and commits it with :meth:`spilled`."""
-        if self.budget_bytes is None or self.spill is None:
+        if self.budget_bytes is None or not self._can_spill:
             return []
+        if self.spill is None:
+            assert self._spill_factory is not None
+            self.spill = self._spill_factory()
         excess = self.resident_bytes - self.budget_bytes - self._spilling_bytes()
         out = []
         for tree, epoch, result in self._oldest_first():

@@ -226,3 +226,20 @@ def test_worker_open_epochs_share_the_jobs_memory_budget(tmp_path: Path) -> None
     want = Counter(w for r in records for w in r["line"].split())
     assert total == want
     worker.close()
+
+
+def test_closing_the_store_frees_its_memory(tmp_path: Path) -> None:
+    """What a stopped job's ``JobRuntime.release`` relies on, measured with tracemalloc."""
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        store = ResultStore(budget_bytes=10**9, spill=ResultSpill(tmp_path, "j"))
+        for e in range(6):
+            store.put(1, e, unique_keys(e, 20_000), float(e))
+        held, _ = tracemalloc.get_traced_memory()
+        store.close()
+        freed, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held - base > 6 * 20_000 * 30  # the snapshots were held...
+    assert freed - base < (held - base) / 20  # ...and are gone after close

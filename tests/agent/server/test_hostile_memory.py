@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from agent.server.cluster import LocalCluster
 BUDGET = 1_500_000  # bytes of resident results per job at the master
 SPILL_BUDGET = 6_000_000  # bytes of spilled results per job
 KEYS = 20_000  # unique users per epoch
-EPOCHS = 14
+EPOCHS = 24
+WARM_UP = 4  # epochs before the RSS baseline: the lake writer has loaded pyarrow by then
 QUERY = "SELECT user, count(*) AS n FROM ingest GROUP BY user"
 
 
@@ -71,7 +73,7 @@ def cluster(tmp_path: Path):
     local = LocalCluster(
         2, tmp_path / "c", extra_args=["--config", str(config), "--log-level", "WARNING"]
     )
-    with local.start():
+    with local:
         local.wait_settled(60)
         yield local
 
@@ -91,19 +93,24 @@ def test_unique_key_flood_keeps_the_master_within_its_budget(cluster: LocalClust
         return None
 
     feeder = clients[0]
-    wait_until(lambda: job_status(feeder, "flood"), 60, "the job on the ingest agent")
-    feeder.ingest("ingest", lines(0, start)[:10])  # the first record: the tree forms
-    m = wait_until(lambda: master() is not None and master(), 60, "a master")
+    wait_until(lambda: all(job_status(c, "flood") for c in clients), 60, "the job everywhere")
+    expected = {e: Counter(json.loads(x)["user"] for x in lines(e, start)) for e in range(EPOCHS)}
+    for c in clients:  # the first records: the job's tree forms
+        c.ingest("ingest", lines(0, start)[:10])
+        expected[0].update(json.loads(x)["user"] for x in lines(0, start)[:10])
+    wait_until(lambda: master() is not None, 60, "a master")
     m = master()
     assert m is not None
     proc = psutil.Process(cluster.procs[m].process.pid)
-    rss_before = proc.memory_info().rss
+    rss_before = 0
     resident_seen: list[int] = []
     with StatusWatch(cluster.procs[m].api_url, cluster.token) as watch:
         for epoch in range(EPOCHS + 1):  # epoch EPOCHS's first records close epoch EPOCHS-1
+            if epoch == WARM_UP:
+                rss_before = proc.memory_info().rss
             batch = lines(epoch, start)
-            for i in range(0, len(batch), 5000):
-                feeder.ingest("ingest", batch[i : i + 5000])
+            for i in range(0, len(batch), 5000):  # every agent is a worker: feed them all
+                clients[(i // 5000) % len(clients)].ingest("ingest", batch[i : i + 5000])
             st = job_status(clients[m], "flood")
             if st is not None:
                 resident_seen.append(st["memory"]["results"]["resident_bytes"])
@@ -121,10 +128,11 @@ def test_unique_key_flood_keeps_the_master_within_its_budget(cluster: LocalClust
     # over it in between (the spill runs after each epoch is stored)
     assert results["resident_bytes"] <= BUDGET
     assert max(resident_seen) <= 3 * BUDGET, resident_seen
-    assert results["spilled_epochs"] > 0 and results["spill_bytes"] <= SPILL_BUDGET
-    # RSS: generous (a loaded CI host, parsing buffers, allocator slack); unbounded retention
-    # of these epochs with their decoded keys would add ~3 MB per epoch and never stop
-    assert rss_flood - rss_before < 150 * 2**20, (rss_before, rss_flood)
+    assert results["spilled_epochs"] > 0 and results["spill_bytes"] <= SPILL_BUDGET, results
+    # RSS over the last 20 epochs: generous (parsing buffers, allocator and Arrow pool slack
+    # on a loaded host); retaining them, with the decoded keys the lake writer and the
+    # results API create, would add ~2 MB per epoch for as long as the flood lasts
+    assert rss_flood - rss_before < 40 * 2**20, (rss_before, rss_flood)
     # every epoch is answered exactly from memory or spill, or refused naming the bound
     answered = gone = 0
     for epoch in range(EPOCHS):
@@ -135,18 +143,17 @@ def test_unique_key_flood_keeps_the_master_within_its_budget(cluster: LocalClust
             assert "spill budget" in str(exc) or "retention" in str(exc), exc
             gone += 1
             continue
-        rows = res["rows"]
-        assert len(rows) == KEYS and all(r["n"] == 1 for r in rows), epoch
-        assert {r["user"] for r in rows} == {f"user-{epoch}-{i:06d}" for i in range(KEYS)}
+        got = Counter({r["user"]: r["n"] for r in res["rows"]})
+        assert got == expected[epoch], epoch
         answered += 1
     assert answered >= 3 and answered + gone == EPOCHS
     assert gone == sum(results["dropped"].values())
-    spill_dir = cluster.procs[m].data_dir / "results"
-    assert any(spill_dir.rglob("*.snap"))
+    data_dir = cluster.procs[m].data_dir  # <data_dir>/<logical agent>/results/results-*/
+    assert any(data_dir.rglob("results/*/*.snap"))
     # stopping the job frees what it held: spill files go, memory does not grow
     feeder.stop_job("flood")
     wait_until(lambda: job_status(clients[m], "flood") is None, 60, "the job gone at the master")
-    wait_until(lambda: not any(spill_dir.rglob("*.snap")), 30, "spill files removed")
+    wait_until(lambda: not any(data_dir.rglob("results/*/*.snap")), 30, "spill files removed")
     rss_after = proc.memory_info().rss
     assert rss_after <= rss_flood + 16 * 2**20, (rss_flood, rss_after)
     with pytest.raises(ApiError) as exc:
