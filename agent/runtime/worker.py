@@ -12,8 +12,11 @@ open (end of input).
 overrides it: no pair tuples, and the CBT's C counting path for ``count``.
 
 State layout: **one CompressedBufferTree per open epoch** (created on the epoch's first pair,
-flushed and dropped when the epoch closes). With a small allowed lateness only one or two are
-open; a single tree with epoch-tagged keys would need a per-epoch split of every flush.
+flushed and dropped when the epoch closes). ``memory_budget_bytes`` (the job's, from
+``RuntimeTunables.worker_memory_bytes``) bounds the open epochs' resident compressed buffers
+together: past it each tree gets an equal share and spills the rest to ``spill_dir``;
+``close()`` drops every open epoch (a stopped job). With a small allowed lateness only one or
+two are open; a single tree with epoch-tagged keys would need a per-epoch split of every flush.
 
 Execution models (``spec.mode``):
 
