@@ -53,6 +53,12 @@ Example file::
     master_url_ttl = 5.0       # a master's data-plane URL is cached this long
     late_attempts = 12         # tries to deliver a late contribution to the master
     stop_flush_seconds = 10.0  # a stopping job waits this long for its lake rollups
+    result_memory_bytes = 268435456  # a master's resident results per job (older: spilled)
+    result_spill_bytes = 4294967296  # its spilled results on disk per job (older: dropped)
+    worker_memory_bytes = 268435456  # a worker's resident compressed CBT buffers per job
+    lake_compact_seconds = 60.0  # the lake writer compacts complete hours this often
+    lake_compact_grace = 300.0 # replaced epoch files are deleted this much later
+    lake_retention_days = 0.0  # hour partitions older than this are dropped (0: keep)
     max_pending = 4096         # file positions per input awaiting acknowledgement
     api_head_timeout = 10.0    # API connections: a request head must arrive within this,
     api_body_timeout = 30.0    # its body within this; keep-alive silence is closed after

@@ -64,6 +64,13 @@ class Conflict(StatusError):
     status = 409
 
 
+class Gone(StatusError, LookupError):
+    """The answer existed but a documented bound dropped it (e.g. an epoch past the master's
+    result retention); the message names the bound and where else to look."""
+
+    status = 410
+
+
 class Unavailable(StatusError):
     """The answer needs a remote agent (a job master) that did not reply in time."""
 

@@ -6,9 +6,11 @@ timing a positive finite number of seconds, every count a positive integer; a ba
 config's ``[runtime]`` table (``agent/config.py``); tests pass other values with
 ``dataclasses.replace``. The agent hands each value to the component that uses it: the
 :class:`~agent.runtime.agent.Agent` (tick, resync, jobs-tree queries, placement), each
-:class:`~agent.runtime.job.JobRuntime` (multicasts, master lookups, late contributions), the
-lake sink (flush on stop), the :class:`~agent.runtime.offsets.OffsetKeeper` and the
+:class:`~agent.runtime.job.JobRuntime` (multicasts, master lookups, late contributions,
+the byte budgets of its results and its worker's buffers), the lake sink (flush on stop,
+compaction, retention), the :class:`~agent.runtime.offsets.OffsetKeeper` and the
 :class:`~agent.runtime.http_api.HttpApi` (its connection limits, ``api_*``).
+``lake_retention_days`` may be 0 (off).
 
 This module imports nothing of the project, so the config can nest it without a cycle.
 """
@@ -17,6 +19,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+
+#: settings where 0 switches the feature off (every other value must be positive)
+_ZERO_MEANS_OFF = frozenset({"lake_retention_days"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +52,15 @@ class RuntimeTunables:
     # a throttled job's backlog bound: past it the inputs it reads are not polled (they back
     # up: a file stays unread, the ingest queue fills and answers queue_full); nothing dropped
     max_backlog_records: int = 100_000
-    # ---- the lake sink (agent/runtime/lake_sink.py)
+    # ---- memory and disk bounds of one job (agent/runtime/results.py, worker.py)
+    result_memory_bytes: int = 256 * 2**20  # a master's resident epoch results, per job
+    result_spill_bytes: int = 4 * 2**30  # its older results spilled to the data dir, per job
+    worker_memory_bytes: int = 256 * 2**20  # a worker's resident compressed CBT buffers, per job
+    # ---- the lake sink (agent/runtime/lake_sink.py, spark_sink/compaction.py)
     stop_flush_seconds: float = 10.0  # a stopping job waits this long for its rollups
+    lake_compact_seconds: float = 60.0  # how often the lake writer compacts complete hours
+    lake_compact_grace: float = 300.0  # compacted small files are deleted this much later
+    lake_retention_days: float = 0.0  # hour partitions older than this are dropped (0: off)
     # ---- durable offsets (agent/runtime/offsets.py)
     max_pending: int = 4096  # noted positions per input awaiting acknowledgement
     # ---- connections of the user HTTP API (agent/runtime/http_api.py, srt.dataplane.guard)
@@ -60,6 +72,8 @@ class RuntimeTunables:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in _ZERO_MEANS_OFF and value == 0 and not isinstance(value, bool):
+                continue
             if f.type in ("int", int):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                     raise ValueError(f"{f.name} must be a positive integer, got {value!r}")

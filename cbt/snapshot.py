@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 import struct
+import sys
 import zlib
 from collections.abc import Iterator
 from itertools import pairwise
@@ -45,7 +46,14 @@ import numpy as np
 import zstandard
 
 from cbt.aggregators import Aggregator, get_aggregator, shuffle_bytes, unshuffle_bytes
-from cbt.buffers import EncodedKeys, Run, decode_hashes, encode_hashes, sort_and_aggregate
+from cbt.buffers import (
+    EncodedKeys,
+    Run,
+    decode_hashes,
+    deep_sizeof,
+    encode_hashes,
+    sort_and_aggregate,
+)
 from cbt.errors import SnapshotError
 from cbt.hashing import HashFunction, check_keys, encode_key, hash_name, xxh3_64
 
@@ -56,6 +64,16 @@ _TRAILER = struct.Struct("<I")
 _MIN_SIZE = _FIXED.size + _TRAILER.size
 _MISSING = object()
 _MASK64 = (1 << 64) - 1
+
+
+def _object_payload(arr: np.ndarray, sample: int = 64) -> int:
+    """Estimated bytes of the objects an object array references (sampled ``getsizeof``)."""
+    n = len(arr)
+    if not n:
+        return 0
+    step = max(1, n // sample)
+    picked = arr[::step][:sample]
+    return int(sum(map(deep_sizeof, picked)) * n / len(picked))
 
 
 class Snapshot:
@@ -110,6 +128,27 @@ class Snapshot:
             self._decoded = self.encoded_keys.decode()
             self._decoded.flags.writeable = False
         return self._decoded
+
+    # ---- memory ---------------------------------------------------------------------------
+    def memory_bytes(self) -> int:
+        """Bytes this snapshot holds (an estimate for object columns): the numpy columns'
+        buffers, plus, for object columns (wide keys, set/sketch states) and the decoded-key
+        cache, ``sys.getsizeof`` of up to 64 sampled elements scaled to the column. Exact for
+        plain numeric columns. Used by holders that bound memory by bytes (a master's results)."""
+        size = sys.getsizeof(self)
+        for arr in (self.hashes, self.encoded_keys.data, self.encoded_keys.lengths,
+                    self.values_column, self._decoded):  # fmt: skip
+            if arr is not None:
+                size += arr.nbytes + (_object_payload(arr) if arr.dtype == object else 0)
+        return size
+
+    def lean(self) -> Snapshot:
+        """The same snapshot without its decoded-key cache (it shares every column, so this
+        costs nothing): a holder that keeps a snapshot for long hands out ``lean()`` copies so
+        iterating them never grows what it holds."""
+        return Snapshot(
+            self.agg, self.hashes, self.encoded_keys, self.values_column, self._hash_fn
+        )
 
     # ---- mapping-like access ------------------------------------------------------------
     def __len__(self) -> int:

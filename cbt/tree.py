@@ -546,6 +546,19 @@ class CompressedBufferTree:
         self.close()
 
     # ---- spill ----------------------------------------------------------------------------
+    def set_memory_budget(self, budget_bytes: int | None) -> None:
+        """Change the budget of resident compressed buffers (None: unbounded) and enforce it
+        now: runs past it are spilled at once. A holder of several trees (a job's open
+        epochs) shares one budget among them this way."""
+        if budget_bytes is not None and budget_bytes < 0:
+            raise ValueError("memory_budget_bytes must be >= 0")
+        self.memory_budget_bytes = budget_bytes
+        self._enforce_budget()
+
+    def resident_compressed_bytes(self) -> int:
+        """Bytes of compressed buffers held in memory (what the budget bounds)."""
+        return sum(cr.compressed_bytes for node in self._nodes() for cr in node.runs if cr.resident)
+
     def _enforce_budget(self) -> None:
         budget = self.memory_budget_bytes
         if budget is None:

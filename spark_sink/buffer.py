@@ -16,8 +16,16 @@ Contract (see ``docs/spark-sink.md``):
   does not fit is refused: counted in ``dropped_over_capacity`` and logged at ERROR with the
   job, tree and epoch — never dropped silently. A rollup that cannot be represented at all
   (a bug in the job's values) is counted in ``bad_rollups`` and logged.
+* **Upkeep** (``maintenance``, :class:`~spark_sink.compaction.LakeMaintenance`): every
+  ``every`` seconds, between writes, the thread compacts the complete hours of the (job, tree)
+  it wrote, deletes the epoch files compaction replaced ``grace`` seconds ago and drops hours
+  past the retention (``spark_sink/compaction.py``). Running in the writer's own thread, it
+  never races this writer's epoch writes; a failure is counted (``compact_errors``), logged
+  and retried at the next pass.
 * :meth:`stats` — ``written``, ``buffered`` (ever), ``pending`` (now), ``retried``,
-  ``retry_failures``, ``dropped_over_capacity``, ``bad_rollups``, ``last_error``.
+  ``retry_failures``, ``dropped_over_capacity``, ``bad_rollups``, ``last_error``, and the
+  upkeep's ``hours_compacted``, ``files_compacted``, ``files_deleted``, ``hours_dropped``,
+  ``compact_errors``.
 """
 
 from __future__ import annotations
@@ -36,12 +44,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from spark_sink.compaction import LakeMaintenance, maintain
 from spark_sink.lake import Lake, LakeError, Rollup, rollup_table
 
 log = logging.getLogger(__name__)
 
 LAKE_ERRORS = (OSError, pa.ArrowException, LakeError)
 RollupSource = Rollup | Callable[[], Rollup]
+_WAKE: Any = object()  # a queue item that only wakes the thread (run_upkeep)
 
 
 class LakeWriter:
@@ -57,6 +67,7 @@ class LakeWriter:
         retry_initial: float = 0.5,
         retry_max: float = 30.0,
         on_written: Callable[[Rollup, str], None] | None = None,
+        maintenance: LakeMaintenance | None = None,
     ) -> None:
         self.location = lake.location if isinstance(lake, Lake) else str(lake)
         self._lake = lake if isinstance(lake, Lake) else None
@@ -76,7 +87,15 @@ class LakeWriter:
             "retry_failures": 0,
             "dropped_over_capacity": 0,
             "bad_rollups": 0,
+            "hours_compacted": 0,
+            "files_compacted": 0,
+            "files_deleted": 0,
+            "hours_dropped": 0,
+            "compact_errors": 0,
         }
+        self.maintenance = maintenance
+        self._next_upkeep = time.monotonic() + (maintenance.every or 0) if maintenance else 0.0
+        self._wrote: set[tuple[str, int, int]] = set()  # (job, tree index, m) written here
         self.last_error: str | None = None
         self._queue: queue.Queue[RollupSource | None] = queue.Queue()
         self._lock = threading.Lock()
@@ -139,20 +158,56 @@ class LakeWriter:
     def _run(self) -> None:
         while True:
             timeout = max(0.0, self._next_retry - time.monotonic()) if self.pending() else None
+            if self._upkeep_due_in() is not None:
+                due = max(0.0, self._upkeep_due_in() or 0.0)
+                timeout = due if timeout is None else min(timeout, due)
             try:
                 item = self._queue.get(timeout=timeout)
             except queue.Empty:
                 self._retry_buffer()
+                self._upkeep()
                 continue
             if item is None:
                 self._retry_buffer()
                 return
+            if item is _WAKE:
+                self._upkeep()
+                continue
             try:
                 self._handle(item)
             finally:
                 with self._idle:
                     self._busy -= 1
                     self._idle.notify_all()
+            self._upkeep()
+
+    def _upkeep_due_in(self) -> float | None:
+        m = self.maintenance
+        if m is None or not m.every or not self._wrote:
+            return None
+        return self._next_upkeep - time.monotonic()
+
+    def _upkeep(self) -> None:
+        """Compact, sweep and drop (module contract) when due and the lake is reachable."""
+        due = self._upkeep_due_in()
+        if due is None or due > 0 or self.pending():
+            return
+        assert self.maintenance is not None and self.maintenance.every
+        self._next_upkeep = time.monotonic() + self.maintenance.every
+        try:
+            counts = maintain(self.lake(), sorted(self._wrote), self.maintenance)
+        except Exception as exc:  # the lake, a damaged file: say so, try again next pass
+            self._count("compact_errors")
+            log.warning("lake %s: compaction pass failed: %r", self.location, exc)
+            return
+        with self._lock:
+            for key, n in counts.items():
+                self.counters[key] += n
+
+    def run_upkeep(self) -> None:
+        """Make the next upkeep pass due now (tests, operators)."""
+        self._next_upkeep = 0.0
+        self._queue.put(_WAKE)
 
     def _handle(self, item: RollupSource) -> None:
         try:
@@ -177,6 +232,8 @@ class LakeWriter:
 
     def _written(self, rollup: Rollup | None, path: str) -> None:
         self._count("written")
+        if rollup is not None:
+            self._wrote.add((rollup.job, rollup.tree, rollup.trees))
         self._delay = self.retry_initial
         if self.on_written is not None and rollup is not None:
             try:

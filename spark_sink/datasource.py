@@ -27,6 +27,10 @@ Contract (see ``docs/spark-sink.md``)::
   restarted query — Spark replays its checkpointed offsets — delivers every epoch exactly
   once. An epoch rewritten after it was delivered (late data) is not delivered again; batch
   reads see the newest version.
+* **Compacted hours** (``spark_sink/compaction.py``): the lake lists one entry per (epoch,
+  tree) whether it lives in an epoch file or in an hour's compacted file, so offsets and
+  completeness are unchanged by compaction; a partition reads a compacted file once and keeps
+  only the rows of its epochs. A read that overlaps a compaction sees each row once.
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -47,7 +50,16 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_sink.lake import Lake, LakeError, LakeFile, complete_epochs, conform, read_schema
+from spark_sink.lake import (
+    Lake,
+    LakeError,
+    LakeFile,
+    complete_epochs,
+    conform,
+    file_selection,
+    read_rows,
+    read_schema,
+)
 
 NAME = "elf"
 MAX_PARTITIONS = 16  # files of a read are grouped into at most this many tasks
@@ -57,21 +69,31 @@ class OptionError(ValueError):
     """A data source option is missing or malformed (the message names it)."""
 
 
+Selection = tuple[str, list[int] | None]  # (path, epochs to keep; None: the whole file)
+
+
 class FilePartition(InputPartition):
-    """Some lake files (consecutive epochs) read by one Spark task."""
+    """Some lake files (consecutive epochs) read by one Spark task: (path, epochs to keep,
+    None for a whole epoch file) per file."""
 
-    def __init__(self, paths: list[str]) -> None:
-        super().__init__(paths)
-        self.paths = paths
+    def __init__(self, items: list[Selection]) -> None:
+        super().__init__(items)
+        self.items = items
+
+    @property
+    def paths(self) -> list[str]:
+        return [p for p, _ in self.items]
 
 
-def group_files(paths: list[str], max_partitions: int) -> list[FilePartition]:
+def group_files(files: list[LakeFile], max_partitions: int) -> list[FilePartition]:
     """At most ``max_partitions`` partitions of consecutive files (one file each when there
-    are few): many small epoch files cost one task each otherwise."""
-    if not paths:
+    are few): many small epoch files cost one task each otherwise. A compacted file listed
+    for several epochs is one item."""
+    items = file_selection(files)
+    if not items:
         return []
-    size = -(-len(paths) // max(1, max_partitions))
-    return [FilePartition(paths[i : i + size]) for i in range(0, len(paths), size)]
+    size = -(-len(items) // max(1, max_partitions))
+    return [FilePartition(items[i : i + size]) for i in range(0, len(items), size)]
 
 
 def _lake(options: dict[str, str]) -> Lake:
@@ -106,8 +128,10 @@ def _spark_friendly(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _read_file(lake: Lake, path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    table = conform(pq.read_table(path, filesystem=lake.fs), schema)
+def _read_file(
+    lake: Lake, path: str, epochs: list[int] | None, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    table = conform(read_rows(lake, path, epochs), schema)
     yield from table.to_batches()
 
 
@@ -184,17 +208,16 @@ class ElfBatchReader(DataSourceReader):
                 mine = [f for f in files if f.job == job]
                 done.update({(job, e): ok for e, ok in complete_epochs(mine).items()})
             files = [f for f in files if done[(f.job, f.epoch)]]
-        self.files = [(f.epoch, f.path) for f in files]
+        self.files = files
         self.max_partitions = _int_option(source.opts, "maxPartitions") or MAX_PARTITIONS
 
     def partitions(self) -> Sequence[InputPartition]:
-        paths = [p for _, p in self.files]
-        return group_files(paths, self.max_partitions)
+        return group_files(self.files, self.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilePartition)
-        for path in partition.paths:
-            yield from _read_file(self.lake, path, self.schema)
+        for path, epochs in partition.items:
+            yield from _read_file(self.lake, path, epochs, self.schema)
 
 
 class ElfStreamReader(DataSourceStreamReader):
@@ -254,16 +277,17 @@ class ElfStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         lo, hi = int(start["epoch"]), int(end["epoch"])
-        paths = [f.path for f in self._files() if lo < f.epoch <= hi]
-        return group_files(paths, self.max_partitions)
+        files = [f for f in self._files() if lo < f.epoch <= hi]
+        return group_files(files, self.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilePartition)
-        for path in partition.paths:
-            yield from _read_file(self.lake, path, self.schema)
+        for path, epochs in partition.items:
+            yield from _read_file(self.lake, path, epochs, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to release: the lake keeps every file."""
+        """Nothing to release: the lake keeps every epoch (compaction moves epochs between
+        files, never drops one; retention is the operator's choice)."""
 
 
 def register(spark: Any) -> None:

@@ -22,7 +22,16 @@ Contract (see ``docs/spark-sink.md``):
   per field instead; ``key_json`` then holds the whole row as a JSON object and
   ``value_json`` is ``null``. The footer names the roles: ``elf.key_columns`` and
   ``elf.value_columns`` (JSON lists; for named rows the numeric fields are the values).
-* **Reading.** :meth:`Lake.files` lists the files (parsed from their names, no file opened);
+* **Compacted hours** (``spark_sink/compaction.py``): an hour's epoch files of one tree
+  merged into ``compact-tree-<i>-of-<m>.parquet`` in the same hour directory. Its footer's
+  ``elf.sources`` maps each epoch it holds to the ``mtime_ns`` of the epoch file it came from.
+  An epoch file whose mtime is not newer than that is a stale copy (awaiting deletion) and is
+  never listed; one rewritten later (late data) is newer and wins over the compacted rows of
+  its epoch until the next compaction folds it in. So a reader sees each (epoch, tree) once,
+  before, during and after a compaction.
+* **Reading.** :meth:`Lake.files` lists one :class:`LakeFile` per (epoch, tree) (parsed
+  from file names; a compacted file's footer is read once and cached); a compacted one has
+  ``compacted=True`` and its reader keeps only that epoch's rows (:func:`read_rows`).
   :func:`read_table` reads a set of files into one table whose schema is the union of theirs
   (missing columns null, int/float promoted). An empty epoch's file has the fixed columns
   only; a column whose values are all null is typed string.
@@ -66,6 +75,8 @@ FIXED_FIELDS: tuple[pa.Field, ...] = (
 FIXED_NAMES = frozenset(f.name for f in FIXED_FIELDS)
 PARTITION_NAMES = frozenset({"date", "hour"})
 FILE_RE = re.compile(r"^epoch-(-?\d+)-tree-(\d+)-of-(\d+)\.parquet$")
+COMPACT_RE = re.compile(r"^compact-tree-(\d+)-of-(\d+)\.parquet$")
+SOURCES_KEY = b"elf.sources"
 OBJECT_STORES = frozenset({"s3", "gcs"})
 
 
@@ -115,6 +126,13 @@ class LakeFile:
     trees: int
     path: str  # filesystem path (no scheme)
     mtime: float | None = None
+    compacted: bool = False  # ``path`` holds an hour of epochs: read only this one's rows
+    mtime_ns: int | None = None
+
+
+def compact_name(tree: int, trees: int) -> str:
+    """The file name an hour's compacted epochs of tree ``tree`` of ``trees`` go to."""
+    return f"compact-tree-{tree}-of-{trees}.parquet"
 
 
 def relative_path(job: str, epoch_start: float, tree: int, trees: int, epoch: int) -> str:
@@ -349,6 +367,7 @@ class Lake:
             self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(self.location)
         self.root = self.root.rstrip("/") or "/"
         self.atomic_put = self.fs.type_name in OBJECT_STORES
+        self._sources: dict[tuple[str, int, int | None], dict[int, int]] = {}
 
     def __repr__(self) -> str:
         return f"Lake({self.location!r})"
@@ -394,7 +413,9 @@ class Lake:
         )
 
     def files(self, job: str | None = None) -> list[LakeFile]:
-        """Every rollup file (of ``job``), sorted by (job, epoch, tree)."""
+        """One entry per (job, epoch, tree) a reader should read, sorted by (job, epoch,
+        tree): epoch files, and epochs of compacted files not superseded by a newer epoch
+        file (module contract)."""
         jobs = [job] if job is not None else self.jobs()
         out: list[LakeFile] = []
         for name in jobs:
@@ -404,9 +425,9 @@ class Lake:
                 infos = self.fs.get_file_info(selector)
             except (OSError, pa.ArrowException) as exc:
                 raise LakeError(f"lake {self.location!r}: {exc}") from None
+            by_dir: dict[tuple[str, int], list[pafs.FileInfo]] = {}
             for info in infos:
-                m = FILE_RE.match(info.base_name)
-                if info.type != pafs.FileType.File or m is None:
+                if info.type != pafs.FileType.File:
                     continue
                 parts = info.path[len(base) + 1 :].split("/")
                 if len(parts) != 3 or not parts[0].startswith("date="):
@@ -415,21 +436,77 @@ class Lake:
                     hour = int(parts[1].removeprefix("hour="))
                 except ValueError:
                     continue
-                mtime = info.mtime.timestamp() if info.mtime is not None else None
-                out.append(
-                    LakeFile(
-                        job=name,
-                        date=parts[0][5:],
-                        hour=hour,
-                        epoch=int(m.group(1)),
-                        tree=int(m.group(2)),
-                        trees=int(m.group(3)),
-                        path=info.path,
-                        mtime=mtime,
-                    )
-                )
+                by_dir.setdefault((parts[0][5:], hour), []).append(info)
+            for (date, hour), group in by_dir.items():
+                out.extend(self._hour_files(name, date, hour, group))
         out.sort(key=lambda f: (f.job, f.epoch, f.tree))
         return out
+
+    def _hour_files(
+        self, job: str, date: str, hour: int, infos: list[pafs.FileInfo]
+    ) -> list[LakeFile]:
+        small: dict[tuple[int, int, int], pafs.FileInfo] = {}
+        compacted: dict[tuple[int, int], pafs.FileInfo] = {}
+        for info in infos:
+            if m := FILE_RE.match(info.base_name):
+                small[(int(m.group(1)), int(m.group(2)), int(m.group(3)))] = info
+            elif m := COMPACT_RE.match(info.base_name):
+                compacted[(int(m.group(1)), int(m.group(2)))] = info
+        out: list[LakeFile] = []
+        covered: dict[tuple[int, int, int], int] = {}  # (epoch, tree, trees) → source mtime
+        for (tree, trees), info in compacted.items():
+            for epoch, source_ns in self.compacted_sources(info).items():
+                covered[(epoch, tree, trees)] = source_ns
+        for (epoch, tree, trees), source_ns in covered.items():
+            newer = small.get((epoch, tree, trees))
+            if newer is None or _mtime_ns(newer) <= source_ns:
+                out.append(_lake_file(job, date, hour, epoch, tree, trees,
+                                      compacted[(tree, trees)], True))  # fmt: skip
+        for (epoch, tree, trees), info in small.items():
+            source_ns = covered.get((epoch, tree, trees))
+            if source_ns is None or _mtime_ns(info) > source_ns:
+                out.append(_lake_file(job, date, hour, epoch, tree, trees, info, False))
+        return out
+
+    def compacted_sources(self, info: pafs.FileInfo) -> dict[int, int]:
+        """epoch → source mtime_ns recorded in a compacted file's footer (cached per file
+        version; an unreadable footer lists nothing and is logged by the caller's read)."""
+        key = (info.path, _mtime_ns(info), info.size)
+        cached = self._sources.get(key)
+        if cached is None:
+            try:
+                meta = pq.read_schema(info.path, filesystem=self.fs).metadata or {}
+                raw = json.loads(meta.get(SOURCES_KEY, b"{}"))
+                cached = {int(e): int(ns) for e, ns in raw.items()}
+            except (OSError, pa.ArrowException, ValueError, TypeError):
+                cached = {}
+            if len(self._sources) > 4096:
+                self._sources.clear()
+            self._sources[key] = cached
+        return cached
+
+
+def _mtime_ns(info: pafs.FileInfo) -> int:
+    ns = info.mtime_ns
+    return int(ns) if ns is not None else 0
+
+
+def _lake_file(
+    job: str, date: str, hour: int, epoch: int, tree: int, trees: int,
+    info: pafs.FileInfo, compacted: bool,
+) -> LakeFile:  # fmt: skip
+    return LakeFile(
+        job=job,
+        date=date,
+        hour=hour,
+        epoch=epoch,
+        tree=tree,
+        trees=trees,
+        path=info.path,
+        mtime=info.mtime.timestamp() if info.mtime is not None else None,
+        compacted=compacted,
+        mtime_ns=_mtime_ns(info),
+    )
 
 
 def complete_epochs(files: Iterable[LakeFile]) -> dict[int, bool]:
@@ -497,14 +574,43 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def read_schema(lake: Lake, files: Sequence[LakeFile]) -> pa.Schema:
-    """The unified schema of ``files`` (only their footers are read)."""
-    schemas = [pq.read_schema(f.path, filesystem=lake.fs) for f in files]
-    return unified_schema(schemas)
+    """The unified schema of ``files`` (only their footers are read, once per path)."""
+    paths = list(dict.fromkeys(f.path for f in files))
+    schemas = [pq.read_schema(p, filesystem=lake.fs) for p in paths]
+    return unified_schema([_without_meta(sc) for sc in schemas])
+
+
+def _without_meta(schema: pa.Schema) -> pa.Schema:
+    return schema.remove_metadata()
+
+
+def file_selection(files: Sequence[LakeFile]) -> list[tuple[str, list[int] | None]]:
+    """``files`` as (path, epochs to keep or None for the whole file), one item per path in
+    first-seen order: a compacted file listed for several epochs is read once."""
+    out: dict[str, list[int] | None] = {}
+    for f in files:
+        if f.compacted:
+            kept = out.setdefault(f.path, [])
+            assert kept is not None
+            kept.append(f.epoch)
+        else:
+            out[f.path] = None
+    return list(out.items())
+
+
+def read_rows(lake: Lake, path: str, epochs: Sequence[int] | None) -> pa.Table:
+    """One file's rows (of ``epochs`` only, for a compacted file)."""
+    table = pq.read_table(path, filesystem=lake.fs)
+    if epochs is not None:
+        import pyarrow.compute as pc
+
+        table = table.filter(pc.is_in(table.column("epoch"), pa.array(epochs, pa.int64())))
+    return table
 
 
 def read_table(lake: Lake, files: Sequence[LakeFile], schema: pa.Schema | None = None) -> pa.Table:
     """The rows of ``files`` as one table with ``schema`` (default: their unified schema)."""
-    tables = [pq.read_table(f.path, filesystem=lake.fs) for f in files]
+    tables = [read_rows(lake, path, epochs) for path, epochs in file_selection(files)]
     if schema is None:
         schema = unified_schema([t.schema for t in tables])
     if not tables:

@@ -53,6 +53,7 @@ from agent.jobs.job import load_entry_points, maybe_await
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
 from agent.runtime import admission
+from agent.runtime.heap import trim_heap
 from agent.runtime.http_api import HttpApi
 from agent.runtime.job import JobRuntime
 from agent.runtime.lake_sink import lake_target
@@ -248,6 +249,8 @@ class Agent:
             except Exception as exc:
                 log.warning("%s failed during shutdown: %r", what, exc)
         self.offsets.observe(self.inputs, set(), list(self.runtimes.values()), final=True)
+        for runtime in self.runtimes.values():
+            await runtime.release()  # spill files and results go with the agent
         for source in self.inputs.values():
             source.close()
         self._tasks.cancel_all()
@@ -590,6 +593,7 @@ class Agent:
                     tunables=self.tunables,
                     lake=lake_target(self.config.lake, self.config.data_dir, self.node_id),
                     records=self.records,
+                    data_dir=self.config.data_dir,
                 )
             except Exception as exc:
                 self.count("job_start_errors")
@@ -602,7 +606,17 @@ class Agent:
             self.spawn(runtime.apply_spec(entry.spec, entry.version), f"change {entry.name}")
         elif entry.state == STOPPED and runtime is not None:
             del self.runtimes[entry.name]
-            self.spawn(runtime.stop(graceful=False), f"stop job {entry.name}")
+            self.spawn(self._stop_runtime(runtime), f"stop job {entry.name}")
+
+    async def _stop_runtime(self, runtime: JobRuntime) -> None:
+        """Stop a job the table stopped and give its memory back (``JobRuntime.release``
+        frees it; the heap is trimmed so the agent's RSS shrinks too)."""
+        try:
+            await runtime.stop(graceful=False)
+        finally:
+            await runtime.release()
+            trim_heap()
+            self.count("jobs_released")
 
     async def _resync(self) -> None:
         """Fetch the job table from the jobs-tree root over the data plane and merge it."""
@@ -801,7 +815,7 @@ class Agent:
         if runtime is None:
             raise Reject(404, "unknown_job", f"job {body['job']!r} does not run here")
         try:
-            return runtime.local_results(int(body["tree"]), body.get("epoch"))
+            return await runtime.local_results(int(body["tree"]), body.get("epoch"))
         except (TypeError, ValueError, OverflowError) as exc:  # int(1e400): OverflowError
             raise Reject(400, "bad_body", f"bad tree or epoch: {exc}") from None
 

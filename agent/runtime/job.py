@@ -23,6 +23,14 @@ Contract (see ``docs/agent-runtime.md``):
   :meth:`JobRuntime.expectation` for its epoch - the aggregator and parameters of the job
   instance that reduces that epoch (they change with a runtime change of aggregate) and the
   job's key schema (``Job.keys_problem``) - else 409 ``incompatible``, counted and logged.
+* **Bounds** (``RuntimeTunables``): the master's results are held within
+  ``result_memory_bytes`` per job — older epochs are spilled (compressed snapshot bytes) to
+  ``<data_dir>/results`` (a temp directory without one) off the event loop and read back on
+  demand, within ``result_spill_bytes``; an epoch dropped by a bound is answered 410 with the
+  reason (:class:`~agent.runtime.results.ResultStore`). The worker's open epochs share
+  ``worker_memory_bytes`` of resident compressed CBT buffers (the rest spills to
+  ``<data_dir>/spill``). :meth:`JobRuntime.stop` frees everything the job holds: results,
+  spill files, barriers, senders and the worker's trees.
 
 A runtime reaches its agent only through the narrow services of ``agent/runtime/services.py``
 (network and trees, job table, inputs, background tasks, the record executor) and reads its
@@ -51,9 +59,10 @@ import logging
 import math
 import time
 from collections import OrderedDict, deque
+from pathlib import Path
 from typing import Any
 
-from agent.errors import BadRequest, NotFound, Unavailable
+from agent.errors import BadRequest, Gone, NotFound, Unavailable
 from agent.jobs.changes import parse_change
 from agent.jobs.job import Job, create_job, maybe_await
 from agent.jobs.spec import JobSpec
@@ -64,6 +73,7 @@ from agent.runtime.cpu_budget import CpuBudget
 from agent.runtime.lake_sink import LakeTarget, sink_for
 from agent.runtime.offsets import TreeOutflow
 from agent.runtime.record_thread import InlineRecords
+from agent.runtime.result_spill import ResultSpill
 from agent.runtime.results import ResultStore
 from agent.runtime.services import (
     InputService,
@@ -108,6 +118,7 @@ class JobRuntime:
         tunables: RuntimeTunables | None = None,
         lake: LakeTarget | None = None,
         records: RecordExecutor | None = None,
+        data_dir: str | None = None,
     ) -> None:
         self.network = network
         self.records: RecordExecutor = records or InlineRecords()
@@ -126,7 +137,16 @@ class JobRuntime:
         self.tree_set = set(self.tree_list)
         wanted = set(self.spec.inputs) if self.spec.inputs else inputs.input_names()
         self.inputs = sorted(wanted & inputs.input_names())
-        self.worker: Worker | None = Worker(self.job) if self.inputs else None
+        t = self.tunables
+        self.worker: Worker | None = (
+            Worker(
+                self.job,
+                memory_budget_bytes=t.worker_memory_bytes,
+                spill_dir=str(Path(data_dir) / "spill") if data_dir else None,
+            )
+            if self.inputs
+            else None
+        )
         self.operator = level_operator_for(
             self.job.make_aggregator(),
             top_k=self.spec.top_k,
@@ -135,7 +155,15 @@ class JobRuntime:
         )
         self.combiners: dict[int, EpochCombiner] = {}
         self.senders: dict[int, UpstreamSender] = {}
-        self.store = ResultStore()
+        self._results_dir = str(Path(data_dir) / "results") if data_dir else None
+        self.store = ResultStore(
+            budget_bytes=t.result_memory_bytes,
+            spill_budget_bytes=t.result_spill_bytes,
+            # opened when first needed: most agents never master a given job
+            spill_factory=lambda: ResultSpill(self._results_dir, self.name),
+            job=self.name,
+        )
+        self._spilling = False
         self.multicasts: list[dict[str, Any]] = []  # recent control messages received
         self.multicast_stats: list[dict[str, Any]] = []  # as master: reached, elapsed
         self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
@@ -158,7 +186,7 @@ class JobRuntime:
         self._worker_stats = self.worker.stats() if self.worker is not None else None
         self._changing = asyncio.Lock()  # one runtime change at a time, in version order
         # None unless the agent has a rollup lake
-        self.lake = sink_for(self, lake, stop_flush_seconds=self.tunables.stop_flush_seconds)
+        self.lake = sink_for(self, lake, tunables=self.tunables)
 
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] = self.counters.get(what, 0) + n
@@ -199,6 +227,21 @@ class JobRuntime:
             await sender.close()
         if self.lake is not None:
             await self.lake.flush()
+
+    async def release(self) -> None:
+        """After :meth:`stop` (and after the agent read the job's final outflow for its
+        offsets): free what the stopped job holds (issue 13: a stopped job freed nothing): stored
+        results and their spill files, early contributions, barriers, senders, the worker's
+        open epochs and their spill files, recent bookkeeping. The worker is closed on the
+        record thread, after any work already submitted for it (only that thread touches it)."""
+        self.store.close()
+        self.combiners.clear()
+        self.senders.clear()
+        if self.worker is not None:
+            await self.records.run(self.worker.close)
+        self.sent_at.clear()
+        self.multicasts.clear()
+        self._master_urls.clear()
 
     # ---- tree bookkeeping --------------------------------------------------------------------
 
@@ -382,12 +425,40 @@ class JobRuntime:
                 if self.lake is not None:
                     self.lake.epoch(tid, epoch)
                 self.tasks.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
+                self._bound_results()
             return
         name = SnapshotName(self.name, tid, epoch, self.network.node_id)
         self.senders[tid].send(name, snap.to_bytes())
         self.sent_at[(tid, epoch)] = time.time()
         while len(self.sent_at) > 256:
             self.sent_at.popitem(last=False)
+
+    def _bound_results(self) -> None:
+        """Past the results' byte budget, spill the oldest epochs (one background task at a
+        time; encoding and writing run in a thread, never on the event loop)."""
+        if self._spilling or self._stopped or not self.store.over_budget():
+            return
+        self._spilling = True
+        self.tasks.spawn(self._spill_results(), f"{self.name} spill results")
+
+    async def _spill_results(self) -> None:
+        try:
+            while not self._stopped and (batch := self.store.spill_candidates()):
+                for tid, epoch, snap in batch:
+                    size: int | None = None
+                    try:
+                        size = await asyncio.to_thread(self.store.spill_write, tid, epoch, snap)
+                    except OSError as exc:  # disk full, say: keep it resident, say so
+                        self.count("result_spill_errors")
+                        log.warning("job %s: spilling epoch %d failed: %r", self.name, epoch, exc)
+                    if self._stopped:
+                        return
+                    self.store.spilled(tid, epoch, snap, size)
+                    if size is None:
+                        return
+                    self.count("results_spilled")
+        finally:
+            self._spilling = False
 
     def offer_child(self, name: SnapshotName, snap: Snapshot) -> str:
         """A child's snapshot (``POST /srt/v1/snapshot``): admitted by the tree's barrier
@@ -423,6 +494,7 @@ class JobRuntime:
             folded = self.store.add_late(name.tree, name.epoch, name.sender, snap, time.time())
             if folded and self.lake is not None:
                 self.lake.epoch(name.tree, name.epoch)  # updated epoch: replaces its file
+            self._bound_results()
             return "merged" if folded else "duplicate"
         self.tasks.spawn(self._forward_late(name, snap), f"{self.name} late epoch")
         return "merged"
@@ -656,9 +728,10 @@ class JobRuntime:
             log.warning("hand-over of %s to %s failed: %r", self.name, successor, exc)
 
     async def _send_results(self, tid: int, url: str) -> None:
+        # encoding (and reading spilled epochs) runs in a thread
+        exported = await asyncio.to_thread(self.store.encode_plan, self.store.export_plan(tid))
         items = [
-            dict(item, snapshot=base64.b64encode(item["snapshot"]).decode())
-            for item in self.store.export(tid)
+            dict(item, snapshot=base64.b64encode(item["snapshot"]).decode()) for item in exported
         ]
         body = {"job": self.name, "tree": tid, "items": items}
         await self.network.client.post_json(url, "/agent/v1/handover", body)
@@ -677,6 +750,7 @@ class JobRuntime:
             for epoch in {i["epoch"] for i in items if isinstance(i.get("epoch"), int)}:
                 self.lake.epoch(tid, epoch)
         self.count("handovers_received")
+        self._bound_results()
         return taken
 
     async def receive(self, sender: int, paos: Snapshot | Any) -> None:
@@ -733,14 +807,22 @@ class JobRuntime:
     def forget_master_url(self, tid: int) -> None:
         self._master_urls.pop(tid, None)
 
-    def local_results(self, tid: int, epoch: Any) -> dict[str, Any]:
+    async def local_results(self, tid: int, epoch: Any) -> dict[str, Any]:
+        """This master's result for (tree, epoch); ``gone`` names the bound that dropped an
+        epoch it no longer holds. A spilled epoch is read back in a thread."""
         epochs = self.store.epochs(tid)
         if epoch is None:
             return {"epochs": epochs}
         result = self.store.get(tid, int(epoch))
         if result is None:
-            return {"epochs": epochs, "rows": None}
+            return {"epochs": epochs, "rows": None, "gone": self.store.gone(tid, int(epoch))}
         snap = result.snapshot
+        if snap is None:
+            try:
+                snap = await asyncio.to_thread(self.store.load, tid, int(epoch))
+            except Exception as exc:  # deleted meanwhile or damaged: say so, never guess
+                self.count("result_spill_read_errors")
+                return {"epochs": epochs, "rows": None, "gone": f"spill file unreadable: {exc}"}
         pairs = snap if self.spec.top_k is None else self.operator.result(snap)
         return {
             "epochs": epochs,
@@ -754,7 +836,7 @@ class JobRuntime:
         for attempt in range(2):  # a cached master URL may be stale after a hand-over
             url = await self._master_url(tid)
             if url == self.network.data_url:
-                return self.local_results(tid, epoch)
+                return await self.local_results(tid, epoch)
             try:
                 return await self.network.client.post_json(url, "/agent/v1/results", body)
             except DataPlaneError as exc:
@@ -775,6 +857,12 @@ class JobRuntime:
             epoch = max(common)
         parts = await asyncio.gather(*(self._tree_results(t, epoch) for t in self.tree_list))
         missing = [i for i, p in enumerate(parts) if p.get("rows") is None]
+        gone = sorted({str(p["gone"]) for p in parts if p.get("gone")})
+        if gone:  # partly or wholly dropped by a bound: never a silently partial answer
+            raise Gone(
+                f"job {self.name!r}: epoch {epoch} is no longer held by its master "
+                f"({'; '.join(gone)}); read it from the lake"
+            )
         if len(missing) == len(parts):
             raise NotFound(f"job {self.name!r} has no result for epoch {epoch}")
         rows = [row for p in parts if p.get("rows") for row in p["rows"]]
@@ -862,10 +950,19 @@ class JobRuntime:
             "worker": self.worker_stats(),
             "cpu": self.cpu_status(),
             "results": {f"{t:040x}": self.store.epochs(t)[-8:] for t in self.store.trees()},
+            "memory": {"results": self.store.stats(), **self._worker_memory()},
             "multicasts_received": len(self.multicasts),
             "multicast_stats": self.multicast_stats[-8:],
             "counters": dict(self.counters),
             "lake": self.lake.stats() if self.lake is not None else None,
+        }
+
+    def _worker_memory(self) -> dict[str, Any]:
+        if self.worker is None:
+            return {}
+        return {
+            "worker_bytes": self.worker.memory_bytes(),
+            "worker_budget_bytes": self.worker.memory_budget_bytes,
         }
 
     def timings(self, recent: int = 64) -> dict[str, Any]:

@@ -6,11 +6,12 @@ there is no lake; :func:`sink_for` opens a job's :class:`LakeSink` on a target. 
 the job only through :class:`EpochSource` (its name, trees, spec, level operator, stored
 results and job instances). Every agent process shares one
 :class:`~spark_sink.buffer.LakeWriter` per (lake, buffer directory): one writer thread, so the
-event loop never waits for the lake. :meth:`LakeSink.epoch` is called by the master when it
-stores an epoch's result, folds a late contribution into one, or absorbs results on hand-over;
-it captures the current (immutable) snapshot and the thread turns it into rows — the same rows
-the results API reports (top-k applied per tree; a job's named ``result_rows`` applied to
-this tree's pairs) — and writes them. Tentative results do not
+event loop never waits for the lake; the same thread compacts the lake's complete hours and
+applies its retention (``spark_sink/compaction.py``). :meth:`LakeSink.epoch` is called by the
+master when it stores an epoch's result, folds a late contribution into one, or absorbs
+results on hand-over; it captures the current (immutable) snapshot and the thread turns it
+into rows — the same rows the results API reports (top-k applied per tree; a job's named
+``result_rows`` applied to this tree's pairs) — and writes them. Tentative results do not
 exist in the runtime yet: every row is written with ``tentative = false`` and
 ``coverage = 1.0``. The buffer directory is ``<data_dir>/lake-buffer`` (or a per-node one
 under the system temp directory when the agent has no data directory). A stopping job's
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # spark_sink (pyarrow) is imported only when a lake is config
     from agent.jobs.job import Job
     from agent.jobs.spec import JobSpec
     from agent.runtime.results import EpochResult
+    from cbt import Snapshot
     from spark_sink.buffer import LakeWriter
     from spark_sink.lake import Rollup
     from srt.dataplane.operators import LevelOperator
@@ -47,6 +49,7 @@ class StoredResults(Protocol):
     """A master's stored epochs (:class:`~agent.runtime.results.ResultStore`)."""
 
     def get(self, tree: int, epoch: int) -> EpochResult | None: ...
+    def load(self, tree: int, epoch: int) -> Snapshot: ...
 
 
 class EpochSource(Protocol):
@@ -90,15 +93,26 @@ def lake_target(lake: str | None, data_dir: str | None, node_id: int) -> LakeTar
     return LakeTarget(lake, buffer_dir)
 
 
-def writer_for(location: str, buffer_dir: str) -> LakeWriter:
-    """The process-wide writer for (lake location, buffer directory)."""
+def writer_for(
+    location: str, buffer_dir: str, tunables: RuntimeTunables = _DEFAULTS
+) -> LakeWriter:
+    """The process-wide writer for (lake location, buffer directory); its upkeep (compaction
+    of complete hours, deletion of replaced files, retention) follows ``tunables``
+    (``lake_compact_seconds``, ``lake_compact_grace``, ``lake_retention_days``) of the job
+    that opened it first."""
     from spark_sink.buffer import LakeWriter
+    from spark_sink.compaction import LakeMaintenance
 
     key = (location, buffer_dir)
     with _LOCK:
         writer = _WRITERS.get(key)
         if writer is None:
-            writer = _WRITERS[key] = LakeWriter(location, buffer_dir)
+            upkeep = LakeMaintenance(
+                every=tunables.lake_compact_seconds,
+                grace=tunables.lake_compact_grace,
+                retention_days=tunables.lake_retention_days,
+            )
+            writer = _WRITERS[key] = LakeWriter(location, buffer_dir, maintenance=upkeep)
         return writer
 
 
@@ -126,12 +140,16 @@ class LakeSink:
         result = rt.store.get(tid, epoch)
         if result is None or tid not in rt.tree_list:
             return
-        snap, completed_at = result.snapshot, result.completed_at
+        held, completed_at = result.snapshot, result.completed_at
         top_k, operator, spec, job = rt.spec.top_k, rt.operator, rt.spec, rt.job_for(epoch)
+        store = rt.store
 
         from spark_sink.lake import Rollup, normalize
 
         def build() -> Rollup:
+            # a spilled epoch (spilled before the writer got to it) is read back here, in
+            # the writer thread
+            snap = held if held is not None else store.load(tid, epoch)
             pairs = list(snap if top_k is None else operator.result(snap))
             named = job.result_rows([[normalize(k), normalize(v)] for k, v in pairs])
             return Rollup(
@@ -169,10 +187,10 @@ def sink_for(
     runtime: EpochSource,
     target: LakeTarget | None,
     *,
-    stop_flush_seconds: float = _DEFAULTS.stop_flush_seconds,
+    tunables: RuntimeTunables = _DEFAULTS,
 ) -> LakeSink | None:
     """The job's lake sink on ``target`` (the process-wide writer), or None without a lake."""
     if target is None:
         return None
-    writer = writer_for(target.location, target.buffer_dir)
-    return LakeSink(runtime, writer, stop_flush_seconds=stop_flush_seconds)
+    writer = writer_for(target.location, target.buffer_dir, tunables)
+    return LakeSink(runtime, writer, stop_flush_seconds=tunables.stop_flush_seconds)

@@ -12,8 +12,11 @@ open (end of input).
 overrides it: no pair tuples, and the CBT's C counting path for ``count``.
 
 State layout: **one CompressedBufferTree per open epoch** (created on the epoch's first pair,
-flushed and dropped when the epoch closes). With a small allowed lateness only one or two are
-open; a single tree with epoch-tagged keys would need a per-epoch split of every flush.
+flushed and dropped when the epoch closes). ``memory_budget_bytes`` (the job's, from
+``RuntimeTunables.worker_memory_bytes``) bounds the open epochs' resident compressed buffers
+together: past it each tree gets an equal share and spills the rest to ``spill_dir``;
+``close()`` drops every open epoch (a stopped job). With a small allowed lateness only one or
+two are open; a single tree with epoch-tagged keys would need a per-epoch split of every flush.
 
 Execution models (``spec.mode``):
 
@@ -75,6 +78,8 @@ class Worker:
         wall_clock: Callable[[], float] = time.time,
         ts_field: str | None = None,
         tree_options: dict[str, Any] | None = None,
+        memory_budget_bytes: int | None = None,
+        spill_dir: str | None = None,
     ) -> None:
         spec = job.spec
         self.job = job
@@ -94,6 +99,10 @@ class Worker:
             schedule=spec.schedule,
         )
         self._tree_options = dict(tree_options or {})
+        if spill_dir is not None:
+            self._tree_options.setdefault("spill_dir", spill_dir)
+        #: the job's budget of resident compressed CBT buffers, shared by its open epochs
+        self.memory_budget_bytes = memory_budget_bytes
         self._trees: dict[int, CompressedBufferTree] = {}
         self._carried: dict[int, Snapshot] = {}  # open epochs' data moved by a length change
         #: during a change of aggregate: (first epoch of the new one, old job, old aggregator)
@@ -116,6 +125,7 @@ class Worker:
             "epochs_rebucketed": 0,
             "epoch_switch_late": 0,
             "switch_discarded_keys": 0,
+            "budget_enforcements": 0,
         }
 
     # ---- input ----------------------------------------------------------------------------
@@ -316,6 +326,35 @@ class Worker:
                 self._insert(epoch, items, None)
             else:
                 self._insert(epoch, *self._columns(items, self.agg_for(epoch)))
+        if pending and self.memory_budget_bytes is not None:
+            self._enforce_budget(self.memory_budget_bytes)
+
+    def _enforce_budget(self, budget: int) -> None:
+        """Keep the open epochs' resident compressed buffers within the job's budget: past
+        it, each tree gets an equal share and spills what exceeds it (cbt's spill store).
+        The uncompressed roots are bounded by ``root_capacity`` entries per open epoch."""
+        trees = list(self._trees.values())
+        if sum(t.resident_compressed_bytes() for t in trees) <= budget:
+            return
+        share = budget // max(1, len(trees))
+        for tree in trees:
+            tree.set_memory_budget(share)
+        self.counters["budget_enforcements"] += 1
+
+    def memory_bytes(self) -> int:
+        """Resident compressed bytes of the open epochs' trees (what the budget bounds). Read
+        by the status page from the event loop while the record thread works: the list copy is
+        one C-level step under the GIL, so a concurrent epoch open/close cannot break it."""
+        return sum(t.resident_compressed_bytes() for t in list(self._trees.values()))
+
+    def close(self) -> None:
+        """Drop every open epoch (a stopping job): trees closed, spill files removed."""
+        for tree in self._trees.values():
+            tree.close()
+        self._trees.clear()
+        self._carried.clear()
+        if self._windows is not None:
+            self._windows.reset()
 
     def _columns(self, pairs: list[Any], agg: Aggregator) -> tuple[list[Any], list[Any] | None]:
         """Keys and values of ``pairs``; values None when they are all int 1 for ``count``
@@ -517,6 +556,8 @@ class Worker:
             "late_dropped": clock["late_dropped"],
             "future_dropped": clock["future_dropped"],
             "open_epochs": len(self._trees),
+            "memory_bytes": self.memory_bytes(),
+            "memory_budget_bytes": self.memory_budget_bytes,
             "watermark": clock["watermark"],
             "next_epoch": clock["next_epoch"],
         }
