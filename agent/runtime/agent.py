@@ -49,7 +49,7 @@ from agent.ingest.inputs import open_input
 from agent.ingest.stream import IngestQueue, StreamInput
 from agent.ingest.tail import FileTail
 from agent.jobs.changes import parse_change
-from agent.jobs.job import load_entry_points, maybe_await
+from agent.jobs.job import load_entry_points
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
 from agent.runtime import admission
@@ -857,7 +857,8 @@ class Agent:
     async def local_query(self, name: str, params: dict[str, str]) -> dict[str, Any]:
         """The job's ``local_query`` hook on this agent (no network hop); a reply with
         ``"error"`` raises the matching API error (its ``"status"``: 404, else 400)."""
-        reply = await maybe_await(self._runtime(name).job.local_query(params))
+        runtime = self._runtime(name)
+        reply = await runtime.call_job(runtime.job.local_query, params)
         if not isinstance(reply, dict):
             raise StatusError(f"job {name!r}: local_query returned no object")
         if "error" in reply:

@@ -55,10 +55,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import inspect
 import logging
 import math
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +245,16 @@ class JobRuntime:
         self.multicasts.clear()
         self._master_urls.clear()
 
+    async def call_job(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a job-class hook without holding the event loop: a plain (synchronous) hook runs
+        on the record thread, after the records submitted before it and never beside the
+        job's ``map``; a coroutine hook runs on the loop, where it awaits other services
+        (it yields while it waits) — a coroutine that computes for long without awaiting is
+        the job author's bug, documented in docs/agent-jobs.md."""
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args)
+        return await maybe_await(await self.records.run(fn, *args))
+
     # ---- tree bookkeeping --------------------------------------------------------------------
 
     def ensure_tree(self, tid: int) -> EpochCombiner:
@@ -400,7 +412,7 @@ class JobRuntime:
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:
             self._last_timer = now
-            self.tasks.spawn(maybe_await(self.job.on_timer()), f"{self.name} on_timer")
+            self.tasks.spawn(self.call_job(self.job.on_timer), f"{self.name} on_timer")
 
     def cpu_status(self) -> dict[str, Any]:
         """The job's CPU budget here: share used over the window, throttling, backlog."""
@@ -525,9 +537,9 @@ class JobRuntime:
 
     async def _master_epoch(self, tid: int, epoch: int, snap: Snapshot) -> None:
         job = self.job_for(epoch)
-        await maybe_await(job.on_epoch_result(epoch, snap))
+        await self.call_job(job.on_epoch_result, epoch, snap)
         if self.spec.mode == "iterative":
-            value = job.feedback_for(epoch, snap)
+            value = await self.call_job(job.feedback_for, epoch, snap)
             if value is not None:
                 await self._multicast(tid, {"kind": "feedback", "epoch": epoch, "value": value})
         elif self.spec.mode == "batch":
@@ -563,7 +575,7 @@ class JobRuntime:
         else:
             if message.get("kind") == "feedback":
                 self.job.feedback = message.get("value")
-            await maybe_await(self.job.on_multicast(message))
+            await self.call_job(self.job.on_multicast, message)
 
     # ---- runtime changes (agent/jobs/changes.py)
     # -----------------------------------------------------
@@ -610,7 +622,7 @@ class JobRuntime:
         elif message.get("batch"):
             self.job.feedback = None
         if message.get("batch"):
-            self.tasks.spawn(maybe_await(self.job.on_multicast({"kind": "batch"})), "batch")
+            self.tasks.spawn(self.call_job(self.job.on_multicast, {"kind": "batch"}), "batch")
 
     async def apply_spec(self, spec_dict: Any, version: int) -> bool:
         """Switch to a newer spec between two records (no restart): the job instance re-runs
@@ -767,7 +779,7 @@ class JobRuntime:
                 )
                 raise
         try:
-            await maybe_await(self.job.on_recv(sender, paos))
+            await self.call_job(self.job.on_recv, sender, paos)
         except Exception as exc:
             self.count("recv_errors")
             log.warning("job %s: on_recv refused data from %x: %r", self.name, sender, exc)
@@ -871,7 +883,8 @@ class JobRuntime:
             # the stable sort keeps the trees' hash order among equal values.
             rows.sort(key=lambda r: r[1], reverse=self.spec.top_k_largest)
             del rows[self.spec.top_k :]
-        named = self.job_for(epoch).result_rows(rows)  # e.g. QL: named columns, HAVING, ORDER BY
+        # e.g. QL: named columns, HAVING, ORDER BY
+        named = await self.call_job(self.job_for(epoch).result_rows, rows)
         return {
             "job": self.name,
             "epoch": epoch,
@@ -885,7 +898,7 @@ class JobRuntime:
     async def answer_query(self, message: Any) -> dict[str, Any]:
         if not isinstance(message, dict):
             return {"error": "query message must be a JSON object", "status": 400}
-        reply = await maybe_await(self.job.on_query(message))
+        reply = await self.call_job(self.job.on_query, message)
         if not isinstance(reply, dict):
             return {"error": "the job's on_query returned no object", "status": 500}
         return reply

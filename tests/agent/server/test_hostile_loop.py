@@ -53,6 +53,21 @@ class SlowMarker(Job):
         return [(str(line), 1)]
 
 
+@register_job("test-slow-master")
+class SlowMaster(Job):
+    """Counts lines; its master hook spends ``SLOW_SECONDS`` of busy CPU on every epoch."""
+
+    default_aggregator = "count"
+
+    def map(self, record: dict[str, Any]) -> list[tuple[str, int]]:
+        return [(str(record.get("line")), 1)]
+
+    def on_epoch_result(self, epoch: int, result: Any) -> None:
+        end = time.perf_counter() + SLOW_SECONDS
+        while time.perf_counter() < end:  # a slow master hook: job-class code, not the agent's
+            pass
+
+
 class LagSampler:
     """How late the event loop wakes up (every 10 ms), while running."""
 
@@ -142,6 +157,35 @@ async def test_slow_map_and_pathological_regex_never_block_the_loop() -> None:
         assert lag.worst < LAG_BOUND, f"the event loop was held {lag.worst:.3f} s"
         assert tree_events(agents) == before, (before, tree_events(agents))
         assert all(a.runtimes["slow"].cpu_status()["backlog_records"] == 0 for a in agents)
+
+
+async def test_a_slow_master_hook_never_blocks_the_loop() -> None:
+    """Master-side job-class code (``on_epoch_result`` here; ``feedback_for``, ``on_query``,
+    ``result_rows``, ``on_timer``, ``on_recv`` alike) runs on the record thread when it is a
+    plain function: a slow one delays that job, never the agent's API or heartbeats."""
+    async with running_agents(2) as agents:
+        e = math.floor(time.time()) + 2
+        spec = {"start_epoch": e, "allowed_lateness": 0.5, "creator": "t", "name": "sm"}
+        await agents[0].submit({**spec, "job_class": "test-slow-master"})
+        await wait_for(lambda: all("sm" in a.runtimes for a in agents), 20, "the job everywhere")
+        texts = ["x", "y", "y"]
+        before = tree_events(agents)
+        with (
+            StatusWatch(agents[0].api.url, agents[0].config.api_token) as watch,
+            LagSampler() as lag,
+        ):
+            for a in agents:
+                await a.ingest("ingest", lines(e + 0.1, texts))
+                await a.ingest("ingest", lines(e + 3.0, ["later"]))
+            want = Counter({"x": 2, "y": 4})
+            await wait_for(lambda: _result_is(agents[1], "sm", e, want), 30, "the exact epoch")
+            # the hook of epoch e (and e + 1, once it closes) runs while we keep sampling
+            deadline = time.monotonic() + SLOW_SECONDS + 1.0
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        watch.assert_responsive()
+        assert lag.worst < LAG_BOUND, f"the event loop was held {lag.worst:.3f} s"
+        assert tree_events(agents) == before, (before, tree_events(agents))
 
 
 async def test_a_pattern_re2_cannot_run_is_a_400_at_submission() -> None:
