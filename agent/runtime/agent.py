@@ -393,11 +393,20 @@ class Agent:
         held = {name for runtime in runtimes if runtime.backlog_full() for name in runtime.inputs}
         polled = wanted - held
         batches = {name: self.inputs[name].poll() for name in polled}
-        closed = [
-            (runtime, runtime.work({name: batches.get(name, []) for name in runtime.inputs}))
-            for runtime in runtimes
-            if only is None or wanted.intersection(runtime.inputs)
-        ]
+        closed = []
+        for runtime in runtimes:
+            if only is not None and not wanted.intersection(runtime.inputs):
+                continue
+            try:
+                work = runtime.work({name: batches.get(name, []) for name in runtime.inputs})
+            except Exception as exc:
+                # One job's failure is that job's: the jobs after it still get this tick's
+                # records (a failing job used to starve every job behind it). Its records of
+                # this tick may be lost: loud, counted, never silent.
+                runtime.count("tick_errors")
+                log.warning("job %s: its tick failed (other jobs go on): %r", runtime.name, exc)
+                continue
+            closed.append((runtime, work))
         busy = any(b or getattr(b, "skipped", 0) for b in batches.values())
         # the read positions as of this poll, for the loop's offset keeping (the live inputs
         # belong to this thread)
