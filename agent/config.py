@@ -44,6 +44,7 @@ Example file::
     resync_fanout = 2          # children a new jobs-tree root pulls the table from
     query_timeout = 10.0       # queries to the jobs-tree root and to a job's master
     placement_choices = 2      # candidate tree ids per job
+    admission_timeout = 5.0    # a submitted spec's dry run (setup()) must end in this
     max_catchup_epochs = 3600  # a submitted start_epoch: at most this many epochs back,
     max_catchup_seconds = 3600.0   # ... at most this much event time back,
     max_start_ahead_seconds = 86400.0  # ... and at most this far ahead of now

@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -80,6 +81,7 @@ log = logging.getLogger(__name__)
 JOBS_TREE = key_for("elf/jobs-tree")
 JOBS_TREE_NAME = "elf.jobs"
 INGEST_INPUT = "ingest"
+MAX_DRY_RUNS = 4  # unfinished job-spec dry runs (threads) at once; more get a 503
 
 
 def spans_one_tree(views: Sequence[dict[str, Any] | None]) -> bool:
@@ -182,6 +184,7 @@ class Agent:
         self._tick_requests: set[str] = set()  # inputs to read at once (tick_now)
         self._tick_event = asyncio.Event()
         self.loop_lag = LoopLag()
+        self._admission_running = 0  # dry-run threads not yet finished (hung ones included)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -448,13 +451,56 @@ class Agent:
     async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Validate and dry-run a spec here (a 400 naming the field, without a network hop),
         then have the jobs-tree root version and multicast it (it checks again)."""
-        parsed = self._validate_spec(spec)
+        parsed = await self._validate_spec(spec)
         admission.check_start_window(parsed, time.time(), self.tunables)
         return await self._ask_jobs_root({"op": "submit", "spec": parsed.to_dict()})
 
-    @staticmethod
-    def _validate_spec(spec: Any) -> JobSpec:
-        return admission.validate(spec)
+    async def _validate_spec(self, spec: Any) -> JobSpec:
+        """:func:`admission.validate` off the event loop: the dry run calls the job class's
+        ``setup()`` (job-class code), which gets ``admission_timeout`` seconds; one that does
+        not finish is refused (400) and its thread abandoned — a daemon thread (a thread cannot
+        be killed; a daemon one does not keep the process from exiting). At most
+        ``MAX_DRY_RUNS`` may be unfinished at once (hung ones count): past that, 503."""
+        if self._admission_running >= MAX_DRY_RUNS:
+            raise Unavailable("too many job-spec dry runs still running; retry later")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[JobSpec] = loop.create_future()
+
+        def settle(result: JobSpec | None, exc: BaseException | None) -> None:
+            self._admission_running -= 1
+            if done.done():
+                return  # timed out already: the answer went out
+            if exc is not None:
+                done.set_exception(exc)
+            else:
+                done.set_result(result)  # type: ignore[arg-type]
+
+        def run() -> None:
+            try:
+                outcome: tuple[JobSpec | None, BaseException | None] = (
+                    admission.validate(spec),
+                    None,
+                )
+            except BaseException as exc:
+                outcome = (None, exc)
+            with contextlib.suppress(RuntimeError):  # the agent stopped and its loop closed
+                loop.call_soon_threadsafe(settle, *outcome)
+
+        self._admission_running += 1
+        threading.Thread(target=run, name="elf-admission", daemon=True).start()
+        try:
+            return await asyncio.wait_for(asyncio.shield(done), self.tunables.admission_timeout)
+        except TimeoutError:
+            self.count("admission_timeouts")
+            log.warning(
+                "a job spec's dry run did not finish in %.1f s; refused",
+                self.tunables.admission_timeout,
+            )
+            raise BadRequest(
+                "invalid job spec: the job cannot run: its setup() did not finish within "
+                f"{self.tunables.admission_timeout:g} s",
+                field="spec",
+            ) from None
 
     async def change_job(self, name: str, change: Any) -> dict[str, Any]:
         """Apply a runtime change (``agent/jobs/changes.py``) through the job's master."""
@@ -515,7 +561,7 @@ class Agent:
         op = message.get("op")
         if op == "submit":
             try:
-                spec = self._validate_spec(message.get("spec"))
+                spec = await self._validate_spec(message.get("spec"))
                 admission.check_start_window(spec, time.time(), self.tunables)
             except BadRequest as exc:
                 return _error_reply(exc)
@@ -529,7 +575,7 @@ class Agent:
             entry = JobEntry(spec.name, spec.to_dict(), RUNNING, self.table.next_version(spec.name))
         elif op == "update":  # a runtime change, from the job's master (agent/jobs/changes.py)
             try:
-                spec = self._validate_spec(message.get("spec"))
+                spec = await self._validate_spec(message.get("spec"))
             except BadRequest as exc:
                 return _error_reply(exc)
             current = self.table.get(spec.name)

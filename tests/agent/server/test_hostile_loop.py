@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -30,6 +31,7 @@ from hostile_helpers import StatusWatch
 from agent.client import ApiClient, ApiError
 from agent.jobs.job import Job, register_job
 from agent.jobs.ql_job import spec_from_query
+from agent.tunables import RuntimeTunables
 
 SLOW_SECONDS = 2.0
 MARKER = "SLOW-MARKER"
@@ -66,6 +68,19 @@ class SlowMaster(Job):
         end = time.perf_counter() + SLOW_SECONDS
         while time.perf_counter() < end:  # a slow master hook: job-class code, not the agent's
             pass
+
+
+@register_job("test-hanging-setup")
+class HangingSetup(Job):
+    """A job class whose ``setup()`` never returns (job-class code the operator installed)."""
+
+    default_aggregator = "count"
+
+    def setup(self) -> None:
+        threading.Event().wait()  # forever: only the admission's timeout gets the answer back
+
+    def map(self, record: dict[str, Any]) -> list[tuple[str, int]]:
+        return []
 
 
 class LagSampler:
@@ -186,6 +201,28 @@ async def test_a_slow_master_hook_never_blocks_the_loop() -> None:
         watch.assert_responsive()
         assert lag.worst < LAG_BOUND, f"the event loop was held {lag.worst:.3f} s"
         assert tree_events(agents) == before, (before, tree_events(agents))
+
+
+async def test_a_setup_that_never_returns_is_refused_and_the_loop_goes_on() -> None:
+    """Admission dry-runs the job class's ``setup()`` off the loop, within
+    ``admission_timeout``: a class that hangs there gets a 400 naming ``spec``, reaches no
+    agent, and the API answers throughout."""
+    quick = RuntimeTunables(admission_timeout=1.0)
+    async with running_agents(1, runtime=quick) as agents:
+        client = ApiClient(agents[0].api.url, agents[0].config.api_token, timeout=30.0)
+        spec = {"name": "hang", "creator": "t", "job_class": "test-hanging-setup"}
+        with (
+            StatusWatch(agents[0].api.url, agents[0].config.api_token) as watch,
+            LagSampler() as lag,
+            pytest.raises(ApiError) as info,
+        ):
+            await asyncio.to_thread(client.submit, spec)
+        assert info.value.status == 400 and info.value.field == "spec"
+        assert "did not finish" in info.value.message
+        assert "hang" not in agents[0].runtimes and agents[0].table.get("hang") is None
+        assert agents[0].counters.get("admission_timeouts") == 1
+        watch.assert_responsive()
+        assert lag.worst < LAG_BOUND, f"the event loop was held {lag.worst:.3f} s"
 
 
 async def test_a_pattern_re2_cannot_run_is_a_400_at_submission() -> None:
