@@ -64,7 +64,12 @@ class SlowMaster(Job):
     def map(self, record: dict[str, Any]) -> list[tuple[str, int]]:
         return [(str(record.get("line")), 1)]
 
+    slowed = False  # once per test run: a hook slower than every epoch would queue forever
+
     def on_epoch_result(self, epoch: int, result: Any) -> None:
+        if SlowMaster.slowed or not len(result):
+            return
+        SlowMaster.slowed = True
         end = time.perf_counter() + SLOW_SECONDS
         while time.perf_counter() < end:  # a slow master hook: job-class code, not the agent's
             pass
@@ -178,6 +183,7 @@ async def test_a_slow_master_hook_never_blocks_the_loop() -> None:
     """Master-side job-class code (``on_epoch_result`` here; ``feedback_for``, ``on_query``,
     ``result_rows``, ``on_timer``, ``on_recv`` alike) runs on the record thread when it is a
     plain function: a slow one delays that job, never the agent's API or heartbeats."""
+    SlowMaster.slowed = False
     async with running_agents(2) as agents:
         e = math.floor(time.time()) + 2
         spec = {"start_epoch": e, "allowed_lateness": 0.5, "creator": "t", "name": "sm"}
@@ -194,8 +200,9 @@ async def test_a_slow_master_hook_never_blocks_the_loop() -> None:
                 await a.ingest("ingest", lines(e + 3.0, ["later"]))
             want = Counter({"x": 2, "y": 4})
             await wait_for(lambda: _result_is(agents[1], "sm", e, want), 30, "the exact epoch")
-            # the hook of epoch e (and e + 1, once it closes) runs while we keep sampling
-            deadline = time.monotonic() + SLOW_SECONDS + 1.0
+            # the hook of epoch e (the first with data) busy-loops while we keep sampling
+            await wait_for(lambda: SlowMaster.slowed, 30, "the slow hook to start")
+            deadline = time.monotonic() + SLOW_SECONDS + 0.5
             while time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
         watch.assert_responsive()
