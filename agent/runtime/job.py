@@ -87,6 +87,7 @@ from agent.runtime.services import (
 from agent.runtime.worker import Worker
 from agent.tunables import RuntimeTunables
 from cbt import Snapshot
+from overlay.logbudget import LogBudget
 from srt import DataPlaneError, EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
 from srt.dataplane.compat import Expectation, admit
 from srt.dataplane.operators import level_operator_for
@@ -170,6 +171,7 @@ class JobRuntime:
         self.multicast_stats: list[dict[str, Any]] = []  # as master: reached, elapsed
         self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
         self.counters: dict[str, int] = {}
+        self._log = LogBudget(log)  # refusals of peer data: counted, logged within a budget
         self._last_timer = 0.0
         self._master_urls: dict[int, tuple[asyncio.Future[str], float]] = {}
         self._context = _Context(self)
@@ -774,15 +776,21 @@ class JobRuntime:
                 paos = admit(self.expectation(None), paos)
             except Incompatible as exc:
                 self.count("refused_incompatible")
-                log.warning(
-                    "job %s: refused a send_to snapshot from %x: %s", self.name, sender, exc.detail
+                self._log.warning(
+                    "refused_incompatible",
+                    "job %s: refused a send_to snapshot from %x: %s",
+                    self.name,
+                    sender,
+                    exc.detail,
                 )
                 raise
         try:
             await self.call_job(self.job.on_recv, sender, paos)
         except Exception as exc:
             self.count("recv_errors")
-            log.warning("job %s: on_recv refused data from %x: %r", self.name, sender, exc)
+            self._log.warning(
+                "recv_errors", "job %s: on_recv refused data from %x: %r", self.name, sender, exc
+            )
             raise Reject(400, "recv_refused", f"the job's on_recv raised {exc!r}"[:300]) from None
 
     # ---- results and queries -----------------------------------------------------------------

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from cbt import Snapshot
+from overlay.logbudget import LogBudget
 from srt.dataplane.compat import Expectation, admit
 from srt.dataplane.name import SnapshotName
 from srt.dataplane.operators import LevelOperator, select
@@ -133,6 +134,7 @@ class EpochCombiner:
         self._proto: Snapshot | None = None  # an empty snapshot: filler for empty epochs
         self._emit_task: asyncio.Future | None = None
         self.counters: Counter[str] = Counter()
+        self._log = LogBudget(log)  # refusals are counted; the log gets a bounded share
 
     # ---- inspection ---------------------------------------------------------------------
     @property
@@ -201,7 +203,8 @@ class EpochCombiner:
     def _refuse(self, counter: str, epoch: int, origin: int | str, detail: str) -> None:
         self.counters[counter] += 1
         who = origin if isinstance(origin, str) else f"{origin:x}"
-        log.warning(
+        self._log.warning(
+            counter,
             "job %s tree %x: refused snapshot of epoch %d from %s: %s",
             self.job,
             self.tree,

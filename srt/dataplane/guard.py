@@ -50,6 +50,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
+from overlay.logbudget import LogBudget
+
 log = logging.getLogger(__name__)
 
 
@@ -87,6 +89,7 @@ class ConnectionGuard:
         self._preauth: OrderedDict[_GuardedHandler, None] = OrderedDict()
         self._opened_total = 0
         self.closed: Counter[str] = Counter()
+        self._log = LogBudget(log)  # a flood of bad connections must not flood the log
 
     def authenticated(self, request: web.BaseRequest) -> None:
         """Mark the request's connection as authenticated: it leaves the pre-auth queue."""
@@ -129,7 +132,9 @@ class ConnectionGuard:
 
     def _count(self, reason: str, peer: Any, detail: str) -> None:
         self.closed[reason] += 1
-        log.warning("%s: closing connection from %s: %s (%s)", self.name, peer, reason, detail)
+        self._log.warning(
+            reason, "%s: closing connection from %s: %s (%s)", self.name, peer, reason, detail
+        )
 
 
 class _GuardedHandler(RequestHandler):

@@ -235,3 +235,19 @@ def test_limits_are_validated() -> None:
         ConnectionLimits(max_preauth=2.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="idle_timeout"):
         Tunables(idle_timeout=-1)
+
+
+def test_a_flood_of_bad_connections_is_counted_in_full_and_logged_within_a_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every closed connection is counted; the log gets at most a burst per reason per
+    minute (overlay.logbudget), so a flood of bad requests cannot flood the disk."""
+    guard = ConnectionGuard(ConnectionLimits(), name="api")
+    with caplog.at_level(logging.WARNING):
+        for i in range(50):
+            guard._count("head_timeout", ("10.0.0.1", i), "no head")
+        guard._count("uri_too_long", ("10.0.0.2", 1), "10 KB")
+    assert guard.closed["head_timeout"] == 50 and guard.closed["uri_too_long"] == 1
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sum("head_timeout" in m for m in lines) == guard._log.burst
+    assert sum("uri_too_long" in m for m in lines) == 1  # another reason has its own budget
