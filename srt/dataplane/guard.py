@@ -122,8 +122,14 @@ class ConnectionGuard:
         self._open.add(handler)
         cap = self.limits.max_preauth
         while len(self._preauth) >= cap:
-            oldest, _ = self._preauth.popitem(last=False)
-            oldest._close_for("preauth_evicted", f"over {cap} pre-auth connections")
+            # Evict the oldest connection still sending its request (a slow-loris one sits
+            # there); one whose complete request is being handled is about to authenticate,
+            # so it goes only when every pre-auth connection is being handled.
+            victim = next(
+                (h for h in self._preauth if h._phase != "busy"), next(iter(self._preauth))
+            )
+            del self._preauth[victim]
+            victim._close_for("preauth_evicted", f"over {cap} pre-auth connections")
         self._preauth[handler] = None
 
     def _closed(self, handler: _GuardedHandler) -> None:
