@@ -43,6 +43,27 @@ async def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> A
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.2) -> Any:
+    """Wait for a condition on *another process's* state (an agent process, read over its
+    HTTP API) until ``timeout``: there is no event to wait on across processes, so this is the
+    suite's one polling loop (every ``step`` s, bounded by the deadline); an API error counts
+    as "not yet". Fails naming ``what`` and the last value seen."""
+    from agent.client import ApiError
+
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except ApiError as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(step)  # the poll interval of a cross-process condition, not a guess
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
 def settled(agents: list[Agent]) -> bool:
     return spans_one_tree([a.jobs_tree() for a in agents])
 

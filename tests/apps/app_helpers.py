@@ -4,7 +4,6 @@ independent references (pandas / Counter / breadth-first search) the apps are ch
 
 from __future__ import annotations
 
-import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -12,29 +11,12 @@ from typing import Any
 
 import pandas as pd
 
-from agent.client import ApiError
 from apps.workload import json_line
 
 AGENTS = 4  # agent processes of the shared cluster
 WINDOW = 60  # epochs of 1 s: every window ending within a minute of the data holds all of it
 DATA_EPOCHS = 8  # the shop's clickstream spans this many 1 s epochs
 
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.2) -> Any:
-    """Poll ``predicate`` (another process's state) until it is truthy; fail naming ``what``
-    and the last value seen."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except ApiError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(step)  # polling a separate process's state, not synchronising on a guess
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 def append_events(path: Path, events: Iterable[dict[str, Any]]) -> None:

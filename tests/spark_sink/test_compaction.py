@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_helpers import wait_until
 
 from spark_sink.buffer import LakeWriter
 from spark_sink.compaction import LakeMaintenance, compact_hour, complete_hours, maintain
@@ -81,8 +82,12 @@ def test_a_late_rewrite_of_a_compacted_epoch_wins_and_is_folded_in(tmp_path: Pat
     lake = Lake(str(tmp_path))
     want = write(lake, range(E, E + 8))
     maintain(lake, ALL, LakeMaintenance(grace=0))
-    time.sleep(0.01)  # a later mtime for the rewrite (file systems with coarse clocks)
     lake.write(Rollup("wc", 1, TREES, E + 2, STEP, rows(E + 2, 1, version=10)))
+    # the rewrite is newer than what the compaction recorded (set explicitly: file systems
+    # with coarse clocks could give both the same mtime)
+    (rewritten,) = tmp_path.rglob(f"epoch-{E + 2}-tree-1-of-{TREES}.parquet")
+    later = time.time() + 10
+    os.utime(rewritten, (later, later))
     want -= Counter((E + 2, k, v) for k, v in rows(E + 2, 1))
     want += Counter((E + 2, k, v) for k, v in rows(E + 2, 1, version=10))
     assert lake_rows(lake) == want  # the newer epoch file, not the compacted rows
@@ -98,6 +103,9 @@ def test_readers_during_compaction_see_exact_rows(tmp_path: Path) -> None:
     seen: list[Counter] = []
     errors: list[BaseException] = []
     stop = threading.Event()
+    compacted = threading.Event()
+
+    read_after = threading.Event()  # the reader finished reads after the compaction too
 
     def reader() -> None:
         mine = Lake(str(tmp_path))
@@ -106,6 +114,9 @@ def test_readers_during_compaction_see_exact_rows(tmp_path: Path) -> None:
                 seen.append(lake_rows(mine))
             except BaseException as exc:  # recorded and asserted below
                 errors.append(exc)
+                read_after.set()
+            if len(seen) >= 3 and compacted.is_set():
+                read_after.set()
 
     thread = threading.Thread(target=reader)
     thread.start()
@@ -115,8 +126,8 @@ def test_readers_during_compaction_see_exact_rows(tmp_path: Path) -> None:
         # (with grace 0 such a reader gets FileNotFoundError: loud, never wrong rows)
         for _ in range(2):
             maintain(lake, ALL, LakeMaintenance(grace=3600))
-        while len(seen) < 3 and not errors:
-            time.sleep(0.01)  # let the reader finish reads after the compaction too
+        compacted.set()
+        assert read_after.wait(30), "the reader made no read after the compaction"
     finally:
         stop.set()
         thread.join()
@@ -153,9 +164,9 @@ def test_the_lake_writer_thread_compacts(tmp_path: Path) -> None:
                 want.update((e, k, v) for k, v in rows(e, t))
         assert writer.flush(30)
         writer.run_upkeep()
-        deadline = time.monotonic() + 30
-        while writer.stats()["files_deleted"] < 24 and time.monotonic() < deadline:
-            time.sleep(0.05)  # polling the thread's counters, bounded by the deadline
+        wait_until(
+            lambda: writer.stats()["files_deleted"] >= 24, 30, "the writer's deletions", step=0.05
+        )
         stats = writer.stats()
         assert stats["hours_compacted"] == 2 * TREES and stats["files_deleted"] == 24, stats
         assert lake_rows(Lake(str(tmp_path / "lake"))) == want

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_helpers import wait_until
 
 from agent.client import ApiClient, ApiError
 from agent.server.cluster import LocalCluster
@@ -26,20 +27,6 @@ from agent.server.cluster import LocalCluster
 AGENTS = 16
 WORDS = [f"w{i}" for i in range(40)] + ["alpha", "beta", "gamma"]
 
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except ApiError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(step)  # polling a separate process's state, not synchronising on a guess
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 def wait_equal(fetch: Callable[[], Any], want: Counter, timeout: float, what: str) -> None:

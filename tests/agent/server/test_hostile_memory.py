@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from agent_helpers import wait_until
 from hostile_helpers import StatusWatch
 
 from agent.client import ApiClient, ApiError
@@ -34,20 +34,6 @@ EPOCHS = 24
 WARM_UP = 4  # epochs before the RSS baseline: the lake writer has loaded pyarrow by then
 QUERY = "SELECT user, count(*) AS n FROM ingest GROUP BY user"
 
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except ApiError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.2)  # polling another process's state, bounded by the deadline
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 def lines(epoch: int, start: int) -> list[str]:

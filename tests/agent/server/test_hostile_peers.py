@@ -19,13 +19,12 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from agent_helpers import wait_until
 from hostile_helpers import StatusWatch
 
-from agent.client import ApiError
 from agent.server.cluster import LocalCluster
 from cbt import CompressedBufferTree
 from srt import DataPlaneClient, DataPlaneError, SnapshotName
@@ -35,20 +34,6 @@ AGENTS = 3
 TEXTS = {0: ["alpha beta beta", "gamma"], 1: ["beta delta", "alpha alpha"]}
 HOSTILE = 0xBAD  # the sender id the hostile peer claims
 
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except ApiError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.2)  # polling other processes' state, not synchronising on a guess
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 def snapshot(counts: dict[str, int], aggregator: str) -> bytes:

@@ -25,12 +25,13 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from agent_helpers import wait_until
 from click.testing import CliRunner
 from hostile_helpers import StatusWatch
 
@@ -47,20 +48,6 @@ QUERY = "SELECT m, count(*) AS n FROM web GROUP BY m"
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except ApiError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.1)  # polling another process's state
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture(scope="module")

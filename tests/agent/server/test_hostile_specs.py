@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+from agent_helpers import wait_until
 from hostile_helpers import StatusWatch
 
 from agent.client import ApiClient, ApiError
@@ -53,20 +54,6 @@ CHANGE_PROBES: list[tuple[dict[str, Any], str]] = [
     ({"top_k": 2**62}, "top_k"),
 ]
 
-
-def wait_until(predicate: Any, timeout: float, what: str, step: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except ApiError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(step)  # polling other processes' state, not synchronising on a guess
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture(scope="module")
