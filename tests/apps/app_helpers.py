@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from agent_helpers import wait_until as wait_until  # re-exported for the apps tests
 
 from apps.workload import json_line
 
