@@ -277,7 +277,6 @@ def status(api: str, token_file: str | None, secret_file: str | None) -> None:
     call(api_client(api, token_file, secret_file).status)
 
 
-
 @cli.command(
     context_settings={
         "ignore_unknown_options": True,

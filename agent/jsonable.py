@@ -16,8 +16,10 @@ _INT64 = 1 << 63
 
 def jsonable(value: Any, *, hex_ids: bool = False) -> Any:
     if isinstance(value, dict):
-        return {str(jsonable(k, hex_ids=hex_ids)): jsonable(v, hex_ids=hex_ids)
-                for k, v in value.items()}
+        return {
+            str(jsonable(k, hex_ids=hex_ids)): jsonable(v, hex_ids=hex_ids)
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [jsonable(v, hex_ids=hex_ids) for v in value]
     if isinstance(value, set | frozenset):

@@ -127,8 +127,8 @@ async def simulate(
     w0 = time.perf_counter()
     c0 = time.process_time()
     await asyncio.sleep(window)
-    maint = (sum(x.stats()["maintenance_msgs_sent"] for x in nodes) - before) / n / (
-        loop.time() - t0
+    maint = (
+        (sum(x.stats()["maintenance_msgs_sent"] for x in nodes) - before) / n / (loop.time() - t0)
     )
     wall_per_virtual_s = (time.perf_counter() - w0) / (loop.time() - t0)
     cpu_per_virtual_s = (time.process_time() - c0) / (loop.time() - t0)

@@ -48,8 +48,6 @@ def decode_keys(blob: bytes) -> tuple:
     return msgpack.unpackb(blob, use_list=False, raw=False, strict_map_key=False)
 
 
-
-
 def check_key(key: Key) -> None:
     """Raise ``TypeError`` unless ``key`` is a supported key."""
     t = type(key)
@@ -70,4 +68,3 @@ def check_keys(keys: Iterable[Key]) -> None:
         return
     for key in keys:
         check_key(key)
-

@@ -146,9 +146,7 @@ class Snapshot:
         """The same snapshot without its decoded-key cache (it shares every column, so this
         costs nothing): a holder that keeps a snapshot for long hands out ``lean()`` copies so
         iterating them never grows what it holds."""
-        return Snapshot(
-            self.agg, self.hashes, self.encoded_keys, self.values_column, self._hash_fn
-        )
+        return Snapshot(self.agg, self.hashes, self.encoded_keys, self.values_column, self._hash_fn)
 
     # ---- mapping-like access ------------------------------------------------------------
     def __len__(self) -> int:

@@ -49,10 +49,15 @@ class Tunables:
     def __post_init__(self) -> None:
         if self.misses_before_suspect < 1 or self.leaf_set_size < 1 or self.ksize < 1:
             raise ValueError("sizes and miss counts must be positive")
-        if min(
-            self.request_timeout, self.probe_interval, self.probe_timeout,
-            self.socket_stats_interval,
-        ) <= 0:
+        if (
+            min(
+                self.request_timeout,
+                self.probe_interval,
+                self.probe_timeout,
+                self.socket_stats_interval,
+            )
+            <= 0
+        ):
             raise ValueError("timings must be positive")
         if self.recv_buffer < 0:
             raise ValueError("recv_buffer must be >= 0 (0: the OS default)")

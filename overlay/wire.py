@@ -181,9 +181,7 @@ def _parse_payload(type_: int, body: bytes) -> list[Any]:
     if not isinstance(payload, list):
         raise WireError("malformed", "payload is not a list")
     if type_ == REQUEST:
-        if len(payload) != 4 or not isinstance(payload[1], str) or not isinstance(
-            payload[3], list
-        ):
+        if len(payload) != 4 or not isinstance(payload[1], str) or not isinstance(payload[3], list):
             raise WireError("malformed", "bad request shape")
     elif len(payload) != 3 or not isinstance(payload[1], bool):
         raise WireError("malformed", "bad response shape")

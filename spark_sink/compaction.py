@@ -169,9 +169,7 @@ def drop_before(lake: Lake, job: str, cutoff: float) -> int:
     dropped = 0
     dates = lake.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
     for date_info in dates:
-        if date_info.type != pafs.FileType.Directory or not date_info.base_name.startswith(
-            "date="
-        ):
+        if date_info.type != pafs.FileType.Directory or not date_info.base_name.startswith("date="):
             continue
         hours = lake.fs.get_file_info(pafs.FileSelector(date_info.path, allow_not_found=True))
         left = 0

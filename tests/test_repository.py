@@ -146,9 +146,7 @@ def test_subpackages_only_import_downward(package: str) -> None:
 def test_no_import_cycles() -> None:
     """The module import graph is acyclic (a facade __init__ re-exporting its own
     submodules does not count)."""
-    modules = {
-        _module_name(p): p for package in PACKAGES for p in _sources(package)
-    }
+    modules = {_module_name(p): p for package in PACKAGES for p in _sources(package)}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
         is_pkg = path.name == "__init__.py"

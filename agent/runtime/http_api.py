@@ -153,6 +153,13 @@ class HttpApi:
             return await request.read()
         except (ConnectionError, RequestPayloadError) as exc:
             raise BadRequest(f"request body could not be read: {type(exc).__name__}") from None
+        except RuntimeError:
+            # aiohttp's payload stream raises a bare RuntimeError("Connection closed.") when the
+            # transport closes mid-body (the guard's body_timeout does exactly that).
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                raise BadRequest("request body could not be read: connection closed") from None
+            raise
 
     @classmethod
     async def _body(cls, request: web.Request) -> dict[str, Any]:

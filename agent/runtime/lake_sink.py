@@ -93,9 +93,7 @@ def lake_target(lake: str | None, data_dir: str | None, node_id: int) -> LakeTar
     return LakeTarget(lake, buffer_dir)
 
 
-def writer_for(
-    location: str, buffer_dir: str, tunables: RuntimeTunables = _DEFAULTS
-) -> LakeWriter:
+def writer_for(location: str, buffer_dir: str, tunables: RuntimeTunables = _DEFAULTS) -> LakeWriter:
     """The process-wide writer for (lake location, buffer directory); its upkeep (compaction
     of complete hours, deletion of replaced files, retention) follows ``tunables``
     (``lake_compact_seconds``, ``lake_compact_grace``, ``lake_retention_days``) of the job

@@ -19,7 +19,6 @@ WINDOW = 60  # epochs of 1 s: every window ending within a minute of the data ho
 DATA_EPOCHS = 8  # the shop's clickstream spans this many 1 s epochs
 
 
-
 def append_events(path: Path, events: Iterable[dict[str, Any]]) -> None:
     with path.open("a") as f:
         f.write("".join(json_line(e) + "\n" for e in events))

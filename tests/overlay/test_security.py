@@ -58,18 +58,20 @@ async def test_bad_datagrams_are_dropped_and_counted() -> None:
             return target.stats()["drops"]
 
         await wait_for(
-            lambda: all(
-                drops().get(reason, 0) >= 1
-                for reason in (
-                    "bad_mac",
-                    "replay",
-                    "too_large",
-                    "malformed",
-                    "unknown_rpc",
-                    "stale_timestamp",
+            lambda: (
+                all(
+                    drops().get(reason, 0) >= 1
+                    for reason in (
+                        "bad_mac",
+                        "replay",
+                        "too_large",
+                        "malformed",
+                        "unknown_rpc",
+                        "stale_timestamp",
+                    )
                 )
-            )
-            and drops().get("unknown_rpc", 0) >= 4,
+                and drops().get("unknown_rpc", 0) >= 4
+            ),
             5,
         )
         assert drops()["bad_mac"] >= 40  # random bytes almost all fail the MAC check

@@ -103,6 +103,7 @@ async def test_direct_requests_replies_errors_and_size_limit() -> None:
     nodes = await start_cluster(3)
     a, b, _ = nodes
     try:
+
         async def echo(payload, sender):  # type: ignore[no-untyped-def]
             return {"echo": payload["x"], "from": sender.port}
 
@@ -173,9 +174,7 @@ async def test_graceful_leave_is_immediate() -> None:
         leaver = nodes[3]
         await leaver.leave()
         rest = [n for n in nodes if n is not leaver]
-        await wait_for(
-            lambda: all(leaver.id not in {c.id for c in n.contacts()} for n in rest), 2
-        )
+        await wait_for(lambda: all(leaver.id not in {c.id for c in n.contacts()} for n in rest), 2)
         assert sum(n.stats()["events"].get("nodes_left", 0) for n in rest) >= 1
     finally:
         await stop_all(nodes)
@@ -189,9 +188,7 @@ async def test_partition_heals() -> None:
         side_a, side_b = nodes[:6], nodes[6:]
         net.partition([n.info.port for n in side_a], [n.info.port for n in side_b])
         b_ids = {n.id for n in side_b}
-        await wait_for(
-            lambda: all(not ({c.id for c in n.contacts()} & b_ids) for n in side_a), 15
-        )
+        await wait_for(lambda: all(not ({c.id for c in n.contacts()} & b_ids) for n in side_a), 15)
         key = key_for("across")
         res = await side_a[0].route("test", key, {})
         assert res.node.id == min(side_a, key=lambda n: n.id ^ key).id

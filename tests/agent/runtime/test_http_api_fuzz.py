@@ -131,9 +131,25 @@ json_values = st.recursive(
 )
 
 SPEC_FIELDS = [
-    "name", "creator", "job_class", "inputs", "epoch_seconds", "params", "query", "trees",
-    "start_epoch", "allowed_lateness", "aggregator", "aggregator_params", "placement", "top_k",
-    "batch", "model", "windows", "iterative", "idle_advance",
+    "name",
+    "creator",
+    "job_class",
+    "inputs",
+    "epoch_seconds",
+    "params",
+    "query",
+    "trees",
+    "start_epoch",
+    "allowed_lateness",
+    "aggregator",
+    "aggregator_params",
+    "placement",
+    "top_k",
+    "batch",
+    "model",
+    "windows",
+    "iterative",
+    "idle_advance",
 ]
 CHANGE_FIELDS = ["params", "query", "top_k", "epoch_seconds", "empty", "batch", "filter"]
 

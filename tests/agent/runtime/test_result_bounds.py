@@ -114,9 +114,7 @@ def test_gone_epochs_are_named_with_their_bound(tmp_path: Path) -> None:
     assert store.resident_bytes <= 2 * one and store.gone(1, 0) == MEMORY_BUDGET
     assert store.dropped[MEMORY_BUDGET] == 3
     # spill budget
-    store = ResultStore(
-        budget_bytes=1, spill=ResultSpill(tmp_path, "j"), spill_budget_bytes=1
-    )
+    store = ResultStore(budget_bytes=1, spill=ResultSpill(tmp_path, "j"), spill_budget_bytes=1)
     for e in range(3):
         store.put(1, e, unique_keys(e, 1000), float(e))
         spill_all(store)
@@ -189,9 +187,9 @@ def test_budgeted_store_answers_like_an_unbounded_one(
         assert want is not None and got is not None
         snap = got.snapshot if got.snapshot is not None else bounded.load(1, epoch)
         assert Counter(snap.to_dict()) == Counter(want.snapshot.to_dict())  # type: ignore[union-attr]
-    recount = sum(
-        r.nbytes for t in bounded._trees.values() for r in t.values()
-    ) + sum(s.memory_bytes() for s, _ in bounded._early.values())
+    recount = sum(r.nbytes for t in bounded._trees.values() for r in t.values()) + sum(
+        s.memory_bytes() for s, _ in bounded._early.values()
+    )
     assert bounded.resident_bytes == recount
     assert bounded.resident_bytes <= budget or not bounded.spill_candidates()
     bounded.close()

@@ -28,7 +28,6 @@ AGENTS = 16
 WORDS = [f"w{i}" for i in range(40)] + ["alpha", "beta", "gamma"]
 
 
-
 def wait_equal(fetch: Callable[[], Any], want: Counter, timeout: float, what: str) -> None:
     """Poll ``fetch`` until it equals ``want``; the failure shows what differed."""
     seen: list[Any] = [None]

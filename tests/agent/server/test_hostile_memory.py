@@ -35,12 +35,9 @@ WARM_UP = 4  # epochs before the RSS baseline: the lake writer has loaded pyarro
 QUERY = "SELECT user, count(*) AS n FROM ingest GROUP BY user"
 
 
-
 def lines(epoch: int, start: int) -> list[str]:
     ts = start + epoch
-    return [
-        json.dumps({"ts": ts + i / KEYS, "user": f"user-{epoch}-{i:06d}"}) for i in range(KEYS)
-    ]
+    return [json.dumps({"ts": ts + i / KEYS, "user": f"user-{epoch}-{i:06d}"}) for i in range(KEYS)]
 
 
 def job_status(client: ApiClient, name: str) -> dict[str, Any] | None:

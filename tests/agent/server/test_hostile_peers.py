@@ -35,7 +35,6 @@ TEXTS = {0: ["alpha beta beta", "gamma"], 1: ["beta delta", "alpha alpha"]}
 HOSTILE = 0xBAD  # the sender id the hostile peer claims
 
 
-
 def snapshot(counts: dict[str, int], aggregator: str) -> bytes:
     tree = CompressedBufferTree(aggregator=aggregator)
     for key, value in counts.items():

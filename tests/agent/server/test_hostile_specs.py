@@ -55,7 +55,6 @@ CHANGE_PROBES: list[tuple[dict[str, Any], str]] = [
 ]
 
 
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("hostile-specs")
