@@ -46,6 +46,9 @@ class RuntimeTunables:
     multicast_timeout: float = 5.0  # a master's multicast down a job tree
     master_url_ttl: float = 5.0  # a master's data-plane URL is reused this long
     late_attempts: int = 12  # tries to deliver a late contribution (~20 s with back-off)
+    # an origin that stops contributing stays expected this long (then its absence is no
+    # longer reported): epochs it misses meanwhile are tentative, lacking it
+    origin_grace_seconds: float = 120.0
     # a job whose record processing used more than cpu_budget_share of one core over the last
     # cpu_budget_window seconds is throttled (its records wait in its backlog) and reported
     cpu_budget_share: float = 0.5

@@ -72,6 +72,7 @@ from srt import (
     TreeManager,
 )
 from srt.dataplane.guard import ConnectionLimits
+from srt.dataplane.lineage import decode as lineage_of
 from srt.errors import Reject
 from srt.ids import app_id, placement_id
 from srt.trees.types import JoinTimeout
@@ -824,8 +825,9 @@ class Agent:
         if runtime is None or name.tree not in runtime.tree_set:
             # A job this agent has not heard of yet (multicast in flight): let the child retry.
             raise Reject(503, "unknown_job", f"job {name.job!r} tree not known here yet")
+        origins, payload = lineage_of(payload)  # LineageError (a SnapshotError) → 422
         snap = Snapshot.from_bytes(payload)  # SnapshotError → 422, the sender resends
-        return runtime.offer_child(name, snap)
+        return runtime.offer_child(name, snap, origins)
 
     async def _serve_late(self, request: web.Request) -> dict[str, Any]:
         name = SnapshotName.from_headers(request.headers)
@@ -833,10 +835,11 @@ class Agent:
         if runtime is None:
             raise Reject(503, "unknown_job", f"job {name.job!r} not known here yet")
         try:
-            snap = Snapshot.from_bytes(await request.read())
+            origins, payload = lineage_of(await request.read())
+            snap = Snapshot.from_bytes(payload)
         except SnapshotError as exc:
             raise Reject(422, "corrupt", str(exc)) from None
-        return {"result": runtime.offer_late(name, snap)}
+        return {"result": runtime.offer_late(name, snap, origins)}
 
     async def _serve_recv(self, request: web.Request) -> dict[str, Any]:
         body = await self._json_body(request, "job", "from")

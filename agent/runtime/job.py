@@ -71,6 +71,7 @@ from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, JobEntry
 from agent.jsonable import jsonable
 from agent.runtime.clock import EpochClock
+from agent.runtime.coverage import ExpectedOrigins
 from agent.runtime.cpu_budget import CpuBudget
 from agent.runtime.lake_sink import LakeTarget, sink_for
 from agent.runtime.offsets import TreeOutflow
@@ -90,6 +91,9 @@ from cbt import Snapshot
 from overlay.logbudget import LogBudget
 from srt import DataPlaneError, EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
 from srt.dataplane.compat import Expectation, admit
+from srt.dataplane.lineage import Lineage, describe
+from srt.dataplane.lineage import decode as lineage_of
+from srt.dataplane.lineage import encode as with_lineage
 from srt.dataplane.operators import level_operator_for
 from srt.errors import Incompatible, Reject, RetryLater
 from srt.trees.types import JoinTimeout
@@ -167,6 +171,10 @@ class JobRuntime:
             job=self.name,
         )
         self._spilling = False
+        seconds = self.spec.schedule.seconds_of(self.spec.start_epoch or 0) or 1.0
+        grace = max(3, math.ceil(self.tunables.origin_grace_seconds / seconds))
+        #: as master: which origins each epoch should cover (tentative vs final)
+        self.expected_origins = ExpectedOrigins(grace)
         self.multicasts: list[dict[str, Any]] = []  # recent control messages received
         self.multicast_stats: list[dict[str, Any]] = []  # as master: reached, elapsed
         self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
@@ -272,6 +280,7 @@ class JobRuntime:
                 first_epoch=self.spec.start_epoch,
                 expect=self.expectation,
                 horizon=self._horizon,
+                origin=self.network.node_id,
             )
             self.combiners[tid] = combiner
             self.senders[tid] = UpstreamSender(
@@ -333,6 +342,25 @@ class JobRuntime:
         if not is_root and self.store.epochs(tid):
             self.tasks.spawn(self._hand_over(tid), f"hand over {self.name}")
         self.parent_changed(tid)
+        if is_root:
+            self._keep_queued(tid)
+
+    def _keep_queued(self, tid: int) -> None:
+        """This agent became the tree's root (its master died or moved): the epochs it had
+        emitted but not yet delivered to the old master are results now, not lost."""
+        for epoch, payload in self.senders[tid].take_queued():
+            origins, raw = lineage_of(payload)
+            try:
+                snap = Snapshot.from_bytes(raw)
+            except Exception as exc:  # our own bytes: a bug, said loudly
+                log.error(
+                    "job %s epoch %d: own queued snapshot unreadable: %r", self.name, epoch, exc
+                )
+                continue
+            self.count("queued_kept_as_root")
+            self._fold_late(
+                SnapshotName(self.name, tid, epoch, self.network.node_id), snap, origins
+            )
 
     def _view(self, tid: int) -> Any:
         trees = self.network.trees
@@ -434,15 +462,20 @@ class JobRuntime:
         if self._stopped:
             return
         view = self._view(tid)
+        lineage = self.combiners[tid].lineage_of(epoch)
         if view is not None and view.is_root:
-            if self.store.put(tid, epoch, snap, time.time()):
+            expected = self.expected_origins.expected(epoch)
+            if self.store.put(tid, epoch, snap, time.time(), origins=lineage, expected=expected):
+                self.expected_origins.observe(epoch, lineage)
+                self._report_missing(tid, epoch)
                 if self.lake is not None:
                     self.lake.epoch(tid, epoch)
                 self.tasks.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
                 self._bound_results()
             return
         name = SnapshotName(self.name, tid, epoch, self.network.node_id)
-        self.senders[tid].send(name, snap.to_bytes())
+        payload = snap.to_bytes()
+        self.senders[tid].send(name, payload if lineage is None else with_lineage(lineage, payload))
         self.sent_at[(tid, epoch)] = time.time()
         while len(self.sent_at) > 256:
             self.sent_at.popitem(last=False)
@@ -474,7 +507,27 @@ class JobRuntime:
         finally:
             self._spilling = False
 
-    def offer_child(self, name: SnapshotName, snap: Snapshot) -> str:
+    def _report_missing(self, tid: int, epoch: int) -> None:
+        """A stored epoch that lacks expected origins is tentative: say so (counted, and a
+        WARNING within the log budget naming job, epoch and the origins)."""
+        result = self.store.get(tid, epoch)
+        if result is None or not result.tentative:
+            return
+        self.count("tentative_epochs")
+        self._log.warning(
+            "tentative",
+            "job %s tree %x epoch %d is tentative: coverage %.3f, lacking origins %s "
+            "(their contributions are folded in when they arrive)",
+            self.name,
+            tid,
+            epoch,
+            result.coverage,
+            ", ".join(result.lacking[:8]),
+        )
+
+    def offer_child(
+        self, name: SnapshotName, snap: Snapshot, origins: Lineage | None = None
+    ) -> str:
         """A child's snapshot (``POST /srt/v1/snapshot``): admitted by the tree's barrier
         first (409 ``incompatible`` / 503 ``epoch_ahead``, nothing recorded), then merged, or
         folded in at the master when its epoch was already emitted here."""
@@ -488,35 +541,64 @@ class JobRuntime:
             # watermark advanced by the idle clock must not close an epoch whose records are
             # waiting in the input.)
             self.input_service.tick_now(self.inputs)
-        result = combiner.offer_child(name.sender, name.epoch, snap)
+        result = combiner.offer_child(name.sender, name.epoch, snap, origins)
         if result != "stale":
             return result
+        emitted = combiner.lineage_of(name.epoch)
+        if origins is not None and emitted is not None and origins <= emitted:
+            self.count("late_duplicates")  # already passed on inside this epoch's result
+            return "duplicate"
         self.count("late_contributions")
-        return self._fold_late(name, snap)
+        return self._fold_late(name, snap, origins)
 
-    def offer_late(self, name: SnapshotName, snap: Snapshot) -> str:
+    def offer_late(self, name: SnapshotName, snap: Snapshot, origins: Lineage | None = None) -> str:
         """A late contribution from a peer (``POST /agent/v1/late``): admitted like a
         child's snapshot (a tree of this job, epoch bounds, expectation), then folded in."""
         self._known_tree(name.tree)
         snap = self.ensure_tree(name.tree).check(name.epoch, snap, name.sender)
-        return self._fold_late(name, snap)
+        return self._fold_late(name, snap, origins)
 
-    def _fold_late(self, name: SnapshotName, snap: Snapshot) -> str:
-        """A contribution for an epoch already emitted here: fold it in at the master."""
+    def _fold_late(self, name: SnapshotName, snap: Snapshot, origins: Lineage | None) -> str:
+        """A contribution for an epoch already emitted here: fold it in at the master (a
+        new version of the epoch), or forward it there."""
         view = self._view(name.tree)
         if view is not None and view.is_root:
-            folded = self.store.add_late(name.tree, name.epoch, name.sender, snap, time.time())
-            if folded and self.lake is not None:
-                self.lake.epoch(name.tree, name.epoch)  # updated epoch: replaces its file
+            tid, epoch = name.tree, name.epoch
+            # Our barrier already passed this epoch as a child (we became the master since):
+            # it will never store it here, so what arrives late *is* the epoch's result.
+            passed = self.ensure_tree(tid).next_epoch > epoch and not self.store.get(tid, epoch)
+            fresh = self.store.get(tid, epoch) is None
+            folded = self.store.add_late(
+                tid,
+                epoch,
+                name.sender,
+                snap,
+                time.time(),
+                origins=origins,
+                materialize=passed,
+                expected=self.expected_origins.expected(epoch),
+            )
+            stored = self.store.get(tid, epoch)
+            if folded and stored is not None:
+                self.expected_origins.observe(epoch, stored.origins)
+                if fresh:
+                    self.count("epochs_from_late")
+                    self._report_missing(tid, epoch)
+                if self.lake is not None:
+                    self.lake.epoch(tid, epoch)  # a new version of the epoch
             self._bound_results()
             return "merged" if folded else "duplicate"
-        self.tasks.spawn(self._forward_late(name, snap), f"{self.name} late epoch")
+        self.tasks.spawn(self._forward_late(name, snap, origins), f"{self.name} late epoch")
         return "merged"
 
-    async def _forward_late(self, name: SnapshotName, snap: Snapshot) -> None:
+    async def _forward_late(
+        self, name: SnapshotName, snap: Snapshot, origins: Lineage | None
+    ) -> None:
         """Deliver a late contribution to the master, retrying (with a fresh master lookup)
         through hand-overs and overload; only a stopping job gives up, and says so."""
         payload = snap.to_bytes()
+        if origins is not None:
+            payload = with_lineage(origins, payload)
         delay = 0.1
         for _ in range(self.tunables.late_attempts):
             if self._stopped:
@@ -535,7 +617,14 @@ class JobRuntime:
             await asyncio.sleep(delay)
             delay = min(2.0, delay * 2)
         self.count("late_forward_failed")
-        log.warning("late contribution %s could not reach the master; dropped", name)
+        log.warning(
+            "job %s epoch %d: late contribution from %x (origins %s) could not reach the "
+            "master; dropped here (the epoch stays tentative, lacking them)",
+            self.name,
+            name.epoch,
+            name.sender,
+            ", ".join(describe(origins or ())[:8]) or "unknown",
+        )
 
     async def _master_epoch(self, tid: int, epoch: int, snap: Snapshot) -> None:
         job = self.job_for(epoch)
@@ -849,6 +938,11 @@ class JobRuntime:
             "rows": [[jsonable(k), jsonable(v)] for k, v in pairs],
             "updated": result.updated,
             "completed_at": result.completed_at,
+            "version": result.version,
+            "tentative": result.tentative,
+            "coverage": result.coverage,
+            "lacking": list(result.lacking),
+            "origins": None if result.origins is None else len(result.origins),
         }
 
     async def _tree_results(self, tid: int, epoch: int | None) -> dict[str, Any]:
@@ -885,7 +979,8 @@ class JobRuntime:
             )
         if len(missing) == len(parts):
             raise NotFound(f"job {self.name!r} has no result for epoch {epoch}")
-        rows = [row for p in parts if p.get("rows") for row in p["rows"]]
+        held = [p for p in parts if p.get("rows") is not None]
+        rows = [row for p in held for row in p["rows"]]
         if self.spec.top_k is not None:
             # Trees own disjoint key ranges, so the global top k is among the trees' top k;
             # the stable sort keeps the trees' hash order among equal values.
@@ -900,6 +995,11 @@ class JobRuntime:
             "epoch_start": self.spec.schedule.start(epoch),
             "complete": not missing,
             "updated": any(p.get("updated") for p in parts),
+            # tentative until every expected origin is in (docs/fault-tolerance.md)
+            "tentative": bool(missing) or any(p.get("tentative") for p in parts),
+            "coverage": min((float(p.get("coverage", 1.0)) for p in held), default=0.0),
+            "lacking": sorted({o for p in parts for o in p.get("lacking") or ()}),
+            "version": max((int(p.get("version", 1)) for p in held), default=1),
             "rows": rows if named is None else named,
         }
 

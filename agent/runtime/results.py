@@ -21,6 +21,19 @@ merges by epoch, never double-counts an epoch it already has from the same origi
   past it the oldest spilled epochs are dropped. Without a spill (nor a ``spill_factory``
   opening one when first needed), epochs past the memory budget are dropped instead.
 
+**Lineage and completeness** (``docs/fault-tolerance.md``). A result records the origins it
+covers (``origins``; None when some contributor had no lineage) and the origins the master
+expected for it (``expected``, from :class:`agent.runtime.coverage.ExpectedOrigins`). It is
+**tentative** while an expected origin is missing (``lacking`` names them, ``coverage`` is the
+share covered) and **final** otherwise. A late contribution with lineage is folded only if it
+adds origins the epoch does not hold and none it does (:func:`srt.dataplane.lineage.classify`):
+a duplicate or an overlap is counted (``lineage`` in :meth:`stats`) and never merged, so a
+re-send after any tree change or restart cannot count a record twice. Every fold bumps the
+epoch's ``version``: the lake writes each version as a new file, a Spark stream sees it.
+When a master's barrier will never emit an epoch here (it passed it as a child before it
+became the master), :meth:`add_late` with ``materialize=True`` makes the held contributions
+the epoch's result at once instead of holding them for ever.
+
 An epoch dropped by any bound is remembered as *gone* with its reason (:meth:`gone`), so the
 results API answers 410 naming the bound (the lake still has it), never a silent 404.
 Snapshots handed out by :meth:`get` are ``lean()`` copies: iterating them (the results API,
@@ -38,6 +51,7 @@ from typing import Any
 
 from agent.runtime.result_spill import ResultSpill
 from cbt import Snapshot
+from srt.dataplane.lineage import NEW, Lineage, classify, describe
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +72,46 @@ class EpochResult:
     nbytes: int = 0  # resident bytes accounted for this epoch
     spilled: int | None = None
     spilling: bool = False
+    origins: Lineage | None = None  # the origins it covers (None: unknown lineage)
+    expected: Lineage | None = None  # the origins the master expected (None: unknown)
+    version: int = 1  # +1 on every fold after the first store
 
     @property
     def updated(self) -> bool:
-        return bool(self.late_names)
+        return self.version > 1 or bool(self.late_names)
+
+    @property
+    def missing(self) -> Lineage:
+        """Expected origins it does not cover yet."""
+        if self.expected is None or self.origins is None:
+            return frozenset()
+        return self.expected - self.origins
+
+    @property
+    def lacking(self) -> tuple[str, ...]:
+        """:attr:`missing` as hex ids (results API, lake)."""
+        return tuple(describe(self.missing))
+
+    @property
+    def tentative(self) -> bool:
+        return bool(self.missing)
+
+    @property
+    def coverage(self) -> float:
+        """Share of the expected origins covered (1.0 when nothing was expected or the
+        lineage is unknown)."""
+        if not self.expected or self.origins is None:
+            return 1.0
+        return len(self.expected & self.origins) / len(self.expected)
+
+
+@dataclass
+class _Held:
+    """Late contributions held for an epoch the barrier has not emitted here yet."""
+
+    snapshot: Snapshot
+    names: set[tuple[int, int]]
+    origins: set[int] | None  # None: something without lineage is held
 
 
 class ResultStore:
@@ -90,26 +140,49 @@ class ResultStore:
         self._trees: dict[int, OrderedDict[int, EpochResult]] = {}
         # Late contributions that reached this master before its own barrier emitted their
         # epoch (an inner node emitted early): held here and merged into the barrier's result.
-        self._early: dict[tuple[int, int], tuple[Snapshot, set[tuple[int, int]]]] = {}
+        self._early: dict[tuple[int, int], _Held] = {}
+        self.lineage: Counter[str] = Counter()  # late folds refused by lineage, by kind
         self._gone: dict[int, tuple[int, str]] = {}  # tree → (newest epoch dropped, reason)
 
     # ---- recording ---------------------------------------------------------------------------
 
-    def put(self, tree: int, epoch: int, snap: Snapshot, now: float) -> bool:
-        """Record the barrier's result for (tree, epoch); False if it was recorded before."""
+    def put(
+        self,
+        tree: int,
+        epoch: int,
+        snap: Snapshot,
+        now: float,
+        *,
+        origins: Lineage | None = None,
+        expected: Lineage | None = None,
+    ) -> bool:
+        """Record the barrier's result for (tree, epoch) covering ``origins``, of which the
+        master expected ``expected``; False if it was recorded before. Contributions held
+        for it are merged in when their lineage allows (module docstring)."""
         epochs = self._trees.setdefault(tree, OrderedDict())
         if epoch in epochs:
             return False
         late_names: set[tuple[int, int]] = set()
         early = self._early.pop((tree, epoch), None)
+        held = None if origins is None else set(origins)
         if early is not None:
-            self.resident_bytes -= early[0].memory_bytes()
-            snap = snap.merge(early[0])
-            late_names = early[1]
+            self.resident_bytes -= early.snapshot.memory_bytes()
+            late_names = early.names
+            if early.origins is None or held is None:
+                snap, held = snap.merge(early.snapshot), None
+            elif classify(held, frozenset(early.origins)) == NEW:
+                snap = snap.merge(early.snapshot)
+                held |= early.origins
+            else:
+                self._refused("overlap", tree, epoch, frozenset(early.origins))
         snap = snap.lean()
         in_order = not epochs or next(reversed(epochs)) < epoch
         size = snap.memory_bytes()
-        epochs[epoch] = EpochResult(snap, now, late_names, size)
+        lineage = None if held is None else frozenset(held)
+        if expected is not None and lineage is not None:
+            expected = expected | lineage  # whoever contributed was expected
+        epochs[epoch] = EpochResult(snap, now, late_names, size, origins=lineage,
+                                    expected=expected)  # fmt: skip
         self.resident_bytes += size
         if not in_order:
             epochs = self._trees[tree] = OrderedDict(sorted(epochs.items()))
@@ -120,37 +193,106 @@ class ResultStore:
             self._drop_over_budget()
         return True
 
-    def add_late(self, tree: int, epoch: int, origin: int, snap: Snapshot, now: float) -> bool:
-        """Fold a late contribution named (origin, epoch) into the epoch; False if already
-        folded. If the barrier has not emitted the epoch here yet, the contribution waits for
-        it (:meth:`put` merges it in). A late contribution to a spilled epoch reads the epoch
-        back (a rare, bounded cost: one snapshot decode) and makes it resident again."""
+    def add_late(
+        self,
+        tree: int,
+        epoch: int,
+        origin: int,
+        snap: Snapshot,
+        now: float,
+        *,
+        origins: Lineage | None = None,
+        materialize: bool = False,
+        expected: Lineage | None = None,
+    ) -> bool:
+        """Fold a late contribution sent by ``origin`` covering ``origins`` (None: unknown
+        lineage, deduplicated by the name (origin, epoch)) into the epoch; False if it adds
+        nothing or would double-count (module docstring). If the barrier has not emitted the
+        epoch here yet, the contribution waits for it (:meth:`put` merges it in) - unless
+        ``materialize``: it never will, so the held contributions become the epoch's result
+        (with ``expected``). A late contribution to a spilled epoch reads the epoch back (a
+        rare, bounded cost: one snapshot decode) and makes it resident again."""
         epochs = self._trees.setdefault(tree, OrderedDict())
         result = epochs.get(epoch)
+        name = (origin, epoch)
         if result is None:
             held = self._early.get((tree, epoch))
             if held is None:
                 snap = snap.lean()
-                self._early[(tree, epoch)] = (snap, {(origin, epoch)})
+                held = _Held(snap, {name}, None if origins is None else set(origins))
+                self._early[(tree, epoch)] = held
                 self.resident_bytes += snap.memory_bytes()
                 while len(self._early) > self.retention * 4:
                     dropped = self._early.pop(next(iter(self._early)))
-                    self.resident_bytes -= dropped[0].memory_bytes()
-                return True
-            if (origin, epoch) in held[1]:
+                    self.resident_bytes -= dropped.snapshot.memory_bytes()
+            elif not self._admits(tree, epoch, held.names, held.origins, name, origins):
                 return False
-            merged = held[0].merge(snap).lean()
-            self.resident_bytes += merged.memory_bytes() - held[0].memory_bytes()
-            self._early[(tree, epoch)] = (merged, held[1] | {(origin, epoch)})
+            else:
+                merged = held.snapshot.merge(snap).lean()
+                self.resident_bytes += merged.memory_bytes() - held.snapshot.memory_bytes()
+                held.snapshot = merged
+                held.names.add(name)
+                if held.origins is not None and origins is not None:
+                    held.origins |= origins
+                else:
+                    held.origins = None
+            if materialize and (tree, epoch) in self._early:
+                first = self._early.pop((tree, epoch))
+                self.resident_bytes -= first.snapshot.memory_bytes()
+                lineage = None if first.origins is None else frozenset(first.origins)
+                self.put(tree, epoch, first.snapshot, now, origins=lineage, expected=expected)
+                stored = epochs.get(epoch)
+                if stored is not None:
+                    stored.late_names |= first.names
             return True
-        if (origin, epoch) in result.late_names:
+        current_origins = None if result.origins is None else set(result.origins)
+        if not self._admits(tree, epoch, result.late_names, current_origins, name, origins):
             return False
         current = self._resident(tree, epoch, result)
         if current is None:
             return False  # the spilled copy was unreadable: the epoch is gone (and said so)
         self._replace(result, current.merge(snap))
-        result.late_names.add((origin, epoch))
+        result.late_names.add(name)
+        result.version += 1
+        if result.origins is not None and origins is not None:
+            result.origins = result.origins | origins
+            if result.expected is not None:
+                result.expected = result.expected | origins
+        else:
+            result.origins = None
         return True
+
+    def _admits(
+        self,
+        tree: int,
+        epoch: int,
+        names: set[tuple[int, int]],
+        held: set[int] | None,
+        name: tuple[int, int],
+        origins: Lineage | None,
+    ) -> bool:
+        """Whether a late contribution may be merged into what an epoch holds: by lineage
+        when both sides have it (new origins only), else by name."""
+        if origins is None or held is None:
+            return name not in names
+        kind = classify(held, origins)
+        if kind == NEW:
+            return True
+        self._refused(kind, tree, epoch, origins)
+        return False
+
+    def _refused(self, kind: str, tree: int, epoch: int, origins: Lineage) -> None:
+        self.lineage[kind] += 1
+        if kind != "duplicate":
+            log.warning(
+                "job %s tree %x epoch %d: late contribution covering %s overlaps what the "
+                "result holds; not merged (it would double-count), its new origins stay "
+                "missing",
+                self.job,
+                tree,
+                epoch,
+                describe(origins)[:8],
+            )
 
     def _resident(self, tree: int, epoch: int, result: EpochResult) -> Snapshot | None:
         """The epoch's snapshot, read back into memory if it was spilled."""
@@ -313,6 +455,7 @@ class ResultStore:
             "spill_budget_bytes": self.spill_budget_bytes,
             "early": len(self._early),
             "dropped": dict(self.dropped),
+            "lineage_refused": dict(self.lineage),
         }
 
     # ---- hand-over and release ---------------------------------------------------------------
@@ -323,7 +466,7 @@ class ResultStore:
             if result.spilled is not None and self.spill is not None:
                 self.spill.delete(tree, epoch)
         for key in [k for k in self._early if k[0] == tree]:
-            self.resident_bytes -= self._early.pop(key)[0].memory_bytes()
+            self.resident_bytes -= self._early.pop(key).snapshot.memory_bytes()
 
     def close(self) -> None:
         """Free everything (a stopped job): results, held contributions, spill files."""
@@ -338,18 +481,20 @@ class ResultStore:
         producers encode or read files, so :meth:`encode_plan` runs them in a thread."""
         plan: list[tuple[dict[str, Any], Callable[[], bytes]]] = []
         for epoch, r in self._trees.get(tree, {}).items():
-            item = {"epoch": epoch, "completed_at": r.completed_at,
-                    "late": [list(n) for n in sorted(r.late_names)]}  # fmt: skip
+            item = {"epoch": epoch, "completed_at": r.completed_at, "version": r.version,
+                    "late": [list(n) for n in sorted(r.late_names)],
+                    "origins": _ids(r.origins), "expected": _ids(r.expected)}  # fmt: skip
             if r.snapshot is not None:
                 plan.append((item, r.snapshot.to_bytes))
             else:
                 spill = self.spill
                 assert spill is not None
                 plan.append((item, lambda e=epoch, s=spill: s.read(tree, e)))
-        for (t, epoch), (snap, names) in self._early.items():
+        for (t, epoch), held in self._early.items():
             if t == tree:
-                item = {"epoch": epoch, "late": [list(n) for n in sorted(names)], "early": True}
-                plan.append((item, snap.to_bytes))
+                item = {"epoch": epoch, "late": [list(n) for n in sorted(held.names)],
+                        "early": True, "origins": _ids(held.origins)}  # fmt: skip
+                plan.append((item, held.snapshot.to_bytes))
         return plan
 
     @staticmethod
@@ -385,31 +530,74 @@ class ResultStore:
             if check is not None:
                 snap = check(epoch, snap)
             late = {(int(a), int(b)) for a, b in item.get("late", [])}
-            parsed.append((epoch, snap, float(item.get("completed_at", 0.0)), late, item))
+            origins = _from_ids(item.get("origins"))
+            expected = _from_ids(item.get("expected"))
+            parsed.append(
+                (epoch, snap, float(item.get("completed_at", 0.0)), late, item, origins, expected)
+            )
         taken = 0
-        for epoch, snap, when, late, item in parsed:
+        for epoch, snap, when, late, item, origins, expected in parsed:
             if item.get("early") and self._trees.get(tree, {}).get(epoch) is None:
                 # still waiting for its barrier result: keep waiting here
                 held = self._early.get((tree, epoch))
                 if held is None:
-                    self._early[(tree, epoch)] = (snap, late)
+                    self._early[(tree, epoch)] = _Held(
+                        snap, late, None if origins is None else set(origins)
+                    )
                     self.resident_bytes += snap.memory_bytes()
-                elif not late & held[1]:
-                    merged = held[0].merge(snap).lean()
-                    self.resident_bytes += merged.memory_bytes() - held[0].memory_bytes()
-                    self._early[(tree, epoch)] = (merged, held[1] | late)
+                elif self._absorbable(late, held.names, origins, held.origins):
+                    merged = held.snapshot.merge(snap).lean()
+                    self.resident_bytes += merged.memory_bytes() - held.snapshot.memory_bytes()
+                    held.snapshot, held.names = merged, held.names | late
+                    held.origins = (
+                        None if held.origins is None or origins is None else held.origins | origins
+                    )
                 continue
             mine = self._trees.get(tree, {}).get(epoch)
             if mine is None:
-                if self.put(tree, epoch, snap, when):
+                if self.put(tree, epoch, snap, when, origins=origins, expected=expected):
                     stored = self._trees[tree].get(epoch)  # None if retention dropped it
                     if stored is not None:
                         stored.late_names |= late
+                        stored.version = max(stored.version, int(item.get("version", 1)))
                 taken += 1
             else:  # both masters saw parts of this epoch during the switch
+                mine_origins = None if mine.origins is None else set(mine.origins)
+                if not self._absorbable(late, mine.late_names, origins, mine_origins):
+                    continue
                 current = self._resident(tree, epoch, mine)
                 if current is not None:
                     self._replace(mine, current.merge(snap))
                     mine.late_names |= late
+                    mine.version += 1
+                    mine.origins = (
+                        None if mine.origins is None or origins is None else mine.origins | origins
+                    )
                 taken += 1
         return taken
+
+    @staticmethod
+    def _absorbable(
+        late: set[tuple[int, int]],
+        names: set[tuple[int, int]],
+        origins: Lineage | None,
+        held: set[int] | None,
+    ) -> bool:
+        """A handed-over part may join what is held: disjoint lineage, else disjoint names."""
+        if origins is not None and held is not None:
+            return classify(held, origins) == NEW
+        return not late & names
+
+
+def _ids(origins: Lineage | set[int] | None) -> list[str] | None:
+    return None if origins is None else describe(origins)
+
+
+def _from_ids(value: Any) -> Lineage | None:
+    """Origins from a hand-over item (hex ids); None when absent or malformed."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    try:
+        return frozenset(int(v, 16) for v in value)
+    except ValueError:
+        return None

@@ -4,9 +4,9 @@ A snapshot travels as ``POST /srt/v1/snapshot`` with its :class:`SnapshotName` i
 ``Snapshot.to_bytes()`` (compressed, CRC-checked) as the body; requests and replies are
 authenticated with the cluster secret (:mod:`srt.dataplane.auth`). :class:`DataPlaneServer` (one per
 agent) verifies, rejects and counts bad requests and hands good snapshots to its handler,
-which answers ``"merged"``, ``"duplicate"`` or ``"stale"``; :class:`DataPlaneClient` (one
-keep-alive session per agent) sends them, resending on a failed integrity check (422) and
-retrying transient failures. Full protocol: ``docs/srt-dataplane.md``.
+which answers ``"merged"``, ``"duplicate"``, ``"overlap"`` or ``"stale"``;
+:class:`DataPlaneClient` (one keep-alive session per agent) sends them, resending on a failed
+integrity check (422) and retrying transient failures. Full protocol: ``docs/srt-dataplane.md``.
 
 This module is the facade: the name and its header encoding live in ``srt/dataplane/name.py``,
 the server and client in ``srt/dataplane/server.py`` and ``srt/dataplane/client.py``.

@@ -29,6 +29,16 @@ Precise semantics (``docs/srt-dataplane.md`` has the long form):
   emitted as an empty snapshot as soon as a later epoch has received something, so a parent
   never waits forever for an epoch this node has no data for.
 
+* **Lineage** (:mod:`srt.dataplane.lineage`). An offer may carry the set of origins it
+  covers (``origins``); the local snapshot covers this node's own ``origin``. With lineage,
+  an offer for an open epoch is classified against the origins already merged there: a
+  subset is ``"duplicate"``, a disjoint set is merged (``"merged"``), a partial overlap is
+  ``"overlap"`` - counted, logged at WARNING and not merged, because a merged snapshot
+  cannot be split; the origins it alone held stay missing until they arrive on their own.
+  In all three cases the sender counts as arrived for that epoch. Without lineage
+  (``origins=None``, an older peer) deduplication is by name as above, and the epoch's
+  lineage becomes unknown. :meth:`EpochCombiner.lineage_of` gives an open or recently
+  emitted epoch's origins (None: unknown).
 * **Admission** (before anything is recorded): :meth:`EpochCombiner.check` refuses an offer
   more than ``max_ahead`` epochs past ``next_epoch`` or past ``horizon()``
   (:class:`EpochTooFarAhead`, 503 ``epoch_ahead``) and a child's snapshot that does not match
@@ -57,6 +67,7 @@ import numpy as np
 from cbt import Snapshot
 from overlay.logbudget import LogBudget
 from srt.dataplane.compat import Expectation, admit
+from srt.dataplane.lineage import DUPLICATE, NEW, Lineage, classify, decode, describe
 from srt.dataplane.name import SnapshotName
 from srt.dataplane.operators import LevelOperator, select
 from srt.errors import Incompatible, Reject, RetryLater
@@ -64,6 +75,7 @@ from srt.errors import Incompatible, Reject, RetryLater
 log = logging.getLogger(__name__)
 
 LOCAL = "local"
+EMITTED_LINEAGE = 1024  # emitted epochs whose lineage stays answerable (late folds consult it)
 
 
 class EpochTooFarAhead(RetryLater, ValueError):
@@ -80,6 +92,8 @@ class _Open:
     acc: Snapshot | None = None
     local: bool = False
     senders: set[int] = field(default_factory=set)
+    origins: set[int] = field(default_factory=set)
+    unknown: bool = False  # something without lineage was merged: the origins are a floor
 
 
 @dataclass
@@ -111,6 +125,7 @@ class EpochCombiner:
         max_ahead: int = 10_000,
         expect: Callable[[int], Expectation | None] | None = None,
         horizon: Callable[[], int | None] | None = None,
+        origin: int | None = None,
     ) -> None:
         if first_epoch is not None and first_epoch < 0:
             raise ValueError("first_epoch must be >= 0")
@@ -131,6 +146,8 @@ class EpochCombiner:
         self._children = {c: _Member(first_epoch, confirmed) for c in children}
         self._local: _Member | None = _Member(first_epoch, confirmed) if expect_local else None
         self._open: dict[int, _Open] = {}
+        self.origin = origin  # the origin the local snapshot covers (None: no lineage)
+        self._emitted_lineage: dict[int, Lineage | None] = {}
         self._proto: Snapshot | None = None  # an empty snapshot: filler for empty epochs
         self._emit_task: asyncio.Future | None = None
         self.counters: Counter[str] = Counter()
@@ -150,12 +167,26 @@ class EpochCombiner:
     def expect_local(self) -> bool:
         return self._local is not None
 
-    def state_of(self, sender: int, epoch: int) -> str | None:
-        """ "stale" / "duplicate" if an offer of this name would be refused, else None."""
+    def state_of(self, sender: int, epoch: int, origins: Lineage | None = None) -> str | None:
+        """ "stale" / "duplicate" if an offer of this name (with this lineage) would be
+        refused, else None (an overlap is only known once the offer is admitted)."""
         if self._emitted(epoch):
             return "stale"
         st = self._open.get(epoch)
-        return "duplicate" if st is not None and sender in st.senders else None
+        if st is None:
+            return None
+        if origins is not None:
+            return "duplicate" if origins and origins <= st.origins else None
+        return "duplicate" if sender in st.senders else None
+
+    def lineage_of(self, epoch: int) -> Lineage | None:
+        """The origins merged into ``epoch`` so far (open) or when it was emitted (the last
+        :data:`EMITTED_LINEAGE` epochs); None when unknown (something without lineage was
+        merged, or the epoch is older)."""
+        st = self._open.get(epoch)
+        if st is not None:
+            return None if st.unknown else frozenset(st.origins)
+        return self._emitted_lineage.get(epoch)
 
     def waiting_for(self, epoch: int) -> list[int | str]:
         """Who epoch ``epoch`` still waits for (child ids, and "local")."""
@@ -266,16 +297,28 @@ class EpochCombiner:
         if st is not None and st.local:
             self.counters["duplicate"] += 1
             return "duplicate"
+        own = None if self.origin is None else frozenset((self.origin,))
+        if own is not None and st is not None and classify(st.origins, own) != NEW:
+            # our own records already arrived through another path (a child's re-send after
+            # we restarted, say): counting them again would double them
+            st.local = True
+            self.counters["duplicate_local"] += 1
+            self._advance()
+            return "duplicate"
         st = self._merge(epoch, snap)
         st.local = True
+        self._add_lineage(st, own)
         if self._local is not None and not self._local.confirmed:
             self._local = _Member(epoch, True)
         self.counters["merged_local"] += 1
         self._advance()
         return "merged"
 
-    def offer_child(self, child: int, epoch: int, snap: Snapshot) -> str:
-        """A child's snapshot of ``epoch``: "merged" | "duplicate" | "stale" (see module doc).
+    def offer_child(
+        self, child: int, epoch: int, snap: Snapshot, origins: Lineage | None = None
+    ) -> str:
+        """A child's snapshot of ``epoch`` covering ``origins`` (None: unknown lineage):
+        "merged" | "duplicate" | "overlap" | "stale" (see module doc).
 
         Admitted first (:meth:`check`, for stale and duplicate names too): raises
         :class:`~srt.errors.Incompatible` (409) for a snapshot that does not fit ``expect``
@@ -284,12 +327,20 @@ class EpochCombiner:
         either."""
         snap = self.check(epoch, snap, child)
         self._check_epoch(epoch)
-        refused = self.state_of(child, epoch)
+        refused = self.state_of(child, epoch, origins)
         if refused is not None:
             self.counters[refused] += 1
+            if refused == DUPLICATE:
+                self._arrived(child, epoch)
             return refused
+        st = self._open.get(epoch)
+        if origins and st is not None and classify(st.origins, origins) != NEW:
+            self._refuse_overlap(child, epoch, origins, st)
+            self._arrived(child, epoch)
+            return "overlap"
         st = self._merge(epoch, snap)
         st.senders.add(child)
+        self._add_lineage(st, origins)
         member = self._children.get(child)
         if member is None:
             self.counters["merged_unexpected"] += 1
@@ -299,6 +350,38 @@ class EpochCombiner:
             self.counters["merged"] += 1
         self._advance()
         return "merged"
+
+    def _add_lineage(self, st: _Open, origins: Lineage | None) -> None:
+        if origins is None:
+            st.unknown = True
+        else:
+            st.origins |= origins
+
+    def _arrived(self, child: int, epoch: int) -> None:
+        """``child`` delivered what it had for ``epoch`` (all of it already held here)."""
+        st = self._open.get(epoch)
+        if st is not None and child not in st.senders:
+            st.senders.add(child)
+            member = self._children.get(child)
+            if member is not None and not member.confirmed:
+                self._children[child] = _Member(epoch, True)
+            self._advance()
+
+    def _refuse_overlap(self, child: int, epoch: int, origins: Lineage, st: _Open) -> None:
+        self.counters["overlap"] += 1
+        both = origins & st.origins
+        self._log.warning(
+            "overlap",
+            "job %s tree %x epoch %d: contribution from %x covers origins %s already merged "
+            "here and %s not; not merged (it would double-count the first), the others stay "
+            "missing until they arrive alone",
+            self.job,
+            self.tree,
+            epoch,
+            child,
+            describe(both)[:8],
+            describe(origins - both)[:8],
+        )
 
     # ---- membership ---------------------------------------------------------------------
     def _tentative_start(self) -> int:
@@ -337,6 +420,12 @@ class EpochCombiner:
             snap = st.acc if st is not None and st.acc is not None else self._proto
             assert snap is not None
             self._next = epoch + 1
+            if st is None:
+                self._emitted_lineage[epoch] = frozenset()
+            else:
+                self._emitted_lineage[epoch] = None if st.unknown else frozenset(st.origins)
+            while len(self._emitted_lineage) > EMITTED_LINEAGE:
+                del self._emitted_lineage[next(iter(self._emitted_lineage))]
             self._floating = False
             try:
                 out = self.operator.level(snap)
@@ -387,13 +476,14 @@ def snapshot_handler(
         comb = resolve(name)
         if comb is None:
             raise RetryLater("unknown_tree", f"no combiner for job {name.job!r} tree {name.tree:x}")
-        refused = comb.state_of(name.sender, name.epoch)
+        origins, body = decode(body)  # LineageError (a SnapshotError) -> 422
+        refused = comb.state_of(name.sender, name.epoch, origins)
         if refused is not None:
             comb.counters[refused] += 1
             return refused
         snap = Snapshot.from_bytes(body)  # SnapshotError -> 422, the sender resends
         try:
-            return comb.offer_child(name.sender, name.epoch, snap)
+            return comb.offer_child(name.sender, name.epoch, snap, origins)
         except Reject:  # EpochTooFarAhead (503), Incompatible (409): the documented answers
             raise
         except ValueError as e:  # a merge refused without an expectation: still incompatible

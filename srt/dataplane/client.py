@@ -1,11 +1,11 @@
 """DataPlaneClient: one keep-alive aiohttp session per agent for snapshots and control calls.
 
 Contract: :meth:`DataPlaneClient.send_snapshot` returns the receiver's acknowledgement
-(``"merged"``, ``"duplicate"`` or ``"stale"`` - all three mean "delivered, drop your copy") or
-raises :class:`srt.errors.DataPlaneError` after its last attempt. A 422 (the body failed the
-integrity check on arrival) is resent; other transient failures (no response, timeout, 408,
-425, 429, 5xx, an unauthenticated reply) are retried with exponential backoff; permanent
-rejections (400, 401, 404, 405, 413) raise at once. Every attempt is signed afresh (new
+(``"merged"``, ``"duplicate"``, ``"overlap"`` or ``"stale"`` - all four mean "delivered, drop
+your copy") or raises :class:`srt.errors.DataPlaneError` after its last attempt. A 422 (the
+body failed the integrity check on arrival) is resent; other transient failures (no response,
+timeout, 408, 425, 429, 5xx, an unauthenticated reply) are retried with exponential backoff;
+permanent rejections (400, 401, 404, 405, 413) raise at once. Every attempt is signed afresh (new
 timestamp and nonce), so a retry is never mistaken for a replay. :meth:`post_json` makes one
 authenticated attempt (control calls need not be idempotent) and raises on any failure.
 """
@@ -138,7 +138,8 @@ class DataPlaneClient:
     async def send_snapshot(
         self, url: str, name: SnapshotName, payload: bytes, *, attempts: int | None = None
     ) -> str:
-        """POST one named snapshot; returns "merged" | "duplicate" | "stale" (see module doc)."""
+        """POST one named snapshot; returns "merged" | "duplicate" | "overlap" | "stale"
+        (see module doc)."""
         tries = self.attempts if attempts is None else attempts
         delay = self.backoff
         for attempt in range(1, tries + 1):

@@ -21,7 +21,7 @@ H_SENDER = "X-Elf-Sender"
 MAX_JOB_NAME = 256
 MAX_ID = (1 << 160) - 1
 MAX_EPOCH = (1 << 63) - 1
-ACK_RESULTS = ("merged", "duplicate", "stale")
+ACK_RESULTS = ("merged", "duplicate", "overlap", "stale")
 
 _ID_RE = re.compile(r"[0-9a-f]{1,40}")
 _EPOCH_RE = re.compile(r"(0|[1-9][0-9]{0,18})")

@@ -4,11 +4,11 @@ Contract: every request passes, in order, route lookup (404/405), snapshot-name 
 the snapshot route (400 ``bad_name``), header authentication (401 ``unauthenticated`` /
 ``bad_mac`` / ``stale_timestamp``), the body size limit (413 ``too_large``), the signed body
 digest (422 ``corrupt``: damaged in transit, the client resends) and the replay cache (401
-``replay``) before any handler runs. A snapshot handler returns ``"merged"``, ``"duplicate"`` or
-``"stale"``; raising :class:`cbt.SnapshotError` answers 422 ``corrupt`` (the client resends),
-:class:`srt.errors.Reject` answers its status, anything else 500 ``handler_error``. Every
-rejection is counted in :meth:`DataPlaneServer.stats` by reason; no request can stop the
-server. Routes can be added before or after :meth:`start`.
+``replay``) before any handler runs. A snapshot handler returns ``"merged"``, ``"duplicate"``,
+``"overlap"`` or ``"stale"``; raising :class:`cbt.SnapshotError` answers 422 ``corrupt`` (the
+client resends), :class:`srt.errors.Reject` answers its status, anything else 500
+``handler_error``. Every rejection is counted in :meth:`DataPlaneServer.stats` by reason; no
+request can stop the server. Routes can be added before or after :meth:`start`.
 
 Connections go through :mod:`srt.dataplane.guard`: a request's head must arrive within
 ``head_timeout`` and its body within ``body_timeout``, a keep-alive connection may idle for

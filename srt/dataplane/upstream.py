@@ -140,6 +140,18 @@ class UpstreamSender:
             "counters": dict(self.counters),
         }
 
+    def take_queued(self) -> list[tuple[int, bytes]]:
+        """Remove and return every unacknowledged ``(epoch, payload)``, oldest first (this
+        node became the root: it keeps what it would have sent). The attempt in flight, if
+        any, is returned too and may still be acknowledged where it went, so a receiver must
+        tolerate the copy (lineage makes the second one a duplicate)."""
+        taken = list(self._queue.items())
+        self._queue.clear()
+        self.counters["taken"] += len(taken)
+        if self._progress is not None:
+            self._progress.set()
+        return taken
+
     async def flush(self, timeout: float | None = None) -> bool:
         """Wait until the queue is empty; False if ``timeout`` passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout

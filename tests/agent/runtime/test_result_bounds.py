@@ -188,7 +188,7 @@ def test_budgeted_store_answers_like_an_unbounded_one(
         snap = got.snapshot if got.snapshot is not None else bounded.load(1, epoch)
         assert Counter(snap.to_dict()) == Counter(want.snapshot.to_dict())  # type: ignore[union-attr]
     recount = sum(r.nbytes for t in bounded._trees.values() for r in t.values()) + sum(
-        s.memory_bytes() for s, _ in bounded._early.values()
+        h.snapshot.memory_bytes() for h in bounded._early.values()
     )
     assert bounded.resident_bytes == recount
     assert bounded.resident_bytes <= budget or not bounded.spill_candidates()

@@ -1,0 +1,99 @@
+"""ExpectedOrigins: which origins a job's master expects in each epoch's result.
+
+Contract. An **origin** is an agent that reads the job's input; the lineage of each stored
+result (:mod:`srt.dataplane.lineage`) says which origins it covers. The master feeds every
+result's lineage to :meth:`ExpectedOrigins.observe`; :meth:`ExpectedOrigins.expected` then
+answers, for epoch e, the origins that
+
+* contributed to some epoch in ``[e - grace_epochs, e + horizon]`` (an agent that crashed
+  stays expected for ``grace_epochs`` after its last contribution, so the epochs it misses
+  while it is down - or for good - are *tentative*, lacking it, never silently final), and
+* had joined by e (its first contribution is at or before e: an agent that joins later is
+  not missing from earlier epochs), and
+* has not left gracefully before e (:meth:`left`).
+
+It is pure state (no clock, no I/O); :meth:`export` / :meth:`restore` carry it to a new
+master. Bounded by the number of origins the job has had within the grace (older ones are
+forgotten on :meth:`observe`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from srt.dataplane.lineage import Lineage
+
+
+class ExpectedOrigins:
+    """Per job at its master: origin → (first, last) epoch seen, and graceful leaves."""
+
+    def __init__(self, grace_epochs: int = 60) -> None:
+        if grace_epochs < 1:
+            raise ValueError("grace_epochs must be >= 1")
+        self.grace_epochs = grace_epochs
+        self._first: dict[int, int] = {}
+        self._last: dict[int, int] = {}
+        self._left: dict[int, int] = {}  # origin -> the first epoch it no longer feeds
+
+    def observe(self, epoch: int, origins: Lineage | None) -> None:
+        """The result of ``epoch`` covers ``origins`` (None: unknown, ignored)."""
+        if origins is None:
+            return
+        for o in origins:
+            self._first[o] = min(self._first.get(o, epoch), epoch)
+            self._last[o] = max(self._last.get(o, epoch), epoch)
+            if self._left.get(o, epoch + 1) <= epoch:
+                del self._left[o]  # it came back
+        newest = max(self._last.values(), default=epoch)
+        for o in [o for o, last in self._last.items() if last < newest - 2 * self.grace_epochs]:
+            self._forget(o)
+
+    def left(self, origin: int, from_epoch: int) -> None:
+        """``origin`` stopped feeding the job gracefully: not expected from ``from_epoch``."""
+        self._left[origin] = from_epoch
+
+    def expected(self, epoch: int) -> Lineage | None:
+        """The origins epoch ``epoch`` should cover (None: nothing observed yet)."""
+        if not self._last:
+            return None
+        return frozenset(
+            o
+            for o, last in self._last.items()
+            if self._first[o] <= epoch
+            and last >= epoch - self.grace_epochs
+            and self._left.get(o, epoch + 1) > epoch
+        )
+
+    def origins(self) -> int:
+        return len(self._last)
+
+    def _forget(self, origin: int) -> None:
+        self._first.pop(origin, None)
+        self._last.pop(origin, None)
+        self._left.pop(origin, None)
+
+    def export(self) -> dict[str, Any]:
+        """JSON-able state for a new master."""
+        return {
+            "grace_epochs": self.grace_epochs,
+            "origins": {
+                format(o, "x"): [self._first[o], self._last[o], self._left.get(o)]
+                for o in self._last
+            },
+        }
+
+    def restore(self, state: Any) -> None:
+        """Merge an exported state (malformed entries are skipped)."""
+        if not isinstance(state, dict) or not isinstance(state.get("origins"), dict):
+            return
+        for key, value in state["origins"].items():
+            try:
+                origin = int(key, 16)
+                first, last, left = value
+                first, last = int(first), int(last)
+            except (TypeError, ValueError):
+                continue
+            self._first[origin] = min(self._first.get(origin, first), first)
+            self._last[origin] = max(self._last.get(origin, last), last)
+            if left is not None and origin not in self._left:
+                self._left[origin] = int(left)
