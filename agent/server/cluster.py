@@ -4,7 +4,12 @@ Contract: :class:`LocalCluster` starts ``n`` real ``elf agent`` processes (each 
 ports, data directory and optional JSON-lines inputs), the first as the seed the others
 bootstrap from; :meth:`LocalCluster.start` returns once every process printed its ready line
 (or raises with the failing process's stderr); :meth:`stop` sends SIGTERM (graceful leave) and
-kills what has not exited after a timeout. Processes share one secret file in the work
+kills what has not exited after a timeout. :meth:`kill` is a crash (SIGKILL, no leave);
+:meth:`restart` runs a dead process's command again with the same data directory and the same
+ports, so it comes back as the same node (its id is derived from its overlay address) and
+finds its persisted offsets. ``wrap`` and ``hosts`` place a process elsewhere than the
+loopback interface (a network namespace: :mod:`agent.server.chaos`); its ``stderr.log`` is
+appended to across restarts. Processes share one secret file in the work
 directory, created ``0600``; the API token is derived from it. Secrets never appear on the
 agents' command lines (``--secret-file PATH`` names the file), and each agent's
 ``stderr.log`` is ``0600``.
@@ -20,9 +25,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from agent.client import ApiClient, ApiError
 from agent.config import derive_api_token
@@ -65,6 +72,8 @@ class LocalCluster:
         logical_agents: int = 1,
         extra_args: list[str] | None = None,
         env: dict[str, str] | None = None,
+        wrap: Callable[[int], list[str]] | None = None,
+        hosts: dict[int, str] | None = None,
     ) -> None:
         if n < 1:
             raise ValueError("a cluster needs at least one agent process")
@@ -74,6 +83,10 @@ class LocalCluster:
         self.logical_agents = logical_agents
         self.extra_args = extra_args or []
         self.env = env or {}
+        # a command prefix per process index (e.g. ``ip netns exec NS``) and the address a
+        # process binds and advertises (default: loopback)
+        self.wrap = wrap
+        self.hosts = hosts or {}
         self.procs: list[AgentProcess] = []
         self.secret_file = self.workdir / "secret"
 
@@ -109,23 +122,38 @@ class LocalCluster:
             create_private(self.secret_file, secrets.token_hex(32).encode())
         return self.secret_file
 
-    def _spawn(self, index: int, bootstrap: str | None) -> AgentProcess:
+    def _spawn(
+        self,
+        index: int,
+        bootstrap: str | None,
+        ports: list[str] | None = None,
+    ) -> AgentProcess:
         data_dir = self.workdir / f"agent-{index}"
         data_dir.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "agent.cli", "agent", "--secret-file", str(self.secret_file)]
+        args = [*(self.wrap(index) if self.wrap else [])]
+        args += [sys.executable, "-m", "agent.cli", "agent", "--secret-file", str(self.secret_file)]
         args += ["--data-dir", str(data_dir), "--agents", str(self.logical_agents)]
+        host = self.hosts.get(index)
+        if host:
+            args += ["--host", host, "--api-host", host]
         if bootstrap:
             args += ["--bootstrap", bootstrap]
         for name, path in self.inputs.get(index, {}).items():
             args += ["--input", f"{name}={path}"]
         args += self.extra_args
+        args += ports or []
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
-        # the agent's log may quote rejected lines: private, like the dead letters
-        stderr = os.fdopen(open_private(data_dir / "stderr.log", append=False), "w")
+        # the agent's log may quote rejected lines: private, like the dead letters; a restart
+        # appends, so the log of the crashed run stays readable
+        log_file = open_private(data_dir / "stderr.log", append=ports is not None)
+        stderr = os.fdopen(log_file, "w")
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
         stderr.close()
         agent = AgentProcess(index, proc, data_dir)
-        self.procs.append(agent)
+        if index < len(self.procs):
+            self.procs[index] = agent
+        else:
+            self.procs.append(agent)
         return agent
 
     def _wait_ready(self, agent: AgentProcess, timeout: float) -> None:
@@ -180,10 +208,42 @@ class LocalCluster:
                 proc.process.stdout.close()
 
     def kill(self, index: int) -> None:
-        """Kill one agent process without a graceful leave (a crash)."""
+        """Kill one agent process without a graceful leave (a crash: SIGKILL)."""
         proc = self.procs[index].process
         proc.kill()
         proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def alive(self, index: int) -> bool:
+        return self.procs[index].process.poll() is None
+
+    def restart(self, index: int, timeout: float = 60.0) -> AgentProcess:
+        """Run a dead process's command again: same data directory, same overlay, data-plane
+        and API ports (so the same node id and API URL), bootstrapping from a live process.
+        Returns once it printed its ready line (raises :class:`ClusterError` otherwise)."""
+        old = self.procs[index]
+        if old.process.poll() is None:
+            raise ClusterError(f"agent process {index} is still running")
+        first = old.agents[0]
+        ports = [
+            "--port",
+            first["overlay"].rsplit(":", 1)[1],
+            "--data-port",
+            str(urlsplit(first["data_url"]).port),
+            "--api-port",
+            str(urlsplit(first["api_url"]).port),
+        ]
+        peers = [p for p in self.procs if p.index != index and p.process.poll() is None]
+        bootstrap = peers[0].overlay_address if peers else None
+        proc = self._spawn(index, bootstrap, ports)
+        try:
+            self._wait_ready(proc, timeout)
+        except ClusterError:
+            proc.process.kill()
+            proc.process.wait()
+            raise
+        return proc
 
     def __enter__(self) -> LocalCluster:
         return self.start()

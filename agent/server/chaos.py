@@ -1,0 +1,556 @@
+"""The chaos harness: a real multi-process cluster, files still being written, faults, and an
+epoch-by-epoch check of every job's results against the lines written.
+
+Contract.
+
+* :class:`LogWriter` appends JSON lines (``{"ts": now, "line": words, "page": p, "seq": s}``)
+  to one file per agent at a fixed rate, from a thread, until stopped; it keeps writing the
+  file of an agent that is down (a web server does not stop logging when the agent dies).
+* :class:`JobPlan` is a job under test: its spec and an independent reference (WordCount:
+  the lowercase words split on spaces; QL ``SELECT page, count(*) AS hits ... GROUP BY
+  page``: a Counter of ``page``) computed by :func:`reference` from the very files written,
+  one Counter per epoch (the epoch of a line is ``floor(ts / epoch_seconds)``).
+* :class:`ChaosCluster` starts ``n`` agent processes (one agent each, so a kill takes one
+  agent down), one shared lake, optionally each in its own network namespace
+  (:mod:`agent.server.netns`); finds roles from the agents' ``/api/v1/status`` (master,
+  inner node, leaf of a job's first tree); injects faults (:meth:`ChaosCluster.kill`,
+  :meth:`~ChaosCluster.restart`, :meth:`~ChaosCluster.partition`) and records each in
+  :attr:`ChaosCluster.events` with its wall time and the newest stored epoch. Fault timing
+  follows the cluster's own progress (:meth:`ChaosCluster.wait_stored`), never a sleep.
+* :func:`check` classifies every epoch of every job from its start epoch to the last epoch
+  written: ``exact`` (final and equal to the reference), ``wrong`` (final and *not* equal:
+  silently wrong, what the product promises never happens), ``tentative`` (flagged; it must
+  name its lacking origins, else ``unnamed``), ``missing`` (no result). The lake, when set,
+  is classified the same way from its newest file per epoch and tree.
+  :func:`tracebacks` lists the agent logs that hold a Python traceback.
+
+Bounds: the writer's rate and the run's length are the caller's; every wait has a timeout
+and fails naming what it waited for; API calls time out after ``api_timeout`` seconds (a
+partitioned agent answers nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.client import ApiClient, ApiError
+from agent.server.cluster import LocalCluster
+from agent.server.netns import NetnsLab
+
+INPUT = "lines"
+WORDS = [f"w{i}" for i in range(60)] + ["alpha", "beta", "gamma", "delta"]
+PAGES = [f"/p/{i}" for i in range(12)]
+QL_QUERY = f"SELECT page, count(*) AS hits FROM {INPUT} GROUP BY page"
+
+EXACT = "exact"
+WRONG = "wrong"
+TENTATIVE = "tentative"
+UNNAMED = "unnamed"  # tentative without naming the origins it lacks: a broken promise
+MISSING = "missing"
+VERDICTS = (EXACT, WRONG, TENTATIVE, UNNAMED, MISSING)
+
+
+# ---- the workload ----------------------------------------------------------------------------
+
+
+class LogWriter:
+    """Appends JSON lines to ``paths`` at ``rate`` lines per second per file (module
+    contract). Lines are timestamped when written; a file's lines are in time order."""
+
+    def __init__(self, paths: list[Path], rate: float = 20.0, seed: int = 1) -> None:
+        self.paths = paths
+        self.rate = rate
+        self.rng = random.Random(seed)
+        self.written = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-writer", daemon=True)
+        self._seq = 0
+
+    def start(self) -> LogWriter:
+        for p in self.paths:
+            p.touch()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        files = [p.open("a") for p in self.paths]
+        interval = 0.05
+        due = 0.0  # lines owed per file (fractional rates accumulate)
+        try:
+            while not self._stop.wait(interval):
+                due += self.rate * interval
+                n, due = int(due), due - int(due)
+                for f in files:
+                    for _ in range(n):
+                        f.write(self._line() + "\n")
+                    f.flush()
+                    self.written += n
+        finally:
+            for f in files:
+                f.close()
+
+    def _line(self) -> str:
+        self._seq += 1
+        words = " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randrange(1, 6)))
+        record = {"ts": time.time(), "line": words.upper(), "page": self.rng.choice(PAGES)}
+        return json.dumps({**record, "seq": self._seq})
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A job under test: ``kind`` is ``"wordcount"`` or ``"ql"``."""
+
+    name: str
+    kind: str
+    start_epoch: int
+    epoch_seconds: float = 1.0
+    allowed_lateness: float = 1.0
+
+    def spec(self) -> dict[str, Any]:
+        common = {
+            "name": self.name,
+            "creator": "chaos",
+            "inputs": [INPUT],
+            "epoch_seconds": self.epoch_seconds,
+            "allowed_lateness": self.allowed_lateness,
+            "start_epoch": self.start_epoch,
+        }
+        if self.kind == "wordcount":
+            return {**common, "job_class": "wordcount"}
+        if self.kind == "ql":
+            return {**common, "job_class": "ql", "params": {"query": QL_QUERY}}
+        raise ValueError(f"unknown job kind {self.kind!r}")
+
+    def keys(self, record: dict[str, Any]) -> Iterable[str]:
+        """The reference's keys of one written record (independent of the job's code)."""
+        if self.kind == "wordcount":
+            return str(record["line"]).lower().split()
+        return [str(record["page"])]
+
+    def counter(self, rows: list[Any]) -> Counter[str]:
+        """A result's rows as a Counter (``[key, count]`` pairs or QL's named rows)."""
+        if self.kind == "wordcount":
+            return Counter({str(k): int(v) for k, v in rows})
+        return Counter({str(r["page"]): int(r["hits"]) for r in rows})
+
+    def epoch_of(self, ts: float) -> int:
+        return math.floor(ts / self.epoch_seconds)
+
+
+def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every complete JSON line of ``paths`` (a torn last line is not a record)."""
+    out = []
+    for path in paths:
+        with path.open() as f:
+            for line in f:
+                if line.endswith("\n"):
+                    out.append(json.loads(line))
+    return out
+
+
+def reference(plan: JobPlan, records: Iterable[dict[str, Any]]) -> dict[int, Counter[str]]:
+    """epoch → Counter of the plan's keys over ``records`` from its start epoch on."""
+    out: dict[int, Counter[str]] = {}
+    for r in records:
+        epoch = plan.epoch_of(float(r["ts"]))
+        if epoch >= plan.start_epoch:
+            out.setdefault(epoch, Counter()).update(plan.keys(r))
+    return out
+
+
+# ---- the cluster -----------------------------------------------------------------------------
+
+
+@dataclass
+class FaultEvent:
+    """One injected fault: what, on which agent process, when, and the newest epoch the
+    job's master had stored just before."""
+
+    action: str
+    index: int
+    role: str
+    at: float
+    stored_before: int | None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class ChaosCluster:
+    """``n`` agent processes tailing files under ``workdir`` (module contract)."""
+
+    def __init__(
+        self,
+        n: int,
+        workdir: Path,
+        *,
+        netns: NetnsLab | None = None,
+        lake: bool = True,
+        api_timeout: float = 5.0,
+        log_level: str = "WARNING",
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.n = n
+        self.workdir = Path(workdir)
+        self.paths = [self.workdir / f"access-{i}.jsonl" for i in range(n)]
+        self.netns = netns
+        self.api_timeout = api_timeout
+        self.lake_dir = self.workdir / "lake" if lake else None
+        args = ["--log-level", log_level, "--lake", str(self.lake_dir) if lake else "off"]
+        self.cluster = LocalCluster(
+            n,
+            self.workdir,
+            inputs={i: {f"{INPUT}:json": str(p)} for i, p in enumerate(self.paths)},
+            extra_args=[*args, *(extra_args or [])],
+            wrap=netns.wrap if netns is not None else None,
+            hosts=netns.hosts if netns is not None else None,
+        )
+        self.events: list[FaultEvent] = []
+        self.down: set[int] = set()  # killed and not restarted, or partitioned
+
+    # -- lifecycle --
+
+    def start(self, timeout: float = 120.0) -> ChaosCluster:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for p in self.paths:
+            p.touch()
+        self.cluster.start(timeout=timeout)
+        self.cluster.wait_settled(timeout)
+        return self
+
+    def stop(self) -> None:
+        for i in sorted(self.down):
+            if self.netns is not None and self.cluster.alive(i):
+                self.netns.link(i, True)
+        self.cluster.stop()
+
+    # -- access --
+
+    def client(self, index: int) -> ApiClient:
+        return ApiClient(self.cluster.procs[index].api_url, self.cluster.token, self.api_timeout)
+
+    def live(self) -> list[int]:
+        return [i for i in range(self.n) if i not in self.down and self.cluster.alive(i)]
+
+    def any_client(self) -> ApiClient:
+        return self.client(self.live()[0])
+
+    def submit(self, plan: JobPlan) -> dict[str, Any]:
+        return self.any_client().submit(plan.spec())
+
+    def roles(self, job: str) -> dict[int, str]:
+        """index → ``master``, ``inner`` or ``leaf`` in the job's first tree, for the live
+        agents that answer (an agent without the job yet is left out)."""
+        out: dict[int, str] = {}
+        for i in self.live():
+            try:
+                st = self.client(i).status()["jobs"].get(job)
+            except ApiError:
+                continue
+            if not st or not st.get("trees"):
+                continue
+            first = st["tree_ids"][0]
+            view = next((t for t in st["trees"] if t["tree_id"] == first), st["trees"][0])
+            if "master" in st.get("roles", ()) or view.get("is_root"):
+                out[i] = "master"
+            elif view.get("children"):
+                out[i] = "inner"
+            else:
+                out[i] = "leaf"
+        return out
+
+    def pick(self, job: str, role: str, rng: random.Random | None = None) -> int:
+        """A live agent process in ``role`` for ``job`` (raises LookupError if none)."""
+        found = sorted(i for i, r in self.roles(job).items() if r == role)
+        if not found:
+            raise LookupError(f"no live {role} of job {job!r}")
+        return (rng or random.Random(0)).choice(found)
+
+    def stored(self, job: str) -> int | None:
+        """The newest epoch the job's master(s) stored (None: none yet / unreachable)."""
+        for i in self.live():
+            try:
+                return int(self.client(i).results(job)["epoch"])
+            except ApiError:
+                continue
+        return None
+
+    def wait_stored(self, job: str, epoch: int, timeout: float = 60.0) -> float:
+        """Wait until the job's master stored ``epoch`` or later; returns the wall time."""
+        wait_until(
+            lambda: (s := self.stored(job)) is not None and s >= epoch,
+            timeout,
+            f"job {job} to store epoch {epoch}",
+        )
+        return time.time()
+
+    # -- faults --
+
+    def _event(self, action: str, index: int, job: str, role: str, **detail: Any) -> FaultEvent:
+        ev = FaultEvent(action, index, role, time.time(), self.stored(job), detail)
+        self.events.append(ev)
+        return ev
+
+    def kill(self, index: int, job: str = "", role: str = "") -> FaultEvent:
+        """kill -9 of agent process ``index``."""
+        ev = self._event("kill", index, job, role)
+        ev.at = time.time()
+        self.cluster.kill(index)
+        self.down.add(index)
+        return ev
+
+    def restart(self, index: int, job: str = "", timeout: float = 60.0) -> FaultEvent:
+        """The killed process's command again, same data directory and ports."""
+        self.cluster.restart(index, timeout=timeout)
+        self.down.discard(index)
+        return self._event("restart", index, job, "")
+
+    def partition(self, index: int, job: str = "", role: str = "") -> FaultEvent:
+        """Take agent ``index``'s link down (needs a :class:`NetnsLab`)."""
+        if self.netns is None:
+            raise RuntimeError("partitions need network namespaces (NetnsLab)")
+        ev = self._event("partition", index, job, role)
+        self.netns.link(index, False)
+        self.down.add(index)
+        return ev
+
+    def heal(self, index: int, job: str = "") -> FaultEvent:
+        assert self.netns is not None
+        self.netns.link(index, True)
+        self.down.discard(index)
+        return self._event("heal", index, job, "")
+
+    # -- evidence --
+
+    def pids(self) -> list[int]:
+        return [p.process.pid for p in self.cluster.procs if p.process.poll() is None]
+
+    def timings(self, job: str) -> list[dict[str, Any]]:
+        out = []
+        for i in self.live():
+            try:
+                out.append(self.client(i).timings(job))
+            except ApiError:
+                continue
+        return out
+
+    def logs(self) -> dict[int, Path]:
+        return {i: self.workdir / f"agent-{i}" / "stderr.log" for i in range(self.n)}
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.1) -> Any:
+    """Poll another process's state until ``predicate`` is truthy (an API error counts as
+    "not yet"); raise ``TimeoutError`` naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = predicate()
+        except ApiError as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+        time.sleep(step)  # the poll interval of a cross-process condition
+
+
+# ---- checking --------------------------------------------------------------------------------
+
+
+@dataclass
+class EpochCheck:
+    """One epoch of one job, as the API (or the lake) answered it."""
+
+    epoch: int
+    verdict: str
+    want: int  # records' keys counted by the reference
+    got: int | None = None
+    lacking: list[str] = field(default_factory=list)
+    coverage: float | None = None
+    version: int | None = None
+    diff: dict[str, Any] | None = None  # for a wrong epoch: missing and extra keys
+
+
+def classify(
+    plan: JobPlan, epoch: int, want: Counter[str], res: dict[str, Any] | None
+) -> EpochCheck:
+    """One epoch's verdict (module contract) from a results-API answer (None: no result)."""
+    total = sum(want.values())
+    if res is None:
+        return EpochCheck(epoch, MISSING, total)
+    got = plan.counter(res.get("rows") or [])
+    lacking = list(res.get("lacking") or ())
+    check = EpochCheck(
+        epoch,
+        EXACT,
+        total,
+        sum(got.values()),
+        lacking,
+        res.get("coverage"),
+        res.get("version"),
+    )
+    if res.get("tentative") or not res.get("complete", True):
+        check.verdict = TENTATIVE if lacking or not res.get("complete", True) else UNNAMED
+    elif got != want:
+        check.verdict = WRONG
+        check.diff = {"missing": dict(want - got), "extra": dict(got - want)}
+    return check
+
+
+def fetch_result(chaos: ChaosCluster, job: str, epoch: int) -> dict[str, Any] | None:
+    """The results API's answer for (job, epoch) from any live agent (None: 404/410/503 or
+    no agent answered)."""
+    for i in chaos.live():
+        try:
+            return chaos.client(i).results(job, epoch)
+        except ApiError as exc:
+            if exc.status in (404, 410):
+                return None
+            continue  # 503 / unreachable: ask another agent
+    return None
+
+
+def lake_results(lake_dir: Path, plan: JobPlan) -> dict[int, dict[str, Any]]:
+    """epoch → a results-API-like answer built from the lake's newest files of the job."""
+    from spark_sink.lake import Lake, complete_epochs, read_rows
+
+    lake = Lake(str(lake_dir))
+    files = lake.files(plan.name)
+    complete = complete_epochs(files)
+    out: dict[int, dict[str, Any]] = {}
+    for f in files:
+        table = read_rows(lake, f.path, [f.epoch] if f.compacted else None).to_pylist()
+        entry = out.setdefault(
+            f.epoch, {"rows": [], "tentative": False, "lacking": [], "complete": complete[f.epoch]}
+        )
+        for row in table:
+            entry["tentative"] = entry["tentative"] or bool(row.get("tentative"))
+            key = json.loads(row["key_json"])
+            if plan.kind == "wordcount":
+                entry["rows"].append([key, json.loads(row["value_json"])])
+            else:
+                entry["rows"].append(key)
+        if entry["tentative"]:
+            entry["lacking"] = ["(the lake does not name origins)"]
+    return out
+
+
+@dataclass
+class JobReport:
+    """Every checked epoch of one job."""
+
+    job: str
+    epochs: list[EpochCheck]
+    lake: list[EpochCheck] | None = None
+
+    def counts(self, checks: list[EpochCheck] | None = None) -> dict[str, int]:
+        c = Counter(e.verdict for e in (self.epochs if checks is None else checks))
+        return {v: c.get(v, 0) for v in VERDICTS}
+
+    def violations(self) -> list[EpochCheck]:
+        """Epochs that break "exact or flagged": final and wrong, or tentative unnamed."""
+        return [e for e in self.epochs if e.verdict in (WRONG, UNNAMED)]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "job": self.job,
+            "epochs": len(self.epochs),
+            "first": self.epochs[0].epoch if self.epochs else None,
+            "last": self.epochs[-1].epoch if self.epochs else None,
+            "api": self.counts(),
+            "violations": [vars(e) for e in self.violations()],
+            "not_exact": [
+                {
+                    "epoch": e.epoch,
+                    "verdict": e.verdict,
+                    "want": e.want,
+                    "got": e.got,
+                    "lacking": len(e.lacking),
+                }
+                for e in self.epochs
+                if e.verdict != EXACT
+            ][:40],
+        }
+        if self.lake is not None:
+            out["lake"] = self.counts(self.lake)
+            out["lake_violations"] = [vars(e) for e in self.lake if e.verdict in (WRONG, UNNAMED)][
+                :20
+            ]
+        return out
+
+
+def expected_epochs(plan: JobPlan, last_ts: float) -> range:
+    """The epochs to check: from the job's start to the last epoch that is closed by the
+    lines written (the epoch of the newest line minus one: its own may be cut short)."""
+    last = plan.epoch_of(last_ts) - 1
+    return range(plan.start_epoch, last + 1)
+
+
+def check(
+    chaos: ChaosCluster,
+    plans: list[JobPlan],
+    *,
+    settle_timeout: float = 30.0,
+) -> list[JobReport]:
+    """Compare every epoch of every job with the reference (module contract). Call after the
+    writer stopped: waits up to ``settle_timeout`` for every epoch to be final and exact (the
+    quiescence the results converge to), then classifies what is there."""
+    records = read_records(chaos.paths)
+    last_ts = max(float(r["ts"]) for r in records)
+    reports = []
+    for plan in plans:
+        want = reference(plan, records)
+        epochs = expected_epochs(plan, last_ts)
+
+        def all_exact(
+            plan: JobPlan = plan, want: dict[int, Counter[str]] = want, epochs: range = epochs
+        ) -> bool:
+            return all(
+                classify(plan, e, want.get(e, Counter()), fetch_result(chaos, plan.name, e)).verdict
+                == EXACT
+                for e in epochs
+            )
+
+        # classified below as they are after the timeout: the report says what did not settle
+        with contextlib.suppress(TimeoutError):
+            wait_until(all_exact, settle_timeout, f"job {plan.name}'s epochs to settle", 1.0)
+        checks = [
+            classify(plan, e, want.get(e, Counter()), fetch_result(chaos, plan.name, e))
+            for e in epochs
+        ]
+        report = JobReport(plan.name, checks)
+        if chaos.lake_dir is not None and chaos.lake_dir.exists():
+            lake = lake_results(chaos.lake_dir, plan)
+            report.lake = [classify(plan, e, want.get(e, Counter()), lake.get(e)) for e in epochs]
+        reports.append(report)
+    return reports
+
+
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)
+
+
+def tracebacks(chaos: ChaosCluster) -> dict[int, str]:
+    """index → the first traceback (and 1,500 characters after it) in that agent's log."""
+    out = {}
+    for i, path in chaos.logs().items():
+        if not path.exists():
+            continue
+        text = path.read_text(errors="replace")
+        if m := _TRACEBACK.search(text):
+            out[i] = text[max(0, m.start() - 300) : m.start() + 1500]
+    return out
