@@ -384,15 +384,17 @@ class EpochCheck:
     coverage: float | None = None
     version: int | None = None
     diff: dict[str, Any] | None = None  # for a wrong epoch: missing and extra keys
+    why: str | None = None  # for a missing epoch: the API's refusal
 
 
 def classify(
-    plan: JobPlan, epoch: int, want: Counter[str], res: dict[str, Any] | None
+    plan: JobPlan, epoch: int, want: Counter[str], res: dict[str, Any] | str | None
 ) -> EpochCheck:
-    """One epoch's verdict (module contract) from a results-API answer (None: no result)."""
+    """One epoch's verdict (module contract) from a results-API answer (a text or None: no
+    result, and why)."""
     total = sum(want.values())
-    if res is None:
-        return EpochCheck(epoch, MISSING, total)
+    if not isinstance(res, dict):
+        return EpochCheck(epoch, MISSING, total, why=res or "no result")
     got = plan.counter(res.get("rows") or [])
     lacking = list(res.get("lacking") or ())
     check = EpochCheck(
@@ -412,17 +414,19 @@ def classify(
     return check
 
 
-def fetch_result(chaos: ChaosCluster, job: str, epoch: int) -> dict[str, Any] | None:
-    """The results API's answer for (job, epoch) from any live agent (None: 404/410/503 or
-    no agent answered)."""
+def fetch_result(chaos: ChaosCluster, job: str, epoch: int) -> dict[str, Any] | str:
+    """The results API's answer for (job, epoch) from any live agent, or why there is none
+    (the refusal, e.g. ``"404: ..."``, or the last error when no agent answered)."""
+    why = "no live agent"
     for i in chaos.live():
         try:
             return chaos.client(i).results(job, epoch)
         except ApiError as exc:
+            why = str(exc)
             if exc.status in (404, 410):
-                return None
+                return why
             continue  # 503 / unreachable: ask another agent
-    return None
+    return why
 
 
 def lake_results(lake_dir: Path, plan: JobPlan) -> dict[int, dict[str, Any]]:
@@ -481,6 +485,7 @@ class JobReport:
                     "want": e.want,
                     "got": e.got,
                     "lacking": len(e.lacking),
+                    **({"why": e.why[:120]} if e.why else {}),
                 }
                 for e in self.epochs
                 if e.verdict != EXACT

@@ -60,7 +60,7 @@ def chaos(tmp_path: Path) -> Iterator[ChaosCluster]:
         cluster.stop()
 
 
-def test_kill_restart_leaf_and_kill_master_stay_exact_or_flagged(chaos: ChaosCluster) -> None:
+def test_leaf_kill_and_restart_stays_exact_or_flagged(chaos: ChaosCluster) -> None:
     writer = LogWriter(chaos.paths, rate=10).start()
     try:
         start = math.floor(time.time()) + 2
@@ -71,16 +71,63 @@ def test_kill_restart_leaf_and_kill_master_stay_exact_or_flagged(chaos: ChaosClu
         leaf = chaos.pick("wc", "leaf")
         ev = chaos.kill(leaf, "wc", "leaf")
         chaos.wait_stored("wc", (ev.stored_before or start) + 2)
-        chaos.restart(leaf, "wc")
-        ev = chaos.events[-1]
+        ev = chaos.restart(leaf, "wc")
         chaos.wait_stored("wc", (ev.stored_before or start) + 2)
-        # kill -9 of the master: the next-closest agent takes the job over
-        master = chaos.pick("wc", "master")
-        ev = chaos.kill(master, "wc", "master")
-        chaos.wait_stored("wc", (ev.stored_before or start) + 2, timeout=60)
     finally:
         writer.stop()
     reports = check(chaos, [wc], settle_timeout=15)
+    report(reports, chaos.events)
+    assert_exact_or_flagged(chaos, reports)
+
+
+# Known product bugs this harness found (reported to issue 12's lead); strict, so the day they
+# are fixed the test says so and the marker goes. A timeout is not hidden: only an
+# AssertionError counts as the expected failure.
+MASTER_KILL_BUG = (
+    "issue 12: after kill -9 of a job's master the new master stores the epochs that lack "
+    "the dead master's own origin as final (tentative=false, coverage=1.0, lacking=[]), in "
+    "the results API and the lake; and every earlier epoch answers 404"
+)
+MID_RUN_BUG = (
+    "issue 12: a job submitted mid-run on an input another job reads misses the records of "
+    "its start epoch read before it started, and calls that epoch final"
+)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=MASTER_KILL_BUG)
+def test_master_kill_stays_exact_or_flagged(chaos: ChaosCluster) -> None:
+    writer = LogWriter(chaos.paths, rate=10).start()
+    try:
+        start = math.floor(time.time()) + 2
+        wc = JobPlan("wc", "wordcount", start)
+        chaos.submit(wc)
+        chaos.wait_stored("wc", start + 2)
+        # kill -9 of the master: the next-closest agent takes the job over
+        master = chaos.pick("wc", "master")
+        ev = chaos.kill(master, "wc", "master")
+        chaos.wait_stored("wc", (ev.stored_before or start) + 3, timeout=60)
+    finally:
+        writer.stop()
+    reports = check(chaos, [wc], settle_timeout=15)
+    report(reports, chaos.events)
+    assert_exact_or_flagged(chaos, reports)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=MID_RUN_BUG)
+def test_job_submitted_mid_run_stays_exact_or_flagged(chaos: ChaosCluster) -> None:
+    writer = LogWriter(chaos.paths, rate=10).start()
+    try:
+        start = math.floor(time.time()) + 1
+        wc = JobPlan("wc", "wordcount", start)
+        chaos.submit(wc)
+        chaos.wait_stored("wc", start + 1)
+        # the current epoch, already partly read by wc's workers, is the new job's first
+        mid = JobPlan("wc_mid", "wordcount", math.floor(time.time()))
+        chaos.submit(mid)
+        chaos.wait_stored("wc_mid", mid.start_epoch + 2)
+    finally:
+        writer.stop()
+    reports = check(chaos, [wc, mid], settle_timeout=15)
     report(reports, chaos.events)
     assert_exact_or_flagged(chaos, reports)
 
