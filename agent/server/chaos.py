@@ -300,7 +300,8 @@ class ChaosCluster:
     # -- faults --
 
     def _event(self, action: str, index: int, job: str, role: str, **detail: Any) -> FaultEvent:
-        ev = FaultEvent(action, index, role, time.time(), self.stored(job), detail)
+        stored = self.stored(job) if job else None
+        ev = FaultEvent(action, index, role, time.time(), stored, detail)
         self.events.append(ev)
         return ev
 
@@ -328,7 +329,9 @@ class ChaosCluster:
         return ev
 
     def heal(self, index: int, job: str = "") -> FaultEvent:
-        assert self.netns is not None
+        """Bring agent ``index``'s link up again."""
+        if self.netns is None:
+            raise RuntimeError("partitions need network namespaces (NetnsLab)")
         self.netns.link(index, True)
         self.down.discard(index)
         return self._event("heal", index, job, "")
