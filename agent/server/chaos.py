@@ -74,6 +74,7 @@ class LogWriter:
         self.rng = random.Random(seed)
         self.written = 0
         self._stop = threading.Event()
+        self._progress = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="chaos-writer", daemon=True)
         self._seq = 0
 
@@ -95,7 +96,9 @@ class LogWriter:
                     for _ in range(n):
                         f.write(self._line() + "\n")
                     f.flush()
-                    self.written += n
+                with self._progress:
+                    self.written += n * len(files)
+                    self._progress.notify_all()
         finally:
             for f in files:
                 f.close()
@@ -105,6 +108,11 @@ class LogWriter:
         words = " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randrange(1, 6)))
         record = {"ts": time.time(), "line": words.upper(), "page": self.rng.choice(PAGES)}
         return json.dumps({**record, "seq": self._seq})
+
+    def wait_written(self, lines: int, timeout: float) -> bool:
+        """Wait until at least ``lines`` lines are written in all (False after ``timeout``)."""
+        with self._progress:
+            return self._progress.wait_for(lambda: self.written >= lines, timeout)
 
     def stop(self) -> None:
         self._stop.set()
