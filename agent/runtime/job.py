@@ -175,6 +175,8 @@ class JobRuntime:
         grace = max(3, math.ceil(self.tunables.origin_grace_seconds / seconds))
         #: as master: which origins each epoch should cover (tentative vs final)
         self.expected_origins = ExpectedOrigins(grace)
+        #: per tree: the master's commit watermark as last heard (as master: our own)
+        self.committed: dict[int, int] = {}
         self.multicasts: list[dict[str, Any]] = []  # recent control messages received
         self.multicast_stats: list[dict[str, Any]] = []  # as master: reached, elapsed
         self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
@@ -468,6 +470,7 @@ class JobRuntime:
             if self.store.put(tid, epoch, snap, time.time(), origins=lineage, expected=expected):
                 self.expected_origins.observe(epoch, lineage)
                 self._report_missing(tid, epoch)
+                self._advance_commit(tid)
                 if self.lake is not None:
                     self.lake.epoch(tid, epoch)
                 self.tasks.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
@@ -506,6 +509,33 @@ class JobRuntime:
                     self.count("results_spilled")
         finally:
             self._spilling = False
+
+    def commit_watermark(self, tid: int) -> int | None:
+        """As master: the highest epoch C such that every stored epoch up to C is final, or
+        tentative and past repair (older than the origins' grace); None if none."""
+        epochs = self.store.epochs(tid)
+        if not epochs:
+            return None
+        give_up = epochs[-1] - self.expected_origins.grace_epochs
+        watermark = None
+        for epoch in epochs:
+            result = self.store.get(tid, epoch)
+            if result is not None and result.tentative and epoch > give_up:
+                break
+            watermark = epoch
+        return watermark
+
+    def _advance_commit(self, tid: int) -> None:
+        """Move the tree's commit watermark and tell the tree (agents then let their read
+        positions pass the committed epochs: agent/runtime/offsets.py)."""
+        watermark = self.commit_watermark(tid)
+        if watermark is None or watermark <= self.committed.get(tid, -1):
+            return
+        self.committed[tid] = watermark
+        self.count("commits")
+        self.tasks.spawn(
+            self._multicast(tid, {"kind": "commit", "epoch": watermark}), f"{self.name} commit"
+        )
 
     def _report_missing(self, tid: int, epoch: int) -> None:
         """A stored epoch that lacks expected origins is tentative: say so (counted, and a
@@ -586,6 +616,7 @@ class JobRuntime:
                     self._report_missing(tid, epoch)
                 if self.lake is not None:
                     self.lake.epoch(tid, epoch)  # a new version of the epoch
+                self._advance_commit(tid)
             self._bound_results()
             return "merged" if folded else "duplicate"
         self.tasks.spawn(self._forward_late(name, snap, origins), f"{self.name} late epoch")
@@ -660,6 +691,11 @@ class JobRuntime:
         del self.multicasts[:-64]
         if message.get("kind") == "change":
             await self._on_change(message)
+            return
+        if message.get("kind") == "commit":
+            epoch = message.get("epoch")
+            if type(epoch) is int and epoch > self.committed.get(tid, -1):
+                self.committed[tid] = epoch
             return
         if self.worker is not None:
             await maybe_await(await self.records.run(self.worker.on_multicast, message))
@@ -1037,7 +1073,7 @@ class JobRuntime:
             if sender is not None and not is_root:  # a root's emitted epochs are stored
                 queued = sender.pending()["queued"]
                 oldest = queued[0] if queued else None
-            out.append(TreeOutflow(combiner.next_epoch, oldest, is_root))
+            out.append(TreeOutflow(combiner.next_epoch, oldest, is_root, self.committed.get(tid)))
         return out
 
     # ---- status ------------------------------------------------------------------------------
@@ -1075,6 +1111,8 @@ class JobRuntime:
             "multicasts_received": len(self.multicasts),
             "multicast_stats": self.multicast_stats[-8:],
             "counters": dict(self.counters),
+            "committed": {f"{t:040x}": e for t, e in self.committed.items()},
+            "origins_expected": self.expected_origins.origins(),
             "lake": self.lake.stats() if self.lake is not None else None,
         }
 
