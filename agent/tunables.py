@@ -49,6 +49,10 @@ class RuntimeTunables:
     # an origin that stops contributing stays expected this long (then its absence is no
     # longer reported): epochs it misses meanwhile are tentative, lacking it
     origin_grace_seconds: float = 120.0
+    # repair by pull (agent/runtime/retention.py): an origin keeps its own snapshots of
+    # uncommitted epochs (bytes per job); a master asks lacking origins every repair_interval
+    retained_bytes: int = 64 * 2**20
+    repair_interval: float = 1.0
     # a job whose record processing used more than cpu_budget_share of one core over the last
     # cpu_budget_window seconds is throttled (its records wait in its backlog) and reported
     cpu_budget_share: float = 0.5

@@ -197,6 +197,7 @@ class Agent:
         self.server.route("POST", "/agent/v1/results", self._serve_results)
         self.server.route("POST", "/agent/v1/handover", self._serve_handover)
         self.server.route("POST", "/agent/v1/late", self._serve_late)
+        self.server.route("POST", "/agent/v1/resend", self._serve_resend)
         self.server.route("POST", "/agent/v1/recv", self._serve_recv)
         self.overlay.handle("agent.where", lambda payload, sender: {"data_url": self.data_url})
         self.data_url = await self.server.start()
@@ -876,6 +877,21 @@ class Agent:
             return await runtime.local_results(int(body["tree"]), body.get("epoch"))
         except (TypeError, ValueError, OverflowError) as exc:  # int(1e400): OverflowError
             raise Reject(400, "bad_body", f"bad tree or epoch: {exc}") from None
+
+    async def _serve_resend(self, request: web.Request) -> dict[str, Any]:
+        """A master repairing a tentative epoch asks this origin for its own snapshots."""
+        body = await self._json_body(request, "job", "tree", "origin", "epochs")
+        runtime = self.runtimes.get(body["job"])
+        if runtime is None:
+            raise Reject(404, "unknown_job", f"job {body['job']!r} does not run here")
+        epochs = body["epochs"]
+        if not isinstance(epochs, list) or not all(type(e) is int for e in epochs):
+            raise Reject(400, "bad_body", "epochs must be a list of integers")
+        try:
+            tree, origin = int(body["tree"]), int(str(body["origin"]), 16)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise Reject(400, "bad_body", f"bad tree or origin: {exc}") from None
+        return await runtime.resend(tree, origin, epochs)
 
     async def _serve_handover(self, request: web.Request) -> dict[str, Any]:
         body = await self._json_body(request, "job", "tree", "items")

@@ -78,6 +78,7 @@ from agent.runtime.offsets import TreeOutflow
 from agent.runtime.record_thread import InlineRecords
 from agent.runtime.result_spill import ResultSpill
 from agent.runtime.results import ResultStore
+from agent.runtime.retention import RetainedEpochs
 from agent.runtime.services import (
     InputService,
     JobTableService,
@@ -103,6 +104,15 @@ log = logging.getLogger(__name__)
 #: epochs of clock skew a peer may be ahead of this agent's ``max_future`` horizon (as the
 #: barrier's ``max_ahead``)
 HORIZON_SLACK = 10_000
+
+
+REPAIR_BATCH = 16  # epochs asked of one origin per repair request
+
+
+def _decode_snapshot(value: Any) -> Snapshot:
+    if not isinstance(value, str):
+        raise ValueError("snapshot must be base64 text")
+    return Snapshot.from_bytes(base64.b64decode(value, validate=True))
 
 
 class JobRuntime:
@@ -177,6 +187,9 @@ class JobRuntime:
         self.expected_origins = ExpectedOrigins(grace)
         #: per tree: the master's commit watermark as last heard (as master: our own)
         self.committed: dict[int, int] = {}
+        #: as origin: our own snapshots of uncommitted epochs, for the master's repair
+        self.retained = RetainedEpochs(self.name, t.retained_bytes)
+        self._repairing: set[int] = set()  # trees whose repair loop runs (as master)
         self.multicasts: list[dict[str, Any]] = []  # recent control messages received
         self.multicast_stats: list[dict[str, Any]] = []  # as master: reached, elapsed
         self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
@@ -440,6 +453,7 @@ class JobRuntime:
             return
         for epoch, parts in closed:
             for tid, part in zip(self.tree_list, parts, strict=True):
+                self.retained.keep(tid, epoch, part)
                 self.ensure_tree(tid).offer_local(epoch, part)
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:
@@ -532,10 +546,86 @@ class JobRuntime:
         if watermark is None or watermark <= self.committed.get(tid, -1):
             return
         self.committed[tid] = watermark
+        self.retained.commit(tid, watermark)
         self.count("commits")
         self.tasks.spawn(
             self._multicast(tid, {"kind": "commit", "epoch": watermark}), f"{self.name} commit"
         )
+
+    # ---- repair by pull (docs/fault-tolerance.md) -------------------------------------------
+
+    def _schedule_repair(self, tid: int) -> None:
+        if tid in self._repairing or self._stopped:
+            return
+        self._repairing.add(tid)
+        self.tasks.spawn(self._repair(tid), f"{self.name} repair")
+
+    def lacking(self, tid: int) -> dict[int, list[int]]:
+        """As master: origin → the tentative epochs (still repairable) that lack it."""
+        epochs = self.store.epochs(tid)
+        if not epochs:
+            return {}
+        give_up = epochs[-1] - self.expected_origins.grace_epochs
+        wanted: dict[int, list[int]] = {}
+        for epoch, origins in sorted(self.store.missing(tid, give_up).items()):
+            for origin in origins:
+                wanted.setdefault(origin, []).append(epoch)
+        return wanted
+
+    async def _repair(self, tid: int) -> None:
+        """Ask each lacking origin for its own snapshots of the epochs it is missing from,
+        every ``repair_interval``, until no repairable epoch is tentative."""
+        try:
+            while not self._stopped:
+                await asyncio.sleep(self.tunables.repair_interval)
+                view = self._view(tid)
+                wanted = self.lacking(tid) if view is not None and view.is_root else {}
+                if not wanted:
+                    return
+                for origin, epochs in wanted.items():
+                    await self._pull(tid, origin, epochs[-REPAIR_BATCH:])
+        finally:
+            self._repairing.discard(tid)
+
+    async def _pull(self, tid: int, origin: int, epochs: list[int]) -> None:
+        body = {"job": self.name, "tree": tid, "origin": f"{origin:x}", "epochs": epochs}
+        self.count("repair_requests")
+        try:
+            url = await self.network.data_url_of(origin)
+            reply = await self.network.client.post_json(url, "/agent/v1/resend", body)
+            parts = reply.get("epochs") if isinstance(reply, dict) else None
+            if not isinstance(parts, dict):
+                raise ValueError("reply without an epochs object")
+            decoded = [
+                (int(k), await asyncio.to_thread(_decode_snapshot, v)) for k, v in parts.items()
+            ]
+        except Exception as exc:  # down, not found, or a bad reply: the next round retries
+            self.count("repair_unreachable")
+            log.info("job %s: repair from origin %x failed: %r", self.name, origin, exc)
+            return
+        combiner = self.ensure_tree(tid)
+        for epoch, snap in decoded:
+            if epoch not in epochs:
+                continue
+            try:
+                snap = combiner.check(epoch, snap, origin)
+            except Reject:
+                self.count("repair_refused")
+                continue
+            name = SnapshotName(self.name, tid, epoch, origin)
+            if self._fold_late(name, snap, frozenset((origin,))) == "merged":
+                self.count("repaired")
+
+    async def resend(self, tid: int, origin: int, epochs: list[int]) -> dict[str, Any]:
+        """As origin (``POST /agent/v1/resend``): our retained snapshots of ``epochs``."""
+        if origin != self.network.node_id:
+            raise Reject(404, "not_origin", f"this agent is not origin {origin:x}")
+        self._known_tree(tid)
+        found = [(e, s) for e in epochs[:REPAIR_BATCH] if (s := self.retained.get(tid, e))]
+        encoded = await asyncio.to_thread(
+            lambda: {str(e): base64.b64encode(s.to_bytes()).decode() for e, s in found}
+        )
+        return {"epochs": encoded}
 
     def _report_missing(self, tid: int, epoch: int) -> None:
         """A stored epoch that lacks expected origins is tentative: say so (counted, and a
@@ -544,6 +634,7 @@ class JobRuntime:
         if result is None or not result.tentative:
             return
         self.count("tentative_epochs")
+        self._schedule_repair(tid)
         self._log.warning(
             "tentative",
             "job %s tree %x epoch %d is tentative: coverage %.3f, lacking origins %s "
@@ -696,6 +787,7 @@ class JobRuntime:
             epoch = message.get("epoch")
             if type(epoch) is int and epoch > self.committed.get(tid, -1):
                 self.committed[tid] = epoch
+                self.retained.commit(tid, epoch)
             return
         if self.worker is not None:
             await maybe_await(await self.records.run(self.worker.on_multicast, message))
@@ -1112,6 +1204,7 @@ class JobRuntime:
             "multicast_stats": self.multicast_stats[-8:],
             "counters": dict(self.counters),
             "committed": {f"{t:040x}": e for t, e in self.committed.items()},
+            "retained": self.retained.stats(),
             "origins_expected": self.expected_origins.origins(),
             "lake": self.lake.stats() if self.lake is not None else None,
         }

@@ -339,6 +339,15 @@ class ResultStore:
         newest, reason = self._gone.get(tree, (-1, ""))
         return reason if epoch <= newest else None
 
+    def missing(self, tree: int, after: int) -> dict[int, Lineage]:
+        """Epochs above ``after`` that lack expected origins: epoch → the origins (no copy
+        of any snapshot: the master's repair loop calls this every round)."""
+        return {
+            epoch: r.missing
+            for epoch, r in self._trees.get(tree, {}).items()
+            if epoch > after and r.missing
+        }
+
     def epochs(self, tree: int) -> list[int]:
         return list(self._trees.get(tree, {}))
 
