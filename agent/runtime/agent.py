@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import dataclasses
 import logging
@@ -198,6 +199,7 @@ class Agent:
         self.server.route("POST", "/agent/v1/handover", self._serve_handover)
         self.server.route("POST", "/agent/v1/late", self._serve_late)
         self.server.route("POST", "/agent/v1/resend", self._serve_resend)
+        self.server.route("POST", "/agent/v1/replica", self._serve_replica)
         self.server.route("POST", "/agent/v1/recv", self._serve_recv)
         self.overlay.handle("agent.where", lambda payload, sender: {"data_url": self.data_url})
         self.data_url = await self.server.start()
@@ -892,6 +894,19 @@ class Agent:
         except (TypeError, ValueError, OverflowError) as exc:
             raise Reject(400, "bad_body", f"bad tree or origin: {exc}") from None
         return await runtime.resend(tree, origin, epochs)
+
+    async def _serve_replica(self, request: web.Request) -> dict[str, Any]:
+        """A master replicating its state to this agent, its standby."""
+        body = await self._json_body(request, "job", "tree", "master", "items")
+        runtime = self.runtimes.get(body["job"])
+        if runtime is None:
+            raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
+        try:
+            return runtime.accept_replica(int(body["tree"]), body)
+        except Reject:
+            raise
+        except (TypeError, ValueError, KeyError, OverflowError, binascii.Error) as exc:
+            raise Reject(400, "bad_replica", f"{type(exc).__name__}: {exc}") from None
 
     async def _serve_handover(self, request: web.Request) -> dict[str, Any]:
         body = await self._json_body(request, "job", "tree", "items")

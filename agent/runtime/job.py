@@ -86,6 +86,7 @@ from agent.runtime.services import (
     RecordExecutor,
     Spawner,
 )
+from agent.runtime.standby import Replica, ReplicationLog, standby_for
 from agent.runtime.worker import Worker
 from agent.tunables import RuntimeTunables
 from cbt import Snapshot
@@ -107,6 +108,7 @@ HORIZON_SLACK = 10_000
 
 
 REPAIR_BATCH = 16  # epochs asked of one origin per repair request
+REPLICA_BATCH = 32  # epochs sent to the standby per replication request
 
 
 def _decode_snapshot(value: Any) -> Snapshot:
@@ -190,6 +192,10 @@ class JobRuntime:
         #: as origin: our own snapshots of uncommitted epochs, for the master's repair
         self.retained = RetainedEpochs(self.name, t.retained_bytes)
         self._repairing: set[int] = set()  # trees whose repair loop runs (as master)
+        #: as master: what each tree's standby holds; as standby: the masters' replicas
+        self.replication = ReplicationLog()
+        self.replicas: dict[int, Replica] = {}
+        self._replicating: set[int] = set()
         self.multicasts: list[dict[str, Any]] = []  # recent control messages received
         self.multicast_stats: list[dict[str, Any]] = []  # as master: reached, elapsed
         self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
@@ -358,6 +364,7 @@ class JobRuntime:
             self.tasks.spawn(self._hand_over(tid), f"hand over {self.name}")
         self.parent_changed(tid)
         if is_root:
+            self._take_over(tid)
             self._keep_queued(tid)
 
     def _keep_queued(self, tid: int) -> None:
@@ -484,7 +491,7 @@ class JobRuntime:
             if self.store.put(tid, epoch, snap, time.time(), origins=lineage, expected=expected):
                 self.expected_origins.observe(epoch, lineage)
                 self._report_missing(tid, epoch)
-                self._advance_commit(tid)
+                self._replicate(tid)
                 if self.lake is not None:
                     self.lake.epoch(tid, epoch)
                 self.tasks.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
@@ -541,8 +548,12 @@ class JobRuntime:
 
     def _advance_commit(self, tid: int) -> None:
         """Move the tree's commit watermark and tell the tree (agents then let their read
-        positions pass the committed epochs: agent/runtime/offsets.py)."""
+        positions pass the committed epochs: agent/runtime/offsets.py). With a standby, only
+        epochs whose current version it holds can be committed."""
         watermark = self.commit_watermark(tid)
+        if watermark is not None and self._standby(tid) is not None:
+            upto = self.replication.replicated_upto(tid, self.store.versions(tid))
+            watermark = None if upto is None else min(watermark, upto)
         if watermark is None or watermark <= self.committed.get(tid, -1):
             return
         self.committed[tid] = watermark
@@ -551,6 +562,149 @@ class JobRuntime:
         self.tasks.spawn(
             self._multicast(tid, {"kind": "commit", "epoch": watermark}), f"{self.name} commit"
         )
+
+    # ---- the master's standby (agent/runtime/standby.py) ------------------------------------
+
+    def _standby(self, tid: int) -> Any:
+        return standby_for(tid, self.network.node_id, self.network.neighbours())
+
+    def _replicate(self, tid: int) -> None:
+        """A stored result changed at this master: bring the standby up to date (one loop
+        per tree), then advance the commit watermark."""
+        if self._stopped:
+            return
+        if tid in self._replicating:
+            return
+        self._replicating.add(tid)
+        self.tasks.spawn(self._replication_loop(tid), f"{self.name} replicate")
+
+    async def _replication_loop(self, tid: int) -> None:
+        try:
+            while not self._stopped:
+                view = self._view(tid)
+                if view is None or not view.is_root:
+                    return
+                target = self._standby(tid)
+                self.replication.retarget(tid, None if target is None else target.id)
+                versions = self.store.versions(tid)
+                self.replication.forget(tid, versions)
+                due = [] if target is None else self.replication.due(tid, versions)
+                if not due:
+                    self._replicating.discard(tid)  # before any await: no change is missed
+                    self._advance_commit(tid)
+                    return
+                if not await self._send_replica(tid, target, due[:REPLICA_BATCH]):
+                    await asyncio.sleep(self.tunables.repair_interval)
+        finally:
+            self._replicating.discard(tid)
+
+    async def _send_replica(self, tid: int, target: Any, epochs: list[int]) -> bool:
+        wanted = set(epochs)
+        plan = [p for p in self.store.export_plan(tid) if p[0]["epoch"] in wanted]
+        plan = [p for p in plan if not p[0].get("early")]
+        exported = await asyncio.to_thread(self.store.encode_plan, plan)
+        items = [
+            dict(item, snapshot=base64.b64encode(item["snapshot"]).decode()) for item in exported
+        ]
+        body = {
+            "job": self.name,
+            "tree": tid,
+            "master": f"{self.network.node_id:x}",
+            "items": items,
+            "expected": self.expected_origins.export(),
+            "committed": self.committed.get(tid),
+        }
+        try:
+            url = await self.network.data_url_of(target)
+            await self.network.client.post_json(url, "/agent/v1/replica", body)
+        except Exception as exc:
+            self.count("replica_failures")
+            log.info("job %s: replicating to standby %x failed: %r", self.name, target.id, exc)
+            return False
+        self.replication.acknowledged(tid, target.id, {i["epoch"]: i["version"] for i in exported})
+        self.count("replica_items_sent", len(exported))
+        return True
+
+    def accept_replica(self, tid: int, body: dict[str, Any]) -> dict[str, Any]:
+        """As standby (``POST /agent/v1/replica``): keep the master's replicated state.
+        Raises ``ValueError`` on a malformed body (a 400), nothing kept."""
+        self._known_tree(tid)
+        master = int(str(body["master"]), 16)
+        raw = body["items"]
+        if not isinstance(raw, list) or len(raw) > 4 * REPLICA_BATCH:
+            raise ValueError("items must be a list of at most 128 epochs")
+        items = []
+        for item in raw:
+            if not isinstance(item, dict) or type(item.get("epoch")) is not int:
+                raise ValueError("every item needs an integer epoch")
+            if type(item.get("version", 1)) is not int:
+                raise ValueError("an item's version must be an integer")
+            items.append(dict(item, snapshot=base64.b64decode(item["snapshot"], validate=True)))
+        committed = body.get("committed")
+        if committed is not None and type(committed) is not int:
+            raise ValueError("committed must be an integer or null")
+        replica = self.replicas.get(tid)
+        if replica is None or replica.master != master:
+            replica = self.replicas[tid] = Replica(master, self.store.retention)
+        kept = replica.add(items)
+        replica.expected = body.get("expected")
+        if committed is not None:
+            replica.committed = max(committed, replica.committed or committed)
+        self.count("replica_items_kept", kept)
+        return {"kept": kept}
+
+    def _take_over(self, tid: int) -> None:
+        """This agent just became the tree's root: if it was the standby, the dead master's
+        replicated state becomes its own (no committed epoch lost, job state replayed)."""
+        replica = self.replicas.pop(tid, None)
+        if replica is None or not replica.items:
+            return
+        combiner = self.ensure_tree(tid)
+        items = list(replica.items.values())
+        try:
+            taken = self.store.absorb(
+                tid, items, check=lambda epoch, snap: combiner.check(epoch, snap, "standby")
+            )
+        except Exception as exc:  # a bad replica must not stop the take-over: say so
+            self.count("takeover_failed")
+            log.warning("job %s: standby replica of tree %x unusable: %r", self.name, tid, exc)
+            return
+        self.expected_origins.restore(replica.expected)
+        if replica.committed is not None:
+            self.committed[tid] = max(replica.committed, self.committed.get(tid, -1))
+        epochs = sorted(replica.items)
+        if self.lake is not None:  # the dead master may not have written these yet
+            for epoch in epochs:
+                if epoch > (replica.committed if replica.committed is not None else -1):
+                    self.lake.epoch(tid, epoch)
+        self.count("takeovers")
+        log.warning(
+            "job %s tree %x: took over as master from the standby replica of %x "
+            "(%d epochs, committed up to %s)",
+            self.name,
+            tid,
+            replica.master,
+            taken,
+            replica.committed,
+        )
+        self.tasks.spawn(self._replay(tid, epochs), f"{self.name} replay")
+        self._replicate(tid)
+
+    async def _replay(self, tid: int, epochs: list[int]) -> None:
+        """Rebuild the job instance's result-derived state (``on_epoch_result`` in epoch
+        order) from results this master took over."""
+        for epoch in epochs:
+            result = self.store.get(tid, epoch)
+            if result is None:
+                continue
+            snap = result.snapshot
+            if snap is None:
+                try:
+                    snap = await asyncio.to_thread(self.store.load, tid, epoch)
+                except Exception:
+                    continue
+            await self.call_job(self.job_for(epoch).on_epoch_result, epoch, snap)
+        self.count("epochs_replayed", len(epochs))
 
     # ---- repair by pull (docs/fault-tolerance.md) -------------------------------------------
 
@@ -707,7 +861,7 @@ class JobRuntime:
                     self._report_missing(tid, epoch)
                 if self.lake is not None:
                     self.lake.epoch(tid, epoch)  # a new version of the epoch
-                self._advance_commit(tid)
+                self._replicate(tid)
             self._bound_results()
             return "merged" if folded else "duplicate"
         self.tasks.spawn(self._forward_late(name, snap, origins), f"{self.name} late epoch")
@@ -982,6 +1136,9 @@ class JobRuntime:
                 self.lake.epoch(tid, epoch)
         self.count("handovers_received")
         self._bound_results()
+        epochs = sorted({i["epoch"] for i in items if isinstance(i.get("epoch"), int)})
+        self.tasks.spawn(self._replay(tid, epochs), f"{self.name} replay")
+        self._replicate(tid)
         return taken
 
     async def receive(self, sender: int, paos: Snapshot | Any) -> None:
@@ -1205,6 +1362,8 @@ class JobRuntime:
             "counters": dict(self.counters),
             "committed": {f"{t:040x}": e for t, e in self.committed.items()},
             "retained": self.retained.stats(),
+            "replication": self.replication.stats(),
+            "replicas": {f"{t:040x}": r.stats() for t, r in self.replicas.items()},
             "origins_expected": self.expected_origins.origins(),
             "lake": self.lake.stats() if self.lake is not None else None,
         }

@@ -348,6 +348,10 @@ class ResultStore:
             if epoch > after and r.missing
         }
 
+    def versions(self, tree: int) -> dict[int, int]:
+        """Epoch → version of every stored epoch of ``tree`` (what a standby must hold)."""
+        return {epoch: r.version for epoch, r in self._trees.get(tree, {}).items()}
+
     def epochs(self, tree: int) -> list[int]:
         return list(self._trees.get(tree, {}))
 
