@@ -72,6 +72,7 @@ from agent.jobs.table import RUNNING, JobEntry
 from agent.jsonable import jsonable
 from agent.runtime.clock import EpochClock
 from agent.runtime.cpu_budget import CpuBudget
+from agent.runtime.lake_history import provenance
 from agent.runtime.lake_sink import LakeTarget, sink_for
 from agent.runtime.offsets import TreeOutflow
 from agent.runtime.record_thread import InlineRecords
@@ -834,7 +835,10 @@ class JobRuntime:
         if epoch is None:
             return {"epochs": epochs}
         result = self.store.get(tid, int(epoch))
-        if result is None:
+        if result is None:  # an epoch before this master, or dropped: the lake may have it
+            found = await self.lake.history(tid, int(epoch)) if self.lake is not None else None
+            if found is not None:
+                return {"epochs": epochs, **found}
             return {"epochs": epochs, "rows": None, "gone": self.store.gone(tid, int(epoch))}
         snap = result.snapshot
         if snap is None:
@@ -901,6 +905,7 @@ class JobRuntime:
             "complete": not missing,
             "updated": any(p.get("updated") for p in parts),
             "rows": rows if named is None else named,
+            **provenance(parts),
         }
 
     async def answer_query(self, message: Any) -> dict[str, Any]:
