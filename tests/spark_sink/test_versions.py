@@ -96,19 +96,38 @@ def spark_rows(df: Any) -> Counter:
 
 
 def run_stream(spark: Any, lake_dir: str, out: Path, checkpoint: Path) -> None:
+    """The stream's log of versions to ``out``, and docs/spark-sink.md's upsert recipe (the
+    newest version per (epoch, tree)) to ``out/../current``, until all available is read."""
+    current = out.parent / "current"
+
+    def upsert(batch: Any, batch_id: int) -> None:
+        # dynamic: replace only the (epoch, tree) partitions this batch holds
+        (
+            batch.write.mode("overwrite")
+            .option("partitionOverwriteMode", "dynamic")
+            .partitionBy("epoch", "tree")
+            .parquet(str(current))
+        )
+
     stream = spark.readStream.format("elf").option("job", "wc").load(lake_dir)
-    query = (
-        stream.select("epoch", "tree", "version", "key", "value")
-        .writeStream.format("parquet")
+    stream = stream.select("epoch", "tree", "version", "key", "value")
+    queries = [
+        stream.writeStream.format("parquet")
         .option("path", str(out))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
-        .start()
-    )
+        .start(),
+        stream.writeStream.foreachBatch(upsert)
+        .option("checkpointLocation", str(checkpoint) + "-current")
+        .trigger(availableNow=True)
+        .start(),
+    ]
     try:
-        query.awaitTermination(120)
+        for query in queries:
+            query.awaitTermination(120)
     finally:
-        query.stop()
+        for query in queries:
+            query.stop()
 
 
 def newest_per_epoch(df: Any) -> Any:
@@ -154,6 +173,7 @@ def test_spark_batch_sees_the_newest_version_and_a_stream_every_new_version(
     got = spark.read.parquet(str(out))
     assert spark_rows(got) == delivered  # v1 rows, then v2 as new rows, nothing twice
     assert spark_rows(newest_per_epoch(got)) == expected(newest) == batch()
+    assert spark_rows(spark.read.parquet(str(tmp_path / "current"))) == expected(newest)
     # compaction folds the newest versions of the complete hour; a later version still wins
     assert (
         maintain(lake, [("wc", t, TREES) for t in range(TREES)], LakeMaintenance(grace=0))[
@@ -169,3 +189,4 @@ def test_spark_batch_sees_the_newest_version_and_a_stream_every_new_version(
     got = spark.read.parquet(str(out))
     assert spark_rows(got) == delivered
     assert spark_rows(newest_per_epoch(got)) == expected(newest) == batch()
+    assert spark_rows(spark.read.parquet(str(tmp_path / "current"))) == expected(newest)
