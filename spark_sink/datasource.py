@@ -373,7 +373,10 @@ def register_views(spark: Any, lake: str, jobs: Sequence[str] | None = None) -> 
 
 def read_parquet(spark: Any, lake: str, job: str) -> Any:
     """The plain-Parquet alternative: one job's files with Spark's own Parquet reader
-    (``mergeSchema``; ``date`` and ``hour`` come from the directory names)."""
+    (``mergeSchema``; ``date`` and ``hour`` come from the directory names). It does not know
+    the lake's reader rule: every version of an epoch not yet compacted is there (and, within
+    the compaction grace, stale copies); keep the highest ``version`` per (epoch, tree) as
+    docs/spark-sink.md shows, or read with ``format("elf")``."""
     from urllib.parse import quote
 
     base = lake.rstrip("/")
