@@ -7,15 +7,14 @@ Contract (see ``docs/spark-sink.md``; the reader rule is in ``spark_sink/lake.py
   ``compact-tree-<i>-of-<m>.parquet``, written atomically (temporary file renamed over the
   name; one PUT on object stores). Only the highest version of each epoch is folded in (what
   :meth:`~spark_sink.lake.Lake.files` lists). Its footer records, per epoch, the version of
-  the rows and the epoch file's ``elf.result`` (``elf.sources``: ``{"<e>": {"version": k,
-  "result": {…}}}``),
-  so every epoch file of that version or older is recognisably stale from that instant on,
+  the rows, the epoch file's mtime and its ``elf.result`` (``elf.sources``: ``{"<e>":
+  {"version": k, "mtime_ns": t, "result": {…}}}``), so every epoch file of an older version
+  (or of that version and not newer) is recognisably stale from that instant on,
   and a version written later (late data, a final result replacing a tentative one) is
   newer and wins until the next pass folds it in: a reader lists each (epoch, tree) exactly
   once before, during and after.
-  **Idempotent**: with no epoch file of a higher version than the compacted file's sources
-  there is nothing to do and the lake is unchanged; re-running after a crash rewrites the
-  same rows.
+  **Idempotent**: with no epoch file fresher than the compacted file's sources there is
+  nothing to do and the lake is unchanged; re-running after a crash rewrites the same rows.
 * :func:`sweep` deletes stale epoch files (every version the compacted file's version
   supersedes), but only ``grace`` seconds after the compacted file that replaced them was
   written, so a reader (or a streaming query's replay) that listed them just before the
@@ -118,7 +117,7 @@ def compact_hour(lake: Lake, job: str, hour: Hour, tree: int, trees: int) -> int
         table = read_rows(lake, f.path, None)
         _roles(table.schema, keys, values)
         tables.append(table)
-        sources[f.epoch] = Source(f.version, result=result_meta(table.schema))
+        sources[f.epoch] = Source(f.version, int(f.mtime_ns or 0), result_meta(table.schema))
     schema = unified_schema([t.schema.remove_metadata() for t in tables])
     merged = pa.concat_tables([conform(t, schema) for t in tables])
     merged = merged.take(pc.sort_indices(merged, [("epoch", "ascending")]))

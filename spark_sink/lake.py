@@ -41,17 +41,19 @@ Contract (see ``docs/spark-sink.md``):
   API's pairs from a job's named rows).
 * **Compacted hours** (``spark_sink/compaction.py``): an hour's epoch files of one tree
   merged into ``compact-tree-<i>-of-<m>.parquet`` in the same hour directory. Its footer's
-  ``elf.sources`` maps each epoch it holds to ``{"version": k, "result": {…}}``: the version
-  its rows are and the epoch file's ``elf.result``.
-  An epoch file of version ≤ k is a stale copy (awaiting deletion) and is never listed; a
-  newer version written later wins over the compacted rows of its epoch until the next
-  compaction folds it in. So a reader sees each (epoch, tree) once, before, during and after
-  a compaction. Versions, not modification times, decide: an mtime depends on the clock of
-  the host that wrote the file (two masters of one job on a shared lake), on the file
-  system's granularity, and on copies and restores, and a rollup buffered while the lake was
-  down gets the mtime of its late flush; a version is part of the data. (Compacted files
-  written before versions record an epoch file's ``mtime_ns`` instead: a version-1 file is
-  stale unless newer than that; any higher version wins.)
+  ``elf.sources`` maps each epoch it holds to ``{"version": k, "mtime_ns": t, "result":
+  {…}}``: the version its rows are, the epoch file's mtime and its ``elf.result``. An epoch
+  file of a lower version is a stale copy (awaiting deletion) and is never listed; a higher
+  version written later wins over the compacted rows of its epoch until the next compaction
+  folds it in. So a reader sees each (epoch, tree) once, before, during and after a
+  compaction. Versions, not modification times, decide: an mtime depends on the clock of the
+  host that wrote the file (two masters of one job on a shared lake), on the file system's
+  granularity, and on copies and restores, and a rollup buffered while the lake was down
+  gets the mtime of its late flush; a version is part of the data. Only between equal
+  versions — which by the writer's promise hold the same rows, so either is right — does the
+  mtime break the tie (a file not newer than ``t`` is stale): a writer that broke the
+  promise still ends with its last write, as before versions. Compacted files written before
+  versions map epochs to a bare ``mtime_ns``: version 1, same rule.
 * **Reading.** :meth:`Lake.files` lists one :class:`LakeFile` per (epoch, tree), its
   highest version (parsed from file names; a compacted file's footer is read once and
   cached); :meth:`Lake.epoch_file` finds one (epoch, tree) listing only its hour directory.
@@ -185,8 +187,9 @@ def hour_path(job: str, epoch_start: float) -> str:
 
 
 class Source(NamedTuple):
-    """What a compacted file records of one epoch: the version of its rows, and for files
-    compacted before versions existed the ``mtime_ns`` of the epoch file they came from."""
+    """What a compacted file records of one epoch: the version of its rows, the ``mtime_ns``
+    of the epoch file they came from (the tie-break between equal versions), and that file's
+    ``elf.result``."""
 
     version: int
     mtime_ns: int | None = None
@@ -208,8 +211,8 @@ class Source(NamedTuple):
 
 
 def parse_sources(raw: bytes | None) -> dict[int, Source]:
-    """A compacted footer's ``elf.sources``: ``{"<e>": {"version": k}}``, or the older
-    ``{"<e>": mtime_ns}`` (version 1, compared by mtime). Raises ``ValueError`` /
+    """A compacted footer's ``elf.sources``: ``{"<e>": {"version": k, "mtime_ns": t,
+    "result": {…}}}``, or the older ``{"<e>": mtime_ns}`` (version 1). Raises ``ValueError`` /
     ``TypeError`` / ``KeyError`` on a malformed footer."""
     out = {}
     for e, v in json.loads(raw or b"{}").items():
