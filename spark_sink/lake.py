@@ -784,25 +784,33 @@ def result_meta(schema: pa.Schema) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
-def read_epoch(lake: Lake, f: LakeFile) -> tuple[pa.Table, dict[str, Any]]:
-    """One (epoch, tree) entry's rows and its result description (``elf.result``: from the
-    epoch file's footer, or from the compacted file's ``elf.sources``; for files written
-    before it, the version from the name and the rest from the first row, ``rows`` unknown
-    (None) when the epoch has no row). Reads that one file only."""
-    table = read_rows(lake, f.path, [f.epoch] if f.compacted else None)
-    meta: dict[str, Any] | None
+def epoch_meta(lake: Lake, f: LakeFile) -> dict[str, Any] | None:
+    """One (epoch, tree) entry's ``elf.result`` from footers only (the epoch file's, or the
+    compacted file's ``elf.sources``), its ``version`` the entry's; None for files written
+    before ``elf.result``."""
     if f.compacted:
-        info = lake.fs.get_file_info(f.path)
-        source = lake.compacted_sources(info).get(f.epoch)
+        source = lake.compacted_sources(lake.fs.get_file_info(f.path)).get(f.epoch)
         meta = source.result if source is not None else None
     else:
-        meta = result_meta(table.schema)
+        meta = result_meta(pq.read_schema(f.path, filesystem=lake.fs))
+    return None if meta is None else {**meta, "version": f.version}
+
+
+def read_epoch(
+    lake: Lake, f: LakeFile, meta: dict[str, Any] | None = None
+) -> tuple[pa.Table, dict[str, Any]]:
+    """One (epoch, tree) entry's rows and its result description (``meta``, else
+    :func:`epoch_meta`; for files written before ``elf.result``, the version from the name
+    and the rest from the first row, ``rows`` unknown (None) when that is not a pair). Reads
+    that one file only (one tree's compacted hour filtered to the epoch)."""
+    if meta is None:
+        meta = epoch_meta(lake, f)
+    table = read_rows(lake, f.path, [f.epoch] if f.compacted else None)
     if meta is None:
         first = table.slice(0, 1).to_pylist()
         row = first[0] if first else {}
         meta = {
             "rows": None if not first else ("pairs" if row.get("value_json") != "null" else None),
-            "version": f.version,
             "tentative": bool(row.get("tentative", False)),
             "coverage": float(row.get("coverage", 1.0)),
             "lacking": list(row.get("lacking") or []),

@@ -837,9 +837,10 @@ class JobRuntime:
         result = self.store.get(tid, int(epoch))
         if result is None:  # an epoch before this master, or dropped: the lake may have it
             found = await self.lake.history(tid, int(epoch)) if self.lake is not None else None
-            if found is not None:
+            if found is not None and found["rows"] is not None:
                 return {"epochs": epochs, **found}
-            return {"epochs": epochs, "rows": None, "gone": self.store.gone(tid, int(epoch))}
+            gone = self.store.gone(tid, int(epoch)) or (found or {}).get("gone")
+            return {"epochs": epochs, "rows": None, "gone": gone}
         snap = result.snapshot
         if snap is None:
             try:

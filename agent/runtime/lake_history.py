@@ -53,14 +53,18 @@ def read_epoch(
     """Tree ``tree`` of ``trees``' result for ``epoch`` from the lake at ``location``
     (module contract); raises ``OSError`` / ``pyarrow.ArrowException`` / ``LakeError`` if
     the lake cannot be read."""
-    from spark_sink.lake import Lake
+    from spark_sink.lake import Lake, epoch_meta
     from spark_sink.lake import read_epoch as read_lake_epoch
 
     lake = Lake(location)
     f = lake.epoch_file(job, epoch_start, tree, trees, epoch)
     if f is None:
         return None
-    table, meta = read_lake_epoch(lake, f)
+    meta = epoch_meta(lake, f)  # footers only: a named epoch's rows are never read
+    if meta is not None and meta.get("rows") == "named":
+        table = None
+    else:
+        table, meta = read_lake_epoch(lake, f, meta)
     version = int(meta.get("version", f.version))
     out: dict[str, Any] = {
         "source": "lake",
@@ -71,7 +75,7 @@ def read_epoch(
         "updated": version > 1,
     }
     kind = meta.get("rows")
-    if kind == "pairs" or (kind is None and table.num_rows == 0):
+    if table is not None and (kind == "pairs" or (kind is None and table.num_rows == 0)):
         keys = table.column("key_json").to_pylist()
         values = table.column("value_json").to_pylist()
         out["rows"] = [
