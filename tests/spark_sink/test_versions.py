@@ -1,8 +1,10 @@
 """Epoch versions in the lake (issue 12: a final result that replaces an earlier one is a new
 version of the epoch, not a silent overwrite): whatever sequence of versioned writes, repeated
 pushes, compactions and sweeps happens, a batch reader sees exactly the newest version of each
-(epoch, tree), checked by hypothesis against a dict; the real ``elf`` Spark source shows the
-newest version to batch queries and every new version, as new rows, to a streaming query."""
+(epoch, tree), checked by hypothesis against a dict; the streaming source's offsets, driven as
+Spark drives them between random writes, compactions and sweeps, deliver no version twice and
+every newest version; the real ``elf`` Spark source shows the newest version to batch queries
+and every new version, as new rows, to a streaming query."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -190,3 +193,88 @@ def test_spark_batch_sees_the_newest_version_and_a_stream_every_new_version(
     assert spark_rows(got) == delivered
     assert spark_rows(newest_per_epoch(got)) == expected(newest) == batch()
     assert spark_rows(spark.read.parquet(str(tmp_path / "current"))) == expected(newest)
+
+
+# ---- the streaming source's offsets, as a state machine (no JVM: the reader is plain Python)
+
+
+def stream_reader(root: str) -> Any:
+    pytest.importorskip("pyspark")
+    from spark_sink.datasource import ElfDataSource, ElfStreamReader
+
+    source = ElfDataSource({"path": root, "job": "wc", "incompleteTimeout": "1e9"})
+    return ElfStreamReader(source, pa.schema([]))
+
+
+def micro_batch(reader: Any, offset: dict) -> tuple[dict, list[tuple[int, int, int]]]:
+    """One micro-batch as Spark runs it: the new end offset and the (epoch, tree, version)
+    of the rows its partitions hold."""
+    from spark_sink.lake import read_rows
+
+    end = reader.latestOffset(offset)
+    got = []
+    for partition in reader.partitions(offset, end):
+        for path, epochs in partition.items:
+            table = read_rows(reader.lake, path, epochs)
+            got += {(r["epoch"], r["tree"], r["version"]) for r in table.to_pylist()}
+    return end, got
+
+
+STREAM_OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("write"), st.integers(0, 9), st.integers(0, TREES - 1), st.integers(1, 4)
+        ),
+        st.tuples(st.just("batch")),
+        st.tuples(st.just("compact"), st.integers(0, 9), st.integers(0, TREES - 1)),
+        st.tuples(st.just("sweep"), st.integers(0, 9)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=STREAM_OPS)
+def test_a_stream_delivers_each_version_once_and_every_newest_version(ops: list[tuple]) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        lake = Lake(root)
+        reader = stream_reader(root)
+        offset = reader.initialOffset()
+        newest: dict[tuple[int, int], int] = {}
+        delivered: list[tuple[int, int, int]] = []
+        passed_empty: set[int] = set()  # epochs the stream passed while no tree had written
+
+        def run_batch() -> None:
+            nonlocal offset
+            before = offset["epoch"]
+            offset, got = micro_batch(reader, offset)
+            written = {e for e, _ in newest}
+            passed_empty.update(
+                e for e in range(E, E + 10) if before < e <= offset["epoch"] and e not in written
+            )
+            delivered.extend(got)
+
+        for op in ops:
+            if op[0] == "write":
+                _, i, tree, version = op
+                write(lake, E + i, tree, version)
+                newest[(E + i, tree)] = max(newest.get((E + i, tree), 0), version)
+            elif op[0] == "batch":
+                run_batch()
+            elif op[0] == "compact":
+                compact_hour(lake, "wc", hour_of(E + op[1]), op[2], TREES)
+            else:
+                sweep(lake, "wc", hour_of(E + op[1]), grace=0)
+        for e in {e for e, _ in newest}:  # every started epoch completes: none holds back
+            for t in range(TREES):
+                if (e, t) not in newest:
+                    write(lake, e, t, 1)
+                    newest[(e, t)] = 1
+        run_batch()
+        run_batch()  # nothing new: an empty batch
+        assert len(delivered) == len(set(delivered))  # no version twice
+        for key in newest:
+            mine = [v for e, t, v in delivered if (e, t) == key]
+            assert mine == sorted(mine)  # versions of one (epoch, tree) only ever grow
+            if key[0] not in passed_empty:
+                assert mine and mine[-1] == newest[key], (key, mine, newest[key])
