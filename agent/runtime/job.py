@@ -73,6 +73,7 @@ from agent.jsonable import jsonable
 from agent.runtime.clock import EpochClock
 from agent.runtime.coverage import ExpectedOrigins
 from agent.runtime.cpu_budget import CpuBudget
+from agent.runtime.lake_history import provenance
 from agent.runtime.lake_sink import LakeTarget, sink_for
 from agent.runtime.offsets import TreeOutflow
 from agent.runtime.record_thread import InlineRecords
@@ -1208,8 +1209,12 @@ class JobRuntime:
         if epoch is None:
             return {"epochs": epochs}
         result = self.store.get(tid, int(epoch))
-        if result is None:
-            return {"epochs": epochs, "rows": None, "gone": self.store.gone(tid, int(epoch))}
+        if result is None:  # an epoch before this master, or dropped: the lake may have it
+            found = await self.lake.history(tid, int(epoch)) if self.lake is not None else None
+            if found is not None and found["rows"] is not None:
+                return {"epochs": epochs, **found}
+            gone = self.store.gone(tid, int(epoch)) or (found or {}).get("gone")
+            return {"epochs": epochs, "rows": None, "gone": gone}
         snap = result.snapshot
         if snap is None:
             try:
@@ -1286,6 +1291,7 @@ class JobRuntime:
             "lacking": sorted({o for p in parts for o in p.get("lacking") or ()}),
             "version": max((int(p.get("version", 1)) for p in held), default=1),
             "rows": rows if named is None else named,
+            **provenance(parts),
         }
 
     async def answer_query(self, message: Any) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def lake_counter(lake: Lake) -> Counter:
     return Counter({(r["tree"], r["key"]): r["value"] for r in rows})
 
 
-def test_stored_then_updated_epoch_replaces_the_file(tmp_path: Path) -> None:
+def test_stored_then_updated_epoch_is_a_new_version(tmp_path: Path) -> None:
     lake = Lake(str(tmp_path / "lake"))
     writer = LakeWriter(lake, tmp_path / "buf")
     store = ResultStore()
@@ -73,7 +73,9 @@ def test_stored_then_updated_epoch_replaces_the_file(tmp_path: Path) -> None:
     assert writer.flush(10)
     want = Counter({(1, k): v for k, v in store.get(TREES[1], EPOCH).snapshot})
     assert lake_counter(lake) == want == Counter({(1, "a"): 3, (1, "b"): 1, (1, "c"): 1})
-    assert len(lake.files("wc")) == 1
+    # the update is version 2 (1 + the late contributions folded in); version 1 stays
+    assert [f.version for f in lake.files("wc")] == [2]
+    assert [f.version for f in lake.versions("wc")] == [1, 2]
     assert rt.counters["lake_submitted"] == 2
     sink.epoch(TREES[0], EPOCH)  # nothing stored for that tree: nothing written
     assert writer.flush(10)
@@ -91,4 +93,36 @@ def test_named_rows_reach_the_lake(tmp_path: Path) -> None:
     assert writer.flush(10)
     rows = read_table(lake, lake.files("wc")).to_pylist()
     assert sorted((r["product"], r["clicks"]) for r in rows) == [("p1", 2), ("p2", 1)]
+    writer.close()
+
+
+class TentativeStore(ResultStore):
+    """The stored results with the attributes a master that tracks lineage gives them."""
+
+    def get(self, tree: int, epoch: int) -> Any:
+        result = super().get(tree, epoch)
+        if result is not None:
+            result.tentative, result.coverage = True, 0.5
+            result.lacking, result.version = ("00ab", "00cd"), 3
+        return result
+
+
+def test_tentative_results_reach_the_lake_with_version_coverage_and_lacking_origins(
+    tmp_path: Path,
+) -> None:
+    lake = Lake(str(tmp_path / "lake"))
+    writer = LakeWriter(lake, tmp_path / "buf")
+    store = TentativeStore()
+    sink = LakeSink(runtime(store, Job()), writer)
+    store.put(TREES[0], EPOCH, snapshot(["a"]), 0.0)
+    sink.epoch(TREES[0], EPOCH)
+    assert writer.flush(10)
+    (row,) = read_table(lake, lake.files("wc")).to_pylist()
+    assert (row["tentative"], row["coverage"], row["lacking"], row["version"]) == (
+        True,
+        0.5,
+        ["00ab", "00cd"],
+        3,
+    )
+    assert [f.path.rsplit("-", 1)[1] for f in lake.files("wc")] == ["v3.parquet"]
     writer.close()
