@@ -38,6 +38,9 @@ class RuntimeTunables:
     max_catchup_epochs: int = 3600  # a start_epoch at most this many epochs before now
     max_catchup_seconds: float = 3600.0  # ... and at most this much event time before now
     max_start_ahead_seconds: float = 86_400.0  # a start_epoch at most this far after now
+    # a job submitted without start_epoch starts with the first epoch beginning this long
+    # after the submission: the job table reaches every agent first, so that epoch is whole
+    start_margin_seconds: float = 0.5
     admission_timeout: float = 5.0  # a spec's dry run (its job class's setup()) must end in this
     # ---- the job table (agent/jobs/table.py)
     stopped_job_ttl: float = 600.0  # a stopped job leaves the table this long after its stop

@@ -572,8 +572,12 @@ class Agent:
             current = self.table.get(spec.name)
             if current is not None and current.state == RUNNING:
                 return {"error": f"job {spec.name!r} is already running", "status": 409}
-            if spec.start_epoch is None:  # align every worker's first epoch: "from now on"
-                spec = spec.with_changes(start_epoch=math.floor(time.time() / spec.epoch_seconds))
+            if spec.start_epoch is None:
+                # "From now on": the first epoch that starts after every agent has the job (the
+                # table multicast takes milliseconds), so no agent's share of it was read by
+                # other jobs before this one existed - every worker's first epoch is whole.
+                ahead = time.time() + self.tunables.start_margin_seconds
+                spec = spec.with_changes(start_epoch=math.ceil(ahead / spec.epoch_seconds))
             if spec.placement is None:
                 spec = spec.with_changes(placement=await self._place(spec))
             entry = JobEntry(spec.name, spec.to_dict(), RUNNING, self.table.next_version(spec.name))
@@ -658,6 +662,7 @@ class Agent:
                 self.count("job_start_errors")
                 log.warning("cannot run job %s here: %r", entry.name, exc)
                 return
+            self._note_shared_inputs(runtime)
             self.runtimes[entry.name] = runtime
             self.spawn(runtime.start(), f"start job {entry.name}")
         elif entry.state == RUNNING and runtime is not None and entry.version > runtime.version:
@@ -666,6 +671,20 @@ class Agent:
         elif entry.state == STOPPED and runtime is not None:
             del self.runtimes[entry.name]
             self.spawn(self._stop_runtime(runtime), f"stop job {entry.name}")
+
+    def _note_shared_inputs(self, runtime: JobRuntime) -> None:
+        """A job that starts on inputs other jobs already read has missed what they read:
+        tell it how far (the newest event time those jobs have seen)."""
+        shared = set(runtime.inputs)
+        newest = -math.inf
+        readers = []
+        for other in self.runtimes.values():
+            clock = other.clock
+            if clock is not None and shared & set(other.inputs):
+                newest = max(newest, clock.max_event_time)
+                readers.append(other.name)
+        if readers and newest > -math.inf:
+            runtime.started_after_others(newest, sorted(shared))
 
     async def _stop_runtime(self, runtime: JobRuntime) -> None:
         """Stop a job the table stopped and give its memory back (``JobRuntime.release``

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from srt.dataplane.lineage import Lineage
+from srt.dataplane.lineage import Lineage, plain
 
 
 class ExpectedOrigins:
@@ -39,7 +39,7 @@ class ExpectedOrigins:
         """The result of ``epoch`` covers ``origins`` (None: unknown, ignored)."""
         if origins is None:
             return
-        for o in origins:
+        for o in plain(origins):  # an origin marked absent is still one of the job's
             self._first[o] = min(self._first.get(o, epoch), epoch)
             self._last[o] = max(self._last.get(o, epoch), epoch)
             if self._left.get(o, epoch + 1) <= epoch:

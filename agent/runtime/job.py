@@ -94,7 +94,7 @@ from cbt import Snapshot
 from overlay.logbudget import LogBudget
 from srt import DataPlaneError, EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
 from srt.dataplane.compat import Expectation, admit
-from srt.dataplane.lineage import Lineage, describe
+from srt.dataplane.lineage import Lineage, covered, describe
 from srt.dataplane.lineage import decode as lineage_of
 from srt.dataplane.lineage import encode as with_lineage
 from srt.dataplane.operators import level_operator_for
@@ -193,6 +193,9 @@ class JobRuntime:
         #: as origin: our own snapshots of uncommitted epochs, for the master's repair
         self.retained = RetainedEpochs(self.name, t.retained_bytes)
         self._repairing: set[int] = set()  # trees whose repair loop runs (as master)
+        #: epochs up to this one may miss records here: other jobs had read them from a
+        #: shared input before this job started (see :meth:`started_after_others`)
+        self.incomplete_until: int | None = None
         #: as master: what each tree's standby holds; as standby: the masters' replicas
         self.replication = ReplicationLog()
         self.replicas: dict[int, Replica] = {}
@@ -460,9 +463,13 @@ class JobRuntime:
         if self._stopped:
             return
         for epoch, parts in closed:
+            complete = self.incomplete_until is None or epoch > self.incomplete_until
+            if not complete:
+                self.count("incomplete_epochs")
             for tid, part in zip(self.tree_list, parts, strict=True):
-                self.retained.keep(tid, epoch, part)
-                self.ensure_tree(tid).offer_local(epoch, part)
+                if complete:
+                    self.retained.keep(tid, epoch, part)
+                self.ensure_tree(tid).offer_local(epoch, part, complete=complete)
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:
             self._last_timer = now
@@ -562,6 +569,28 @@ class JobRuntime:
         self.count("commits")
         self.tasks.spawn(
             self._multicast(tid, {"kind": "commit", "epoch": watermark}), f"{self.name} commit"
+        )
+
+    def started_after_others(self, newest_read: float, inputs: list[str]) -> None:
+        """Other jobs on this agent had already read ``inputs`` up to event time
+        ``newest_read`` when this job started: its records of the epochs up to that one may
+        be incomplete here. They are not contributed as this origin's (the master reports
+        them tentative, lacking this agent) rather than counted partly and called whole."""
+        if self.worker is None or self.spec.start_epoch is None:
+            return
+        last = self.spec.schedule.epoch_of(newest_read)
+        if last < self.spec.start_epoch:
+            return  # everything read so far is before this job's first epoch
+        self.incomplete_until = last
+        log.warning(
+            "job %s: input(s) %s were already read up to event time %.3f by other jobs when "
+            "it started here: epochs %d..%d are incomplete on this agent and not contributed "
+            "as its own (the master reports them tentative, lacking this agent)",
+            self.name,
+            ", ".join(inputs),
+            newest_read,
+            self.spec.start_epoch,
+            last,
         )
 
     # ---- the master's standby (agent/runtime/standby.py) ------------------------------------
@@ -1232,7 +1261,7 @@ class JobRuntime:
             "tentative": result.tentative,
             "coverage": result.coverage,
             "lacking": list(result.lacking),
-            "origins": None if result.origins is None else len(result.origins),
+            "origins": None if result.origins is None else len(covered(result.origins)),
         }
 
     async def _tree_results(self, tid: int, epoch: int | None) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from typing import Any
 
 from agent.runtime.result_spill import ResultSpill
 from cbt import Snapshot
-from srt.dataplane.lineage import NEW, Lineage, classify, describe
+from srt.dataplane.lineage import NEW, Lineage, classify, covered, describe, plain
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +82,10 @@ class EpochResult:
 
     @property
     def missing(self) -> Lineage:
-        """Expected origins it does not cover yet."""
+        """Expected origins it does not cover yet (an origin marked absent is missing)."""
         if self.expected is None or self.origins is None:
             return frozenset()
-        return self.expected - self.origins
+        return self.expected - covered(self.origins)
 
     @property
     def lacking(self) -> tuple[str, ...]:
@@ -102,7 +102,7 @@ class EpochResult:
         lineage is unknown)."""
         if not self.expected or self.origins is None:
             return 1.0
-        return len(self.expected & self.origins) / len(self.expected)
+        return len(self.expected & covered(self.origins)) / len(self.expected)
 
 
 @dataclass
@@ -179,8 +179,8 @@ class ResultStore:
         in_order = not epochs or next(reversed(epochs)) < epoch
         size = snap.memory_bytes()
         lineage = None if held is None else frozenset(held)
-        if expected is not None and lineage is not None:
-            expected = expected | lineage  # whoever contributed was expected
+        if lineage is not None:  # whoever contributed (or said it is missing) was expected
+            expected = (expected or frozenset()) | plain(lineage)
         epochs[epoch] = EpochResult(snap, now, late_names, size, origins=lineage,
                                     expected=expected)  # fmt: skip
         self.resident_bytes += size
@@ -256,8 +256,7 @@ class ResultStore:
         result.version += 1
         if result.origins is not None and origins is not None:
             result.origins = result.origins | origins
-            if result.expected is not None:
-                result.expected = result.expected | origins
+            result.expected = (result.expected or frozenset()) | plain(origins)
         else:
             result.origins = None
         return True

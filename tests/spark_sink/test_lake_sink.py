@@ -96,33 +96,28 @@ def test_named_rows_reach_the_lake(tmp_path: Path) -> None:
     writer.close()
 
 
-class TentativeStore(ResultStore):
-    """The stored results with the attributes a master that tracks lineage gives them."""
-
-    def get(self, tree: int, epoch: int) -> Any:
-        result = super().get(tree, epoch)
-        if result is not None:
-            result.tentative, result.coverage = True, 0.5
-            result.lacking, result.version = ("00ab", "00cd"), 3
-        return result
-
-
 def test_tentative_results_reach_the_lake_with_version_coverage_and_lacking_origins(
     tmp_path: Path,
 ) -> None:
     lake = Lake(str(tmp_path / "lake"))
     writer = LakeWriter(lake, tmp_path / "buf")
-    store = TentativeStore()
+    store = ResultStore()
     sink = LakeSink(runtime(store, Job()), writer)
-    store.put(TREES[0], EPOCH, snapshot(["a"]), 0.0)
+    # a master that expects origins ab, cd, ef and 12, holds ab's records, then folds in cd's
+    # and 12's late: ef is still missing
+    store.put(TREES[0], EPOCH, snapshot(["a"]), 0.0, origins=frozenset({0xAB}),
+              expected=frozenset({0xAB, 0xCD, 0xEF, 0x12}))  # fmt: skip
+    store.add_late(TREES[0], EPOCH, 0xCD, snapshot(["a"]), 1.0, origins=frozenset({0xCD}))
+    store.add_late(TREES[0], EPOCH, 0x12, snapshot(["a"]), 1.0, origins=frozenset({0x12}))
     sink.epoch(TREES[0], EPOCH)
     assert writer.flush(10)
     (row,) = read_table(lake, lake.files("wc")).to_pylist()
     assert (row["tentative"], row["coverage"], row["lacking"], row["version"]) == (
         True,
-        0.5,
-        ["00ab", "00cd"],
+        0.75,
+        ["ef"],
         3,
     )
+    assert row["value"] == 3
     assert [f.path.rsplit("-", 1)[1] for f in lake.files("wc")] == ["v3.parquet"]
     writer.close()

@@ -218,9 +218,13 @@ async def test_restarted_agent_resumes_with_no_loss_and_no_duplicates(tmp_path: 
             and not (a.jobs_tree() or {}).get("is_root")
         )  # fmt: skip
         victim = agents[victim_index]
+        vrt = victim.runtimes["wcr"]
+        await wait_for(  # end to end: the master committed epoch e, and the victim heard it
+            lambda: all(vrt.committed.get(t, -1) >= e for t in vrt.tree_list), 15, "commit of e"
+        )
         await victim.stop()
         state = orjson.loads((Path(victim.config.data_dir) / "offsets.json").read_bytes())
-        assert state["jobs"]["wcr"]["acked"] >= e  # epoch e was passed on before the stop
+        assert state["jobs"]["wcr"]["acked"] >= e  # epoch e was committed before the stop
         assert 0 < state["inputs"]["f"]["offset"] < log.stat().st_size  # e+3 not yet
 
         # ahead of every live agent's watermark (max(e+3.5, now) - lateness)

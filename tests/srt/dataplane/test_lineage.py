@@ -14,9 +14,12 @@ from srt.dataplane.lineage import (
     NEW,
     OVERLAP,
     LineageError,
+    absent,
     classify,
+    covered,
     decode,
     encode,
+    plain,
 )
 
 IDS = st.frozensets(st.integers(0, 2**160 - 1), max_size=40)
@@ -41,13 +44,13 @@ def test_truncated_prefix_is_refused(origins: frozenset[int], cut: int) -> None:
 
 def test_unsorted_or_oversized_prefix_is_a_damaged_snapshot() -> None:
     good = encode({1, 2}, b"x")
-    swapped = good[:12] + good[32:52] + good[12:32] + b"x"
+    swapped = good[:12] + good[33:54] + good[12:33] + b"x"
     with pytest.raises(SnapshotError, match="ascending"):
         decode(swapped)
     with pytest.raises(LineageError, match="origins"):
         decode(MAGIC + (10**6).to_bytes(4, "little"))
     with pytest.raises(LineageError):
-        encode({2**160}, b"")
+        encode({2**161}, b"")
     with pytest.raises(LineageError):
         encode({-1}, b"")
 
@@ -61,3 +64,11 @@ def test_classify_is_set_algebra(held: frozenset[int], offered: frozenset[int]) 
         assert kind == NEW
     else:
         assert kind == OVERLAP
+
+
+def test_absence_markers_are_distinct_from_their_origin() -> None:
+    """An origin marked absent (no records) and the same origin's records later: new."""
+    x = 0xABC
+    assert classify({absent(x)}, frozenset({x})) == NEW
+    assert plain({absent(x), 5}) == {x, 5} and covered({absent(x), 5}) == {5}
+    assert decode(encode({absent(x), x}, b"p")) == (frozenset({absent(x), x}), b"p")
