@@ -56,6 +56,9 @@ class RuntimeTunables:
     # uncommitted epochs (bytes per job); a master asks lacking origins every repair_interval
     retained_bytes: int = 64 * 2**20
     repair_interval: float = 1.0
+    # a master replicates its results to a standby and commits only what the standby holds
+    # (agent/runtime/standby.py); off: no standby, a master's death loses what it held
+    standby_replication: bool = True
     # a job whose record processing used more than cpu_budget_share of one core over the last
     # cpu_budget_window seconds is throttled (its records wait in its backlog) and reported
     cpu_budget_share: float = 0.5
@@ -84,6 +87,10 @@ class RuntimeTunables:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in _ZERO_MEANS_OFF and value == 0 and not isinstance(value, bool):
+                continue
+            if f.type in ("bool", bool):
+                if not isinstance(value, bool):
+                    raise ValueError(f"{f.name} must be true or false, got {value!r}")
                 continue
             if f.type in ("int", int):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -596,6 +596,8 @@ class JobRuntime:
     # ---- the master's standby (agent/runtime/standby.py) ------------------------------------
 
     def _standby(self, tid: int) -> Any:
+        if not self.tunables.standby_replication:
+            return None
         return standby_for(tid, self.network.node_id, self.network.neighbours())
 
     def _replicate(self, tid: int) -> None:
@@ -703,10 +705,11 @@ class JobRuntime:
         if replica.committed is not None:
             self.committed[tid] = max(replica.committed, self.committed.get(tid, -1))
         epochs = sorted(replica.items)
-        if self.lake is not None:  # the dead master may not have written these yet
+        if self.lake is not None:
+            # the dead master may not have written (or buffered) some of them yet; a version's
+            # file is replaced, never duplicated, so writing them all again is safe
             for epoch in epochs:
-                if epoch > (replica.committed if replica.committed is not None else -1):
-                    self.lake.epoch(tid, epoch)
+                self.lake.epoch(tid, epoch)
         self.count("takeovers")
         log.warning(
             "job %s tree %x: took over as master from the standby replica of %x "
