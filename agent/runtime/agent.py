@@ -936,7 +936,8 @@ class Agent:
             items = [
                 dict(item, snapshot=base64.b64decode(item["snapshot"])) for item in body["items"]
             ]
-            return {"taken": runtime.absorb(int(body["tree"]), items)}
+            taken = runtime.absorb(int(body["tree"]), items, body.get("expected"))
+            return {"taken": taken}
         except Reject:  # 409 incompatible, 503 epoch_ahead / unknown_job: nothing taken
             self.count("bad_handover")
             raise

@@ -64,6 +64,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from agent.errors import BadRequest, Gone, NotFound, Unavailable
 from agent.jobs.changes import parse_change
 from agent.jobs.job import Job, create_job, maybe_await
@@ -75,7 +77,7 @@ from agent.runtime.coverage import ExpectedOrigins
 from agent.runtime.cpu_budget import CpuBudget
 from agent.runtime.lake_history import provenance
 from agent.runtime.lake_sink import LakeTarget, sink_for
-from agent.runtime.offsets import TreeOutflow
+from agent.runtime.offsets import TreeOutflow, write_atomically
 from agent.runtime.record_thread import InlineRecords
 from agent.runtime.result_spill import ResultSpill
 from agent.runtime.results import ResultStore
@@ -110,6 +112,11 @@ HORIZON_SLACK = 10_000
 
 REPAIR_BATCH = 16  # epochs asked of one origin per repair request
 REPLICA_BATCH = 32  # epochs sent to the standby per replication request
+
+
+def _write_json(path: Path, body: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, orjson.dumps(body))
 
 
 def _decode_snapshot(value: Any) -> Snapshot:
@@ -188,6 +195,9 @@ class JobRuntime:
         grace = max(3, math.ceil(self.tunables.origin_grace_seconds / seconds))
         #: as master: which origins each epoch should cover (tentative vs final)
         self.expected_origins = ExpectedOrigins(grace)
+        self._data_dir = data_dir
+        submitted = JobSpec.from_dict(entry.spec)  # before resume_spec moved its start
+        self._identity = [submitted.name, submitted.creator, submitted.start_epoch]
         #: per tree: the master's commit watermark as last heard (as master: our own)
         self.committed: dict[int, int] = {}
         #: as origin: our own snapshots of uncommitted epochs, for the master's repair
@@ -233,6 +243,7 @@ class JobRuntime:
     async def start(self) -> None:
         trees = self.network.trees
         assert trees is not None
+        await self._load_origins()
         if self.worker is None:
             return
         for tid in self.tree_list:
@@ -497,7 +508,7 @@ class JobRuntime:
         if view is not None and view.is_root:
             expected = self.expected_origins.expected(epoch)
             if self.store.put(tid, epoch, snap, time.time(), origins=lineage, expected=expected):
-                self.expected_origins.observe(epoch, lineage)
+                self._observe(epoch, lineage)
                 self._report_missing(tid, epoch)
                 self._replicate(tid)
                 if self.lake is not None:
@@ -592,6 +603,38 @@ class JobRuntime:
             self.spec.start_epoch,
             last,
         )
+
+    # ---- who the origins are, across a master's restart ------------------------------------
+
+    def _origins_file(self) -> Path | None:
+        if self._data_dir is None:
+            return None
+        return Path(self._data_dir) / "origins" / f"{self.app_id:040x}.json"
+
+    async def _load_origins(self) -> None:
+        """A restarted master still knows the job's origins (else its first results, holding
+        only what reached it since, would look complete)."""
+        path = self._origins_file()
+        if path is None:
+            return
+        try:
+            raw = await asyncio.to_thread(path.read_bytes)
+            state = orjson.loads(raw)
+        except FileNotFoundError:
+            return
+        except (OSError, orjson.JSONDecodeError) as exc:
+            log.warning("job %s: origins file %s unreadable (%r); ignored", self.name, path, exc)
+            return
+        if isinstance(state, dict) and state.get("identity") == self._identity:
+            self.expected_origins.restore_members(state.get("members"))
+
+    def _observe(self, epoch: int, origins: Lineage | None) -> None:
+        """As master: note who a result covers; persist the members when they change."""
+        if self.expected_origins.observe(epoch, origins):
+            path = self._origins_file()
+            if path is not None:
+                body = {"identity": self._identity, "members": self.expected_origins.members()}
+                self.tasks.spawn(asyncio.to_thread(_write_json, path, body), f"{self.name} origins")
 
     # ---- the master's standby (agent/runtime/standby.py) ------------------------------------
 
@@ -888,7 +931,7 @@ class JobRuntime:
             )
             stored = self.store.get(tid, epoch)
             if folded and stored is not None:
-                self.expected_origins.observe(epoch, stored.origins)
+                self._observe(epoch, stored.origins)
                 if fresh:
                     self.count("epochs_from_late")
                     self._report_missing(tid, epoch)
@@ -1151,12 +1194,17 @@ class JobRuntime:
         items = [
             dict(item, snapshot=base64.b64encode(item["snapshot"]).decode()) for item in exported
         ]
-        body = {"job": self.name, "tree": tid, "items": items}
+        body = {
+            "job": self.name,
+            "tree": tid,
+            "items": items,
+            "expected": self.expected_origins.export(),
+        }
         await self.network.client.post_json(url, "/agent/v1/handover", body)
         self.store.drop_tree(tid)
         self.count("handovers_sent")
 
-    def absorb(self, tid: int, items: list[dict[str, Any]]) -> int:
+    def absorb(self, tid: int, items: list[dict[str, Any]], expected: Any = None) -> int:
         """A previous master's results (``POST /agent/v1/handover``): every item is admitted
         (tree, epoch bounds, expectation) before any is stored."""
         self._known_tree(tid)
@@ -1164,6 +1212,7 @@ class JobRuntime:
         taken = self.store.absorb(
             tid, items, check=lambda epoch, snap: combiner.check(epoch, snap, "handover")
         )
+        self.expected_origins.restore(expected)  # the previous master's knowledge of origins
         if self.lake is not None:
             for epoch in {i["epoch"] for i in items if isinstance(i.get("epoch"), int)}:
                 self.lake.epoch(tid, epoch)

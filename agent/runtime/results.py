@@ -575,6 +575,19 @@ class ResultStore:
                 taken += 1
             else:  # both masters saw parts of this epoch during the switch
                 mine_origins = None if mine.origins is None else set(mine.origins)
+                if origins is not None and mine.origins is not None:
+                    mine.expected = (mine.expected or frozenset()) | plain(origins)
+                    if expected is not None:
+                        mine.expected |= expected
+                    if self._better(origins, mine.origins) and self._resident(tree, epoch, mine):
+                        # theirs covers more (e.g. a restarted master's first results held
+                        # only its own records): take it whole; what only ours had stays
+                        # expected, so it shows as lacking until repaired - never doubled
+                        self._replace(mine, snap)
+                        mine.origins, mine.version = origins, mine.version + 1
+                        mine.late_names |= late
+                        taken += 1
+                        continue
                 if not self._absorbable(late, mine.late_names, origins, mine_origins):
                     continue
                 current = self._resident(tree, epoch, mine)
@@ -587,6 +600,13 @@ class ResultStore:
                     )
                 taken += 1
         return taken
+
+    @staticmethod
+    def _better(theirs: Lineage, mine: Lineage) -> bool:
+        """Their result should replace ours: it covers more origins and they overlap (were
+        they disjoint, merging both would be exact and better still)."""
+        ours, other = covered(mine), covered(theirs)
+        return len(other) > len(ours) and bool(other & ours)
 
     @staticmethod
     def _absorbable(

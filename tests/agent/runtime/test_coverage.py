@@ -95,3 +95,33 @@ def test_no_sequence_of_late_folds_counts_an_origin_twice(
         want.update(data(o, 0))
     assert Counter(r.snapshot.to_dict()) == want  # exactly the origins it says, once each
     assert r.tentative == (r.origins != frozenset(range(1, 7)))
+
+
+def test_a_restarted_master_still_expects_the_origins_it_persisted() -> None:
+    before = ExpectedOrigins(grace_epochs=3)
+    before.observe(10, frozenset({1, 2, 3}))
+    after = ExpectedOrigins(grace_epochs=3)  # the same master after a restart
+    after.restore_members(before.members())
+    after.restore_members({"zz": 1, "4": "x"})  # malformed entries are skipped
+    assert after.expected(20) == {1, 2, 3}  # its first result after the restart ...
+    after.observe(20, frozenset({1}))  # ... holds only its own records: 2 and 3 are lacking
+    assert after.expected(21) == {1, 2, 3}
+    for epoch in range(21, 25):
+        after.observe(epoch, frozenset({1}))
+    assert after.expected(24) == {1}  # no longer expected once the grace has passed
+
+
+def test_a_handed_over_result_covering_more_replaces_a_restarted_masters_own() -> None:
+    mine = ResultStore(job="j")  # the restarted master stored its own records only
+    mine.put(1, 5, snap(data(1, 5)), 0.0, origins=frozenset({1}), expected=frozenset({1}))
+    interim = ResultStore(job="j")  # the interim master had every origin's records
+    full = Counter(data(1, 5)) + Counter(data(2, 5)) + Counter(data(3, 5))
+    interim.put(1, 5, snap(full), 0.0, origins=frozenset({1, 2, 3}), expected=frozenset({1, 2, 3}))
+    assert mine.absorb(1, interim.export(1)) == 1
+    r = mine.get(1, 5)
+    assert r is not None and Counter(r.snapshot.to_dict()) == full  # not doubled for 1
+    assert r.origins == {1, 2, 3} and not r.tentative and r.version == 2
+    # the other way round: the smaller result is not merged into the larger one
+    assert interim.absorb(1, ResultStore.encode_plan(mine.export_plan(1))) in (0, 1)
+    r = interim.get(1, 5)
+    assert r is not None and Counter(r.snapshot.to_dict()) == full
