@@ -173,8 +173,8 @@ class ArrowEval:
             self._rows = self.table.to_pylist()
         return self._rows
 
-    def _nulls(self, t: pa.DataType = pa.null()) -> pa.Array:
-        return pa.nulls(self.n, t)
+    def _nulls(self, t: pa.DataType | None = None) -> pa.Array:
+        return pa.nulls(self.n, t or pa.null())
 
     def _full(self, x: Value) -> pa.Array:
         """An array of n values (a scalar repeated)."""
