@@ -185,10 +185,11 @@ class ArrowPlan:
                 aggs.append((col, name))
             else:
                 aggs.append((col, "distinct", _ONLY_VALID))
-        if not cols:
-            cols["_"] = pa.nulls(rows, pa.int64())
-        tab = pa.table(cols)
         names = [f"k{i}" for i in range(len(key_cols))]
+        if not names:  # no GROUP BY: one group (hash aggregates need a key: a constant)
+            cols["k_"] = pa.nulls(rows, pa.int8())
+            names = ["k_"]
+        tab = pa.table(cols)
         grouped = tab.group_by(names, use_threads=False).aggregate(aggs)
         keys = self._keys(grouped, len(key_cols), float_keys)
         topk = {
