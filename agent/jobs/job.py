@@ -163,8 +163,11 @@ class Job:
         return type(self).map_batch is not Job.map_batch
 
     def batch_projection(self) -> frozenset[str] | None:
-        """The fields the columnar parser must produce for this job (None: all)."""
-        return self.batch_fields
+        """The fields the columnar parser must produce for this job (None: all):
+        ``batch_fields`` and the timestamp field."""
+        if self.batch_fields is None:
+            return None
+        return self.batch_fields | {str(self.params.get("ts_field", "ts"))}
 
     def aggregate_batch(self, table: pa.Table, agg: Aggregator) -> tuple[list[Any], list[Any]]:
         """Partial states of ``agg`` per key over ``table``'s rows (one epoch's): what
