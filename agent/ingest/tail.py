@@ -389,6 +389,16 @@ class FileTail:
             self.counters["prefiltered"] += skipped
             self._skipped += skipped
 
+    def drain(self) -> RecordBatch:
+        """End of input (a finished file, ``elf run``): the unterminated last line, if any,
+        parsed as a line (as rotation does), in a batch of its own."""
+        out = RecordBatch() if self.columnar is None else ColumnarBatch()
+        if self._buf and not self._skipping:
+            line, self._buf = self._buf, b""
+            self._line(line, out)
+            self._pos += len(line)
+        return out
+
     async def batches(self) -> AsyncIterator[list[Record]]:
         """Non-empty record batches as they arrive; sleeps ``poll_interval`` when idle."""
         while not self._closed:

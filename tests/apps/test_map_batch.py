@@ -17,6 +17,7 @@ from agent.runtime.worker import Worker
 from apps.micro_promotion import MicroPromotion, promotion_spec
 from apps.wordcount import WordCount
 
+
 def table_of(records: list[dict[str, Any]]) -> pa.Table:
     names = sorted({k for r in records for k in r})
     return pa.table({k: pa.array([r.get(k) for r in records], pa.string()) for k in names})
