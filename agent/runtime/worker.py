@@ -252,9 +252,7 @@ class Worker:
         if lo == hi:
             parts = [(lo, table if accepted == len(ts) else table.filter(pa.array(ok)))]
         else:
-            parts = [
-                (int(e), table.filter(pa.array(ok & (epochs == e)))) for e in np.unique(kept)
-            ]
+            parts = [(int(e), table.filter(pa.array(ok & (epochs == e)))) for e in np.unique(kept)]
         done = 0
         for epoch, part in parts:
             done += self._aggregate_part(epoch, part)
@@ -262,6 +260,56 @@ class Worker:
         if self.memory_budget_bytes is not None:
             self._enforce_budget(self.memory_budget_bytes)
         return done
+
+    def process_partials(
+        self, ts: np.ndarray, partials: list[Any], table: Callable[[], pa.Table]
+    ) -> int:
+        """A chunk pre-aggregated elsewhere (:mod:`agent.runtime.parallel`): ``ts`` is each
+        row's timestamp (NaN: none usable), ``partials`` ``(epoch, keys, states, rows)`` per
+        epoch ``floor(ts / epoch_seconds)``. The clock decides lateness here on ``ts`` (as
+        :meth:`process_table` does); when it accepts every row the partials are merged as
+        they are, else ``table()`` (the chunk's rows, parsed again) is aggregated for the
+        accepted rows only. Same results and counts as :meth:`process_table`."""
+        n = len(ts)
+        good = np.isfinite(ts)
+        bad = n - int(good.sum())
+        epochs, ok = self.clock.assign_many(ts[good] if bad else ts)
+        self.counters["records_in"] += n
+        self.counters["bad_records"] += bad
+        self.counters["columnar_rows"] += n
+        accepted = int(ok.sum())
+        if not accepted:
+            return 0
+        if accepted == len(ok) and self._before is None:
+            for epoch, keys, states, _rows in partials:
+                self._merge(epoch, keys, states)
+            done = accepted
+        else:
+            rows = table()
+            if bad:
+                rows = rows.filter(pa.array(good))
+            done = 0
+            for e in np.unique(epochs[ok]).tolist():
+                done += self._aggregate_part(e, rows.filter(pa.array(ok & (epochs == e))))
+        self.counters["records_accepted"] += done
+        if self.memory_budget_bytes is not None:
+            self._enforce_budget(self.memory_budget_bytes)
+        return done
+
+    def _merge(self, epoch: int, keys: list[Any], states: list[Any]) -> None:
+        if not keys:
+            return
+        tree = self._trees.get(epoch)
+        if tree is None:
+            tree = self._trees[epoch] = CompressedBufferTree(
+                self.agg_for(epoch), **self._tree_options
+            )
+        try:
+            tree.merge_states(keys, states)
+        except TypeError as exc:  # a key the CBT refuses: a job bug, counted
+            self._error("pair", exc, {"keys": len(keys)})
+            return
+        self.counters["partials_out"] += len(keys)
 
     def _aggregate_part(self, epoch: int, part: pa.Table) -> int:
         """One epoch's rows of a table into its CBT; returns the rows accepted."""
@@ -280,17 +328,7 @@ class Worker:
                 exc,
             )
             return self._map_rows(epoch, part.to_pylist())
-        if not keys:
-            return part.num_rows
-        tree = self._trees.get(epoch)
-        if tree is None:
-            tree = self._trees[epoch] = CompressedBufferTree(agg, **self._tree_options)
-        try:
-            tree.merge_states(keys, states)
-        except TypeError as exc:  # a key the CBT refuses: a job bug, counted
-            self._error("pair", exc, {"keys": len(keys)})
-            return part.num_rows
-        self.counters["partials_out"] += len(keys)
+        self._merge(epoch, keys, states)
         return part.num_rows
 
     def _map_rows(self, epoch: int, rows: list[dict[str, Any]]) -> int:
