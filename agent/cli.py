@@ -358,27 +358,33 @@ def spark(job_name: str, args: tuple[str, ...]) -> None:
     help="How the per-epoch results are printed.",
 )
 @click.option("--row-path", is_flag=True, help="Parse line by line (no columnar path).")
+@click.option("--cores", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Worker processes parsing and pre-aggregating chunks.")
 def run(query: str, path: str, fmt: str | None, epoch_seconds: float | None, output: str,
-        row_path: bool) -> None:  # fmt: skip
+        row_path: bool, cores: int) -> None:  # fmt: skip
     """Run QUERY (ELF QL, or a file holding it) over a finished file, locally: epochs from
     the file's own timestamps (none dropped as late), per-epoch results printed."""
     text = Path(query).read_text() if os.path.isfile(query) else query
     try:
-        result = run_with_progress(text, path, fmt, epoch_seconds, columnar=not row_path)
+        result = run_with_progress(
+            text, path, fmt, epoch_seconds, columnar=not row_path, processes=cores
+        )
     except (ValueError, QLError) as exc:
         raise click.ClickException(str(exc)) from None
     print_results(result, output)
 
 
 def run_with_progress(
-    text: str, path: str, fmt: str | None, epoch_seconds: float | None, *, columnar: bool
-) -> Any:
+    text: str, path: str, fmt: str | None, epoch_seconds: float | None, *, columnar: bool,
+    processes: int = 1,
+) -> Any:  # fmt: skip
     """:func:`agent.runtime.oneshot.run_file`, with a progress bar (rich, on stderr) when
     stderr is a terminal."""
     from agent.runtime.oneshot import run_file
 
+    kw = {"epoch_seconds": epoch_seconds, "columnar": columnar, "processes": processes}
     if not sys.stderr.isatty():
-        return run_file(text, path, fmt, epoch_seconds=epoch_seconds, columnar=columnar)
+        return run_file(text, path, fmt, **kw)
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
@@ -388,7 +394,7 @@ def run_with_progress(
     ) as bar:  # fmt: skip
         task = bar.add_task(Path(path).name, total=Path(path).stat().st_size)
         return run_file(
-            text, path, fmt, epoch_seconds=epoch_seconds, columnar=columnar,
+            text, path, fmt, **kw,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         )  # fmt: skip
 

@@ -82,6 +82,7 @@ def run_file(
     chunk_bytes: int = 4 << 20,
     memory_bytes: int = 256 << 20,
     progress: Callable[[int, int], None] | None = None,
+    processes: int = 1,
 ) -> RunResult:
     """Run query ``text`` over the finished file ``path`` (see module docstring)."""
     fmt = fmt or sniff_format(path)
@@ -101,6 +102,9 @@ def run_file(
         tail.columnar = ChunkReader(fmt, job.batch_projection(), tail.parser.repairs)  # type: ignore[attr-defined]
     with tempfile.TemporaryDirectory(prefix="elf-run-") as spill:
         worker = Worker(job, clock=clock, memory_budget_bytes=memory_bytes, spill_dir=spill)
+        if processes > 1:
+            return _run_parallel(job, worker, spec, path, fmt, quarantine, processes,
+                                 columnar, chunk_bytes, total, progress)  # fmt: skip
         try:
             while True:
                 batch = tail.poll()
@@ -121,5 +125,36 @@ def run_file(
             worker.close()
             tail.close()
     result.input = tail.stats()
+    result.rejected_samples = quarantine.entries()
+    return result
+
+
+def _run_parallel(
+    job: Any, worker: Worker, spec: Any, path: str | Path, fmt: str, quarantine: Quarantine,
+    processes: int, columnar: bool, chunk_bytes: int, total: int,
+    progress: Callable[[int, int], None] | None,
+) -> RunResult:  # fmt: skip
+    """:func:`run_file` on ``processes`` worker processes (:mod:`agent.runtime.parallel`,
+    columnar: parse and per-chunk aggregation there, the clock and the CBT here)."""
+    from agent.runtime.parallel import ParallelFileIngest
+
+    ingest = ParallelFileIngest(
+        path, worker, fmt, processes=processes, prefilter=True, quarantine=quarantine,
+        read_size=chunk_bytes, max_line_bytes=max(1 << 20, chunk_bytes), columnar=columnar,
+    )  # fmt: skip
+    try:
+        ingest.run()
+        if progress is not None:
+            progress(total, total)
+        result = RunResult(list(job.compiled.columns), spec.epoch_seconds)
+        for epoch, snap in worker.finish():
+            if spec.window_bounds(epoch) is not None:
+                result.epochs.append((epoch, job.result_rows(snap)))
+        result.worker = worker.stats()
+    finally:
+        ingest.close()
+        worker.close()
+    counters = ingest.counters
+    result.input = {**counters, "quarantine": quarantine.stats()}
     result.rejected_samples = quarantine.entries()
     return result

@@ -130,3 +130,11 @@ def test_elf_run_refuses_a_disagreeing_epoch_length(tmp_path: Path) -> None:
          "--epoch-seconds", "3"],
     )  # fmt: skip
     assert r.exit_code != 0 and "disagrees" in r.output
+
+
+def test_run_file_on_two_processes_equals_one(tmp_path: Path) -> None:
+    path = lines_file(tmp_path)
+    one = run_file(QUERY, path, "json", epoch_seconds=5)
+    two = run_file(QUERY, path, "json", epoch_seconds=5, processes=2, chunk_bytes=256)
+    assert two.epochs == one.epochs
+    assert two.input["rejected"] == one.input["rejected"] == 1
