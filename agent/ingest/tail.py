@@ -226,12 +226,11 @@ class FileTail:
         reader = self.columnar
         assert reader is not None
         n = buf.count(b"\n", start, last_nl + 1)
-        if found is None:
-            chunk = buf[start : last_nl + 1]
-            kept_count = n
-        else:
-            chunk = b"".join([x + b"\n" for x in found[1]])
-            kept_count = len(found[1])
+        kept_count = n if found is None else len(found[1])
+        if not reader.wants(kept_count):
+            self.counters["row_chunks"] += 1
+            return False
+        chunk = buf[start : last_nl + 1] if found is None else b"\n".join(found[1]) + b"\n"
         limit = self.max_line_bytes
         if len(chunk) > limit and max(map(len, chunk.split(b"\n"))) > limit:
             self.counters["row_chunks"] += 1

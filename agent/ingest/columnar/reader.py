@@ -21,6 +21,7 @@ from agent.ingest.columnar.chunk import ParsedChunk
 from agent.ingest.columnar.rowparse import parse_chunk_rows
 from agent.ingest.formats import FORMATS
 from agent.ingest.records import EncodingRepairs
+from agent.ql.arrow_eval import Unsupported
 
 ParseFn = Callable[..., ParsedChunk]
 
@@ -35,8 +36,19 @@ def _kernel() -> tuple[ParseFn, str]:
     return (fn, "vectorized") if callable(fn) else (parse_chunk_rows, "rows")
 
 
+#: a chunk with fewer candidate lines than this (after the prefilter) takes the row path:
+#: per-chunk Arrow calls cost more than a few dozen rows of Python
+MIN_ROWS = 256
+#: after this many chunks in a row the parser declined (``Unsupported``), skip the columnar
+#: attempt for BACKOFF_CHUNKS chunks (the data is not columnar now; retry later)
+DECLINED_LIMIT = 4
+BACKOFF_CHUNKS = 64
+
+
 class ChunkReader:
-    """Parses one input's chunks (see module docstring)."""
+    """Parses one input's chunks (see module docstring). ``wants(lines)`` says whether a chunk
+    of that many candidate lines should try the columnar path (:data:`MIN_ROWS`, and a
+    back-off after :data:`DECLINED_LIMIT` declined chunks in a row)."""
 
     def __init__(
         self, fmt: str, fields: frozenset[str] | None, repairs: EncodingRepairs | None
@@ -45,11 +57,32 @@ class ChunkReader:
         self.fields = fields
         self.repairs = repairs
         self._parse, self.kernel = _kernel()
+        self._declined = 0
+        self._skip = 0
+        self.min_rows = MIN_ROWS
+
+    def wants(self, lines: int) -> bool:
+        if lines < self.min_rows:
+            return False
+        if self._skip:
+            self._skip -= 1
+            return False
+        return True
 
     def parse(self, chunk: bytes) -> ParsedChunk:
-        if self.kernel == "rows":
-            return self._parse(self.fmt, chunk, self.fields, self.repairs)
-        return self._parse(self.fmt, chunk, fields=self.fields, repairs=self.repairs)
+        """The chunk's table; ``Unsupported`` when it must take the row path."""
+        try:
+            if self.kernel == "rows":
+                parsed = self._parse(self.fmt, chunk, self.fields, self.repairs)
+            else:
+                parsed = self._parse(self.fmt, chunk, fields=self.fields, repairs=self.repairs)
+        except Unsupported:
+            self._declined += 1
+            if self._declined >= DECLINED_LIMIT:
+                self._declined, self._skip = 0, BACKOFF_CHUNKS
+            raise
+        self._declined = 0
+        return parsed
 
     def describe(self) -> dict[str, Any]:
         fields = None if self.fields is None else sorted(self.fields)
@@ -64,6 +97,10 @@ def reader_for(
         return None
     if not all(job.has_batch_path() for job in jobs):
         return None
+    if fmt in ("nginx", "apache") and _kernel()[1] == "rows":
+        fields_wanted = [job.batch_projection() for job in jobs]
+        if any(f is None or "query" in f for f in fields_wanted):
+            return None  # the reference parser cannot represent the query-string object
     fields: set[str] | None = set()
     for job in jobs:
         want = job.batch_projection()

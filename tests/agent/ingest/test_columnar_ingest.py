@@ -118,6 +118,7 @@ def run(path: Path, text: str, epoch: float, columnar: bool) -> dict[str, Any]:
     )  # fmt: skip
     if columnar:
         tail.columnar = ChunkReader("json", job.batch_projection(), tail.parser.repairs)
+        tail.columnar.min_rows = 1  # small chunks too (the default sends them to the row path)
     size = path.stat().st_size
     while True:
         batch = tail.poll()
@@ -270,6 +271,7 @@ def test_a_tail_with_columnar_installed_reads_chunks_into_tables(tmp_path: Path)
     tail = FileTail(path, parser=make_parser("json"))
     install_columnar({"x": tail}, {"x": Cfg()}, [Runtime()])
     assert tail.columnar is not None and tail.columnar.fields == frozenset({"s", "ts"})
+    tail.columnar.min_rows = 1
     batch = tail.poll()
     assert isinstance(batch, ColumnarBatch) and len(batch) == 50
     Runtime.worker.process(batch)
@@ -306,8 +308,28 @@ def test_log_formats_agree(tmp_path: Path, fmt: str) -> None:
         tail = FileTail(path, parser=make_parser(fmt), read_size=4096)
         if columnar:
             tail.columnar = ChunkReader(fmt, job.batch_projection(), tail.parser.repairs)
+            tail.columnar.min_rows = 1
         while batch := tail.poll():
             worker.process(batch)
         results.append(({e: s.to_dict() for e, s in worker.finish()}, tail.stats()["rejected"]))
     assert results[0] == results[1]
     assert results[0][0]
+
+
+def test_small_chunks_and_declined_chunks_take_the_row_path(tmp_path: Path) -> None:
+    from agent.ingest.columnar import reader as reader_module
+
+    path = tmp_path / "in.jsonl"
+    recs = [{"ts": 100 + i / 100, "s": "ab"[i % 2] if i % 7 else i} for i in range(2000)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    spec = spec_from_query("q", "t", "SELECT s, count(*) FROM x GROUP BY s")
+    job = create_job(parse_spec(spec))
+    tail = FileTail(path, parser=make_parser("json"), read_size=2048)
+    tail.columnar = ChunkReader("json", job.batch_projection(), tail.parser.repairs)
+    worker = Worker(job, wall_clock=lambda: 0.0)
+    while batch := tail.poll():
+        worker.process(batch)
+    # every chunk mixes strings and ints in s: declined, then skipped for a while
+    assert tail.counters["columnar_chunks"] == 0
+    assert tail.counters["row_chunks"] > reader_module.DECLINED_LIMIT
+    assert worker.stats()["records_accepted"] == 2000

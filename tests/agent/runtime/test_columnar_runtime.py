@@ -39,6 +39,10 @@ async def test_full_parse_query_runs_columnar_with_row_path_results(
         ]
         lines = [json.dumps(r) for r in records]
         lines[5:5] = ["not json", '{"action": "click"}', ""]
+        agent._tick()  # installs the columnar reader
+        tail = agent.inputs["clicks"]
+        if columnar:
+            tail.columnar.min_rows = 1
         with path.open("a") as f:
             f.write("\n".join(lines) + "\n")
             f.write(json.dumps({"ts": e + 3, "action": "x", "price": 0}) + "\n")

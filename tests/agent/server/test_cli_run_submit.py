@@ -88,7 +88,10 @@ def lines_file(tmp_path: Path) -> Path:
 QUERY = "SELECT s, count(*) AS c, sum(n) AS total FROM x GROUP BY s ORDER BY s"
 
 
-def test_run_file_columnar_equals_row_path_and_keeps_out_of_order_rows(tmp_path: Path) -> None:
+def test_run_file_columnar_equals_row_path_and_keeps_out_of_order_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("agent.ingest.columnar.reader.MIN_ROWS", 1)  # a small file, columnar
     path = lines_file(tmp_path)
     col = run_file(QUERY, path, "json", epoch_seconds=5)
     row = run_file(QUERY, path, "json", epoch_seconds=5, columnar=False)
