@@ -358,8 +358,13 @@ def spark(job_name: str, args: tuple[str, ...]) -> None:
     help="How the per-epoch results are printed.",
 )
 @click.option("--row-path", is_flag=True, help="Parse line by line (no columnar path).")
-@click.option("--cores", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Worker processes parsing and pre-aggregating chunks.")
+@click.option(
+    "--cores",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Worker processes parsing and pre-aggregating chunks.",
+)
 def run(query: str, path: str, fmt: str | None, epoch_seconds: float | None, output: str,
         row_path: bool, cores: int) -> None:  # fmt: skip
     """Run QUERY (ELF QL, or a file holding it) over a finished file, locally: epochs from

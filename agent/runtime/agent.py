@@ -394,9 +394,7 @@ class Agent:
         if only is not None:
             wanted &= only
         install_prefilters(self.inputs, self.input_configs, runtimes)
-        install_columnar(
-            self.inputs, self.input_configs, runtimes, enabled=self.tunables.columnar
-        )
+        install_columnar(self.inputs, self.input_configs, runtimes, enabled=self.tunables.columnar)
         held = {name for runtime in runtimes if runtime.backlog_full() for name in runtime.inputs}
         polled = wanted - held
         batches = {name: self.inputs[name].poll() for name in polled}
