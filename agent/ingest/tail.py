@@ -425,6 +425,7 @@ class FileTail:
             "offset": self._pos,
             "pending_bytes": len(self._buf),
             "bad_encoding_repaired": repairs_of(self.parser),
+            "columnar": None if self.columnar is None else self.columnar.describe(),
             "quarantine": self.quarantine.stats(),
         }
 
