@@ -45,6 +45,7 @@ from dataclasses import fields as dataclass_fields
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
+import numpy as np
 import pyarrow as pa
 
 from agent.errors import AgentError
@@ -176,6 +177,16 @@ class Job:
         :class:`~agent.ql.arrow_eval.Unsupported` makes the worker map those rows with
         ``map`` instead."""
         return pair_partials(self.map_batch(table), agg)
+
+    def aggregate_epochs(
+        self, table: pa.Table, epochs: np.ndarray, agg: Aggregator
+    ) -> list[tuple[int, list[Any], list[Any]]]:
+        """``[(epoch, keys, states)]`` for rows spanning several epochs (``epochs``: each
+        row's): ``aggregate_batch`` per epoch by default; a job may do it in one pass."""
+        return [
+            (int(e), *self.aggregate_batch(table.filter(pa.array(epochs == e)), agg))
+            for e in np.unique(epochs).tolist()
+        ]
 
     def on_multicast(self, message: dict[str, Any]) -> Awaitable[None] | None:
         """Control delivered from the master down the tree."""

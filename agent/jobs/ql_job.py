@@ -114,6 +114,12 @@ class QLJob(Job):
         """The query's partial states per key over ``table`` (``agent.ql.arrow_plan``)."""
         return self.plan().partials(table)
 
+    def aggregate_epochs(
+        self, table: Any, epochs: Any, agg: Any
+    ) -> list[tuple[int, list[Any], list[Any]]]:
+        """Several epochs' rows in one hash group-by (the epoch an extra key)."""
+        return self.plan().partials_by_epoch(table, epochs)
+
     def map(self, record: dict[str, Any]) -> list[tuple[Any, Any]]:
         """The compiled pipeline (replaced by it per instance in ``setup``)."""
         return self.compiled.map(record)

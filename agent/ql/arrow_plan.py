@@ -74,20 +74,41 @@ class ArrowPlan:
 
     def partials(self, table: pa.Table) -> tuple[list[Any], list[Any]]:
         """``(keys, states)`` of ``table``'s rows (see module docstring)."""
+        out = self._partials(table, None)
+        return (out[0][1], out[0][2]) if out else ([], [])
+
+    def partials_by_epoch(
+        self, table: pa.Table, epochs: np.ndarray
+    ) -> list[tuple[int, list[Any], list[Any]]]:
+        """``[(epoch, keys, states)]`` of rows spanning several epochs (``epochs``: each
+        row's), in one hash group-by with the epoch as an extra key; the same as
+        :meth:`partials` on each epoch's rows."""
+        if any(spec.kind.name == "topk" for spec in self.specs):
+            return [
+                (int(e), *self.partials(table.filter(pa.array(epochs == e))))
+                for e in np.unique(epochs).tolist()
+            ]
+        return self._partials(table, pa.array(epochs, pa.int64()))
+
+    def _partials(
+        self, table: pa.Table, epochs: pa.Array | None
+    ) -> list[tuple[int, list[Any], list[Any]]]:
         if table.num_rows == 0:
-            return [], []
+            return []
         if self.where is not None:
             ev = ArrowEval(table)
             mask = pc.fill_null(ev._full(ev.pred(self.where)), False)
             self.fallback_expressions += ev.fallbacks
             table = table.filter(mask)
+            if epochs is not None:
+                epochs = epochs.filter(mask)
             if table.num_rows == 0:
-                return [], []
+                return []
         ev = ArrowEval(table)
         key_cols = [self._key_column(ev, g) for g in self.group]
         values = [self._value_column(ev, spec) for spec in self.specs]
         self.fallback_expressions += ev.fallbacks
-        keys, states = self._group(key_cols, values, table.num_rows)
+        keys, states, groups_epochs = self._group(key_cols, values, table.num_rows, epochs)
         if not self.composite and self.specs and self.specs[0].args:
             # one aggregate over an argument: a record whose argument is NULL makes no pair,
             # so a group none of whose records had a value has no key
@@ -95,7 +116,16 @@ class ArrowPlan:
             if len(kept) < len(states):
                 keys = [keys[i] for i in kept]
                 states = [states[i] for i in kept]
-        return keys, states
+                if groups_epochs is not None:
+                    groups_epochs = [groups_epochs[i] for i in kept]
+        if groups_epochs is None:
+            return [(0, keys, states)]
+        per: dict[int, tuple[list[Any], list[Any]]] = {}
+        for e, k, st in zip(groups_epochs, keys, states, strict=True):
+            slot = per.setdefault(e, ([], []))
+            slot[0].append(k)
+            slot[1].append(st)
+        return [(e, ks, sts) for e, (ks, sts) in sorted(per.items())]
 
     # ---- columns --------------------------------------------------------------------------
     def _key_column(self, ev: ArrowEval, node: n.Node) -> pa.Array:
@@ -142,8 +172,8 @@ class ArrowPlan:
 
     # ---- grouping -------------------------------------------------------------------------
     def _group(
-        self, key_cols: list[pa.Array], values: list[Any], rows: int
-    ) -> tuple[list[Any], list[Any]]:
+        self, key_cols: list[pa.Array], values: list[Any], rows: int, epochs: pa.Array | None
+    ) -> tuple[list[Any], list[Any], list[int] | None]:
         cols: dict[str, pa.Array] = {}
         float_keys = set()
         for i, c in enumerate(key_cols):
@@ -186,6 +216,9 @@ class ArrowPlan:
             else:
                 aggs.append((col, "distinct", _ONLY_VALID))
         names = [f"k{i}" for i in range(len(key_cols))]
+        if epochs is not None:
+            cols["ep"] = epochs
+            names.append("ep")
         if not names:  # no GROUP BY: one group (hash aggregates need a key: a constant)
             cols["k_"] = pa.nulls(rows, pa.int8())
             names = ["k_"]
@@ -202,7 +235,8 @@ class ArrowPlan:
             states = [tuple(parts) for parts in zip(*per_spec, strict=True)]
         else:
             states = per_spec[0]
-        return keys, states
+        group_epochs = None if epochs is None else grouped.column("ep").to_pylist()
+        return keys, states, group_epochs
 
     @staticmethod
     def _keys(grouped: pa.Table, width: int, float_keys: set[int]) -> list[Any]:

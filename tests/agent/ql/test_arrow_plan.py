@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -94,6 +95,47 @@ def test_partials_equal_the_row_path(text: str, table: pa.Table) -> None:
             assert a == b, (text, k)
         else:
             assert close(a, b), (text, k, a, b)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(checked_queries(), tables(), st.data())
+def test_one_group_by_over_epochs_equals_one_per_epoch(
+    text: str, table: pa.Table, data: st.DataObject
+) -> None:
+    try:
+        q = compile_query(text)
+    except QLError:
+        return
+    plan = ArrowPlan(analyze(q.query), q.make_aggregator())
+    epochs = np.array(
+        data.draw(st.lists(st.integers(0, 2), min_size=table.num_rows, max_size=table.num_rows)),
+        np.int64,
+    )
+    try:
+        together = plan.partials_by_epoch(table, epochs)
+        apart = [
+            (int(e), *plan.partials(table.filter(pa.array(epochs == e))))
+            for e in np.unique(epochs).tolist()
+        ]
+    except Unsupported:
+        return
+
+    def trees(parts: list) -> dict:
+        out = {}
+        for e, keys, states in parts:
+            tree = CompressedBufferTree(q.make_aggregator())
+            tree.merge_states(keys, states)
+            if keys:
+                out[e] = tree.flush().to_dict()
+        return out
+
+    a, b = trees(together), trees(apart)
+    assert a.keys() == b.keys(), text
+    for e in a:
+        assert a[e].keys() == b[e].keys(), text
+        for k in a[e]:  # float sums: equal up to Arrow's summation order
+            x, y = a[e][k], b[e][k]
+            assert x == y if isinstance(x, set | frozenset) else close(x, y), (text, k)
 
 
 @pytest.mark.parametrize(
