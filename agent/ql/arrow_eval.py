@@ -102,6 +102,7 @@ def _numeric(k: str) -> bool:
 
 
 def has_nan(x: Value) -> bool:
+    """Whether a float array or scalar holds a NaN (Python and Arrow order NaN differently)."""
     if kind(x) != "float":
         return False
     if isinstance(x, pa.Scalar):
@@ -110,7 +111,8 @@ def has_nan(x: Value) -> bool:
     return bool(pc.any(pc.is_nan(x)).as_py())
 
 
-def _max_abs(x: Value) -> int:
+def max_abs(x: Value) -> int:
+    """The largest absolute value of a numeric array or scalar (0 when all NULL)."""
     if isinstance(x, pa.Scalar):
         v = x.as_py()
         return 0 if v is None else abs(v)
@@ -232,8 +234,6 @@ class ArrowEval:
             if arr.type.get_field_index(name) < 0:
                 return self._nulls()
             arr = pc.struct_field(arr, name)
-        if kind(arr) == "other" and not pa.types.is_list(arr.type):
-            pass  # structs: only compared / grouped through the row path (Unsupported there)
         return arr
 
     def _arith(self, node: n.Binary) -> Value:
@@ -243,8 +243,8 @@ class ArrowEval:
             return self._nulls()
         if ka != kb or node.op == "/":
             # int -> float as Python converts it, exact only below 2**53
-            if (ka == "int" and _max_abs(a) > _EXACT_INT_IN_FLOAT) or (
-                kb == "int" and _max_abs(b) > _EXACT_INT_IN_FLOAT
+            if (ka == "int" and max_abs(a) > _EXACT_INT_IN_FLOAT) or (
+                kb == "int" and max_abs(b) > _EXACT_INT_IN_FLOAT
             ):
                 return self._row_value(node)
             a, b = pc.cast(a, _F64), pc.cast(b, _F64)
@@ -356,8 +356,8 @@ class ArrowEval:
                 return pc.if_else(valid, const, pa.scalar(None, pa.bool_()))
             return self._nulls(pa.bool_())
         if ka != kb:  # int against float: Python compares exactly; floats hold ints to 2**53
-            if (ka == "int" and _max_abs(a) > _EXACT_INT_IN_FLOAT) or (
-                kb == "int" and _max_abs(b) > _EXACT_INT_IN_FLOAT
+            if (ka == "int" and max_abs(a) > _EXACT_INT_IN_FLOAT) or (
+                kb == "int" and max_abs(b) > _EXACT_INT_IN_FLOAT
             ):
                 return self._row_pred(node)
             a, b = pc.cast(a, _F64), pc.cast(b, _F64)

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from agent.ql import keys as qkeys
 from agent.ql import nodes as n
-from agent.ql.arrow_eval import ArrowEval, Unsupported, has_nan, kind
+from agent.ql.arrow_eval import ArrowEval, Unsupported, has_nan, kind, max_abs
 from agent.ql.checker import AggSpec, Analysis
 from agent.ql.compiler import part_value
 from cbt import Aggregator
@@ -208,7 +208,7 @@ class ArrowPlan:
             if name == "count":
                 aggs.append((col, "count", _ONLY_VALID))
             elif name in ("sum", "avg"):
-                if kind(v) == "int" and _max_abs(v) * len(v) >= _INT64_LIMIT:
+                if kind(v) == "int" and max_abs(v) * len(v) >= _INT64_LIMIT:
                     raise Unsupported("an integer sum that could pass int64")
                 aggs += [(col, "sum"), (col, "count", _ONLY_VALID)]
             elif name in ("min", "max"):
@@ -230,7 +230,7 @@ class ArrowPlan:
         }
         per_spec = [self._states(grouped, how, ref, topk) for how, ref in plan]
         if not self.specs:
-            states = per_spec_count(grouped)
+            states = grouped.column("count_all").to_pylist()  # GROUP BY only: counts
         elif self.composite:
             states = [tuple(parts) for parts in zip(*per_spec, strict=True)]
         else:
@@ -321,17 +321,6 @@ class ArrowPlan:
         return [states.get(k) for k in keys]
 
 
-def per_spec_count(grouped: pa.Table) -> list[int]:
-    """GROUP BY without aggregates: the count of each group's records."""
-    return grouped.column("count_all").to_pylist()
-
-
-def _max_abs(x: pa.Array) -> int:
-    mm = pc.min_max(x).as_py()
-    lo, hi = mm["min"], mm["max"]
-    return 0 if lo is None else max(abs(lo), abs(hi))
-
-
 def _float_bits(col: pa.Array) -> pa.Array:
     """float64 values as their int64 bit patterns (nulls kept)."""
     arr = col.cast(pa.float64())
@@ -368,7 +357,7 @@ def pair_partials(kv: pa.Table, agg: Aggregator) -> tuple[list[Any], list[Any]]:
                 .aggregate([([], "count_all")])
             )
             return g.column("key").to_pylist(), g.column("count_all").to_pylist()
-        if _max_abs(value) * len(value) >= _INT64_LIMIT >> 1:
+        if max_abs(value) * len(value) >= _INT64_LIMIT >> 1:
             raise Unsupported("count weights that could pass int64")
         g = (
             pa.table({"key": key, "v": value})
@@ -378,7 +367,7 @@ def pair_partials(kv: pa.Table, agg: Aggregator) -> tuple[list[Any], list[Any]]:
         return g.column("key").to_pylist(), g.column("v_sum").to_pylist()
     if name in ("sum", "avg") and vk in ("int", "float"):
         assert value is not None
-        if vk == "int" and _max_abs(value) * len(value) >= _INT64_LIMIT:
+        if vk == "int" and max_abs(value) * len(value) >= _INT64_LIMIT:
             raise Unsupported("an integer sum that could pass int64")
         g = (
             pa.table({"key": key, "v": value})
