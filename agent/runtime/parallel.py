@@ -23,6 +23,15 @@ classes registered by ``agent.jobs.ql_job``). ``map`` output crosses the process
 by :mod:`multiprocessing` — only keys and values the job produced, never input. What this
 buys: parsing and mapping, which dominate the cost of lines that pass the prefilter, run on
 all cores; reading, the clock and the CBT stay on one.
+
+``columnar=True`` (a job with a batch path, uniform epochs): a worker process parses its chunk
+into Arrow (:class:`~agent.ingest.columnar.reader.ChunkReader`) and pre-aggregates it per
+(epoch, key), epochs from the timestamps alone; it returns the timestamps, the partial states
+and the rejected lines. This process decides lateness on the timestamps (``assign_many``, in
+file order) and merges the partials when every row is accepted, else parses the chunk again
+and aggregates only its accepted rows (:meth:`~agent.runtime.worker.Worker.process_partials`);
+a chunk the columnar parser declines takes the row path here. Results, counters and
+quarantined lines equal the single-process path's.
 """
 
 from __future__ import annotations

@@ -11,6 +11,17 @@ open (end of input).
 ``job.map_keys`` (keys only, value 1) is used instead of ``job.map`` when the job class
 overrides it: no pair tuples, and the CBT's C counting path for ``count``.
 
+Columnar path (docs/ingest.md): ``process`` given a
+:class:`~agent.ingest.base.ColumnarBatch` runs its Arrow tables through
+:meth:`Worker.process_table` (epochs from the timestamp column with
+``EpochClock.assign_many``: the same lateness decisions and counts, in row order; then the
+job's ``aggregate_batch`` / ``aggregate_epochs`` gives per-key partial states that
+``merge_states`` folds into each epoch's CBT) and its row parts through the row path;
+:meth:`Worker.process_partials` takes chunks pre-aggregated on other processes. Whatever the
+job cannot compute exactly on Arrow takes ``map`` for those rows; results are the row
+path's. Extra counters: ``columnar_rows``, ``columnar_fallback_rows``, ``partials_out`` (one
+per key per epoch per chunk, instead of ``pairs_out`` per pair), ``map_batch_errors``.
+
 State layout: **one CompressedBufferTree per open epoch** (created on the epoch's first pair,
 flushed and dropped when the epoch closes). ``memory_budget_bytes`` (the job's, from
 ``RuntimeTunables.worker_memory_bytes``) bounds the open epochs' resident compressed buffers
