@@ -452,11 +452,14 @@ def elf_engine(
 
 
 def _rss_probe(path: str, fmt: str, query: str) -> float:
-    """Run in a fresh process: the columnar engine, then this process's peak RSS (MB)."""
-    import resource
-
+    """Run in a fresh process: the columnar engine, then this process's peak RSS in MB
+    (``VmHWM``, which exec resets; ``ru_maxrss`` would carry the parent's peak over the
+    fork)."""
     elf_engine(Path(path), fmt, query, "columnar")
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def elf_peak_rss(path: Path, fmt: str, query: str) -> float:
