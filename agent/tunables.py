@@ -10,7 +10,7 @@ config's ``[runtime]`` table (``agent/config.py``); tests pass other values with
 the byte budgets of its results and its worker's buffers), the lake sink (flush on stop,
 compaction, retention), the :class:`~agent.runtime.offsets.OffsetKeeper` and the
 :class:`~agent.runtime.http_api.HttpApi` (its connection limits, ``api_*``).
-``lake_retention_days`` may be 0 (off).
+``lake_retention_days``, ``max_cores`` and ``nice`` may be 0 (off); ``columnar`` is a boolean.
 
 This module imports nothing of the project, so the config can nest it without a cycle.
 """
@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, fields
 
 #: settings where 0 switches the feature off (every other value must be positive)
-_ZERO_MEANS_OFF = frozenset({"lake_retention_days"})
+_ZERO_MEANS_OFF = frozenset({"lake_retention_days", "max_cores", "nice"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,10 @@ class RuntimeTunables:
     api_body_timeout: float = 30.0  # ... and its body (at most 8 MB) within this of the head
     api_idle_timeout: float = 60.0  # a keep-alive connection may be silent this long
     api_max_preauth: int = 64  # open connections without an authenticated request (oldest evicted)
+    # ---- ingest and CPU (agent/ingest/columnar, agent/runtime/cpu_limits.py; docs/ingest.md)
+    columnar: bool = True  # inputs whose every job has a batch path parse chunks into Arrow
+    max_cores: int = 0  # the agent process runs on at most this many CPUs (0: all it may use)
+    nice: int = 0  # raise the agent's niceness by this much, 1-19 (0: unchanged)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -91,6 +95,10 @@ class RuntimeTunables:
             if f.type in ("bool", bool):
                 if not isinstance(value, bool):
                     raise ValueError(f"{f.name} must be true or false, got {value!r}")
+                continue
+            if f.name == "nice" and not isinstance(value, bool) and isinstance(value, int):
+                if not 0 <= value <= 19:
+                    raise ValueError(f"nice must be an integer in [0, 19], got {value!r}")
                 continue
             if f.type in ("int", int):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:

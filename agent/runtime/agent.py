@@ -46,6 +46,7 @@ from aiohttp import web
 from agent.config import AgentConfig, InputConfig
 from agent.errors import BadRequest, Conflict, NotFound, StatusError, Unavailable
 from agent.ingest.base import Resumable
+from agent.ingest.columnar.reader import install_columnar
 from agent.ingest.fastpath import install_prefilters
 from agent.ingest.inputs import open_input
 from agent.ingest.stream import IngestQueue, StreamInput
@@ -397,6 +398,7 @@ class Agent:
         if only is not None:
             wanted &= only
         install_prefilters(self.inputs, self.input_configs, runtimes)
+        install_columnar(self.inputs, self.input_configs, runtimes, enabled=self.tunables.columnar)
         held = {name for runtime in runtimes if runtime.backlog_full() for name in runtime.inputs}
         polled = wanted - held
         batches = {name: self.inputs[name].poll() for name in polled}
