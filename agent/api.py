@@ -8,6 +8,10 @@ Contract:
   in :mod:`agent.jobs.job`). :func:`register_job` binds a registered name to the class (jobs
   arriving from the network name a registered class; no module path from the network is ever
   imported). Distributions also declare their classes in the ``elf.jobs`` entry-point group.
+  Optional vectorized hook: ``map_batch(table) -> table`` (an Arrow table of records in, a
+  table with a ``key`` and optionally a ``value`` column out, the pairs ``map`` would give)
+  with ``batch_fields`` (the fields it reads): inputs whose every job has it run on the
+  columnar ingest path (docs/ingest.md); ``map`` stays the reference and the fallback.
 * :class:`JobContext` — what the runtime injects (``job.context``): ``node_id``,
   ``is_master``, ``feedback``, ``subscribe``, ``send_to``, ``multicast``, ``route``. A job
   reaches the runtime only through it.

@@ -32,6 +32,8 @@ import click
 from agent.cli_common import api_client, api_options, call
 from agent.config import load_config
 from agent.errors import ConfigError
+from agent.ingest.formats import FORMATS
+from agent.ql import QLError
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 COMMANDS_GROUP = "elf.commands"
@@ -135,17 +137,51 @@ def submit(
     token_file: str | None,
     secret_file: str | None,
 ) -> None:
-    """Submit a job: a JSON spec file, --name/--job/... flags, or --name/--query."""
+    """Submit a job: a JSON spec file, --name/--job/... flags, or --name/--query.
+
+    Every flag given is applied or refused with the reason, never ignored: with --query,
+    --input sets the inputs of a query FROM * (a FROM naming others is refused),
+    --epoch-seconds the epochs of a query without WINDOW (a WINDOW fixes them: refused unless
+    equal), --param sets params (the ql job accepts ts_field), --job must be ql; a
+    SPEC_FILE takes no other job flag."""
+    if spec_file is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("--name", name), ("--job", job_class), ("--input", inputs),
+                ("--epoch-seconds", epoch_seconds), ("--param", params), ("--query", query),
+            )
+            if value not in (None, ())
+        ]  # fmt: skip
+        if given:
+            raise click.ClickException(
+                f"{', '.join(given)} cannot be combined with SPEC_FILE (the file is the whole "
+                "spec; edit it, or submit with flags only)"
+            )
     if query is not None:
-        from agent.jobs.ql_job import spec_from_query
+        from agent.runtime.oneshot import query_spec
 
         if not name:
             raise click.ClickException("--query needs --name")
+        if job_class not in (None, "ql"):
+            raise click.ClickException(f"--job {job_class} cannot run --query (its class is ql)")
         text = Path(query).read_text() if os.path.isfile(query) else query
+        overrides: dict[str, Any] = {}
+        if params:
+            overrides["params"] = _key_values(params, "--param")
         try:
-            spec = spec_from_query(name, os.environ.get("USER", "elf"), text)
+            spec = query_spec(text, epoch_seconds, **overrides)
         except ValueError as exc:
             raise click.ClickException(f"query: {exc}") from None
+        spec["name"], spec["creator"] = name, os.environ.get("USER", "elf")
+        if inputs:
+            from_inputs = spec["inputs"]
+            if from_inputs and sorted(from_inputs) != sorted(inputs):
+                raise click.ClickException(
+                    f"--input {', '.join(inputs)} disagrees with the query's FROM "
+                    f"{', '.join(from_inputs)}; change FROM (or write FROM * and use --input)"
+                )
+            spec["inputs"] = list(inputs)
     elif spec_file is not None:
         try:
             spec = json.load(spec_file)
@@ -296,6 +332,112 @@ def spark(job_name: str, args: tuple[str, ...]) -> None:
     except KeyError as exc:
         raise click.ClickException(str(exc.args[0])) from None
     sys.exit(run(list(args)))
+
+
+@cli.command()
+@click.argument("query")
+@click.option(
+    "--file",
+    "path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A finished log file.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(list(FORMATS)),
+    help="Line format (default: json if the first line is an object, else nginx).",
+)
+@click.option("--epoch-seconds", type=float, help="Epoch length (a query without WINDOW).")
+@click.option(
+    "--output",
+    type=click.Choice(["table", "jsonl", "csv"]),
+    default="table",
+    show_default=True,
+    help="How the per-epoch results are printed.",
+)
+@click.option("--row-path", is_flag=True, help="Parse line by line (no columnar path).")
+@click.option(
+    "--cores",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Worker processes parsing and pre-aggregating chunks.",
+)
+def run(query: str, path: str, fmt: str | None, epoch_seconds: float | None, output: str,
+        row_path: bool, cores: int) -> None:  # fmt: skip
+    """Run QUERY (ELF QL, or a file holding it) over a finished file, locally: epochs from
+    the file's own timestamps (none dropped as late), per-epoch results printed."""
+    text = Path(query).read_text() if os.path.isfile(query) else query
+    try:
+        result = run_with_progress(
+            text, path, fmt, epoch_seconds, columnar=not row_path, processes=cores
+        )
+    except (ValueError, QLError) as exc:
+        raise click.ClickException(str(exc)) from None
+    print_results(result, output)
+
+
+def run_with_progress(
+    text: str, path: str, fmt: str | None, epoch_seconds: float | None, *, columnar: bool,
+    processes: int = 1,
+) -> Any:  # fmt: skip
+    """:func:`agent.runtime.oneshot.run_file`, with a progress bar (rich, on stderr) when
+    stderr is a terminal."""
+    from agent.runtime.oneshot import run_file
+
+    kw = {"epoch_seconds": epoch_seconds, "columnar": columnar, "processes": processes}
+    if not sys.stderr.isatty():
+        return run_file(text, path, fmt, **kw)
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+        TimeRemainingColumn(), console=Console(stderr=True), transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task(Path(path).name, total=Path(path).stat().st_size)
+        return run_file(
+            text, path, fmt, **kw,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )  # fmt: skip
+
+
+def print_results(result: Any, output: str) -> None:
+    """Per-epoch rows as a table (rich), JSON lines or CSV on stdout; counts on stderr."""
+    import csv
+
+    from agent.jsonable import jsonable
+
+    columns = ["epoch", "epoch_start", *result.columns]
+    rows = [
+        {"epoch": e, "epoch_start": e * result.epoch_seconds, **row}
+        for e, epoch_rows in result.epochs
+        for row in epoch_rows
+    ]
+    if output == "jsonl":
+        for row in rows:
+            click.echo(json.dumps(jsonable(row), ensure_ascii=False))
+    elif output == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(jsonable(row))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*(json.dumps(jsonable(row.get(c)), ensure_ascii=False) for c in columns))
+        Console().print(table)
+    stats = result.input
+    click.echo(
+        f"{stats['lines']} lines, {stats['records']} records, {stats['rejected']} rejected, "
+        f"{len(result.epochs)} epochs",
+        err=True,
+    )
 
 
 def load_commands(group: click.Group, ep_group: str = COMMANDS_GROUP) -> list[str]:

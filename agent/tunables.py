@@ -10,7 +10,7 @@ config's ``[runtime]`` table (``agent/config.py``); tests pass other values with
 the byte budgets of its results and its worker's buffers), the lake sink (flush on stop,
 compaction, retention), the :class:`~agent.runtime.offsets.OffsetKeeper` and the
 :class:`~agent.runtime.http_api.HttpApi` (its connection limits, ``api_*``).
-``lake_retention_days`` may be 0 (off).
+``lake_retention_days``, ``max_cores`` and ``nice`` may be 0 (off); ``columnar`` is a boolean.
 
 This module imports nothing of the project, so the config can nest it without a cycle.
 """
@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, fields
 
 #: settings where 0 switches the feature off (every other value must be positive)
-_ZERO_MEANS_OFF = frozenset({"lake_retention_days"})
+_ZERO_MEANS_OFF = frozenset({"lake_retention_days", "max_cores", "nice"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,9 @@ class RuntimeTunables:
     max_catchup_epochs: int = 3600  # a start_epoch at most this many epochs before now
     max_catchup_seconds: float = 3600.0  # ... and at most this much event time before now
     max_start_ahead_seconds: float = 86_400.0  # a start_epoch at most this far after now
+    # a job submitted without start_epoch starts with the first epoch beginning this long
+    # after the submission: the job table reaches every agent first, so that epoch is whole
+    start_margin_seconds: float = 0.5
     admission_timeout: float = 5.0  # a spec's dry run (its job class's setup()) must end in this
     # ---- the job table (agent/jobs/table.py)
     stopped_job_ttl: float = 600.0  # a stopped job leaves the table this long after its stop
@@ -49,6 +52,13 @@ class RuntimeTunables:
     # an origin that stops contributing stays expected this long (then its absence is no
     # longer reported): epochs it misses meanwhile are tentative, lacking it
     origin_grace_seconds: float = 120.0
+    # repair by pull (agent/runtime/retention.py): an origin keeps its own snapshots of
+    # uncommitted epochs (bytes per job); a master asks lacking origins every repair_interval
+    retained_bytes: int = 64 * 2**20
+    repair_interval: float = 1.0
+    # a master replicates its results to a standby and commits only what the standby holds
+    # (agent/runtime/standby.py); off: no standby, a master's death loses what it held
+    standby_replication: bool = True
     # a job whose record processing used more than cpu_budget_share of one core over the last
     # cpu_budget_window seconds is throttled (its records wait in its backlog) and reported
     cpu_budget_share: float = 0.5
@@ -72,11 +82,23 @@ class RuntimeTunables:
     api_body_timeout: float = 30.0  # ... and its body (at most 8 MB) within this of the head
     api_idle_timeout: float = 60.0  # a keep-alive connection may be silent this long
     api_max_preauth: int = 64  # open connections without an authenticated request (oldest evicted)
+    # ---- ingest and CPU (agent/ingest/columnar, agent/runtime/cpu_limits.py; docs/ingest.md)
+    columnar: bool = True  # inputs whose every job has a batch path parse chunks into Arrow
+    max_cores: int = 0  # the agent process runs on at most this many CPUs (0: all it may use)
+    nice: int = 0  # raise the agent's niceness by this much, 1-19 (0: unchanged)
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in _ZERO_MEANS_OFF and value == 0 and not isinstance(value, bool):
+                continue
+            if f.type in ("bool", bool):
+                if not isinstance(value, bool):
+                    raise ValueError(f"{f.name} must be true or false, got {value!r}")
+                continue
+            if f.name == "nice" and not isinstance(value, bool) and isinstance(value, int):
+                if not 0 <= value <= 19:
+                    raise ValueError(f"nice must be an integer in [0, 19], got {value!r}")
                 continue
             if f.type in ("int", int):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:

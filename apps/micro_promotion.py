@@ -39,6 +39,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from agent.api import EpochWindows, Job, register_job
 from apps.params import MAX_K, MAX_WINDOW, int_param, ranked, str_list_param, str_param
 from cbt import Snapshot
@@ -128,6 +131,23 @@ class MicroPromotion(Job):
         ):
             return [product]
         return []
+
+    batch_fields = frozenset({"directory", "action", "product_id"})
+
+    def map_batch(self, table: pa.Table) -> pa.Table:
+        """``map_keys`` on a whole table: the product ids of the rows in the directory with
+        one of the actions (a column of another type than string matches no row)."""
+        names = ("directory", "action", "product_id")
+        cols = [table.column(c) if c in table.column_names else None for c in names]
+        if any(c is None or not pa.types.is_string(c.type) for c in cols):
+            return pa.table({"key": pa.array([], pa.string())})
+        directory, action, product = cols
+        mask = pc.and_(
+            pc.equal(directory, self.directory),
+            pc.is_in(action, value_set=pa.array(sorted(self.actions), pa.string())),
+        )
+        mask = pc.and_(mask, pc.greater(pc.utf8_length(product), 0))
+        return pa.table({"key": product.filter(pc.fill_null(mask, False))})
 
     # ---- master side ----------------------------------------------------------------------
     def window_result(self, epoch: int, snapshot: Snapshot) -> tuple[list[int], Snapshot] | None:

@@ -20,6 +20,9 @@ import re
 from collections import deque
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from agent.api import Job, register_job
 from cbt import Snapshot
 
@@ -51,6 +54,37 @@ class WordCount(Job):
                 break
         else:
             return []
+        words = _WORD.findall(text.lower())
+        n = self.min_length
+        return words if n == 1 else [w for w in words if len(w) >= n]
+
+    def batch_projection(self) -> frozenset[str] | None:
+        return frozenset(self.fields) | {str(self.params.get("ts_field", "ts"))}
+
+    def map_batch(self, table: pa.Table) -> pa.Table:
+        """``map_keys`` on a whole table. ASCII texts are lowercased and split by Arrow
+        kernels (for ASCII, Python's ``[^\\W_]+`` is ``[A-Za-z0-9]+``); other texts take
+        ``map_keys``'s Python (its Unicode case mapping and word classes), row by row."""
+        text: pa.Array | None = None
+        for name in self.fields:  # per row: the first of the fields holding a string
+            if name in table.column_names:
+                col = table.column(name).combine_chunks()
+                if pa.types.is_string(col.type):
+                    text = col if text is None else pc.coalesce(text, col)
+        if text is None or len(text) == 0:
+            return pa.table({"key": pa.array([], pa.string())})
+        ascii_mask = pc.fill_null(pc.string_is_ascii(text), False)
+        plain = text.filter(ascii_mask)
+        pieces = pc.list_flatten(pc.split_pattern_regex(pc.ascii_lower(plain), "[^a-z0-9]+"))
+        keep = pc.greater_equal(pc.utf8_length(pieces), max(1, self.min_length))
+        words = pieces.filter(keep)
+        rest = text.filter(pc.invert(ascii_mask)).drop_null()
+        if len(rest):
+            extra = [w for t in rest.to_pylist() for w in self._words(t)]
+            words = pa.concat_arrays([words, pa.array(extra, pa.string())])
+        return pa.table({"key": words})
+
+    def _words(self, text: str) -> list[str]:
         words = _WORD.findall(text.lower())
         n = self.min_length
         return words if n == 1 else [w for w in words if len(w) >= n]

@@ -34,6 +34,23 @@ the click's fields as query parameters, the directory as a URL slug
 runs in window mode). Every engine's top-10 is checked against a Counter over the generated
 events (counts equal; ties at the cut may order differently).
 
+**Full-parse queries and engines (issue 15)**, same files, in the same run (``queries``):
+
+* ``micro`` (the selective query above), ``status_bytes`` (nginx: ``status, count(*),
+  sum(bytes) GROUP BY status``), ``directory_action`` (JSON: ``directory, action, count(*),
+  sum(price) GROUP BY directory, action``) and ``top_paths`` (nginx lines whose request path
+  is ``/<directory>/<product>``: ``path, count(*) WHERE path LIKE '/b%/P%' GROUP BY path
+  ORDER BY requests DESC LIMIT 20``, ~30 % of lines match); the full-parse queries use
+  ``WINDOW 300 s`` (one epoch holds the whole file).
+* engines: ``elf_columnar`` (FileTail chunks -> Arrow -> ``Worker.process_table``, with the
+  prefilter in front when the query has one), ``elf_columnar_2proc`` (``ParallelFileIngest``
+  columnar: parse and per-chunk aggregation on 2 processes), ``elf_row`` (the row path),
+  ``duckdb_t1`` / ``duckdb_t2`` (DuckDB ``threads=1`` / ``2`` over the same file, the same
+  query in SQL), ``spark_batch`` (warmed, ``local[2]``) and ``spark_streaming``; each
+  engine's answer is checked against a reference computed from the generated events
+  (``agrees``); ``elf_peak_rss_mb`` is the peak RSS of a fresh process running the columnar
+  engine (``--no-spark`` / ``--no-duckdb`` skip those engines).
+
     python bench/ingest_bench.py            # 2e6 lines per format
     python bench/ingest_bench.py --quick    # 2e5 lines per format (~2 min with Spark)
     python bench/ingest_bench.py --no-spark
@@ -129,7 +146,16 @@ def generate(n: int, out: Path, stream_files: int) -> dict[str, Any]:
         for i in range(stream_files):
             (sdir / f"part-{i:04d}.{fmt}").write_text("".join(lines[i * per : (i + 1) * per]))
         paths[fmt] = {"file": path, "stream_dir": sdir, "bytes": path.stat().st_size}
-    return {"paths": paths, "ref": ref}
+    lines = [path_line(e) + "\n" for e in events]
+    path = out / "paths.nginx"
+    path.write_text("".join(lines))
+    sdir = out / "stream-paths"
+    sdir.mkdir()
+    per = -(-len(lines) // stream_files)
+    for i in range(stream_files):
+        (sdir / f"part-{i:04d}.nginx").write_text("".join(lines[i * per : (i + 1) * per]))
+    paths["paths"] = {"file": path, "stream_dir": sdir, "bytes": path.stat().st_size}
+    return {"paths": paths, "ref": ref, "full_ref": full_reference(events)}
 
 
 def top10(counter: Counter[str]) -> list[tuple[str, int]]:
@@ -282,6 +308,354 @@ def spark_streaming(spark: Any, fmt: str, sdir: Path, work: Path) -> tuple[float
     return elapsed, [(r["product"], r["clicks"]) for r in rows], batches, cpu
 
 
+# ---- issue 15: full-parse queries on every engine --------------------------------------------
+FULL = {
+    "micro": {"fmt": ("json", "nginx")},
+    "status_bytes": {
+        "fmt": ("nginx",),
+        "ql": "SELECT status, count(*) AS requests, sum(bytes) AS bytes FROM clicks "
+        "GROUP BY status WINDOW 300 s",
+    },
+    "directory_action": {
+        "fmt": ("json",),
+        "ql": "SELECT directory, action, count(*) AS n, sum(price) AS revenue FROM clicks "
+        "GROUP BY directory, action WINDOW 300 s",
+    },
+    "top_paths": {
+        "fmt": ("paths",),
+        "ql": "SELECT path, count(*) AS requests FROM clicks WHERE path LIKE '/b%/P%' "
+        "GROUP BY path ORDER BY requests DESC LIMIT 20 WINDOW 300 s",
+    },
+}
+FULL_EPOCH = int(START // 300)
+ACCESS_RE = r'^(\S+) \S+ \S+ \[([^\]]*)\] "(\S+) (\S+) (\S+)" (\d{3}) (\d+|-)'
+
+
+def path_line(click: dict[str, Any]) -> str:
+    """An access line whose path names the directory and product (for ``top_paths``)."""
+    line = access_line(click)
+    slug = line.split("&dir=", 1)[1].split("&", 1)[0]
+    return line.replace(
+        f"/product?id={click['product_id']}&dir={slug}&", f"/{slug}/{click['product_id']}?", 1
+    )
+
+
+def full_reference(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each query's answer computed from the events (the engines must all agree with it)."""
+    from apps.workload import directory_slug
+
+    status: Counter[int] = Counter()
+    size: Counter[int] = Counter()
+    dir_action: Counter[tuple[str, str]] = Counter()
+    revenue: dict[tuple[str, str], float] = {}
+    paths: Counter[str] = Counter()
+    for e in events:
+        line = access_line(e)
+        code, nbytes = line.split('" ', 1)[1].split(" ", 2)[:2]
+        status[int(code)] += 1
+        size[int(code)] += int(nbytes)
+        key = (e["directory"], e["action"])
+        dir_action[key] += 1
+        revenue[key] = revenue.get(key, 0.0) + e["price"]
+        path = f"/{directory_slug(e['directory'])}/{e['product_id']}"
+        if path.startswith("/b") and "/P" in path[2:]:
+            paths[path] += 1
+    return {
+        "status_bytes": {(k,): (status[k], size[k]) for k in status},
+        "directory_action": {k: (dir_action[k], revenue[k]) for k in dir_action},
+        "top_paths": sorted(paths.items(), key=lambda kv: (-kv[1], kv[0]))[:20],
+        "top_paths_counts": paths,
+    }
+
+
+def full_agrees(query: str, got: Any, ref: dict[str, Any]) -> bool:
+    """``got``: {key tuple: values tuple} (group queries) or [(path, count)] (top_paths)."""
+    if query == "top_paths":
+        counts = ref["top_paths_counts"]
+        want = [c for _, c in ref["top_paths"]]
+        return [c for _, c in got] == want and all(counts[p] == c for p, c in got)
+    want = ref[query]
+    if got.keys() != want.keys():
+        return False
+    for k, v in got.items():
+        w = want[k]
+        if v[0] != w[0] or abs(v[1] - w[1]) > 1e-6 * max(1.0, abs(w[1])):
+            return False
+    return True
+
+
+def _elf_answer(query: str, rows: list[dict[str, Any]]) -> Any:
+    if query == "top_paths":
+        return [(r["path"], r["requests"]) for r in rows]
+    if query == "status_bytes":
+        return {(r["status"],): (r["requests"], r["bytes"]) for r in rows}
+    return {(r["directory"], r["action"]): (r["n"], r["revenue"]) for r in rows}
+
+
+def _ql(query: str, fmt: str) -> str:
+    return QUERIES[fmt] if query == "micro" else FULL[query]["ql"]
+
+
+def _result_epoch(query: str) -> int:
+    return WINDOW_EPOCH if query == "micro" else FULL_EPOCH
+
+
+def elf_engine(
+    path: Path, fmt: str, query: str, mode: str
+) -> tuple[float, float, Any, dict[str, Any]]:
+    """(seconds, CPU seconds of this process, answer, counters) of one ELF engine: ``row``,
+    ``columnar`` or ``columnar_2proc``, with the prefilter the runtime installs in front."""
+    from agent.ingest.columnar.reader import ChunkReader
+
+    text = _ql(query, fmt)
+    parse_fmt = "nginx" if fmt == "paths" else fmt
+    job = create_job(parse_spec(spec_from_query("q", "bench", text)))
+    worker = Worker(job, wall_clock=lambda: START)
+    snaps: list[Any] = []
+    info: dict[str, Any] = {}
+    if mode == "columnar_2proc":
+        ingest = ParallelFileIngest(path, worker, parse_fmt, processes=2, columnar=True)
+        try:
+            ingest.warm()
+            c0, t0 = time.process_time(), time.perf_counter()
+            ingest.run(snaps.extend)
+            snaps.extend(worker.finish())
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        finally:
+            ingest.close()
+        info = dict(ingest.counters)
+    else:
+        c0, t0 = time.process_time(), time.perf_counter()
+        tail = FileTail(path, parser=make_parser(parse_fmt))
+        tail.prefilter = prefilter_for([job], parse_fmt)
+        if tail.prefilter is not None:
+            tail.parser = projected_parser([job], parse_fmt) or tail.parser
+        if mode == "columnar":
+            tail.columnar = ChunkReader(parse_fmt, job.batch_projection(), None)
+        while True:
+            batch = tail.poll()
+            if not batch and not batch.skipped:
+                break
+            worker.process(batch, skipped=batch.skipped)
+            snaps.extend(worker.poll())
+        snaps.extend(worker.finish())
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        tail.close()
+        info = dict(tail.counters)
+    info.update(
+        {k: worker.counters[k] for k in ("columnar_rows", "columnar_fallback_rows", "partials_out")}
+    )
+    rows = job.result_rows(dict(snaps)[_result_epoch(query)].items())
+    if query == "micro":
+        return elapsed, cpu, [(r["product"], r["clicks"]) for r in rows], info
+    return elapsed, cpu, _elf_answer(query, rows), info
+
+
+def _rss_probe(path: str, fmt: str, query: str) -> float:
+    """Run in a fresh process: the columnar engine, then this process's peak RSS in MB
+    (``VmHWM``, which exec resets; ``ru_maxrss`` would carry the parent's peak over the
+    fork)."""
+    elf_engine(Path(path), fmt, query, "columnar")
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def elf_peak_rss(path: Path, fmt: str, query: str) -> float:
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        return round(pool.submit(_rss_probe, str(path), fmt, query).result(), 1)
+
+
+DUCK_SQL = {
+    ("micro", "json"): "SELECT product_id AS product, count(*) AS clicks FROM {src} "
+    "WHERE directory = 'Video Games' AND action = 'click' GROUP BY product_id "
+    "ORDER BY clicks DESC, product LIMIT 10",
+    ("micro", "nginx"): "SELECT regexp_extract(target, '[?&]id=([^&]*)', 1) AS product, "
+    "count(*) AS clicks FROM {src} WHERE regexp_extract(target, '[?&]dir=([^&]*)', 1) = "
+    "'video-games' AND regexp_extract(target, '[?&]action=([^&]*)', 1) = 'click' "
+    "GROUP BY product ORDER BY clicks DESC, product LIMIT 10",
+    ("status_bytes", "nginx"): "SELECT status, count(*), sum(bytes) FROM {src} GROUP BY status",
+    ("directory_action", "json"): "SELECT directory, action, count(*), sum(price) FROM {src} "
+    "GROUP BY directory, action",
+    ("top_paths", "paths"): "SELECT path, count(*) AS requests FROM {src} "
+    "WHERE path LIKE '/b%/P%' GROUP BY path ORDER BY requests DESC, path LIMIT 20",
+}
+
+
+def duckdb_engine(path: Path, fmt: str, query: str, threads: int) -> tuple[float, Any]:
+    """(seconds, answer) of DuckDB with ``threads`` threads over the same file: JSON with
+    its reader (the columns the query needs), access logs with one regular expression."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {threads}")
+    t0 = time.perf_counter()
+    if fmt == "json":
+        src = (
+            f"read_json('{path}', format='newline_delimited', columns={{ts: 'DOUBLE', "
+            "product_id: 'VARCHAR', directory: 'VARCHAR', action: 'VARCHAR', price: 'DOUBLE'})"
+        )
+    else:
+        lines = (
+            f"read_csv('{path}', header=false, columns={{'column0': 'VARCHAR'}}, "
+            "delim='\\x01', quote='', escape='')"
+        )
+        parsed = (
+            f"(SELECT regexp_extract(column0, '{ACCESS_RE}', ['ip', 'time', 'method', "
+            f"'target', 'proto', 'status', 'bytes']) AS m FROM {lines})"
+        )
+        src = (
+            "(SELECT m.target AS target, split_part(m.target, '?', 1) AS path, "
+            "m.status::INTEGER AS status, CASE WHEN m.bytes = '-' THEN 0 ELSE "
+            f"m.bytes::BIGINT END AS bytes FROM {parsed})"
+        )
+    sql = DUCK_SQL[(query, fmt)].format(src=src)
+    rows = con.execute(sql).fetchall()
+    elapsed = time.perf_counter() - t0
+    con.close()
+    if query in ("micro", "top_paths"):
+        return elapsed, [(r[0], r[1]) for r in rows]
+    width = 1 if query == "status_bytes" else 2
+    return elapsed, {tuple(r[:width]): tuple(r[width:]) for r in rows}
+
+
+def spark_full_frame(spark: Any, fmt: str, query: str, source: str, streaming: bool) -> Any:
+    """The full-parse queries as Spark DataFrames (grouped, before ordering)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType
+
+    reader = spark.readStream.option("maxFilesPerTrigger", 1) if streaming else spark.read
+    if fmt == "json":
+        schema = StructType(
+            [StructField(c, StringType()) for c in ("product_id", "directory", "action")]
+            + [StructField("ts", DoubleType()), StructField("price", DoubleType())]
+        )
+        df = reader.schema(schema).json(source)
+        return df.groupBy("directory", "action").agg(
+            F.count("*").alias("n"), F.sum("price").alias("revenue")
+        )
+    df = reader.text(source)
+    target = F.regexp_extract("value", NGINX_TARGET, 1)
+    if query == "status_bytes":
+        df = df.select(
+            F.regexp_extract("value", r'" (\d{3}) ', 1).cast("int").alias("status"),
+            F.regexp_extract("value", r'" \d{3} (\d+)', 1).cast("long").alias("bytes"),
+        )
+        return df.groupBy("status").agg(
+            F.count("*").alias("requests"), F.sum("bytes").alias("bytes")
+        )
+    df = df.select(F.split(target, r"\?").getItem(0).alias("path"))
+    df = df.where(F.col("path").like("/b%/P%"))
+    return df.groupBy("path").agg(F.count("*").alias("requests"))
+
+
+def spark_full(spark: Any, fmt: str, query: str, path: Path, sdir: Path, work: Path,
+               repeats: int) -> dict[str, Any]:  # fmt: skip
+    """Warmed batch (best of ``repeats``) and Structured Streaming for one full query."""
+    from pyspark.sql import functions as F
+
+    def answer(rows: list[Any]) -> Any:
+        if query == "top_paths":
+            return [(r["path"], r["requests"]) for r in rows]
+        if query == "status_bytes":
+            return {(r["status"],): (r["requests"], r["bytes"]) for r in rows}
+        return {(r["directory"], r["action"]): (r["n"], r["revenue"]) for r in rows}
+
+    def finish(df: Any) -> Any:
+        if query == "top_paths":
+            return df.orderBy(F.desc("requests"), "path").limit(20)
+        return df
+
+    def run() -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        rows = finish(spark_full_frame(spark, fmt, query, str(path), False)).collect()
+        return time.perf_counter() - t0, answer(rows)
+
+    run()  # warm
+    best, got = min((run() for _ in range(repeats)), key=lambda r: r[0])
+    name = f"elf_bench_{query}_{int(time.time() * 1000)}"
+    df = spark_full_frame(spark, fmt, query, str(sdir), True)
+    t0 = time.perf_counter()
+    q = (
+        df.writeStream.outputMode("complete").format("memory").queryName(name)
+        .option("checkpointLocation", str(work / f"ckpt-{name}"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    q.awaitTermination()
+    st_s = time.perf_counter() - t0
+    st_rows = finish(spark.sql(f"SELECT * FROM {name}")).collect()
+    return {"batch": (best, got), "streaming": (st_s, answer(st_rows))}
+
+
+def bench_full(data: dict[str, Any], n: int, repeats: int, spark: Any, work: Path,
+               duck: bool) -> dict[str, Any]:  # fmt: skip
+    """Every query on every engine (see module docstring)."""
+    out: dict[str, Any] = {}
+    ref = data["full_ref"]
+    for query, info in FULL.items():
+        for fmt in info["fmt"]:
+            paths = data["paths"][fmt]
+            check = (
+                (lambda got, fmt=fmt: agrees(got, data["ref"][fmt]))
+                if query == "micro"
+                else (lambda got, query=query: full_agrees(query, got, ref))
+            )
+            engines: dict[str, Any] = {}
+            for mode in ("columnar", "columnar_2proc", "row"):
+                runs = [elf_engine(paths["file"], fmt, query, mode) for _ in range(repeats)]
+                secs, cpu, got, counters = min(runs, key=lambda r: r[0])
+                engines[f"elf_{mode}"] = {
+                    **_rates(n, secs, cpu),
+                    "agrees": check(got),
+                    "columnar_rows": counters.get("columnar_rows"),
+                    "partials_out": counters.get("partials_out"),
+                }
+            if duck:
+                for threads in (1, 2):
+                    secs, got = min(
+                        (duckdb_engine(paths["file"], fmt, query, threads) for _ in range(repeats)),
+                        key=lambda r: r[0],
+                    )
+                    engines[f"duckdb_t{threads}"] = {
+                        "seconds": round(secs, 3),
+                        "lines_per_s": round(n / secs),
+                        "agrees": check(got),
+                    }
+            if spark is not None:
+                if query == "micro":
+                    b_s, b_rows, _, _ = spark_batch(spark, fmt, paths["file"], repeats)
+                    st_s, st_rows, _, _ = spark_streaming(spark, fmt, paths["stream_dir"], work)
+                    sp = {"batch": (b_s, b_rows), "streaming": (st_s, st_rows)}
+                else:
+                    spark_fmt = "json" if fmt == "json" else "nginx"
+                    sp = spark_full(spark, spark_fmt, query, paths["file"],
+                                    paths["stream_dir"], work, repeats)  # fmt: skip
+                for kind, (secs, got) in sp.items():
+                    engines[f"spark_{kind}"] = {
+                        "seconds": round(secs, 3),
+                        "lines_per_s": round(n / secs),
+                        "agrees": check(got),
+                    }
+            entry: dict[str, Any] = {"engines": engines}
+            col = engines["elf_columnar"]["seconds"]
+            ratios = {
+                "elf_columnar_vs_elf_row": round(engines["elf_row"]["seconds"] / col, 2),
+                "elf_2proc_vs_1proc": round(col / engines["elf_columnar_2proc"]["seconds"], 2),
+            }
+            for other in ("duckdb_t1", "duckdb_t2", "spark_batch", "spark_streaming"):
+                if other in engines:
+                    ratios[f"elf_columnar_vs_{other}"] = round(engines[other]["seconds"] / col, 2)
+            entry["ratios"] = ratios
+            entry["all_agree"] = all(e["agrees"] for e in engines.values())
+            entry["elf_peak_rss_mb"] = elf_peak_rss(paths["file"], fmt, query)
+            out[f"{query}/{fmt}"] = entry
+    return out
+
+
 # ---- main -------------------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -290,6 +664,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--stream-files", type=int, default=10)
     ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--no-duckdb", action="store_true")
+    ap.add_argument("--only-full", action="store_true", help="only the issue-15 query table")
     args = ap.parse_args()
     n = args.lines or (200_000 if args.quick else 2_000_000)
     repeats = args.repeats or (2 if args.quick else 3)
@@ -298,7 +674,7 @@ def main() -> None:
         "lines_per_format": n,
         "repeats": repeats,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "queries": QUERIES,
+        "queries": {**QUERIES, **{q: v["ql"] for q, v in FULL.items() if "ql" in v}},
         "formats": {},
     }
     with tempfile.TemporaryDirectory(prefix="elf-ingest-") as tmp:
@@ -319,8 +695,10 @@ def main() -> None:
             spark.sparkContext.setLogLevel("ERROR")
             report["spark_startup_s"] = round(time.perf_counter() - t0, 2)
         try:
-            for fmt in ("json", "nginx"):
-                report["formats"][fmt] = bench_format(fmt, data, n, repeats, spark, work)
+            if not args.only_full:
+                for fmt in ("json", "nginx"):
+                    report["formats"][fmt] = bench_format(fmt, data, n, repeats, spark, work)
+            report["full_parse"] = bench_full(data, n, repeats, spark, work, not args.no_duckdb)
         finally:
             if spark is not None:
                 spark.stop()

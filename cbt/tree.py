@@ -190,6 +190,36 @@ class CompressedBufferTree:
             if len(self._root) >= self.root_capacity:
                 self._spill_root()
 
+    def merge_states(self, keys: Sequence[Any], states: Sequence[Any]) -> None:
+        """Fold already-aggregated partial states (PAOs of this tree's aggregator, e.g. one
+        chunk's pre-aggregation: a count, a ``(sum, n)`` pair, a set) into ``keys``' PAOs.
+
+        The result equals inserting the values each state summarizes one by one (the
+        aggregator's ``merge`` is associative and commutative); the caller hands over the
+        states (mutable ones may be merged into). Counted as one insert per state. An invalid
+        key raises ``TypeError`` with the states before it merged, as ``insert_many`` does.
+        """
+        if len(keys) != len(states):
+            raise ValueError(f"{len(keys)} keys but {len(states)} states")
+        root = self._root
+        merge = self.agg.merge
+        step = self._chunk
+        for lo in range(0, len(keys), step):
+            done = 0
+            try:
+                for k, s in zip(keys[lo : lo + step], states[lo : lo + step], strict=True):
+                    prior = root.get(k, _MISSING)
+                    if prior is _MISSING:
+                        check_key(k)
+                        root[k] = s
+                    else:
+                        root[k] = merge(prior, s)
+                    done += 1
+            finally:
+                self._counts["inserts"] += done
+            if len(root) >= self.root_capacity:
+                self._spill_root()
+
     def _insert_chunk(self, keys: Sequence[Any], values: Sequence[Any] | None) -> None:
         root = self._root
         agg = self.agg

@@ -8,7 +8,8 @@ Contract (see ``docs/spark-sink.md``):
 * The thread builds the Arrow table and writes it to the lake. If the lake is unavailable
   (``OSError`` / ``pyarrow.ArrowException``), the table goes to the **buffer**: one Parquet
   file per pending rollup in ``buffer_dir`` (named after its lake path, so a re-push of the
-  same (job, tree, epoch) replaces the pending copy). While anything is buffered, new
+  same (job, tree, epoch, version) replaces the pending copy, and a new version of an epoch
+  is pending next to the older one, in order). While anything is buffered, new
   rollups queue behind it, so the lake sees each writer's epochs in order. A retry loop
   flushes the buffer oldest first with exponential backoff (``retry_initial`` doubling to
   ``retry_max`` seconds). Buffered files survive a restart and are flushed by the next writer.

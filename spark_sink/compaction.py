@@ -5,18 +5,23 @@ Contract (see ``docs/spark-sink.md``; the reader rule is in ``spark_sink/lake.py
 * :func:`compact_hour` merges what a reader sees of one (job, date, hour, tree of m) — the
   epoch files and the current compacted file, each epoch once — into
   ``compact-tree-<i>-of-<m>.parquet``, written atomically (temporary file renamed over the
-  name; one PUT on object stores). Its footer records, per epoch, the ``mtime_ns`` of the
-  epoch file the rows came from (``elf.sources``), so the epoch files it replaced are
-  recognisably stale from that instant on: a reader lists each (epoch, tree) exactly once
-  before, during and after. **Idempotent**: with no epoch file newer than the compacted file's
-  sources there is nothing to do and the lake is unchanged; re-running after a crash rewrites
-  the same rows.
-* :func:`sweep` deletes stale epoch files, but only ``grace`` seconds after the compacted
-  file that replaced them was written, so a reader that listed them just before the
+  name; one PUT on object stores). Only the highest version of each epoch is folded in (what
+  :meth:`~spark_sink.lake.Lake.files` lists). Its footer records, per epoch, the version of
+  the rows, the epoch file's mtime and its ``elf.result`` (``elf.sources``: ``{"<e>":
+  {"version": k, "mtime_ns": t, "result": {…}}}``), so every epoch file of an older version
+  (or of that version and not newer) is recognisably stale from that instant on,
+  and a version written later (late data, a final result replacing a tentative one) is
+  newer and wins until the next pass folds it in: a reader lists each (epoch, tree) exactly
+  once before, during and after.
+  **Idempotent**: with no epoch file fresher than the compacted file's sources there is
+  nothing to do and the lake is unchanged; re-running after a crash rewrites the same rows.
+* :func:`sweep` deletes stale epoch files (every version the compacted file's version
+  supersedes), but only ``grace`` seconds after the compacted file that replaced them was
+  written, so a reader (or a streaming query's replay) that listed them just before the
   compaction can still open them.
 * :func:`complete_hours` — hours before the hour of the newest epoch a tree has written
   (epochs reach the lake in order per tree, so an earlier hour gets no new epoch; a late
-  rewrite of one of its epochs is a newer epoch file, folded in by the next pass).
+  new version of one of its epochs is a newer epoch file, folded in by the next pass).
 * :func:`drop_before` — retention: hour partitions that ended before a cutoff are deleted.
 * :class:`LakeMaintenance` bundles the settings; :func:`maintain` runs one pass for the
   (job, tree, m) a writer wrote. The lake writer thread (``spark_sink/buffer.py``) calls it,
@@ -48,9 +53,12 @@ from spark_sink.lake import (
     SOURCES_KEY,
     Lake,
     LakeFile,
+    Source,
     compact_name,
     conform,
+    parse_sources,
     read_rows,
+    result_meta,
     unified_schema,
 )
 
@@ -94,11 +102,11 @@ def compact_hour(lake: Lake, job: str, hour: Hour, tree: int, trees: int) -> int
     fresh = [f for f in files if not f.compacted]
     if not fresh:
         return 0
-    old_sources: dict[int, int] = {}
+    old_sources: dict[int, Source] = {}
     compacted = next((f for f in files if f.compacted), None)
     if compacted is not None:
         meta = pq.read_schema(compacted.path, filesystem=lake.fs).metadata or {}
-        old_sources = {int(e): int(ns) for e, ns in json.loads(meta[SOURCES_KEY]).items()}
+        old_sources = parse_sources(meta[SOURCES_KEY])
     tables, keys, values = [], [], []
     kept = [f.epoch for f in files if f.compacted]
     if compacted is not None and kept:
@@ -109,7 +117,7 @@ def compact_hour(lake: Lake, job: str, hour: Hour, tree: int, trees: int) -> int
         table = read_rows(lake, f.path, None)
         _roles(table.schema, keys, values)
         tables.append(table)
-        sources[f.epoch] = int(f.mtime_ns or 0)
+        sources[f.epoch] = Source(f.version, int(f.mtime_ns or 0), result_meta(table.schema))
     schema = unified_schema([t.schema.remove_metadata() for t in tables])
     merged = pa.concat_tables([conform(t, schema) for t in tables])
     merged = merged.take(pc.sort_indices(merged, [("epoch", "ascending")]))
@@ -120,7 +128,7 @@ def compact_hour(lake: Lake, job: str, hour: Hour, tree: int, trees: int) -> int
         b"elf.path": relative.encode(),
         b"elf.key_columns": json.dumps(keys).encode(),
         b"elf.value_columns": json.dumps(values).encode(),
-        SOURCES_KEY: json.dumps({str(e): ns for e, ns in sorted(sources.items())}).encode(),
+        SOURCES_KEY: json.dumps({str(e): s.to_json() for e, s in sorted(sources.items())}).encode(),
     }
     lake.write_table(merged.replace_schema_metadata(meta))
     return len(fresh)
@@ -151,11 +159,12 @@ def sweep(lake: Lake, job: str, hour: Hour, grace: float, now: float | None = No
         if m is None:
             continue
         epoch, key = int(m.group(1)), (int(m.group(2)), int(m.group(3)))
+        version = int(m.group(4)) if m.group(4) else 1
         holder = compacted.get(key)
         if holder is None or holder.mtime is None or now - holder.mtime.timestamp() < grace:
             continue
         source = lake.compacted_sources(holder).get(epoch)
-        if source is not None and (info.mtime_ns or 0) <= source:
+        if source is not None and source.supersedes(version, info.mtime_ns or 0):
             with contextlib.suppress(FileNotFoundError):
                 lake.fs.delete_file(info.path)
                 deleted += 1

@@ -12,7 +12,8 @@ Contract (see ``docs/spark-sink.md``)::
   Batch only: ``startEpoch`` / ``endEpoch`` (inclusive) and ``completeOnly`` (``true``: only
   epochs that every one of the job's m trees has written). Streaming only:
   ``startingEpoch`` (``earliest``, default, or ``latest``, or an epoch number: the first
-  epoch delivered) and ``incompleteTimeout`` (seconds, default 300).
+  epoch delivered), ``incompleteTimeout`` (seconds, default 300) and ``versionWindow``
+  (epochs, default 1024).
 * **Schema**: the union of the files' schemas (:func:`spark_sink.lake.unified_schema`), fixed
   columns first; a column whose every value is null is typed string.
 * **Batch**: the selected files, grouped into at most ``maxPartitions`` (16) input
@@ -20,13 +21,27 @@ Contract (see ``docs/spark-sink.md``)::
   Filters are not pushed down (a reader implementing ``pushFilters`` fails on sessions where
   ``spark.sql.python.filterPushdown.enabled`` is off); ``startEpoch`` / ``endEpoch`` prune
   files instead.
-* **Streaming**: the offset is ``{"epoch": n}``, the last epoch delivered (inclusive).
-  ``latestOffset`` advances over epochs in order while each is *complete* (all m tree files
-  present); an incomplete epoch holds the stream back until it completes or its oldest file is
-  ``incompleteTimeout`` seconds old (a tree whose master died and never wrote), so a
-  restarted query — Spark replays its checkpointed offsets — delivers every epoch exactly
-  once. An epoch rewritten after it was delivered (late data) is not delivered again; batch
-  reads see the newest version.
+* **Versions**: a batch read sees exactly one row set per (job, tree, epoch), its newest
+  version (:meth:`spark_sink.lake.Lake.files`). A streaming read delivers every new version
+  as new rows (the ``version`` column tells them apart): see Streaming.
+* **Streaming**: the offset is ``{"epoch": n, "versions": {"<e>/<tree>": k}}``: the last
+  epoch delivered (inclusive) and, for the epochs of the last ``versionWindow`` (default
+  1024) up to it, the version of each (epoch, tree) delivered where it is not 1 (0: that tree
+  had written nothing yet). ``latestOffset`` advances over epochs in order while each is
+  *complete* (all m tree files present); an incomplete epoch holds the stream back until it
+  completes or its oldest file is ``incompleteTimeout`` seconds old (a tree whose master died
+  and never wrote), and records the newest version of every (epoch, tree) in the window. A
+  micro-batch holds each (epoch, tree) whose version grew since the previous offset — a new
+  epoch, a tree that wrote after its epoch was passed, or a new version of an epoch already
+  delivered (late data, a tentative result made final) — read at exactly the version its
+  offset names, so a restarted query (Spark replays its checkpointed offsets) delivers each
+  version at most once and every newest version. Versions that followed one another between
+  two micro-batches arrive as the newest only. Not delivered to streams (batch reads see
+  them): a new version of an epoch more than ``versionWindow`` epochs behind the stream's
+  head, and an epoch of which no tree had written anything when the stream passed it. A
+  replay whose version was compacted and swept (after the compaction grace) reads the newer
+  version instead. The offset grows only with the (epoch, tree) of the window whose version
+  is not 1, so it stays bounded.
 * **Compacted hours** (``spark_sink/compaction.py``): the lake lists one entry per (epoch,
   tree) whether it lives in an epoch file or in an hour's compacted file, so offsets and
   completeness are unchanged by compaction; a partition reads a compacted file once and keeps
@@ -63,6 +78,9 @@ from spark_sink.lake import (
 
 NAME = "elf"
 MAX_PARTITIONS = 16  # files of a read are grouped into at most this many tasks
+OPTIONS = ("job", "lake", "path", "startEpoch", "endEpoch", "completeOnly", "startingEpoch",
+           "incompleteTimeout", "maxPartitions", "versionWindow")  # fmt: skip
+VERSION_WINDOW = 1024  # epochs behind a stream's head whose new versions it still delivers
 
 
 class OptionError(ValueError):
@@ -143,8 +161,7 @@ class ElfDataSource(DataSource):
         self.opts = {k: v for k, v in dict(options).items()}
         # Spark passes option keys case-insensitively; normalise the ones we read
         lower = {k.lower(): v for k, v in self.opts.items()}
-        for key in ("job", "lake", "path", "startEpoch", "endEpoch", "completeOnly",
-                    "startingEpoch", "incompleteTimeout", "maxPartitions"):  # fmt: skip
+        for key in OPTIONS:
             if key.lower() in lower:
                 self.opts[key] = lower[key.lower()]
         self.lake = _lake(self.opts)
@@ -220,8 +237,17 @@ class ElfBatchReader(DataSourceReader):
             yield from _read_file(self.lake, path, epochs, self.schema)
 
 
+Offset = dict[str, Any]  # {"epoch": n, "versions": {"<epoch>/<tree>": k}}
+
+
+def _versions(offset: Offset) -> dict[str, int]:
+    """An offset's delivered versions (offsets written before versions have none)."""
+    return {str(k): int(v) for k, v in (offset.get("versions") or {}).items()}
+
+
 class ElfStreamReader(DataSourceStreamReader):
-    """Streaming read of one job; offsets ``{"epoch": n}`` (module contract)."""
+    """Streaming read of one job; offsets ``{"epoch": n, "versions": {...}}`` (module
+    contract)."""
 
     def __init__(self, source: ElfDataSource, schema: pa.Schema) -> None:
         self.lake = source.lake
@@ -233,6 +259,7 @@ class ElfStreamReader(DataSourceStreamReader):
                 f"elf: startingEpoch must be earliest, latest or an epoch, got {self.starting!r}"
             )
         self.max_partitions = _int_option(source.opts, "maxPartitions") or MAX_PARTITIONS
+        self.version_window = _int_option(source.opts, "versionWindow") or VERSION_WINDOW
         try:
             self.incomplete_timeout = float(source.opts.get("incompleteTimeout", "300"))
         except ValueError:
@@ -241,13 +268,14 @@ class ElfStreamReader(DataSourceStreamReader):
     def _files(self) -> list[LakeFile]:
         return self.lake.files(self.job)
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> Offset:
         if self.starting == "latest":
-            return {"epoch": self._ready_until(self._files(), None)}
+            files = self._files()
+            return self._offset(files, self._ready_until(files, None))
         if self.starting == "earliest":
             files = self._files()
-            return {"epoch": (files[0].epoch - 1) if files else -1}
-        return {"epoch": int(self.starting) - 1}
+            return {"epoch": (files[0].epoch - 1) if files else -1, "versions": {}}
+        return {"epoch": int(self.starting) - 1, "versions": {}}
 
     def _ready_until(self, files: list[LakeFile], start: int | None) -> int:
         """The newest epoch E > start such that every epoch in (start, E] is complete (or
@@ -267,25 +295,56 @@ class ElfStreamReader(DataSourceStreamReader):
             last = epoch
         return last
 
-    def latestOffset(
-        self, start: dict[str, Any] | None = None, limit: Any = None
-    ) -> dict[str, int]:
+    def _offset(self, files: list[LakeFile], head: int) -> Offset:
+        """The offset delivering everything up to epoch ``head``: the newest version of each
+        (epoch, tree) in the version window, listed where it is not 1 (0: not written)."""
+        trees = {f.epoch: f.trees for f in files}
+        newest = {(f.epoch, f.tree): f.version for f in files}
+        versions = {}
+        for epoch, m in trees.items():
+            if head - self.version_window < epoch <= head:
+                for tree in range(m):
+                    v = newest.get((epoch, tree), 0)
+                    if v != 1:
+                        versions[f"{epoch}/{tree}"] = v
+        return {"epoch": head, "versions": versions}
+
+    def latestOffset(self, start: Offset | None = None, limit: Any = None) -> Offset:
         begin = None if start is None else int(start["epoch"])
         if begin is None:
             begin = self.initialOffset()["epoch"]
-        return {"epoch": self._ready_until(self._files(), begin)}
+        files = self._files()
+        return self._offset(files, self._ready_until(files, begin))
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        lo, hi = int(start["epoch"]), int(end["epoch"])
-        files = [f for f in self._files() if lo < f.epoch <= hi]
-        return group_files(files, self.max_partitions)
+    def _delivered(self, offset: Offset, epoch: int, tree: int) -> int:
+        """The version of (epoch, tree) a query at ``offset`` has seen (0: none)."""
+        if epoch > int(offset["epoch"]):
+            return 0
+        return _versions(offset).get(f"{epoch}/{tree}", 1)
+
+    def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
+        """The (epoch, tree) whose version at ``end`` is newer than at ``start``, each read
+        at exactly that version (or, if a replay finds it swept after compaction, the newest
+        one, which its ``version`` column shows)."""
+        hi = int(end["epoch"])
+        by_key: dict[tuple[int, int], dict[int, LakeFile]] = {}
+        for f in self.lake.versions(self.job):
+            if hi - self.version_window < f.epoch <= hi:
+                by_key.setdefault((f.epoch, f.tree), {})[f.version] = f
+        chosen = []
+        for (epoch, tree), versions in sorted(by_key.items()):
+            want = self._delivered(end, epoch, tree)
+            if want < 1 or want <= self._delivered(start, epoch, tree):
+                continue
+            chosen.append(versions.get(want) or versions[max(versions)])
+        return group_files(chosen, self.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilePartition)
         for path, epochs in partition.items:
             yield from _read_file(self.lake, path, epochs, self.schema)
 
-    def commit(self, end: dict[str, Any]) -> None:
+    def commit(self, end: Offset) -> None:
         """Nothing to release: the lake keeps every epoch (compaction moves epochs between
         files, never drops one; retention is the operator's choice)."""
 
@@ -314,7 +373,10 @@ def register_views(spark: Any, lake: str, jobs: Sequence[str] | None = None) -> 
 
 def read_parquet(spark: Any, lake: str, job: str) -> Any:
     """The plain-Parquet alternative: one job's files with Spark's own Parquet reader
-    (``mergeSchema``; ``date`` and ``hour`` come from the directory names)."""
+    (``mergeSchema``; ``date`` and ``hour`` come from the directory names). It does not know
+    the lake's reader rule: every version of an epoch not yet compacted is there (and, within
+    the compaction grace, stale copies); keep the highest ``version`` per (epoch, tree) as
+    docs/spark-sink.md shows, or read with ``format("elf")``."""
     from urllib.parse import quote
 
     base = lake.rstrip("/")

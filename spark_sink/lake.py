@@ -2,15 +2,29 @@
 
 Contract (see ``docs/spark-sink.md``):
 
-* **Layout.** ``<root>/job=<name>/date=YYYY-MM-DD/hour=HH/epoch-<e>-tree-<i>-of-<m>.parquet``
+* **Layout.**
+  ``<root>/job=<name>/date=YYYY-MM-DD/hour=HH/epoch-<e>-tree-<i>-of-<m>-v<k>.parquet``
   (date and hour of the epoch's start, UTC; ``<name>`` percent-encoded like Hive partition
-  values). One file per (job, tree index, epoch): the path depends on nothing else, so a
-  retried or duplicated push, or an updated epoch (late data), *replaces* the file and never
-  adds rows. Writes are atomic: a hidden temporary file in the same directory (``.tmp-*``,
-  which Spark and pyarrow ignore) renamed over the final name; on object stores (S3, GCS)
-  a single PUT of the final object is already atomic, so it is written directly.
-* **Schema.** Fixed columns :data:`FIXED_FIELDS` (job, tree, trees, epoch, epoch_start,
-  epoch_end, tentative, coverage, written_at, key_json, value_json) on every row, then typed
+  values; ``k`` ≥ 1 the result's **version**). One file per (job, tree index, epoch,
+  version): the path depends on nothing else, so a retried or duplicated push of the same
+  version (a master that dies after writing and before telling its standby) *replaces* the
+  file and never adds rows, while a new version of the epoch (late data, a tentative result
+  made final) is a new file next to the old one. Files named without ``-v<k>`` (written
+  before versions existed) are version 1. Writes are atomic: a hidden temporary file in the
+  same directory (``.tmp-*``, which Spark and pyarrow ignore) renamed over the final name; on
+  object stores (S3, GCS) a single PUT of the final object is already atomic, so it is
+  written directly.
+* **Versions.** A version is the writer's promise that the rows of (job, tree, epoch,
+  version) never change: a newer version supersedes an older one, the same version written
+  twice has the same rows. Readers of the *current* result (:meth:`Lake.files`, batch reads)
+  see exactly one row set per (job, tree, epoch): its **highest version** present;
+  :meth:`Lake.versions` lists every version still in the lake (the streaming source delivers
+  each new one as new rows).
+* **Schema.** Fixed columns :data:`FIXED_FIELDS` (job, tree, trees, epoch, version,
+  epoch_start, epoch_end, tentative, coverage, lacking, written_at, key_json, value_json) on
+  every row — ``lacking`` is a list of strings: the hex ids of the origins a tentative result
+  still lacks (empty for a final one); files without ``version`` / ``lacking`` read as 1 and
+  an empty list — then typed
   key and value columns (:func:`key_value_columns`): a scalar key is ``key``, a tuple key
   ``key_0..key_n``, or the names the job gives; a scalar value is ``value``, a tuple value
   ``value_0..``, a list value one list column ``value``, a dict value one column per dict key
@@ -21,17 +35,30 @@ Contract (see ``docs/spark-sink.md``):
   rows (``Job.result_rows``, e.g. ELF QL: ``{"product": "p1", "clicks": 7}``) gets one column
   per field instead; ``key_json`` then holds the whole row as a JSON object and
   ``value_json`` is ``null``. The footer names the roles: ``elf.key_columns`` and
-  ``elf.value_columns`` (JSON lists; for named rows the numeric fields are the values).
+  ``elf.value_columns`` (JSON lists; for named rows the numeric fields are the values), and
+  ``elf.result`` describes the result even when it has no row: ``{"rows": "pairs" |
+  "named", "version", "tentative", "coverage", "lacking"}`` (``rows`` tells the results
+  API's pairs from a job's named rows).
 * **Compacted hours** (``spark_sink/compaction.py``): an hour's epoch files of one tree
   merged into ``compact-tree-<i>-of-<m>.parquet`` in the same hour directory. Its footer's
-  ``elf.sources`` maps each epoch it holds to the ``mtime_ns`` of the epoch file it came from.
-  An epoch file whose mtime is not newer than that is a stale copy (awaiting deletion) and is
-  never listed; one rewritten later (late data) is newer and wins over the compacted rows of
-  its epoch until the next compaction folds it in. So a reader sees each (epoch, tree) once,
-  before, during and after a compaction.
-* **Reading.** :meth:`Lake.files` lists one :class:`LakeFile` per (epoch, tree) (parsed
-  from file names; a compacted file's footer is read once and cached); a compacted one has
-  ``compacted=True`` and its reader keeps only that epoch's rows (:func:`read_rows`).
+  ``elf.sources`` maps each epoch it holds to ``{"version": k, "mtime_ns": t, "result":
+  {…}}``: the version its rows are, the epoch file's mtime and its ``elf.result``. An epoch
+  file of a lower version is a stale copy (awaiting deletion) and is never listed; a higher
+  version written later wins over the compacted rows of its epoch until the next compaction
+  folds it in. So a reader sees each (epoch, tree) once, before, during and after a
+  compaction. Versions, not modification times, decide: an mtime depends on the clock of the
+  host that wrote the file (two masters of one job on a shared lake), on the file system's
+  granularity, and on copies and restores, and a rollup buffered while the lake was down
+  gets the mtime of its late flush; a version is part of the data. Only between equal
+  versions — which by the writer's promise hold the same rows, so either is right — does the
+  mtime break the tie (a file not newer than ``t`` is stale): a writer that broke the
+  promise still ends with its last write, as before versions. Compacted files written before
+  versions map epochs to a bare ``mtime_ns``: version 1, same rule.
+* **Reading.** :meth:`Lake.files` lists one :class:`LakeFile` per (epoch, tree), its
+  highest version (parsed from file names; a compacted file's footer is read once and
+  cached); :meth:`Lake.epoch_file` finds one (epoch, tree) listing only its hour directory.
+  A compacted entry has ``compacted=True`` and its reader keeps only that epoch's rows
+  (:func:`read_rows`).
   :func:`read_table` reads a set of files into one table whose schema is the union of theirs
   (missing columns null, int/float promoted). An empty epoch's file has the fixed columns
   only; a column whose values are all null is typed string.
@@ -50,7 +77,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
 import orjson
@@ -64,19 +91,22 @@ FIXED_FIELDS: tuple[pa.Field, ...] = (
     pa.field("tree", pa.int32(), nullable=False),
     pa.field("trees", pa.int32(), nullable=False),
     pa.field("epoch", pa.int64(), nullable=False),
+    pa.field("version", pa.int64(), nullable=False),
     pa.field("epoch_start", TS, nullable=False),
     pa.field("epoch_end", TS, nullable=False),
     pa.field("tentative", pa.bool_(), nullable=False),
     pa.field("coverage", pa.float64(), nullable=False),
+    pa.field("lacking", pa.list_(pa.string()), nullable=False),
     pa.field("written_at", TS, nullable=False),
     pa.field("key_json", pa.string(), nullable=False),
     pa.field("value_json", pa.string(), nullable=False),
 )
 FIXED_NAMES = frozenset(f.name for f in FIXED_FIELDS)
 PARTITION_NAMES = frozenset({"date", "hour"})
-FILE_RE = re.compile(r"^epoch-(-?\d+)-tree-(\d+)-of-(\d+)\.parquet$")
+FILE_RE = re.compile(r"^epoch-(-?\d+)-tree-(\d+)-of-(\d+)(?:-v(\d+))?\.parquet$")
 COMPACT_RE = re.compile(r"^compact-tree-(\d+)-of-(\d+)\.parquet$")
 SOURCES_KEY = b"elf.sources"
+RESULT_KEY = b"elf.result"  # JSON: rows kind, version, tentative, coverage, lacking
 OBJECT_STORES = frozenset({"s3", "gcs"})
 
 
@@ -103,6 +133,10 @@ class Rollup:
     #: event time the epoch starts at, when epochs changed length at runtime (None: the
     #: epoch's index times ``epoch_seconds``, which then is this epoch's length)
     start_time: float | None = None
+    #: the result's version (≥ 1): a newer one supersedes this (module contract)
+    version: int = 1
+    #: hex ids of the origins a tentative result still lacks (empty when final)
+    lacking: Sequence[str] = ()
 
     @property
     def epoch_start(self) -> float:
@@ -111,7 +145,9 @@ class Rollup:
         return self.epoch * self.epoch_seconds
 
     def relative_path(self) -> str:
-        return relative_path(self.job, self.epoch_start, self.tree, self.trees, self.epoch)
+        return relative_path(
+            self.job, self.epoch_start, self.tree, self.trees, self.epoch, self.version
+        )
 
 
 @dataclass(frozen=True)
@@ -128,6 +164,7 @@ class LakeFile:
     mtime: float | None = None
     compacted: bool = False  # ``path`` holds an hour of epochs: read only this one's rows
     mtime_ns: int | None = None
+    version: int = 1
 
 
 def compact_name(tree: int, trees: int) -> str:
@@ -135,13 +172,60 @@ def compact_name(tree: int, trees: int) -> str:
     return f"compact-tree-{tree}-of-{trees}.parquet"
 
 
-def relative_path(job: str, epoch_start: float, tree: int, trees: int, epoch: int) -> str:
-    """``job=<name>/date=…/hour=…/epoch-<e>-tree-<i>-of-<m>.parquet`` (module contract)."""
+def relative_path(
+    job: str, epoch_start: float, tree: int, trees: int, epoch: int, version: int = 1
+) -> str:
+    """``job=<name>/date=…/hour=…/epoch-<e>-tree-<i>-of-<m>-v<k>.parquet`` (module
+    contract)."""
+    return f"{hour_path(job, epoch_start)}/epoch-{epoch}-tree-{tree}-of-{trees}-v{version}.parquet"
+
+
+def hour_path(job: str, epoch_start: float) -> str:
+    """``job=<name>/date=…/hour=…``: the directory an epoch starting then is written to."""
     when = dt.datetime.fromtimestamp(math.floor(epoch_start), dt.UTC)
-    return (
-        f"job={quote(job, safe='')}/date={when:%Y-%m-%d}/hour={when:%H}/"
-        f"epoch-{epoch}-tree-{tree}-of-{trees}.parquet"
-    )
+    return f"job={quote(job, safe='')}/date={when:%Y-%m-%d}/hour={when:%H}"
+
+
+class Source(NamedTuple):
+    """What a compacted file records of one epoch: the version of its rows, the ``mtime_ns``
+    of the epoch file they came from (the tie-break between equal versions), and that file's
+    ``elf.result``."""
+
+    version: int
+    mtime_ns: int | None = None
+    result: dict[str, Any] | None = None  # the epoch file's ``elf.result``, when known
+
+    def supersedes(self, version: int, mtime_ns: int) -> bool:
+        """Whether these compacted rows make an epoch file of ``version`` stale."""
+        if version != self.version:
+            return version < self.version
+        return self.mtime_ns is None or mtime_ns <= self.mtime_ns
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"version": self.version}
+        if self.mtime_ns is not None:
+            out["mtime_ns"] = self.mtime_ns
+        if self.result is not None:
+            out["result"] = self.result
+        return out
+
+
+def parse_sources(raw: bytes | None) -> dict[int, Source]:
+    """A compacted footer's ``elf.sources``: ``{"<e>": {"version": k, "mtime_ns": t,
+    "result": {…}}}``, or the older ``{"<e>": mtime_ns}`` (version 1). Raises ``ValueError`` /
+    ``TypeError`` / ``KeyError`` on a malformed footer."""
+    out = {}
+    for e, v in json.loads(raw or b"{}").items():
+        if isinstance(v, dict):
+            ns, result = v.get("mtime_ns"), v.get("result")
+            out[int(e)] = Source(
+                int(v["version"]),
+                None if ns is None else int(ns),
+                result if isinstance(result, dict) else None,
+            )
+        else:
+            out[int(e)] = Source(1, int(v))
+    return out
 
 
 # ---- values → columns ------------------------------------------------------------------------
@@ -298,6 +382,9 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     job's named columns when it names its result rows)."""
     named = rollup.named_rows
     n = len(rollup.rows) if named is None else len(named)
+    if not isinstance(rollup.version, int) or rollup.version < 1:
+        raise LakeError(f"rollup version must be an integer ≥ 1, got {rollup.version!r}")
+    lacking = [str(x) for x in rollup.lacking]
     written = written_at if written_at is not None else time.time()
     start = rollup.epoch_start
     fixed = {
@@ -305,10 +392,12 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
         "tree": pa.array([rollup.tree] * n, pa.int32()),
         "trees": pa.array([rollup.trees] * n, pa.int32()),
         "epoch": pa.array([rollup.epoch] * n, pa.int64()),
+        "version": pa.array([rollup.version] * n, pa.int64()),
         "epoch_start": pa.array([_micros(start)] * n, pa.int64()).cast(TS),
         "epoch_end": pa.array([_micros(start + rollup.epoch_seconds)] * n, pa.int64()).cast(TS),
         "tentative": pa.array([bool(rollup.tentative)] * n, pa.bool_()),
         "coverage": pa.array([float(rollup.coverage)] * n, pa.float64()),
+        "lacking": pa.array([lacking] * n, pa.list_(pa.string())),
         "written_at": pa.array([_micros(written)] * n, pa.int64()).cast(TS),
         "key_json": pa.array(
             [to_json(k) for k, _ in rollup.rows] if named is None else [to_json(r) for r in named],
@@ -333,6 +422,15 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
         b"elf.path": rollup.relative_path().encode(),
         b"elf.key_columns": json.dumps([n for n, _ in key_cols]).encode(),
         b"elf.value_columns": json.dumps([n for n, _ in value_cols]).encode(),
+        RESULT_KEY: json.dumps(
+            {
+                "rows": "pairs" if named is None else "named",
+                "version": rollup.version,
+                "tentative": bool(rollup.tentative),
+                "coverage": float(rollup.coverage),
+                "lacking": lacking,
+            }
+        ).encode(),
     }
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
 
@@ -367,7 +465,7 @@ class Lake:
             self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(self.location)
         self.root = self.root.rstrip("/") or "/"
         self.atomic_put = self.fs.type_name in OBJECT_STORES
-        self._sources: dict[tuple[str, int, int | None], dict[int, int]] = {}
+        self._sources: dict[tuple[str, int, int | None], dict[int, Source]] = {}
 
     def __repr__(self) -> str:
         return f"Lake({self.location!r})"
@@ -413,9 +511,32 @@ class Lake:
         )
 
     def files(self, job: str | None = None) -> list[LakeFile]:
-        """One entry per (job, epoch, tree) a reader should read, sorted by (job, epoch,
-        tree): epoch files, and epochs of compacted files not superseded by a newer epoch
-        file (module contract)."""
+        """One entry per (job, epoch, tree) a reader of current results should read — its
+        highest version, in an epoch file or a compacted file — sorted by (job, epoch,
+        tree) (module contract)."""
+        return self._list(job, every_version=False)
+
+    def versions(self, job: str | None = None) -> list[LakeFile]:
+        """Every (job, epoch, tree, version) still in the lake, sorted by (job, epoch, tree,
+        version): each epoch file, and each epoch of a compacted file (the version it
+        records). A version held both ways is listed once (its epoch file)."""
+        return self._list(job, every_version=True)
+
+    def epoch_file(
+        self, job: str, epoch_start: float, tree: int, trees: int, epoch: int
+    ) -> LakeFile | None:
+        """The highest version of one (job, tree of m, epoch), listing only the hour
+        directory it lives in (``epoch_start``: when the epoch starts); None if absent."""
+        directory = self.path(hour_path(job, epoch_start))
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+        except (OSError, pa.ArrowException) as exc:
+            raise LakeError(f"lake {self.location!r}: {exc}") from None
+        when = dt.datetime.fromtimestamp(math.floor(epoch_start), dt.UTC)
+        found = self._hour_files(job, f"{when:%Y-%m-%d}", when.hour, list(infos), False)
+        return next((f for f in found if (f.epoch, f.tree, f.trees) == (epoch, tree, trees)), None)
+
+    def _list(self, job: str | None, every_version: bool) -> list[LakeFile]:
         jobs = [job] if job is not None else self.jobs()
         out: list[LakeFile] = []
         for name in jobs:
@@ -438,47 +559,68 @@ class Lake:
                     continue
                 by_dir.setdefault((parts[0][5:], hour), []).append(info)
             for (date, hour), group in by_dir.items():
-                out.extend(self._hour_files(name, date, hour, group))
-        out.sort(key=lambda f: (f.job, f.epoch, f.tree))
+                out.extend(self._hour_files(name, date, hour, group, every_version))
+        out.sort(key=lambda f: (f.job, f.epoch, f.tree, f.version))
         return out
 
     def _hour_files(
-        self, job: str, date: str, hour: int, infos: list[pafs.FileInfo]
+        self, job: str, date: str, hour: int, infos: list[pafs.FileInfo], every_version: bool
     ) -> list[LakeFile]:
-        small: dict[tuple[int, int, int], pafs.FileInfo] = {}
+        # (epoch, tree, m) → version → the epoch file holding it (a version named both with
+        # and without ``-v1``: the newer file)
+        small: dict[tuple[int, int, int], dict[int, pafs.FileInfo]] = {}
         compacted: dict[tuple[int, int], pafs.FileInfo] = {}
         for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
             if m := FILE_RE.match(info.base_name):
-                small[(int(m.group(1)), int(m.group(2)), int(m.group(3)))] = info
+                key = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+                version = int(m.group(4)) if m.group(4) else 1
+                versions = small.setdefault(key, {})
+                held = versions.get(version)
+                if held is None or _mtime_ns(info) > _mtime_ns(held):
+                    versions[version] = info
             elif m := COMPACT_RE.match(info.base_name):
                 compacted[(int(m.group(1)), int(m.group(2)))] = info
-        out: list[LakeFile] = []
-        covered: dict[tuple[int, int, int], int] = {}  # (epoch, tree, trees) → source mtime
+        covered: dict[tuple[int, int, int], Source] = {}
         for (tree, trees), info in compacted.items():
-            for epoch, source_ns in self.compacted_sources(info).items():
-                covered[(epoch, tree, trees)] = source_ns
-        for (epoch, tree, trees), source_ns in covered.items():
-            newer = small.get((epoch, tree, trees))
-            if newer is None or _mtime_ns(newer) <= source_ns:
-                out.append(_lake_file(job, date, hour, epoch, tree, trees,
-                                      compacted[(tree, trees)], True))  # fmt: skip
-        for (epoch, tree, trees), info in small.items():
-            source_ns = covered.get((epoch, tree, trees))
-            if source_ns is None or _mtime_ns(info) > source_ns:
-                out.append(_lake_file(job, date, hour, epoch, tree, trees, info, False))
+            for epoch, source in self.compacted_sources(info).items():
+                covered[(epoch, tree, trees)] = source
+        out: list[LakeFile] = []
+        for key in set(small) | set(covered):
+            epoch, tree, trees = key
+            source = covered.get(key)
+            versions = small.get(key, {})
+            fresh = {
+                v: info
+                for v, info in versions.items()
+                if source is None or not source.supersedes(v, _mtime_ns(info))
+            }
+            holder = compacted[(tree, trees)] if source is not None else None
+            if every_version:
+                for v, info in versions.items():
+                    out.append(_lake_file(job, date, hour, epoch, tree, trees, info, False, v))
+                if holder is not None and source is not None and source.version not in versions:
+                    out.append(_lake_file(job, date, hour, epoch, tree, trees, holder, True,
+                                          source.version))  # fmt: skip
+            elif fresh:
+                v = max(fresh)
+                out.append(_lake_file(job, date, hour, epoch, tree, trees, fresh[v], False, v))
+            elif holder is not None and source is not None:
+                out.append(_lake_file(job, date, hour, epoch, tree, trees, holder, True,
+                                      source.version))  # fmt: skip
         return out
 
-    def compacted_sources(self, info: pafs.FileInfo) -> dict[int, int]:
-        """epoch → source mtime_ns recorded in a compacted file's footer (cached per file
+    def compacted_sources(self, info: pafs.FileInfo) -> dict[int, Source]:
+        """epoch → :class:`Source` recorded in a compacted file's footer (cached per file
         version; an unreadable footer lists nothing and is logged by the caller's read)."""
         key = (info.path, _mtime_ns(info), info.size)
         cached = self._sources.get(key)
         if cached is None:
             try:
                 meta = pq.read_schema(info.path, filesystem=self.fs).metadata or {}
-                raw = json.loads(meta.get(SOURCES_KEY, b"{}"))
-                cached = {int(e): int(ns) for e, ns in raw.items()}
-            except (OSError, pa.ArrowException, ValueError, TypeError):
+                cached = parse_sources(meta.get(SOURCES_KEY))
+            except (OSError, pa.ArrowException, ValueError, TypeError, KeyError):
                 cached = {}
             if len(self._sources) > 4096:
                 self._sources.clear()
@@ -493,7 +635,7 @@ def _mtime_ns(info: pafs.FileInfo) -> int:
 
 def _lake_file(
     job: str, date: str, hour: int, epoch: int, tree: int, trees: int,
-    info: pafs.FileInfo, compacted: bool,
+    info: pafs.FileInfo, compacted: bool, version: int,
 ) -> LakeFile:  # fmt: skip
     return LakeFile(
         job=job,
@@ -506,6 +648,7 @@ def _lake_file(
         mtime=info.mtime.timestamp() if info.mtime is not None else None,
         compacted=compacted,
         mtime_ns=_mtime_ns(info),
+        version=version,
     )
 
 
@@ -556,7 +699,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     arrays = []
     for f in schema:
         if f.name not in table.column_names:
-            arrays.append(pa.nulls(len(table), f.type))
+            arrays.append(_missing(f, len(table)))
             continue
         col = table.column(f.name)
         if col.type == f.type:
@@ -571,6 +714,16 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             else:
                 arrays.append(pa.nulls(len(table), f.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(list(schema), metadata=None))
+
+
+def _missing(f: pa.Field, n: int) -> pa.Array:
+    """A column a file lacks: ``version`` 1 and ``lacking`` empty for files written before
+    those columns existed, nulls otherwise."""
+    if f.name == "version":
+        return pa.array([1] * n, pa.int64())
+    if f.name == "lacking":
+        return pa.array([[]] * n, pa.list_(pa.string()))
+    return pa.nulls(n, f.type)
 
 
 def read_schema(lake: Lake, files: Sequence[LakeFile]) -> pa.Schema:
@@ -616,3 +769,50 @@ def read_table(lake: Lake, files: Sequence[LakeFile], schema: pa.Schema | None =
     if not tables:
         return schema.empty_table()
     return pa.concat_tables([conform(t, schema) for t in tables])
+
+
+def result_meta(schema: pa.Schema) -> dict[str, Any] | None:
+    """An epoch file's ``elf.result`` footer (module contract), or None (files written before
+    it, or a damaged footer)."""
+    raw = (schema.metadata or {}).get(RESULT_KEY)
+    if raw is None:
+        return None
+    try:
+        meta = json.loads(raw)
+    except ValueError:
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def epoch_meta(lake: Lake, f: LakeFile) -> dict[str, Any] | None:
+    """One (epoch, tree) entry's ``elf.result`` from footers only (the epoch file's, or the
+    compacted file's ``elf.sources``), its ``version`` the entry's; None for files written
+    before ``elf.result``."""
+    if f.compacted:
+        source = lake.compacted_sources(lake.fs.get_file_info(f.path)).get(f.epoch)
+        meta = source.result if source is not None else None
+    else:
+        meta = result_meta(pq.read_schema(f.path, filesystem=lake.fs))
+    return None if meta is None else {**meta, "version": f.version}
+
+
+def read_epoch(
+    lake: Lake, f: LakeFile, meta: dict[str, Any] | None = None
+) -> tuple[pa.Table, dict[str, Any]]:
+    """One (epoch, tree) entry's rows and its result description (``meta``, else
+    :func:`epoch_meta`; for files written before ``elf.result``, the version from the name
+    and the rest from the first row, ``rows`` unknown (None) when that is not a pair). Reads
+    that one file only (one tree's compacted hour filtered to the epoch)."""
+    if meta is None:
+        meta = epoch_meta(lake, f)
+    table = read_rows(lake, f.path, [f.epoch] if f.compacted else None)
+    if meta is None:
+        first = table.slice(0, 1).to_pylist()
+        row = first[0] if first else {}
+        meta = {
+            "rows": None if not first else ("pairs" if row.get("value_json") != "null" else None),
+            "tentative": bool(row.get("tentative", False)),
+            "coverage": float(row.get("coverage", 1.0)),
+            "lacking": list(row.get("lacking") or []),
+        }
+    return table, {**meta, "version": f.version}

@@ -22,7 +22,7 @@ and the HTTP ingest queue).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 Record = dict[str, Any]
@@ -32,6 +32,34 @@ class RecordBatch(list[Record]):
     """The records of one ``poll``; ``skipped``: lines a prefilter skipped unparsed."""
 
     skipped: int = 0
+
+
+class ColumnarBatch(RecordBatch):
+    """A ``poll`` on the columnar path (docs/ingest.md): ``parts`` in input order, each an
+    Arrow table (one chunk's accepted records) or a list of records (a chunk that took the
+    row path). ``len()`` is the number of records; iterating yields them as dicts (built
+    from the tables on demand: the fallback for consumers without a batch path)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[Any] = []
+        self._rows = 0
+
+    def add(self, part: Any) -> None:
+        n = part.num_rows if hasattr(part, "num_rows") else len(part)
+        if n:
+            self.parts.append(part)
+            self._rows += n
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def __bool__(self) -> bool:
+        return self._rows > 0
+
+    def __iter__(self) -> Iterator[Record]:
+        for part in self.parts:
+            yield from (part.to_pylist() if hasattr(part, "to_pylist") else part)
 
 
 @runtime_checkable

@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from agent.ingest.base import Record, RecordBatch
+from agent.ingest.base import ColumnarBatch, Record, RecordBatch
 from agent.ingest.records import (
     LineParser,
     Quarantine,
@@ -37,8 +37,10 @@ from agent.ingest.records import (
     rejection,
     repairs_of,
 )
+from agent.ql.arrow_eval import Unsupported
 
 if TYPE_CHECKING:
+    from agent.ingest.columnar.reader import ChunkReader
     from agent.ingest.fastpath import LinePrefilter
 
 
@@ -77,6 +79,9 @@ class FileTail:
         #: optional :class:`~agent.ingest.fastpath.LinePrefilter`: lines no job can match are
         #: skipped unparsed (counted in ``prefiltered``; the runtime installs it)
         self.prefilter: LinePrefilter | None = None
+        #: optional :class:`~agent.ingest.columnar.reader.ChunkReader`: chunks parsed into
+        #: Arrow tables (the columnar path; the runtime installs it)
+        self.columnar: ChunkReader | None = None
         self._skipped = 0
         self.counters = {
             "lines": 0,
@@ -87,6 +92,8 @@ class FileTail:
             "truncations": 0,
             "bytes": 0,
             "prefiltered": 0,
+            "columnar_chunks": 0,
+            "row_chunks": 0,
         }
 
     # ---- opening --------------------------------------------------------------------------
@@ -121,7 +128,7 @@ class FileTail:
         """Read and parse every complete line available now (up to ``read_size`` bytes per
         file switch). Never raises on bad data; I/O errors leave the tail retrying. The
         batch's ``skipped`` is the number of lines the prefilter skipped."""
-        out = RecordBatch()
+        out = RecordBatch() if self.columnar is None else ColumnarBatch()
         if self._closed:
             return out
         if self._f is None and not self._open():
@@ -171,7 +178,11 @@ class FileTail:
                 self._skipping = False
                 start = buf.find(b"\n") + 1
             found = None if self.prefilter is None else self.prefilter.scan(buf, start, last_nl)
-            if found is not None:  # the fast path: only candidate lines become objects
+            if isinstance(out, ColumnarBatch) and self._columnar_chunk(
+                buf, start, last_nl, found, out
+            ):
+                rest = buf[last_nl + 1 :]
+            elif found is not None:  # the fast path: only candidate lines become objects
                 self._scanned(buf, start, last_nl, found, out)
                 rest = buf[last_nl + 1 :]
             else:
@@ -199,6 +210,69 @@ class FileTail:
             rest = b""
         self._buf = rest
 
+    def _columnar_chunk(
+        self,
+        buf: bytes,
+        start: int,
+        last_nl: int,
+        found: tuple[list[int], list[bytes]] | None,
+        out: ColumnarBatch,
+    ) -> bool:
+        """The lines of ``buf[start:last_nl + 1]`` (or only ``found``, the prefilter's
+        candidates) parsed into one Arrow table (the columnar path). Rejected lines are
+        quarantined one by one with their line number and offset, as :meth:`_lines` does.
+        False (nothing consumed) when the chunk must take the row path: a line longer than
+        ``max_line_bytes``, or a chunk the parser cannot represent exactly."""
+        reader = self.columnar
+        assert reader is not None
+        n = buf.count(b"\n", start, last_nl + 1)
+        kept_count = n if found is None else len(found[1])
+        if not reader.wants(kept_count):
+            self.counters["row_chunks"] += 1
+            return False
+        chunk = buf[start : last_nl + 1] if found is None else b"\n".join(found[1]) + b"\n"
+        limit = self.max_line_bytes
+        if len(chunk) > limit and max(map(len, chunk.split(b"\n"))) > limit:
+            self.counters["row_chunks"] += 1
+            return False
+        if kept_count:
+            try:
+                parsed = reader.parse(chunk)
+            except Unsupported:
+                self.counters["row_chunks"] += 1
+                return False
+            rows = parsed.table.num_rows
+            rejects = parsed.rejects
+        else:
+            rows, rejects = 0, []
+        at, index = 0, 0  # chunk offset and line index of the last rejected line found
+        for i, reason, message, line in rejects:
+            if found is None:
+                while index < i:
+                    at = chunk.index(b"\n", at) + 1
+                    index += 1
+                offset, line_index = self._pos + start + at, i
+            else:
+                pos = found[0][i]
+                offset, line_index = self._pos + pos, buf.count(b"\n", start, pos)
+            self.quarantine.add(
+                self.name, self._line_no + line_index + 1, reason, line, offset=offset,
+                message=message,
+            )  # fmt: skip
+        self.counters["columnar_chunks"] += 1
+        self.counters["rejected"] += len(rejects)
+        self.counters["records"] += rows
+        self.counters["blank_lines"] += kept_count - rows - len(rejects)
+        self.counters["lines"] += n
+        self._line_no += n
+        skipped = n - kept_count
+        if skipped:
+            self.counters["prefiltered"] += skipped
+            self._skipped += skipped
+        if rows:
+            out.add(parsed.table)
+        return True
+
     def _scanned(
         self,
         buf: bytes,
@@ -210,6 +284,11 @@ class FileTail:
         """Account for the lines of ``buf[start:last_nl + 1]`` of which only ``found`` (their
         start offsets and bytes, from ``prefilter.scan``) may match: parse those, count the
         rest as prefiltered (as :meth:`_lines` with a prefilter does, without splitting)."""
+        if isinstance(out, ColumnarBatch):
+            part: list[Record] = []
+            self._scanned(buf, start, last_nl, found, part)
+            out.add(part)
+            return
         parse = self.parser.parse
         append = out.append
         limit = self.max_line_bytes
@@ -256,6 +335,11 @@ class FileTail:
     def _lines(self, lines: list[bytes], out: list[Record], base: int) -> None:
         """Parse ``lines``; ``base`` is the file offset of the first (for dead letters).
         With a ``prefilter`` only the lines it keeps are parsed (the rest are counted)."""
+        if isinstance(out, ColumnarBatch):
+            part: list[Record] = []
+            self._lines(lines, part, base)
+            out.add(part)
+            return
         parse = self.parser.parse
         append = out.append
         limit = self.max_line_bytes
@@ -304,6 +388,16 @@ class FileTail:
             self.counters["prefiltered"] += skipped
             self._skipped += skipped
 
+    def drain(self) -> RecordBatch:
+        """End of input (a finished file, ``elf run``): the unterminated last line, if any,
+        parsed as a line (as rotation does), in a batch of its own."""
+        out = RecordBatch() if self.columnar is None else ColumnarBatch()
+        if self._buf and not self._skipping:
+            line, self._buf = self._buf, b""
+            self._line(line, out)
+            self._pos += len(line)
+        return out
+
     async def batches(self) -> AsyncIterator[list[Record]]:
         """Non-empty record batches as they arrive; sleeps ``poll_interval`` when idle."""
         while not self._closed:
@@ -331,6 +425,7 @@ class FileTail:
             "offset": self._pos,
             "pending_bytes": len(self._buf),
             "bad_encoding_repaired": repairs_of(self.parser),
+            "columnar": None if self.columnar is None else self.columnar.describe(),
             "quarantine": self.quarantine.stats(),
         }
 

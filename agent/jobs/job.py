@@ -45,8 +45,12 @@ from dataclasses import fields as dataclass_fields
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
+import numpy as np
+import pyarrow as pa
+
 from agent.errors import AgentError
 from agent.jobs.spec import JobSpec, JobSpecError
+from agent.ql.arrow_plan import pair_partials
 from cbt import Aggregator, Snapshot, get_aggregator
 
 ENTRY_POINT_GROUP = "elf.jobs"
@@ -141,6 +145,48 @@ class Job:
         the CBT's C counting path); ``map`` then defaults to ``(key, 1)`` pairs of it.
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement map_keys(record)")
+
+    #: the record fields ``map_batch`` reads: the columnar parser's projection (None: all)
+    batch_fields: ClassVar[frozenset[str] | None] = None
+
+    def map_batch(self, table: pa.Table) -> pa.Table:
+        """Optional vectorized ``map``: the rows of ``table`` (an Arrow table of records, one
+        column per field, missing fields NULL) to a table of pairs, column ``key`` (strings
+        or ints) and optionally ``value`` (absent: every value is 1). It must give the pairs
+        ``map`` gives on the same rows, in any order. When a class overrides it, inputs whose
+        every job has it (or is an ELF QL query) take the columnar ingest path
+        (docs/ingest.md); ``map`` stays the reference and the fallback."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement map_batch(table)")
+
+    def has_batch_path(self) -> bool:
+        """Whether this job runs on the columnar path (``map_batch`` or its own
+        ``aggregate_batch``)."""
+        return type(self).map_batch is not Job.map_batch
+
+    def batch_projection(self) -> frozenset[str] | None:
+        """The fields the columnar parser must produce for this job (None: all):
+        ``batch_fields`` and the timestamp field."""
+        if self.batch_fields is None:
+            return None
+        return self.batch_fields | {str(self.params.get("ts_field", "ts"))}
+
+    def aggregate_batch(self, table: pa.Table, agg: Aggregator) -> tuple[list[Any], list[Any]]:
+        """Partial states of ``agg`` per key over ``table``'s rows (one epoch's): what
+        inserting every pair of ``map`` would build, one state per key. The default
+        pre-aggregates ``map_batch``'s pairs natively (``agent.ql.arrow_plan.pair_partials``);
+        :class:`~agent.ql.arrow_eval.Unsupported` makes the worker map those rows with
+        ``map`` instead."""
+        return pair_partials(self.map_batch(table), agg)
+
+    def aggregate_epochs(
+        self, table: pa.Table, epochs: np.ndarray, agg: Aggregator
+    ) -> list[tuple[int, list[Any], list[Any]]]:
+        """``[(epoch, keys, states)]`` for rows spanning several epochs (``epochs``: each
+        row's): ``aggregate_batch`` per epoch by default; a job may do it in one pass."""
+        return [
+            (int(e), *self.aggregate_batch(table.filter(pa.array(epochs == e)), agg))
+            for e in np.unique(epochs).tolist()
+        ]
 
     def on_multicast(self, message: dict[str, Any]) -> Awaitable[None] | None:
         """Control delivered from the master down the tree."""

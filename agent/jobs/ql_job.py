@@ -23,6 +23,8 @@ from typing import Any
 from agent.jobs.job import Job, register_job
 from agent.jobs.spec import JobSpec, JobSpecError
 from agent.ql import CompiledQuery, QLError, compile_query
+from agent.ql.arrow_plan import ArrowPlan
+from agent.ql.checker import analyze
 from agent.ql.keys import keys_problem
 from cbt import Snapshot
 
@@ -92,6 +94,31 @@ class QLJob(Job):
             self.map_keys = self.compiled.keys  # type: ignore[method-assign]
         self.last_epoch: int | None = None
         self.last_rows: list[dict[str, Any]] = []
+        self._plan: ArrowPlan | None = None
+
+    # ---- the columnar path ----------------------------------------------------------------
+    def has_batch_path(self) -> bool:
+        return True
+
+    def batch_projection(self) -> frozenset[str] | None:
+        ts_field = str(self.params.get("ts_field", "ts"))
+        return self.plan().fields | {ts_field}
+
+    def plan(self) -> ArrowPlan:
+        """The query on Arrow tables (built on first use, per instance)."""
+        if self._plan is None:
+            self._plan = ArrowPlan(analyze(self.compiled.query), self.make_aggregator())
+        return self._plan
+
+    def aggregate_batch(self, table: Any, agg: Any) -> tuple[list[Any], list[Any]]:
+        """The query's partial states per key over ``table`` (``agent.ql.arrow_plan``)."""
+        return self.plan().partials(table)
+
+    def aggregate_epochs(
+        self, table: Any, epochs: Any, agg: Any
+    ) -> list[tuple[int, list[Any], list[Any]]]:
+        """Several epochs' rows in one hash group-by (the epoch an extra key)."""
+        return self.plan().partials_by_epoch(table, epochs)
 
     def map(self, record: dict[str, Any]) -> list[tuple[Any, Any]]:
         """The compiled pipeline (replaced by it per instance in ``setup``)."""

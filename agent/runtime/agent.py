@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import dataclasses
 import logging
@@ -45,6 +46,7 @@ from aiohttp import web
 from agent.config import AgentConfig, InputConfig
 from agent.errors import BadRequest, Conflict, NotFound, StatusError, Unavailable
 from agent.ingest.base import Resumable
+from agent.ingest.columnar.reader import install_columnar
 from agent.ingest.fastpath import install_prefilters
 from agent.ingest.inputs import open_input
 from agent.ingest.stream import IngestQueue, StreamInput
@@ -197,6 +199,8 @@ class Agent:
         self.server.route("POST", "/agent/v1/results", self._serve_results)
         self.server.route("POST", "/agent/v1/handover", self._serve_handover)
         self.server.route("POST", "/agent/v1/late", self._serve_late)
+        self.server.route("POST", "/agent/v1/resend", self._serve_resend)
+        self.server.route("POST", "/agent/v1/replica", self._serve_replica)
         self.server.route("POST", "/agent/v1/recv", self._serve_recv)
         self.overlay.handle("agent.where", lambda payload, sender: {"data_url": self.data_url})
         self.data_url = await self.server.start()
@@ -394,6 +398,7 @@ class Agent:
         if only is not None:
             wanted &= only
         install_prefilters(self.inputs, self.input_configs, runtimes)
+        install_columnar(self.inputs, self.input_configs, runtimes, enabled=self.tunables.columnar)
         held = {name for runtime in runtimes if runtime.backlog_full() for name in runtime.inputs}
         polled = wanted - held
         batches = {name: self.inputs[name].poll() for name in polled}
@@ -569,8 +574,12 @@ class Agent:
             current = self.table.get(spec.name)
             if current is not None and current.state == RUNNING:
                 return {"error": f"job {spec.name!r} is already running", "status": 409}
-            if spec.start_epoch is None:  # align every worker's first epoch: "from now on"
-                spec = spec.with_changes(start_epoch=math.floor(time.time() / spec.epoch_seconds))
+            if spec.start_epoch is None:
+                # "From now on": the first epoch that starts after every agent has the job (the
+                # table multicast takes milliseconds), so no agent's share of it was read by
+                # other jobs before this one existed - every worker's first epoch is whole.
+                ahead = time.time() + self.tunables.start_margin_seconds
+                spec = spec.with_changes(start_epoch=math.ceil(ahead / spec.epoch_seconds))
             if spec.placement is None:
                 spec = spec.with_changes(placement=await self._place(spec))
             entry = JobEntry(spec.name, spec.to_dict(), RUNNING, self.table.next_version(spec.name))
@@ -655,6 +664,7 @@ class Agent:
                 self.count("job_start_errors")
                 log.warning("cannot run job %s here: %r", entry.name, exc)
                 return
+            self._note_shared_inputs(runtime)
             self.runtimes[entry.name] = runtime
             self.spawn(runtime.start(), f"start job {entry.name}")
         elif entry.state == RUNNING and runtime is not None and entry.version > runtime.version:
@@ -663,6 +673,20 @@ class Agent:
         elif entry.state == STOPPED and runtime is not None:
             del self.runtimes[entry.name]
             self.spawn(self._stop_runtime(runtime), f"stop job {entry.name}")
+
+    def _note_shared_inputs(self, runtime: JobRuntime) -> None:
+        """A job that starts on inputs other jobs already read has missed what they read:
+        tell it how far (the newest event time those jobs have seen)."""
+        shared = set(runtime.inputs)
+        newest = -math.inf
+        readers = []
+        for other in self.runtimes.values():
+            clock = other.clock
+            if clock is not None and shared & set(other.inputs):
+                newest = max(newest, clock.max_event_time)
+                readers.append(other.name)
+        if readers and newest > -math.inf:
+            runtime.started_after_others(newest, sorted(shared))
 
     async def _stop_runtime(self, runtime: JobRuntime) -> None:
         """Stop a job the table stopped and give its memory back (``JobRuntime.release``
@@ -877,6 +901,34 @@ class Agent:
         except (TypeError, ValueError, OverflowError) as exc:  # int(1e400): OverflowError
             raise Reject(400, "bad_body", f"bad tree or epoch: {exc}") from None
 
+    async def _serve_resend(self, request: web.Request) -> dict[str, Any]:
+        """A master repairing a tentative epoch asks this origin for its own snapshots."""
+        body = await self._json_body(request, "job", "tree", "origin", "epochs")
+        runtime = self.runtimes.get(body["job"])
+        if runtime is None:
+            raise Reject(404, "unknown_job", f"job {body['job']!r} does not run here")
+        epochs = body["epochs"]
+        if not isinstance(epochs, list) or not all(type(e) is int for e in epochs):
+            raise Reject(400, "bad_body", "epochs must be a list of integers")
+        try:
+            tree, origin = int(body["tree"]), int(str(body["origin"]), 16)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise Reject(400, "bad_body", f"bad tree or origin: {exc}") from None
+        return await runtime.resend(tree, origin, epochs)
+
+    async def _serve_replica(self, request: web.Request) -> dict[str, Any]:
+        """A master replicating its state to this agent, its standby."""
+        body = await self._json_body(request, "job", "tree", "master", "items")
+        runtime = self.runtimes.get(body["job"])
+        if runtime is None:
+            raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
+        try:
+            return runtime.accept_replica(int(body["tree"]), body)
+        except Reject:
+            raise
+        except (TypeError, ValueError, KeyError, OverflowError, binascii.Error) as exc:
+            raise Reject(400, "bad_replica", f"{type(exc).__name__}: {exc}") from None
+
     async def _serve_handover(self, request: web.Request) -> dict[str, Any]:
         body = await self._json_body(request, "job", "tree", "items")
         runtime = self.runtimes.get(body["job"])
@@ -886,7 +938,8 @@ class Agent:
             items = [
                 dict(item, snapshot=base64.b64decode(item["snapshot"])) for item in body["items"]
             ]
-            return {"taken": runtime.absorb(int(body["tree"]), items)}
+            taken = runtime.absorb(int(body["tree"]), items, body.get("expected"))
+            return {"taken": taken}
         except Reject:  # 409 incompatible, 503 epoch_ahead / unknown_job: nothing taken
             self.count("bad_handover")
             raise

@@ -42,6 +42,8 @@ import math
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from agent.jobs.schedule import EpochSchedule
 
 
@@ -166,6 +168,56 @@ class EpochClock:
             self._next = epoch
         self._assigned += 1
         return epoch
+
+    def assign_many(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``assign`` over a column of finite float64 timestamps, vectorized: ``(epochs,
+        accepted)`` (int64 epochs, meaningful where ``accepted``), with exactly the state
+        changes and counts of ``assign`` called on each in order (the running maximum makes
+        the watermark row by row). One wall-clock reading serves the whole column for the
+        ``max_future`` test. A non-uniform schedule takes the per-record loop."""
+        count = len(ts)
+        if not self._uniform:
+            epochs = np.zeros(count, np.int64)
+            ok = np.zeros(count, bool)
+            for i, t in enumerate(ts.tolist()):
+                e = self.assign(t)
+                if e is not None:
+                    epochs[i], ok[i] = e, True
+            return epochs, ok
+        now = self._clock()
+        ok = np.ones(count, bool)
+        if self.max_future is not None:
+            future = ts > now + self.max_future
+            self._future += int(future.sum())
+            ok &= ~future
+        epochs = np.floor(ts / self.epoch_seconds).astype(np.int64)
+        late = np.zeros(count, bool)
+        if self.start_epoch is not None:
+            late |= epochs < self.start_epoch
+        if self._closed_any:
+            late |= epochs < self._next  # type: ignore[operator]
+        late &= ok
+        ok &= ~late
+        # the watermark each record sees: max(previous, newest event time so far - lateness)
+        newest = np.maximum.accumulate(np.where(ok, ts, -math.inf))
+        newest = np.maximum(newest, self._max_ts)
+        marks = np.maximum(newest - self.allowed_lateness, self._watermark)
+        ends = (epochs + 1).astype(np.float64) * self.epoch_seconds
+        late2 = ok & (ends <= marks)
+        if count:
+            self._max_ts = float(newest[-1])
+            self._raise_watermark(float(marks[-1]))
+        ok &= ~late2
+        self._late += int(late.sum()) + int(late2.sum())
+        accepted = int(ok.sum())
+        if accepted:
+            self._last_arrival = now
+            self._assigned += accepted
+            if not self._closed_any:
+                low = int(epochs[ok].min())
+                if self._next is None or low < self._next:
+                    self._next = low
+        return epochs, ok
 
     def touch(self) -> None:
         """Input arrived that holds no record for this clock (lines a prefilter skipped): the

@@ -13,15 +13,18 @@ answers, for epoch e, the origins that
 * has not left gracefully before e (:meth:`left`).
 
 It is pure state (no clock, no I/O); :meth:`export` / :meth:`restore` carry it to a new
-master. Bounded by the number of origins the job has had within the grace (older ones are
-forgotten on :meth:`observe`).
+master, and :meth:`members` / :meth:`restore_members` let a master persist who the origins
+are (a restarted master then still expects them: each stays expected for ``grace_epochs``
+after the first epoch it stores again, instead of calling one-origin epochs complete).
+Bounded by the number of origins the job has had within the grace (older ones are forgotten
+on :meth:`observe`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from srt.dataplane.lineage import Lineage
+from srt.dataplane.lineage import Lineage, plain
 
 
 class ExpectedOrigins:
@@ -34,12 +37,19 @@ class ExpectedOrigins:
         self._first: dict[int, int] = {}
         self._last: dict[int, int] = {}
         self._left: dict[int, int] = {}  # origin -> the first epoch it no longer feeds
+        self._restored: set[int] = set()  # members restored, not yet given a last epoch
 
-    def observe(self, epoch: int, origins: Lineage | None) -> None:
-        """The result of ``epoch`` covers ``origins`` (None: unknown, ignored)."""
+    def observe(self, epoch: int, origins: Lineage | None) -> bool:
+        """The result of ``epoch`` covers ``origins`` (None: unknown, ignored); True when an
+        origin was seen for the first time (the members changed)."""
         if origins is None:
-            return
-        for o in origins:
+            return False
+        for o in self._restored:  # restored members count as seen now: their grace starts
+            self._last[o] = max(self._last.get(o, epoch), epoch)
+        self._restored = set()
+        new = False
+        for o in plain(origins):  # an origin marked absent is still one of the job's
+            new = new or o not in self._first
             self._first[o] = min(self._first.get(o, epoch), epoch)
             self._last[o] = max(self._last.get(o, epoch), epoch)
             if self._left.get(o, epoch + 1) <= epoch:
@@ -47,6 +57,26 @@ class ExpectedOrigins:
         newest = max(self._last.values(), default=epoch)
         for o in [o for o, last in self._last.items() if last < newest - 2 * self.grace_epochs]:
             self._forget(o)
+            new = True
+        return new
+
+    def members(self) -> dict[str, int]:
+        """Origin (hex) → the first epoch it contributed to: what a master persists."""
+        return {format(o, "x"): first for o, first in self._first.items()}
+
+    def restore_members(self, members: Any) -> None:
+        """Members persisted by an earlier run of this master (malformed entries skipped):
+        expected again from the first epoch observed after this call."""
+        if not isinstance(members, dict):
+            return
+        for key, first in members.items():
+            try:
+                origin, first = int(key, 16), int(first)
+            except (TypeError, ValueError):
+                continue
+            if origin not in self._first:
+                self._first[origin] = first
+                self._restored.add(origin)
 
     def left(self, origin: int, from_epoch: int) -> None:
         """``origin`` stopped feeding the job gracefully: not expected from ``from_epoch``."""
@@ -54,13 +84,13 @@ class ExpectedOrigins:
 
     def expected(self, epoch: int) -> Lineage | None:
         """The origins epoch ``epoch`` should cover (None: nothing observed yet)."""
-        if not self._last:
+        if not self._last and not self._restored:
             return None
         return frozenset(
             o
-            for o, last in self._last.items()
-            if self._first[o] <= epoch
-            and last >= epoch - self.grace_epochs
+            for o, first in self._first.items()
+            if first <= epoch
+            and (o in self._restored or self._last.get(o, epoch) >= epoch - self.grace_epochs)
             and self._left.get(o, epoch + 1) > epoch
         )
 
@@ -68,6 +98,7 @@ class ExpectedOrigins:
         return len(self._last)
 
     def _forget(self, origin: int) -> None:
+        self._restored.discard(origin)
         self._first.pop(origin, None)
         self._last.pop(origin, None)
         self._left.pop(origin, None)

@@ -64,6 +64,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from agent.errors import BadRequest, Gone, NotFound, Unavailable
 from agent.jobs.changes import parse_change
 from agent.jobs.job import Job, create_job, maybe_await
@@ -73,11 +75,13 @@ from agent.jsonable import jsonable
 from agent.runtime.clock import EpochClock
 from agent.runtime.coverage import ExpectedOrigins
 from agent.runtime.cpu_budget import CpuBudget
+from agent.runtime.lake_history import provenance
 from agent.runtime.lake_sink import LakeTarget, sink_for
-from agent.runtime.offsets import TreeOutflow
+from agent.runtime.offsets import TreeOutflow, write_atomically
 from agent.runtime.record_thread import InlineRecords
 from agent.runtime.result_spill import ResultSpill
 from agent.runtime.results import ResultStore
+from agent.runtime.retention import RetainedEpochs
 from agent.runtime.services import (
     InputService,
     JobTableService,
@@ -85,13 +89,14 @@ from agent.runtime.services import (
     RecordExecutor,
     Spawner,
 )
+from agent.runtime.standby import Replica, ReplicationLog, standby_for
 from agent.runtime.worker import Worker
 from agent.tunables import RuntimeTunables
 from cbt import Snapshot
 from overlay.logbudget import LogBudget
 from srt import DataPlaneError, EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
 from srt.dataplane.compat import Expectation, admit
-from srt.dataplane.lineage import Lineage, describe
+from srt.dataplane.lineage import Lineage, covered, describe
 from srt.dataplane.lineage import decode as lineage_of
 from srt.dataplane.lineage import encode as with_lineage
 from srt.dataplane.operators import level_operator_for
@@ -103,6 +108,21 @@ log = logging.getLogger(__name__)
 #: epochs of clock skew a peer may be ahead of this agent's ``max_future`` horizon (as the
 #: barrier's ``max_ahead``)
 HORIZON_SLACK = 10_000
+
+
+REPAIR_BATCH = 16  # epochs asked of one origin per repair request
+REPLICA_BATCH = 32  # epochs sent to the standby per replication request
+
+
+def _write_json(path: Path, body: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, orjson.dumps(body))
+
+
+def _decode_snapshot(value: Any) -> Snapshot:
+    if not isinstance(value, str):
+        raise ValueError("snapshot must be base64 text")
+    return Snapshot.from_bytes(base64.b64decode(value, validate=True))
 
 
 class JobRuntime:
@@ -175,6 +195,21 @@ class JobRuntime:
         grace = max(3, math.ceil(self.tunables.origin_grace_seconds / seconds))
         #: as master: which origins each epoch should cover (tentative vs final)
         self.expected_origins = ExpectedOrigins(grace)
+        self._data_dir = data_dir
+        submitted = JobSpec.from_dict(entry.spec)  # before resume_spec moved its start
+        self._identity = [submitted.name, submitted.creator, submitted.start_epoch]
+        #: per tree: the master's commit watermark as last heard (as master: our own)
+        self.committed: dict[int, int] = {}
+        #: as origin: our own snapshots of uncommitted epochs, for the master's repair
+        self.retained = RetainedEpochs(self.name, t.retained_bytes)
+        self._repairing: set[int] = set()  # trees whose repair loop runs (as master)
+        #: epochs up to this one may miss records here: other jobs had read them from a
+        #: shared input before this job started (see :meth:`started_after_others`)
+        self.incomplete_until: int | None = None
+        #: as master: what each tree's standby holds; as standby: the masters' replicas
+        self.replication = ReplicationLog()
+        self.replicas: dict[int, Replica] = {}
+        self._replicating: set[int] = set()
         self.multicasts: list[dict[str, Any]] = []  # recent control messages received
         self.multicast_stats: list[dict[str, Any]] = []  # as master: reached, elapsed
         self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
@@ -208,6 +243,7 @@ class JobRuntime:
     async def start(self) -> None:
         trees = self.network.trees
         assert trees is not None
+        await self._load_origins()
         if self.worker is None:
             return
         for tid in self.tree_list:
@@ -343,6 +379,7 @@ class JobRuntime:
             self.tasks.spawn(self._hand_over(tid), f"hand over {self.name}")
         self.parent_changed(tid)
         if is_root:
+            self._take_over(tid)
             self._keep_queued(tid)
 
     def _keep_queued(self, tid: int) -> None:
@@ -437,8 +474,13 @@ class JobRuntime:
         if self._stopped:
             return
         for epoch, parts in closed:
+            complete = self.incomplete_until is None or epoch > self.incomplete_until
+            if not complete:
+                self.count("incomplete_epochs")
             for tid, part in zip(self.tree_list, parts, strict=True):
-                self.ensure_tree(tid).offer_local(epoch, part)
+                if complete:
+                    self.retained.keep(tid, epoch, part)
+                self.ensure_tree(tid).offer_local(epoch, part, complete=complete)
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:
             self._last_timer = now
@@ -466,8 +508,9 @@ class JobRuntime:
         if view is not None and view.is_root:
             expected = self.expected_origins.expected(epoch)
             if self.store.put(tid, epoch, snap, time.time(), origins=lineage, expected=expected):
-                self.expected_origins.observe(epoch, lineage)
+                self._observe(epoch, lineage)
                 self._report_missing(tid, epoch)
+                self._replicate(tid)
                 if self.lake is not None:
                     self.lake.epoch(tid, epoch)
                 self.tasks.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
@@ -507,6 +550,313 @@ class JobRuntime:
         finally:
             self._spilling = False
 
+    def commit_watermark(self, tid: int) -> int | None:
+        """As master: the highest epoch C such that every stored epoch up to C is final, or
+        tentative and past repair (older than the origins' grace); None if none."""
+        epochs = self.store.epochs(tid)
+        if not epochs:
+            return None
+        give_up = epochs[-1] - self.expected_origins.grace_epochs
+        watermark = None
+        for epoch in epochs:
+            result = self.store.get(tid, epoch)
+            if result is not None and result.tentative and epoch > give_up:
+                break
+            watermark = epoch
+        return watermark
+
+    def _advance_commit(self, tid: int) -> None:
+        """Move the tree's commit watermark and tell the tree (agents then let their read
+        positions pass the committed epochs: agent/runtime/offsets.py). With a standby, only
+        epochs whose current version it holds can be committed."""
+        watermark = self.commit_watermark(tid)
+        if watermark is not None and self._standby(tid) is not None:
+            upto = self.replication.replicated_upto(tid, self.store.versions(tid))
+            watermark = None if upto is None else min(watermark, upto)
+        if watermark is None or watermark <= self.committed.get(tid, -1):
+            return
+        self.committed[tid] = watermark
+        self.retained.commit(tid, watermark)
+        self.count("commits")
+        self.tasks.spawn(
+            self._multicast(tid, {"kind": "commit", "epoch": watermark}), f"{self.name} commit"
+        )
+
+    def started_after_others(self, newest_read: float, inputs: list[str]) -> None:
+        """Other jobs on this agent had already read ``inputs`` up to event time
+        ``newest_read`` when this job started: its records of the epochs up to that one may
+        be incomplete here. They are not contributed as this origin's (the master reports
+        them tentative, lacking this agent) rather than counted partly and called whole."""
+        if self.worker is None or self.spec.start_epoch is None:
+            return
+        last = self.spec.schedule.epoch_of(newest_read)
+        if last < self.spec.start_epoch:
+            return  # everything read so far is before this job's first epoch
+        self.incomplete_until = last
+        log.warning(
+            "job %s: input(s) %s were already read up to event time %.3f by other jobs when "
+            "it started here: epochs %d..%d are incomplete on this agent and not contributed "
+            "as its own (the master reports them tentative, lacking this agent)",
+            self.name,
+            ", ".join(inputs),
+            newest_read,
+            self.spec.start_epoch,
+            last,
+        )
+
+    # ---- who the origins are, across a master's restart ------------------------------------
+
+    def _origins_file(self) -> Path | None:
+        if self._data_dir is None:
+            return None
+        return Path(self._data_dir) / "origins" / f"{self.app_id:040x}.json"
+
+    async def _load_origins(self) -> None:
+        """A restarted master still knows the job's origins (else its first results, holding
+        only what reached it since, would look complete)."""
+        path = self._origins_file()
+        if path is None:
+            return
+        try:
+            raw = await asyncio.to_thread(path.read_bytes)
+            state = orjson.loads(raw)
+        except FileNotFoundError:
+            return
+        except (OSError, orjson.JSONDecodeError) as exc:
+            log.warning("job %s: origins file %s unreadable (%r); ignored", self.name, path, exc)
+            return
+        if isinstance(state, dict) and state.get("identity") == self._identity:
+            self.expected_origins.restore_members(state.get("members"))
+
+    def _observe(self, epoch: int, origins: Lineage | None) -> None:
+        """As master: note who a result covers; persist the members when they change."""
+        if self.expected_origins.observe(epoch, origins):
+            path = self._origins_file()
+            if path is not None:
+                body = {"identity": self._identity, "members": self.expected_origins.members()}
+                self.tasks.spawn(asyncio.to_thread(_write_json, path, body), f"{self.name} origins")
+
+    # ---- the master's standby (agent/runtime/standby.py) ------------------------------------
+
+    def _standby(self, tid: int) -> Any:
+        if not self.tunables.standby_replication:
+            return None
+        return standby_for(tid, self.network.node_id, self.network.neighbours())
+
+    def _replicate(self, tid: int) -> None:
+        """A stored result changed at this master: bring the standby up to date (one loop
+        per tree), then advance the commit watermark."""
+        if self._stopped:
+            return
+        if tid in self._replicating:
+            return
+        self._replicating.add(tid)
+        self.tasks.spawn(self._replication_loop(tid), f"{self.name} replicate")
+
+    async def _replication_loop(self, tid: int) -> None:
+        try:
+            while not self._stopped:
+                view = self._view(tid)
+                if view is None or not view.is_root:
+                    return
+                target = self._standby(tid)
+                self.replication.retarget(tid, None if target is None else target.id)
+                versions = self.store.versions(tid)
+                self.replication.forget(tid, versions)
+                due = [] if target is None else self.replication.due(tid, versions)
+                if not due:
+                    self._replicating.discard(tid)  # before any await: no change is missed
+                    self._advance_commit(tid)
+                    return
+                if not await self._send_replica(tid, target, due[:REPLICA_BATCH]):
+                    await asyncio.sleep(self.tunables.repair_interval)
+        finally:
+            self._replicating.discard(tid)
+
+    async def _send_replica(self, tid: int, target: Any, epochs: list[int]) -> bool:
+        wanted = set(epochs)
+        plan = [p for p in self.store.export_plan(tid) if p[0]["epoch"] in wanted]
+        plan = [p for p in plan if not p[0].get("early")]
+        exported = await asyncio.to_thread(self.store.encode_plan, plan)
+        items = [
+            dict(item, snapshot=base64.b64encode(item["snapshot"]).decode()) for item in exported
+        ]
+        body = {
+            "job": self.name,
+            "tree": tid,
+            "master": f"{self.network.node_id:x}",
+            "items": items,
+            "expected": self.expected_origins.export(),
+            "committed": self.committed.get(tid),
+        }
+        try:
+            url = await self.network.data_url_of(target)
+            await self.network.client.post_json(url, "/agent/v1/replica", body)
+        except Exception as exc:
+            self.count("replica_failures")
+            log.info("job %s: replicating to standby %x failed: %r", self.name, target.id, exc)
+            return False
+        self.replication.acknowledged(tid, target.id, {i["epoch"]: i["version"] for i in exported})
+        self.count("replica_items_sent", len(exported))
+        return True
+
+    def accept_replica(self, tid: int, body: dict[str, Any]) -> dict[str, Any]:
+        """As standby (``POST /agent/v1/replica``): keep the master's replicated state.
+        Raises ``ValueError`` on a malformed body (a 400), nothing kept."""
+        self._known_tree(tid)
+        master = int(str(body["master"]), 16)
+        raw = body["items"]
+        if not isinstance(raw, list) or len(raw) > 4 * REPLICA_BATCH:
+            raise ValueError("items must be a list of at most 128 epochs")
+        items = []
+        for item in raw:
+            if not isinstance(item, dict) or type(item.get("epoch")) is not int:
+                raise ValueError("every item needs an integer epoch")
+            if type(item.get("version", 1)) is not int:
+                raise ValueError("an item's version must be an integer")
+            items.append(dict(item, snapshot=base64.b64decode(item["snapshot"], validate=True)))
+        committed = body.get("committed")
+        if committed is not None and type(committed) is not int:
+            raise ValueError("committed must be an integer or null")
+        replica = self.replicas.get(tid)
+        if replica is None or replica.master != master:
+            replica = self.replicas[tid] = Replica(master, self.store.retention)
+        kept = replica.add(items)
+        replica.expected = body.get("expected")
+        if committed is not None:
+            replica.committed = max(committed, replica.committed or committed)
+        self.count("replica_items_kept", kept)
+        return {"kept": kept}
+
+    def _take_over(self, tid: int) -> None:
+        """This agent just became the tree's root: if it was the standby, the dead master's
+        replicated state becomes its own (no committed epoch lost, job state replayed)."""
+        replica = self.replicas.pop(tid, None)
+        if replica is None or not replica.items:
+            return
+        combiner = self.ensure_tree(tid)
+        items = list(replica.items.values())
+        try:
+            taken = self.store.absorb(
+                tid, items, check=lambda epoch, snap: combiner.check(epoch, snap, "standby")
+            )
+        except Exception as exc:  # a bad replica must not stop the take-over: say so
+            self.count("takeover_failed")
+            log.warning("job %s: standby replica of tree %x unusable: %r", self.name, tid, exc)
+            return
+        self.expected_origins.restore(replica.expected)
+        if replica.committed is not None:
+            self.committed[tid] = max(replica.committed, self.committed.get(tid, -1))
+        epochs = sorted(replica.items)
+        if self.lake is not None:
+            # the dead master may not have written (or buffered) some of them yet; a version's
+            # file is replaced, never duplicated, so writing them all again is safe
+            for epoch in epochs:
+                self.lake.epoch(tid, epoch)
+        self.count("takeovers")
+        log.warning(
+            "job %s tree %x: took over as master from the standby replica of %x "
+            "(%d epochs, committed up to %s)",
+            self.name,
+            tid,
+            replica.master,
+            taken,
+            replica.committed,
+        )
+        self.tasks.spawn(self._replay(tid, epochs), f"{self.name} replay")
+        self._replicate(tid)
+
+    async def _replay(self, tid: int, epochs: list[int]) -> None:
+        """Rebuild the job instance's result-derived state (``on_epoch_result`` in epoch
+        order) from results this master took over."""
+        for epoch in epochs:
+            result = self.store.get(tid, epoch)
+            if result is None:
+                continue
+            snap = result.snapshot
+            if snap is None:
+                try:
+                    snap = await asyncio.to_thread(self.store.load, tid, epoch)
+                except Exception:
+                    continue
+            await self.call_job(self.job_for(epoch).on_epoch_result, epoch, snap)
+        self.count("epochs_replayed", len(epochs))
+
+    # ---- repair by pull (docs/fault-tolerance.md) -------------------------------------------
+
+    def _schedule_repair(self, tid: int) -> None:
+        if tid in self._repairing or self._stopped:
+            return
+        self._repairing.add(tid)
+        self.tasks.spawn(self._repair(tid), f"{self.name} repair")
+
+    def lacking(self, tid: int) -> dict[int, list[int]]:
+        """As master: origin → the tentative epochs (still repairable) that lack it."""
+        epochs = self.store.epochs(tid)
+        if not epochs:
+            return {}
+        give_up = epochs[-1] - self.expected_origins.grace_epochs
+        wanted: dict[int, list[int]] = {}
+        for epoch, origins in sorted(self.store.missing(tid, give_up).items()):
+            for origin in origins:
+                wanted.setdefault(origin, []).append(epoch)
+        return wanted
+
+    async def _repair(self, tid: int) -> None:
+        """Ask each lacking origin for its own snapshots of the epochs it is missing from,
+        every ``repair_interval``, until no repairable epoch is tentative."""
+        try:
+            while not self._stopped:
+                await asyncio.sleep(self.tunables.repair_interval)
+                view = self._view(tid)
+                wanted = self.lacking(tid) if view is not None and view.is_root else {}
+                if not wanted:
+                    return
+                for origin, epochs in wanted.items():
+                    await self._pull(tid, origin, epochs[-REPAIR_BATCH:])
+        finally:
+            self._repairing.discard(tid)
+
+    async def _pull(self, tid: int, origin: int, epochs: list[int]) -> None:
+        body = {"job": self.name, "tree": tid, "origin": f"{origin:x}", "epochs": epochs}
+        self.count("repair_requests")
+        try:
+            url = await self.network.data_url_of(origin)
+            reply = await self.network.client.post_json(url, "/agent/v1/resend", body)
+            parts = reply.get("epochs") if isinstance(reply, dict) else None
+            if not isinstance(parts, dict):
+                raise ValueError("reply without an epochs object")
+            decoded = [
+                (int(k), await asyncio.to_thread(_decode_snapshot, v)) for k, v in parts.items()
+            ]
+        except Exception as exc:  # down, not found, or a bad reply: the next round retries
+            self.count("repair_unreachable")
+            log.info("job %s: repair from origin %x failed: %r", self.name, origin, exc)
+            return
+        combiner = self.ensure_tree(tid)
+        for epoch, snap in decoded:
+            if epoch not in epochs:
+                continue
+            try:
+                snap = combiner.check(epoch, snap, origin)
+            except Reject:
+                self.count("repair_refused")
+                continue
+            name = SnapshotName(self.name, tid, epoch, origin)
+            if self._fold_late(name, snap, frozenset((origin,))) == "merged":
+                self.count("repaired")
+
+    async def resend(self, tid: int, origin: int, epochs: list[int]) -> dict[str, Any]:
+        """As origin (``POST /agent/v1/resend``): our retained snapshots of ``epochs``."""
+        if origin != self.network.node_id:
+            raise Reject(404, "not_origin", f"this agent is not origin {origin:x}")
+        self._known_tree(tid)
+        found = [(e, s) for e in epochs[:REPAIR_BATCH] if (s := self.retained.get(tid, e))]
+        encoded = await asyncio.to_thread(
+            lambda: {str(e): base64.b64encode(s.to_bytes()).decode() for e, s in found}
+        )
+        return {"epochs": encoded}
+
     def _report_missing(self, tid: int, epoch: int) -> None:
         """A stored epoch that lacks expected origins is tentative: say so (counted, and a
         WARNING within the log budget naming job, epoch and the origins)."""
@@ -514,6 +864,7 @@ class JobRuntime:
         if result is None or not result.tentative:
             return
         self.count("tentative_epochs")
+        self._schedule_repair(tid)
         self._log.warning(
             "tentative",
             "job %s tree %x epoch %d is tentative: coverage %.3f, lacking origins %s "
@@ -580,12 +931,13 @@ class JobRuntime:
             )
             stored = self.store.get(tid, epoch)
             if folded and stored is not None:
-                self.expected_origins.observe(epoch, stored.origins)
+                self._observe(epoch, stored.origins)
                 if fresh:
                     self.count("epochs_from_late")
                     self._report_missing(tid, epoch)
                 if self.lake is not None:
                     self.lake.epoch(tid, epoch)  # a new version of the epoch
+                self._replicate(tid)
             self._bound_results()
             return "merged" if folded else "duplicate"
         self.tasks.spawn(self._forward_late(name, snap, origins), f"{self.name} late epoch")
@@ -660,6 +1012,12 @@ class JobRuntime:
         del self.multicasts[:-64]
         if message.get("kind") == "change":
             await self._on_change(message)
+            return
+        if message.get("kind") == "commit":
+            epoch = message.get("epoch")
+            if type(epoch) is int and epoch > self.committed.get(tid, -1):
+                self.committed[tid] = epoch
+                self.retained.commit(tid, epoch)
             return
         if self.worker is not None:
             await maybe_await(await self.records.run(self.worker.on_multicast, message))
@@ -836,12 +1194,17 @@ class JobRuntime:
         items = [
             dict(item, snapshot=base64.b64encode(item["snapshot"]).decode()) for item in exported
         ]
-        body = {"job": self.name, "tree": tid, "items": items}
+        body = {
+            "job": self.name,
+            "tree": tid,
+            "items": items,
+            "expected": self.expected_origins.export(),
+        }
         await self.network.client.post_json(url, "/agent/v1/handover", body)
         self.store.drop_tree(tid)
         self.count("handovers_sent")
 
-    def absorb(self, tid: int, items: list[dict[str, Any]]) -> int:
+    def absorb(self, tid: int, items: list[dict[str, Any]], expected: Any = None) -> int:
         """A previous master's results (``POST /agent/v1/handover``): every item is admitted
         (tree, epoch bounds, expectation) before any is stored."""
         self._known_tree(tid)
@@ -849,11 +1212,15 @@ class JobRuntime:
         taken = self.store.absorb(
             tid, items, check=lambda epoch, snap: combiner.check(epoch, snap, "handover")
         )
+        self.expected_origins.restore(expected)  # the previous master's knowledge of origins
         if self.lake is not None:
             for epoch in {i["epoch"] for i in items if isinstance(i.get("epoch"), int)}:
                 self.lake.epoch(tid, epoch)
         self.count("handovers_received")
         self._bound_results()
+        epochs = sorted({i["epoch"] for i in items if isinstance(i.get("epoch"), int)})
+        self.tasks.spawn(self._replay(tid, epochs), f"{self.name} replay")
+        self._replicate(tid)
         return taken
 
     async def receive(self, sender: int, paos: Snapshot | Any) -> None:
@@ -923,8 +1290,12 @@ class JobRuntime:
         if epoch is None:
             return {"epochs": epochs}
         result = self.store.get(tid, int(epoch))
-        if result is None:
-            return {"epochs": epochs, "rows": None, "gone": self.store.gone(tid, int(epoch))}
+        if result is None:  # an epoch before this master, or dropped: the lake may have it
+            found = await self.lake.history(tid, int(epoch)) if self.lake is not None else None
+            if found is not None and found["rows"] is not None:
+                return {"epochs": epochs, **found}
+            gone = self.store.gone(tid, int(epoch)) or (found or {}).get("gone")
+            return {"epochs": epochs, "rows": None, "gone": gone}
         snap = result.snapshot
         if snap is None:
             try:
@@ -942,7 +1313,7 @@ class JobRuntime:
             "tentative": result.tentative,
             "coverage": result.coverage,
             "lacking": list(result.lacking),
-            "origins": None if result.origins is None else len(result.origins),
+            "origins": None if result.origins is None else len(covered(result.origins)),
         }
 
     async def _tree_results(self, tid: int, epoch: int | None) -> dict[str, Any]:
@@ -1001,6 +1372,7 @@ class JobRuntime:
             "lacking": sorted({o for p in parts for o in p.get("lacking") or ()}),
             "version": max((int(p.get("version", 1)) for p in held), default=1),
             "rows": rows if named is None else named,
+            **provenance(parts),
         }
 
     async def answer_query(self, message: Any) -> dict[str, Any]:
@@ -1037,7 +1409,7 @@ class JobRuntime:
             if sender is not None and not is_root:  # a root's emitted epochs are stored
                 queued = sender.pending()["queued"]
                 oldest = queued[0] if queued else None
-            out.append(TreeOutflow(combiner.next_epoch, oldest, is_root))
+            out.append(TreeOutflow(combiner.next_epoch, oldest, is_root, self.committed.get(tid)))
         return out
 
     # ---- status ------------------------------------------------------------------------------
@@ -1075,6 +1447,11 @@ class JobRuntime:
             "multicasts_received": len(self.multicasts),
             "multicast_stats": self.multicast_stats[-8:],
             "counters": dict(self.counters),
+            "committed": {f"{t:040x}": e for t, e in self.committed.items()},
+            "retained": self.retained.stats(),
+            "replication": self.replication.stats(),
+            "replicas": {f"{t:040x}": r.stats() for t, r in self.replicas.items()},
+            "origins_expected": self.expected_origins.origins(),
             "lake": self.lake.stats() if self.lake is not None else None,
         }
 

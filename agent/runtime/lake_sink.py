@@ -11,11 +11,20 @@ applies its retention (``spark_sink/compaction.py``). :meth:`LakeSink.epoch` is 
 master when it stores an epoch's result, folds a late contribution into one, or absorbs
 results on hand-over; it captures the current (immutable) snapshot and the thread turns it
 into rows — the same rows the results API reports (top-k applied per tree; a job's named
-``result_rows`` applied to this tree's pairs) — and writes them. Tentative results do not
-exist in the runtime yet: every row is written with ``tentative = false`` and
-``coverage = 1.0``. The buffer directory is ``<data_dir>/lake-buffer`` (or a per-node one
-under the system temp directory when the agent has no data directory). A stopping job's
-:meth:`LakeSink.flush` waits at most ``stop_flush_seconds`` (``RuntimeTunables``).
+``result_rows`` applied to this tree's pairs) — and writes them with the stored result's
+``version``, ``tentative``, ``coverage`` and ``lacking`` (the origins a tentative result still
+lacks). **Versions**: every call writes the epoch's current version as a new lake file; the
+lake shows readers the newest version and streaming queries every new one
+(``spark_sink/lake.py``). The version is the result's own (``EpochResult.version``, set by the
+master, replicated to its standby with the result), and never less than 1 + the late
+contributions folded into it, so a result changed by late data is a new version even where
+the master does not number versions itself; the same version is written with the same rows
+(a re-push after a master change replaces that version's file, adds no rows).
+:meth:`LakeSink.history` reads an epoch this master does not hold back from the lake
+(``agent/runtime/lake_history.py``). The buffer directory is ``<data_dir>/lake-buffer`` (or
+a per-node one under the system temp directory when the agent has no data directory). A
+stopping job's :meth:`LakeSink.flush` waits at most ``stop_flush_seconds``
+(``RuntimeTunables``).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from agent.runtime.lake_history import LakeHistory
 from agent.tunables import RuntimeTunables
 
 if TYPE_CHECKING:  # spark_sink (pyarrow) is imported only when a lake is configured
@@ -131,6 +141,7 @@ class LakeSink:
         params = runtime.spec.params or {}
         self.key_names = getattr(job, "lake_key_names", None) or params.get("lake_key_names")
         self.value_names = getattr(job, "lake_value_names", None) or params.get("lake_value_names")
+        self._history: LakeHistory | None = None
 
     def epoch(self, tid: int, epoch: int) -> None:
         """Queue the stored result of (tree, epoch) for the lake (no-op if none stored)."""
@@ -139,6 +150,7 @@ class LakeSink:
         if result is None or tid not in rt.tree_list:
             return
         held, completed_at = result.snapshot, result.completed_at
+        version, tentative, coverage, lacking = result_version(result)
         top_k, operator, spec, job = rt.spec.top_k, rt.operator, rt.spec, rt.job_for(epoch)
         store = rt.store
 
@@ -151,6 +163,10 @@ class LakeSink:
             pairs = list(snap if top_k is None else operator.result(snap))
             named = job.result_rows([[normalize(k), normalize(v)] for k, v in pairs])
             return Rollup(
+                version=version,
+                tentative=tentative,
+                coverage=coverage,
+                lacking=lacking,
                 job=rt.name,
                 tree=rt.tree_list.index(tid),
                 trees=len(rt.tree_list),
@@ -167,6 +183,18 @@ class LakeSink:
         self.writer.submit(build)
         rt.count("lake_submitted")
 
+    async def history(self, tid: int, epoch: int) -> dict[str, Any] | None:
+        """Tree ``tid``'s result for ``epoch`` read back from the lake (off the loop,
+        bounded), as ``local_results`` reports a tree's part; None if the lake has none."""
+        rt = self.runtime
+        if tid not in rt.tree_list:
+            return None
+        if self._history is None:
+            self._history = LakeHistory(self.writer.location, rt.name, count=rt.count)
+        return await self._history.tree_epoch(
+            rt.tree_list.index(tid), len(rt.tree_list), epoch, rt.spec.schedule.start(epoch)
+        )
+
     async def flush(self) -> None:
         """Wait (off the loop, bounded) for queued rollups to be written or buffered."""
         done = await asyncio.to_thread(self.writer.flush, self.stop_flush_seconds)
@@ -179,6 +207,17 @@ class LakeSink:
 
     def stats(self) -> dict[str, Any]:
         return self.writer.stats()
+
+
+def result_version(result: EpochResult) -> tuple[int, bool, float, tuple[str, ...]]:
+    """(version, tentative, coverage, lacking) of a stored result (module contract); results
+    from before the master tracked them are final, complete, version 1 + late folds."""
+    version = int(getattr(result, "version", 1) or 1)
+    version = max(version, 1 + len(result.late_names))
+    tentative = bool(getattr(result, "tentative", False))
+    coverage = float(getattr(result, "coverage", 1.0))
+    lacking = tuple(str(x) for x in getattr(result, "lacking", ()) or ())
+    return version, tentative, coverage, lacking
 
 
 def sink_for(

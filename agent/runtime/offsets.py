@@ -13,11 +13,13 @@ Contract (the long form, with what is *not* guaranteed, is in ``docs/inputs.md``
 * **Commit point.** After each tick the keeper notes, per file input polled, the tail's
   position and, per job reading it, the highest epoch ``H`` any record read so far can belong
   to (the epoch of the worker's newest event time). A job's **acknowledged epoch** ``A`` is the
-  highest epoch such that every epoch ``<= A`` has left this agent durably for every one of the
-  job's trees: acknowledged by the parent (the upstream queue holds no epoch ``<= A``) or, where
-  this agent is the tree's master, stored in its result store. A noted position is
-  **committed** once ``H <= A`` for every job that read it: every record before it is in an
-  acknowledged contribution (or was dropped as late, which a re-read would do too).
+  highest epoch such that every epoch ``<= A`` has left this agent for every one of the job's
+  trees - acknowledged by the parent (the upstream queue holds no epoch ``<= A``) or, where this
+  agent is the tree's master, stored in its result store - **and** is committed by the tree's
+  master (``TreeOutflow.committed``, multicast by the master; ``docs/fault-tolerance.md``):
+  hop-by-hop acknowledgement alone is not enough, a parent can die after acknowledging. A noted
+  position is **committed** once ``H <= A`` for every job that read it: every record before it
+  is in an acknowledged contribution (or was dropped as late, which a re-read would do too).
 * **Resume.** A restarted agent's file tails resume at the committed position (same inode, file
   still that long; else from the start of the file). Records after it are read again; a job
   whose identity (name, creator, submitted start epoch) matches a stored entry starts its
@@ -57,6 +59,9 @@ class TreeOutflow(NamedTuple):
     next_epoch: int  # the barrier's next epoch: every epoch below it was emitted
     oldest_queued: int | None  # the oldest epoch the parent has not acknowledged, if any
     is_root: bool  # this agent masters the tree: an emitted epoch is stored, not sent
+    #: the master's commit watermark as last heard (None: no commit yet): every epoch up to
+    #: it is final at the master, or past repair and reported there as tentative
+    committed: int | None = None
 
 
 class EventClock(Protocol):
@@ -107,14 +112,17 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def acknowledged_epoch(job: JobProgress) -> int | None:
-    """The highest epoch every one of the job's trees has durably passed on from this agent
-    (parent acknowledgement, or stored here as master); None if none yet."""
+    """The highest epoch every one of the job's trees has passed on from this agent (parent
+    acknowledgement, or stored here as master) **and** its master has committed (end-to-end:
+    a parent can die after acknowledging); None if none yet."""
     trees = job.outflow()
     if trees is None:
         return None
     best: int | None = None
     for tree in trees:
-        done = tree.next_epoch - 1  # emitted: sent upward or stored (root)
+        if tree.committed is None:
+            return None  # nothing committed yet: keep every record re-readable
+        done = min(tree.next_epoch - 1, tree.committed)  # emitted: sent upward or stored (root)
         if tree.oldest_queued is not None and not tree.is_root:
             done = min(done, tree.oldest_queued - 1)
         best = done if best is None else min(best, done)

@@ -23,6 +23,15 @@ classes registered by ``agent.jobs.ql_job``). ``map`` output crosses the process
 by :mod:`multiprocessing` — only keys and values the job produced, never input. What this
 buys: parsing and mapping, which dominate the cost of lines that pass the prefilter, run on
 all cores; reading, the clock and the CBT stay on one.
+
+``columnar=True`` (a job with a batch path, uniform epochs): a worker process parses its chunk
+into Arrow (:class:`~agent.ingest.columnar.reader.ChunkReader`) and pre-aggregates it per
+(epoch, key), epochs from the timestamps alone; it returns the timestamps, the partial states
+and the rejected lines. This process decides lateness on the timestamps (``assign_many``, in
+file order) and merges the partials when every row is accepted, else parses the chunk again
+and aggregates only its accepted rows (:meth:`~agent.runtime.worker.Worker.process_partials`);
+a chunk the columnar parser declines takes the row path here. Results, counters and
+quarantined lines equal the single-process path's.
 """
 
 from __future__ import annotations
@@ -119,6 +128,96 @@ def _chunk(data: bytes) -> ChunkResult:
     return n, n - len(kept), blank, items, rejects
 
 
+#: columnar: (lines, prefiltered, blank, ts float64 per accepted row (NaN: no usable
+#: timestamp), per-epoch partials [(epoch, keys, states)] or None (the chunk takes the row
+#: path here), rejects as in ChunkResult)
+ColumnarResult = tuple[int, int, int, Any, list[Any] | None, list[tuple[int, int, str, str, bytes]]]
+
+
+def _init_columnar(spec: dict[str, Any], fmt: str, ts_field: str, prefilter: bool) -> None:
+    """Worker-process initializer of the columnar mode: the job, its chunk reader, the
+    prefilter."""
+    import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
+    from agent.ingest.columnar.reader import ChunkReader
+    from agent.ingest.fastpath import prefilter_for
+    from agent.jobs.job import create_job, parse_spec
+
+    job = create_job(parse_spec(spec))
+    _state.update(
+        job=job,
+        agg=job.make_aggregator(),
+        reader=ChunkReader(fmt, job.batch_projection(), None),
+        prefilter=prefilter_for([job], fmt) if prefilter else None,
+        ts_field=ts_field,
+        epoch_seconds=job.spec.epoch_seconds,
+    )
+
+
+def _chunk_columnar(data: bytes) -> ColumnarResult:
+    """Parse a chunk into Arrow and pre-aggregate it per (epoch, key), epochs from the
+    timestamps alone (the clock's lateness is decided in the main process)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from agent.ql.arrow_eval import Unsupported
+
+    job = _state["job"]
+    try:
+        n, kept_count, starts, chunk, parsed = parse_columnar(
+            _state["reader"], _state["prefilter"], data
+        )
+    except Unsupported:
+        return 0, 0, 0, None, None, []
+    rejects = []
+    at, index = 0, 0
+    for i, reason, message, line in parsed.rejects if parsed is not None else ():
+        if starts is None:
+            while index < i:
+                at = chunk.index(b"\n", at) + 1
+                index += 1
+            rejects.append((i, at, reason, message, _cut(line, reason)))
+        else:
+            pos = starts[i]
+            rejects.append((data.count(b"\n", 0, pos), pos, reason, message, _cut(line, reason)))
+    if parsed is None or parsed.table.num_rows == 0:
+        return n, n - kept_count, kept_count - len(rejects), np.zeros(0), [], rejects
+    table = parsed.table
+    rows = table.num_rows
+    blank = kept_count - rows - len(rejects)
+    ts_field = _state["ts_field"]
+    if ts_field not in table.column_names:
+        return n, n - kept_count, blank, np.full(rows, np.nan), [], rejects
+    ts = table.column(ts_field).cast(pa.float64()).to_numpy(zero_copy_only=False)
+    good = np.isfinite(ts)
+    epochs = np.floor(np.where(good, ts, 0.0) / _state["epoch_seconds"]).astype(np.int64)
+    partials: list[Any] = []
+    try:
+        for e in np.unique(epochs[good]).tolist():
+            part = table.filter(pa.array(good & (epochs == e)))
+            keys, states = job.aggregate_batch(part, _state["agg"])
+            partials.append((e, keys, states, part.num_rows))
+    except Unsupported:
+        return n, n - kept_count, blank, ts, table, rejects  # aggregated in the main process
+    return n, n - kept_count, blank, ts, partials, rejects
+
+
+def parse_columnar(reader: Any, pre: Any, data: bytes) -> tuple[int, int, Any, bytes, Any]:
+    """A chunk through the prefilter (if any) and the chunk reader: (lines, kept lines, the
+    kept lines' offsets or None, the parsed bytes, the ParsedChunk or None when nothing was
+    kept); ``Unsupported`` propagates."""
+    n = data.count(b"\n")
+    found = None if pre is None else pre.scan(data, 0, len(data) - 1)
+    starts: list[int] | None = None
+    if found is not None:
+        starts, kept = found
+        chunk = b"".join([x + b"\n" for x in kept])
+        kept_count = len(kept)
+    else:
+        chunk, kept_count = data, n
+    parsed = reader.parse(chunk) if kept_count else None
+    return n, kept_count, starts, chunk, parsed
+
+
 def _cut(line: bytes, reason: str) -> bytes:
     return line[:800] if reason == "line_too_long" else line
 
@@ -139,6 +238,7 @@ class ParallelFileIngest:
         name: str | None = None,
         read_size: int = 1 << 20,
         max_line_bytes: int = 1 << 20,
+        columnar: bool = False,
     ) -> None:
         if processes < 1:
             raise ValueError("processes must be >= 1")
@@ -150,12 +250,20 @@ class ParallelFileIngest:
         self.read_size = read_size
         self.max_line_bytes = max_line_bytes
         _, self.keys_only = worker.map_function()
-        self._pool = ProcessPoolExecutor(
-            processes,
-            mp_context=get_context("spawn"),
-            initializer=_init,
-            initargs=(worker.spec.to_dict(), fmt, ts_field, max_line_bytes, prefilter),
+        self.fmt, self.ts_field, self.prefilter = fmt, ts_field, prefilter
+        # columnar: chunks parsed into Arrow and pre-aggregated per (epoch, key) there; the
+        # clock's lateness decided here on the timestamps (docs/ingest.md)
+        self.columnar = (
+            columnar and worker.job.has_batch_path() and not worker.spec.schedule.changes
         )
+        if self.columnar:
+            init, args = _init_columnar, (worker.spec.to_dict(), fmt, ts_field, prefilter)
+        else:
+            init, args = _init, (worker.spec.to_dict(), fmt, ts_field, max_line_bytes, prefilter)
+        self._pool = ProcessPoolExecutor(
+            processes, mp_context=get_context("spawn"), initializer=init, initargs=args
+        )
+        self._local: dict[str, Any] | None = None  # the main process's own parsers (fallback)
         self.counters = {
             "lines": 0,
             "records": 0,
@@ -169,12 +277,14 @@ class ParallelFileIngest:
 
     def warm(self) -> None:
         """Start every worker process now (else they start with the first chunks)."""
-        list(self._pool.map(_chunk, [b"\n"] * self.processes))
+        fn = _chunk_columnar if self.columnar else _chunk
+        list(self._pool.map(fn, [b"\n"] * self.processes))
 
     def run(self, on_epochs: Callable[[list[tuple[int, Snapshot]]], None] | None = None) -> int:
         """Read the file to its end; after each chunk the epochs the watermark closed go to
         ``on_epochs``. Returns the number of lines. (``worker.finish()`` is the caller's.)"""
-        inflight: deque[tuple[Future[ChunkResult], int]] = deque()
+        inflight: deque[tuple[Future[Any], int, bytes]] = deque()
+        fn = _chunk_columnar if self.columnar else _chunk
         depth = 2 * self.processes
         pos = 0  # file offset of the next chunk
         carry = b""
@@ -184,7 +294,8 @@ class ParallelFileIngest:
                 data = f.read(self.read_size)
                 if not data:
                     if carry and not skipping:
-                        inflight.append((self._pool.submit(_chunk, carry + b"\n"), pos))
+                        last = carry + b"\n"
+                        inflight.append((self._pool.submit(fn, last), pos, last))
                     break
                 self.counters["bytes"] += len(data)
                 buf = carry + data if carry else data
@@ -197,7 +308,7 @@ class ParallelFileIngest:
                         skipping, start = False, buf.find(b"\n") + 1
                     if start <= last_nl:
                         chunk = buf[start : last_nl + 1]
-                        inflight.append((self._pool.submit(_chunk, chunk), pos + start))
+                        inflight.append((self._pool.submit(fn, chunk), pos + start, chunk))
                     pos += last_nl + 1
                     carry = buf[last_nl + 1 :]
                 if len(carry) > self.max_line_bytes and not skipping:
@@ -227,34 +338,77 @@ class ParallelFileIngest:
 
     def _consume(
         self,
-        fut: Future[ChunkResult],
+        fut: Future[Any],
         base: int,
+        data: bytes,
         on_epochs: Callable[[list[tuple[int, Snapshot]]], None] | None,
     ) -> None:
-        n, skipped, blank, items, rejects = fut.result()
+        if self.columnar:
+            self._consume_columnar(fut.result(), base, data)
+        else:
+            self._consume_rows(fut.result(), base)
+        closed = self.worker.poll()
+        if closed and on_epochs is not None:
+            on_epochs(closed)
+
+    def _account(self, n: int, skipped: int, blank: int, records: int, rejects: list[Any],
+                 base: int) -> None:  # fmt: skip
         for index, offset, reason, message, text in rejects:
             self.quarantine.add(
-                self.name,
-                self._line_no + index + 1,
-                reason,
-                text,
-                offset=base + offset,
+                self.name, self._line_no + index + 1, reason, text, offset=base + offset,
                 message=message,
-            )
+            )  # fmt: skip
         self._line_no += n
         c = self.counters
         c["chunks"] += 1
         c["lines"] += n
-        c["records"] += len(items)
+        c["records"] += records
         c["blank_lines"] += blank
         c["rejected"] += len(rejects)
         c["prefiltered"] += skipped
         if skipped:
             self.worker.process([], skipped=skipped)
+
+    def _consume_columnar(self, result: ColumnarResult, base: int, data: bytes) -> None:
+        n, skipped, blank, ts, partials, rejects = result
+        if ts is None:  # the chunk cannot be columnar: the row path, here
+            self._consume_rows(self._local_rows(data), base)
+            return
+        self._account(n, skipped, blank, len(ts), rejects, base)
+        if isinstance(partials, list):
+            self.worker.process_partials(ts, partials, lambda: self._local_table(data))
+        else:
+            self.worker.process_table(partials, self.ts_field)
+
+    def _local_parsers(self) -> dict[str, Any]:
+        if self._local is None:
+            from agent.ingest.columnar.reader import ChunkReader
+            from agent.ingest.fastpath import prefilter_for
+
+            job = self.worker.job
+            pre = prefilter_for([job], self.fmt) if self.prefilter else None
+            reader = ChunkReader(self.fmt, job.batch_projection(), None)
+            self._local = {"reader": reader, "prefilter": pre}
+        return self._local
+
+    def _local_table(self, data: bytes) -> Any:
+        """The chunk's table, parsed here again (a chunk with late rows: rare)."""
+        local = self._local_parsers()
+        parsed = parse_columnar(local["reader"], local["prefilter"], data)[4]
+        return parsed.table
+
+    def _local_rows(self, data: bytes) -> ChunkResult:
+        """The row path's result for a chunk, computed here (the columnar parser declined)."""
+        _init(
+            self.worker.spec.to_dict(), self.fmt, self.ts_field, self.max_line_bytes,
+            self.prefilter,
+        )  # fmt: skip
+        return _chunk(data)
+
+    def _consume_rows(self, result: ChunkResult, base: int) -> None:
+        n, skipped, blank, items, rejects = result
+        self._account(n, skipped, blank, len(items), rejects, base)
         self.worker.process_mapped(items, keys_only=self.keys_only)
-        closed = self.worker.poll()
-        if closed and on_epochs is not None:
-            on_epochs(closed)
 
     def close(self) -> None:
         """Stop the worker processes."""

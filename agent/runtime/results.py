@@ -51,7 +51,7 @@ from typing import Any
 
 from agent.runtime.result_spill import ResultSpill
 from cbt import Snapshot
-from srt.dataplane.lineage import NEW, Lineage, classify, describe
+from srt.dataplane.lineage import NEW, Lineage, classify, covered, describe, plain
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +82,10 @@ class EpochResult:
 
     @property
     def missing(self) -> Lineage:
-        """Expected origins it does not cover yet."""
+        """Expected origins it does not cover yet (an origin marked absent is missing)."""
         if self.expected is None or self.origins is None:
             return frozenset()
-        return self.expected - self.origins
+        return self.expected - covered(self.origins)
 
     @property
     def lacking(self) -> tuple[str, ...]:
@@ -102,7 +102,7 @@ class EpochResult:
         lineage is unknown)."""
         if not self.expected or self.origins is None:
             return 1.0
-        return len(self.expected & self.origins) / len(self.expected)
+        return len(self.expected & covered(self.origins)) / len(self.expected)
 
 
 @dataclass
@@ -179,8 +179,8 @@ class ResultStore:
         in_order = not epochs or next(reversed(epochs)) < epoch
         size = snap.memory_bytes()
         lineage = None if held is None else frozenset(held)
-        if expected is not None and lineage is not None:
-            expected = expected | lineage  # whoever contributed was expected
+        if lineage is not None:  # whoever contributed (or said it is missing) was expected
+            expected = (expected or frozenset()) | plain(lineage)
         epochs[epoch] = EpochResult(snap, now, late_names, size, origins=lineage,
                                     expected=expected)  # fmt: skip
         self.resident_bytes += size
@@ -256,8 +256,7 @@ class ResultStore:
         result.version += 1
         if result.origins is not None and origins is not None:
             result.origins = result.origins | origins
-            if result.expected is not None:
-                result.expected = result.expected | origins
+            result.expected = (result.expected or frozenset()) | plain(origins)
         else:
             result.origins = None
         return True
@@ -338,6 +337,19 @@ class ResultStore:
             return None
         newest, reason = self._gone.get(tree, (-1, ""))
         return reason if epoch <= newest else None
+
+    def missing(self, tree: int, after: int) -> dict[int, Lineage]:
+        """Epochs above ``after`` that lack expected origins: epoch → the origins (no copy
+        of any snapshot: the master's repair loop calls this every round)."""
+        return {
+            epoch: r.missing
+            for epoch, r in self._trees.get(tree, {}).items()
+            if epoch > after and r.missing
+        }
+
+    def versions(self, tree: int) -> dict[int, int]:
+        """Epoch → version of every stored epoch of ``tree`` (what a standby must hold)."""
+        return {epoch: r.version for epoch, r in self._trees.get(tree, {}).items()}
 
     def epochs(self, tree: int) -> list[int]:
         return list(self._trees.get(tree, {}))
@@ -563,6 +575,19 @@ class ResultStore:
                 taken += 1
             else:  # both masters saw parts of this epoch during the switch
                 mine_origins = None if mine.origins is None else set(mine.origins)
+                if origins is not None and mine.origins is not None:
+                    mine.expected = (mine.expected or frozenset()) | plain(origins)
+                    if expected is not None:
+                        mine.expected |= expected
+                    if self._better(origins, mine.origins) and self._resident(tree, epoch, mine):
+                        # theirs covers more (e.g. a restarted master's first results held
+                        # only its own records): take it whole; what only ours had stays
+                        # expected, so it shows as lacking until repaired - never doubled
+                        self._replace(mine, snap)
+                        mine.origins, mine.version = origins, mine.version + 1
+                        mine.late_names |= late
+                        taken += 1
+                        continue
                 if not self._absorbable(late, mine.late_names, origins, mine_origins):
                     continue
                 current = self._resident(tree, epoch, mine)
@@ -575,6 +600,13 @@ class ResultStore:
                     )
                 taken += 1
         return taken
+
+    @staticmethod
+    def _better(theirs: Lineage, mine: Lineage) -> bool:
+        """Their result should replace ours: it covers more origins and they overlap (were
+        they disjoint, merging both would be exact and better still)."""
+        ours, other = covered(mine), covered(theirs)
+        return len(other) > len(ours) and bool(other & ours)
 
     @staticmethod
     def _absorbable(

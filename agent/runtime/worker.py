@@ -11,6 +11,17 @@ open (end of input).
 ``job.map_keys`` (keys only, value 1) is used instead of ``job.map`` when the job class
 overrides it: no pair tuples, and the CBT's C counting path for ``count``.
 
+Columnar path (docs/ingest.md): ``process`` given a
+:class:`~agent.ingest.base.ColumnarBatch` runs its Arrow tables through
+:meth:`Worker.process_table` (epochs from the timestamp column with
+``EpochClock.assign_many``: the same lateness decisions and counts, in row order; then the
+job's ``aggregate_batch`` / ``aggregate_epochs`` gives per-key partial states that
+``merge_states`` folds into each epoch's CBT) and its row parts through the row path;
+:meth:`Worker.process_partials` takes chunks pre-aggregated on other processes. Whatever the
+job cannot compute exactly on Arrow takes ``map`` for those rows; results are the row
+path's. Extra counters: ``columnar_rows``, ``columnar_fallback_rows``, ``partials_out`` (one
+per key per epoch per chunk, instead of ``pairs_out`` per pair), ``map_batch_errors``.
+
 State layout: **one CompressedBufferTree per open epoch** (created on the epoch's first pair,
 flushed and dropped when the epoch closes). ``memory_budget_bytes`` (the job's, from
 ``RuntimeTunables.worker_memory_bytes``) bounds the open epochs' resident compressed buffers
@@ -52,9 +63,14 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
+from agent.ingest.base import ColumnarBatch
 from agent.jobs.job import Job
 from agent.jobs.schedule import EpochSchedule
 from agent.jobs.spec import SNAPSHOT_FIELDS, JobSpec
+from agent.ql.arrow_eval import Unsupported
 from agent.runtime.clock import EpochClock
 from cbt import Aggregator, CompressedBufferTree, EpochWindows, Snapshot
 
@@ -126,6 +142,10 @@ class Worker:
             "epoch_switch_late": 0,
             "switch_discarded_keys": 0,
             "budget_enforcements": 0,
+            "columnar_rows": 0,
+            "columnar_fallback_rows": 0,
+            "partials_out": 0,
+            "map_batch_errors": 0,
         }
 
     # ---- input ----------------------------------------------------------------------------
@@ -144,6 +164,8 @@ class Worker:
         unparsed before these records (:mod:`agent.ingest.fastpath`): counted in ``prefiltered``;
         they keep the source active for the idle clock but never move the watermark.
         """
+        if isinstance(records, ColumnarBatch):
+            return self._process_parts(records, ts_field, skipped)
         if skipped:
             self.counters["prefiltered"] += skipped
             self.clock.touch()
@@ -179,6 +201,173 @@ class Worker:
                 slot.extend(pairs)
         self._count_batch(n, accepted, bad)
         self._insert_pending(pending, keys_only)
+        return accepted
+
+    def _process_parts(self, batch: ColumnarBatch, ts_field: str | None, skipped: int) -> int:
+        """A columnar poll: its tables and row parts in input order."""
+        accepted = 0
+        for i, part in enumerate(batch.parts):
+            extra = skipped if i == 0 else 0
+            if isinstance(part, pa.Table):
+                accepted += self.process_table(part, ts_field, skipped=extra)
+            else:
+                accepted += self.process(part, ts_field, skipped=extra)
+        if not batch.parts and skipped:
+            self.process([], ts_field, skipped=skipped)
+        return accepted
+
+    def process_table(
+        self, table: pa.Table, ts_field: str | None = None, *, skipped: int = 0
+    ) -> int:
+        """:meth:`process` for an Arrow table of records (the columnar ingest path, see
+        docs/ingest.md): epochs from the timestamp column with the clock's vectorized
+        ``assign_many`` (the same lateness decisions and counts, in row order), then per
+        epoch the job's ``aggregate_batch`` (per-key partial states folded into the epoch's
+        CBT with ``merge_states``: one insert per group, counted in ``partials_out``). Rows
+        whose timestamp is NULL or not finite count as ``bad_records``. Where the job has no
+        batch path, a change of aggregate is pending, or ``aggregate_batch`` raises
+        ``Unsupported``, those rows take the row path (``map``; counted in
+        ``columnar_fallback_rows``); the result is the same either way."""
+        ts_field = ts_field or self.ts_field
+        if self._before is not None or not self.job.has_batch_path():
+            self.counters["columnar_fallback_rows"] += table.num_rows
+            return self.process(table.to_pylist(), ts_field, skipped=skipped)
+        if skipped:
+            self.counters["prefiltered"] += skipped
+            self.clock.touch()
+        n = table.num_rows
+        if n == 0:
+            return 0
+        if ts_field in table.column_names:
+            col = table.column(ts_field)
+            if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+                self.counters["columnar_fallback_rows"] += n
+                return self.process(table.to_pylist(), ts_field)
+            ts = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            good = np.isfinite(ts)  # NULL became NaN
+        else:
+            ts, good = np.zeros(n), np.zeros(n, bool)
+        bad = n - int(good.sum())
+        if bad:
+            table = table.filter(pa.array(good))
+            ts = ts[good]
+        epochs, ok = self.clock.assign_many(ts)
+        accepted = int(ok.sum())
+        self.counters["records_in"] += n
+        self.counters["bad_records"] += bad
+        self.counters["columnar_rows"] += n
+        if not accepted:
+            return 0
+        kept = epochs[ok]
+        lo, hi = int(kept.min()), int(kept.max())
+        rows = table if accepted == len(ts) else table.filter(pa.array(ok))
+        done = self._aggregate_part(lo, rows) if lo == hi else self._aggregate_epochs(rows, kept)
+        self.counters["records_accepted"] += done
+        if self.memory_budget_bytes is not None:
+            self._enforce_budget(self.memory_budget_bytes)
+        return done
+
+    def process_partials(
+        self, ts: np.ndarray, partials: list[Any], table: Callable[[], pa.Table]
+    ) -> int:
+        """A chunk pre-aggregated elsewhere (:mod:`agent.runtime.parallel`): ``ts`` is each
+        row's timestamp (NaN: none usable), ``partials`` ``(epoch, keys, states, rows)`` per
+        epoch ``floor(ts / epoch_seconds)``. The clock decides lateness here on ``ts`` (as
+        :meth:`process_table` does); when it accepts every row the partials are merged as
+        they are, else ``table()`` (the chunk's rows, parsed again) is aggregated for the
+        accepted rows only. Same results and counts as :meth:`process_table`."""
+        n = len(ts)
+        good = np.isfinite(ts)
+        bad = n - int(good.sum())
+        epochs, ok = self.clock.assign_many(ts[good] if bad else ts)
+        self.counters["records_in"] += n
+        self.counters["bad_records"] += bad
+        self.counters["columnar_rows"] += n
+        accepted = int(ok.sum())
+        if not accepted:
+            return 0
+        if accepted == len(ok) and self._before is None:
+            for epoch, keys, states, _rows in partials:
+                self._merge(epoch, keys, states)
+            done = accepted
+        else:
+            rows = table()
+            if bad:
+                rows = rows.filter(pa.array(good))
+            done = 0
+            for e in np.unique(epochs[ok]).tolist():
+                done += self._aggregate_part(e, rows.filter(pa.array(ok & (epochs == e))))
+        self.counters["records_accepted"] += done
+        if self.memory_budget_bytes is not None:
+            self._enforce_budget(self.memory_budget_bytes)
+        return done
+
+    def _merge(self, epoch: int, keys: list[Any], states: list[Any]) -> None:
+        if not keys:
+            return
+        tree = self._trees.get(epoch)
+        if tree is None:
+            tree = self._trees[epoch] = CompressedBufferTree(
+                self.agg_for(epoch), **self._tree_options
+            )
+        try:
+            tree.merge_states(keys, states)
+        except TypeError as exc:  # a key the CBT refuses: a job bug, counted
+            self._error("pair", exc, {"keys": len(keys)})
+            return
+        self.counters["partials_out"] += len(keys)
+
+    def _aggregate_epochs(self, rows: pa.Table, epochs: np.ndarray) -> int:
+        """Rows of several epochs (``epochs``: each row's) in one pass of the job's
+        ``aggregate_epochs``; per epoch through ``_aggregate_part`` when it declines."""
+        try:
+            parts = self.job.aggregate_epochs(rows, epochs, self.agg)
+        except Exception:  # Unsupported, or a job's bug: epoch by epoch (and its fallbacks)
+            return sum(
+                self._aggregate_part(int(e), rows.filter(pa.array(epochs == e)))
+                for e in np.unique(epochs).tolist()
+            )
+        for epoch, keys, states in parts:
+            self._merge(epoch, keys, states)
+        return rows.num_rows
+
+    def _aggregate_part(self, epoch: int, part: pa.Table) -> int:
+        """One epoch's rows of a table into its CBT; returns the rows accepted."""
+        agg = self.agg_for(epoch)
+        try:
+            keys, states = self.job.aggregate_batch(part, agg)
+        except Unsupported:
+            return self._map_rows(epoch, part.to_pylist())
+        except Exception as exc:  # a job's map_batch bug: its rows take the row path
+            self.counters["map_batch_errors"] += 1
+            log.warning(
+                "job %s: map_batch failed on %d rows of epoch %d (they take map): %r",
+                self.spec.name,
+                part.num_rows,
+                epoch,
+                exc,
+            )
+            return self._map_rows(epoch, part.to_pylist())
+        self._merge(epoch, keys, states)
+        return part.num_rows
+
+    def _map_rows(self, epoch: int, rows: list[dict[str, Any]]) -> int:
+        """Rows of ``epoch`` (already assigned by the clock) through the row ``map``."""
+        self.counters["columnar_fallback_rows"] += len(rows)
+        keys_only = type(self.job).map_keys is not Job.map_keys
+        job_map = self.job.map_keys if keys_only else self.job.map
+        slot: list[Any] = []
+        accepted = 0
+        for rec in rows:
+            try:
+                pairs = list(job_map(rec))
+            except Exception as exc:
+                self._error("map", exc, rec)
+                continue
+            accepted += 1
+            slot.extend(pairs)
+        if slot:
+            self._insert_pending({epoch: slot}, keys_only)
         return accepted
 
     def _process_switching(self, records: Iterable[dict[str, Any]], ts_field: str) -> int:

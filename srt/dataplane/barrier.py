@@ -67,7 +67,7 @@ import numpy as np
 from cbt import Snapshot
 from overlay.logbudget import LogBudget
 from srt.dataplane.compat import Expectation, admit
-from srt.dataplane.lineage import DUPLICATE, NEW, Lineage, classify, decode, describe
+from srt.dataplane.lineage import DUPLICATE, NEW, Lineage, absent, classify, decode, describe
 from srt.dataplane.name import SnapshotName
 from srt.dataplane.operators import LevelOperator, select
 from srt.errors import Incompatible, Reject, RetryLater
@@ -287,9 +287,19 @@ class EpochCombiner:
         self._open[epoch] = st
         return st
 
-    def offer_local(self, epoch: int, snap: Snapshot) -> str:
-        """This node's own snapshot of ``epoch``: "merged" | "duplicate" | "stale"."""
+    def offer_local(self, epoch: int, snap: Snapshot, *, complete: bool = True) -> str:
+        """This node's own snapshot of ``epoch``: "merged" | "duplicate" | "stale".
+
+        ``complete=False``: this node knows its records of ``epoch`` are incomplete (its
+        job started on an input other jobs had already read): the epoch stops waiting for
+        it but gets none of its records, only its absence marker
+        (:func:`srt.dataplane.lineage.absent`) - the master then reports the epoch as lacking
+        this origin, and a later complete copy (after a restart's re-read) is still new
+        there, never double-counted."""
         self._check_epoch(epoch)
+        if not complete:
+            snap = select(snap, np.empty(0, np.intp))
+            self.counters["incomplete_local"] += 1
         if self._emitted(epoch):
             self.counters["stale_local"] += 1
             return "stale"
@@ -298,6 +308,8 @@ class EpochCombiner:
             self.counters["duplicate"] += 1
             return "duplicate"
         own = None if self.origin is None else frozenset((self.origin,))
+        if own is not None and not complete:
+            own = frozenset((absent(self.origin),))  # type: ignore[arg-type]
         if own is not None and st is not None and classify(st.origins, own) != NEW:
             # our own records already arrived through another path (a child's re-send after
             # we restarted, say): counting them again would double them

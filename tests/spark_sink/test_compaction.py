@@ -6,6 +6,7 @@ only after the grace period; retention drops old hours; the lake writer thread r
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -13,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from agent_helpers import wait_until
 
@@ -78,23 +80,53 @@ def test_replaced_files_stay_for_the_grace_period_but_are_never_read_twice(
     assert maintain(lake, ALL, LakeMaintenance(grace=3600), now=later)["files_deleted"] == 12
 
 
-def test_a_late_rewrite_of_a_compacted_epoch_wins_and_is_folded_in(tmp_path: Path) -> None:
+def test_a_later_version_of_a_compacted_epoch_wins_and_is_folded_in(tmp_path: Path) -> None:
     lake = Lake(str(tmp_path))
     want = write(lake, range(E, E + 8))
     maintain(lake, ALL, LakeMaintenance(grace=0))
-    lake.write(Rollup("wc", 1, TREES, E + 2, STEP, rows(E + 2, 1, version=10)))
-    # the rewrite is newer than what the compaction recorded (set explicitly: file systems
-    # with coarse clocks could give both the same mtime)
-    (rewritten,) = tmp_path.rglob(f"epoch-{E + 2}-tree-1-of-{TREES}.parquet")
-    later = time.time() + 10
-    os.utime(rewritten, (later, later))
+    lake.write(Rollup("wc", 1, TREES, E + 2, STEP, rows(E + 2, 1, version=10), version=2))
+    # versions decide, not modification times: the new version's mtime is set *older* than
+    # the compaction (another host's clock behind, a restored copy) and it still wins
+    (newer,) = tmp_path.rglob(f"epoch-{E + 2}-tree-1-of-{TREES}-v2.parquet")
+    os.utime(newer, (1_000_000, 1_000_000))
     want -= Counter((E + 2, k, v) for k, v in rows(E + 2, 1))
     want += Counter((E + 2, k, v) for k, v in rows(E + 2, 1, version=10))
     assert lake_rows(lake) == want  # the newer epoch file, not the compacted rows
     hour = next((f.date, f.hour) for f in lake.files("wc") if f.epoch == E + 2)
     assert compact_hour(lake, "wc", hour, 1, TREES) == 1
     assert lake_rows(lake) == want
-    assert not any(f.epoch == E + 2 and not f.compacted for f in lake.files("wc"))
+    (listed,) = [f for f in lake.files("wc") if f.epoch == E + 2 and f.tree == 1]
+    assert listed.compacted and listed.version == 2
+    # the same version pushed again after the compaction (a master that died before telling
+    # its standby): the same rows, listed once, folded in and swept by the next pass
+    lake.write(Rollup("wc", 1, TREES, E + 2, STEP, rows(E + 2, 1, version=10), version=2))
+    assert lake_rows(lake) == want
+    counts = maintain(lake, ALL, LakeMaintenance(grace=0))
+    assert (counts["files_compacted"], counts["files_deleted"]) == (1, 1)
+    assert lake_rows(lake) == want
+    # an older version pushed again (a slow retry) is stale at once, whatever its mtime
+    lake.write(Rollup("wc", 1, TREES, E + 2, STEP, rows(E + 2, 1), version=1))
+    assert lake_rows(lake) == want
+    assert maintain(lake, ALL, LakeMaintenance(grace=0))["files_compacted"] == 0
+
+
+def test_compacted_files_from_before_versions_compare_by_mtime(tmp_path: Path) -> None:
+    """A compacted footer written before versions maps epochs to mtimes: a version-1 file is
+    stale unless newer than that, a higher version always wins."""
+    lake = Lake(str(tmp_path))
+    want = write(lake, range(E, E + 8))
+    maintain(lake, ALL, LakeMaintenance(grace=3600))
+    for compacted in tmp_path.rglob("compact-tree-*.parquet"):
+        table = pq.read_table(compacted)
+        meta = dict(table.schema.metadata)
+        sources = json.loads(meta[b"elf.sources"])
+        meta[b"elf.sources"] = json.dumps({e: 10**18 for e in sources}).encode()
+        pq.write_table(table.replace_schema_metadata(meta), compacted)
+    assert lake_rows(lake) == want  # stale v1 files (mtime < 10**18) stay hidden
+    lake.write(Rollup("wc", 0, TREES, E + 1, STEP, rows(E + 1, 0, version=5), version=2))
+    want -= Counter((E + 1, k, v) for k, v in rows(E + 1, 0))
+    want += Counter((E + 1, k, v) for k, v in rows(E + 1, 0, version=5))
+    assert lake_rows(lake) == want
 
 
 def test_readers_during_compaction_see_exact_rows(tmp_path: Path) -> None:

@@ -29,21 +29,46 @@ def test_layout_is_partitioned_by_job_date_hour_and_named_by_tree_and_epoch(tmp_
     lake = Lake(str(tmp_path))
     path = lake.write(Rollup("wc", 1, 4, EPOCH, 1.0, [("a", 1)]))
     rel = Path(path).relative_to(tmp_path)
-    assert str(rel) == "job=wc/date=2026-11-21/hour=22/epoch-1795300000-tree-1-of-4.parquet"
+    assert str(rel) == "job=wc/date=2026-11-21/hour=22/epoch-1795300000-tree-1-of-4-v1.parquet"
     assert [f.name for f in tmp_path.rglob("*") if f.name.startswith(".")] == []  # no temp left
 
 
-def test_duplicate_and_updated_pushes_replace_the_file(tmp_path: Path):
+def test_duplicate_pushes_replace_the_file_and_a_new_version_is_a_new_file(tmp_path: Path):
     lake = Lake(str(tmp_path))
     first = Rollup("wc", 0, 1, EPOCH, 1.0, [("a", 1), ("b", 2)])
     lake.write(first)
-    lake.write(first)  # a retried push
+    lake.write(first)  # a retried push of the same version
     rows = read_table(lake, lake.files("wc")).to_pylist()
     assert Counter((r["key"], r["value"]) for r in rows) == Counter({("a", 1): 1, ("b", 2): 1})
-    lake.write(Rollup("wc", 0, 1, EPOCH, 1.0, [("a", 5)]))  # late data updated the epoch
+    # late data: version 2 of the epoch, tentative, naming the origin it still lacks
+    lake.write(Rollup("wc", 0, 1, EPOCH, 1.0, [("a", 5)], version=2, tentative=True,
+                      coverage=0.5, lacking=["ab12"]))  # fmt: skip
     rows = read_table(lake, lake.files("wc")).to_pylist()
-    assert [(r["key"], r["value"]) for r in rows] == [("a", 5)]
-    assert len(lake.files("wc")) == 1
+    assert [(r["key"], r["value"], r["version"], r["lacking"]) for r in rows] == [
+        ("a", 5, 2, ["ab12"])
+    ]
+    assert [(f.epoch, f.version) for f in lake.files("wc")] == [(EPOCH, 2)]
+    assert [(f.epoch, f.version) for f in lake.versions("wc")] == [(EPOCH, 1), (EPOCH, 2)]
+    assert len(list(tmp_path.rglob("*.parquet"))) == 2  # v1 kept for streaming readers
+    lake.write(first)  # an older version pushed again (a slow retry) changes nothing read
+    assert [f.version for f in lake.files("wc")] == [2]
+
+
+def test_files_without_a_version_read_as_version_one(tmp_path: Path):
+    """A lake written before versions: unversioned names and no version / lacking columns."""
+    lake = Lake(str(tmp_path))
+    table = rollup_table(Rollup("wc", 0, 1, EPOCH, 1.0, [("a", 1)]))
+    old = table.drop(["version", "lacking"])
+    final = tmp_path / "job=wc/date=2026-11-21/hour=22/epoch-1795300000-tree-0-of-1.parquet"
+    final.parent.mkdir(parents=True)
+    pq.write_table(old, final)
+    (f,) = lake.files("wc")
+    assert (f.epoch, f.version, f.path) == (EPOCH, 1, str(final))
+    (row,) = read_table(lake, [f]).to_pylist()
+    assert (row["version"], row["lacking"], row["key"]) == (1, [], "a")
+    lake.write(Rollup("wc", 0, 1, EPOCH, 1.0, [("a", 7)], version=2))
+    (row,) = read_table(lake, lake.files("wc")).to_pylist()
+    assert (row["version"], row["value"]) == (2, 7)
 
 
 def test_fixed_columns_and_completeness(tmp_path: Path):
@@ -57,6 +82,7 @@ def test_fixed_columns_and_completeness(tmp_path: Path):
     assert row["epoch_start"].timestamp() == EPOCH * 60.0
     assert row["epoch_end"].timestamp() == (EPOCH + 1) * 60.0
     assert (row["tentative"], row["coverage"], row["tree"], row["trees"]) == (False, 1.0, 0, 2)
+    assert (row["version"], row["lacking"]) == (1, [])
     assert lake.jobs() == ["j"]
 
 

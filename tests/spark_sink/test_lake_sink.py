@@ -58,7 +58,7 @@ def lake_counter(lake: Lake) -> Counter:
     return Counter({(r["tree"], r["key"]): r["value"] for r in rows})
 
 
-def test_stored_then_updated_epoch_replaces_the_file(tmp_path: Path) -> None:
+def test_stored_then_updated_epoch_is_a_new_version(tmp_path: Path) -> None:
     lake = Lake(str(tmp_path / "lake"))
     writer = LakeWriter(lake, tmp_path / "buf")
     store = ResultStore()
@@ -73,7 +73,9 @@ def test_stored_then_updated_epoch_replaces_the_file(tmp_path: Path) -> None:
     assert writer.flush(10)
     want = Counter({(1, k): v for k, v in store.get(TREES[1], EPOCH).snapshot})
     assert lake_counter(lake) == want == Counter({(1, "a"): 3, (1, "b"): 1, (1, "c"): 1})
-    assert len(lake.files("wc")) == 1
+    # the update is version 2 (1 + the late contributions folded in); version 1 stays
+    assert [f.version for f in lake.files("wc")] == [2]
+    assert [f.version for f in lake.versions("wc")] == [1, 2]
     assert rt.counters["lake_submitted"] == 2
     sink.epoch(TREES[0], EPOCH)  # nothing stored for that tree: nothing written
     assert writer.flush(10)
@@ -91,4 +93,31 @@ def test_named_rows_reach_the_lake(tmp_path: Path) -> None:
     assert writer.flush(10)
     rows = read_table(lake, lake.files("wc")).to_pylist()
     assert sorted((r["product"], r["clicks"]) for r in rows) == [("p1", 2), ("p2", 1)]
+    writer.close()
+
+
+def test_tentative_results_reach_the_lake_with_version_coverage_and_lacking_origins(
+    tmp_path: Path,
+) -> None:
+    lake = Lake(str(tmp_path / "lake"))
+    writer = LakeWriter(lake, tmp_path / "buf")
+    store = ResultStore()
+    sink = LakeSink(runtime(store, Job()), writer)
+    # a master that expects origins ab, cd, ef and 12, holds ab's records, then folds in cd's
+    # and 12's late: ef is still missing
+    store.put(TREES[0], EPOCH, snapshot(["a"]), 0.0, origins=frozenset({0xAB}),
+              expected=frozenset({0xAB, 0xCD, 0xEF, 0x12}))  # fmt: skip
+    store.add_late(TREES[0], EPOCH, 0xCD, snapshot(["a"]), 1.0, origins=frozenset({0xCD}))
+    store.add_late(TREES[0], EPOCH, 0x12, snapshot(["a"]), 1.0, origins=frozenset({0x12}))
+    sink.epoch(TREES[0], EPOCH)
+    assert writer.flush(10)
+    (row,) = read_table(lake, lake.files("wc")).to_pylist()
+    assert (row["tentative"], row["coverage"], row["lacking"], row["version"]) == (
+        True,
+        0.75,
+        ["ef"],
+        3,
+    )
+    assert row["value"] == 3
+    assert [f.path.rsplit("-", 1)[1] for f in lake.files("wc")] == ["v3.parquet"]
     writer.close()

@@ -53,6 +53,8 @@ class FakeRuntime:
         self.combiners = {tid: SimpleNamespace(next_epoch=start_epoch) for tid in (1, 2)}
         self.senders = {1: FakeSender(), 2: FakeSender()}
         self.is_root = False
+        # the master's commit watermark (end-to-end); far ahead unless a test holds it back
+        self.committed: int | None = 2**62
 
     def outflow(self) -> list[TreeOutflow] | None:
         if any(tid not in self.combiners for tid in self.tree_list):
@@ -62,6 +64,7 @@ class FakeRuntime:
                 self.combiners[tid].next_epoch,
                 (self.senders[tid].pending()["queued"] or [None])[0],
                 self.is_root,
+                self.committed,
             )
             for tid in self.tree_list
         ]
@@ -215,9 +218,13 @@ async def test_restarted_agent_resumes_with_no_loss_and_no_duplicates(tmp_path: 
             and not (a.jobs_tree() or {}).get("is_root")
         )  # fmt: skip
         victim = agents[victim_index]
+        vrt = victim.runtimes["wcr"]
+        await wait_for(  # end to end: the master committed epoch e, and the victim heard it
+            lambda: all(vrt.committed.get(t, -1) >= e for t in vrt.tree_list), 15, "commit of e"
+        )
         await victim.stop()
         state = orjson.loads((Path(victim.config.data_dir) / "offsets.json").read_bytes())
-        assert state["jobs"]["wcr"]["acked"] >= e  # epoch e was passed on before the stop
+        assert state["jobs"]["wcr"]["acked"] >= e  # epoch e was committed before the stop
         assert 0 < state["inputs"]["f"]["offset"] < log.stat().st_size  # e+3 not yet
 
         # ahead of every live agent's watermark (max(e+3.5, now) - lateness)
@@ -245,3 +252,16 @@ async def test_restarted_agent_resumes_with_no_loss_and_no_duplicates(tmp_path: 
         stats = restarted.inputs["f"].stats()
         assert stats["records"] == len(later) + len(more)
         assert restarted.runtimes["wcr"].spec.start_epoch > e
+
+
+def test_acknowledged_epochs_wait_for_the_masters_commit() -> None:
+    """A parent's acknowledgement is not enough (it can die after acknowledging): an epoch
+    counts as passed on only once the master committed it."""
+    rt = fake_runtime("wc", ["in"])
+    emit(rt, 105, acked=True)
+    rt.committed = None
+    assert acknowledged_epoch(rt) is None  # no commit heard yet: everything stays re-readable
+    rt.committed = 102
+    assert acknowledged_epoch(rt) == 102
+    rt.committed = 110  # a watermark ahead of what this agent emitted
+    assert acknowledged_epoch(rt) == 105

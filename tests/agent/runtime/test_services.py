@@ -111,7 +111,10 @@ async def test_a_runtime_needs_only_its_services() -> None:
     for tid in rt.tree_list:
         rt.ensure_tree(tid)
     assert rt.outflow() == [TreeOutflow(105, None, False)] * 2
-    assert rt.clock is rt.worker.clock and acknowledged_epoch(rt) == 104
+    assert rt.clock is rt.worker.clock and acknowledged_epoch(rt) is None  # nothing committed
+    for tid in rt.tree_list:  # the masters' commit multicasts
+        await rt.on_multicast(tid, {"kind": "commit", "epoch": 110})
+    assert acknowledged_epoch(rt) == 104  # emitted here up to 104, committed up to 110
     fake.trees.roots.add(rt.tree_list[0])
     assert [t.is_root for t in rt.outflow() or []] == [True, False]
     assert rt.is_master and rt.roles() == ["worker", "master"]

@@ -1,0 +1,1 @@
+"""The columnar ingest path: chunks of whole lines to Arrow tables (docs/ingest.md)."""

@@ -1,0 +1,24 @@
+"""What a chunk parser returns: :class:`ParsedChunk` (the shared interface of issue 15).
+
+Contract: ``table`` has one row per accepted line, in line order; ``line_index`` (int32) is
+each row's line within the chunk; ``rejects`` are ``(line index, reason, message, line)`` per
+bad line (the row parser's reasons and messages); ``lines`` counts every line of the chunk
+(accepted + rejected + blank-skipped); ``repairs`` the lines whose invalid UTF-8 was replaced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(slots=True)
+class ParsedChunk:
+    """One chunk of whole lines parsed into an Arrow table (see module docstring)."""
+
+    table: pa.Table
+    line_index: pa.Array
+    rejects: list[tuple[int, str, str, bytes]]
+    lines: int
+    repairs: int

@@ -1,0 +1,148 @@
+"""One input's chunk parser and which inputs take the columnar path.
+
+Contract: :class:`ChunkReader` parses a chunk of whole lines of one format into a
+:class:`~agent.ingest.columnar.chunk.ParsedChunk` with the vectorized kernels
+(``agent.ingest.columnar.parse.parse_chunk``) when they are installed, else the reference
+row parser (:mod:`agent.ingest.columnar.rowparse`); ``Unsupported`` from either means "take
+the row path for this chunk". :func:`install_columnar` (called by the runtime every tick,
+cached like the prefilter) sets ``input.columnar`` on each file tail whose every reading job
+has a batch path (an ELF QL query, or a job class with ``map_batch``), projected to the
+fields they read; None (the row path) otherwise, when the runtime's ``columnar`` setting is
+off, or for JSON lines whose timestamp field is not ``ts``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from agent.ingest.columnar.chunk import ParsedChunk
+from agent.ingest.columnar.rowparse import parse_chunk_rows
+from agent.ingest.formats import FORMATS
+from agent.ingest.records import EncodingRepairs
+from agent.ql.arrow_eval import Unsupported
+
+ParseFn = Callable[..., ParsedChunk]
+
+
+def _kernel() -> tuple[ParseFn, str]:
+    """The vectorized ``parse_chunk`` when installed, else the row-parser reference."""
+    try:
+        module = importlib.import_module("agent.ingest.columnar.parse")
+    except ImportError:
+        return parse_chunk_rows, "rows"
+    fn = getattr(module, "parse_chunk", None)
+    return (fn, "vectorized") if callable(fn) else (parse_chunk_rows, "rows")
+
+
+#: a chunk with fewer candidate lines than this (after the prefilter) takes the row path:
+#: per-chunk Arrow calls cost more than a few dozen rows of Python
+MIN_ROWS = 256
+#: after this many chunks in a row the parser declined (``Unsupported``), skip the columnar
+#: attempt for BACKOFF_CHUNKS chunks (the data is not columnar now; retry later)
+DECLINED_LIMIT = 4
+BACKOFF_CHUNKS = 64
+
+
+class ChunkReader:
+    """Parses one input's chunks (see module docstring). ``wants(lines)`` says whether a chunk
+    of that many candidate lines should try the columnar path (:data:`MIN_ROWS`, and a
+    back-off after :data:`DECLINED_LIMIT` declined chunks in a row)."""
+
+    def __init__(
+        self, fmt: str, fields: frozenset[str] | None, repairs: EncodingRepairs | None
+    ) -> None:
+        self.fmt = fmt
+        self.fields = fields
+        self.repairs = repairs
+        self._parse, self.kernel = _kernel()
+        self._declined = 0
+        self._skip = 0
+        self.min_rows = MIN_ROWS
+
+    def wants(self, lines: int) -> bool:
+        if lines < self.min_rows:
+            return False
+        if self._skip:
+            self._skip -= 1
+            return False
+        return True
+
+    def parse(self, chunk: bytes) -> ParsedChunk:
+        """The chunk's table; ``Unsupported`` when it must take the row path."""
+        try:
+            if self.kernel == "rows":
+                parsed = self._parse(self.fmt, chunk, self.fields, self.repairs)
+            else:
+                parsed = self._parse(self.fmt, chunk, fields=self.fields, repairs=self.repairs)
+        except Unsupported:
+            self._declined += 1
+            if self._declined >= DECLINED_LIMIT:
+                self._declined, self._skip = 0, BACKOFF_CHUNKS
+            raise
+        self._declined = 0
+        return parsed
+
+    def describe(self) -> dict[str, Any]:
+        fields = None if self.fields is None else sorted(self.fields)
+        return {"format": self.fmt, "fields": fields, "kernel": self.kernel}
+
+
+def reader_for(
+    jobs: list[Any], fmt: str | None, ts_field: str, repairs: EncodingRepairs | None
+) -> ChunkReader | None:
+    """The chunk reader of an input read by ``jobs``, or None (the row path)."""
+    if not jobs or fmt not in FORMATS or (fmt == "json" and ts_field != "ts"):
+        return None
+    if not all(job.has_batch_path() for job in jobs):
+        return None
+    if fmt in ("nginx", "apache") and _kernel()[1] == "rows":
+        fields_wanted = [job.batch_projection() for job in jobs]
+        if any(f is None or "query" in f for f in fields_wanted):
+            return None  # the reference parser cannot represent the query-string object
+    fields: set[str] | None = set()
+    for job in jobs:
+        want = job.batch_projection()
+        if want is None:
+            fields = None
+            break
+        assert fields is not None
+        fields |= want
+    return ChunkReader(fmt, None if fields is None else frozenset(fields), repairs)
+
+
+def install_columnar(
+    inputs: Mapping[str, Any],
+    configs: Mapping[str, Any],
+    runtimes: Iterable[Any],
+    *,
+    enabled: bool = True,
+) -> None:
+    """Set ``columnar`` on every file tail (see module docstring)."""
+    readers: dict[str, list[Any]] = {}
+    for runtime in runtimes:
+        worker = getattr(runtime, "worker", None)
+        if worker is None:
+            continue
+        jobs = worker.active_jobs() if hasattr(worker, "active_jobs") else [worker.job]
+        for name in runtime.inputs:
+            readers.setdefault(name, []).extend(jobs)
+    for name, source in inputs.items():
+        if not hasattr(source, "columnar"):
+            continue
+        jobs = readers.get(name, []) if enabled else []
+        key = tuple((job, getattr(job, "spec", None)) for job in jobs)
+        cached = getattr(source, "_columnar_jobs", None)
+        if (
+            cached is not None
+            and len(cached) == len(key)
+            and all(a is b and s is t for (a, s), (b, t) in zip(cached, key, strict=True))
+        ):
+            continue
+        cfg = configs.get(name)
+        fmt = getattr(cfg, "format", None)
+        ts_field = getattr(cfg, "timestamp_field", "ts")
+        full = getattr(source, "_full_parser", None) or source.parser
+        source.columnar = reader_for(jobs, fmt, ts_field, getattr(full, "repairs", None))
+        source._columnar_jobs = key
