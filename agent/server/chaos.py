@@ -441,27 +441,31 @@ def fetch_result(chaos: ChaosCluster, job: str, epoch: int) -> dict[str, Any] | 
 
 
 def lake_results(lake_dir: Path, plan: JobPlan) -> dict[int, dict[str, Any]]:
-    """epoch → a results-API-like answer built from the lake's newest files of the job."""
-    from spark_sink.lake import Lake, complete_epochs, read_rows
+    """epoch → a results-API-like answer from the lake: the highest version of each (epoch,
+    tree), its rows and its ``elf.result`` footer (tentative, lacking, coverage, version:
+    known even for an epoch without rows); tentative while a tree's file is missing."""
+    from spark_sink.lake import Lake, complete_epochs, read_epoch
 
     lake = Lake(str(lake_dir))
     files = lake.files(plan.name)
     complete = complete_epochs(files)
     out: dict[int, dict[str, Any]] = {}
     for f in files:
-        table = read_rows(lake, f.path, [f.epoch] if f.compacted else None).to_pylist()
+        table, meta = read_epoch(lake, f)
         entry = out.setdefault(
-            f.epoch, {"rows": [], "tentative": False, "lacking": [], "complete": complete[f.epoch]}
+            f.epoch,
+            {"rows": [], "tentative": False, "lacking": [], "complete": complete[f.epoch]},
         )
-        for row in table:
-            entry["tentative"] = entry["tentative"] or bool(row.get("tentative"))
+        entry["tentative"] = entry["tentative"] or bool(meta.get("tentative"))
+        entry["lacking"] += list(meta.get("lacking") or ())
+        entry["coverage"] = min(entry.get("coverage", 1.0), float(meta.get("coverage", 1.0)))
+        entry["version"] = max(entry.get("version", 1), int(meta.get("version", 1)))
+        for row in table.to_pylist():
             key = json.loads(row["key_json"])
             if plan.kind == "wordcount":
                 entry["rows"].append([key, json.loads(row["value_json"])])
             else:
                 entry["rows"].append(key)
-        if entry["tentative"]:
-            entry["lacking"] = ["(the lake does not name origins)"]
     return out
 
 
