@@ -112,6 +112,7 @@ HORIZON_SLACK = 10_000
 
 REPAIR_BATCH = 16  # epochs asked of one origin per repair request
 REPLICA_BATCH = 32  # epochs sent to the standby per replication request
+HANDOVER_ATTEMPTS = 30  # ~1 min with back-off
 
 
 def _write_json(path: Path, body: Any) -> None:
@@ -1171,10 +1172,35 @@ class JobRuntime:
     # ---- hand-over ---------------------------------------------------------------------------
 
     async def _hand_over(self, tid: int) -> None:
-        url = await self._master_url(tid)
-        if url == self.network.data_url:
-            return  # we are root again
-        await self._send_results(tid, url)
+        """No longer the root: give the results to the new master, retrying (the new master
+        may not run the job yet - a restarted agent - or may be moving on) until it took
+        them, we are the root again, or the job stops."""
+        delay = 0.2
+        for _ in range(HANDOVER_ATTEMPTS):
+            if self._stopped or not self.store.epochs(tid):
+                return
+            view = self._view(tid)
+            if view is not None and view.is_root:
+                return  # we are root again
+            try:
+                url = await self._master_url(tid)
+                if url == self.network.data_url:
+                    return
+                await self._send_results(tid, url)
+                return
+            except Exception as exc:
+                self.forget_master_url(tid)
+                self.count("handover_retries")
+                log.info("job %s: hand-over of tree %x failed: %r; retrying", self.name, tid, exc)
+            await asyncio.sleep(delay)
+            delay = min(2.0, delay * 2)
+        self.count("handover_failed")
+        log.warning(
+            "job %s: could not hand tree %x's results to its new master; they stay here (and "
+            "in the lake)",
+            self.name,
+            tid,
+        )
 
     async def _hand_over_to_successor(self, tid: int) -> None:
         """Stopping master: give the results to the live agent closest to the tree id."""
