@@ -1,0 +1,183 @@
+"""Parse a chunk of log lines of any input format into one Arrow table.
+
+Contract (the interface shared with the columnar execution; docs/ingest.md):
+:func:`parse_chunk` ``(fmt, chunk, fields=, repairs=)`` takes whole lines (each ending in
+``b"\\n"``; a trailing ``\\r`` is ignored) of format ``fmt`` (a name of
+:data:`agent.ingest.formats.FORMATS`) and returns a :class:`ParsedChunk`: one table row per
+accepted line in line order, the index of each row's line, the rejected lines with the row
+parser's reason and message, the number of lines, and the number of lines whose invalid UTF-8
+was replaced (also added to ``repairs`` when given, like the row parsers' counter).
+
+The row parsers (:mod:`agent.ingest.formats`, :mod:`agent.ingest.records`) are the reference:
+the table's columns are the keys their dicts have for the format (a key a row's dict lacks is
+null), with the same values; ``fields`` keeps only those columns (``ts`` always). A line the
+row parser refuses is rejected with its reason and message; a blank line (empty or ASCII
+whitespace) it refuses is counted in ``lines`` only, as the inputs skip it. Each format's
+kernel (:mod:`~agent.ingest.columnar.access`, :mod:`~agent.ingest.columnar.syslog`,
+:mod:`~agent.ingest.columnar.json_lines`, :mod:`~agent.ingest.columnar.raw`) parses the lines
+whose shape it can verify with vectorized Arrow compute, and hands every other line to the row
+parser (:func:`row_fallback`), whose rows are converted and merged back in line order: exact
+by construction, and fast as long as such lines are rare.
+
+JSON lines whose values cannot form one Arrow column per field (a field that is a number on
+one line and a string on another, lists of mixed types) raise :class:`UnsupportedChunk`: the
+caller parses that chunk on the row path. Nothing else is raised on any input.
+
+Arrow types: ``ts`` float64; integers int64; text string; access-log ``query``
+``map<string, string>``; syslog ``sd`` ``map<string, map<string, string>>``; JSON lines: as
+inferred by Arrow (ints, floats, strings, bools, structs, lists).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from agent.ingest.columnar.lines import Lines, split_lines
+from agent.ingest.formats import FORMATS
+from agent.ingest.records import EncodingRepairs, LineParser, rejection
+
+Reject = tuple[int, str, str, bytes]
+
+
+class UnsupportedChunk(ValueError):
+    """The chunk's values cannot form Arrow columns (see module): use the row path."""
+
+
+@dataclass(slots=True)
+class ParsedChunk:
+    """One chunk parsed (see module docstring)."""
+
+    table: pa.Table  # one row per accepted line, in line order
+    line_index: pa.Array  # int32, per row: index of its line within the chunk
+    rejects: list[Reject]  # (line index, reason, message, line) per bad line
+    lines: int  # lines in the chunk (accepted + rejected + blank-skipped)
+    repairs: int  # lines repaired (invalid UTF-8 replaced), as EncodingRepairs counts
+
+
+@dataclass(slots=True)
+class KernelResult:
+    """What a format kernel returns: the rows of the lines it parsed itself, and the lines
+    (indices, ascending) it leaves to the row parser. ``repaired`` counts the repaired lines
+    among the kernel's own (accepted) lines; the row parser counts the rest."""
+
+    table: pa.Table
+    line_index: np.ndarray
+    fallback: np.ndarray
+    repaired: int
+
+
+def parse_chunk(
+    fmt: str,
+    chunk: bytes,
+    *,
+    fields: frozenset[str] | None = None,
+    repairs: EncodingRepairs | None = None,
+) -> ParsedChunk:
+    """Parse ``chunk`` as ``fmt`` lines into Arrow (see module docstring)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {FORMATS}")
+    want = None if fields is None else frozenset(fields) | {"ts"}
+    lines = split_lines(chunk)
+    kernel = _kernel(fmt)
+    out = kernel(lines, want)
+    parsed = merge_fallback(fmt, lines, out, want)
+    if repairs is not None:
+        repairs.lines += parsed.repairs
+    return parsed
+
+
+def _kernel(fmt: str) -> Callable[[Lines, frozenset[str] | None], KernelResult]:
+    # imported here: each kernel imports this module's helpers
+    if fmt in ("nginx", "apache"):
+        from agent.ingest.columnar.access import parse_access
+
+        return parse_access
+    if fmt == "syslog":
+        from agent.ingest.columnar.syslog import parse_syslog
+
+        return parse_syslog
+    if fmt == "raw":
+        from agent.ingest.columnar.raw import parse_raw
+
+        return parse_raw
+    from agent.ingest.columnar.json_lines import parse_json
+
+    return parse_json
+
+
+def row_parser(fmt: str, repairs: EncodingRepairs) -> LineParser:
+    """The reference row parser of ``fmt`` counting into ``repairs``."""
+    from agent.ingest.formats import make_parser
+
+    return make_parser(fmt, repairs=repairs)
+
+
+def merge_fallback(
+    fmt: str, lines: Lines, out: KernelResult, want: frozenset[str] | None
+) -> ParsedChunk:
+    """The kernel's rows plus the row parser's for the lines it left, in line order."""
+    n = len(lines)
+    if not len(out.fallback):
+        return ParsedChunk(out.table, pa.array(out.line_index, pa.int32()), [], n, out.repaired)
+    counter = EncodingRepairs()
+    parser = row_parser(fmt, counter)
+    rows: list[dict[str, Any]] = []
+    row_index: list[int] = []
+    rejects: list[Reject] = []
+    blank = lines.blank
+    for i in out.fallback.tolist():
+        raw = lines.raw(i)
+        try:
+            record = parser.parse(raw)
+        except Exception as exc:  # the row path's rule: a parser bug costs one line
+            if blank[i]:
+                continue
+            reason, message = rejection(exc)
+            rejects.append((i, reason, message, raw))
+            continue
+        rows.append(record if want is None else {k: record.get(k) for k in want})
+        row_index.append(i)
+    table = out.table
+    index = out.line_index
+    if rows:
+        extra = rows_to_table(rows, table.schema)
+        table = pa.concat_tables([table, extra]) if table.num_rows else extra
+        index = np.concatenate([index, np.asarray(row_index, np.int64)])
+        if len(out.line_index):
+            order = np.argsort(index, kind="stable")
+            table = table.take(pa.array(order))
+            index = index[order]
+    return ParsedChunk(table, pa.array(index, pa.int32()), rejects, n, out.repaired + counter.lines)
+
+
+def rows_to_table(rows: Sequence[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Row-parser records as a table of ``schema`` (missing keys are null)."""
+    if not len(schema):
+        return pa.Table.from_pylist(list(rows))
+    try:
+        return pa.Table.from_pylist(list(rows), schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+        raise UnsupportedChunk(f"values do not fit the chunk's Arrow columns: {exc}") from None
+
+
+def select(columns: dict[str, pa.Array], schema: pa.Schema) -> pa.Table:
+    """A table of ``schema`` from the computed ``columns`` (each cast to its field's type)."""
+    arrays = []
+    for f in schema:
+        arr = columns[f.name]
+        if arr.type != f.type:
+            arr = arr.cast(f.type)
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def project(schema: pa.Schema, want: frozenset[str] | None) -> pa.Schema:
+    """``schema`` restricted to ``want`` (None: all), in the schema's order."""
+    if want is None:
+        return schema
+    return pa.schema([f for f in schema if f.name in want])
