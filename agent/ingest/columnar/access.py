@@ -353,11 +353,12 @@ def _query_map(qs: pa.Array, chunk_specials: bool = True) -> pa.Array:
     if special.any():
         dicts, _ = _per_distinct(qs, special, lambda s: list(parse_query(s).items()), QUERY_TYPE)
         srow2 = np.flatnonzero(special)
-        sp_len = _np(pc.list_value_length(dicts))
+        off = _np(dicts.offsets)
+        sp_len = np.diff(off)
         pair_row = np.concatenate([pair_row, np.repeat(srow2, sp_len)])
-        entries = pc.list_flatten(dicts)  # respects the map array's offsets
-        keys = pa.concat_arrays([keys, entries.field(0)])
-        vals = pa.concat_arrays([vals, entries.field(1)])
+        first, size = int(off[0]), int(off[-1] - off[0])
+        keys = pa.concat_arrays([keys, dicts.keys.slice(first, size)])
+        vals = pa.concat_arrays([vals, dicts.items.slice(first, size)])
         order = np.argsort(pair_row, kind="stable")
         pair_row = pair_row[order]
         keys, vals = keys.take(pa.array(order)), vals.take(pa.array(order))

@@ -127,7 +127,7 @@ class LineChunker:
                         Overlong(
                             self._offset + line_start,
                             self._offset + nl + 1,
-                            buf[line_start : line_start + OVERLONG_HEAD_BYTES],
+                            buf[line_start : min(nl, line_start + OVERLONG_HEAD_BYTES)],
                             True,
                         )
                     )

@@ -18,6 +18,10 @@ used only where it provably equals orjson's (the row parser's decoder):
 * blank lines are left out before reading (the row path skips them);
 * top-level columns the reader typed as timestamps (it infers them from ISO-8601 strings) are
   read again as strings, so values stay the line's text;
+* Arrow 26's reader mis-builds lists whose elements start as null (``[null, 1]`` reads as
+  ``[1, 0]``, ``[null, "x"]`` crashes): a chunk with list columns and a null list element
+  (``[null`` / ``, null`` in the bytes), or with a nested null-typed column that does not
+  validate, goes to the row parser;
 * a float column holding a magnitude of 2**53 or more may hold an integer Arrow widened (the
   row parser keeps Python ints exact): row parser for the chunk;
 * ``ts``: numbers are taken as float64; strings are converted once per distinct value by
@@ -26,6 +30,8 @@ used only where it provably equals orjson's (the row parser's decoder):
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import orjson
@@ -38,6 +44,8 @@ from agent.ingest.columnar.parse import KernelResult
 from agent.ingest.records import RecordError, parse_iso8601
 
 TS_FIELD = "ts"
+# a null list element (or the text of one inside a string: a false alarm only costs speed)
+_LIST_NULL = re.compile(rb"[\[,][ \t\r]*null")
 _EXACT_INT = float(2**53)
 
 
@@ -63,6 +71,24 @@ def _has_type(t: pa.DataType, pred) -> bool:
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return _has_type(t.value_type, pred)
     return False
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _valid_nested_nulls(table: pa.Table) -> bool:
+    """Whether the columns with a null type below the top level (a list of nulls) are valid:
+    Arrow 26's JSON reader can build a ``list<null>`` whose child is too short."""
+    for col in table.columns:
+        t = col.type
+        if not pa.types.is_null(t) and _has_type(t, pa.types.is_null):
+            try:
+                for chunk in col.chunks:
+                    chunk.validate(full=True)
+            except pa.ArrowException:
+                return False
+    return True
 
 
 def _wide_floats(arr: pa.Array) -> bool:
@@ -110,7 +136,11 @@ def parse_json(lines: Lines, want: frozenset[str] | None) -> KernelResult:
             return _everything_to_rows(n)
     if any(_has_type(f.type, pa.types.is_timestamp) for f in table.schema):
         return _everything_to_rows(n)
-    if any(_wide_floats(col.combine_chunks()) for col in table.columns):
+    if not _valid_nested_nulls(table):
+        return _everything_to_rows(n)
+    if any(_has_type(f.type, _is_list) for f in table.schema) and _LIST_NULL.search(data):
+        return _everything_to_rows(n)
+    if any(_wide_floats(chunk) for col in table.columns for chunk in col.chunks):
         return _everything_to_rows(n)
     ts_col, ok = _timestamps(table)
     if ts_col is None:

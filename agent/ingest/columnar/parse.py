@@ -156,10 +156,12 @@ def merge_fallback(
 
 
 def rows_to_table(rows: Sequence[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    """Row-parser records as a table of ``schema`` (missing keys are null)."""
-    if not len(schema):
-        return pa.Table.from_pylist(list(rows))
+    """Row-parser records as a table of ``schema`` (an empty schema: the union of the
+    records' keys, in order of appearance, types inferred; missing keys are null)."""
     try:
+        if not len(schema):
+            keys = dict.fromkeys(k for r in rows for k in r)
+            return pa.table({k: pa.array([r.get(k) for r in rows]) for k in keys})
         return pa.Table.from_pylist(list(rows), schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
         raise UnsupportedChunk(f"values do not fit the chunk's Arrow columns: {exc}") from None
