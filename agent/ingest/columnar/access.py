@@ -32,8 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agent.ingest.columnar.base import KernelResult, project, select
 from agent.ingest.columnar.lines import Lines
-from agent.ingest.columnar.parse import KernelResult, project, select
 from agent.ingest.formats import (
     AccessLogParser,
     decode_escapes,

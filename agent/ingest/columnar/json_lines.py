@@ -39,8 +39,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from agent.ingest.columnar.base import KernelResult
 from agent.ingest.columnar.lines import Lines
-from agent.ingest.columnar.parse import KernelResult
 from agent.ingest.records import RecordError, parse_iso8601
 
 TS_FIELD = "ts"

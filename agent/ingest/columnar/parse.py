@@ -30,22 +30,25 @@ inferred by Arrow (ints, floats, strings, bools, structs, lists).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from agent.ingest.columnar.access import parse_access
+from agent.ingest.columnar.base import KernelResult, UnsupportedChunk, rows_to_table
+from agent.ingest.columnar.json_lines import parse_json
 from agent.ingest.columnar.lines import Lines, split_lines
-from agent.ingest.formats import FORMATS
+from agent.ingest.columnar.raw import parse_raw
+from agent.ingest.columnar.syslog import parse_syslog
+from agent.ingest.formats import FORMATS, make_parser
 from agent.ingest.records import EncodingRepairs, LineParser, rejection
 
+__all__ = ["KernelResult", "ParsedChunk", "UnsupportedChunk", "parse_chunk"]
+
 Reject = tuple[int, str, str, bytes]
-
-
-class UnsupportedChunk(ValueError):
-    """The chunk's values cannot form Arrow columns (see module): use the row path."""
 
 
 @dataclass(slots=True)
@@ -57,18 +60,6 @@ class ParsedChunk:
     rejects: list[Reject]  # (line index, reason, message, line) per bad line
     lines: int  # lines in the chunk (accepted + rejected + blank-skipped)
     repairs: int  # lines repaired (invalid UTF-8 replaced), as EncodingRepairs counts
-
-
-@dataclass(slots=True)
-class KernelResult:
-    """What a format kernel returns: the rows of the lines it parsed itself, and the lines
-    (indices, ascending) it leaves to the row parser. ``repaired`` counts the repaired lines
-    among the kernel's own (accepted) lines; the row parser counts the rest."""
-
-    table: pa.Table
-    line_index: np.ndarray
-    fallback: np.ndarray
-    repaired: int
 
 
 def parse_chunk(
@@ -91,29 +82,22 @@ def parse_chunk(
     return parsed
 
 
-def _kernel(fmt: str) -> Callable[[Lines, frozenset[str] | None], KernelResult]:
-    # imported here: each kernel imports this module's helpers
-    if fmt in ("nginx", "apache"):
-        from agent.ingest.columnar.access import parse_access
+Kernel = Callable[[Lines, frozenset[str] | None], KernelResult]
+KERNELS: dict[str, Kernel] = {
+    "nginx": parse_access,
+    "apache": parse_access,
+    "syslog": parse_syslog,
+    "raw": parse_raw,
+    "json": parse_json,
+}
 
-        return parse_access
-    if fmt == "syslog":
-        from agent.ingest.columnar.syslog import parse_syslog
 
-        return parse_syslog
-    if fmt == "raw":
-        from agent.ingest.columnar.raw import parse_raw
-
-        return parse_raw
-    from agent.ingest.columnar.json_lines import parse_json
-
-    return parse_json
+def _kernel(fmt: str) -> Kernel:
+    return KERNELS[fmt]
 
 
 def row_parser(fmt: str, repairs: EncodingRepairs) -> LineParser:
     """The reference row parser of ``fmt`` counting into ``repairs``."""
-    from agent.ingest.formats import make_parser
-
     return make_parser(fmt, repairs=repairs)
 
 
@@ -153,33 +137,3 @@ def merge_fallback(
             table = table.take(pa.array(order))
             index = index[order]
     return ParsedChunk(table, pa.array(index, pa.int32()), rejects, n, out.repaired + counter.lines)
-
-
-def rows_to_table(rows: Sequence[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    """Row-parser records as a table of ``schema`` (an empty schema: the union of the
-    records' keys, in order of appearance, types inferred; missing keys are null)."""
-    try:
-        if not len(schema):
-            keys = dict.fromkeys(k for r in rows for k in r)
-            return pa.table({k: pa.array([r.get(k) for r in rows]) for k in keys})
-        return pa.Table.from_pylist(list(rows), schema=schema)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
-        raise UnsupportedChunk(f"values do not fit the chunk's Arrow columns: {exc}") from None
-
-
-def select(columns: dict[str, pa.Array], schema: pa.Schema) -> pa.Table:
-    """A table of ``schema`` from the computed ``columns`` (each cast to its field's type)."""
-    arrays = []
-    for f in schema:
-        arr = columns[f.name]
-        if arr.type != f.type:
-            arr = arr.cast(f.type)
-        arrays.append(arr)
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def project(schema: pa.Schema, want: frozenset[str] | None) -> pa.Schema:
-    """``schema`` restricted to ``want`` (None: all), in the schema's order."""
-    if want is None:
-        return schema
-    return pa.schema([f for f in schema if f.name in want])

@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from agent.ingest.columnar.base import KernelResult, project, select
 from agent.ingest.columnar.lines import Lines
-from agent.ingest.columnar.parse import KernelResult, project, select
 
 SCHEMA = pa.schema(
     [

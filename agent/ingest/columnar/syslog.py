@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from agent.ingest.columnar.base import KernelResult, project
 from agent.ingest.columnar.lines import Lines
-from agent.ingest.columnar.parse import KernelResult, project
 
 SD_TYPE = pa.map_(pa.string(), pa.map_(pa.string(), pa.string()))
 SCHEMA = pa.schema(
