@@ -144,7 +144,7 @@ def parse_access(lines: Lines, want: frozenset[str] | None) -> KernelResult:
     rows = rows[good]
     # timestamps: the row parser's conversion, once per distinct string
     head_parts = pc.split_pattern(p["head"], " [", max_splits=1)
-    p["ids"] = pc.split_pattern(_piece(head_parts, 0), " ")
+    p["ids"] = _piece(head_parts, 0)  # "IP IDENT USER", split only when a query reads them
     ts_text = pc.utf8_slice_codeunits(_piece(head_parts, 1), 0, -2)
     enc = ts_text.dictionary_encode()
     ts_values: list[float | None] = []
@@ -170,9 +170,23 @@ def _decode_struct(value: str) -> dict[str, Any]:
     return {"t": text, "b": bad}
 
 
+def _null_where(values: pa.Array, null: pa.Array) -> pa.Array:
+    """``values`` with nulls where ``null`` (a boolean array without nulls) is true; the
+    strings are not copied (a new validity bitmap over the same buffers)."""
+    if not pc.any(null).as_py():
+        return values
+    valid = pc.invert(null)
+    if values.null_count:
+        valid = pc.and_(valid, pc.is_valid(values))
+    if values.offset or valid.offset or values.type != pa.string():
+        return pc.if_else(null, pa.scalar(None, values.type), values)
+    _, offsets, data = values.buffers()
+    return pa.Array.from_buffers(pa.string(), len(values), [valid.buffers()[1], offsets, data])
+
+
 def _dash(values: pa.Array) -> pa.Array:
     """``-`` as null."""
-    return pc.if_else(pc.equal(values, "-"), pa.scalar(None, pa.string()), values)
+    return _null_where(values, pc.fill_null(pc.equal(values, "-"), False))
 
 
 def _columns(
@@ -229,10 +243,10 @@ def _columns(
     if "bytes" in names:
         cols["bytes"] = pc.cast(pc.if_else(pc.equal(size_text, "-"), "0", size_text), pa.int64())
     cols["referer"], cols["user_agent"] = referer, agent
-    cols["extra"] = pc.if_else(pc.equal(extra, ""), pa.scalar(None, pa.string()), extra)
+    cols["extra"] = _null_where(extra, pc.fill_null(pc.equal(extra, ""), False))
     cols["body"] = cols["request"] = request
     if names & {"source_ip", "ident", "remote_user"}:
-        ids = p["ids"]
+        ids = pc.split_pattern(p["ids"], " ")
         cols["source_ip"] = _piece(ids, 0)
         cols["ident"] = _dash(_piece(ids, 1))
         cols["remote_user"] = _dash(_piece(ids, 2))
@@ -252,7 +266,7 @@ def _request_fields(request: pa.Array, names: set[str], chunk: bytes) -> dict[st
     ok = (count == 3) | ((count == 2) & _np(pc.fill_null(pc.starts_with(target, "/"), False)))
     none = ~ok
     method = parts.values.take(pa.array(starts, mask=none))
-    target = pc.if_else(pa.array(ok), target, pa.scalar(None, pa.string()))
+    target = _null_where(target, pa.array(~ok))
     proto_at = np.where(count == 3, starts + 2, 0)
     protocol = parts.values.take(pa.array(proto_at, mask=none | (count != 3)))
     out: dict[str, pa.Array] = {"method": method, "protocol": protocol}
@@ -296,7 +310,7 @@ def _request_fields(request: pa.Array, names: set[str], chunk: bytes) -> dict[st
             if len(pq.values)
             else (pa.nulls(m, pa.string()))
         )
-        out["query"] = _query_map(qs, any(c in chunk for c in (b"%", b"+", b";")))
+        out["query"] = _query_map(qs)
     return out
 
 
@@ -315,30 +329,28 @@ def _duplicate_rows(pair_row: np.ndarray, keys: pa.Array) -> np.ndarray:
     return np.unique(uniq[counts > 1] // kinds)
 
 
-def _query_map(qs: pa.Array, chunk_specials: bool = True) -> pa.Array:
-    """``parse_query`` of each query string (null: ``{}``) as a ``map<string, string>``."""
+# a query string every pair of which is NAME=VALUE with nothing to decode: split here
+_SIMPLE_QS = r"^[^&=%+;]*=[^&=%+;]*(?:&[^&=%+;]*=[^&=%+;]*)*$"
+
+
+def _query_map(qs: pa.Array) -> pa.Array:
+    """``parse_query`` of each query string (null: ``{}``) as a ``map<string, string>``:
+    simple strings (:data:`_SIMPLE_QS`) split with list kernels, the others (``%``, ``+``,
+    ``;``, blank pairs, names without ``=``) by ``parse_query`` once per distinct string."""
     m = len(qs)
     has = _np(pc.is_valid(qs))
-    special = has & (
-        _np(pc.fill_null(pc.match_substring_regex(qs, r"[%+;]"), False))
-        if chunk_specials
-        else np.zeros(m, bool)
-    )
-    simple = has & ~special
-    # simple strings: split on & then at the first =, blank pairs dropped
+    simple = has & _np(pc.fill_null(pc.match_substring_regex(qs, _SIMPLE_QS), False))
+    special = has & ~simple
     srows = np.flatnonzero(simple)
-    pairs = pc.split_pattern(qs.take(pa.array(srows)), "&")
-    pair_len = _np(pc.list_value_length(pairs))
-    flat = pairs.values
-    nonblank = _np(pc.not_equal(flat, ""))
-    pair_row = np.repeat(srows, pair_len)[nonblank]
-    flat = flat.filter(pa.array(nonblank))
-    kv = pc.split_pattern(flat, "=", max_splits=1)
-    kv_len = _np(pc.list_value_length(kv))
-    kv_starts = _np(kv.offsets)[:-1]
-    keys = kv.values.take(pa.array(kv_starts))
-    vals = kv.values.take(pa.array(np.where(kv_len == 2, kv_starts + 1, 0)))
-    vals = pc.if_else(pa.array(kv_len == 2), vals, "")
+    sub = qs if len(srows) == m else qs.take(pa.array(srows))
+    # NAME=VALUE&NAME=VALUE -> NAME=VALUE=NAME=VALUE: names and values alternate
+    pieces = pc.split_pattern(pc.replace_substring(sub, "&", "="), "=")
+    pair_row = np.repeat(srows, np.diff(_np(pieces.offsets)) // 2)
+    flat = pieces.values
+    first = int(_np(pieces.offsets)[0])
+    idx = np.arange(first, first + 2 * len(pair_row), 2)
+    keys = flat.take(pa.array(idx))
+    vals = flat.take(pa.array(idx + 1))
     # a parameter named twice in a row: the helper (last value wins, first position kept)
     if len(pair_row):
         dup_rows = _duplicate_rows(pair_row, keys)
