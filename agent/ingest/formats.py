@@ -377,6 +377,46 @@ FACILITIES = (
 )  # fmt: skip
 
 
+def structured_data_and_msg(text: str, pos: int) -> tuple[dict[str, dict[str, str]], str]:
+    """RFC 5424 STRUCTURED-DATA at ``text[pos:]`` (``-`` or ``[ID NAME="VALUE" ...]...``,
+    escapes undone) and the MSG after it (a leading BOM removed), else RecordError
+    (``bad_structured_data``)."""
+    sd: dict[str, dict[str, str]] = {}
+    if text.startswith("-", pos):
+        pos += 1
+    elif text.startswith("[", pos):
+        bm = _SD_BLOCK_RE.match(text, pos)
+        end = bm.end() if bm is not None else pos
+        if bm is None or text.startswith("[", end):
+            raise RecordError(
+                "bad_structured_data",
+                f"malformed structured data at column {end}: {_short(text[end:], 40)}",
+            )
+        params: dict[str, str] = {}
+        for sd_id, name, value in _SD_TOKEN_RE.findall(bm.group()):
+            if sd_id:
+                params = sd[sd_id] = {}
+            else:
+                params[name] = _SD_UNESCAPE_RE.sub(r"\1", value) if "\\" in value else value
+        pos = end
+    else:
+        raise RecordError(
+            "bad_structured_data",
+            f"expected '-' or '[' for structured data at column {pos}: "
+            f"{_short(text[pos:], 40)}",
+        )
+    if pos < len(text):
+        if text[pos] != " ":
+            raise RecordError(
+                "bad_structured_data", f"no space after structured data at column {pos}"
+            )
+        pos += 1
+    msg = text[pos:]
+    if msg.startswith(_BOM):
+        msg = msg[1:]
+    return sd, msg
+
+
 class SyslogParser:
     """Syslog lines, RFC 5424 (``<PRI>1 TIMESTAMP HOST APP PROCID MSGID SD MSG``) or RFC 3164
     (``<PRI>Mmm dd hh:mm:ss HOST TAG[PID]: MSG``; the ``<PRI>`` is optional, as in files
@@ -444,40 +484,7 @@ class SyslogParser:
         ts = self.clock() if ts_text == "-" else parse_rfc3339(ts_text)
         if ts_text != "-" and "T" not in ts_text:
             raise RecordError("bad_timestamp", f"RFC 5424 timestamp needs a time: {ts_text!r}")
-        pos = m.end()
-        sd: dict[str, dict[str, str]] = {}
-        if text.startswith("-", pos):
-            pos += 1
-        elif text.startswith("[", pos):
-            bm = _SD_BLOCK_RE.match(text, pos)
-            end = bm.end() if bm is not None else pos
-            if bm is None or text.startswith("[", end):
-                raise RecordError(
-                    "bad_structured_data",
-                    f"malformed structured data at column {end}: {_short(text[end:], 40)}",
-                )
-            params: dict[str, str] = {}
-            for sd_id, name, value in _SD_TOKEN_RE.findall(bm.group()):
-                if sd_id:
-                    params = sd[sd_id] = {}
-                else:
-                    params[name] = _SD_UNESCAPE_RE.sub(r"\1", value) if "\\" in value else value
-            pos = end
-        else:
-            raise RecordError(
-                "bad_structured_data",
-                f"expected '-' or '[' for structured data at column {pos}: "
-                f"{_short(text[pos:], 40)}",
-            )
-        if pos < len(text):
-            if text[pos] != " ":
-                raise RecordError(
-                    "bad_structured_data", f"no space after structured data at column {pos}"
-                )
-            pos += 1
-        msg = text[pos:]
-        if msg.startswith(_BOM):
-            msg = msg[1:]
+        sd, msg = structured_data_and_msg(text, m.end())
         return {
             "ts": ts,
             "source_ip": _dash(host),
