@@ -11,15 +11,17 @@ RE2 ``extract_regex`` on the lines (header tokens printable ASCII, where RE2 and
   :func:`~agent.ingest.formats.parse_rfc3339` reads (once per distinct value) and that has a
   ``T``; structured data ``-`` is read here, ``[...]`` by the row parser's own
   :func:`~agent.ingest.formats.structured_data_and_msg` (per line, SD part only);
-* RFC 3164 ``[<PRI>]Mmm dd hh:mm:ss HOST REST`` (BSD time, converted once per distinct value
-  by the row parser's cached year rule) or with an RFC 3339 time (rsyslog's high-precision
-  file format); the ``TAG[PID]:`` prefix of REST with the row parser's pattern, Python's
-  ``\\s`` spelled out for RE2.
+* RFC 3164 ``[<PRI>]Mmm dd hh:mm:ss HOST REST`` (BSD time converted with numpy by the row
+  parser's rule: UTC, the valid date of the years around now's closest to now; "now" is read
+  once per chunk, where the row parser reads it once per distinct time string) or with an
+  RFC 3339 time (rsyslog's high-precision file format); the ``TAG[PID]:`` prefix of REST
+  with the row parser's pattern, Python's ``\\s`` spelled out for RE2.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,7 @@ from agent.ingest.columnar.base import KernelResult, project, select
 from agent.ingest.columnar.lines import Lines
 from agent.ingest.formats import (
     FACILITIES,
-    SyslogParser,
+    MONTHS,
     parse_rfc3339,
     structured_data_and_msg,
 )
@@ -82,7 +84,6 @@ _TAG_RE = (
     r"(?P<body>.*)$"
 )
 _FACILITY_NAMES = pa.array(FACILITIES)
-_TS_PARSER = SyslogParser()  # its cached RFC 3164 year rule (one per process, bounded)
 _NULL_STR = pa.scalar(None, pa.string())
 
 
@@ -113,8 +114,45 @@ def _rfc5424_ts(text: str) -> float:
     return ts
 
 
-def _bsd_ts(text: str) -> float:
-    return _TS_PARSER._bsd_ts(text[0:3], text[4:6], text[7:9], text[10:12], text[13:15])
+def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """:func:`agent.ingest.formats.days_from_civil` on arrays."""
+    y = y - (m <= 2)
+    era = np.where(y >= 0, y, y - 399) // 400
+    yoe = y - era * 400
+    doy = (153 * (m + np.where(m > 2, -3, 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def _bsd_times(m: pa.StructArray) -> pa.Array:
+    """RFC 3164 times (no year, UTC) as :meth:`SyslogParser._bsd_ts` computes them, on
+    arrays: of the years before, of and after now's, the valid date closest to now; null
+    where the row parser refuses the time (no such date or time)."""
+    enc = m.field("mon").dictionary_encode()
+    month_of = np.array([MONTHS.get(x or "", 0) for x in enc.dictionary.to_pylist()], np.int64)
+    month = month_of[_np(enc.indices)]
+
+    def ints(name: str) -> np.ndarray:
+        text = pc.utf8_ltrim(m.field(name), " ")  # "" on the lines with an RFC 3339 time
+        return _np(pc.cast(pc.if_else(pc.equal(text, ""), "0", text), pa.int64()))
+
+    day, hh, mm, ss = ints("day"), ints("hh"), ints("mm"), ints("ss")
+    now = time.time()
+    year = time.gmtime(now).tm_year
+    clock_ok = (month > 0) & (hh < 24) & (mm < 60) & (ss < 61)
+    secs = hh * 3600 + mm * 60 + np.minimum(ss, 59)
+    best = np.full(len(day), np.nan)
+    for y in (year - 1, year, year + 1):
+        leap = (y % 4 == 0) and (y % 100 != 0 or y % 400 == 0)
+        dim = _DAYS_IN_MONTH[month] - ((month == 2) & (not leap))
+        valid = clock_ok & (day >= 1) & (day <= dim)
+        cand = (_days_from_civil(np.full(len(day), y), month, day) * 86400 + secs).astype(float)
+        closer = valid & (np.isnan(best) | (np.abs(cand - now) < np.abs(best - now)))
+        best = np.where(closer, cand, best)
+    return pa.array(best, pa.float64(), from_pandas=True)  # NaN -> null
+
+
+_DAYS_IN_MONTH = np.array([0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)
 
 
 def parse_syslog(lines: Lines, want: frozenset[str] | None) -> KernelResult:
@@ -216,14 +254,11 @@ def _rfc3164(text: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, dict[str, pa
     rows, m = rows[ok], m.filter(pa.array(ok))
     pri, ok = _pri(m.field("pri"))
     bsd = _np(pc.not_equal(m.field("mon"), ""))
-    bsd_text = pc.binary_join_element_wise(
-        m.field("mon"), m.field("day"), m.field("hh"), m.field("mm"), m.field("ss"), ":"
-    )
-    ts = pc.if_else(
-        pa.array(bsd),
-        _per_distinct(pc.if_else(pa.array(bsd), bsd_text, _NULL_STR), _bsd_ts),
-        _per_distinct(pc.if_else(pa.array(bsd), _NULL_STR, m.field("iso")), parse_rfc3339),
-    )
+    if bsd.all():
+        ts = _bsd_times(m)
+    else:
+        iso = _per_distinct(pc.if_else(pa.array(bsd), _NULL_STR, m.field("iso")), parse_rfc3339)
+        ts = pc.if_else(pa.array(bsd), _bsd_times(m), iso) if bsd.any() else iso
     ok &= _np(pc.is_valid(ts))
     body = m.field("body")  # "" when the line ends after HOST (the regex's group is optional)
     tag = pc.extract_regex(body, _TAG_RE)
