@@ -402,8 +402,7 @@ def structured_data_and_msg(text: str, pos: int) -> tuple[dict[str, dict[str, st
     else:
         raise RecordError(
             "bad_structured_data",
-            f"expected '-' or '[' for structured data at column {pos}: "
-            f"{_short(text[pos:], 40)}",
+            f"expected '-' or '[' for structured data at column {pos}: {_short(text[pos:], 40)}",
         )
     if pos < len(text):
         if text[pos] != " ":
