@@ -177,7 +177,7 @@ def _timestamps(table: pa.Table) -> tuple[pa.Array | None, np.ndarray]:
     col = table.column(TS_FIELD).combine_chunks()
     t = col.type
     if pa.types.is_integer(t) or pa.types.is_floating(t):
-        ts = col.cast(pa.float64())
+        ts = col.cast(pa.float64(), safe=False)  # rounds as Python's float(int)
     elif pa.types.is_string(t):
         enc = col.dictionary_encode()
         values: list[float | None] = []

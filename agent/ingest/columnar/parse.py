@@ -10,7 +10,9 @@ was replaced (also added to ``repairs`` when given, like the row parsers' counte
 
 The row parsers (:mod:`agent.ingest.formats`, :mod:`agent.ingest.records`) are the reference:
 the table's columns are the keys their dicts have for the format (a key a row's dict lacks is
-null), with the same values; ``fields`` keeps only those columns (``ts`` always). A line the
+null), with the same values; ``fields`` keeps only those columns (``ts`` always; a field the
+format does not have is a null column). Over-long lines are the chunker's to cut out
+(:mod:`~agent.ingest.columnar.chunks`), as the inputs do before the row parser. A line the
 row parser refuses is rejected with its reason and message; a blank line (empty or ASCII
 whitespace) it refuses is counted in ``lines`` only, as the inputs skip it. Each format's
 kernel (:mod:`~agent.ingest.columnar.access`, :mod:`~agent.ingest.columnar.syslog`,
@@ -77,6 +79,9 @@ def parse_chunk(
     kernel = _kernel(fmt)
     out = kernel(lines, want)
     parsed = merge_fallback(fmt, lines, out, want)
+    if want is not None:  # a field the format does not have: a null column, as dict.get
+        for name in sorted(want - set(parsed.table.column_names)):
+            parsed.table = parsed.table.append_column(name, pa.nulls(parsed.table.num_rows))
     if repairs is not None:
         repairs.lines += parsed.repairs
     return parsed

@@ -237,6 +237,7 @@ json_values = st.recursive(
 )  # fmt: skip
 timestamps = st.one_of(
     st.integers(0, 2**40),
+    st.integers(2**53, 2**63 - 1),
     st.floats(0, 4e9),
     st.just("2026-11-21T15:00:00Z"),
     st.just("2026-11-21T15:00:00.25+01:00"),
@@ -367,6 +368,8 @@ def test_projection_keeps_ts_and_the_fields() -> None:
     line = b'1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] "GET /a?x=1 HTTP/1.1" 404 5 "-" "ua"'
     got = parsed("nginx", line, fields=frozenset({"status", "query"}))
     assert got.table.column_names == ["ts", "query", "status"]
+    other = parsed("nginx", line, fields=frozenset({"status", "nope"}))
+    assert other.table.column("nope").to_pylist() == [None]
     assert got.table.to_pylist() == [{"ts": 1704067200.0, "query": [("x", "1")], "status": 404}]
 
 
