@@ -79,6 +79,7 @@ def parse_chunk(
     kernel = _kernel(fmt)
     out = kernel(lines, want)
     parsed = merge_fallback(fmt, lines, out, want)
+    parsed.table = _with_float_ts(parsed.table)
     if want is not None:  # a field the format does not have: a null column, as dict.get
         for name in sorted(want - set(parsed.table.column_names)):
             parsed.table = parsed.table.append_column(name, pa.nulls(parsed.table.num_rows))
@@ -95,6 +96,18 @@ KERNELS: dict[str, Kernel] = {
     "raw": parse_raw,
     "json": parse_json,
 }
+
+
+def _with_float_ts(table: pa.Table) -> pa.Table:
+    """``table`` with a float64 ``ts`` (row-parser JSON records may hold int timestamps; a
+    chunk without rows may have no columns at all)."""
+    names = table.column_names
+    if "ts" not in names:
+        return table.add_column(0, "ts", pa.nulls(table.num_rows, pa.float64()))
+    i = names.index("ts")
+    if table.schema.field(i).type != pa.float64():
+        return table.set_column(i, "ts", table.column(i).cast(pa.float64(), safe=False))
+    return table
 
 
 def _kernel(fmt: str) -> Kernel:

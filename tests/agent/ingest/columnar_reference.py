@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
 from agent.ingest.columnar.chunks import Chunk, iter_chunks
 from agent.ingest.columnar.parse import parse_chunk
 from agent.ingest.formats import make_parser
@@ -56,6 +58,7 @@ def columnar_path(
                              allow_small=True):  # fmt: skip
         assert isinstance(piece, Chunk)
         got = parse_chunk(fmt, piece.data, fields=fields, repairs=repairs)
+        assert got.table.schema.field("ts").type == pa.float64()
         index = got.line_index.to_pylist()
         assert index == sorted(index)
         assert len(index) == got.table.num_rows
