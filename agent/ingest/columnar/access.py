@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agent.ingest.columnar.base import KernelResult, project, select
+from agent.ingest.columnar.base import KernelResult, duplicate_rows, project, select
 from agent.ingest.columnar.lines import Lines
 from agent.ingest.formats import (
     AccessLogParser,
@@ -314,21 +314,6 @@ def _request_fields(request: pa.Array, names: set[str], chunk: bytes) -> dict[st
     return out
 
 
-def _duplicate_rows(pair_row: np.ndarray, keys: pa.Array) -> np.ndarray:
-    """The rows (ascending) in which a key occurs twice; ``pair_row`` is sorted."""
-    codes = _np(keys.dictionary_encode().indices).astype(np.int64)
-    kinds = int(codes.max()) + 1
-    if kinds <= 62:
-        # a row's keys are distinct iff the sum of their bits equals their OR
-        bits = np.left_shift(np.int64(1), codes)
-        starts = np.flatnonzero(np.r_[True, pair_row[1:] != pair_row[:-1]])
-        dup = np.add.reduceat(bits, starts) != np.bitwise_or.reduceat(bits, starts)
-        return pair_row[starts[dup]]
-    combo = pair_row.astype(np.int64) * kinds + codes
-    uniq, counts = np.unique(combo, return_counts=True)
-    return np.unique(uniq[counts > 1] // kinds)
-
-
 # a query string every pair of which is NAME=VALUE with nothing to decode: split here
 _SIMPLE_QS = r"^[^&=%+;]*=[^&=%+;]*(?:&[^&=%+;]*=[^&=%+;]*)*$"
 
@@ -353,7 +338,7 @@ def _query_map(qs: pa.Array) -> pa.Array:
     vals = flat.take(pa.array(idx + 1))
     # a parameter named twice in a row: the helper (last value wins, first position kept)
     if len(pair_row):
-        dup_rows = _duplicate_rows(pair_row, keys)
+        dup_rows = duplicate_rows(pair_row, keys)
         if len(dup_rows):
             special[dup_rows] = True
             keep = ~np.isin(pair_row, dup_rows)

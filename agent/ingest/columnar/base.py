@@ -61,3 +61,20 @@ def project(schema: pa.Schema, want: frozenset[str] | None) -> pa.Schema:
     if want is None:
         return schema
     return pa.schema([f for f in schema if f.name in want])
+
+
+def duplicate_rows(pair_row: np.ndarray, keys: pa.Array) -> np.ndarray:
+    """The rows (ascending) in which a key occurs twice; ``pair_row`` is sorted."""
+    codes = np.asarray(keys.dictionary_encode().indices.to_numpy(zero_copy_only=False)).astype(
+        np.int64
+    )
+    kinds = int(codes.max()) + 1
+    if kinds <= 62:
+        # a row's keys are distinct iff the sum of their bits equals their OR
+        bits = np.left_shift(np.int64(1), codes)
+        starts = np.flatnonzero(np.r_[True, pair_row[1:] != pair_row[:-1]])
+        dup = np.add.reduceat(bits, starts) != np.bitwise_or.reduceat(bits, starts)
+        return pair_row[starts[dup]]
+    combo = pair_row.astype(np.int64) * kinds + codes
+    uniq, counts = np.unique(combo, return_counts=True)
+    return np.unique(uniq[counts > 1] // kinds)

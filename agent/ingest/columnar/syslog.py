@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agent.ingest.columnar.base import KernelResult, project, select
+from agent.ingest.columnar.base import KernelResult, duplicate_rows, project, select
 from agent.ingest.columnar.lines import Lines
 from agent.ingest.formats import (
     FACILITIES,
@@ -83,6 +83,13 @@ _TAG_RE = (
     r"^(?P<app>[^" + _S + r":\[\]]{1,64})(?:\[(?P<procid>[^\]" + _S + r"]{1,64})\])?: ?"
     r"(?P<body>.*)$"
 )
+_SD_NAME_RE = r"[^" + _S + r"=\]\"]{1,32}"
+# one SD-ELEMENT without escapes, then the optional MSG (the row parser's block pattern with
+# no backslash in any value; Python's \s spelled out)
+_SD_SIMPLE_RE = (
+    r"^\[(?P<id>" + _SD_NAME_RE + r")(?P<params>(?: " + _SD_NAME_RE + r'="[^"\\]*")*) ?\]'
+    r"(?: (?P<msg>.*))?$"
+)
 _FACILITY_NAMES = pa.array(FACILITIES)
 _NULL_STR = pa.scalar(None, pa.string())
 
@@ -105,6 +112,78 @@ def _per_distinct(values: pa.Array, fn: Any) -> pa.Array:
         except RecordError:
             out.append(None)
     return pa.array(out, pa.float64()).take(enc.indices)
+
+
+_STRICT_3339 = "^" + _RFC3339 + "$"
+
+
+def _slice_int(values: pa.Array, start: int, stop: int) -> np.ndarray:
+    return _np(pc.cast(pc.utf8_slice_codeunits(values, start, stop), pa.int64()))
+
+
+def _rfc3339_times(values: pa.Array) -> pa.Array:
+    """:func:`~agent.ingest.formats.parse_rfc3339` on arrays, for strings of the strict
+    ``YYYY-MM-DDTHH:MM:SS[.frac](Z|+hh:mm)`` shape (the row parser's own fast path): the
+    same validity rules (a real date, hour < 24, minute < 60, second < 61 read as 59, zone
+    hours < 24 and minutes < 60), the same float arithmetic (whole seconds, then the
+    fraction added); null where the row parser would refuse or take another path."""
+    strict = _np(pc.fill_null(pc.match_substring_regex(values, _STRICT_3339), False))
+    out = np.full(len(values), np.nan)
+    if not strict.any():
+        return pa.array(out, pa.float64(), from_pandas=True)
+    rows = np.flatnonzero(strict)
+    v = values.take(pa.array(rows))
+    y, mo, d = _slice_int(v, 0, 4), _slice_int(v, 5, 7), _slice_int(v, 8, 10)
+    h, mi, sec = _slice_int(v, 11, 13), _slice_int(v, 14, 16), _slice_int(v, 17, 19)
+    rest = pc.utf8_slice_codeunits(v, 19)  # [.frac] zone
+    zulu = _np(pc.ends_with(rest, "Z"))
+    zone = pc.utf8_slice_codeunits(rest, -6)
+    zh = np.where(
+        zulu,
+        0,
+        _np(
+            pc.cast(
+                pc.if_else(pa.array(zulu), "00", pc.utf8_slice_codeunits(zone, 1, 3)), pa.int64()
+            )
+        ),
+    )
+    zm = np.where(
+        zulu,
+        0,
+        _np(
+            pc.cast(
+                pc.if_else(pa.array(zulu), "00", pc.utf8_slice_codeunits(zone, 4, 6)), pa.int64()
+            )
+        ),
+    )
+    east = _np(pc.starts_with(zone, "+"))
+    frac_text = pc.if_else(
+        pa.array(zulu), pc.utf8_slice_codeunits(rest, 0, -1), pc.utf8_slice_codeunits(rest, 0, -6)
+    )
+    has_frac = _np(pc.not_equal(frac_text, ""))
+    frac = _np(pc.cast(pc.if_else(pa.array(has_frac), frac_text, "0"), pa.float64()))
+    leap = (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0))
+    mo_ok = (mo >= 1) & (mo <= 12)
+    dim = _DAYS_IN_MONTH[np.where(mo_ok, mo, 0)] - ((mo == 2) & ~leap)
+    ok = mo_ok & (d >= 1) & (d <= dim) & (h < 24) & (mi < 60) & (sec < 61)
+    ok &= (zh < 24) & (zm < 60)
+    whole = _days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + np.minimum(sec, 59)
+    off = zh * 3600 + zm * 60
+    whole = np.where(zulu, whole, np.where(east, whole - off, whole + off))
+    value = whole.astype(float) + np.where(has_frac, frac, 0.0)
+    out[rows] = np.where(ok, value, np.nan)
+    return pa.array(out, pa.float64(), from_pandas=True)
+
+
+def _times(values: pa.Array, fn: Any) -> pa.Array:
+    """Times of ``values``: strict RFC 3339 strings vectorized, the others by ``fn`` once per
+    distinct value (null where either refuses)."""
+    fast = _rfc3339_times(values)
+    slow = _np(pc.and_(pc.is_null(fast), pc.is_valid(values)))
+    if not slow.any():
+        return fast
+    other = _per_distinct(pc.if_else(pa.array(slow), values, _NULL_STR), fn)
+    return pc.if_else(pa.array(slow), other, fast)
 
 
 def _rfc5424_ts(text: str) -> float:
@@ -207,7 +286,7 @@ def _rfc5424(text: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, dict[str, pa
     ok = _np(pc.is_valid(m))
     rows, m = rows[ok], m.filter(pa.array(ok))
     pri, ok = _pri(m.field("pri"))
-    ts = _per_distinct(m.field("ts"), _rfc5424_ts)
+    ts = _times(m.field("ts"), _rfc5424_ts)
     ok &= _np(pc.is_valid(ts))
     cols = {
         "pri": pri,
@@ -220,32 +299,104 @@ def _rfc5424(text: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, dict[str, pa
     }
     rows, cols = _keep(rows, cols, ok)
     rest = cols.pop("rest")
-    # structured data "-": MSG after one space (a leading BOM removed); "[...]": the row
-    # parser's own SD reader, per line
+    body, sd, ok = _structured_data(rest)
+    cols["body"] = body
+    cols["sd"] = sd
+    cols["syslog_version"] = pa.array(np.ones(len(rest), np.int64))
+    return _keep(rows, cols, ok)
+
+
+def _structured_data(rest: pa.Array) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """MSG, ``sd`` and which rows are valid, from ``SD[ MSG]`` (the rest of a 5424 line):
+    ``-`` and one ``[ID NAME="VALUE" ...]`` without escapes or repeated names are read here;
+    other structured data by the row parser's own reader, per line."""
+    m = len(rest)
     nil = _np(pc.fill_null(pc.match_substring_regex(rest, r"^-(?: |$)"), False))
-    body = pc.utf8_slice_codeunits(rest, 2)
-    sd_rows = np.flatnonzero(~nil)
-    sd_maps: list[Any] = [[] for _ in range(len(rest))]
-    ok = nil.copy()
-    if len(sd_rows):
-        texts = rest.take(pa.array(sd_rows)).to_pylist()
-        msgs = body.to_pylist()
-        for i, value in zip(sd_rows.tolist(), texts, strict=True):
+    simple = ~nil & _np(pc.fill_null(pc.match_substring_regex(rest, _SD_SIMPLE_RE), False))
+    body = pc.utf8_slice_codeunits(rest, 2)  # the nil rows' MSG
+    pieces: list[tuple[np.ndarray, pa.Array]] = [
+        (np.flatnonzero(nil), pa.array([[]] * int(nil.sum()), SD_TYPE))
+    ]
+    ok = nil | simple
+    if simple.any():
+        srows = np.flatnonzero(simple)
+        ex = pc.extract_regex(rest.take(pa.array(srows)), _SD_SIMPLE_RE)
+        params = pc.split_pattern(ex.field("params"), '"')  # ' a=', '1', ' b=', '2', ''
+        off = _np(params.offsets)
+        count = (np.diff(off) - 1) // 2
+        flat = params.values
+        first = np.repeat(off[:-1], count) + 2 * (
+            np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+        )
+        names = pc.utf8_slice_codeunits(flat.take(pa.array(first)), 1, -1)
+        values = flat.take(pa.array(first + 1))
+        pair_row = np.repeat(np.arange(len(srows)), count)
+        dup = duplicate_rows(pair_row, names) if len(pair_row) else np.empty(0, np.int64)
+        inner_off = np.zeros(len(srows) + 1, np.int32)
+        np.cumsum(count, out=inner_off[1:])
+        inner = pa.MapArray.from_arrays(pa.array(inner_off), names, values)
+        outer = pa.MapArray.from_arrays(
+            pa.array(np.arange(len(srows) + 1, dtype=np.int32)), ex.field("id"), inner
+        )
+        msg = ex.field("msg")
+        if len(dup):  # a name given twice: the row parser's reader (last value wins)
+            keep = np.ones(len(srows), bool)
+            keep[dup] = False
+            simple[srows[dup]] = False
+            ok[srows[dup]] = False
+            srows, outer, msg = (
+                srows[keep],
+                outer.filter(pa.array(keep)),
+                msg.filter(pa.array(keep)),
+            )
+        pieces.append((srows, outer))
+        body = _put(body, srows, msg)
+    other = np.flatnonzero(~nil & ~simple)
+    if len(other):
+        maps: list[Any] = []
+        msgs: list[str] = []
+        done: list[int] = []
+        for i, value in zip(other.tolist(), rest.take(pa.array(other)).to_pylist(), strict=True):
             try:
                 sd, msg = structured_data_and_msg(value, 0)
             except RecordError:
                 continue
-            sd_maps[i] = [(k, list(v.items())) for k, v in sd.items()]
-            msgs[i] = msg
+            maps.append([(k, list(v.items())) for k, v in sd.items()])
+            msgs.append(msg)
+            done.append(i)
             ok[i] = True
-        body = pa.array(msgs, pa.string())
-    bom = _np(pc.fill_null(pc.starts_with(body, "\ufeff"), False)) & nil
+        at = np.asarray(done, np.int64)
+        pieces.append((at, pa.array(maps, SD_TYPE)))
+        body = _put(body, at, pa.array(msgs, pa.string()))
+    # a leading BOM is not part of MSG (the row parser's reader already removed it)
+    bom = _np(pc.fill_null(pc.starts_with(body, "\ufeff"), False)) & (nil | simple)
     if bom.any():
         body = pc.if_else(pa.array(bom), pc.utf8_slice_codeunits(body, 1), body)
-    cols["body"] = body
-    cols["sd"] = pa.array(sd_maps, SD_TYPE)
-    cols["syslog_version"] = pa.array(np.ones(len(rest), np.int64))
-    return _keep(rows, cols, ok)
+    at = np.concatenate([p for p, _ in pieces])
+    maps_all = pa.concat_arrays([x for _, x in pieces])
+    order = np.argsort(at, kind="stable")
+    sd_col = maps_all.take(pa.array(order))
+    if len(at) < m:  # rows refused above: any value, they are dropped with ``ok``
+        filled = np.zeros(m, bool)
+        filled[at] = True
+        sd_col = _spread(sd_col, filled)
+    return body, sd_col, ok
+
+
+def _put(values: pa.Array, at: np.ndarray, new: pa.Array) -> pa.Array:
+    """``values`` with ``new`` at the positions ``at`` (ascending)."""
+    if not len(at):
+        return values
+    mask = np.zeros(len(values), bool)
+    mask[at] = True
+    return pc.replace_with_mask(values, pa.array(mask), new)
+
+
+def _spread(values: pa.Array, filled: np.ndarray) -> pa.Array:
+    """``values`` placed at the true positions of ``filled``, nulls elsewhere."""
+    index = np.full(len(filled), -1, np.int64)
+    index[filled] = np.arange(int(filled.sum()))
+    return values.take(pa.array(index, mask=index < 0))
 
 
 def _rfc3164(text: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, dict[str, pa.Array]]:
@@ -257,7 +408,7 @@ def _rfc3164(text: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, dict[str, pa
     if bsd.all():
         ts = _bsd_times(m)
     else:
-        iso = _per_distinct(pc.if_else(pa.array(bsd), _NULL_STR, m.field("iso")), parse_rfc3339)
+        iso = _times(pc.if_else(pa.array(bsd), _NULL_STR, m.field("iso")), parse_rfc3339)
         ts = pc.if_else(pa.array(bsd), _bsd_times(m), iso) if bsd.any() else iso
     ok &= _np(pc.is_valid(ts))
     body = m.field("body")  # "" when the line ends after HOST (the regex's group is optional)

@@ -177,7 +177,9 @@ def good_syslog_line(draw: Any) -> bytes:
     msg = draw(st.text(max_size=12).map(lambda t: t.replace("\n", "")))
     if draw(st.booleans()):
         ts = draw(st.sampled_from(["2026-11-21T12:00:00Z", "2026-11-21T12:00:00.5+01:00"]))
-        sd = draw(st.sampled_from(["-", '[a b="1"][c@1 d="x\\"y"]']))
+        sd = draw(st.sampled_from(["-", '[a b="1"][c@1 d="x\\"y"]', '[req@1 id="7" ms="1 2"]',
+                                   '[x a="1" a="2"]', '[x a="]" ]', '[x]', '[[x y=""]',
+                                   '[x \u00e9="v"]', '[x a="1"]x']))  # fmt: skip
         line = f"{pri}1 {ts} host{draw(st.integers(0, 3))} app - ID {sd} {msg}"
     else:
         day = draw(st.integers(1, 28))
@@ -383,3 +385,51 @@ def test_chunk_boundaries_do_not_change_the_result() -> None:
     one = columnar_path("nginx", data, 1 << 20)
     for size in (1, 97, 4096):
         assert columnar_path("nginx", data, size) == one
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 9999), st.integers(0, 13), st.integers(0, 32), st.integers(0, 25),
+            st.integers(0, 61), st.integers(0, 61), st.sampled_from(["", ".5", ".123456789", ".0"]),
+            st.sampled_from(["Z", "+01:00", "-05:30", "+24:00", "-00:60", "+14:00"]),
+        ).map(lambda t: "%04d-%02d-%02dT%02d:%02d:%02d%s%s" % t),  # noqa: UP031
+        max_size=20,
+    )
+)  # fmt: skip
+def test_vectorized_rfc3339_times_equal_the_row_parser(texts: list[str]) -> None:
+    from agent.ingest.columnar.syslog import _rfc3339_times
+    from agent.ingest.formats import parse_rfc3339
+    from agent.ingest.records import RecordError
+
+    want = []
+    for text in texts:
+        try:
+            want.append(parse_rfc3339(text))
+        except RecordError:
+            want.append(None)
+    assert _rfc3339_times(pa.array(texts, pa.string())).to_pylist() == want
+
+
+def test_syslog_structured_data_and_times_on_the_columnar_path() -> None:
+    lines = [
+        b'<34>1 2026-11-21T12:00:00.5+01:00 web1 app 12 ID [req@1 id="7" ms="1 2"] \xef\xbb\xbfhi',
+        b'<34>1 2026-11-21T12:00:00Z web1 app 12 ID [x a="1" a="2"] dup',
+        b'<34>1 2026-11-21T12:00:00Z web1 app 12 ID [a b="1"][c d="x\\"y"] two',
+        b"<13>Nov  1 12:00:00 web1 sshd[42]: accepted",
+        b"Nov  1 12:00:00 web1 kernel: no pri",
+    ]
+    got = parsed("syslog", *lines)
+    rows = got.table.to_pylist()
+    assert [r["sd"] for r in rows[:3]] == [
+        [("req@1", [("id", "7"), ("ms", "1 2")])],
+        [("x", [("a", "2")])],
+        [("a", [("b", "1")]), ("c", [("d", 'x"y')])],
+    ]
+    assert [r["body"] for r in rows] == ["hi", "dup", "two", "accepted", "no pri"]
+    assert [(r["app"], r["procid"], r["priority"]) for r in rows[3:]] == [
+        ("sshd", "42", 5),
+        ("kernel", None, None),
+    ]
+    assert_same("syslog", lines)
