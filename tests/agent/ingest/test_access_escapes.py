@@ -133,3 +133,36 @@ def test_an_absolute_form_request_gets_scheme_and_host() -> None:
 def test_origin_form_has_no_scheme_or_host() -> None:
     for record, _ in all_paths(line_with(request="GET /a%20b?q=1 HTTP/1.1")):
         assert (record["scheme"], record["host"], record["path"]) == (None, None, "/a b")
+
+
+pieces = st.sampled_from(
+    ["/product", "/pro", "duct", "\\x64", "\\x2F", "\\x5C", "\\x22", "\\xC3\\xA9", "%64", "?",
+     "action=", "click", "cli\\x63k", "&", "c", "url", "\\x63url", "curl"]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(pieces, max_size=6).map("".join),
+    st.lists(pieces, max_size=4).map("".join),
+)
+def test_escapes_never_make_the_fast_path_skip_a_match(target: str, agent: str) -> None:
+    """The pushdown (agent.ql.pushdown) stays exact with escape decoding: a line whose decoded
+    record matches a WHERE is always kept by the prefilter, whatever ``\\xHH`` it holds
+    (escapes of bytes nginx never escapes, like ``\\x64``, stay as written)."""
+    from agent.ingest.fastpath import LinePrefilter
+    from agent.ql import compile_query
+    from agent.ql.pushdown import line_needles
+
+    q = compile_query(
+        "SELECT count(*) FROM x WHERE path = '/product' AND query.action = 'click' "
+        "AND user_agent LIKE 'curl%'"
+    )
+    pre = LinePrefilter([line_needles(q.query.where, "nginx")])
+    line = line_with(request=f"GET {target or '/'} HTTP/1.1", agent=agent or "-")
+    for record, _ in all_paths(line):
+        if q.map(record):
+            assert pre.may_match(line), line
+    record = AccessLogParser().parse(line)
+    if "\\x64" in target and "%" not in target:
+        assert "d" not in record["path"] or "d" in target.replace("\\x64", "")
