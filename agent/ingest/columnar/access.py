@@ -216,34 +216,43 @@ def _columns(
         return pc.replace_with_mask(values, pa.array(has), out.field("t"))
 
     request = decoded(p["request"])
-    if is_combined:
-        referer = _dash(decoded(p["referer"]))
-        agent = _dash(decoded(p["agent"]))
-        extra = pc.utf8_slice_codeunits(p["rest"], 1)
-        status_size = pc.split_pattern(p["mid"], " ")
-        status_text, size_text = _piece(status_size, 1), _piece(status_size, 2)
-    else:
-        referer = agent = pa.nulls(m, pa.string())
-        tail = pc.split_pattern(p["mid"], " ", max_splits=3)
-        tail_len = _np(pc.list_value_length(tail))
-        status_text, size_text = _piece(tail, 1), _piece(tail, 2)
-        starts = _np(tail.offsets)[:-1]
-        idx = np.where(tail_len == 4, starts + 3, 0)
-        extra = tail.values.take(pa.array(idx, mask=tail_len != 4))
-    status = pc.cast(_dash(status_text), pa.int64())
-    if "priority" in names:
-        cols["priority"] = pc.if_else(
-            pc.is_null(status),
-            6,
-            pc.if_else(
-                pc.greater_equal(status, 500), 3, pc.if_else(pc.greater_equal(status, 400), 4, 6)
-            ),
-        )
-    cols["status"] = status
-    if "bytes" in names:
-        cols["bytes"] = pc.cast(pc.if_else(pc.equal(size_text, "-"), "0", size_text), pa.int64())
-    cols["referer"], cols["user_agent"] = referer, agent
-    cols["extra"] = _null_where(extra, pc.fill_null(pc.equal(extra, ""), False))
+    # every quoted field is decoded when the chunk has escapes (their bad UTF-8 counts as a
+    # repair whether or not the query reads them); other columns only when read
+    if is_combined and (escapes or names & {"referer", "user_agent"}):
+        cols["referer"] = _dash(decoded(p["referer"]))
+        cols["user_agent"] = _dash(decoded(p["agent"]))
+    elif not is_combined:
+        cols["referer"] = cols["user_agent"] = pa.nulls(m, pa.string())
+    if names & {"status", "priority", "bytes", "extra"}:
+        if is_combined:
+            status_size = pc.split_pattern(p["mid"], " ")
+            status_text, size_text = _piece(status_size, 1), _piece(status_size, 2)
+            extra = pc.utf8_slice_codeunits(p["rest"], 1)
+        else:
+            tail = pc.split_pattern(p["mid"], " ", max_splits=3)
+            tail_len = _np(pc.list_value_length(tail))
+            status_text, size_text = _piece(tail, 1), _piece(tail, 2)
+            starts = _np(tail.offsets)[:-1]
+            idx = np.where(tail_len == 4, starts + 3, 0)
+            extra = tail.values.take(pa.array(idx, mask=tail_len != 4))
+        status = pc.cast(_dash(status_text), pa.int64())
+        cols["status"] = status
+        if "priority" in names:
+            cols["priority"] = pc.if_else(
+                pc.is_null(status),
+                6,
+                pc.if_else(
+                    pc.greater_equal(status, 500),
+                    3,
+                    pc.if_else(pc.greater_equal(status, 400), 4, 6),
+                ),
+            )
+        if "bytes" in names:
+            cols["bytes"] = pc.cast(
+                pc.if_else(pc.equal(size_text, "-"), "0", size_text), pa.int64()
+            )
+        if "extra" in names:
+            cols["extra"] = _null_where(extra, pc.fill_null(pc.equal(extra, ""), False))
     cols["body"] = cols["request"] = request
     if names & {"source_ip", "ident", "remote_user"}:
         ids = pc.split_pattern(p["ids"], " ")
