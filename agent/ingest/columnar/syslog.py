@@ -73,15 +73,14 @@ _RFC3339 = (
 _5424_MATCH_RE = (
     r"^<(?:0|[1-9][0-9]{0,2})>1 [!-~]+ [!-~]{1,255} [!-~]{1,48} [!-~]{1,128} [!-~]{1,32} "
 )
-_3164_RE = (
-    "^(?:" + _PRI + r")?(?:(?P<mon>[A-Z][a-z]{2}) (?P<day>[ 0-9][0-9]) "
-    r"(?P<hh>[0-9]{2}):(?P<mm>[0-9]{2}):(?P<ss>[0-9]{2})|(?P<iso>" + _RFC3339 + r")) "
-    r"(?P<host>[^ ]+)(?: (?P<body>.*))?$"
+_3164_MATCH_RE = (
+    r"^(?:<(?:0|[1-9][0-9]{0,2})>)?(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}|"
+    + _RFC3339
+    + r") [^ ]+(?: .*)?$"
 )
-_TAG_RE = (
-    r"^(?P<app>[^" + _S + r":\[\]]{1,64})(?:\[(?P<procid>[^\]" + _S + r"]{1,64})\])?: ?"
-    r"(?P<body>.*)$"
-)
+_TAG_NAME = r"[^" + _S + r":\[\]]{1,64}"
+_TAG_PID_RE = r"^" + _TAG_NAME + r"\[[^\]" + _S + r"]{1,64}\]:"
+_TAG_PLAIN_RE = r"^" + _TAG_NAME + r":"
 _SD_NAME_RE = r"[^" + _S + r"=\]\"]{1,32}"
 # one SD-ELEMENT without escapes, then the optional MSG (the row parser's block pattern with
 # no backslash in any value; Python's \s spelled out)
@@ -202,16 +201,16 @@ def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
     return era * 146097 + doe - 719468
 
 
-def _bsd_times(m: pa.StructArray) -> pa.Array:
+def _bsd_times(m: dict[str, pa.Array]) -> pa.Array:
     """RFC 3164 times (no year, UTC) as :meth:`SyslogParser._bsd_ts` computes them, on
     arrays: of the years before, of and after now's, the valid date closest to now; null
     where the row parser refuses the time (no such date or time)."""
-    enc = m.field("mon").dictionary_encode()
+    enc = m["mon"].dictionary_encode()
     month_of = np.array([MONTHS.get(x or "", 0) for x in enc.dictionary.to_pylist()], np.int64)
     month = month_of[_np(enc.indices)]
 
     def ints(name: str) -> np.ndarray:
-        text = pc.utf8_ltrim(m.field(name), " ")  # "" on the lines with an RFC 3339 time
+        text = pc.utf8_ltrim(m[name], " ")  # "" on the lines with an RFC 3339 time
         return _np(pc.cast(pc.if_else(pc.equal(text, ""), "0", text), pa.int64()))
 
     day, hh, mm, ss = ints("day"), ints("hh"), ints("mm"), ints("ss")
@@ -407,35 +406,58 @@ def _spread(values: pa.Array, filled: np.ndarray) -> pa.Array:
     return values.take(pa.array(index, mask=index < 0))
 
 
+def _split2(values: pa.Array, sep: str) -> tuple[pa.Array, pa.Array]:
+    """``values`` split at the first ``sep``: (before, after; "" when there is none)."""
+    parts = pc.split_pattern(values, sep, max_splits=1)
+    start = _np(parts.offsets)[:-1]
+    two = np.diff(_np(parts.offsets)) == 2
+    flat = parts.values
+    before = flat.take(pa.array(start))
+    after = flat.take(pa.array(np.where(two, start + 1, start)))
+    return before, pc.if_else(pa.array(two), after, "")
+
+
 def _rfc3164(text: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, dict[str, pa.Array]]:
-    m = pc.extract_regex(text.take(pa.array(rows)), _3164_RE)
-    ok = _np(pc.is_valid(m))
-    rows, m = rows[ok], m.filter(pa.array(ok))
-    pri, ok = _pri(m.field("pri"))
-    bsd = _np(pc.not_equal(m.field("mon"), ""))
-    if bsd.all():
-        ts = _bsd_times(m)
+    # the shape checked by a match (RE2's DFA), the fields cut by splits and fixed slices:
+    # capturing submatches (extract_regex) cost several times more
+    sub = text.take(pa.array(rows))
+    ok = _np(pc.fill_null(pc.match_substring_regex(sub, _3164_MATCH_RE), False))
+    rows, sub = rows[ok], sub.filter(pa.array(ok))
+    has_pri = _np(pc.starts_with(sub, "<"))
+    pri_text, after_pri = _split2(sub, ">")
+    pri_text = pc.if_else(pa.array(has_pri), pc.utf8_slice_codeunits(pri_text, 1), "")
+    rest = pc.if_else(pa.array(has_pri), after_pri, sub)
+    pri, ok = _pri(pri_text)
+    bsd = ~_np(pc.fill_null(pc.match_substring_regex(rest, "^[0-9]"), False))
+    stamp = pc.utf8_slice_codeunits(rest, 0, 15)  # Mmm dd hh:mm:ss
+    iso_text, iso_after = _split2(rest, " ")
+    after = pc.if_else(pa.array(bsd), pc.utf8_slice_codeunits(rest, 16), iso_after)
+    if bsd.any():
+        parts = {
+            "mon": pc.utf8_slice_codeunits(stamp, 0, 3),
+            "day": pc.utf8_slice_codeunits(stamp, 4, 6),
+            "hh": pc.utf8_slice_codeunits(stamp, 7, 9),
+            "mm": pc.utf8_slice_codeunits(stamp, 10, 12),
+            "ss": pc.utf8_slice_codeunits(stamp, 13, 15),
+        }
+        if not bsd.all():  # the RFC 3339 lines' slices are not a BSD time: zeros, refused
+            parts = {k: pc.if_else(pa.array(bsd), v, "") for k, v in parts.items()}
+        bsd_ts = _bsd_times(parts)
+    if not len(bsd):
+        ts = pa.array([], pa.float64())
+    elif bsd.all():
+        ts = bsd_ts
     else:
-        iso = _times(pc.if_else(pa.array(bsd), _NULL_STR, m.field("iso")), parse_rfc3339)
-        ts = pc.if_else(pa.array(bsd), _bsd_times(m), iso) if bsd.any() else iso
+        iso = _times(pc.if_else(pa.array(bsd), _NULL_STR, iso_text), parse_rfc3339)
+        ts = pc.if_else(pa.array(bsd), bsd_ts, iso) if bsd.any() else iso
     ok &= _np(pc.is_valid(ts))
-    body = m.field("body")  # "" when the line ends after HOST (the regex's group is optional)
-    tag = pc.extract_regex(body, _TAG_RE)
-    tagged = _np(pc.is_valid(tag))
-    mask = pa.array(tagged)
-    if tagged.any():
-        app = pc.if_else(mask, tag.field("app"), _NULL_STR)
-        procid = pc.if_else(mask, tag.field("procid"), _NULL_STR)
-        # an absent optional group is "" in extract_regex: the row parser gives None
-        procid = pc.if_else(pc.equal(procid, ""), _NULL_STR, procid)
-        body = pc.if_else(mask, tag.field("body"), body)
-    else:
-        app = procid = pa.nulls(len(body), pa.string())
+    host, body = _split2(after, " ")
+    app, procid, body = _tags(body)
     count = len(body)
     cols = {
         "pri": pri,
         "ts": ts,
-        "host": m.field("host"),
+        "host": host,
         "app": app,
         "procid": procid,
         "msgid": pa.nulls(count, pa.string()),
@@ -444,3 +466,32 @@ def _rfc3164(text: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, dict[str, pa
         "syslog_version": pa.nulls(count, pa.int64()),
     }
     return _keep(rows, cols, ok)
+
+
+def _tags(body: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """``app``, ``procid`` and the rest of MSG after the row parser's ``TAG[PID]: ?`` prefix
+    (None, None, MSG where there is none). The two shapes are told apart by RE2 matches (the
+    row parser's pattern tries the ``[PID]`` form first) and cut by splits: APP holds no
+    ``:``, ``[`` or ``]`` and PID no ``]``."""
+    m = len(body)
+    app = procid = pa.nulls(m, pa.string())
+    with_pid = _np(pc.fill_null(pc.match_substring_regex(body, _TAG_PID_RE), False))
+    plain = ~with_pid & _np(pc.fill_null(pc.match_substring_regex(body, _TAG_PLAIN_RE), False))
+    if with_pid.any():
+        head, tail = _split2(body, "]")  # APP[PID | : rest
+        name, pid = _split2(head, "[")
+        mask = pa.array(with_pid)
+        app = pc.if_else(mask, name, app)
+        procid = pc.if_else(mask, pid, procid)
+        body = pc.if_else(mask, _one_space_off(pc.utf8_slice_codeunits(tail, 1)), body)
+    if plain.any():
+        name, tail = _split2(body, ":")
+        mask = pa.array(plain)
+        app = pc.if_else(mask, name, app)
+        body = pc.if_else(mask, _one_space_off(tail), body)
+    return app, procid, body
+
+
+def _one_space_off(values: pa.Array) -> pa.Array:
+    """One leading space removed (the row parser's `` ?`` after the tag's colon)."""
+    return pc.if_else(pc.starts_with(values, " "), pc.utf8_slice_codeunits(values, 1), values)
