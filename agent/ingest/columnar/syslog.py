@@ -2,20 +2,23 @@
 
 Contract: rows equal :class:`~agent.ingest.formats.SyslogParser`'s, with the columns of
 :data:`SCHEMA` (``sd`` as ``map<string, map<string, string>>``); a line whose shape this
-kernel does not verify is left to that parser (``KernelResult.fallback``). Verified here, with
-RE2 ``extract_regex`` on the lines (header tokens printable ASCII, where RE2 and Python's
-``\\S`` agree):
+kernel does not verify is left to that parser (``KernelResult.fallback``). Shapes are checked
+with RE2 matches (its DFA; header tokens printable ASCII, where RE2 and Python's ``\\S``
+agree) and the fields cut with splits and fixed slices (capturing ``extract_regex`` runs RE2's
+much slower submatch engine):
 
 * RFC 5424 ``<PRI>1 TIMESTAMP HOST APP PROCID MSGID SD[ MSG]``: PRI 0..191 without leading
   zeros, a timestamp (not ``-``: that is the arrival time) that
-  :func:`~agent.ingest.formats.parse_rfc3339` reads (once per distinct value) and that has a
-  ``T``; structured data ``-`` is read here, ``[...]`` by the row parser's own
-  :func:`~agent.ingest.formats.structured_data_and_msg` (per line, SD part only);
+  :func:`~agent.ingest.formats.parse_rfc3339` reads (strict RFC 3339 shapes with numpy by its
+  own rules, others once per distinct value) and that has a ``T``; structured data ``-`` and
+  one escape-free element are read here (the element with ``extract_regex``), others by the
+  row parser's own :func:`~agent.ingest.formats.structured_data_and_msg` (per line, SD part
+  only);
 * RFC 3164 ``[<PRI>]Mmm dd hh:mm:ss HOST REST`` (BSD time converted with numpy by the row
   parser's rule: UTC, the valid date of the years around now's closest to now; "now" is read
   once per chunk, where the row parser reads it once per distinct time string) or with an
   RFC 3339 time (rsyslog's high-precision file format); the ``TAG[PID]:`` prefix of REST
-  with the row parser's pattern, Python's ``\\s`` spelled out for RE2.
+  with the row parser's pattern (Python's ``\\s`` spelled out for RE2), cut by splits.
 """
 
 from __future__ import annotations
