@@ -24,7 +24,9 @@ used only where it provably equals orjson's (the row parser's decoder):
   validate, goes to the row parser;
 * a float column holding a magnitude of 2**53 or more may hold an integer Arrow widened (the
   row parser keeps Python ints exact): row parser for the chunk;
-* ``ts``: numbers are taken as float64; strings are converted once per distinct value by
+* ``ts``: numbers are taken as float64 (an integer beyond 2**53 raises
+  :class:`~agent.ingest.columnar.parse.UnsupportedChunk`: float64 cannot hold it exactly);
+  strings are converted once per distinct value by
   :func:`~agent.ingest.records.parse_iso8601`; a null, missing, unparsable or other-typed
   ``ts`` sends its line to the row parser, which rejects it with the exact reason.
 """
@@ -39,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from agent.ingest.columnar.base import KernelResult
+from agent.ingest.columnar.base import KernelResult, UnsupportedChunk
 from agent.ingest.columnar.lines import Lines
 from agent.ingest.records import RecordError, parse_iso8601
 
@@ -170,14 +172,25 @@ def _is_object(line: bytes) -> bool:
         return False
 
 
+def _exact_float_ts(col: pa.Array) -> None:
+    """Refuse integer timestamps a float64 cannot hold exactly (beyond 2**53 seconds, some
+    285 million years: garbage, but the row path keeps the int exact)."""
+    big = pc.max(pc.abs(col)).as_py()
+    if big is not None and big > 2**53:
+        raise UnsupportedChunk(f"integer timestamp {big} is not exact as float64")
+
+
 def _timestamps(table: pa.Table) -> tuple[pa.Array | None, np.ndarray]:
     """The ``ts`` column as float64 and which rows hold a valid one (None: no row does)."""
     if TS_FIELD not in table.column_names:
         return None, np.zeros(table.num_rows, bool)
     col = table.column(TS_FIELD).combine_chunks()
     t = col.type
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        ts = col.cast(pa.float64(), safe=False)  # rounds as Python's float(int)
+    if pa.types.is_integer(t):
+        _exact_float_ts(col)
+        ts = col.cast(pa.float64())
+    elif pa.types.is_floating(t):
+        ts = col.cast(pa.float64())
     elif pa.types.is_string(t):
         enc = col.dictionary_encode()
         values: list[float | None] = []

@@ -22,8 +22,9 @@ parser (:func:`row_fallback`), whose rows are converted and merged back in line 
 by construction, and fast as long as such lines are rare.
 
 JSON lines whose values cannot form one Arrow column per field (a field that is a number on
-one line and a string on another, lists of mixed types) raise :class:`UnsupportedChunk`: the
-caller parses that chunk on the row path. Nothing else is raised on any input.
+one line and a string on another, lists of mixed types), or whose integer timestamp float64
+cannot hold exactly (beyond 2**53), raise :class:`UnsupportedChunk`: the caller parses that
+chunk on the row path. Nothing else is raised on any input.
 
 Arrow types: ``ts`` float64; integers int64; text string; access-log ``query``
 ``map<string, string>``; syslog ``sd`` ``map<string, map<string, string>>``; JSON lines: as
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from agent.ingest.columnar.access import parse_access
 from agent.ingest.columnar.base import KernelResult, UnsupportedChunk, rows_to_table
@@ -105,8 +107,13 @@ def _with_float_ts(table: pa.Table) -> pa.Table:
     if "ts" not in names:
         return table.add_column(0, "ts", pa.nulls(table.num_rows, pa.float64()))
     i = names.index("ts")
-    if table.schema.field(i).type != pa.float64():
-        return table.set_column(i, "ts", table.column(i).cast(pa.float64(), safe=False))
+    col = table.column(i)
+    if col.type != pa.float64():
+        if pa.types.is_integer(col.type):
+            big = pc.max(pc.abs(col)).as_py()
+            if big is not None and big > 2**53:
+                raise UnsupportedChunk(f"integer timestamp {big} is not exact as float64")
+        return table.set_column(i, "ts", col.cast(pa.float64()))
     return table
 
 

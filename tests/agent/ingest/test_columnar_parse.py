@@ -291,6 +291,8 @@ def test_json_lines_equal_the_row_parser(lines: list[bytes]) -> None:
         # documented: values that cannot form one column per field; the row path's records
         # must then hold such a field
         rows = [r for _, r in row_path("json", lines)["rows"]]
+        if any(isinstance(r["ts"], int) and abs(r["ts"]) > 2**53 for r in rows):
+            return  # an integer timestamp float64 cannot hold: documented, refused
         keys = {k for r in rows for k in r}
         with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError)):
             for key in keys:
@@ -364,6 +366,8 @@ def test_json_rejections_and_iso_timestamps() -> None:
 def test_json_fields_of_two_types_are_refused_for_the_row_path() -> None:
     with pytest.raises(UnsupportedChunk):
         parsed("json", b'{"ts":1,"x":1}', b'{"ts":2,"x":"a"}')
+    with pytest.raises(UnsupportedChunk, match="not exact"):
+        parsed("json", b'{"ts":9007199254740993}')
 
 
 def test_projection_keeps_ts_and_the_fields() -> None:
