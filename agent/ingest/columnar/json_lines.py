@@ -15,7 +15,10 @@ used only where it provably equals orjson's (the row parser's decoder):
 * when the reader refuses the chunk, each line is checked with orjson: the lines that are not
   JSON objects go to the row parser (they are rejected with its reason), the rest are read
   again;
-* blank lines are left out before reading (the row path skips them);
+* blank lines are left out before reading (the row path skips them), and so are lines that
+  do not open an object (``{`` after JSON whitespace): a top-level ``null`` line crashes
+  Arrow 26's reader (a segfault, found by the properties), and non-objects are the row
+  parser's to reject anyway;
 * top-level columns the reader typed as timestamps (it infers them from ISO-8601 strings) are
   read again as strings, so values stay the line's text;
 * Arrow 26's reader mis-builds lists whose elements start as null (apache/arrow#51305:
@@ -47,6 +50,7 @@ from agent.ingest.columnar.lines import Lines
 from agent.ingest.records import RecordError, parse_iso8601
 
 TS_FIELD = "ts"
+_JSON_SPACE = np.frombuffer(b" \t\r", np.uint8)
 # a null list element (or the text of one inside a string: a false alarm only costs speed)
 _LIST_NULL = re.compile(rb"[\[,][ \t\r]*null")
 _EXACT_INT = float(2**53)
@@ -109,8 +113,17 @@ def parse_json(lines: Lines, want: frozenset[str] | None) -> KernelResult:
     if lines.repaired is not None or not n:
         return _everything_to_rows(n)
     blank = lines.blank
-    fed = np.flatnonzero(~blank)  # line index of each line given to the reader
-    fallback = np.empty(0, np.int64)
+    # only lines that open an object reach the reader: a top-level ``null`` line crashes
+    # Arrow 26's reader (segfault, found by the properties), other values are not records
+    # anyway (the row parser rejects them with its reason)
+    first = np.frombuffer(lines.chunk, np.uint8)[lines.starts] if n else np.empty(0, np.uint8)
+    opens = first == ord("{")
+    for i in np.flatnonzero(~opens & np.isin(first, _JSON_SPACE)).tolist():
+        opens[i] = lines.raw(i).lstrip(b" \t\r").startswith(b"{")
+    fed = np.flatnonzero(opens & ~blank)  # line index of each line given to the reader
+    fallback = np.flatnonzero(~opens & ~blank)
+    if not len(fed):
+        return _everything_to_rows(n)
     data = lines.chunk if len(fed) == n else _join(lines, fed)
     if b"null" in data and _LIST_NULL.search(data):
         # apache/arrow#51305: a list whose elements start with null is built with offsets past
@@ -123,7 +136,7 @@ def parse_json(lines: Lines, want: frozenset[str] | None) -> KernelResult:
         bad = np.array([not _is_object(lines.raw(i)) for i in fed.tolist()], bool)
         if not bad.any():
             return _everything_to_rows(n)  # duplicate keys, a field of two types, ...
-        fallback = fed[bad]
+        fallback = np.union1d(fallback, fed[bad])
         fed = fed[~bad]
         data = _join(lines, fed)
         try:
