@@ -22,10 +22,11 @@ used only where it provably equals orjson's (the row parser's decoder):
 * top-level columns the reader typed as timestamps (it infers them from ISO-8601 strings) are
   read again as strings, so values stay the line's text;
 * Arrow 26's reader mis-builds lists whose elements start as null (apache/arrow#51305:
-  ``[null, 1]`` reads as ``[1, 0]``, ``[null, "x"]`` crashes ``to_pylist``, and the reader
-  itself was seen to segfault): a chunk holding a null list element (``[null`` / ``, null``
-  in its bytes, strings included: a false alarm only costs speed) never reaches the reader
-  and goes to the row parser; a nested null-typed column that does not validate too;
+  ``[null, 1]`` reads as ``[1, 0]``, ``[null, "x"]`` crashes ``to_pylist``): when the table
+  has list columns and the chunk a null list element (``[null`` / ``, null`` in its bytes,
+  strings included: a false alarm only costs speed), the table is dropped untouched (only its
+  schema was looked at) and the row parser reads the chunk; a nested null-typed column that
+  does not validate too;
 * a float column holding a magnitude of 2**53 or more may hold an integer Arrow widened (the
   row parser keeps Python ints exact): row parser for the chunk;
 * ``ts``: numbers are taken as float64 (an integer beyond 2**53 raises
@@ -80,6 +81,10 @@ def _has_type(t: pa.DataType, pred) -> bool:
     return False
 
 
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
 def _valid_nested_nulls(table: pa.Table) -> bool:
     """Whether the columns with a null type below the top level (a list of nulls) are valid:
     Arrow 26's JSON reader can build a ``list<null>`` whose child is too short."""
@@ -125,11 +130,6 @@ def parse_json(lines: Lines, want: frozenset[str] | None) -> KernelResult:
     if not len(fed):
         return _everything_to_rows(n)
     data = lines.chunk if len(fed) == n else _join(lines, fed)
-    if b"null" in data and _LIST_NULL.search(data):
-        # apache/arrow#51305: a list whose elements start with null is built with offsets past
-        # its values; reading it later is undefined (wrong values, crashes — seen here as a
-        # segfault inside read_json): such a chunk never reaches Arrow's reader
-        return _everything_to_rows(n)
     try:
         table = _read(data)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -152,6 +152,11 @@ def parse_json(lines: Lines, want: frozenset[str] | None) -> KernelResult:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return _everything_to_rows(n)
     if any(_has_type(f.type, pa.types.is_timestamp) for f in table.schema):
+        return _everything_to_rows(n)
+    if any(_has_type(f.type, _is_list) for f in table.schema) and _LIST_NULL.search(data):
+        # apache/arrow#51305: a list whose elements start with null is built with offsets past
+        # its values (reading it is undefined: wrong values, crashes): the table is dropped
+        # untouched (only its schema was read) and the row parser reads the chunk
         return _everything_to_rows(n)
     if not _valid_nested_nulls(table):
         return _everything_to_rows(n)
