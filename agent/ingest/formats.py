@@ -174,23 +174,90 @@ def _dash(value: str) -> str | None:
     return None if value == "-" else value
 
 
-def _unescape(value: str) -> str:
+#: the bytes nginx writes as ``\\xHH`` inside a logged variable (``ngx_http_log_escape``: ``"``,
+#: ``\\``, controls and everything from 0x7f up); Apache escapes the same control/high bytes
+_ESCAPED_BYTES = frozenset(b'"\\') | frozenset(range(0x20)) | frozenset(range(0x7F, 0x100))
+_ESCAPE_RE = re.compile(r'\\(?:x([0-9A-Fa-f]{2})|(["\\]))')
+
+
+def _escape_piece(m: re.Match[str]) -> str:
+    """One escape as a latin-1 character standing for its byte (see :func:`decode_escapes`)."""
+    hexa, char = m.groups()
+    if char is not None:
+        return char  # Apache's \" and \\ (a latin-1 char below 0x80 is its own byte)
+    byte = int(hexa, 16)
+    # a byte nginx would not escape was written literally: ``\x41`` is four characters
+    return chr(byte) if byte in _ESCAPED_BYTES else m.group()
+
+
+def decode_escapes(value: str) -> tuple[str, bool]:
+    """A quoted access-log field with its escapes undone: nginx's ``\\xHH`` (for the bytes it
+    escapes: ``"``, ``\\``, controls, 0x7f-0xff) become those bytes and Apache's ``\\"`` /
+    ``\\\\`` a quote / backslash; the bytes are then read as UTF-8, invalid sequences
+    replaced by U+FFFD. Returns ``(text, repaired)``, ``repaired`` True when a replacement was
+    needed. ``\\xHH`` of any other byte is kept as written (nginx never writes it, and keeping
+    it keeps the pushdown of :mod:`agent.ql.pushdown` exact: no escape decodes to a printable
+    ASCII character other than a quote or backslash)."""
     if "\\" not in value:
-        return value
-    return value.replace('\\"', '"').replace("\\x22", '"').replace("\\\\", "\\")
+        return value, False
+    if "\\x" not in value:  # only Apache's two escapes: no bytes to reassemble
+        return _ESCAPE_RE.sub(lambda m: m.group(2) or m.group(), value), False
+    # characters outside the escapes are UTF-8-encoded, escaped bytes are latin-1 placeholders
+    out = bytearray()
+    pos = 0
+    for m in _ESCAPE_RE.finditer(value):
+        out += value[pos : m.start()].encode("utf-8", "surrogatepass")
+        out += _escape_piece(m).encode("latin-1") if m.group(1) else m.group(2).encode()
+        pos = m.end()
+    out += value[pos:].encode("utf-8", "surrogatepass")
+    raw = bytes(out)
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace"), True
+
+
+def _unescape(value: str) -> str:
+    """:func:`decode_escapes` without the repair flag (callers that count it use that)."""
+    return decode_escapes(value)[0]
+
+
+#: an absolute-form request target (RFC 9112 3.2.2): ``scheme://authority`` then the path
+_ABSOLUTE_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)")
+
+
+def split_target(target: str) -> tuple[str | None, str | None, str]:
+    """``(scheme, host, rest)`` of a request target: an absolute-form target
+    (``http://example.com:8080/p?x=1``) gives its scheme and authority (host with port, as
+    written) and the rest from the path on (``/p?x=1``; ``/`` when it has no path);
+    origin-form and anything else give ``(None, None, target)``."""
+    if "://" not in target:
+        return None, None, target
+    m = _ABSOLUTE_RE.match(target)
+    if m is None:
+        return None, None, target
+    rest = target[m.end() :]
+    if not rest.startswith("/"):
+        rest = "/" + rest
+    return m.group(1), m.group(2), rest
 
 
 class AccessLogParser:
     """nginx/Apache access logs, *combined* (with referer and user agent) or *common* format.
 
-    Fields: ``remote_user``, ``ident``, ``request``, ``method``, ``path`` (without the query),
+    Fields: ``remote_user``, ``ident``, ``request``, ``method``, ``scheme`` and ``host`` (of an
+    absolute-form target ``http://host:port/p``, else None), ``path`` (from its ``/``, without
+    the query),
     ``query`` (dict of the query-string parameters, URL-decoded, last value wins), ``protocol``,
     ``status`` (int or None for ``-``), ``bytes`` (int, 0 for ``-``), ``referer``,
     ``user_agent`` (None for ``-`` or absent), ``extra`` (anything after the user agent, e.g.
-    nginx's ``$http_x_forwarded_for``, else absent). A request that is not
-    ``METHOD TARGET PROTOCOL`` (probes send anything) keeps ``method``/``path`` None; the line
-    is still an event. Timestamps (``[21/Nov/2026:20:11:10 +0100]``) are cached per distinct
-    string, so a busy log parses each second once.
+    nginx's ``$http_x_forwarded_for``, else absent). Quoted fields (request, referer, user
+    agent) have their escapes decoded (:func:`decode_escapes`: nginx ``\\xHH``, Apache
+    ``\\"``), invalid UTF-8 in them replaced and counted like a bad byte of the line. A
+    request that is not ``METHOD TARGET PROTOCOL`` (probes send anything) keeps
+    ``method``/``path`` None; the line is still an event. Timestamps
+    (``[21/Nov/2026:20:11:10 +0100]``) are cached per distinct string, so a busy log parses
+    each second once.
     """
 
     def __init__(self, *, repairs: EncodingRepairs | None = None) -> None:
@@ -218,7 +285,9 @@ class AccessLogParser:
         return ts
 
     def parse(self, line: bytes | str) -> dict[str, Any]:
-        text = _text(line, self.repairs)
+        repairs = self.repairs
+        before = repairs.lines
+        text = _text(line, repairs)
         m = self._match(text)
         if m is None:
             raise RecordError(
@@ -226,39 +295,61 @@ class AccessLogParser:
                 f"not a combined/common access-log line: {_short(text)}",
             )
         ip, ident, user, ts_text, request, status, size, referer, agent, extra = m.groups()
-        request = _unescape(request)
-        parts = request.split(" ")
-        method = path = protocol = None
-        query: dict[str, str] = {}
-        if len(parts) == 3 or (len(parts) == 2 and parts[1].startswith("/")):
-            method, target = parts[0], parts[1]
-            protocol = parts[2] if len(parts) == 3 else None
-            path, sep, qs = target.partition("?")
-            if sep:
-                query = parse_query(qs)
-            if "%" in path:
-                path = unquote(path)
-        code = None if status == "-" else int(status)
+        bad = False  # an escaped byte sequence that is not UTF-8 (counted once per line)
+        if "\\" in text:
+            request, bad = decode_escapes(request)
+            if referer is not None:
+                referer, bad_ref = decode_escapes(referer)
+                agent, bad_agent = decode_escapes(agent)
+                bad = bad or bad_ref or bad_agent
+        if bad and repairs.lines == before:
+            repairs.lines += 1
         event: dict[str, Any] = {
             "ts": self._ts(ts_text),
             "source_ip": ip,
-            "priority": severity_of_status(code),
             "body": request,
             "ident": _dash(ident),
             "remote_user": _dash(user),
             "request": request,
-            "method": method,
-            "path": path,
-            "query": query,
-            "protocol": protocol,
-            "status": code,
-            "bytes": 0 if size == "-" else int(size),
-            "referer": None if referer is None else _dash(_unescape(referer)),
-            "user_agent": None if agent is None else _dash(_unescape(agent)),
         }
+        event.update(split_request(request))
+        code = None if status == "-" else int(status)
+        event["priority"] = severity_of_status(code)
+        event["status"] = code
+        event["bytes"] = 0 if size == "-" else int(size)
+        event["referer"] = None if referer is None else _dash(referer)
+        event["user_agent"] = None if agent is None else _dash(agent)
         if extra:
             event["extra"] = extra
         return event
+
+
+def split_request(request: str, *, query: bool = True) -> dict[str, Any]:
+    """``method``, ``scheme``, ``host``, ``path``, ``query`` and ``protocol`` of a (decoded)
+    request line ``METHOD TARGET PROTOCOL`` (or ``METHOD /TARGET``, HTTP/0.9); all None (query
+    ``{}``) when the request has another shape. ``scheme``/``host`` are set only for an
+    absolute-form target (:func:`split_target`); ``path`` is URL-decoded, without the query.
+    ``query=False`` skips parsing the query string (``query`` stays ``{}``)."""
+    parts = request.split(" ")
+    method = path = protocol = scheme = host = None
+    params: dict[str, str] = {}
+    if len(parts) == 3 or (len(parts) == 2 and parts[1].startswith("/")):
+        method, target = parts[0], parts[1]
+        protocol = parts[2] if len(parts) == 3 else None
+        scheme, host, target = split_target(target)
+        path, sep, qs = target.partition("?")
+        if sep and query:
+            params = parse_query(qs)
+        if "%" in path:
+            path = unquote(path)
+    return {
+        "method": method,
+        "scheme": scheme,
+        "host": host,
+        "path": path,
+        "query": params,
+        "protocol": protocol,
+    }
 
 
 # ---- syslog (RFC 3164 and RFC 5424) ------------------------------------------------------------
@@ -284,6 +375,45 @@ FACILITIES = (
     "authpriv", "ftp", "ntp", "security", "console", "solaris-cron",
     "local0", "local1", "local2", "local3", "local4", "local5", "local6", "local7",
 )  # fmt: skip
+
+
+def structured_data_and_msg(text: str, pos: int) -> tuple[dict[str, dict[str, str]], str]:
+    """RFC 5424 STRUCTURED-DATA at ``text[pos:]`` (``-`` or ``[ID NAME="VALUE" ...]...``,
+    escapes undone) and the MSG after it (a leading BOM removed), else RecordError
+    (``bad_structured_data``)."""
+    sd: dict[str, dict[str, str]] = {}
+    if text.startswith("-", pos):
+        pos += 1
+    elif text.startswith("[", pos):
+        bm = _SD_BLOCK_RE.match(text, pos)
+        end = bm.end() if bm is not None else pos
+        if bm is None or text.startswith("[", end):
+            raise RecordError(
+                "bad_structured_data",
+                f"malformed structured data at column {end}: {_short(text[end:], 40)}",
+            )
+        params: dict[str, str] = {}
+        for sd_id, name, value in _SD_TOKEN_RE.findall(bm.group()):
+            if sd_id:
+                params = sd[sd_id] = {}
+            else:
+                params[name] = _SD_UNESCAPE_RE.sub(r"\1", value) if "\\" in value else value
+        pos = end
+    else:
+        raise RecordError(
+            "bad_structured_data",
+            f"expected '-' or '[' for structured data at column {pos}: {_short(text[pos:], 40)}",
+        )
+    if pos < len(text):
+        if text[pos] != " ":
+            raise RecordError(
+                "bad_structured_data", f"no space after structured data at column {pos}"
+            )
+        pos += 1
+    msg = text[pos:]
+    if msg.startswith(_BOM):
+        msg = msg[1:]
+    return sd, msg
 
 
 class SyslogParser:
@@ -353,40 +483,7 @@ class SyslogParser:
         ts = self.clock() if ts_text == "-" else parse_rfc3339(ts_text)
         if ts_text != "-" and "T" not in ts_text:
             raise RecordError("bad_timestamp", f"RFC 5424 timestamp needs a time: {ts_text!r}")
-        pos = m.end()
-        sd: dict[str, dict[str, str]] = {}
-        if text.startswith("-", pos):
-            pos += 1
-        elif text.startswith("[", pos):
-            bm = _SD_BLOCK_RE.match(text, pos)
-            end = bm.end() if bm is not None else pos
-            if bm is None or text.startswith("[", end):
-                raise RecordError(
-                    "bad_structured_data",
-                    f"malformed structured data at column {end}: {_short(text[end:], 40)}",
-                )
-            params: dict[str, str] = {}
-            for sd_id, name, value in _SD_TOKEN_RE.findall(bm.group()):
-                if sd_id:
-                    params = sd[sd_id] = {}
-                else:
-                    params[name] = _SD_UNESCAPE_RE.sub(r"\1", value) if "\\" in value else value
-            pos = end
-        else:
-            raise RecordError(
-                "bad_structured_data",
-                f"expected '-' or '[' for structured data at column {pos}: "
-                f"{_short(text[pos:], 40)}",
-            )
-        if pos < len(text):
-            if text[pos] != " ":
-                raise RecordError(
-                    "bad_structured_data", f"no space after structured data at column {pos}"
-                )
-            pos += 1
-        msg = text[pos:]
-        if msg.startswith(_BOM):
-            msg = msg[1:]
+        sd, msg = structured_data_and_msg(text, m.end())
         return {
             "ts": ts,
             "source_ip": _dash(host),

@@ -26,16 +26,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import unquote
 
-from agent.ingest.formats import AccessLogParser, _short, _text, _unescape, parse_query
+from agent.ingest.formats import AccessLogParser, _short, _text, decode_escapes, split_request
 from agent.ingest.formats import severity_of_status as _severity
 from agent.ingest.records import EncodingRepairs, RecordError
 from agent.ql import nodes as n
 from agent.ql.query import CompiledQuery
 
 #: fields the projected parse builds itself (anything else: full parse, filtered)
-_REQUEST = frozenset(("method", "path", "query", "protocol"))  # the request line's parts
+# the request line's parts
+_REQUEST = frozenset(("method", "scheme", "host", "path", "query", "protocol"))
 BUILT = frozenset(("ts", "source_ip", "priority", "status", "body", "request")) | _REQUEST
 
 
@@ -82,7 +82,9 @@ class ProjectedAccessLogParser(AccessLogParser):
         if self._fallback:
             full = super().parse(line)
             return {k: full[k] for k in self._want if k in full}
-        text = _text(line, self.repairs)  # bad bytes replaced and counted, as the full parse
+        repairs = self.repairs
+        before = repairs.lines
+        text = _text(line, repairs)  # bad bytes replaced and counted, as the full parse
         m = self._match(text)
         if m is None:
             raise RecordError(
@@ -92,32 +94,22 @@ class ProjectedAccessLogParser(AccessLogParser):
         want = self.fields
         event: dict[str, Any] = {}
         request = m.group(5)
-        if "request" in want or "body" in want or self._request:
-            request = _unescape(request)
-            if "request" in want:
-                event["request"] = request
-            if "body" in want:
-                event["body"] = request
+        if "\\" in text:
+            # escapes are decoded (and their invalid UTF-8 counted) in every quoted field, as
+            # the full parse does, so the repair count does not depend on the projection
+            request, bad = decode_escapes(request)
+            if m.group(8) is not None:
+                bad = decode_escapes(m.group(8))[1] or decode_escapes(m.group(9))[1] or bad
+            if bad and repairs.lines == before:
+                repairs.lines += 1
+        if "request" in want:
+            event["request"] = request
+        if "body" in want:
+            event["body"] = request
         if self._request:
-            parts = request.split(" ")
-            method = path = protocol = None
-            query: dict[str, str] = {}
-            if len(parts) == 3 or (len(parts) == 2 and parts[1].startswith("/")):
-                method, target = parts[0], parts[1]
-                protocol = parts[2] if len(parts) == 3 else None
-                path, sep, qs = target.partition("?")
-                if sep and "query" in want:
-                    query = parse_query(qs)
-                if "%" in path and "path" in want:
-                    path = unquote(path)
-            for name, value in (
-                ("method", method),
-                ("path", path),
-                ("query", query),
-                ("protocol", protocol),
-            ):
-                if name in want:
-                    event[name] = value
+            parts = split_request(request, query="query" in want)
+            for name in _REQUEST & want:
+                event[name] = parts[name]
         if "status" in want or "priority" in want:
             status = m.group(6)
             code = None if status == "-" else int(status)

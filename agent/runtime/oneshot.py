@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.ingest.columnar.json_lines import use_arrow_reader
 from agent.ingest.columnar.reader import ChunkReader
 from agent.ingest.formats import make_parser
 from agent.ingest.records import Quarantine
@@ -99,6 +100,7 @@ def run_file(
         max_line_bytes=max(1 << 20, chunk_bytes),
     )
     if columnar:
+        use_arrow_reader(True)  # the user's own finished file, in this one-shot process
         tail.columnar = ChunkReader(fmt, job.batch_projection(), tail.parser.repairs)  # type: ignore[attr-defined]
     with tempfile.TemporaryDirectory(prefix="elf-run-") as spill:
         worker = Worker(job, clock=clock, memory_budget_bytes=memory_bytes, spill_dir=spill)

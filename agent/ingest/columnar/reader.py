@@ -17,6 +17,7 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from agent.ingest.columnar.base import UnsupportedChunk
 from agent.ingest.columnar.chunk import ParsedChunk
 from agent.ingest.columnar.rowparse import parse_chunk_rows
 from agent.ingest.formats import FORMATS
@@ -72,10 +73,13 @@ class ChunkReader:
     def parse(self, chunk: bytes) -> ParsedChunk:
         """The chunk's table; ``Unsupported`` when it must take the row path."""
         try:
-            if self.kernel == "rows":
-                parsed = self._parse(self.fmt, chunk, self.fields, self.repairs)
-            else:
-                parsed = self._parse(self.fmt, chunk, fields=self.fields, repairs=self.repairs)
+            try:
+                if self.kernel == "rows":
+                    parsed = self._parse(self.fmt, chunk, self.fields, self.repairs)
+                else:
+                    parsed = self._parse(self.fmt, chunk, fields=self.fields, repairs=self.repairs)
+            except UnsupportedChunk as exc:  # the kernels' "values cannot be one column"
+                raise Unsupported(str(exc)) from None
         except Unsupported:
             self._declined += 1
             if self._declined >= DECLINED_LIMIT:

@@ -1,0 +1,104 @@
+"""A chunk of whole lines as one Arrow string array, decoded as the row path decodes a line.
+
+Contract: :func:`split_lines` takes a chunk (whole lines, each ending in ``b"\\n"``) and returns
+:class:`Lines`: ``text`` holds one value per line, its newline removed, then one trailing
+``\\r`` removed (as :func:`agent.ingest.formats._text` does), invalid UTF-8 replaced by U+FFFD
+exactly as :func:`agent.ingest.records.decode_line` replaces it; ``repaired`` flags the lines
+that needed a replacement (None when none did); ``raw(i)`` is line ``i``'s original bytes
+without its newline (what the row path quarantines); ``blank`` flags the lines the row path
+treats as blank when its parser refuses them (``not line.strip()``).
+
+Cost: the text array is built without a Python object per line (newline positions by numpy,
+the buffer reused); only a chunk holding invalid UTF-8 is walked line by line to flag the
+repaired lines (decoding a whole chunk replaces exactly as per-line decoding does, since a
+newline always ends an invalid sequence).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+
+class Lines:
+    """The lines of one chunk (see module docstring); ``text`` is built on first use."""
+
+    __slots__ = ("_text", "chunk", "ends", "repaired", "starts")
+
+    def __init__(
+        self, chunk: bytes, starts: np.ndarray, ends: np.ndarray, repaired: np.ndarray | None
+    ) -> None:
+        self.chunk = chunk
+        self.starts = starts  # byte offset of each line in ``chunk``
+        self.ends = ends  # byte offset of each line's newline in ``chunk``
+        self.repaired = repaired
+        self._text: pa.StringArray | None = None
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def raw(self, i: int) -> bytes:
+        """Line ``i``'s original bytes, without its newline."""
+        return self.chunk[int(self.starts[i]) : int(self.ends[i])]
+
+    @property
+    def text(self) -> pa.StringArray:
+        """One string per line (see module docstring)."""
+        if self._text is None:
+            self._text = _text_array(self.chunk, self.ends, self.repaired is not None)
+        return self._text
+
+    @property
+    def blank(self) -> np.ndarray:
+        """Lines that are empty or ASCII whitespace only (``bytes.strip`` empties them)."""
+        out = np.zeros(len(self), bool)
+        if not len(self):
+            return out
+        # only a line that starts with whitespace (or is empty) can be blank
+        first = np.frombuffer(self.chunk, np.uint8)[self.starts]
+        maybe = np.flatnonzero(np.isin(first, _SPACE))
+        for i in maybe.tolist():
+            out[i] = not self.raw(i).strip()
+        return out
+
+
+_SPACE = np.frombuffer(b" \t\n\r\x0b\x0c", np.uint8)
+
+
+def newline_positions(chunk: bytes) -> np.ndarray:
+    """Offsets of every ``b"\\n"`` in ``chunk``."""
+    return np.flatnonzero(np.frombuffer(chunk, np.uint8) == 10)
+
+
+def split_lines(chunk: bytes) -> Lines:
+    """The lines of ``chunk`` (see module docstring)."""
+    if chunk and not chunk.endswith(b"\n"):
+        raise ValueError("a chunk must end with a newline")
+    ends = newline_positions(chunk)
+    starts = np.empty(len(ends), np.int64)
+    if len(ends):
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+    repaired: np.ndarray | None = None
+    try:
+        chunk.decode("utf-8")
+    except UnicodeDecodeError:
+        repaired = np.zeros(len(ends), bool)
+        for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+            try:
+                chunk[a:b].decode("utf-8")
+            except UnicodeDecodeError:
+                repaired[i] = True
+    return Lines(chunk, starts, ends, repaired)
+
+
+def _text_array(chunk: bytes, ends: np.ndarray, invalid: bool) -> pa.StringArray:
+    text_bytes = chunk.decode("utf-8", "replace").encode("utf-8") if invalid else chunk
+    if b"\r\n" in text_bytes:
+        text_bytes = text_bytes.replace(b"\r\n", b"\n")
+    text_ends = ends if text_bytes is chunk else newline_positions(text_bytes)
+    body = text_bytes.replace(b"\n", b"")
+    offsets = np.empty(len(text_ends) + 1, np.int32)
+    offsets[0] = 0
+    offsets[1:] = text_ends - np.arange(len(text_ends))
+    return pa.StringArray.from_buffers(len(text_ends), pa.py_buffer(offsets), pa.py_buffer(body))
