@@ -229,6 +229,14 @@ class ArrowEval:
         col = self.table.column(path[0])
         arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         for name in path[1:]:
+            if pa.types.is_map(arr.type):
+                # e.g. an access log's query string, syslog's structured data (the columnar
+                # kernels' map columns): a name absent from a row's map is NULL, as dict.get;
+                # the last of a repeated name wins, as in the row parser's dict
+                if not pa.types.is_string(arr.type.key_type):
+                    return self._nulls()
+                arr = pc.map_lookup(arr, pa.scalar(name, arr.type.key_type), "last")
+                continue
             if not pa.types.is_struct(arr.type):
                 return self._nulls()  # a step into a non-object is NULL
             if arr.type.get_field_index(name) < 0:

@@ -281,23 +281,49 @@ def test_a_tail_with_columnar_installed_reads_chunks_into_tables(tmp_path: Path)
     assert tail.columnar is None
 
 
-@pytest.mark.parametrize("fmt", ["nginx", "syslog", "raw"])
-def test_log_formats_agree(tmp_path: Path, fmt: str) -> None:
+NGINX_QUERIES = [
+    "SELECT status, count(*), sum(bytes) FROM * WHERE path LIKE '/product%' GROUP BY status",
+    # map columns (the query string): found by the parallel path once the kernels came in
+    "SELECT query.product, count(*) FROM * WHERE query.product IS NOT NULL GROUP BY query.product",
+    "SELECT method, host, scheme, count(*) FROM * GROUP BY method, host, scheme",
+    "SELECT user_agent, count(*) FROM * WHERE user_agent LIKE '%é%' GROUP BY user_agent",
+]
+SYSLOG_QUERIES = [
+    "SELECT app, count(*) FROM * GROUP BY app",
+    "SELECT sd.meta.k, count(*) FROM * GROUP BY sd.meta.k",
+]
+
+
+def _log_lines(fmt: str) -> list[str]:
     from apps.workload import ClickstreamGenerator, access_line
 
     if fmt == "nginx":
         gen = ClickstreamGenerator(seed=3, start=time.time() - 3600, rate=50.0)
         lines = [access_line(e) for e in gen.take(300)] + ["garbage line"]
-        query = (
-            "SELECT status, count(*), sum(bytes) FROM * WHERE path LIKE '/product%' GROUP BY status"
-        )
-    elif fmt == "syslog":
+        stamp = time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(time.time() - 1800))
+        for i in range(20):  # absolute-form targets, escapes, repeated parameters
+            lines.append(
+                f'1.2.3.{i} - - [{stamp}] "GET http://h{i % 2}.example:80/p?product=P{i % 3}'
+                f'&product=Q{i % 2} HTTP/1.1" 200 {i} "-" "agent \\xC3\\xA9 {i % 4}"'
+            )
+        return lines
+    if fmt == "syslog":
         stamp = time.strftime("%b %e %H:%M:%S", time.gmtime(time.time() - 120))
         lines = [f"<{i % 30}>{stamp} host app{i % 3}[{i}]: msg {i}" for i in range(200)]
-        query = "SELECT app, count(*) FROM * GROUP BY app"
-    else:
-        lines = [f"line {i} ☃" for i in range(100)]
-        query = "SELECT length(body), count(*) FROM * GROUP BY length(body)"
+        iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 120))
+        lines += [f'<14>1 {iso} h app - - [meta k="v{i % 3}"] m{i}' for i in range(30)]
+        return lines
+    return [f"line {i} ☃" for i in range(100)]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "query"),
+    [("nginx", q) for q in NGINX_QUERIES]
+    + [("syslog", q) for q in SYSLOG_QUERIES]
+    + [("raw", "SELECT length(body), count(*) FROM * GROUP BY length(body)")],
+)
+def test_log_formats_agree(tmp_path: Path, fmt: str, query: str) -> None:
+    lines = _log_lines(fmt)
     path = tmp_path / "in.log"
     path.write_text("".join(x + "\n" for x in lines))
     results = []
