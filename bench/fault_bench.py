@@ -311,8 +311,8 @@ def on_vs_off(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, key, sub in (
         ("cpu_cores", "cpu_cores_all_agents", None),
-        ("rollup_p50_ms", "rollup_ms", "p50"),
-        ("rollup_p99_ms", "rollup_ms", "p99"),
+        ("rollup_p50_ms", "rollup_ms", "p50_ms"),
+        ("rollup_p99_ms", "rollup_ms", "p99_ms"),
     ):
         on, off = med(True, key, sub), med(False, key, sub)
         ratio = round(on / off, 3) if on is not None and off else None

@@ -145,6 +145,16 @@ class FailureDetector:
                 self._hood.retire(state.info.id)
                 self._probe_queue.clear()
 
+    def declare_failed(self, node_id: int) -> bool:
+        """Another layer has proof ``node_id``'s process is gone (its TCP port refuses
+        connections): fail it now instead of after the probe misses and ``fail_timeout``.
+        A reply from it later revives it as usual. True if it was a member."""
+        if self.membership.get(node_id) is None:
+            return False
+        self._metrics.event("nodes_failed_by_evidence")
+        self._declare_failed(node_id, FAILED)
+        return True
+
     def _declare_failed(self, node_id: int, kind: str) -> None:
         if self.membership.get(node_id) is None:
             return

@@ -316,6 +316,15 @@ class OverlayNode:
         """``callback(info)`` when a node enters this node's view."""
         self._joined_cbs.append(callback)
 
+    def report_gone(self, node_id: int) -> bool:
+        """Evidence from another layer that ``node_id``'s process is gone (e.g. its data-plane
+        port refuses connections): declare it failed now (``on_node_failed`` fires, routing
+        avoids it, the rumour spreads). A later reply from it revives it. True if it was a
+        known member."""
+        if not self._running or node_id == self.id:
+            return False
+        return self._detector.declare_failed(node_id)
+
     def on_node_failed(self, callback: Callable[[NodeInfo], Any]) -> None:
         """``callback(info)`` when a known node is declared failed or leaves."""
         self._failed_cbs.append(callback)

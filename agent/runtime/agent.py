@@ -201,6 +201,7 @@ class Agent:
         self.server.route("POST", "/agent/v1/late", self._serve_late)
         self.server.route("POST", "/agent/v1/resend", self._serve_resend)
         self.server.route("POST", "/agent/v1/replica", self._serve_replica)
+        self.server.route("POST", "/agent/v1/origin", self._serve_origin)
         self.server.route("POST", "/agent/v1/recv", self._serve_recv)
         self.overlay.handle("agent.where", lambda payload, sender: {"data_url": self.data_url})
         self.data_url = await self.server.start()
@@ -839,6 +840,13 @@ class Agent:
         """The overlay leaf set (NetworkService)."""
         return self.overlay.leaf_set()
 
+    def peer_gone(self, node_id: int) -> None:
+        """A peer's data-plane port refused us (NetworkService): its process is gone, so the
+        overlay fails it now and the trees re-form around it without waiting for timeouts."""
+        if self.overlay.report_gone(node_id):
+            self.count("peers_failed_by_refusal")
+            log.info("peer %x refused a data-plane connection: declared failed", node_id)
+
     async def data_url_of(self, node: NodeInfo | int) -> str:
         """Another agent's data-plane URL, asked over the overlay (NetworkService)."""
         reply = await self.overlay.request(node, "agent.where", {})
@@ -915,6 +923,24 @@ class Agent:
         except (TypeError, ValueError, OverflowError) as exc:
             raise Reject(400, "bad_body", f"bad tree or origin: {exc}") from None
         return await runtime.resend(tree, origin, epochs)
+
+    async def _serve_origin(self, request: web.Request) -> dict[str, Any]:
+        """An agent that reads a job's input tells the job's master it is an origin."""
+        body = await self._json_body(request, "job", "tree", "origin", "from")
+        runtime = self.runtimes.get(body["job"])
+        if runtime is None:
+            raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
+        start = body["from"]
+        if type(start) is not int or start < 0:
+            raise Reject(400, "bad_body", "from must be a non-negative integer epoch")
+        try:
+            tree, origin = int(body["tree"]), int(str(body["origin"]), 16)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise Reject(400, "bad_body", f"bad tree or origin: {exc}") from None
+        if not 0 <= origin < 1 << 160:
+            raise Reject(400, "bad_body", "origin must be a 160-bit id")
+        runtime.origin_joined(tree, origin, start)
+        return {"ok": True}
 
     async def _serve_replica(self, request: web.Request) -> dict[str, Any]:
         """A master replicating its state to this agent, its standby."""

@@ -78,6 +78,17 @@ class ExpectedOrigins:
                 self._first[origin] = first
                 self._restored.add(origin)
 
+    def join(self, origin: int, from_epoch: int) -> bool:
+        """``origin`` announced it reads the job's input from ``from_epoch`` on: expected
+        from then (its grace counted from there); True if it was not a member yet."""
+        new = origin not in self._first
+        self._first[origin] = min(self._first.get(origin, from_epoch), from_epoch)
+        self._last[origin] = max(self._last.get(origin, from_epoch), from_epoch)
+        self._restored.discard(origin)
+        if self._left.get(origin, from_epoch + 1) <= from_epoch:
+            del self._left[origin]
+        return new
+
     def left(self, origin: int, from_epoch: int) -> None:
         """``origin`` stopped feeding the job gracefully: not expected from ``from_epoch``."""
         self._left[origin] = from_epoch

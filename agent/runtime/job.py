@@ -248,6 +248,8 @@ class JobRuntime:
         if self.worker is None:
             return
         for tid in self.tree_list:
+            self.tasks.spawn(self._announce_origin(tid), f"{self.name} origin")
+        for tid in self.tree_list:
             self.ensure_tree(tid)
             try:
                 await trees.join(tid, job=self.name, subscriber=True)
@@ -327,6 +329,7 @@ class JobRuntime:
                 sender=self.network.node_id,
                 tunables=self.network.srt_tunables,
             )
+            self.senders[tid].on_refused = lambda url, tid=tid: self._parent_refused(tid, url)
         return combiner
 
     # ---- what peers may send (module contract: "peers are checked") ---------------------------
@@ -367,6 +370,16 @@ class JobRuntime:
             return
         self.ensure_tree(tid)
         self.senders[tid].set_parent(view.parent_url)
+
+    def _parent_refused(self, tid: int, url: str) -> None:
+        """Our parent's data-plane port refused the snapshot: its process is gone (a master
+        killed, say). Telling the overlay at once lets the tree re-form - and the standby
+        take over - in about one send instead of after heartbeat and probe timeouts."""
+        view = self._view(tid)
+        parent = getattr(view, "parent", None)
+        if parent is not None and view.parent_url == url:
+            self.count("parent_refused")
+            self.network.peer_gone(parent.id)
 
     def children_changed(self, tid: int) -> None:
         view = self._view(tid)
@@ -607,6 +620,44 @@ class JobRuntime:
 
     # ---- who the origins are, across a master's restart ------------------------------------
 
+    async def _announce_origin(self, tid: int) -> None:
+        """Tell the tree's master this agent reads the job's input from its first epoch on,
+        before any of its epochs can close: the master then expects it from that epoch, and a
+        result that lacks it is tentative - even the job's first, even before the tree
+        reached this agent. Retried (the master may not run the job yet) until it answered."""
+        start = self.spec.start_epoch
+        if start is None:
+            return
+        body = {"job": self.name, "tree": tid, "origin": f"{self.network.node_id:x}", "from": start}
+        delay = 0.1
+        for _ in range(HANDOVER_ATTEMPTS):
+            if self._stopped:
+                return
+            try:
+                url = await self._master_url(tid)
+                if url == self.network.data_url:
+                    self.origin_joined(tid, self.network.node_id, start)
+                else:
+                    await self.network.client.post_json(url, "/agent/v1/origin", body)
+                return
+            except Exception as exc:
+                self.forget_master_url(tid)
+                log.info("job %s: announcing this origin failed: %r; retrying", self.name, exc)
+            await asyncio.sleep(delay)
+            delay = min(2.0, delay * 2)
+        self.count("origin_announce_failed")
+
+    def origin_joined(self, tid: int, origin: int, start: int) -> None:
+        """As master (``POST /agent/v1/origin``): ``origin`` reads the job's input from
+        epoch ``start`` on."""
+        self._known_tree(tid)
+        if self.expected_origins.join(origin, start):
+            self.count("origins_announced")
+            self._members_changed()
+        view = self._view(tid)
+        if view is not None and view.is_root:
+            self._replicate(tid)
+
     def _origins_file(self) -> Path | None:
         if self._data_dir is None:
             return None
@@ -632,10 +683,13 @@ class JobRuntime:
     def _observe(self, epoch: int, origins: Lineage | None) -> None:
         """As master: note who a result covers; persist the members when they change."""
         if self.expected_origins.observe(epoch, origins):
-            path = self._origins_file()
-            if path is not None:
-                body = {"identity": self._identity, "members": self.expected_origins.members()}
-                self.tasks.spawn(asyncio.to_thread(_write_json, path, body), f"{self.name} origins")
+            self._members_changed()
+
+    def _members_changed(self) -> None:
+        path = self._origins_file()
+        if path is not None:
+            body = {"identity": self._identity, "members": self.expected_origins.members()}
+            self.tasks.spawn(asyncio.to_thread(_write_json, path, body), f"{self.name} origins")
 
     # ---- the master's standby (agent/runtime/standby.py) ------------------------------------
 

@@ -79,6 +79,10 @@ class NetworkService(Protocol):
         """The overlay leaf set: the live agents closest to this one."""
         ...
 
+    def peer_gone(self, node_id: int) -> None:
+        """Evidence that a peer's process is gone (its data-plane port refused us)."""
+        ...
+
     async def data_url_of(self, node: NodeInfo | int) -> str:
         """Another agent's data-plane URL, asked over the overlay (``agent.where``)."""
         ...

@@ -119,7 +119,11 @@ class DataPlaneClient:
         except TimeoutError as e:
             raise DataPlaneError(0, "timeout", f"no reply from {url} in {self.timeout}s") from e
         except (aiohttp.ClientError, OSError) as e:
-            raise DataPlaneError(0, "unreachable", f"{url}: {type(e).__name__}: {e}") from e
+            # nothing listens on that port (TCP reset): the process behind the URL is gone, a
+            # much stronger sign than a timeout (``refused``, still transient: it may restart)
+            refused = isinstance(getattr(e, "os_error", e), ConnectionRefusedError)
+            reason = "refused" if refused else "unreachable"
+            raise DataPlaneError(0, reason, f"{url}: {type(e).__name__}: {e}") from e
         if 200 <= status < 300 and not self._auth.verify_response(
             status, headers[H_NONCE], data, rheaders.get(H_SIGNATURE)
         ):

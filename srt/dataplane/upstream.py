@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from sortedcontainers import SortedDict
 from yarl import URL
@@ -78,6 +79,10 @@ class UpstreamSender:
         self._wake: asyncio.Event | None = None
         self._retarget: asyncio.Event | None = None
         self._progress: asyncio.Event | None = None
+        #: called with the parent URL when a send was refused (nothing listens there: the
+        #: parent's process is gone) - the owner can re-join at once instead of waiting for
+        #: heartbeat timeouts
+        self.on_refused: Callable[[str], None] | None = None
         self._closed = False
         self.counters: Counter[str] = Counter()
 
@@ -212,6 +217,11 @@ class UpstreamSender:
                 self._in_flight = None
                 self._last_error = str(e)
                 self.counters["failed_attempts"] += 1
+                if e.reason == "refused" and self.on_refused is not None:
+                    try:
+                        self.on_refused(url)
+                    except Exception:
+                        log.exception("on_refused callback failed")
                 if e.status == 422:
                     continue  # damaged in transit: resend at once
                 if not e.transient:

@@ -46,6 +46,7 @@ class FakeAgent:
         self.recorded: list[JobEntry] = []
         self.ticked: list[list[str]] = []
         self.spawned: list[str] = []
+        self.gone: list[int] = []
 
     # NetworkService
     def neighbours(self) -> list[Any]:
@@ -53,6 +54,9 @@ class FakeAgent:
 
     async def data_url_of(self, node: Any) -> str:
         return self.data_url
+
+    def peer_gone(self, node_id: int) -> None:
+        self.gone.append(node_id)
 
     # JobTableService
     async def publish_spec(self, spec: JobSpec, *, base_version: int) -> int:

@@ -287,7 +287,7 @@ async def test_unsigned_replies_and_dead_servers_are_not_acknowledgements() -> N
         await runner.cleanup()
     with pytest.raises(DataPlaneError) as ei:  # nobody listens there any more
         await client.send_snapshot(f"http://127.0.0.1:{port}", name(1), b"x")
-    assert (ei.value.status, ei.value.reason) == (0, "unreachable")
+    assert (ei.value.status, ei.value.reason) == (0, "refused")  # nothing listens: refused
     await client.close()
     with pytest.raises(RuntimeError):
         await client.send_snapshot(f"http://127.0.0.1:{port}", name(1), b"x")
