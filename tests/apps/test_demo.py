@@ -51,12 +51,17 @@ def _agent_pids(workdir: Path) -> list[int]:
 
 
 def _lake_tables(workdir: Path) -> dict[str, list[dict]]:
-    import pyarrow.parquet as pq
+    """Each job's rows as a lake reader sees them: the newest version of every epoch, never
+    a hidden temporary file of a write the demo's shutdown interrupted."""
+    from spark_sink.lake import Lake, read_table
 
+    lake = Lake(str(workdir / "lake"))
     tables: dict[str, list[dict]] = {}
-    for f in sorted((workdir / "lake").rglob("*.parquet")):
-        job = f.relative_to(workdir / "lake").parts[0].removeprefix("job=")
-        tables.setdefault(job, []).extend(pq.read_table(f).to_pylist())
+    for job_dir in sorted((workdir / "lake").glob("job=*")):
+        job = job_dir.name.removeprefix("job=")
+        files = lake.files(job)
+        if files:
+            tables[job] = read_table(lake, files).to_pylist()
     return tables
 
 
