@@ -197,6 +197,8 @@ class JobRuntime:
         #: as master: which origins each epoch should cover (tentative vs final)
         self.expected_origins = ExpectedOrigins(grace)
         self._data_dir = data_dir
+        self._members_dirty = False
+        self._members_writing = False
         submitted = JobSpec.from_dict(entry.spec)  # before resume_spec moved its start
         self._identity = [submitted.name, submitted.creator, submitted.start_epoch]
         #: per tree: the master's commit watermark as last heard (as master: our own)
@@ -293,6 +295,10 @@ class JobRuntime:
         self.sent_at.clear()
         self.multicasts.clear()
         self._master_urls.clear()
+        self.replicas.clear()
+        path = self._origins_file()
+        if path is not None:  # the job is over: who its origins were no longer matters
+            await asyncio.to_thread(path.unlink, missing_ok=True)
 
     async def call_job(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a job-class hook without holding the event loop: a plain (synchronous) hook runs
@@ -661,7 +667,9 @@ class JobRuntime:
     def _origins_file(self) -> Path | None:
         if self._data_dir is None:
             return None
-        return Path(self._data_dir) / "origins" / f"{self.app_id:040x}.json"
+        # per node: logical agents of one process may share a data directory
+        name = f"{self.network.node_id:040x}-{self.app_id:040x}.json"
+        return Path(self._data_dir) / "origins" / name
 
     async def _load_origins(self) -> None:
         """A restarted master still knows the job's origins (else its first results, holding
@@ -686,10 +694,30 @@ class JobRuntime:
             self._members_changed()
 
     def _members_changed(self) -> None:
+        """Persist the members, one write at a time (a change during a write is written
+        after it: concurrent writers would race on the temporary file)."""
+        if self._origins_file() is None:
+            return
+        self._members_dirty = True
+        if not self._members_writing:
+            self._members_writing = True
+            self.tasks.spawn(self._write_members(), f"{self.name} origins")
+
+    async def _write_members(self) -> None:
         path = self._origins_file()
-        if path is not None:
-            body = {"identity": self._identity, "members": self.expected_origins.members()}
-            self.tasks.spawn(asyncio.to_thread(_write_json, path, body), f"{self.name} origins")
+        assert path is not None
+        try:
+            while self._members_dirty and not self._stopped:
+                self._members_dirty = False
+                body = {"identity": self._identity, "members": self.expected_origins.members()}
+                try:
+                    await asyncio.to_thread(_write_json, path, body)
+                except OSError as exc:  # disk full, say: the next change tries again
+                    self.count("origins_write_errors")
+                    log.warning("job %s: origins file %s not written: %r", self.name, path, exc)
+                    return
+        finally:
+            self._members_writing = False
 
     # ---- the master's standby (agent/runtime/standby.py) ------------------------------------
 
@@ -834,7 +862,13 @@ class JobRuntime:
                     snap = await asyncio.to_thread(self.store.load, tid, epoch)
                 except Exception:
                     continue
-            await self.call_job(self.job_for(epoch).on_epoch_result, epoch, snap)
+            if self._stopped:
+                return
+            try:
+                await self.call_job(self.job_for(epoch).on_epoch_result, epoch, snap)
+            except Exception as exc:  # the job's own hook failed: its state lacks the epoch
+                self.count("replay_errors")
+                log.warning("job %s: replaying epoch %d failed: %r", self.name, epoch, exc)
         self.count("epochs_replayed", len(epochs))
 
     # ---- repair by pull (docs/fault-tolerance.md) -------------------------------------------
