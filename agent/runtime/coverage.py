@@ -22,6 +22,7 @@ on :meth:`observe`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from srt.dataplane.lineage import Lineage, plain
@@ -38,6 +39,10 @@ class ExpectedOrigins:
         self._last: dict[int, int] = {}
         self._left: dict[int, int] = {}  # origin -> the first epoch it no longer feeds
         self._restored: set[int] = set()  # members restored, not yet given a last epoch
+        #: None, or this master's own id while it doubts it knows every origin (it became
+        #: the root after being a member, with nothing handed over): cleared by news of any
+        #: other origin (a contribution, an announcement, a replica or hand-over)
+        self.doubt: int | None = None
 
     def observe(self, epoch: int, origins: Lineage | None) -> bool:
         """The result of ``epoch`` covers ``origins`` (None: unknown, ignored); True when an
@@ -48,6 +53,7 @@ class ExpectedOrigins:
             self._last[o] = max(self._last.get(o, epoch), epoch)
         self._restored = set()
         new = False
+        self._learned(plain(origins))
         for o in plain(origins):  # an origin marked absent is still one of the job's
             new = new or o not in self._first
             self._first[o] = min(self._first.get(o, epoch), epoch)
@@ -59,6 +65,15 @@ class ExpectedOrigins:
             self._forget(o)
             new = True
         return new
+
+    def doubt_until_told(self, self_id: int) -> None:
+        """This master may not know every origin: doubt until another origin is heard of."""
+        if not any(o != self_id for o in self._first):
+            self.doubt = self_id
+
+    def _learned(self, origins: Iterable[int]) -> None:
+        if self.doubt is not None and any(o != self.doubt for o in origins):
+            self.doubt = None
 
     def members(self) -> dict[str, int]:
         """Origin (hex) → the first epoch it contributed to: what a master persists."""
@@ -77,11 +92,13 @@ class ExpectedOrigins:
             if origin not in self._first:
                 self._first[origin] = first
                 self._restored.add(origin)
+                self._learned((origin,))
 
     def join(self, origin: int, from_epoch: int) -> bool:
         """``origin`` announced it reads the job's input from ``from_epoch`` on: expected
         from then (its grace counted from there); True if it was not a member yet."""
         new = origin not in self._first
+        self._learned((origin,))
         self._first[origin] = min(self._first.get(origin, from_epoch), from_epoch)
         self._last[origin] = max(self._last.get(origin, from_epoch), from_epoch)
         self._restored.discard(origin)
@@ -137,5 +154,6 @@ class ExpectedOrigins:
                 continue
             self._first[origin] = min(self._first.get(origin, first), first)
             self._last[origin] = max(self._last.get(origin, last), last)
+            self._learned((origin,))
             if left is not None and origin not in self._left:
                 self._left[origin] = int(left)

@@ -206,6 +206,7 @@ class JobRuntime:
         #: as origin: our own snapshots of uncommitted epochs, for the master's repair
         self.retained = RetainedEpochs(self.name, t.retained_bytes)
         self._repairing: set[int] = set()  # trees whose repair loop runs (as master)
+        self._was_member: set[int] = set()  # trees in which this agent has had a parent
         #: epochs up to this one may miss records here: other jobs had read them from a
         #: shared input before this job started (see :meth:`started_after_others`)
         self.incomplete_until: int | None = None
@@ -374,6 +375,8 @@ class JobRuntime:
         view = self._view(tid)
         if view is None:
             return
+        if getattr(view, "parent", None) is not None:
+            self._was_member.add(tid)
         self.ensure_tree(tid)
         self.senders[tid].set_parent(view.parent_url)
 
@@ -399,7 +402,10 @@ class JobRuntime:
             self.tasks.spawn(self._hand_over(tid), f"hand over {self.name}")
         self.parent_changed(tid)
         if is_root:
+            was_member = tid in self._was_member
             self._take_over(tid)
+            if was_member:  # a member before: others fed this tree; which, it may not know
+                self.expected_origins.doubt_until_told(self.network.node_id)
             self._keep_queued(tid)
 
     def _keep_queued(self, tid: int) -> None:
@@ -527,7 +533,10 @@ class JobRuntime:
         lineage = self.combiners[tid].lineage_of(epoch)
         if view is not None and view.is_root:
             expected = self.expected_origins.expected(epoch)
-            if self.store.put(tid, epoch, snap, time.time(), origins=lineage, expected=expected):
+            doubtful = self.expected_origins.doubt is not None
+            if self.store.put(
+                tid, epoch, snap, time.time(), origins=lineage, expected=expected, doubtful=doubtful
+            ):
                 self._observe(epoch, lineage)
                 self._report_missing(tid, epoch)
                 self._replicate(tid)
@@ -1017,6 +1026,7 @@ class JobRuntime:
                 origins=origins,
                 materialize=passed,
                 expected=self.expected_origins.expected(epoch),
+                doubtful=self.expected_origins.doubt is not None,
             )
             stored = self.store.get(tid, epoch)
             if folded and stored is not None:

@@ -75,6 +75,10 @@ class EpochResult:
     origins: Lineage | None = None  # the origins it covers (None: unknown lineage)
     expected: Lineage | None = None  # the origins the master expected (None: unknown)
     version: int = 1  # +1 on every fold after the first store
+    #: the master could not know all of the job's origins when it stored this (it became the
+    #: root after being a member - a partition's minority side, say - with no state handed
+    #: over): tentative until a fuller result replaces it
+    doubtful: bool = False
 
     @property
     def updated(self) -> bool:
@@ -89,12 +93,13 @@ class EpochResult:
 
     @property
     def lacking(self) -> tuple[str, ...]:
-        """:attr:`missing` as hex ids (results API, lake)."""
-        return tuple(describe(self.missing))
+        """:attr:`missing` as hex ids (results API, lake); ``"?"`` stands for origins a
+        doubtful master cannot name."""
+        return tuple(describe(self.missing)) + (("?",) if self.doubtful else ())
 
     @property
     def tentative(self) -> bool:
-        return bool(self.missing)
+        return bool(self.missing) or self.doubtful
 
     @property
     def coverage(self) -> float:
@@ -155,9 +160,11 @@ class ResultStore:
         *,
         origins: Lineage | None = None,
         expected: Lineage | None = None,
+        doubtful: bool = False,
     ) -> bool:
         """Record the barrier's result for (tree, epoch) covering ``origins``, of which the
-        master expected ``expected``; False if it was recorded before. Contributions held
+        master expected ``expected`` (``doubtful``: it may not know every origin); False if it
+        was recorded before. Contributions held
         for it are merged in when their lineage allows (module docstring)."""
         epochs = self._trees.setdefault(tree, OrderedDict())
         if epoch in epochs:
@@ -182,7 +189,7 @@ class ResultStore:
         if lineage is not None:  # whoever contributed (or said it is missing) was expected
             expected = (expected or frozenset()) | plain(lineage)
         epochs[epoch] = EpochResult(snap, now, late_names, size, origins=lineage,
-                                    expected=expected)  # fmt: skip
+                                    expected=expected, doubtful=doubtful)  # fmt: skip
         self.resident_bytes += size
         if not in_order:
             epochs = self._trees[tree] = OrderedDict(sorted(epochs.items()))
@@ -204,6 +211,7 @@ class ResultStore:
         origins: Lineage | None = None,
         materialize: bool = False,
         expected: Lineage | None = None,
+        doubtful: bool = False,
     ) -> bool:
         """Fold a late contribution sent by ``origin`` covering ``origins`` (None: unknown
         lineage, deduplicated by the name (origin, epoch)) into the epoch; False if it adds
@@ -240,7 +248,15 @@ class ResultStore:
                 first = self._early.pop((tree, epoch))
                 self.resident_bytes -= first.snapshot.memory_bytes()
                 lineage = None if first.origins is None else frozenset(first.origins)
-                self.put(tree, epoch, first.snapshot, now, origins=lineage, expected=expected)
+                self.put(
+                    tree,
+                    epoch,
+                    first.snapshot,
+                    now,
+                    origins=lineage,
+                    expected=expected,
+                    doubtful=doubtful,
+                )
                 stored = epochs.get(epoch)
                 if stored is not None:
                     stored.late_names |= first.names
@@ -494,6 +510,7 @@ class ResultStore:
         plan: list[tuple[dict[str, Any], Callable[[], bytes]]] = []
         for epoch, r in self._trees.get(tree, {}).items():
             item = {"epoch": epoch, "completed_at": r.completed_at, "version": r.version,
+                    "doubtful": r.doubtful,
                     "late": [list(n) for n in sorted(r.late_names)],
                     "origins": _ids(r.origins), "expected": _ids(r.expected)}  # fmt: skip
             if r.snapshot is not None:
@@ -567,7 +584,10 @@ class ResultStore:
                 continue
             mine = self._trees.get(tree, {}).get(epoch)
             if mine is None:
-                if self.put(tree, epoch, snap, when, origins=origins, expected=expected):
+                doubtful = bool(item.get("doubtful"))
+                if self.put(
+                    tree, epoch, snap, when, origins=origins, expected=expected, doubtful=doubtful
+                ):
                     stored = self._trees[tree].get(epoch)  # None if retention dropped it
                     if stored is not None:
                         stored.late_names |= late
@@ -585,6 +605,7 @@ class ResultStore:
                         # expected, so it shows as lacking until repaired - never doubled
                         self._replace(mine, snap)
                         mine.origins, mine.version = origins, mine.version + 1
+                        mine.doubtful = bool(item.get("doubtful"))
                         mine.late_names |= late
                         taken += 1
                         continue

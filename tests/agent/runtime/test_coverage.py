@@ -125,3 +125,24 @@ def test_a_handed_over_result_covering_more_replaces_a_restarted_masters_own() -
     assert interim.absorb(1, ResultStore.encode_plan(mine.export_plan(1))) in (0, 1)
     r = interim.get(1, 5)
     assert r is not None and Counter(r.snapshot.to_dict()) == full
+
+
+def test_a_master_that_was_a_member_doubts_until_it_hears_of_another_origin() -> None:
+    """A partition's minority side: a former member becomes the root knowing only itself.
+    Its results are tentative (lacking "?") until any other origin is heard of."""
+    exp = ExpectedOrigins(grace_epochs=3)
+    exp.doubt_until_told(7)
+    assert exp.doubt == 7
+    exp.observe(10, frozenset({7}))  # only its own records: still in doubt
+    assert exp.doubt == 7
+    store = ResultStore(job="j")
+    store.put(1, 10, snap(data(7, 10)), 0.0, origins=frozenset({7}), expected=exp.expected(10),
+              doubtful=exp.doubt is not None)  # fmt: skip
+    r = store.get(1, 10)
+    assert r is not None and r.tentative and r.lacking == ("?",)
+    exp.join(8, 9)  # another origin announces itself (or contributes, or is handed over)
+    assert exp.doubt is None and exp.expected(11) == {7, 8}
+    informed = ExpectedOrigins(grace_epochs=3)
+    informed.observe(3, frozenset({7, 8}))
+    informed.doubt_until_told(7)  # it already knows another origin: no doubt
+    assert informed.doubt is None
