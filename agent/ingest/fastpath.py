@@ -148,6 +148,20 @@ def prefilter_for(jobs: Iterable[Any], fmt: str) -> LinePrefilter | None:
     return LinePrefilter(alternatives) if alternatives else None
 
 
+def jobs_key(jobs: Iterable[Any]) -> tuple[tuple[Any, Any], ...]:
+    """What an input's per-job set-up depends on: each job instance and its spec object."""
+    return tuple((job, getattr(job, "spec", None)) for job in jobs)
+
+
+def same_jobs(cached: Any, key: tuple[tuple[Any, Any], ...]) -> bool:
+    """``cached`` (an earlier :func:`jobs_key`) names the very same objects as ``key``."""
+    return (
+        cached is not None
+        and len(cached) == len(key)
+        and all(a is b and s is t for (a, s), (b, t) in zip(cached, key, strict=True))
+    )
+
+
 def install_prefilters(
     inputs: Mapping[str, Any], configs: Mapping[str, Any], runtimes: Iterable[Any]
 ) -> None:
@@ -169,13 +183,8 @@ def install_prefilters(
         jobs = readers.get(name, [])
         # A runtime change re-runs setup() on the same job instance with a new spec (a new
         # WHERE): the spec object is part of the key, so the needles follow the change.
-        key = tuple((job, getattr(job, "spec", None)) for job in jobs)
-        cached = getattr(source, "_prefilter_jobs", None)
-        if (
-            cached is not None
-            and len(cached) == len(key)
-            and all(a is b and s is t for (a, s), (b, t) in zip(cached, key, strict=True))
-        ):
+        key = jobs_key(jobs)
+        if same_jobs(getattr(source, "_prefilter_jobs", None), key):
             continue
         cfg = configs.get(name)
         fmt = getattr(cfg, "format", None)

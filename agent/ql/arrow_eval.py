@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agent.ql import nodes as n
-from agent.ql.compiler import ExprCompiler, like_plan
+from agent.ql.compiler import ExprCompiler, like_plan, like_regex
 from agent.ql.regex import _python_to_re2, compile_regex
 
 Value = pa.Array | pa.Scalar
@@ -391,29 +391,11 @@ class ArrowEval:
             elif how == "contains":
                 res = pc.match_substring(x, arg)
             else:
-                res = pc.match_substring_regex(
-                    x, "(?s)\\A(?:" + _like_regex(pattern.value) + ")\\z"
-                )
+                res = pc.match_substring_regex(x, "(?s)\\A(?:" + like_regex(pattern.value) + ")\\z")
         else:
             compile_regex(pattern.value)  # refused at submission already; same engine here
             res = pc.match_substring_regex(x, _python_to_re2(pattern.value))
         return pc.invert(res) if node.negated else res
-
-
-def _like_regex(pattern: str) -> str:
-    """The RE2 text of a LIKE pattern (as :func:`agent.ql.compiler.like_plan` builds it)."""
-    import re2
-
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\" and i + 1 < len(pattern):
-            out.append(re2.escape(pattern[i + 1]))
-            i += 2
-            continue
-        out.append(".*" if c == "%" else "." if c == "_" else re2.escape(c))
-        i += 1
-    return "".join(out)
 
 
 Evaluator = Callable[[pa.Table], ArrowEval]

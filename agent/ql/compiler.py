@@ -151,6 +151,12 @@ def like_plan(pattern: str) -> tuple[str, Any]:
             if starts and ends:
                 return "contains", inner
             return ("prefix", inner) if ends else ("suffix", inner)
+    # RE2 too: a LIKE with many ``%`` would backtrack polynomially on Python's re.
+    return "call", compile_regex(like_regex(pattern), dotall=True).whole
+
+
+def like_regex(pattern: str) -> str:
+    """The RE2 text of a LIKE pattern (unanchored; the callers match it whole)."""
     out, i = [], 0
     while i < len(pattern):
         c = pattern[i]
@@ -160,8 +166,7 @@ def like_plan(pattern: str) -> tuple[str, Any]:
             continue
         out.append(".*" if c == "%" else "." if c == "_" else re2.escape(c))
         i += 1
-    # RE2 too: a LIKE with many ``%`` would backtrack polynomially on Python's re.
-    return "call", compile_regex("".join(out), dotall=True).whole
+    return "".join(out)
 
 
 def _string_test(kind: str, arg: Any, f: Fn | None, name: str | None) -> Fn:

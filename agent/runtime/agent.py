@@ -918,10 +918,7 @@ class Agent:
         epochs = body["epochs"]
         if not isinstance(epochs, list) or not all(type(e) is int for e in epochs):
             raise Reject(400, "bad_body", "epochs must be a list of integers")
-        try:
-            tree, origin = int(body["tree"]), int(str(body["origin"]), 16)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise Reject(400, "bad_body", f"bad tree or origin: {exc}") from None
+        tree, origin = _tree_and_origin(body)
         return await runtime.resend(tree, origin, epochs)
 
     async def _serve_origin(self, request: web.Request) -> dict[str, Any]:
@@ -933,12 +930,7 @@ class Agent:
         start = body["from"]
         if type(start) is not int or start < 0:
             raise Reject(400, "bad_body", "from must be a non-negative integer epoch")
-        try:
-            tree, origin = int(body["tree"]), int(str(body["origin"]), 16)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise Reject(400, "bad_body", f"bad tree or origin: {exc}") from None
-        if not 0 <= origin < 1 << 160:
-            raise Reject(400, "bad_body", "origin must be a 160-bit id")
+        tree, origin = _tree_and_origin(body)
         runtime.origin_joined(tree, origin, start)
         return {"ok": True}
 
@@ -1039,3 +1031,14 @@ def _error_reply(exc: StatusError) -> dict[str, Any]:
 def _field(reply: dict[str, Any]) -> str | None:
     field = reply.get("field")
     return field if isinstance(field, str) else None
+
+
+def _tree_and_origin(body: dict[str, Any]) -> tuple[int, int]:
+    """A peer request's ``tree`` (int) and ``origin`` (hex, a 160-bit id): 400 if not."""
+    try:
+        tree, origin = int(body["tree"]), int(str(body["origin"]), 16)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise Reject(400, "bad_body", f"bad tree or origin: {exc}") from None
+    if not 0 <= origin < 1 << 160:
+        raise Reject(400, "bad_body", "origin must be a 160-bit id")
+    return tree, origin

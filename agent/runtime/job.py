@@ -588,7 +588,7 @@ class JobRuntime:
         give_up = epochs[-1] - self.expected_origins.grace_epochs
         watermark = None
         for epoch in epochs:
-            result = self.store.get(tid, epoch)
+            result = self.store.peek(tid, epoch)
             if result is not None and result.tentative and epoch > give_up:
                 break
             watermark = epoch
@@ -958,7 +958,7 @@ class JobRuntime:
     def _report_missing(self, tid: int, epoch: int) -> None:
         """A stored epoch that lacks expected origins is tentative: say so (counted, and a
         WARNING within the log budget naming job, epoch and the origins)."""
-        result = self.store.get(tid, epoch)
+        result = self.store.peek(tid, epoch)
         if result is None or not result.tentative:
             return
         self.count("tentative_epochs")
@@ -1015,8 +1015,8 @@ class JobRuntime:
             tid, epoch = name.tree, name.epoch
             # Our barrier already passed this epoch as a child (we became the master since):
             # it will never store it here, so what arrives late *is* the epoch's result.
-            passed = self.ensure_tree(tid).next_epoch > epoch and not self.store.get(tid, epoch)
-            fresh = self.store.get(tid, epoch) is None
+            fresh = self.store.peek(tid, epoch) is None
+            passed = fresh and self.ensure_tree(tid).next_epoch > epoch
             folded = self.store.add_late(
                 tid,
                 epoch,
@@ -1028,7 +1028,7 @@ class JobRuntime:
                 expected=self.expected_origins.expected(epoch),
                 doubtful=self.expected_origins.doubt is not None,
             )
-            stored = self.store.get(tid, epoch)
+            stored = self.store.peek(tid, epoch)
             if folded and stored is not None:
                 self._observe(epoch, stored.origins)
                 if fresh:

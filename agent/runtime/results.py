@@ -340,6 +340,11 @@ class ResultStore:
         snap = result.snapshot.lean() if result.snapshot is not None else None
         return replace(result, snapshot=snap, late_names=set(result.late_names))
 
+    def peek(self, tree: int, epoch: int) -> EpochResult | None:
+        """The stored result itself, no copy (callers read its flags and lineage - tentative,
+        version, origins - and must not change it); :meth:`get` copies the snapshot."""
+        return self._trees.get(tree, {}).get(epoch)
+
     def load(self, tree: int, epoch: int) -> Snapshot:
         """A spilled epoch's snapshot read back (file I/O and decoding: call it in a thread).
         Raises ``OSError`` / ``SnapshotError`` if the file is gone or damaged."""

@@ -20,6 +20,7 @@ from typing import Any
 from agent.ingest.columnar.base import UnsupportedChunk
 from agent.ingest.columnar.chunk import ParsedChunk
 from agent.ingest.columnar.rowparse import parse_chunk_rows
+from agent.ingest.fastpath import jobs_key, same_jobs
 from agent.ingest.formats import FORMATS
 from agent.ingest.records import EncodingRepairs
 from agent.ql.arrow_eval import Unsupported
@@ -136,13 +137,8 @@ def install_columnar(
         if not hasattr(source, "columnar"):
             continue
         jobs = readers.get(name, []) if enabled else []
-        key = tuple((job, getattr(job, "spec", None)) for job in jobs)
-        cached = getattr(source, "_columnar_jobs", None)
-        if (
-            cached is not None
-            and len(cached) == len(key)
-            and all(a is b and s is t for (a, s), (b, t) in zip(cached, key, strict=True))
-        ):
+        key = jobs_key(jobs)
+        if same_jobs(getattr(source, "_columnar_jobs", None), key):
             continue
         cfg = configs.get(name)
         fmt = getattr(cfg, "format", None)
