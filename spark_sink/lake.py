@@ -14,12 +14,17 @@ Contract (see ``docs/spark-sink.md``):
   same directory (``.tmp-*``, which Spark and pyarrow ignore) renamed over the final name; on
   object stores (S3, GCS) a single PUT of the final object is already atomic, so it is
   written directly.
-* **Versions.** A version is the writer's promise that the rows of (job, tree, epoch,
-  version) never change: a newer version supersedes an older one, the same version written
-  twice has the same rows. Readers of the *current* result (:meth:`Lake.files`, batch reads)
-  see exactly one row set per (job, tree, epoch): its **highest version** present;
-  :meth:`Lake.versions` lists every version still in the lake (the streaming source delivers
-  each new one as new rows).
+* **Versions.** A version is the writer's promise that the rows of (job, tree, epoch, version)
+  never change: a newer version supersedes an older one, the same version written twice has the
+  same rows. :meth:`Lake.write` keeps the promise across writers: when the version's file already
+  exists with other content (two masters of one job numbering versions independently: an old
+  master restarted after its standby took over), it writes the next free version instead; when
+  that version (or a later one it probes) already holds this content (``elf.result``'s ``digest``:
+  a retried push), it writes nothing. So a file's rows never change under a reader, and a re-push
+  is never a new version. Readers of the *current* result (:meth:`Lake.files`, batch reads) see
+  exactly one row set per (job, tree, epoch): its **highest version** present;
+  :meth:`Lake.versions` lists every version still in the lake (the streaming source delivers each
+  new one as new rows).
 * **Schema.** Fixed columns :data:`FIXED_FIELDS` (job, tree, trees, epoch, version,
   epoch_start, epoch_end, tentative, coverage, lacking, written_at, key_json, value_json) on
   every row — ``lacking`` is a list of strings: the hex ids of the origins a tentative result
@@ -37,8 +42,9 @@ Contract (see ``docs/spark-sink.md``):
   ``value_json`` is ``null``. The footer names the roles: ``elf.key_columns`` and
   ``elf.value_columns`` (JSON lists; for named rows the numeric fields are the values), and
   ``elf.result`` describes the result even when it has no row: ``{"rows": "pairs" |
-  "named", "version", "tentative", "coverage", "lacking"}`` (``rows`` tells the results
-  API's pairs from a job's named rows).
+  "named", "version", "tentative", "coverage", "lacking", "digest"}`` (``rows`` tells the
+  results API's pairs from a job's named rows; ``digest`` hashes the rows and the flags, not
+  the version or the write time).
 * **Compacted hours** (``spark_sink/compaction.py``): an hour's epoch files of one tree
   merged into ``compact-tree-<i>-of-<m>.parquet`` in the same hour directory. Its footer's
   ``elf.sources`` maps each epoch it holds to ``{"version": k, "mtime_ns": t, "result":
@@ -70,13 +76,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import math
 import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
@@ -108,6 +115,9 @@ COMPACT_RE = re.compile(r"^compact-tree-(\d+)-of-(\d+)\.parquet$")
 SOURCES_KEY = b"elf.sources"
 RESULT_KEY = b"elf.result"  # JSON: rows kind, version, tentative, coverage, lacking
 OBJECT_STORES = frozenset({"s3", "gcs"})
+#: versions :meth:`Lake.write` probes past the one asked for before giving up (each probe is
+#: one stat, plus a footer read when the version is taken)
+MAX_VERSION_PROBES = 64
 
 
 class LakeError(Exception):
@@ -145,9 +155,7 @@ class Rollup:
         return self.epoch * self.epoch_seconds
 
     def relative_path(self) -> str:
-        return relative_path(
-            self.job, self.epoch_start, self.tree, self.trees, self.epoch, self.version
-        )
+        return rollup_path(self, self.version)
 
 
 @dataclass(frozen=True)
@@ -165,6 +173,13 @@ class LakeFile:
     compacted: bool = False  # ``path`` holds an hour of epochs: read only this one's rows
     mtime_ns: int | None = None
     version: int = 1
+
+
+def rollup_path(rollup: Rollup, version: int) -> str:
+    """``rollup``'s relative path as version ``version``."""
+    return relative_path(
+        rollup.job, rollup.epoch_start, rollup.tree, rollup.trees, rollup.epoch, version
+    )
 
 
 def compact_name(tree: int, trees: int) -> str:
@@ -429,10 +444,24 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
                 "tentative": bool(rollup.tentative),
                 "coverage": float(rollup.coverage),
                 "lacking": lacking,
+                "digest": _content_digest(fixed, rollup, lacking),
             }
         ).encode(),
     }
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
+
+
+def _content_digest(fixed: dict[str, pa.Array], rollup: Rollup, lacking: list[str]) -> str:
+    """A hash of what a version promises never to change: the rows (as the results API
+    reports them) and the flags; not the version, not the write time."""
+    h = hashlib.blake2b(digest_size=16)
+    for column in ("key_json", "value_json"):
+        for text in fixed[column].to_pylist():
+            h.update(text.encode())
+            h.update(b"\n")
+    flags = [bool(rollup.tentative), float(rollup.coverage), sorted(lacking)]
+    h.update(json.dumps(flags).encode())
+    return h.hexdigest()
 
 
 def _numeric(t: pa.DataType) -> bool:
@@ -474,9 +503,40 @@ class Lake:
         return f"{self.root}/{relative}"
 
     def write(self, rollup: Rollup) -> str:
-        """Write one rollup atomically; returns the file's path. Raises ``OSError`` or
-        ``pyarrow.ArrowException`` if the lake is unavailable."""
-        return self.write_table(rollup_table(rollup))
+        """Write one rollup atomically; returns the file's path. Never replaces a file of
+        other content: a version already taken by other rows moves this write to the next
+        free version; content already held by this version or a later one probed on the way
+        is not written again (module contract). Raises ``OSError`` or ``pyarrow.ArrowException``
+        if the lake is unavailable, :class:`LakeError` past :data:`MAX_VERSION_PROBES`."""
+        table = rollup_table(rollup)
+        digest = (result_meta(table.schema) or {}).get("digest")
+        version = rollup.version
+        for _ in range(MAX_VERSION_PROBES):
+            path = self.path(rollup_path(rollup, version))
+            if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
+                break
+            if self._holds(path, digest):
+                return path  # already written (a retry), maybe superseded since
+            version += 1
+        else:
+            raise LakeError(
+                f"{rollup.job} epoch {rollup.epoch}: no free version within "
+                f"{MAX_VERSION_PROBES} of {rollup.version}"
+            )
+        if version != rollup.version:
+            table = rollup_table(replace(rollup, version=version))
+        return self.write_table(table)
+
+    def _holds(self, path: str, digest: str | None) -> bool:
+        """Whether the epoch file at ``path`` holds rows and flags of ``digest``."""
+        if digest is None:
+            return False
+        try:
+            meta = result_meta(pq.read_schema(path, filesystem=self.fs))
+        except (OSError, pa.ArrowException):
+            return False  # unreadable: write a new version rather than trust it
+        return meta is not None and meta.get("digest") == digest
+
 
     def write_table(self, table: pa.Table) -> str:
         """Write a table made by :func:`rollup_table` to its own path (atomic replace)."""

@@ -179,3 +179,23 @@ def test_named_result_rows_become_columns(tmp_path: Path):
     assert [(r["product"], r["clicks"]) for r in got] == [("p1", 7), ("p2", 3)]
     assert [json.loads(r["key_json"]) for r in got] == named
     assert {r["value_json"] for r in got} == {"null"}
+
+
+def test_a_version_taken_by_other_rows_moves_to_the_next_free_version(tmp_path: Path):
+    """Two masters of one job number versions independently (the old master restarted after
+    its standby took over): the second writer's version 1 must not replace the first's file
+    under a reader; it becomes version 2, and a retry of either write adds nothing."""
+    lake = Lake(str(tmp_path))
+    final = Rollup("wc", 0, 1, EPOCH, 1.0, [("a", 3), ("b", 1)])
+    poorer = Rollup("wc", 0, 1, EPOCH, 1.0, [("a", 1)], tentative=True, coverage=0.5,
+                    lacking=["ab12"])  # fmt: skip
+    first = lake.write(final)
+    before = pq.read_table(first).to_pylist()
+    second = lake.write(poorer)
+    assert second != first and second.endswith("-v2.parquet")
+    assert pq.read_table(first).to_pylist() == before  # never rewritten under a reader
+    assert [(f.version, f.path) for f in lake.versions("wc")] == [(1, first), (2, second)]
+    (row,) = read_table(lake, lake.files("wc")).to_pylist()
+    assert (row["key"], row["value"], row["tentative"], row["lacking"]) == ("a", 1, True, ["ab12"])
+    assert lake.write(poorer) == second and lake.write(final) == first  # retries: no new file
+    assert len(list(tmp_path.rglob("*.parquet"))) == 2
