@@ -114,6 +114,8 @@ class JobTable:
         self.max_tombstones = max_tombstones
         self._clock = clock
         self.collected = 0  # stopped entries dropped by this agent (a status counter)
+        #: grows with every change of the entries or tombstones (a persister compares it)
+        self.revision = 0
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries
@@ -146,6 +148,7 @@ class JobTable:
             return False
         if entry.state == STOPPED and entry.stopped_at is None:
             entry = dataclasses.replace(entry, stopped_at=self._clock())
+        self.revision += 1
         if entry.state == STOPPED and self._expired(entry, self._clock()):
             self._entries.pop(entry.name, None)
             self._bury(Tombstone(entry.name, entry.version, entry.stopped_at or 0.0))
@@ -177,8 +180,11 @@ class JobTable:
             self._bury(Tombstone(entry.name, entry.version, entry.stopped_at or 0.0))
         self.collected += len(dropped)
         horizon = now - self.stopped_ttl - self.tombstone_seconds
-        for name in [n for n, t in self._removed.items() if t.stopped_at <= horizon]:
+        expired = [n for n, t in self._removed.items() if t.stopped_at <= horizon]
+        for name in expired:
             del self._removed[name]
+        if dropped or expired:
+            self.revision += 1
         return dropped
 
     def removed(self) -> list[dict[str, Any]]:
@@ -204,6 +210,7 @@ class JobTable:
             if current is not None and current.version > tomb.version:
                 continue  # a newer job of that name
             if current is not None:
+                self.revision += 1
                 del self._entries[tomb.name]
                 stopped.append(
                     JobEntry(tomb.name, current.spec, STOPPED, tomb.version, tomb.stopped_at)
@@ -232,6 +239,7 @@ class JobTable:
         if known is not None and known.version >= tomb.version:
             return
         self._removed[tomb.name] = tomb
+        self.revision += 1
         if len(self._removed) > self.max_tombstones:
             oldest = min(self._removed.values(), key=lambda t: (t.stopped_at, t.name))
             del self._removed[oldest.name]

@@ -63,6 +63,7 @@ from agent.runtime.lake_sink import lake_target
 from agent.runtime.looplag import LoopLag
 from agent.runtime.offsets import OffsetKeeper
 from agent.runtime.record_thread import InlineRecords, RecordThread
+from agent.runtime.table_file import JobTableFile
 from cbt import Snapshot, SnapshotError
 from overlay import NodeInfo, OverlayNode, key_for
 from overlay.tasks import BackgroundTasks
@@ -84,6 +85,8 @@ log = logging.getLogger(__name__)
 JOBS_TREE = key_for("elf/jobs-tree")
 JOBS_TREE_NAME = "elf.jobs"
 INGEST_INPUT = "ingest"
+TABLE_FILE_SECONDS = 0.25  # how often a changed job table is written to disk
+FIRST_RESYNC_RETRY = 0.25  # seconds before the first anti-entropy retry (doubling)
 MAX_DRY_RUNS = 4  # unfinished job-spec dry runs (threads) at once; more get a 503
 
 
@@ -171,6 +174,10 @@ class Agent:
             stopped_ttl=self.tunables.stopped_job_ttl,
             tombstone_seconds=self.tunables.tombstone_seconds,
         )
+        # the table on disk (None without a data directory): a restart runs its jobs at once
+        self.table_file = JobTableFile(config.data_dir) if config.data_dir else None
+        self._table_saved = -1  # the table revision last written
+        self._synced = False  # a first anti-entropy exchange succeeded
         self.runtimes: dict[str, JobRuntime] = {}
         self.inputs: dict[str, FileTail | StreamInput | IngestQueue] = {}
         # file positions, acked epochs
@@ -216,19 +223,21 @@ class Agent:
         self.trees.on_query(self._on_query)
         await self.trees.start()  # before the overlay: no tree message can arrive too early
         await self.overlay.start(self.config.bootstrap)
+        self._restore_table()  # before the inputs: every job sees the first line read
         self._open_inputs()
         self._running = True
         self.started_at = time.time()
         with contextlib.suppress(JoinTimeout):  # the tree manager keeps retrying
             await self.trees.join(JOBS_TREE, job=JOBS_TREE_NAME, subscriber=True)
         with contextlib.suppress(StatusError):
-            await self._resync()
+            self._synced = await self._resync()
         await self.api.start()
         self._loops = [
             asyncio.create_task(self._tick_loop(), name="elf-tick"),
             asyncio.create_task(self._resync_loop(), name="elf-resync"),
             asyncio.create_task(self.loop_lag.run(), name="elf-loop-lag"),
             asyncio.create_task(self._collect_loop(), name="elf-job-gc"),
+            asyncio.create_task(self._table_file_loop(), name="elf-job-table-file"),
         ]
 
     async def stop(self) -> None:
@@ -699,8 +708,44 @@ class Agent:
             trim_heap()
             self.count("jobs_released")
 
-    async def _resync(self) -> None:
-        """Fetch the job table from the jobs-tree root over the data plane and merge it."""
+    def _restore_table(self) -> None:
+        """Run the jobs of the table this agent saved before it stopped or died (module
+        contract of :mod:`agent.runtime.table_file`); the cluster's newer versions and stops
+        still win when the first resync merges them."""
+        if self.table_file is None:
+            return
+        jobs, removed = self.table_file.load()
+        try:
+            stopped = self.table.merge_removed(removed)
+            restored = self.table.merge(jobs)
+        except ValueError as exc:
+            log.warning("job table file %s malformed: %s", self.table_file.path, exc)
+            return
+        for entry in [*stopped, *restored]:
+            self._reconcile(entry)
+        self._table_saved = self.table.revision
+        if restored:
+            self.count("jobs_restored", len(restored))
+            log.info("job table: %d entries restored from %s", len(restored), self.table_file.path)
+
+    async def _table_file_loop(self) -> None:
+        """Write the job table to disk when it changed (off the loop, one write at a time;
+        a failed write is logged and tried again on the next change or pass)."""
+        while self._running and self.table_file is not None:
+            revision = self.table.revision
+            if revision != self._table_saved:
+                jobs, removed = self.table.snapshot(), self.table.removed()
+                try:
+                    await asyncio.to_thread(self.table_file.save, jobs, removed)
+                    self._table_saved = revision
+                except OSError as exc:
+                    self.count("job_table_write_errors")
+                    log.warning("job table file %s not written: %r", self.table_file.path, exc)
+            await asyncio.sleep(TABLE_FILE_SECONDS)
+
+    async def _resync(self) -> bool:
+        """Fetch the job table from the jobs-tree root over the data plane and merge it;
+        True if a peer's table was merged."""
         view = self._tree_manager().view(JOBS_TREE)
         if view is not None and view.is_root:
             # A new root (a closer agent joined, or a split tree healed) may hold an empty or
@@ -708,12 +753,15 @@ class Agent:
             urls = [url for url in view.child_urls.values() if url][: self.tunables.resync_fanout]
         else:
             urls = [(await self._ask_jobs_root({"op": "where"}))["data_url"]]
+        merged = False
         for url in urls:
             try:
                 await self.merge_table_from(url)
+                merged = True
             except (DataPlaneError, ValueError, KeyError, TypeError) as exc:
                 self.count("resync_errors")
                 log.info("job table resync from %s failed: %r", url, exc)
+        return merged
 
     async def merge_table_from(self, url: str) -> None:
         """Merge the job table (and tombstones) of the agent at data-plane ``url`` into ours
@@ -730,10 +778,19 @@ class Agent:
             await self._resync()
 
     async def _resync_loop(self) -> None:
+        """Anti-entropy every ``resync_seconds``; until a first exchange succeeds (a new
+        agent, or one restarted as the jobs-tree root before its children re-joined), retry
+        soon, backing off to that period."""
+        delay = FIRST_RESYNC_RETRY if not self._synced else self.tunables.resync_seconds
         while self._running:
-            await asyncio.sleep(self.tunables.resync_seconds)
+            await asyncio.sleep(delay)
             with contextlib.suppress(StatusError):
-                await self._resync()
+                if await self._resync():
+                    self._synced = True
+            if self._synced:
+                delay = self.tunables.resync_seconds
+            else:
+                delay = min(self.tunables.resync_seconds, delay * 2)
 
     async def _collect_loop(self) -> None:
         """Garbage-collect stopped jobs from the table (``agent/jobs/table.py``), often enough
