@@ -31,6 +31,9 @@ class Tunables:
     kademlia_refresh_interval: float = 600.0
     gossip_sends: int = 12  # times each failure/leave rumour is piggybacked on probes
     gossip_per_message: int = 6
+    # contacts closest to a node declared failed on evidence (a refused connection) that are
+    # told at once (overlay.detector); 0 = rumour it on probes only
+    evidence_fanout: int = 4
     tombstone_ttl: float = 60.0  # ignore second-hand news of a failed node this long
     rejoin_interval: float = 10.0  # how often to re-ping a few failed nodes (heals partitions)
     rejoin_batch: int = 2

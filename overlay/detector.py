@@ -15,7 +15,12 @@ Contract:
   k-buckets included), tombstoned, put on the failed list, ``failed`` fires. A ``leave`` RPC
   does the same without the failed list.
 * **Rumours.** Every removal is piggybacked on the next pings and pongs; a received rumour
-  removes the node unless this node heard from it lately (:class:`Membership` decides).
+  removes the node unless this node heard from it lately (:class:`Membership` decides). A
+  failure declared on evidence (:meth:`FailureDetector.declare_failed`) is also told at once,
+  as a ``GONE`` rumour believed even by nodes that heard from the peer lately, to the
+  ``evidence_fanout`` contacts closest to the dead node's id: they hold its keys next (a
+  job's standby master among them), so they route around it - and take over its roots -
+  within a round trip instead of after their own probes and ``fail_timeout``.
 * **The failed list.** Failed nodes are re-pinged now and then (:meth:`rejoin`, also the
   bootstrap addresses while this node knows nobody): after a partition heals each side finds
   the other again this way; an answer revives the node and asks it for our neighbourhood.
@@ -35,7 +40,7 @@ from typing import Any
 
 from overlay import ids
 from overlay.config import Tunables
-from overlay.membership import FAILED, LEFT, Membership
+from overlay.membership import FAILED, GONE, LEFT, Membership
 from overlay.metrics import Metrics
 from overlay.neighbourhood import Neighbourhood
 from overlay.nodeinfo import NodeInfo
@@ -149,11 +154,29 @@ class FailureDetector:
         """Another layer has proof ``node_id``'s process is gone (its TCP port refuses
         connections): fail it now instead of after the probe misses and ``fail_timeout``.
         A reply from it later revives it as usual. True if it was a member."""
-        if self.membership.get(node_id) is None:
+        state = self.membership.get(node_id)
+        if state is None:
             return False
         self._metrics.event("nodes_failed_by_evidence")
         self._declare_failed(node_id, FAILED)
+        self._spawn(self._tell_neighbours(state.info), "evidence rumour")
         return True
+
+    async def _tell_neighbours(self, info: NodeInfo) -> None:
+        """Send the proof of ``info``'s death to the contacts that take over its keys."""
+        k = self._t.evidence_fanout
+        targets = self._hood.neighbours_of(info.id, exclude=info.id, k=k) if k > 0 else []
+        rumour = [[GONE, ids.to_bytes(info.id)]]
+        for target in targets:
+            self._metrics.event("evidence_rumours_sent")
+            self._spawn(self._ping_with(target, rumour), "evidence rumour")
+
+    async def _ping_with(self, target: NodeInfo, rumours: list[Any]) -> None:
+        status, result = await self._call(target.address, "ping", [rumours], self._t.probe_timeout)
+        if status != TIMEOUT:
+            self.on_reply_from(target.id)
+            if status == OK and isinstance(result, list) and len(result) == 2:
+                self._apply_rumours(result[1])
 
     def _declare_failed(self, node_id: int, kind: str) -> None:
         if self.membership.get(node_id) is None:
@@ -210,7 +233,7 @@ class FailureDetector:
             except (TypeError, ValueError):
                 self._metrics.drop("malformed_rumour")
                 continue
-            if kind not in (FAILED, LEFT):
+            if kind not in (FAILED, LEFT, GONE):
                 continue
             state = self.membership.get(node_id)
             if self.membership.accept_rumour(kind, node_id, now) and state is not None:
@@ -218,7 +241,7 @@ class FailureDetector:
                 self._hood.retire(state.info.id)
                 self._contacts.remove(state.info)
                 self._probe_queue.clear()
-                if kind == FAILED:
+                if kind != LEFT:
                     self._bury(state.info)
                 self._failed(state.info)
 

@@ -21,6 +21,9 @@ from overlay.nodeinfo import NodeInfo
 
 FAILED = "failed"
 LEFT = "left"
+#: a rumour with proof: the sender saw the peer's process gone (its port refused a
+#: connection), so it is believed even from a peer heard from lately
+GONE = "gone"
 
 
 @dataclass(slots=True)
@@ -129,14 +132,16 @@ class Membership:
         """Second-hand news that ``node_id`` failed or left. Ignored for this node itself,
         for peers already tombstoned and for peers heard from within ``fail_timeout`` (a
         real failure is only rumoured after misses plus ``fail_timeout``, so a peer heard from
-        that recently is alive). True if the caller must remove it from its tables."""
+        that recently is alive), except a ``GONE`` rumour, which carries proof; it is passed on
+        as a plain ``FAILED`` one, so the proof reaches only the nodes its witness told. True if
+        the caller must remove it from its tables."""
         if node_id == self.self_id or node_id in self.tombstones:
             return False
         state = self.peers.get(node_id)
         recent = state is not None and state.last_heard is not None
-        if recent and now - state.last_heard < self.t.fail_timeout:
+        if kind != GONE and recent and now - state.last_heard < self.t.fail_timeout:
             return False
-        self.remove(node_id, now, kind)
+        self.remove(node_id, now, FAILED if kind == GONE else kind)
         return state is not None
 
     def take_rumours(self) -> list[list[Any]]:

@@ -163,3 +163,40 @@ def test_simulated_datagrams_from_another_cluster_are_dropped() -> None:
         await b.stop()
 
     run(main())
+
+
+def test_a_failure_proven_by_a_witness_reaches_the_nodes_that_take_its_keys_at_once() -> None:
+    """A node whose process is gone (a crash: no goodbye) is reported by one witness
+    (``report_gone``: its data port refused). The nodes closest to its id - the ones that
+    hold its keys next, a job's standby master among them - drop it within a round trip,
+    although they heard from it within ``fail_timeout``, and route its keys past it; without
+    the witness they would wait for their own probes to miss and ``fail_timeout``."""
+
+    async def main() -> None:
+        net = SimNetwork(seed=11)
+        nodes = await start_cluster(net, 24, SECRET)
+        await asyncio.sleep(10)
+        rng = random.Random(11)
+        victim = rng.choice(nodes[1:])
+        heirs = sorted((n for n in nodes if n is not victim), key=lambda n: n.id ^ victim.id)[:2]
+        witness = next(n for n in nodes if n is not victim and n not in heirs)
+        await victim.stop()  # crash: the others still believe it alive
+        loop = asyncio.get_running_loop()
+        assert all(victim.id in {c.id for c in h.contacts()} for h in heirs)
+        start = loop.time()
+        assert witness.report_gone(victim.id)
+        while any(victim.id in {c.id for c in h.contacts()} for h in heirs):
+            assert loop.time() - start < 1.0, "the heirs still route to the dead node"
+            await asyncio.sleep(0.01)
+        # the victim's own key now routes to its closest live heir, from the heirs themselves
+        for h in heirs:
+            if "t" not in h._router.apps:
+                h.register("t", Recorder())
+        for h in heirs:
+            result = await h.route("t", victim.id, {"k": 1})
+            assert result.node.id == heirs[0].id
+        assert loop.time() - start < 1.5
+        for n in nodes:
+            await n.stop()
+
+    run(main())
