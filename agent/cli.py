@@ -38,6 +38,7 @@ from agent.ql import QLError
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 COMMANDS_GROUP = "elf.commands"
 
+LOG_FORMAT = "%(asctime)s %(levelname)s:%(name)s:%(message)s"
 log = logging.getLogger("agent.cli")  # also when run as ``python -m agent.cli``
 
 
@@ -78,7 +79,8 @@ def agent(config_path: str | None, log_level: str, **flags: Any) -> None:
     """Run an agent daemon until SIGTERM/SIGINT."""
     from agent.server.daemon import run
 
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
+    # a timestamp on every line: an operator lines up agents' logs around a fault
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format=LOG_FORMAT)
     try:
         config = load_config(config_path, overrides=flags)
     except ConfigError as exc:

@@ -221,6 +221,7 @@ class JobRuntime:
         self._log = LogBudget(log)  # refusals of peer data: counted, logged within a budget
         self._last_timer = 0.0
         self._master_urls: dict[int, tuple[asyncio.Future[str], float]] = {}
+        self._master_nodes: dict[int, int] = {}  # tree → the node id its master URL names
         self._context = _Context(self)
         self.job.bind(self._context)
         #: (first epoch of the next aggregate, the job instance used before it), oldest first
@@ -656,7 +657,7 @@ class JobRuntime:
                     await self.network.client.post_json(url, "/agent/v1/origin", body)
                 return
             except Exception as exc:
-                self.forget_master_url(tid)
+                self.forget_master_url(tid, exc)
                 log.info("job %s: announcing this origin failed: %r; retrying", self.name, exc)
             await asyncio.sleep(delay)
             delay = min(2.0, delay * 2)
@@ -841,8 +842,9 @@ class JobRuntime:
             self.committed[tid] = max(replica.committed, self.committed.get(tid, -1))
         epochs = sorted(replica.items)
         if self.lake is not None:
-            # the dead master may not have written (or buffered) some of them yet; a version's
-            # file is replaced, never duplicated, so writing them all again is safe
+            # the dead master may not have written (or buffered) some of them yet; the lake
+            # skips content it already holds (spark_sink.lake.Lake.write), so writing them
+            # all again is safe
             for epoch in epochs:
                 self.lake.epoch(tid, epoch)
         self.count("takeovers")
@@ -1063,7 +1065,9 @@ class JobRuntime:
                     return
             except Exception as exc:
                 log.info("late contribution %s: %r; retrying", name, exc)
-            self.forget_master_url(name.tree)
+                self.forget_master_url(name.tree, exc)
+            else:
+                self.forget_master_url(name.tree)
             self.count("late_forward_retries")
             await asyncio.sleep(delay)
             delay = min(2.0, delay * 2)
@@ -1287,7 +1291,7 @@ class JobRuntime:
                 await self._send_results(tid, url)
                 return
             except Exception as exc:
-                self.forget_master_url(tid)
+                self.forget_master_url(tid, exc)
                 self.count("handover_retries")
                 log.info("job %s: hand-over of tree %x failed: %r; retrying", self.name, tid, exc)
             await asyncio.sleep(delay)
@@ -1402,10 +1406,20 @@ class JobRuntime:
             reply = await trees.query(tid, {"op": "where"}, timeout=5.0)
         except Exception as exc:
             raise Unavailable(f"the master of {self.name!r} did not answer: {exc}") from None
+        try:
+            self._master_nodes[tid] = int(str(reply.get("node_id")), 16)
+        except ValueError:
+            self._master_nodes.pop(tid, None)
         return str(reply["data_url"])
 
-    def forget_master_url(self, tid: int) -> None:
+    def forget_master_url(self, tid: int, exc: BaseException | None = None) -> None:
+        """Drop the cached master URL of ``tid``; if ``exc`` says that master's port refused
+        us, its process is gone: tell the overlay (the next lookup then routes past it to the
+        standby instead of waiting for the failure detector)."""
         self._master_urls.pop(tid, None)
+        node = self._master_nodes.pop(tid, None)
+        if node is not None and isinstance(exc, DataPlaneError) and exc.reason == "refused":
+            self.network.peer_gone(node)
 
     async def local_results(self, tid: int, epoch: Any) -> dict[str, Any]:
         """This master's result for (tree, epoch); ``gone`` names the bound that dropped an
@@ -1449,7 +1463,7 @@ class JobRuntime:
             try:
                 return await self.network.client.post_json(url, "/agent/v1/results", body)
             except DataPlaneError as exc:
-                self.forget_master_url(tid)
+                self.forget_master_url(tid, exc)
                 if attempt:
                     raise Unavailable(f"the master of {self.name!r} failed: {exc}") from None
         raise AssertionError("unreachable")
