@@ -223,8 +223,8 @@ class Agent:
         self.trees.on_query(self._on_query)
         await self.trees.start()  # before the overlay: no tree message can arrive too early
         await self.overlay.start(self.config.bootstrap)
-        self._restore_table()  # before the inputs: every job sees the first line read
         self._open_inputs()
+        self._restore_table()  # before the tick loop reads: every job sees the first line
         self._running = True
         self.started_at = time.time()
         with contextlib.suppress(JoinTimeout):  # the tree manager keeps retrying

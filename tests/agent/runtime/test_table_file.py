@@ -5,11 +5,13 @@ read as empty; the file is written only when the table changed."""
 from __future__ import annotations
 
 import logging
+import math
 import os
+import time
 from pathlib import Path
 
 import pytest
-from agent_helpers import running_agents, wait_for
+from agent_helpers import complete_result, lines, running_agents, wait_for, word_counts
 
 from agent.jobs.table import RUNNING, JobEntry, JobTable
 from agent.runtime.table_file import FILE_NAME, JobTableFile
@@ -58,7 +60,7 @@ async def test_a_restarted_agent_runs_its_jobs_before_any_peer_tells_it(tmp_path
         path = tmp_path / "agent-0" / FILE_NAME
 
         def saved() -> bool:
-            jobs, removed = JobTableFile(path.parent).load()
+            jobs, _ = JobTableFile(path.parent).load()
             states = {j["name"]: j["state"] for j in jobs}
             return states == {"wc": "running", "gone": "stopped"}
 
@@ -67,3 +69,9 @@ async def test_a_restarted_agent_runs_its_jobs_before_any_peer_tells_it(tmp_path
     async with running_agents(1, data_dir=str(tmp_path)) as (alone,):
         assert sorted(alone.runtimes) == ["wc"]  # at start, the stopped job not run
         assert alone.status()["counters"]["jobs_restored"] == 2
+        # and it runs: it reads its input and counts every line (against a Counter)
+        e = math.floor(time.time()) + 1
+        texts = ["a b b", "c a"]
+        await alone.ingest("ingest", lines(e + 0.1, texts) + lines(e + 1.5, ["later"]))
+        got = await wait_for(lambda: complete_result(alone, "wc", e), 15, "epoch e counted")
+        assert got == word_counts(texts, 1)
