@@ -34,6 +34,9 @@ class RuntimeTunables:
     resync_fanout: int = 2  # children a new jobs-tree root pulls the table from
     query_timeout: float = 10.0  # a query to the jobs-tree root or a job's master
     placement_choices: int = 2  # candidate tree ids per job ("power of two choices")
+    # a job joining a file input other jobs already read re-reads at most this many bytes of
+    # it for its first epochs (agent/ingest/replay.py); more: those epochs are flagged instead
+    replay_max_bytes: int = 64 * 2**20
     # ---- admission of a submitted spec (agent/runtime/admission.py)
     max_catchup_epochs: int = 3600  # a start_epoch at most this many epochs before now
     max_catchup_seconds: float = 3600.0  # ... and at most this much event time before now

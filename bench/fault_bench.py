@@ -21,9 +21,10 @@ epoch as its start epoch; one shared lake.
   and from the lake.
   Figures: % of epochs final & exact; master kill → the next epoch the new master stores
   (seconds, ``next_stored_s`` by the new master's clock; ``api_shows_next_s`` when the
-  results API first shows it) and the epochs lost (missing between the last epoch stored before the kill and
-  that one; ``history_lost``: earlier epochs no longer answered); agent kill → its missed
-  epochs final and exact again (seconds after its restart; null: not within the timeout).
+  results API first shows it) and the epochs lost (missing between the last epoch stored
+  before the kill and that one; ``history_lost``: earlier epochs no longer answered); agent
+  kill → its missed epochs final and exact again (seconds after its restart; null: not
+  within the timeout).
 * **Steady state**: the same workload without faults on a fresh cluster. CPU of all agent
   processes (psutil) and the roll-up latency p50/p99 (per epoch: the last leaf's send → the
   master's stored result, from ``/timings``), with standby replication (and the commits it

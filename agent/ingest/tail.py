@@ -18,7 +18,9 @@ Contract (an :class:`~agent.ingest.base.Input` and :class:`~agent.ingest.base.Re
   lines are skipped silently; a missing file is waited for; a parser that raises anything but
   ``RecordError`` costs that line (``parser_error``), never the tail;
 * with a ``prefilter`` (:mod:`agent.ingest.fastpath`, installed by the runtime) lines no job
-  can match are skipped unparsed and counted as ``prefiltered``.
+  can match are skipped unparsed and counted as ``prefiltered``;
+* with ``stop_at`` (a byte offset) the tail never reads past it and never follows a rotation:
+  a bounded re-read of a range another tail already consumed (:mod:`agent.runtime.replay`).
 """
 
 from __future__ import annotations
@@ -59,8 +61,10 @@ class FileTail:
         poll_interval: float = 0.1,
         read_size: int = 1 << 20,
         max_line_bytes: int = 1 << 20,
+        stop_at: int | None = None,
     ) -> None:
         self.path = Path(path)
+        self.stop_at = stop_at
         self.name = name or str(self.path)
         self.parser: LineParser = parser or RecordValidator()
         self.quarantine = quarantine if quarantine is not None else Quarantine()
@@ -148,11 +152,18 @@ class FileTail:
             self.counters["truncations"] += 1
             self._f.seek(0)
             self._pos, self._buf, self._skipping, self._line_no = 0, b"", False, 0
-        data = self._f.read(self.read_size)
+        want = self.read_size
+        if self.stop_at is not None:
+            want = min(want, self.stop_at - self._pos - len(self._buf))
+            if want <= 0:
+                return
+        data = self._f.read(want)
         if data:
             self.counters["bytes"] += len(data)
             self._consume(data, out)
             return
+        if self.stop_at is not None:
+            return  # a bounded re-read ends at its own file's end
         # at EOF of the open file: has the path moved on to another file?
         try:
             st = os.stat(self.path)

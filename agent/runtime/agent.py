@@ -49,6 +49,7 @@ from agent.ingest.base import Resumable
 from agent.ingest.columnar.reader import install_columnar
 from agent.ingest.fastpath import install_prefilters
 from agent.ingest.inputs import open_input
+from agent.ingest.replay import ReplayError, replay_range
 from agent.ingest.stream import IngestQueue, StreamInput
 from agent.ingest.tail import FileTail
 from agent.jobs.changes import parse_change
@@ -178,6 +179,8 @@ class Agent:
         self.table_file = JobTableFile(config.data_dir) if config.data_dir else None
         self._table_saved = -1  # the table revision last written
         self._synced = False  # a first anti-entropy exchange succeeded
+        # job → input → position: re-reads a new job needs, done at its first tick
+        self._replays: dict[str, dict[str, dict[str, Any]]] = {}
         self.runtimes: dict[str, JobRuntime] = {}
         self.inputs: dict[str, FileTail | StreamInput | IngestQueue] = {}
         # file positions, acked epochs
@@ -409,10 +412,14 @@ class Agent:
             wanted &= only
         install_prefilters(self.inputs, self.input_configs, runtimes)
         install_columnar(self.inputs, self.input_configs, runtimes, enabled=self.tunables.columnar)
+        closed = []
+        for runtime in runtimes:  # a job that joined inputs others read catches up first
+            plan = self._replays.pop(runtime.name, None)
+            if plan:
+                closed.extend(self._replay(runtime, plan))
         held = {name for runtime in runtimes if runtime.backlog_full() for name in runtime.inputs}
         polled = wanted - held
         batches = {name: self.inputs[name].poll() for name in polled}
-        closed = []
         for runtime in runtimes:
             if only is not None and not wanted.intersection(runtime.inputs):
                 continue
@@ -696,7 +703,86 @@ class Agent:
                 newest = max(newest, clock.max_event_time)
                 readers.append(other.name)
         if readers and newest > -math.inf:
-            runtime.started_after_others(newest, sorted(shared))
+            plan = self._replay_plan(runtime, shared, newest)
+            if plan is not None:
+                self._replays[runtime.name] = plan  # done at the job's first tick
+            else:
+                runtime.started_after_others(newest, sorted(shared))
+
+    def _replay_plan(
+        self, runtime: JobRuntime, shared: set[str], newest: float
+    ) -> dict[str, dict[str, Any]] | None:
+        """Where to re-read each shared input from so that ``runtime`` gets every record of
+        its start epoch on (``agent/ingest/replay.py``), or None if one cannot be re-read:
+        not a file, or no position is known before which nothing of those epochs was read."""
+        start = runtime.spec.start_epoch
+        if start is None or runtime.spec.schedule.epoch_of(newest) < start:
+            return None  # nothing of its epochs was read yet: nothing to re-read
+        plan = {}
+        for name in sorted(shared):
+            cfg = self.input_configs.get(name)
+            if cfg is None or cfg.type == "ingest" or cfg.path in (None, "-"):
+                return None
+            position = self.offsets.replay_from(name, start)
+            if position is None:
+                return None
+            plan[name] = position
+        return plan
+
+    def _replay(self, runtime: JobRuntime, plan: dict[str, dict[str, Any]]) -> list[Any]:
+        """Record thread, before the tick's poll: feed ``runtime`` what the other jobs had
+        read of its inputs (from the planned positions up to where the shared tails stand
+        now, so this tick's batches follow on exactly). An input that cannot be re-read
+        makes those epochs incomplete here instead: flagged, never counted as whole."""
+        out: list[Any] = []
+        for name, start in plan.items():
+            source = self.inputs.get(name)
+            lines = 0
+            try:
+                if not isinstance(source, FileTail):
+                    raise ReplayError("not a file tail")
+                now = source.state()
+                if now["inode"] != start.get("inode"):
+                    raise ReplayError("the input moved on to another file")
+                ranged = replay_range(
+                    self.input_configs[name],
+                    start,
+                    now["offset"],
+                    max_bytes=self.tunables.replay_max_bytes,
+                )
+                for batch in ranged:
+                    lines += len(batch)
+                    work = runtime.work({n: batch if n == name else [] for n in runtime.inputs})
+                    out.append((runtime, work))
+            except (ReplayError, OSError) as exc:
+                self.count("replays_failed")
+                newest = max(
+                    (
+                        rt.clock.max_event_time
+                        for rt in self.runtimes.values()
+                        if rt is not runtime and rt.clock is not None and name in rt.inputs
+                    ),
+                    default=-math.inf,
+                )
+                log.warning(
+                    "job %s: input %s cannot be re-read for its first epochs (%s)",
+                    runtime.name,
+                    name,
+                    exc,
+                )
+                if newest > -math.inf:
+                    runtime.started_after_others(newest, [name])
+                continue
+            self.count("replays")
+            log.info(
+                "job %s: re-read %d records of input %s that other jobs had read before it "
+                "started (from byte %s)",
+                runtime.name,
+                lines,
+                name,
+                start.get("offset"),
+            )
+        return out
 
     async def _stop_runtime(self, runtime: JobRuntime) -> None:
         """Stop a job the table stopped and give its memory back (``JobRuntime.release``

@@ -162,6 +162,8 @@ class OffsetKeeper:
         self.inputs: dict[str, dict[str, Any]] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
         self._pending: dict[str, deque[tuple[dict[str, Any], dict[str, int]]]] = {}
+        # the high-water marks the committed position was noted with (unknown after a load)
+        self._committed_highs: dict[str, dict[str, int]] = {}
         self._identities: dict[str, dict[str, Any]] = {}  # job → its submitted identity
         self._dirty = False
         self.counters = {"writes": 0, "write_errors": 0, "load_errors": 0}
@@ -202,6 +204,20 @@ class OffsetKeeper:
         if not isinstance(acked, int) or acked < spec.start_epoch:
             return spec
         return spec.with_changes(start_epoch=acked + 1)
+
+    def replay_from(self, input_name: str, epoch: int) -> dict[str, Any] | None:
+        """The newest position of ``input_name`` noted in this run (committed or pending)
+        before which every record the jobs' clocks accepted belonged to an epoch below
+        ``epoch``: a new job starting at ``epoch`` re-reads from there and misses none of its
+        records (:mod:`agent.runtime.replay`). None if no such position is known (nothing
+        noted: no data directory, or only a position loaded from before a restart)."""
+        candidates = list(reversed(self._pending.get(input_name, ())))
+        if input_name in self._committed_highs and input_name in self.inputs:
+            candidates.append((self.inputs[input_name], self._committed_highs[input_name]))
+        for state, highs in candidates:
+            if all(h < epoch for h in highs.values()):
+                return dict(state)
+        return None
 
     # ---- tracking -------------------------------------------------------------------------
     def observe(
@@ -268,6 +284,7 @@ class OffsetKeeper:
                 ):
                     break
                 committed = state
+                self._committed_highs[name] = highs
                 pending.popleft()
             if committed is not None and self.inputs.get(name) != committed:
                 self.inputs[name] = committed
