@@ -537,7 +537,6 @@ class Lake:
             return False  # unreadable: write a new version rather than trust it
         return meta is not None and meta.get("digest") == digest
 
-
     def write_table(self, table: pa.Table) -> str:
         """Write a table made by :func:`rollup_table` to its own path (atomic replace)."""
         relative = (table.schema.metadata or {}).get(b"elf.path")
