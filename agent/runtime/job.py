@@ -222,6 +222,7 @@ class JobRuntime:
         self._last_timer = 0.0
         self._master_urls: dict[int, tuple[asyncio.Future[str], float]] = {}
         self._master_nodes: dict[int, int] = {}  # tree → the node id its master URL names
+        self._standby_urls: dict[int, str] = {}  # the standby's node id → its data-plane URL
         self._context = _Context(self)
         self.job.bind(self._context)
         #: (first epoch of the next aggregate, the job instance used before it), oldest first
@@ -767,9 +768,7 @@ class JobRuntime:
             self._replicating.discard(tid)
 
     async def _send_replica(self, tid: int, target: Any, epochs: list[int]) -> bool:
-        wanted = set(epochs)
-        plan = [p for p in self.store.export_plan(tid) if p[0]["epoch"] in wanted]
-        plan = [p for p in plan if not p[0].get("early")]
+        plan = self.store.export_plan(tid, epochs=set(epochs))
         exported = await asyncio.to_thread(self.store.encode_plan, plan)
         items = [
             dict(item, snapshot=base64.b64encode(item["snapshot"]).decode()) for item in exported
@@ -783,9 +782,12 @@ class JobRuntime:
             "committed": self.committed.get(tid),
         }
         try:
-            url = await self.network.data_url_of(target)
+            # the standby's URL is asked over the overlay once, not per epoch (a round trip)
+            url = self._standby_urls.get(target.id) or await self.network.data_url_of(target)
+            self._standby_urls = {target.id: url}
             await self.network.client.post_json(url, "/agent/v1/replica", body)
         except Exception as exc:
+            self._standby_urls.pop(target.id, None)
             self.count("replica_failures")
             log.info("job %s: replicating to standby %x failed: %r", self.name, target.id, exc)
             return False

@@ -509,11 +509,18 @@ class ResultStore:
         if self.spill is not None:
             self.spill.close()
 
-    def export_plan(self, tree: int) -> list[tuple[dict[str, Any], Callable[[], bytes]]]:
+    def export_plan(
+        self, tree: int, epochs: set[int] | None = None
+    ) -> list[tuple[dict[str, Any], Callable[[], bytes]]]:
         """The tree's results as (wire item without snapshot, its bytes' producer); the
-        producers encode or read files, so :meth:`encode_plan` runs them in a thread."""
+        producers encode or read files, so :meth:`encode_plan` runs them in a thread. With
+        ``epochs``: only those stored results (no early contributions: a standby's update)."""
         plan: list[tuple[dict[str, Any], Callable[[], bytes]]] = []
-        for epoch, r in self._trees.get(tree, {}).items():
+        held = self._trees.get(tree, {})
+        chosen = (
+            held.items() if epochs is None else [(e, held[e]) for e in sorted(epochs) if e in held]
+        )
+        for epoch, r in chosen:
             item = {"epoch": epoch, "completed_at": r.completed_at, "version": r.version,
                     "doubtful": r.doubtful,
                     "late": [list(n) for n in sorted(r.late_names)],
@@ -524,11 +531,11 @@ class ResultStore:
                 spill = self.spill
                 assert spill is not None
                 plan.append((item, lambda e=epoch, s=spill: s.read(tree, e)))
-        for (t, epoch), held in self._early.items():
+        for (t, epoch), early in self._early.items() if epochs is None else ():
             if t == tree:
-                item = {"epoch": epoch, "late": [list(n) for n in sorted(held.names)],
-                        "early": True, "origins": _ids(held.origins)}  # fmt: skip
-                plan.append((item, held.snapshot.to_bytes))
+                item = {"epoch": epoch, "late": [list(n) for n in sorted(early.names)],
+                        "early": True, "origins": _ids(early.origins)}  # fmt: skip
+                plan.append((item, early.snapshot.to_bytes))
         return plan
 
     @staticmethod
