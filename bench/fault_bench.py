@@ -38,6 +38,7 @@ wrong epoch is listed with what it lacked. The machine's cores are shared by all
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -160,12 +161,21 @@ def next_stored_at_master(
     return round(min(stored) - killed_at, 3) if stored else None
 
 
-def chaos_run(n: int, rate: float, timeout: float, use_netns: bool, seed: int) -> dict[str, Any]:
+def chaos_run(
+    n: int, rate: float, timeout: float, use_netns: bool, seed: int, keep: bool = False
+) -> dict[str, Any]:
     rng = random.Random(seed)
     out: dict[str, Any] = {"agents": n, "lines_per_second_per_agent": rate, "faults": []}
     available, why = netns_available() if use_netns else (False, "disabled by --no-netns")
     out["netns"] = {"used": available, "why_not": why or None}
-    with tempfile.TemporaryDirectory(prefix="fault-bench-") as tmp:
+    where = (
+        contextlib.nullcontext(tempfile.mkdtemp(prefix="fault-bench-"))
+        if keep
+        else tempfile.TemporaryDirectory(prefix="fault-bench-")
+    )
+    with where as tmp:
+        if keep:
+            out["workdir"] = tmp  # agent logs (stderr.log), files, lake: kept for a post-mortem
         lab = NetnsLab(n).open() if available else None
         chaos = ChaosCluster(n, Path(tmp), netns=lab)
         writer: LogWriter | None = None
@@ -349,6 +359,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="per wait, seconds")
     parser.add_argument("--no-netns", action="store_true", help="never use network namespaces")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the chaos run's directory (logs, lake)"
+    )
     args = parser.parse_args()
     n = args.agents or (6 if args.quick else 16)
     seconds = args.seconds or (10.0 if args.quick else 30.0)
@@ -366,7 +379,7 @@ def main() -> None:
             "steady_state_cost_pct": 10,
         },
     }
-    out["chaos"] = chaos_run(n, args.rate, args.timeout, not args.no_netns, args.seed)
+    out["chaos"] = chaos_run(n, args.rate, args.timeout, not args.no_netns, args.seed, args.keep)
     # interleaved, so drift of a shared machine falls on both sides
     runs = [
         steady_run(n, args.rate, seconds, args.timeout, standby=on)

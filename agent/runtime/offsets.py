@@ -185,6 +185,11 @@ class OffsetKeeper:
                 self.inputs = {k: v for k, v in doc["inputs"].items() if isinstance(v, dict)}
             if isinstance(doc.get("jobs"), dict):
                 self.jobs = {k: v for k, v in doc["jobs"].items() if isinstance(v, dict)}
+        # A loaded position was committed: every record before it is in an epoch some job
+        # had acknowledged then, so at most the highest acknowledged epoch stored with it.
+        acked = [v["acked"] for v in self.jobs.values() if isinstance(v.get("acked"), int)]
+        bound = {"(loaded)": max(acked)} if acked else {}
+        self._committed_highs = {name: dict(bound) for name in self.inputs}
 
     # ---- resume ---------------------------------------------------------------------------
     def resume_state(self, input_name: str) -> dict[str, Any] | None:
@@ -209,8 +214,8 @@ class OffsetKeeper:
         """The newest position of ``input_name`` noted in this run (committed or pending)
         before which every record the jobs' clocks accepted belonged to an epoch below
         ``epoch``: a new job starting at ``epoch`` re-reads from there and misses none of its
-        records (:mod:`agent.runtime.replay`). None if no such position is known (nothing
-        noted: no data directory, or only a position loaded from before a restart)."""
+        records (:mod:`agent.ingest.replay`). A position loaded from before a restart counts
+        with the highest epoch acknowledged then. None if no such position is known."""
         candidates = list(reversed(self._pending.get(input_name, ())))
         if input_name in self._committed_highs and input_name in self.inputs:
             candidates.append((self.inputs[input_name], self._committed_highs[input_name]))

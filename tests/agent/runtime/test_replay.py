@@ -106,3 +106,22 @@ def test_a_range_that_cannot_be_re_read_exactly_is_refused(tmp_path: Path) -> No
         list(replay_range(cfg, start, size + 100, max_bytes=1 << 20))
     with pytest.raises(ReplayError, match="not a file"):
         list(replay_range(InputConfig(name="i", type="ingest"), start, size, max_bytes=9))
+
+
+def test_a_position_from_before_a_restart_is_a_start_for_epochs_after_those_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """The offset keeper's committed position, loaded after a restart, may start a re-read
+    for epochs after the highest epoch acknowledged with it (every record before it belongs
+    to an acknowledged epoch), not for earlier ones."""
+    from agent.runtime.offsets import STATE_FILE, OffsetKeeper
+
+    position = {"path": "/x", "inode": 7, "offset": 120, "line_no": 3}
+    doc = {"version": 1, "inputs": {"f": position},
+           "jobs": {"wc": {"creator": "t", "start_epoch": 90, "acked": 100},
+                    "ql": {"creator": "t", "start_epoch": 90, "acked": 98}}}  # fmt: skip
+    (tmp_path / STATE_FILE).write_text(json.dumps(doc))
+    keeper = OffsetKeeper(tmp_path)
+    assert keeper.replay_from("f", 101) == position
+    assert keeper.replay_from("f", 100) is None  # epoch 100's records may precede it
+    assert keeper.replay_from("g", 101) is None  # an input with no position
