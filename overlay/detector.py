@@ -150,6 +150,13 @@ class FailureDetector:
                 self._hood.retire(state.info.id)
                 self._probe_queue.clear()
 
+    def routable(self, node_id: int) -> bool:
+        """Not known to be failed, departed or suspected (an unknown node - a route's
+        origin, say - gets the benefit of the doubt)."""
+        if node_id in self.membership.tombstones:
+            return False
+        return not self.membership.is_suspected(node_id)
+
     def declare_failed(self, node_id: int) -> bool:
         """Another layer has proof ``node_id``'s process is gone (its TCP port refuses
         connections): fail it now instead of after the probe misses and ``fail_timeout``.

@@ -506,6 +506,9 @@ class OverlayNode:
     def on_missed_reply(self, node_id: int) -> None:
         self._detector.on_missed_reply(node_id)
 
+    def routable(self, node_id: int) -> bool:
+        return self._detector.routable(node_id)
+
     def on_learned(self, infos: list[NodeInfo]) -> None:
         if not self._running:
             return

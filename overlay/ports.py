@@ -29,6 +29,10 @@ class Liveness(Protocol):
 
     def on_reply_from(self, node_id: int) -> None: ...
     def on_missed_reply(self, node_id: int) -> None: ...
+    def routable(self, node_id: int) -> bool:
+        """Whether ``node_id`` is still worth a retry (a member, not suspected: a failure
+        proven meanwhile - a refused connection elsewhere - ends the retries at once)."""
+        ...
 
 
 class Contacts(Protocol):

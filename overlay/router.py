@@ -225,6 +225,8 @@ class Router:
                 self._liveness.on_reply_from(target.id)
                 return False
             self._liveness.on_missed_reply(target.id)
+            if not self._liveness.routable(target.id):
+                return False  # failed meanwhile (e.g. a proof arrived): reroute now
         return False
 
     # ---- delivery reports ----------------------------------------------------------------------
