@@ -61,7 +61,9 @@ from agent.runtime.http_api import HttpApi
 from agent.runtime.job import JobRuntime
 from agent.runtime.lake_sink import lake_target
 from agent.runtime.looplag import LoopLag
+from agent.runtime.metrics import AgentMetrics
 from agent.runtime.offsets import OffsetKeeper
+from agent.runtime.ops_api import install as install_ops_routes
 from agent.runtime.record_thread import InlineRecords, RecordThread
 from cbt import Snapshot, SnapshotError
 from overlay import NodeInfo, OverlayNode, key_for
@@ -188,6 +190,11 @@ class Agent:
         self._tick_event = asyncio.Event()
         self.loop_lag = LoopLag()
         self._admission_running = 0  # dry-run threads not yet finished (hung ones included)
+        #: set once a job-table resync (or being the jobs-tree root without children) succeeded
+        self.table_synced = False
+        #: this agent's Prometheus registry (``GET /metrics``), read at scrape time
+        self.metrics = AgentMetrics(self)
+        install_ops_routes(self.api, self, self.metrics, metrics_public=config.metrics_public)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -665,6 +672,7 @@ class Agent:
                 self.count("job_start_errors")
                 log.warning("cannot run job %s here: %r", entry.name, exc)
                 return
+            runtime.observer = self.metrics  # read-only: latency histograms
             self._note_shared_inputs(runtime)
             self.runtimes[entry.name] = runtime
             self.spawn(runtime.start(), f"start job {entry.name}")
@@ -708,12 +716,15 @@ class Agent:
             urls = [url for url in view.child_urls.values() if url][: self.tunables.resync_fanout]
         else:
             urls = [(await self._ask_jobs_root({"op": "where"}))["data_url"]]
+        synced = not urls  # a root without children holds the table itself
         for url in urls:
             try:
                 await self.merge_table_from(url)
+                synced = True
             except (DataPlaneError, ValueError, KeyError, TypeError) as exc:
                 self.count("resync_errors")
                 log.info("job table resync from %s failed: %r", url, exc)
+        self.table_synced = self.table_synced or synced
 
     async def merge_table_from(self, url: str) -> None:
         """Merge the job table (and tombstones) of the agent at data-plane ``url`` into ours
@@ -1018,6 +1029,70 @@ class Agent:
             "data_plane": self.server.stats(),
             "api": self.api.stats(),
         }
+
+    # ---- the operator's view (agent/runtime/metrics.py, agent/runtime/ops_api.py) ------------
+
+    def readiness(self) -> dict[str, bool]:
+        """The readiness checks of ``GET /readyz`` (booleans only: nothing to leak)."""
+        running = self._running and self.trees is not None
+        view = self.trees.view(JOBS_TREE) if self.trees is not None else None
+        return {
+            "started": running,
+            # alone in its cluster (no bootstrap) an agent has joined by definition
+            "overlay": running and (bool(self.overlay.contacts()) or not self.config.bootstrap),
+            "jobs_tree": view is not None and view.state != "joining",
+            "job_table": self.table_synced,
+        }
+
+    def metrics_node(self) -> dict[str, Any]:
+        """Agent-wide figures for the metrics collector (``MetricsSource``)."""
+        lake = next(
+            (st for r in self.runtimes.values() if (st := r.lake.stats() if r.lake else None)),
+            None,
+        )
+        return {
+            "uptime_s": time.time() - self.started_at if self.started_at else 0.0,
+            "ready": all(self.readiness().values()),
+            "contacts": len(self.overlay.contacts()),
+            "overlay": self.overlay.stats(),
+            "data_plane": self.server.stats(),
+            "api": self.api.stats(),
+            "counters": dict(self.counters),
+            "job_table": self.table.stats(),
+            "loop_lag": self.loop_lag.stats(),
+            "lake": lake,
+        }
+
+    def metrics_inputs(self) -> dict[str, dict[str, Any]]:
+        """Per input: its counters (``MetricsSource``)."""
+        return {name: src.stats() for name, src in self.inputs.items()}
+
+    def metrics_jobs(self) -> dict[str, dict[str, Any]]:
+        """Per running job: its status and the newest stored epochs' flags (``MetricsSource``)."""
+        out = {}
+        for name, runtime in self.runtimes.items():
+            st = runtime.status()
+            st["results_now"] = _results_now(runtime)
+            out[name] = st
+        return out
+
+
+def _results_now(runtime: JobRuntime, recent: int = 64) -> dict[str, Any]:
+    """As master: tentative epochs among the newest ``recent`` stored per tree, and the
+    newest epoch's coverage (the lowest over the job's trees); read without copying."""
+    tentative, coverage = 0, None
+    store = runtime.store
+    for tid in store.trees():
+        epochs = store.epochs(tid)[-recent:]
+        for epoch in epochs:
+            result = store.peek(tid, epoch)
+            if result is not None and result.tentative:
+                tentative += 1
+        newest = store.peek(tid, epochs[-1]) if epochs else None
+        if newest is not None:
+            cov = float(newest.coverage)
+            coverage = cov if coverage is None else min(coverage, cov)
+    return {"tentative": tentative, "coverage": coverage}
 
 
 def _error_reply(exc: StatusError) -> dict[str, Any]:

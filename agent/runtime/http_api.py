@@ -79,6 +79,8 @@ class HttpApi:
         self._token = token.encode()
         self.host, self.port = host, port
         self.rejected: dict[str, int] = {}
+        #: paths served without the token (agent/runtime/ops_api.py adds the probes)
+        self.public_paths: set[str] = {"/api/v1/health"}
         self.app = web.Application(middlewares=[self._errors], client_max_size=MAX_BODY_BYTES)
         r = self.app.router
         r.add_get("/api/v1/health", self._health)
@@ -119,7 +121,7 @@ class HttpApi:
     @web.middleware
     async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
-            if request.path != "/api/v1/health":
+            if request.path not in self.public_paths:
                 self._authenticate(request)
                 self.guard.authenticated(request)  # no longer counts as a pre-auth connection
             return await handler(request)
@@ -160,6 +162,8 @@ class HttpApi:
             if transport is None or transport.is_closing():
                 raise BadRequest("request body could not be read: connection closed") from None
             raise
+
+    read_body = _read  # for the request-validation middleware (agent/runtime/ops_api.py)
 
     @classmethod
     async def _body(cls, request: web.Request) -> dict[str, Any]:
