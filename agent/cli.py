@@ -74,11 +74,19 @@ def cli() -> None:
 @click.option("--node-id", help="Hex node id (default: SHA-1 of host:port).")
 @click.option("--lake", help="Rollup lake path or URI (default <data-dir>/lake; off: none).")
 @click.option("--log-level", default="WARNING", show_default=True)
-def agent(config_path: str | None, log_level: str, **flags: Any) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["plain", "json"]),
+    default="plain",
+    show_default=True,
+    help="json: one JSON object per line with agent, job and epoch (docs/metrics.md).",
+)
+def agent(config_path: str | None, log_level: str, log_format: str, **flags: Any) -> None:
     """Run an agent daemon until SIGTERM/SIGINT."""
+    from agent.runtime.logs import configure
     from agent.server.daemon import run
 
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
+    configure(log_format, log_level, sys.stderr)
     try:
         config = load_config(config_path, overrides=flags)
     except ConfigError as exc:

@@ -60,6 +60,7 @@ from agent.runtime.heap import trim_heap
 from agent.runtime.http_api import HttpApi
 from agent.runtime.job import JobRuntime
 from agent.runtime.lake_sink import lake_target
+from agent.runtime.logs import AGENT, AgentName, job_context
 from agent.runtime.looplag import LoopLag
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.offsets import OffsetKeeper
@@ -199,6 +200,10 @@ class Agent:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # log records of this agent's tasks name it: they inherit this holder (the id is known
+        # once the overlay has bound its port)
+        name = AgentName()
+        AGENT.set(name)
         load_job_classes()
         self.records = RecordThread(f"elf-records-{self.config.overlay_port or 'agent'}")
         self.server.on_snapshot(self._on_snapshot)
@@ -223,6 +228,7 @@ class Agent:
         self.trees.on_query(self._on_query)
         await self.trees.start()  # before the overlay: no tree message can arrive too early
         await self.overlay.start(self.config.bootstrap)
+        name.value = f"{self.overlay.id:040x}"
         self._open_inputs()
         self._running = True
         self.started_at = time.time()
@@ -670,12 +676,15 @@ class Agent:
                 )
             except Exception as exc:
                 self.count("job_start_errors")
-                log.warning("cannot run job %s here: %r", entry.name, exc)
+                log.warning(
+                    "cannot run job %s here: %r", entry.name, exc, extra={"job": entry.name}
+                )
                 return
             runtime.observer = self.metrics  # read-only: latency histograms
             self._note_shared_inputs(runtime)
             self.runtimes[entry.name] = runtime
-            self.spawn(runtime.start(), f"start job {entry.name}")
+            with job_context(entry.name):  # the job's start-up tasks log its name
+                self.spawn(runtime.start(), f"start job {entry.name}")
         elif entry.state == RUNNING and runtime is not None and entry.version > runtime.version:
             # a runtime change, via the table
             self.spawn(runtime.apply_spec(entry.spec, entry.version), f"change {entry.name}")

@@ -124,6 +124,11 @@ class RequestValidator:
     async def check(self, request: web.Request, body: bytes | None) -> None:
         """Raise :class:`BadRequest` naming what is wrong with ``request`` (``body``: its
         bytes when the operation takes JSON, else None)."""
+        if body is not None:
+            try:  # the handler's own message for bytes that are not JSON at all
+                orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise BadRequest(f"request body is not valid JSON: {exc}") from None
         adapted = _Request(request, body=body, content_type="application/json")
         errors: list[Exception] = list(self._params.iter_errors(adapted))
         if not errors and body is not None:
@@ -137,7 +142,7 @@ class RequestValidator:
 def _bad_request(exc: Exception) -> BadRequest:
     """An openapi-core error as a 400 naming the field (module contract)."""
     field: str | None = None
-    detail = str(exc)
+    detail = _text(exc)
     name = getattr(exc, "name", None)  # a parameter error carries the parameter's name
     if isinstance(name, str):
         field = name
@@ -153,13 +158,21 @@ def _bad_request(exc: Exception) -> BadRequest:
                 field = f"{name}.{path}"
             detail = first.message
             break
-        if getattr(cause, "__cause__", None) is None and not isinstance(name, str):
-            detail = str(cause)
+        if cause is not exc:  # the deepest cause says what was wrong ("cannot cast 'abc'")
+            detail = _text(cause)
         cause = cause.__cause__
     if field is None:
         field = _field_of_message(detail)
     where = f"{field}: " if field else ""
     return BadRequest(f"request does not match the API's schema: {where}{detail}", field=field)
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, never raising (some library errors decode the request's bytes)."""
+    try:
+        return str(exc)[:500]
+    except Exception:
+        return type(exc).__name__
 
 
 def _most_specific(errors: Iterable[Any]) -> Any:

@@ -1,0 +1,253 @@
+"""The operator's view of one agent over real sockets: ``/metrics`` figures against an
+independent reference (what the test sent, counted by a Counter), the probes' semantics and
+what they leak, the token rules (``metrics_public``), the OpenAPI document against the app's
+routes, and its request validation's 400s naming the field."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import re
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from agent_helpers import complete_result as result
+from agent_helpers import lines, running_agents, wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.config import load_config
+from agent.errors import ConfigError
+from agent.runtime.agent import Agent
+from agent.runtime.http_api import HttpApi
+from agent.runtime.metrics import AgentMetrics
+from agent.runtime.openapi import DOCUMENT, DOCUMENT_BYTES, app_routes, document_routes
+from agent.runtime.ops_api import install
+
+ROOT = Path(__file__).resolve().parents[3]
+ALLOWED_LABELS = {"job", "input", "reason", "role", "kind", "le"}
+
+
+def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an exposition, by (name, sorted labels), with prometheus_client's own
+    parser (an independent reading of the text we produced)."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def get(url: str, token: str | None = None) -> tuple[int, bytes, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with aiohttp.ClientSession() as s, s.get(url, headers=headers) as r:
+        return r.status, await r.read(), r.headers.get("Content-Type", "")
+
+
+async def post(url: str, token: str, body: bytes) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession() as s, s.post(url, headers=headers, data=body) as r:
+        return r.status, orjson.loads(await r.read())
+
+
+async def scrape(agent: Agent) -> dict:
+    status, body, ctype = await get(agent.api.url + "/metrics", agent.config.api_token)
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+    return parse(body.decode())
+
+
+async def test_metrics_count_what_was_sent() -> None:
+    """Ingest N good and K bad lines per agent over HTTP: the counters equal the reference;
+    epochs closed, the roll-up and multicast histograms at the master and the roles agree
+    with the runtime's own records; a stopped job's series go away."""
+    good = ["a b", "b c", "c"]
+    bad = [b"not json", b'{"no": "ts"}', b'{"ts": "yesterday", "line": "x"}', b"[1]"]
+    async with running_agents(2) as agents:
+        e = math.floor(time.time()) + 1
+        spec = {"name": "wc", "creator": "t", "job_class": "wordcount", "start_epoch": e,
+                "allowed_lateness": 0.5}  # fmt: skip
+        await agents[0].submit(spec)
+        reasons: Counter[str] = Counter()
+        sent_bytes = 0
+        for a in agents:
+            body = [x.encode() for x in lines(e + 0.1, good)] + bad
+            sent_bytes = sum(len(x) for x in body)
+            status, reply = await post(
+                a.api.url + "/api/v1/ingest/ingest", a.config.api_token, b"\n".join(body) + b"\n"
+            )
+            assert status == 200 and reply["accepted"] == len(good)
+            reasons = Counter(err["reason"] for err in reply["errors"])
+        assert sum(reasons.values()) == len(bad)
+        await wait_for(lambda: result(agents[0], "wc", e), 15, "the first epoch")
+        master = next(a for a in agents if "master" in a.runtimes["wc"].roles())
+        await wait_for(lambda: master.runtimes["wc"].multicast_stats, 10, "a multicast")
+        for a in agents:
+            m = await scrape(a)
+            assert value(m, "elf_ingest_lines_total", input="ingest") == len(good) + len(bad)
+            assert value(m, "elf_ingest_bytes_total", input="ingest") == sent_bytes
+            assert value(m, "elf_ingest_records_total", input="ingest") == len(good)
+            for reason, n in reasons.items():
+                got = value(m, "elf_ingest_rejected_lines_total", input="ingest", reason=reason)
+                assert got == n, reason
+            worker = a.runtimes["wc"].worker_stats() or {}
+            assert value(m, "elf_epochs_closed_total", job="wc") == worker["epochs_emitted"] > 0
+            assert value(m, "elf_job_records_total", job="wc") == worker["records_in"]
+            is_master = a is master
+            assert value(m, "elf_job_role", job="wc", role="master") == float(is_master)
+            assert value(m, "elf_job_role", job="wc", role="worker") == 1.0
+            assert value(m, "elf_agent_ready") == 1.0
+            assert value(m, "process_resident_memory_bytes") > 0
+            # bounded labels: only the documented names, never an id
+            for name, labels in m:
+                assert {k for k, _ in labels} <= ALLOWED_LABELS, name
+                assert not any(re.fullmatch(r"[0-9a-f]{40}", v) for _, v in labels), name
+        m = await scrape(master)
+        timings = master.runtimes["wc"].timings()
+        stored = len(timings["completed_at"])
+        assert value(m, "elf_rollup_latency_seconds_count", job="wc") == stored > 0
+        sent = Counter(x["kind"] for x in master.runtimes["wc"].multicast_stats)
+        for kind, n in sent.items():
+            assert value(m, "elf_multicast_latency_seconds_count", job="wc", kind=kind) == n
+        committed = master.runtimes["wc"].counters.get("commits", 0)
+        assert value(m, "elf_epochs_committed_total", job="wc") == committed
+        await agents[0].stop_job("wc")
+        await wait_for(lambda: "wc" not in master.runtimes, 10, "the job stopped")
+        await scrape(master)  # the stopped job's histogram children are pruned after this one
+        m = await scrape(master)
+        assert not [k for k in m if ("job", "wc") in k[1]]
+
+
+async def test_probes_tokens_and_the_contract_over_http() -> None:
+    async with running_agents(1) as (agent,):
+        url, token = agent.api.url, agent.config.api_token
+        status, body, _ = await get(url + "/healthz")
+        assert (status, orjson.loads(body)) == (200, {"status": "ok"})
+        await wait_for(lambda: all(agent.readiness().values()), 15, "ready")
+        status, body, _ = await get(url + "/readyz")
+        ready = orjson.loads(body)
+        assert status == 200 and ready["ready"] is True
+        assert all(v is True for v in ready["checks"].values())
+        leaked = [f"{agent.overlay.id:040x}", str(agent.overlay.info.address[1]), "127.0.0.1"]
+        await agent.submit({"name": "secret-job-name", "creator": "t", "job_class": "wordcount"})
+        for path in ("/healthz", "/readyz"):
+            _, body, _ = await get(url + path)
+            assert not any(x.encode() in body for x in [*leaked, "secret-job-name"]), path
+        assert (await get(url + "/metrics"))[0] == 401  # metrics_public is off by default
+        status, body, _ = await get(url + "/metrics", token)
+        assert status == 200 and b'job="secret-job-name"' in body
+        assert (await get(url + "/api/v1/status"))[0] == 401
+        status, body, ctype = await get(url + "/api/v1/openapi.json")
+        assert status == 200 and body == DOCUMENT_BYTES and ctype.startswith("application/json")
+        # the document validates requests: a 400 naming the field, before any handler ran
+        for spec, field in (
+            ({"name": "x", "creator": "t", "job_class": "wordcount", "trees": "2"}, "trees"),
+            ({"name": "x", "creator": "t"}, "job_class"),
+            ({"name": "x", "creator": "t", "job_class": "wordcount", "bogus": 1}, "bogus"),
+            ({"name": "x y", "creator": "t", "job_class": "wordcount"}, "name"),
+        ):
+            status, reply = await post(url + "/api/v1/jobs", token, orjson.dumps(spec))
+            assert status == 400 and reply["field"] == field and field in reply["error"], reply
+        status, reply = await post(url + "/api/v1/jobs", token, b"\x80 not json")
+        assert status == 400 and "not valid JSON" in reply["error"]
+        for query, field in (("epoch=abc", "epoch"), ("epoch=-1", "epoch")):
+            status, body, _ = await get(
+                url + f"/api/v1/jobs/secret-job-name/results?{query}", token
+            )
+            reply = orjson.loads(body)
+            assert status == 400 and reply["field"] == field and reply["error"], reply
+        assert "x" not in agent.runtimes  # nothing refused was submitted
+
+
+async def test_metrics_public_opens_only_metrics() -> None:
+    async with running_agents(1, metrics_public=True) as (agent,):
+        status, body, _ = await get(agent.api.url + "/metrics")
+        assert status == 200 and b"elf_agent_uptime_seconds" in body
+        assert (await get(agent.api.url + "/api/v1/jobs"))[0] == 401
+
+
+async def test_readyz_is_503_with_the_failing_checks() -> None:
+    class NotYet:
+        def readiness(self) -> dict[str, bool]:
+            return {"started": True, "overlay": False, "jobs_tree": False, "job_table": False}
+
+    class NoFigures:
+        def metrics_node(self) -> dict[str, Any]:
+            return {}
+
+        def metrics_inputs(self) -> dict[str, Any]:
+            return {}
+
+        def metrics_jobs(self) -> dict[str, Any]:
+            return {}
+
+    api = HttpApi(NotYet(), "token")  # type: ignore[arg-type]
+    install(api, NotYet(), AgentMetrics(NoFigures(), process=False))
+    await api.start()
+    try:
+        status, body, _ = await get(api.url + "/readyz")
+        assert status == 503 and orjson.loads(body) == {
+            "ready": False,
+            "checks": NotYet().readiness(),
+        }
+        status, body, _ = await get(api.url + "/metrics", "token")
+        assert status == 200 and b"elf_agent_ready 0.0" in body
+    finally:
+        await api.stop()
+
+
+def test_the_document_lists_exactly_the_apps_routes_and_docs_keeps_a_copy() -> None:
+    cfg = load_config(env={"ELF_SECRET": "x" * 32})
+    agent = Agent(cfg)
+    assert app_routes(agent.api.app) == document_routes()
+    assert (ROOT / "docs" / "openapi.json").read_bytes() == DOCUMENT_BYTES
+    assert DOCUMENT["openapi"].startswith("3.")
+    public = {
+        p
+        for p, item in DOCUMENT["paths"].items()
+        for op in item.values()
+        if op.get("security") == []
+    }
+    assert public == agent.api.public_paths
+
+
+def test_metrics_public_is_a_config_boolean(tmp_path: Path) -> None:
+    env = {"ELF_SECRET": "x" * 32}
+    assert load_config(env=env).metrics_public is False
+    assert load_config(env={**env, "ELF_METRICS_PUBLIC": "true"}).metrics_public is True
+    cfg = tmp_path / "a.toml"
+    cfg.write_text("[agent]\nmetrics_public = true\n")
+    assert load_config(cfg, env=env).metrics_public is True
+    with pytest.raises(ConfigError, match="metrics_public"):
+        load_config(env={**env, "ELF_METRICS_PUBLIC": "maybe"})
+    assert dataclasses.replace(load_config(env=env), metrics_public=True).metrics_public
+
+
+async def test_histogram_observer_never_raises_and_bounds_kinds() -> None:
+    class Empty:
+        def metrics_node(self) -> dict[str, Any]:
+            return {}
+
+        def metrics_inputs(self) -> dict[str, Any]:
+            return {}
+
+        def metrics_jobs(self) -> dict[str, Any]:
+            return {"j": {}}
+
+    metrics = AgentMetrics(Empty(), process=False)
+    for kind in ("empty", "user-kind-1", "user-kind-2"):
+        metrics.multicast_done("j", kind, 0.01)
+    metrics.epoch_stored("j", epoch_end=100.0, stored_at=99.0)  # a clock step: 0, not < 0
+    m = parse(metrics.exposition().decode())
+    assert value(m, "elf_multicast_latency_seconds_count", job="j", kind="job") == 2
+    assert value(m, "elf_multicast_latency_seconds_count", job="j", kind="empty") == 1
+    assert value(m, "elf_rollup_latency_seconds_sum", job="j") == 0.0
+    await asyncio.sleep(0)
