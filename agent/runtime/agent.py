@@ -243,6 +243,7 @@ class Agent:
             asyncio.create_task(self.loop_lag.run(), name="elf-loop-lag"),
             asyncio.create_task(self._collect_loop(), name="elf-job-gc"),
         ]
+        log.info("agent started: data plane %s, API %s", self.data_url, self.api.url)
 
     async def stop(self) -> None:
         """Graceful: hand master results over, leave every tree, leave the overlay. Each step
