@@ -1,7 +1,7 @@
 """The agent's user-facing HTTP API (aiohttp, JSON, bearer-token authenticated).
 
-Contract: every endpoint except ``GET /api/v1/health`` needs ``Authorization: Bearer
-<token>``; a wrong or missing token is 401. Bodies are JSON (``ingest`` takes JSON lines).
+Contract: every endpoint except those in ``public_paths`` (``GET /api/v1/health`` and the
+probes) needs ``Authorization: Bearer <token>``; a wrong or missing token is 401. Bodies are JSON (``ingest`` takes JSON lines).
 Invalid input gets a 4xx whose JSON body is ``{"error": "<what was wrong>"}`` (plus ``"field"``
 naming the spec or change field at fault when there is one); the agent keeps running whatever
 arrives. Connections go through :mod:`srt.dataplane.guard` (head, body and idle timeouts; a cap
@@ -21,7 +21,13 @@ GET      /api/v1/jobs/{name}/local           ``?k=v``: the job's instance on thi
 GET      /api/v1/status                      node id, neighbours, roles and trees per job
 POST     /api/v1/ingest/{input}              JSON lines into a named input
 GET      /api/v1/health                      liveness (no token)
+GET      /healthz, /readyz                   liveness, readiness (no token; ``ops_api``)
+GET      /metrics                            Prometheus text (token unless metrics_public)
+GET      /api/v1/openapi.json                the OpenAPI document (no token; ``ops_api``)
 =======  ==================================  ===============================================
+
+The operator's routes and the validation of requests against the OpenAPI document are added by
+:func:`agent.runtime.ops_api.install`; ``public_paths`` are the paths served without a token.
 """
 
 from __future__ import annotations
