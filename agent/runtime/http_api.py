@@ -1,7 +1,8 @@
 """The agent's user-facing HTTP API (aiohttp, JSON, bearer-token authenticated).
 
 Contract: every endpoint except those in ``public_paths`` (``GET /api/v1/health`` and the
-probes) needs ``Authorization: Bearer <token>``; a wrong or missing token is 401. Bodies are JSON (``ingest`` takes JSON lines).
+probes) needs ``Authorization: Bearer <token>``; a wrong or missing token is 401. Bodies are
+JSON (``ingest`` takes JSON lines).
 Invalid input gets a 4xx whose JSON body is ``{"error": "<what was wrong>"}`` (plus ``"field"``
 naming the spec or change field at fault when there is one); the agent keeps running whatever
 arrives. Connections go through :mod:`srt.dataplane.guard` (head, body and idle timeouts; a cap
