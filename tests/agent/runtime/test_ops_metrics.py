@@ -251,3 +251,24 @@ async def test_histogram_observer_never_raises_and_bounds_kinds() -> None:
     assert value(m, "elf_multicast_latency_seconds_count", job="j", kind="empty") == 1
     assert value(m, "elf_rollup_latency_seconds_sum", job="j") == 0.0
     await asyncio.sleep(0)
+
+
+async def test_lake_written_counts_the_files_in_the_lake(tmp_path: Path) -> None:
+    """``elf_lake_written_total`` against the lake itself: one Parquet file per rollup
+    written (no compaction runs within the test)."""
+    lake = tmp_path / "lake"
+    async with running_agents(1, lake=str(lake), data_dir=str(tmp_path / "data")) as (agent,):
+        e = math.floor(time.time()) + 1
+        await agent.submit({"name": "wc", "creator": "t", "job_class": "wordcount",
+                            "start_epoch": e})  # fmt: skip
+        await agent.ingest("ingest", lines(e + 0.1, ["a b"]) + lines(e + 1.1, ["c"]))
+        await wait_for(lambda: result(agent, "wc", e + 1), 15, "two epochs")
+
+        async def agree() -> bool:
+            files = len(list(lake.rglob("epoch-*.parquet")))
+            m = await scrape(agent)
+            return files >= 2 and value(m, "elf_lake_written_total") == files
+
+        await wait_for(agree, 20, "the counter and the lake's files to agree")
+        m = await scrape(agent)
+        assert value(m, "elf_lake_refused_total") == 0
