@@ -16,8 +16,8 @@ its ``Content-Type`` says: the API always read bodies as JSON, and ``curl -d`` s
 Why ``openapi-core``: it reads the whole document (paths, parameter styles, ``$ref``\\ s, 3.0 and
 3.1), ships an aiohttp request adapter, and is maintained; validating components with bare
 ``jsonschema`` would mean matching paths and decoding parameters by hand. Validation runs on
-the event loop and costs well under a millisecond for the API's small JSON bodies (8 MiB at
-most: the app's ``client_max_size``).
+the event loop and costs about half a millisecond per request for a job spec
+(``bench/ops_bench.py``); bodies are at most 8 MiB (the app's ``client_max_size``).
 """
 
 from __future__ import annotations

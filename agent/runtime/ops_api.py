@@ -40,7 +40,7 @@ class OpsSource(Protocol):
 class MetricsExposition(Protocol):
     """The agent's metrics registry (:class:`agent.runtime.metrics.AgentMetrics`)."""
 
-    def exposition(self) -> bytes: ...
+    async def exposition_async(self) -> bytes: ...
 
 
 def _json(data: object, status: int = 200) -> web.Response:
@@ -67,7 +67,7 @@ def install(
         return _json({"ready": ready, "checks": checks}, 200 if ready else 503)
 
     async def scrape(request: web.Request) -> web.Response:
-        resp = web.Response(body=metrics.exposition())
+        resp = web.Response(body=await metrics.exposition_async())
         resp.headers["Content-Type"] = CONTENT_TYPE_PLAIN_0_0_4
         return resp
 
