@@ -191,6 +191,7 @@ class Agent:
         self._tick_event = asyncio.Event()
         self.loop_lag = LoopLag()
         self._admission_running = 0  # dry-run threads not yet finished (hung ones included)
+        self._log_name = AgentName()  # this agent in log records (agent/runtime/logs.py)
         #: set once a job-table resync (or being the jobs-tree root without children) succeeded
         self.table_synced = False
         #: this agent's Prometheus registry (``GET /metrics``), read at scrape time
@@ -200,10 +201,16 @@ class Agent:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        # log records of this agent's tasks name it: they inherit this holder (the id is known
-        # once the overlay has bound its port)
-        name = AgentName()
-        AGENT.set(name)
+        # Log records of this agent's tasks and callbacks name it: everything created while
+        # starting copies the context holding this name (filled in once the overlay has bound
+        # its port and so has an id); the caller's context is restored after.
+        token = AGENT.set(self._log_name)
+        try:
+            await self._start()
+        finally:
+            AGENT.reset(token)
+
+    async def _start(self) -> None:
         load_job_classes()
         self.records = RecordThread(f"elf-records-{self.config.overlay_port or 'agent'}")
         self.server.on_snapshot(self._on_snapshot)
@@ -228,7 +235,7 @@ class Agent:
         self.trees.on_query(self._on_query)
         await self.trees.start()  # before the overlay: no tree message can arrive too early
         await self.overlay.start(self.config.bootstrap)
-        name.value = f"{self.overlay.id:040x}"
+        self._log_name.value = f"{self.overlay.id:040x}"
         self._open_inputs()
         self._running = True
         self.started_at = time.time()
