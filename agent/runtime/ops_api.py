@@ -56,7 +56,7 @@ def install(
     validator: RequestValidator | None = None,
 ) -> None:
     """Add the operator's routes and the request validation to ``api`` (module contract)."""
-    validator = validator or RequestValidator()
+    validator = validator or RequestValidator.shared()
 
     async def healthz(request: web.Request) -> web.Response:
         return _json({"status": "ok"})
