@@ -272,3 +272,104 @@ async def test_lake_written_counts_the_files_in_the_lake(tmp_path: Path) -> None
         await wait_for(agree, 20, "the counter and the lake's files to agree")
         m = await scrape(agent)
         assert value(m, "elf_lake_refused_total") == 0
+
+
+def test_the_collector_maps_every_figure_to_its_metric() -> None:
+    """A fake source with known figures (the shapes ``Agent.status()`` parts have): each lands
+    in its documented metric and labels; free-text counter names are collapsed."""
+
+    class Source:
+        def metrics_node(self) -> dict[str, Any]:
+            return {
+                "uptime_s": 12.5,
+                "ready": True,
+                "overlay": {"contacts": 7, "suspected": 2, "events": {"nodes_failed": 3},
+                            "drops": {"bad_mac": 4, "replay": 1},
+                            "sent_msgs": {"ping": 9}, "recv_bytes": {"ping": 90}},
+                "data_plane": {"requests": 11, "bytes_in": 1000, "results": {"merged": 5},
+                               "rejected": {"corrupt": 2},
+                               "connections": {"open": 1, "opened_total": 6,
+                                               "closed": {"idle": 5}}},
+                "api": {"rejected": {"http_404": 3}, "connections": {}},
+                "counters": {"task_failed:wc repair": 2, "task_failed:wc commit": 1,
+                             "tick_errors": 4},
+                "job_table": {"entries": 3, "stopped": 1},
+                "loop_lag": {"last_ms": 2.0, "recent_max_ms": 8.0},
+                "lake": {"written": 20, "buffered": 3, "dropped_over_capacity": 1, "pending": 2},
+            }  # fmt: skip
+
+        def metrics_inputs(self) -> dict[str, Any]:
+            return {
+                "web": {"lines": 10, "bytes": 500, "records": 8, "prefiltered": 1,
+                        "quarantine": {"total": 2, "by_reason": {"bad_access_line": 2}}},
+            }  # fmt: skip
+
+        def metrics_jobs(self) -> dict[str, Any]:
+            return {
+                "wc": {
+                    "roles": ["worker", "master"],
+                    "trees": [{"children": [{}, {}]}, {"children": [{}]}],
+                    "worker": {"late_dropped": 5, "future_dropped": 1, "records_in": 100,
+                               "epochs_emitted": 9},
+                    "upstream": {"t1": {"counters": {"enqueued": 4}, "queued": [1, 2]},
+                                 "t2": {"counters": {"enqueued": 3}, "queued": []}},
+                    "barrier": {"t1": {"counters": {"merged": 6, "merged_local": 9,
+                                                    "emitted": 9}}},
+                    "counters": {"commits": 8, "tentative_epochs": 2, "repair_requests": 3,
+                                 "repaired": 2, "takeovers": 1, "takeover_failed": 1,
+                                 "handovers_sent": 1},
+                    "results_now": {"tentative": 1, "coverage": 0.5},
+                    "origins_expected": 4,
+                    "cpu": {"share_used": 0.25, "throttled": False, "backlog_records": 0},
+                    "memory": {"worker_bytes": 64, "results": {"resident_bytes": 32}},
+                    "retained": {"bytes": 16},
+                },
+            }  # fmt: skip
+
+    m = parse(AgentMetrics(Source(), process=False).exposition().decode())
+    want = {
+        ("elf_agent_uptime_seconds", ()): 12.5,
+        ("elf_overlay_contacts", ()): 7,
+        ("elf_overlay_suspected", ()): 2,
+        ("elf_overlay_nodes_failed_total", ()): 3,
+        ("elf_overlay_datagrams_rejected_total", (("reason", "bad_mac"),)): 4,
+        ("elf_overlay_messages_sent_total", (("kind", "ping"),)): 9,
+        ("elf_overlay_received_bytes_total", (("kind", "ping"),)): 90,
+        ("elf_data_plane_requests_total", ()): 11,
+        ("elf_data_plane_errors_total", (("reason", "corrupt"),)): 2,
+        ("elf_data_plane_connections_closed_total", (("reason", "idle"),)): 5,
+        ("elf_api_errors_total", (("reason", "http_404"),)): 3,
+        ("elf_agent_events_total", (("kind", "task_failed"),)): 3,
+        ("elf_agent_events_total", (("kind", "tick_errors"),)): 4,
+        ("elf_event_loop_lag_max_seconds", ()): 0.008,
+        ("elf_lake_written_total", ()): 20,
+        ("elf_lake_buffered_total", ()): 3,
+        ("elf_lake_refused_total", ()): 1,
+        ("elf_lake_pending", ()): 2,
+        ("elf_ingest_lines_total", (("input", "web"),)): 10,
+        ("elf_ingest_bytes_total", (("input", "web"),)): 500,
+        ("elf_ingest_records_total", (("input", "web"),)): 8,
+        ("elf_ingest_rejected_lines_total", (("input", "web"), ("reason", "bad_access_line"))): 2,
+        ("elf_job_role", (("job", "wc"), ("role", "master"))): 1,
+        ("elf_job_role", (("job", "wc"), ("role", "forwarder"))): 0,
+        ("elf_job_trees", (("job", "wc"),)): 2,
+        ("elf_job_children", (("job", "wc"),)): 3,
+        ("elf_records_late_total", (("job", "wc"),)): 5,
+        ("elf_epochs_closed_total", (("job", "wc"),)): 9,
+        ("elf_epochs_sent_total", (("job", "wc"),)): 7,
+        ("elf_upstream_queued", (("job", "wc"),)): 2,
+        ("elf_epochs_merged_total", (("job", "wc"), ("kind", "child"))): 6,
+        ("elf_epochs_committed_total", (("job", "wc"),)): 8,
+        ("elf_tentative_epochs_total", (("job", "wc"),)): 2,
+        ("elf_tentative_epochs_now", (("job", "wc"),)): 1,
+        ("elf_epoch_coverage", (("job", "wc"),)): 0.5,
+        ("elf_repairs_total", (("job", "wc"), ("kind", "requested"))): 3,
+        ("elf_repairs_total", (("job", "wc"), ("kind", "repaired"))): 2,
+        ("elf_failovers_total", (("job", "wc"), ("kind", "takeover"))): 1,
+        ("elf_failovers_total", (("job", "wc"), ("kind", "failed"))): 1,
+        ("elf_handovers_total", (("job", "wc"), ("kind", "sent"))): 1,
+        ("elf_origins_expected", (("job", "wc"),)): 4,
+        ("elf_job_memory_bytes", (("job", "wc"), ("kind", "retained"))): 16,
+    }
+    got = {k: m.get(k) for k in want}
+    assert got == want
