@@ -156,6 +156,15 @@ async def test_probes_tokens_and_the_contract_over_http() -> None:
         ):
             status, reply = await post(url + "/api/v1/jobs", token, orjson.dumps(spec))
             assert status == 400 and reply["field"] == field and field in reply["error"], reply
+        # a large body is validated in a worker thread (THREAD_BODY_BYTES), then refused
+        # by the spec's own size bound, naming it
+        big = {"name": "x", "creator": "t", "job_class": "wordcount",
+               "params": {str(i): {"a": [i] * 5} for i in range(20_000)}}  # fmt: skip
+        status, reply = await post(url + "/api/v1/jobs", token, orjson.dumps(big))
+        assert status == 400 and reply["field"] == "spec", reply
+        big["trees"] = "2"
+        status, reply = await post(url + "/api/v1/jobs", token, orjson.dumps(big))
+        assert status == 400 and reply["field"] == "trees", reply
         status, reply = await post(url + "/api/v1/jobs", token, b"\x80 not json")
         assert status == 400 and "not valid JSON" in reply["error"]
         for query, field in (("epoch=abc", "epoch"), ("epoch=-1", "epoch")):
