@@ -38,7 +38,6 @@ from agent.ql import QLError
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 COMMANDS_GROUP = "elf.commands"
 
-LOG_FORMAT = "%(asctime)s %(levelname)s:%(name)s:%(message)s"
 log = logging.getLogger("agent.cli")  # also when run as ``python -m agent.cli``
 
 
@@ -75,12 +74,19 @@ def cli() -> None:
 @click.option("--node-id", help="Hex node id (default: SHA-1 of host:port).")
 @click.option("--lake", help="Rollup lake path or URI (default <data-dir>/lake; off: none).")
 @click.option("--log-level", default="WARNING", show_default=True)
-def agent(config_path: str | None, log_level: str, **flags: Any) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["plain", "json"]),
+    default="plain",
+    show_default=True,
+    help="json: one JSON object per line with agent, job and epoch (docs/metrics.md).",
+)
+def agent(config_path: str | None, log_level: str, log_format: str, **flags: Any) -> None:
     """Run an agent daemon until SIGTERM/SIGINT."""
+    from agent.runtime.logs import configure
     from agent.server.daemon import run
 
-    # a timestamp on every line: an operator lines up agents' logs around a fault
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format=LOG_FORMAT)
+    configure(log_format, log_level, sys.stderr)
     try:
         config = load_config(config_path, overrides=flags)
     except ConfigError as exc:

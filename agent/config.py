@@ -23,6 +23,7 @@ Example file::
     secret_file = "/etc/elf/secret"
     logical_agents = 1         # >1 runs several agents in this process, ports + i
     lake = "s3://bucket/elf"   # rollup lake (default <data_dir>/lake; "off" disables)
+    metrics_public = false     # GET /metrics without the API token (docs/metrics.md)
 
     [[inputs]]
     name = "web"
@@ -133,6 +134,8 @@ class AgentConfig:
     heartbeat_interval: float = 1.0
     node_id: int | None = None  # overrides SHA-1(host:port); tests and planned placements
     lake: str | None = None  # rollup lake path/URI (spark_sink); None = no lake
+    #: GET /metrics without the API token (metric labels name jobs and inputs: opt-in)
+    metrics_public: bool = False
 
     def for_logical(self, index: int) -> AgentConfig:
         """The config of logical agent ``index``: fixed ports shift by ``index``, the data
@@ -198,6 +201,7 @@ _STR_KEYS = (
     "lake",
 )
 _FLOAT_KEYS = ("heartbeat_interval",)
+_BOOL_KEYS = ("metrics_public",)
 # TOML table → the tunables dataclass read from it, stored in the AgentConfig field of the
 # same name. One line per layer.
 _TUNABLE_SECTIONS: dict[str, Callable[..., Any]] = {
@@ -219,6 +223,7 @@ _ENV = {
     "ELF_BOOTSTRAP": "bootstrap",
     "ELF_LOGICAL_AGENTS": "logical_agents",
     "ELF_LAKE": "lake",
+    "ELF_METRICS_PUBLIC": "metrics_public",
 }
 
 
@@ -269,7 +274,7 @@ def _build(
     tunables_raw: dict[str, dict[str, Any]],
     env: Mapping[str, str],
 ) -> AgentConfig:
-    known = {*_INT_KEYS, *_STR_KEYS, *_FLOAT_KEYS, "bootstrap", "inputs"}
+    known = {*_INT_KEYS, *_STR_KEYS, *_FLOAT_KEYS, *_BOOL_KEYS, "bootstrap", "inputs"}
     for key in raw:
         if key not in known:
             raise ConfigError(f"{origin[key]}: unknown setting {key!r}")
@@ -284,6 +289,9 @@ def _build(
                 raise ConfigError(f"{origin[key]}: {key} must be {what}") from None
             if key.endswith("_port") and not 0 <= values[key] < 65536:
                 raise ConfigError(f"{origin[key]}: {key} out of range")
+    for key in _BOOL_KEYS:
+        if key in raw:
+            values[key] = _boolean(raw[key], origin[key], key)
     if values.get("logical_agents", 1) < 1:
         raise ConfigError(f"{origin['logical_agents']}: logical_agents must be ≥ 1")
     for key in ("host", "api_host", "domain", "data_dir"):
@@ -345,6 +353,18 @@ def _build(
         except (TypeError, ValueError) as exc:  # unknown key, bad value
             raise ConfigError(f"[{section}]: {exc}") from None
     return AgentConfig(**values)
+
+
+def _boolean(value: Any, where: str, key: str) -> bool:
+    """A TOML boolean, or ``true``/``false``/``1``/``0``/``yes``/``no`` from a variable."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
 
 
 def _input_flag(text: str, where: str) -> dict[str, Any]:

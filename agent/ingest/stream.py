@@ -76,7 +76,17 @@ class IngestQueue:
         self._queue: deque[Record] = deque()
         self._event = asyncio.Event()
         self._closed = False
-        self.counters = {"accepted": 0, "rejected": 0, "queue_full": 0, "requests": 0}
+        # lines/bytes: every non-blank line received; refused_lines: valid lines refused
+        # because the queue was full (the request's whole batch, see put_lines)
+        self.counters = {
+            "accepted": 0,
+            "rejected": 0,
+            "queue_full": 0,
+            "requests": 0,
+            "lines": 0,
+            "bytes": 0,
+            "refused_lines": 0,
+        }
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -103,6 +113,11 @@ class IngestQueue:
         for line_no, item, raw in items:
             if raw and not (item.strip() if isinstance(item, bytes | str) else True):
                 continue
+            self.counters["lines"] += 1
+            if isinstance(item, bytes):
+                self.counters["bytes"] += len(item)
+            elif raw and isinstance(item, str):
+                self.counters["bytes"] += len(item.encode())
             try:
                 if raw:
                     rec = self.parser.parse(item)
@@ -124,6 +139,7 @@ class IngestQueue:
         if len(self._queue) + len(good) > self.maxsize:
             result.queue_full = True
             self.counters["queue_full"] += 1
+            self.counters["refused_lines"] += len(good)
             return result
         self._queue.extend(good)
         result.accepted = len(good)

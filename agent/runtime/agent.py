@@ -61,8 +61,11 @@ from agent.runtime.heap import trim_heap
 from agent.runtime.http_api import HttpApi
 from agent.runtime.job import JobRuntime
 from agent.runtime.lake_sink import lake_target
+from agent.runtime.logs import AGENT, AgentName, job_context
 from agent.runtime.looplag import LoopLag
+from agent.runtime.metrics import AgentMetrics
 from agent.runtime.offsets import OffsetKeeper
+from agent.runtime.ops_api import install as install_ops_routes
 from agent.runtime.record_thread import InlineRecords, RecordThread
 from agent.runtime.table_file import JobTableFile
 from cbt import Snapshot, SnapshotError
@@ -198,10 +201,26 @@ class Agent:
         self._tick_event = asyncio.Event()
         self.loop_lag = LoopLag()
         self._admission_running = 0  # dry-run threads not yet finished (hung ones included)
+        self._log_name = AgentName()  # this agent in log records (agent/runtime/logs.py)
+        #: set once a job-table resync (or being the jobs-tree root without children) succeeded
+        self.table_synced = False
+        #: this agent's Prometheus registry (``GET /metrics``), read at scrape time
+        self.metrics = AgentMetrics(self)
+        install_ops_routes(self.api, self, self.metrics, metrics_public=config.metrics_public)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # Log records of this agent's tasks and callbacks name it: everything created while
+        # starting copies the context holding this name (filled in once the overlay has bound
+        # its port and so has an id); the caller's context is restored after.
+        token = AGENT.set(self._log_name)
+        try:
+            await self._start()
+        finally:
+            AGENT.reset(token)
+
+    async def _start(self) -> None:
         load_job_classes()
         self.records = RecordThread(f"elf-records-{self.config.overlay_port or 'agent'}")
         self.server.on_snapshot(self._on_snapshot)
@@ -226,6 +245,7 @@ class Agent:
         self.trees.on_query(self._on_query)
         await self.trees.start()  # before the overlay: no tree message can arrive too early
         await self.overlay.start(self.config.bootstrap)
+        self._log_name.value = f"{self.overlay.id:040x}"
         self._open_inputs()
         self._restore_table()  # before the tick loop reads: every job sees the first line
         self._running = True
@@ -242,6 +262,7 @@ class Agent:
             asyncio.create_task(self._collect_loop(), name="elf-job-gc"),
             asyncio.create_task(self._table_file_loop(), name="elf-job-table-file"),
         ]
+        log.info("agent started: data plane %s, API %s", self.data_url, self.api.url)
 
     async def stop(self) -> None:
         """Graceful: hand master results over, leave every tree, leave the overlay. Each step
@@ -679,11 +700,15 @@ class Agent:
                 )
             except Exception as exc:
                 self.count("job_start_errors")
-                log.warning("cannot run job %s here: %r", entry.name, exc)
+                log.warning(
+                    "cannot run job %s here: %r", entry.name, exc, extra={"job": entry.name}
+                )
                 return
+            runtime.observer = self.metrics  # read-only: latency histograms
             self._note_shared_inputs(runtime)
             self.runtimes[entry.name] = runtime
-            self.spawn(runtime.start(), f"start job {entry.name}")
+            with job_context(entry.name):  # the job's start-up tasks log its name
+                self.spawn(runtime.start(), f"start job {entry.name}")
         elif entry.state == RUNNING and runtime is not None and entry.version > runtime.version:
             # a runtime change, via the table
             self.spawn(runtime.apply_spec(entry.spec, entry.version), f"change {entry.name}")
@@ -847,6 +872,8 @@ class Agent:
             except (DataPlaneError, ValueError, KeyError, TypeError) as exc:
                 self.count("resync_errors")
                 log.info("job table resync from %s failed: %r", url, exc)
+        # readiness: a root without children holds the table itself
+        self.table_synced = self.table_synced or merged or not urls
         return merged
 
     async def merge_table_from(self, url: str) -> None:
@@ -1161,6 +1188,70 @@ class Agent:
             "data_plane": self.server.stats(),
             "api": self.api.stats(),
         }
+
+    # ---- the operator's view (agent/runtime/metrics.py, agent/runtime/ops_api.py) ------------
+
+    def readiness(self) -> dict[str, bool]:
+        """The readiness checks of ``GET /readyz`` (booleans only: nothing to leak)."""
+        running = self._running and self.trees is not None
+        view = self.trees.view(JOBS_TREE) if self.trees is not None else None
+        return {
+            "started": running,
+            # alone in its cluster (no bootstrap) an agent has joined by definition
+            "overlay": running and (bool(self.overlay.contacts()) or not self.config.bootstrap),
+            "jobs_tree": view is not None and view.state != "joining",
+            "job_table": self.table_synced,
+        }
+
+    def metrics_node(self) -> dict[str, Any]:
+        """Agent-wide figures for the metrics collector (``MetricsSource``)."""
+        lake = next(
+            (st for r in self.runtimes.values() if (st := r.lake.stats() if r.lake else None)),
+            None,
+        )
+        return {
+            "uptime_s": time.time() - self.started_at if self.started_at else 0.0,
+            "ready": all(self.readiness().values()),
+            "contacts": len(self.overlay.contacts()),
+            "overlay": self.overlay.stats(),
+            "data_plane": self.server.stats(),
+            "api": self.api.stats(),
+            "counters": dict(self.counters),
+            "job_table": self.table.stats(),
+            "loop_lag": self.loop_lag.stats(),
+            "lake": lake,
+        }
+
+    def metrics_inputs(self) -> dict[str, dict[str, Any]]:
+        """Per input: its counters (``MetricsSource``)."""
+        return {name: src.stats() for name, src in self.inputs.items()}
+
+    def metrics_jobs(self) -> dict[str, dict[str, Any]]:
+        """Per running job: its status and the newest stored epochs' flags (``MetricsSource``)."""
+        out = {}
+        for name, runtime in self.runtimes.items():
+            st = runtime.status()
+            st["results_now"] = _results_now(runtime)
+            out[name] = st
+        return out
+
+
+def _results_now(runtime: JobRuntime, recent: int = 64) -> dict[str, Any]:
+    """As master: tentative epochs among the newest ``recent`` stored per tree, and the
+    newest epoch's coverage (the lowest over the job's trees); read without copying."""
+    tentative, coverage = 0, None
+    store = runtime.store
+    for tid in store.trees():
+        epochs = store.epochs(tid)[-recent:]
+        for epoch in epochs:
+            result = store.peek(tid, epoch)
+            if result is not None and result.tentative:
+                tentative += 1
+        newest = store.peek(tid, epochs[-1]) if epochs else None
+        if newest is not None:
+            cov = float(newest.coverage)
+            coverage = cov if coverage is None else min(coverage, cov)
+    return {"tentative": tentative, "coverage": coverage}
 
 
 def _error_reply(exc: StatusError) -> dict[str, Any]:

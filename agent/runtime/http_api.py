@@ -1,7 +1,8 @@
 """The agent's user-facing HTTP API (aiohttp, JSON, bearer-token authenticated).
 
-Contract: every endpoint except ``GET /api/v1/health`` needs ``Authorization: Bearer
-<token>``; a wrong or missing token is 401. Bodies are JSON (``ingest`` takes JSON lines).
+Contract: every endpoint except those in ``public_paths`` (``GET /api/v1/health`` and the
+probes) needs ``Authorization: Bearer <token>``; a wrong or missing token is 401. Bodies are
+JSON (``ingest`` takes JSON lines).
 Invalid input gets a 4xx whose JSON body is ``{"error": "<what was wrong>"}`` (plus ``"field"``
 naming the spec or change field at fault when there is one); the agent keeps running whatever
 arrives. Connections go through :mod:`srt.dataplane.guard` (head, body and idle timeouts; a cap
@@ -21,7 +22,13 @@ GET      /api/v1/jobs/{name}/local           ``?k=v``: the job's instance on thi
 GET      /api/v1/status                      node id, neighbours, roles and trees per job
 POST     /api/v1/ingest/{input}              JSON lines into a named input
 GET      /api/v1/health                      liveness (no token)
+GET      /healthz, /readyz                   liveness, readiness (no token; ``ops_api``)
+GET      /metrics                            Prometheus text (token unless metrics_public)
+GET      /api/v1/openapi.json                the OpenAPI document (no token; ``ops_api``)
 =======  ==================================  ===============================================
+
+The operator's routes and the validation of requests against the OpenAPI document are added by
+:func:`agent.runtime.ops_api.install`; ``public_paths`` are the paths served without a token.
 """
 
 from __future__ import annotations
@@ -79,6 +86,8 @@ class HttpApi:
         self._token = token.encode()
         self.host, self.port = host, port
         self.rejected: dict[str, int] = {}
+        #: paths served without the token (agent/runtime/ops_api.py adds the probes)
+        self.public_paths: set[str] = {"/api/v1/health"}
         self.app = web.Application(middlewares=[self._errors], client_max_size=MAX_BODY_BYTES)
         r = self.app.router
         r.add_get("/api/v1/health", self._health)
@@ -119,7 +128,7 @@ class HttpApi:
     @web.middleware
     async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
-            if request.path != "/api/v1/health":
+            if request.path not in self.public_paths:
                 self._authenticate(request)
                 self.guard.authenticated(request)  # no longer counts as a pre-auth connection
             return await handler(request)
@@ -160,6 +169,8 @@ class HttpApi:
             if transport is None or transport.is_closing():
                 raise BadRequest("request body could not be read: connection closed") from None
             raise
+
+    read_body = _read  # for the request-validation middleware (agent/runtime/ops_api.py)
 
     @classmethod
     async def _body(cls, request: web.Request) -> dict[str, Any]:

@@ -83,6 +83,8 @@ from agent.runtime.result_spill import ResultSpill
 from agent.runtime.results import ResultStore
 from agent.runtime.retention import RetainedEpochs
 from agent.runtime.services import (
+    NO_OBSERVER,
+    EpochObserver,
     InputService,
     JobTableService,
     NetworkService,
@@ -218,6 +220,8 @@ class JobRuntime:
         self.multicast_stats: list[dict[str, Any]] = []  # as master: reached, elapsed
         self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
         self.counters: dict[str, int] = {}
+        #: read-only hook: told of stored epochs and multicasts (the agent's metrics)
+        self.observer: EpochObserver = NO_OBSERVER
         self._log = LogBudget(log)  # refusals of peer data: counted, logged within a budget
         self._last_timer = 0.0
         self._master_urls: dict[int, tuple[asyncio.Future[str], float]] = {}
@@ -536,9 +540,11 @@ class JobRuntime:
         if view is not None and view.is_root:
             expected = self.expected_origins.expected(epoch)
             doubtful = self.expected_origins.doubt is not None
+            stored_at = time.time()
             if self.store.put(
-                tid, epoch, snap, time.time(), origins=lineage, expected=expected, doubtful=doubtful
+                tid, epoch, snap, stored_at, origins=lineage, expected=expected, doubtful=doubtful
             ):
+                self.observer.epoch_stored(self.name, self.spec.schedule.end(epoch), stored_at)
                 self._observe(epoch, lineage)
                 self._report_missing(tid, epoch)
                 self._replicate(tid)
@@ -1110,6 +1116,7 @@ class JobRuntime:
             }
         )
         del self.multicast_stats[:-64]
+        self.observer.multicast_done(self.name, str(message.get("kind")), result.elapsed_s)
         return result
 
     async def on_multicast(self, tid: int, message: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ Both satisfy :class:`~agent.runtime.services.RecordExecutor`.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import sys
 import threading
@@ -65,7 +66,9 @@ class RecordThread:
         if self.in_thread():
             return fn(*args)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+        # in the caller's context: log records name the agent and job (agent/runtime/logs.py)
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await loop.run_in_executor(self._pool, call)
 
     def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the record thread, blocking the caller until it is done: for

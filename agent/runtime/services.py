@@ -17,6 +17,8 @@ without the others:
 * :class:`Spawner` — background tasks whose failures are counted and logged, cancelled when
   the agent stops.
 * :class:`RecordExecutor` — the thread per-record work runs on (never the event loop).
+* :class:`EpochObserver` — a read-only hook the runtime tells of what it did (the agent's
+  metrics, ``agent/runtime/metrics.py``): it observes, never changes the runtime.
 
 This module imports no runtime module (only types of the layers below), so it sits at the
 bottom of ``agent.runtime`` and closes no import cycle.
@@ -143,3 +145,24 @@ class RecordExecutor(Protocol):
     def in_thread(self) -> bool: ...
     async def run(self, fn: Any, *args: Any) -> Any: ...
     def run_blocking(self, fn: Any, *args: Any) -> Any: ...
+
+
+class EpochObserver(Protocol):
+    """Told by a job runtime, as master, of each epoch it stored and of each multicast down a
+    job tree (the latency histograms of ``agent/runtime/metrics.py``). Read-only: it must not
+    raise nor call back into the runtime; the default :data:`NO_OBSERVER` ignores both."""
+
+    def epoch_stored(self, job: str, epoch_end: float, stored_at: float) -> None: ...
+    def multicast_done(self, job: str, kind: str, seconds: float) -> None: ...
+
+
+class _NoObserver:
+    def epoch_stored(self, job: str, epoch_end: float, stored_at: float) -> None:
+        return None
+
+    def multicast_done(self, job: str, kind: str, seconds: float) -> None:
+        return None
+
+
+#: the observer of a runtime nobody watches (unit tests, a runtime built without an agent)
+NO_OBSERVER: EpochObserver = _NoObserver()

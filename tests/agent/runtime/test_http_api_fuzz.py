@@ -272,9 +272,14 @@ def test_any_method_any_path(
 
 def test_the_agent_survived_the_fuzzing(agent: AgentThread) -> None:
     """After everything above: status answers, the fuzzed job still runs, and the fuzz got
-    past the JSON parser (some submissions were valid, some changes reached the master)."""
+    past the JSON parser and the schema (some submissions were valid, some changes reached the
+    handlers)."""
     status, body = agent.call("GET", "/api/v1/status")
     assert status == 200 and JOB in orjson.loads(body)["jobs"]
     if SEEN:  # (this test run alone has nothing to look at)
         assert SEEN[("submit", 201)] > 0 and SEEN[("submit", 400)] > 0, SEEN
-        assert {s for (what, s) in SEEN if what == "change"} >= {400, 404}, SEEN
+        # Changes are checked against the OpenAPI document first (a bad body is a 400 even
+        # for an unknown job); some got past it to the handlers (404 unknown job, 409 a
+        # fixed field at the master, 200 applied).
+        changes = {s for (what, s) in SEEN if what == "change"}
+        assert 400 in changes and changes & {200, 404, 409}, SEEN
