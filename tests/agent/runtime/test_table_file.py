@@ -70,7 +70,9 @@ async def test_a_restarted_agent_runs_its_jobs_before_any_peer_tells_it(tmp_path
         assert sorted(alone.runtimes) == ["wc"]  # at start, the stopped job not run
         assert alone.status()["counters"]["jobs_restored"] == 2
         # and it runs: it reads its input and counts every line (against a Counter)
-        e = math.floor(time.time()) + 1
+        # ahead of what the first run already passed on (its idle clock closed epochs up to
+        # about now, and a restarted job resumes after those)
+        e = math.floor(time.time()) + 3
         texts = ["a b b", "c a"]
         await alone.ingest("ingest", lines(e + 0.1, texts) + lines(e + 1.5, ["later"]))
         got = await wait_for(lambda: complete_result(alone, "wc", e), 15, "epoch e counted")
