@@ -639,6 +639,10 @@ class Agent:
                 return {"error": f"no job named {name!r}", "status": 404}
             if op == "announce":  # after a change: every agent, on the job's tree or not
                 entry = current
+            elif current.state == STOPPED:
+                # stopping a stopped job changes nothing: a new version (and stamp) would put
+                # off its collection by stopped_job_ttl at every repeated DELETE
+                return {"job": current.name, "state": current.state, "version": current.version}
             else:  # stamped: every agent collects the entry stopped_job_ttl after this
                 entry = JobEntry(
                     current.name, current.spec, STOPPED, current.version + 1, time.time()

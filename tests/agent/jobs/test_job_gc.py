@@ -34,6 +34,10 @@ async def test_a_stopped_job_leaves_every_table_and_its_name_can_run_again() -> 
         assert first is not None
         stopped = await agents[1].stop_job("wc")
         assert stopped["state"] == "stopped"
+        # a repeated stop (within the TTL) changes nothing: no new version, no new stamp that
+        # would put off the collection
+        again = await agents[2].stop_job("wc")
+        assert (again["state"], again["version"]) == ("stopped", stopped["version"])
         await wait_for(
             lambda: all("wc" not in a.table and a.table.tombstone("wc") for a in agents),
             10 * TTL + 10,
