@@ -87,6 +87,9 @@ class FileTail:
         #: Arrow tables (the columnar path; the runtime installs it)
         self.columnar: ChunkReader | None = None
         self._skipped = 0
+        #: where this tail began reading in this run (a ``state()``; None until the file is
+        #: first opened): nothing before it was read by anyone in this run
+        self.origin: dict[str, Any] | None = None
         self.counters = {
             "lines": 0,
             "records": 0,
@@ -119,6 +122,13 @@ class FileTail:
         elif self._start_at_end:
             self._pos = st.st_size
         self._start_at_end = False  # only the first file opened starts at its end
+        if self.origin is None:
+            self.origin = {
+                "path": str(self.path),
+                "inode": st.st_ino,
+                "offset": self._pos,
+                "line_no": self._line_no,
+            }
         f.seek(self._pos)
         return True
 

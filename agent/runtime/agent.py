@@ -38,6 +38,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -130,9 +131,11 @@ class _Ticked:
 
 @dataclasses.dataclass(frozen=True)
 class _Position:
-    """A resumable input's ``state()`` captured on the record thread (``Resumable``)."""
+    """A resumable input's ``state()`` captured on the record thread (``Resumable``), and
+    where its tail began reading in this run (``FileTail.origin``)."""
 
     captured: dict[str, Any]
+    origin: dict[str, Any] | None = None
 
     def state(self) -> dict[str, Any]:
         return self.captured
@@ -182,8 +185,9 @@ class Agent:
         self.table_file = JobTableFile(config.data_dir) if config.data_dir else None
         self._table_saved = -1  # the table revision last written
         self._synced = False  # a first anti-entropy exchange succeeded
-        # job → input → position: re-reads a new job needs, done at its first tick
-        self._replays: dict[str, dict[str, dict[str, Any]]] = {}
+        # the runtimes the record thread has fed at least once (a new one joins the inputs
+        # the others read: _join_inputs)
+        self._fed: weakref.WeakSet[JobRuntime] = weakref.WeakSet()
         self.runtimes: dict[str, JobRuntime] = {}
         self.inputs: dict[str, FileTail | StreamInput | IngestQueue] = {}
         # file positions, acked epochs
@@ -434,10 +438,11 @@ class Agent:
         install_prefilters(self.inputs, self.input_configs, runtimes)
         install_columnar(self.inputs, self.input_configs, runtimes, enabled=self.tunables.columnar)
         closed = []
-        for runtime in runtimes:  # a job that joined inputs others read catches up first
-            plan = self._replays.pop(runtime.name, None)
-            if plan:
-                closed.extend(self._replay(runtime, plan))
+        readers = [runtime for runtime in runtimes if runtime in self._fed]
+        for runtime in runtimes:  # a job new here catches up with what the others read
+            if runtime not in self._fed:
+                closed.extend(self._join_inputs(runtime, readers))
+        self._fed.update(runtimes)
         held = {name for runtime in runtimes if runtime.backlog_full() for name in runtime.inputs}
         polled = wanted - held
         batches = {name: self.inputs[name].poll() for name in polled}
@@ -458,7 +463,7 @@ class Agent:
         # the read positions as of this poll, for the loop's offset keeping (the live inputs
         # belong to this thread)
         positions = {
-            name: _Position(source.state())
+            name: _Position(source.state(), getattr(source, "origin", None))
             for name in polled
             if isinstance(source := self.inputs[name], Resumable)
         }
@@ -709,7 +714,6 @@ class Agent:
                 )
                 return
             runtime.observer = self.metrics  # read-only: latency histograms
-            self._note_shared_inputs(runtime)
             self.runtimes[entry.name] = runtime
             with job_context(entry.name):  # the job's start-up tasks log its name
                 self.spawn(runtime.start(), f"start job {entry.name}")
@@ -720,33 +724,42 @@ class Agent:
             del self.runtimes[entry.name]
             self.spawn(self._stop_runtime(runtime), f"stop job {entry.name}")
 
-    def _note_shared_inputs(self, runtime: JobRuntime) -> None:
-        """A job that starts on inputs other jobs already read has missed what they read:
-        tell it how far (the newest event time those jobs have seen)."""
-        shared = set(runtime.inputs)
-        newest = -math.inf
-        readers = []
-        for other in self.runtimes.values():
-            clock = other.clock
-            if clock is not None and shared & set(other.inputs):
-                newest = max(newest, clock.max_event_time)
-                readers.append(other.name)
-        if readers and newest > -math.inf:
-            plan = self._replay_plan(runtime, shared, newest)
-            if plan is not None:
-                self._replays[runtime.name] = plan  # done at the job's first tick
-            else:
-                runtime.started_after_others(newest, sorted(shared))
+    def _join_inputs(self, runtime: JobRuntime, readers: list[JobRuntime]) -> list[Any]:
+        """Record thread, at ``runtime``'s first tick, before the poll: the jobs in ``readers``
+        already read its inputs (up to the shared tails' positions now). Re-read for it what
+        they read of its epochs, or, where that cannot be done, mark those epochs incomplete
+        on this agent (flagged, never counted as whole). Checked here rather than when the job
+        is installed: a tick already under way then still feeds only the other jobs."""
+        start = runtime.spec.start_epoch
+        if runtime.clock is None or start is None:
+            return []
+        shared = {
+            name
+            for name in runtime.inputs
+            if any(name in r.inputs and r.clock is not None for r in readers)
+        }
+        newest = max(
+            (
+                r.clock.max_seen_time
+                for r in readers
+                if r.clock is not None and shared.intersection(r.inputs)
+            ),
+            default=-math.inf,
+        )
+        if newest == -math.inf or runtime.spec.schedule.epoch_of(newest) < start:
+            return []  # nothing of its epochs was read yet
+        plan = self._replay_plan(runtime, shared, start)
+        if plan is None:
+            runtime.started_after_others(newest, sorted(shared))
+            return []
+        return self._replay(runtime, plan, newest)
 
     def _replay_plan(
-        self, runtime: JobRuntime, shared: set[str], newest: float
+        self, runtime: JobRuntime, shared: set[str], start: int
     ) -> dict[str, dict[str, Any]] | None:
         """Where to re-read each shared input from so that ``runtime`` gets every record of
         its start epoch on (``agent/ingest/replay.py``), or None if one cannot be re-read:
         not a file, or no position is known before which nothing of those epochs was read."""
-        start = runtime.spec.start_epoch
-        if start is None or runtime.spec.schedule.epoch_of(newest) < start:
-            return None  # nothing of its epochs was read yet: nothing to re-read
         plan = {}
         for name in sorted(shared):
             cfg = self.input_configs.get(name)
@@ -758,7 +771,9 @@ class Agent:
             plan[name] = position
         return plan
 
-    def _replay(self, runtime: JobRuntime, plan: dict[str, dict[str, Any]]) -> list[Any]:
+    def _replay(
+        self, runtime: JobRuntime, plan: dict[str, dict[str, Any]], newest: float
+    ) -> list[Any]:
         """Record thread, before the tick's poll: feed ``runtime`` what the other jobs had
         read of its inputs (from the planned positions up to where the shared tails stand
         now, so this tick's batches follow on exactly). An input that cannot be re-read
@@ -785,22 +800,13 @@ class Agent:
                     out.append((runtime, work))
             except (ReplayError, OSError) as exc:
                 self.count("replays_failed")
-                newest = max(
-                    (
-                        rt.clock.max_event_time
-                        for rt in self.runtimes.values()
-                        if rt is not runtime and rt.clock is not None and name in rt.inputs
-                    ),
-                    default=-math.inf,
-                )
                 log.warning(
                     "job %s: input %s cannot be re-read for its first epochs (%s)",
                     runtime.name,
                     name,
                     exc,
                 )
-                if newest > -math.inf:
-                    runtime.started_after_others(newest, [name])
+                runtime.started_after_others(newest, [name])
                 continue
             self.count("replays")
             log.info(

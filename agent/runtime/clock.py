@@ -83,6 +83,9 @@ class EpochClock:
         self.start_epoch = start_epoch
         self._clock = clock
         self._max_ts = -math.inf
+        # the newest event time of any record offered, accepted or not (not one from the
+        # future): how far a shared input was read, for a job that joins it later
+        self._seen = -math.inf
         self._watermark = -math.inf
         self._last_arrival = clock()
         #: lowest epoch not closed yet; None until the first record (or idle advance) fixes it
@@ -151,6 +154,8 @@ class EpochClock:
         if self.max_future is not None and ts > now + self.max_future:
             self._future += 1
             return None
+        if ts > self._seen:
+            self._seen = ts
         epoch = math.floor(ts / self.epoch_seconds) if self._uniform else self.schedule.epoch_of(ts)
         if (self.start_epoch is not None and epoch < self.start_epoch) or (
             self._closed_any and epoch < self._next  # type: ignore[operator]
@@ -190,6 +195,8 @@ class EpochClock:
             future = ts > now + self.max_future
             self._future += int(future.sum())
             ok &= ~future
+        if ok.any():
+            self._seen = max(self._seen, float(ts[ok].max()))
         epochs = np.floor(ts / self.epoch_seconds).astype(np.int64)
         late = np.zeros(count, bool)
         if self.start_epoch is not None:
@@ -218,6 +225,12 @@ class EpochClock:
                 if self._next is None or low < self._next:
                     self._next = low
         return epochs, ok
+
+    @property
+    def max_seen_time(self) -> float:
+        """The newest event time of any record offered so far, accepted or not (late,
+        before ``start_epoch``), except those dropped as from the future; -inf if none."""
+        return self._seen
 
     def touch(self) -> None:
         """Input arrived that holds no record for this clock (lines a prefilter skipped): the

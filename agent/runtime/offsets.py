@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 STATE_FILE = "offsets.json"
+#: key of a noted position's high-water marks holding the newest epoch of any record read
+#: before it, accepted by a job or not (for replay; not a job, so commits ignore it)
+SEEN = "\0seen"
 
 
 class TreeOutflow(NamedTuple):
@@ -69,6 +72,8 @@ class EventClock(Protocol):
 
     @property
     def max_event_time(self) -> float: ...
+    @property
+    def max_seen_time(self) -> float: ...
     def epoch_of(self, ts: float) -> int: ...
 
 
@@ -129,6 +134,14 @@ def acknowledged_epoch(job: JobProgress) -> int | None:
     return best
 
 
+def _seen_epoch(job: JobProgress) -> int | None:
+    """The highest epoch of any record offered to the job's worker, accepted or not."""
+    clock = job.clock
+    if clock is None or clock.max_seen_time == -math.inf:
+        return None
+    return clock.epoch_of(clock.max_seen_time)
+
+
 def _high_epoch(job: JobProgress) -> int | None:
     """The highest epoch any record the job's worker accepted so far can belong to."""
     clock = job.clock
@@ -164,6 +177,11 @@ class OffsetKeeper:
         self._pending: dict[str, deque[tuple[dict[str, Any], dict[str, int]]]] = {}
         # the high-water marks the committed position was noted with (unknown after a load)
         self._committed_highs: dict[str, dict[str, int]] = {}
+        # per input, where its tail began reading in this run, with what bounds the records
+        # before it (nothing read in this run; a resumed position: the loaded bound)
+        self._origins: dict[str, tuple[dict[str, Any], dict[str, int]]] = {}
+        self._loaded: dict[str, dict[str, Any]] = {}  # positions read from the state file
+        self._loaded_bound: dict[str, int] = {}
         self._identities: dict[str, dict[str, Any]] = {}  # job → its submitted identity
         self._dirty = False
         self.counters = {"writes": 0, "write_errors": 0, "load_errors": 0}
@@ -188,8 +206,9 @@ class OffsetKeeper:
         # A loaded position was committed: every record before it is in an epoch some job
         # had acknowledged then, so at most the highest acknowledged epoch stored with it.
         acked = [v["acked"] for v in self.jobs.values() if isinstance(v.get("acked"), int)]
-        bound = {"(loaded)": max(acked)} if acked else {}
-        self._committed_highs = {name: dict(bound) for name in self.inputs}
+        self._loaded_bound = {"(loaded)": max(acked)} if acked else {}
+        self._loaded = {name: dict(state) for name, state in self.inputs.items()}
+        self._committed_highs = {name: dict(self._loaded_bound) for name in self.inputs}
 
     # ---- resume ---------------------------------------------------------------------------
     def resume_state(self, input_name: str) -> dict[str, Any] | None:
@@ -219,8 +238,10 @@ class OffsetKeeper:
         candidates = list(reversed(self._pending.get(input_name, ())))
         if input_name in self._committed_highs and input_name in self.inputs:
             candidates.append((self.inputs[input_name], self._committed_highs[input_name]))
+        if input_name in self._origins:
+            candidates.append(self._origins[input_name])
         for state, highs in candidates:
-            if all(h < epoch for h in highs.values()):
+            if all(h < epoch for h in highs.values()):  # SEEN among them: records of any job
                 return dict(state)
         return None
 
@@ -263,12 +284,23 @@ class OffsetKeeper:
             state = source.state()
             if state["inode"] is None:
                 continue
+            origin = getattr(source, "origin", None)
+            if name not in self._origins and isinstance(origin, dict):
+                loaded = self._loaded.get(name)
+                resumed = loaded is not None and all(
+                    loaded.get(k) == origin.get(k) for k in ("inode", "offset")
+                )
+                bound = self._loaded_bound if resumed else {}
+                self._origins[name] = (dict(origin), dict(bound))
             highs = {}
             for rt in runtimes:
                 if name in rt.inputs:
                     h = _high_epoch(rt)
                     if h is not None:
                         highs[rt.name] = h
+                    seen = _seen_epoch(rt)
+                    if seen is not None:  # not a job: the commit test skips it
+                        highs[SEEN] = max(highs.get(SEEN, seen), seen)
             pending = self._pending.setdefault(name, deque())
             if pending and pending[-1][0] == state:
                 pending[-1] = (state, highs)  # same position, newer high-water marks

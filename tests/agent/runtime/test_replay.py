@@ -125,3 +125,28 @@ def test_a_position_from_before_a_restart_is_a_start_for_epochs_after_those_ackn
     assert keeper.replay_from("f", 101) == position
     assert keeper.replay_from("f", 100) is None  # epoch 100's records may precede it
     assert keeper.replay_from("g", 101) is None  # an input with no position
+
+
+async def test_a_job_joining_in_the_inputs_first_epoch_re_reads_it_too(tmp_path: Path):
+    """The other job's first epoch is the newcomer's too (two jobs submitted together, the
+    second installed a tick later): the tail's own starting point is where the re-read
+    begins."""
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    async with running_agents(1, data_dir=str(tmp_path / "data"), inputs=(f"f={log}",)) as (a,):
+        e = math.floor(time.time()) + 2
+        early = [f"alpha w{i} common" for i in range(30)]
+        append(log, e + 0.1, early)
+        await a.submit(spec("first", e))
+        await wait_for(lambda: a.runtimes["first"].clock.max_event_time >= e, 10, "first read")
+        await a.submit(spec("second", e))
+        more = [f"beta v{i} common" for i in range(30)]
+        append(log, e + 0.6, more)
+        append(log, e + 2.5, ["later"])
+
+        async def final(job: str) -> dict[str, Any] | None:
+            res = await result(a, job, e)
+            return res if res is not None and not res["tentative"] else None
+
+        second = await wait_for(lambda: final("second"), 20, "the second job's epoch e, final")
+        assert Counter(dict(second["rows"])) == words(early + more, 1)

@@ -46,7 +46,12 @@ async def test_a_job_started_on_an_input_others_read_says_what_it_lacks() -> Non
             "the first job to read epoch e's records",
         )
         await agents[0].submit(spec("second", start_epoch=e))
-        assert all(a.runtimes["second"].incomplete_until == e for a in agents)
+        # checked at the job's first tick (its input is HTTP ingest: it cannot be re-read)
+        await wait_for(
+            lambda: all(a.runtimes["second"].incomplete_until == e for a in agents),
+            10,
+            "the second job's first tick on every agent",
+        )
         for a in agents:
             await a.ingest("ingest", lines(e + 0.5, MORE) + lines(e + 1.2, NEXT))
         ids = sorted(f"{a.overlay.id:x}" for a in agents)
