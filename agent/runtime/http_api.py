@@ -21,6 +21,8 @@ GET      /api/v1/jobs/{name}/local           ``?k=v``: the job's instance on thi
 GET      /api/v1/status                      node id, neighbours, roles and trees per job
 POST     /api/v1/ingest/{input}              JSON lines into a named input
 GET      /api/v1/health                      liveness (no token)
+GET      /dashboard/, /api/v1/dashboard/...  the live dashboard (``agent.runtime.dashboard``;
+                                             the static page needs no token)
 =======  ==================================  ===============================================
 """
 
@@ -119,7 +121,7 @@ class HttpApi:
     @web.middleware
     async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
-            if request.path != "/api/v1/health":
+            if not self.public(request.path):
                 self._authenticate(request)
                 self.guard.authenticated(request)  # no longer counts as a pre-auth connection
             return await handler(request)
@@ -138,6 +140,12 @@ class HttpApi:
             self._count("internal_error")
             log.exception("API %s %s failed", request.method, request.path)
             return _json({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+
+    @staticmethod
+    def public(path: str) -> bool:
+        """Paths served without the token: liveness, and the dashboard's static page (it holds
+        no data; everything it shows comes from token-authenticated routes)."""
+        return path == "/api/v1/health" or path == "/dashboard" or path.startswith("/dashboard/")
 
     def _authenticate(self, request: web.Request) -> None:
         header = request.headers.get("Authorization", "")

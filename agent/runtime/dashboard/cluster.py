@@ -1,0 +1,449 @@
+"""The cluster picture a serving agent gathers for its dashboard and ``elf top``.
+
+Contract: :class:`ClusterPicture` asks a bounded set of agents for their summaries
+(:mod:`agent.runtime.dashboard.summary`, over the authenticated data plane's
+``POST /agent/v1/summary``) and assembles one snapshot: the agents (alive, unreachable, failed
+as the overlay declared it, or known but not asked), and per job its trees as nodes with parent
+links colored by epoch lag, its masters' newest epochs (roll-up latency, tentative epochs and
+coverage), the newest result (at most :data:`RESULT_ROWS` rows, fetched once per new epoch),
+series of throughput and roll-up latency, which agents applied which spec version, and a
+timeline of failures, failovers, recoveries and tentative epochs.
+
+Bounds (each documented in docs/dashboard.md): at most ``max_agents`` agents asked per
+refresh (the serving agent first, then the job trees' members it knows, then its overlay
+contacts nearest first; the snapshot says how many were known and asked), ``concurrency``
+requests at once, each given ``peer_timeout`` seconds; one refresh at a time, shared by every
+viewer, and none sooner than :meth:`period` after the previous one (the shortest running
+epoch, clamped to [``min_interval``, ``max_interval``]); :data:`HISTORY` points per job series,
+:data:`TIMELINE` events, :data:`FAILED_KEPT` remembered failed agents. Nothing here blocks the
+loop: every peer call is awaited with a timeout, and a failing peer is only marked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from agent.runtime.dashboard.summary import ProcessSampler, local_summary
+
+log = logging.getLogger(__name__)
+
+SUMMARY_PATH = "/agent/v1/summary"
+RESULT_ROWS = 20  # rows of the newest result per job in a snapshot
+HISTORY = 300  # points per job series (throughput, latency)
+TIMELINE = 200  # events kept in the timeline
+FAILED_KEPT = 256  # agents remembered as failed
+FAILED_TTL = 600.0  # seconds a failed agent stays listed
+
+
+class ClusterSource(Protocol):
+    """What :class:`ClusterPicture` needs from the agent (``agent.runtime.agent.Agent``)."""
+
+    overlay: Any
+    client: Any
+    runtimes: dict[str, Any]
+
+    @property
+    def node_id(self) -> int: ...
+
+    async def data_url_of(self, node: Any) -> str: ...
+
+    def jobs(self) -> list[dict[str, Any]]: ...
+
+
+class _JobTrack:
+    """What the picture remembers of one job between refreshes."""
+
+    def __init__(self) -> None:
+        self.series: collections.deque[list[float | None]] = collections.deque(maxlen=HISTORY)
+        self.newest: int | None = None
+        self.records: int | None = None
+        self.records_at = 0.0
+        self.masters: dict[str, str] = {}  # tree → master id
+        self.counters: dict[str, int] = {}
+        self.tentative_seen: set[int] = set()
+        self.result: dict[str, Any] | None = None
+        self.result_epoch: int | None = None
+
+
+class ClusterPicture:
+    """See the module contract. ``summary()`` is also what the peer route serves."""
+
+    def __init__(
+        self,
+        agent: ClusterSource,
+        *,
+        max_agents: int = 64,
+        concurrency: int = 8,
+        peer_timeout: float = 2.0,
+        min_interval: float = 1.0,
+        max_interval: float = 5.0,
+    ) -> None:
+        if max_agents < 1 or concurrency < 1:
+            raise ValueError("max_agents and concurrency must be at least 1")
+        self.agent = agent
+        self.max_agents = max_agents
+        self.peer_timeout = peer_timeout
+        self.min_interval, self.max_interval = min_interval, max_interval
+        self._gate = asyncio.Semaphore(concurrency)
+        self._lock = asyncio.Lock()
+        self._sampler = ProcessSampler()
+        self._urls: dict[int, str] = {}
+        self._failed: collections.OrderedDict[int, tuple[float, str]] = collections.OrderedDict()
+        self._jobs: dict[str, _JobTrack] = {}
+        self._timeline: collections.deque[dict[str, Any]] = collections.deque(maxlen=TIMELINE)
+        self._snapshot: dict[str, Any] | None = None
+        self._built_at = -1e9
+        self.seq = 0
+        self.refreshes = 0
+
+    # ---- wiring --------------------------------------------------------------------------
+
+    def attach(self) -> None:
+        """Listen to the overlay's membership (failed agents stay listed as failed)."""
+        self.agent.overlay.on_node_failed(self._node_failed)
+        self.agent.overlay.on_node_joined(self._node_joined)
+
+    def _node_failed(self, info: Any) -> None:
+        self._failed[info.id] = (time.time(), f"{info.host}:{info.port}")
+        self._failed.move_to_end(info.id)
+        while len(self._failed) > FAILED_KEPT:
+            self._failed.popitem(last=False)
+        self._urls.pop(info.id, None)
+        self._event("failure", f"agent {info.id:040x}"[:14] + " declared failed", node=info.id)
+
+    def _node_joined(self, info: Any) -> None:
+        if self._failed.pop(info.id, None) is not None:
+            self._event("recovery", f"agent {info.id:040x}"[:14] + " is back", node=info.id)
+
+    def _event(
+        self,
+        kind: str,
+        text: str,
+        *,
+        job: str | None = None,
+        node: int | None = None,
+        at: float | None = None,
+    ) -> None:
+        self._timeline.append(
+            {
+                "time": time.time() if at is None else at,
+                "kind": kind,
+                "job": job,
+                "node": None if node is None else f"{node:040x}",
+                "text": text,
+            }
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """This agent's own summary (the peer route's answer)."""
+        return local_summary(self.agent, self._sampler)  # type: ignore[arg-type]
+
+    # ---- refresh -------------------------------------------------------------------------
+
+    def period(self) -> float:
+        """Seconds between refreshes: the shortest running job's epoch, clamped; at most
+        one update per epoch per job reaches a viewer."""
+        shortest = [
+            float(job["spec"].get("epoch_seconds") or 1.0)
+            for job in self.agent.jobs()
+            if job.get("state") == "running"
+        ]
+        wanted = min(shortest, default=self.max_interval)
+        return min(self.max_interval, max(self.min_interval, wanted))
+
+    async def snapshot(self, *, max_age: float | None = None) -> dict[str, Any]:
+        """The newest snapshot, refreshed first if older than ``max_age`` (default
+        :meth:`period`); concurrent callers share one refresh."""
+        age = self.period() if max_age is None else max_age
+        if self._snapshot is not None and time.monotonic() - self._built_at < age:
+            return self._snapshot
+        async with self._lock:
+            if self._snapshot is None or time.monotonic() - self._built_at >= age:
+                self._snapshot = await self._build()
+                self._built_at = time.monotonic()
+                self.seq += 1
+                self.refreshes += 1
+        return self._snapshot
+
+    def next_due(self) -> float:
+        """Seconds until the current snapshot is due for a refresh."""
+        return max(0.0, self._built_at + self.period() - time.monotonic())
+
+    def _chosen(self) -> tuple[list[Any], int]:
+        """Peers to ask (bounded) and how many agents this agent knows of."""
+        me = self.agent.node_id
+        contacts = {c.id: c for c in self.agent.overlay.contacts() if c.id != me}
+        leaves = [c.id for c in self.agent.overlay.leaf_set() if c.id in contacts]
+        members: list[int] = []
+        for runtime in self.agent.runtimes.values():  # the job trees' members known here
+            for tid in runtime.tree_list:
+                view = self.agent.trees.view(tid) if self.agent.trees is not None else None
+                if view is None:
+                    continue
+                members += [n.id for n in (view.parent, view.root) if n is not None]
+                members += list(view.children)
+        order: list[int] = []
+        for nid in [*members, *leaves, *sorted(contacts, key=lambda n: n ^ me)]:
+            if nid in contacts and nid not in order:
+                order.append(nid)
+        return [contacts[n] for n in order[: self.max_agents - 1]], len(contacts) + 1
+
+    async def _ask(self, node: Any) -> dict[str, Any]:
+        async with self._gate:
+            try:
+                url = self._urls.get(node.id)
+                if url is None:
+                    url = await asyncio.wait_for(self.agent.data_url_of(node), self.peer_timeout)
+                    self._urls[node.id] = url
+                reply = await asyncio.wait_for(
+                    self.agent.client.post_json(url, SUMMARY_PATH, {}), self.peer_timeout
+                )
+                return {"ok": True, "summary": reply}
+            except Exception as exc:  # a peer failing is data here: marked, never raised
+                self._urls.pop(node.id, None)
+                return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:200]}
+
+    async def _build(self) -> dict[str, Any]:
+        peers, known = self._chosen()
+        mine = self.summary()
+        answers = await asyncio.gather(*(self._ask(p) for p in peers))
+        now = time.time()
+        for nid, (at, _) in list(self._failed.items()):
+            if now - at > FAILED_TTL:
+                del self._failed[nid]
+        summaries = [mine]
+        agents = [_agent_row(mine, "alive")]
+        for node, answer in zip(peers, answers, strict=True):
+            if answer["ok"]:
+                summaries.append(answer["summary"])
+                agents.append(_agent_row(answer["summary"], "alive"))
+            else:
+                status = "failed" if node.id in self._failed else "unreachable"
+                agents.append(_unreached(node, status, answer["error"]))
+        asked = {a["node_id"] for a in agents}
+        for nid, (at, address) in self._failed.items():
+            hexid = f"{nid:040x}"
+            if hexid not in asked:
+                agents.append(
+                    {"node_id": hexid, "overlay": address, "status": "failed", "failed_at": at}
+                )
+        jobs = {}
+        for entry in self.agent.jobs():
+            if entry["state"] != "running":
+                continue
+            jobs[entry["name"]] = await self._job(entry, summaries, now)
+        for gone in set(self._jobs) - set(jobs):
+            del self._jobs[gone]
+        return {
+            "time": now,
+            "serving": mine["node_id"],
+            "known": known + sum(1 for n in self._failed if f"{n:040x}" not in asked),
+            "asked": len(peers) + 1,
+            "max_agents": self.max_agents,
+            "truncated": known > self.max_agents,
+            "period_s": self.period(),
+            "agents": agents,
+            "jobs": jobs,
+            "stopped": [e["name"] for e in self.agent.jobs() if e["state"] != "running"],
+            "timeline": list(self._timeline)[-50:],
+        }
+
+    async def _job(
+        self, entry: dict[str, Any], summaries: list[dict[str, Any]], now: float
+    ) -> dict[str, Any]:
+        name = entry["name"]
+        track = self._jobs.setdefault(name, _JobTrack())
+        nodes: dict[str, dict[str, Any]] = {}
+        masters: dict[str, dict[str, Any]] = {}  # tree → {node, committed, epochs}
+        standbys: dict[str, str] = {}
+        versions: dict[str, int] = {}
+        records = 0
+        counters: dict[str, int] = {}
+        for s in summaries:
+            job = s.get("jobs", {}).get(name)
+            if job is None:
+                continue
+            nid = s["node_id"]
+            versions[nid] = job["version"]
+            if job.get("worker"):
+                records += int(job["worker"].get("records_in") or 0)
+            for key, value in job.get("counters", {}).items():
+                counters[key] = counters.get(key, 0) + int(value)
+            standbys.update(job.get("standby", {}))
+            for tree, block in job.get("masters", {}).items():
+                masters[tree] = {"node": nid, **block}
+            for t in job.get("trees", []):
+                nodes[f"{t['tree']}/{nid}"] = {
+                    "tree": t["tree"],
+                    "node": nid,
+                    "parent": t["parent"],
+                    "is_root": t["is_root"],
+                    "state": t["state"],
+                    "children": t["children"],
+                    "last_sent": t["last_sent"],
+                    "roles": job["roles"],
+                    "replica_of": job.get("replica_of", {}),
+                }
+        newest_by_tree = {
+            tree: max((e["epoch"] for e in m["epochs"]), default=None)
+            for tree, m in masters.items()
+        }
+        for node in nodes.values():
+            newest = newest_by_tree.get(node["tree"])
+            sent = node["last_sent"]
+            if node["is_root"]:
+                node["lag"] = 0
+            elif newest is None or sent is None:
+                node["lag"] = None
+            else:
+                node["lag"] = max(0, newest - sent)
+            node["standby"] = standbys.get(node["tree"]) == node["node"]
+        # children reported by an asked parent but not asked themselves: listed, lag unknown
+        for node in list(nodes.values()):
+            for child in node["children"]:
+                key = f"{node['tree']}/{child}"
+                if key not in nodes:
+                    nodes[key] = {
+                        "tree": node["tree"],
+                        "node": child,
+                        "parent": node["node"],
+                        "is_root": False,
+                        "state": "not asked",
+                        "children": [],
+                        "last_sent": None,
+                        "roles": [],
+                        "lag": None,
+                        "replica_of": {},
+                        "standby": standbys.get(node["tree"]) == child,
+                    }
+        self._note_changes(name, track, masters, counters, now)
+        newest = min((e for e in newest_by_tree.values() if e is not None), default=None)
+        if newest is not None and newest != track.newest:
+            point_latency = _latency(masters, newest)
+            throughput = None
+            if track.records is not None and now > track.records_at:
+                throughput = max(0.0, (records - track.records) / (now - track.records_at))
+            track.series.append([now, throughput, point_latency])
+            track.records, track.records_at = records, now
+            track.newest = newest
+        if newest is not None and newest != track.result_epoch:
+            track.result = await self._result(name)
+            track.result_epoch = newest
+        version = int(entry["version"])
+        return {
+            "name": name,
+            "version": version,
+            "spec": entry["spec"],
+            "nodes": list(nodes.values()),
+            "masters": masters,
+            "standbys": standbys,
+            "newest_epoch": newest,
+            "versions": versions,
+            "applied_everywhere": bool(versions) and all(v >= version for v in versions.values()),
+            "records_in": records,
+            "counters": counters,
+            "series": list(track.series),
+            "result": track.result,
+        }
+
+    def _note_changes(
+        self,
+        name: str,
+        track: _JobTrack,
+        masters: dict[str, dict[str, Any]],
+        counters: dict[str, int],
+        now: float,
+    ) -> None:
+        """Timeline events: a tree's master changed (failover or hand-over), fault counters
+        grew (recoveries), an epoch became tentative."""
+        for tree, block in masters.items():
+            before = track.masters.get(tree)
+            if before is not None and before != block["node"]:
+                self._event(
+                    "failover",
+                    f"{name}: master moved to {block['node'][:12]}",
+                    job=name,
+                    node=int(block["node"], 16),
+                )
+            track.masters[tree] = block["node"]
+            for e in block["epochs"]:
+                if e["tentative"] and e["epoch"] not in track.tentative_seen:
+                    track.tentative_seen.add(e["epoch"])
+                    self._event(
+                        "tentative",
+                        f"{name}: epoch {e['epoch']} tentative (coverage {e['coverage']:.0%})",
+                        job=name,
+                    )
+            if len(track.tentative_seen) > 4 * HISTORY:
+                track.tentative_seen = set(sorted(track.tentative_seen)[-HISTORY:])
+        for key in ("takeovers", "repaired", "handovers_received", "epochs_replayed"):
+            grew = counters.get(key, 0) - track.counters.get(key, 0)
+            if key in track.counters and grew > 0:
+                self._event("recovery", f"{name}: {key} +{grew}", job=name, at=now)
+        track.counters = dict(counters)
+
+    async def _result(self, name: str) -> dict[str, Any] | None:
+        runtime = self.agent.runtimes.get(name)
+        if runtime is None:
+            return None
+        try:
+            res = await asyncio.wait_for(runtime.results(None), self.peer_timeout)
+        except Exception as exc:  # no complete epoch yet, a master changing: said, not raised
+            return {"error": f"{type(exc).__name__}: {exc}"[:200]}
+        rows = res.get("rows") or []
+        return {
+            **{
+                k: res.get(k)
+                for k in (
+                    "epoch",
+                    "complete",
+                    "tentative",
+                    "coverage",
+                    "version",
+                    "lacking",
+                    "source",
+                )
+            },
+            "rows": rows[:RESULT_ROWS],
+            "rows_total": len(rows),
+        }
+
+
+def _latency(masters: dict[str, dict[str, Any]], epoch: int) -> float | None:
+    values = [e["latency_s"] for m in masters.values() for e in m["epochs"] if e["epoch"] == epoch]
+    return max(values) if values else None
+
+
+def _agent_row(s: dict[str, Any], status: str) -> dict[str, Any]:
+    return {
+        "node_id": s["node_id"],
+        "status": status,
+        "overlay": s.get("overlay"),
+        "api_url": s.get("api_url"),
+        "uptime_s": s.get("uptime_s"),
+        "cpu_percent": s.get("process", {}).get("cpu_percent"),
+        "rss_bytes": s.get("process", {}).get("rss_bytes"),
+        "rejected": s.get("rejected", 0),
+        "inputs": s.get("inputs", {}),
+        "loop_lag": s.get("loop_lag"),
+        "roles": {name: job.get("roles", []) for name, job in s.get("jobs", {}).items()},
+    }
+
+
+def _unreached(node: Any, status: str, error: str) -> dict[str, Any]:
+    return {
+        "node_id": f"{node.id:040x}",
+        "status": status,
+        "overlay": f"{node.host}:{node.port}",
+        "error": error,
+    }
+
+
+def tree_edges(nodes: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(parent, child) links of a job's nodes (for tests and renderers)."""
+    return [(n["parent"], n["node"]) for n in nodes if n.get("parent")]

@@ -1,0 +1,193 @@
+"""One agent's compact picture for the dashboard: what the peer route ``/agent/v1/summary``
+returns and what the serving agent contributes about itself.
+
+Contract: :func:`local_summary` reads (never changes) the agent's state and returns a small,
+JSON-ready dict: identity and addresses, process CPU and RSS, loop lag, inputs' accepted and
+rejected counts, and per job this agent's applied spec version, roles, its place in each of the
+job's trees (parent, children, root), the newest epoch it sent upward, its worker's record
+counts, the fault-tolerance counters, its standby or replica role, and — where it is a master —
+its newest :data:`MASTER_EPOCHS` epochs (completion time, roll-up latency, tentative,
+coverage, version, lacking origins). Its size is bounded: at most :data:`MAX_JOBS` jobs, a
+fixed set of fields per tree and :data:`MAX_CHILDREN` child ids per tree (``children_total``
+says how many there are), never a result row or a secret. Building it is O(jobs × trees) and
+runs on the event loop without awaiting.
+
+:class:`ProcessSampler` measures the process's CPU share between two calls (all threads, the
+record thread included) and its resident set size (``/proc/self/statm``; where that is missing
+the peak RSS from ``getrusage``, flagged ``rss_peak``). Logical agents sharing one process
+report the same process figures.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import Any, Protocol
+
+MASTER_EPOCHS = 16  # newest epochs per master tree in a summary
+MAX_JOBS = 64  # jobs per summary (the newest names beyond it are counted, not listed)
+MAX_CHILDREN = 64  # child ids per tree view
+#: job counters about recoveries and failovers shown on the dashboard's timeline
+FAULT_COUNTERS = (
+    "takeovers",
+    "takeover_failed",
+    "handovers_sent",
+    "handovers_received",
+    "repaired",
+    "repair_requests",
+    "tentative_epochs",
+    "epochs_replayed",
+    "changes_applied",
+    "changes_refused",
+    "incomplete_epochs",
+)
+
+
+class ProcessSampler:
+    """CPU share since the previous sample and current RSS of this process."""
+
+    def __init__(self) -> None:
+        self._wall = time.monotonic()
+        self._cpu = time.process_time()
+        self._share = 0.0
+
+    def sample(self) -> dict[str, Any]:
+        wall, cpu = time.monotonic(), time.process_time()
+        span = wall - self._wall
+        # at least 0.2 s between the two ends, so two calls in a row do not report noise
+        if span >= 0.2:
+            self._share = (cpu - self._cpu) / span
+            self._wall, self._cpu = wall, cpu
+        rss, peak = _rss()
+        return {"cpu_percent": round(100 * self._share, 1), "rss_bytes": rss, "rss_peak": peak}
+
+
+def _rss() -> tuple[int, bool]:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE"), False
+    except (OSError, ValueError, IndexError):
+        # ru_maxrss is KiB on Linux (bytes on macOS): a peak, flagged as such
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, True
+
+
+class SummarySource(Protocol):
+    """What :func:`local_summary` reads from an agent (:class:`agent.runtime.agent.Agent`)."""
+
+    runtimes: dict[str, Any]
+    inputs: dict[str, Any]
+    data_url: str
+    started_at: float
+    loop_lag: Any
+    trees: Any
+
+    @property
+    def node_id(self) -> int: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+def _hex(n: int | None) -> str | None:
+    return None if n is None else f"{n:040x}"
+
+
+def local_summary(agent: SummarySource, sampler: ProcessSampler) -> dict[str, Any]:
+    """This agent's picture (module contract)."""
+    inputs = {}
+    rejected = 0
+    for name, source in agent.inputs.items():
+        stats = source.stats()
+        bad = int(stats.get("rejected", 0) or 0)
+        rejected += bad
+        inputs[name] = {"accepted": int(stats.get("accepted", 0) or 0), "rejected": bad}
+    names = sorted(agent.runtimes)
+    jobs = {name: _job(agent, agent.runtimes[name]) for name in names[:MAX_JOBS]}
+    return {
+        **agent.describe(),
+        "time": time.time(),
+        "uptime_s": round(time.time() - agent.started_at, 1),
+        "process": sampler.sample(),
+        "loop_lag": agent.loop_lag.stats(),
+        "inputs": inputs,
+        "rejected": rejected,
+        "jobs": jobs,
+        "jobs_total": len(names),
+    }
+
+
+def _job(agent: SummarySource, runtime: Any) -> dict[str, Any]:
+    newest_sent: dict[int, int] = {}
+    for tid, epoch in reversed(runtime.sent_at):  # newest last; a bounded OrderedDict
+        if tid not in newest_sent:
+            newest_sent[tid] = epoch
+    trees = []
+    masters: dict[str, Any] = {}
+    for tid in runtime.tree_list:
+        view = agent.trees.view(tid) if agent.trees is not None else None
+        combiner = runtime.combiners.get(tid)
+        children = sorted(view.children) if view is not None else []
+        trees.append(
+            {
+                "tree": _hex(tid),
+                "state": view.state if view is not None else "absent",
+                "is_root": bool(view is not None and view.is_root),
+                "parent": _hex(view.parent.id) if view is not None and view.parent else None,
+                "root": _hex(view.root.id) if view is not None and view.root else None,
+                "children": [_hex(c) for c in children[:MAX_CHILDREN]],
+                "children_total": len(children),
+                "last_sent": newest_sent.get(tid),
+                "next_epoch": combiner.next_epoch if combiner is not None else None,
+            }
+        )
+        if view is not None and view.is_root:
+            masters[_hex(tid) or ""] = _master(runtime, tid)
+    worker = runtime.worker_stats()  # the record thread's published copy, never the worker
+    return {
+        "version": runtime.version,
+        "roles": runtime.roles(),
+        "epoch_seconds": runtime.spec.schedule.seconds_of(_current_epoch(worker, newest_sent)),
+        "trees": trees,
+        "worker": None
+        if worker is None
+        else {
+            k: worker.get(k)
+            for k in ("records_in", "records_accepted", "bad_records", "late_dropped", "next_epoch")
+        },
+        "standby": runtime.replication.stats().get("standbys", {}),
+        "replica_of": {_hex(t): r.stats().get("master") for t, r in runtime.replicas.items()},
+        "counters": {k: runtime.counters[k] for k in FAULT_COUNTERS if k in runtime.counters},
+        "masters": masters,
+    }
+
+
+def _current_epoch(worker: dict[str, Any] | None, newest_sent: dict[int, int]) -> int:
+    """The epoch whose length the summary reports: the worker's next one, else the newest
+    sent upward (the length can change at runtime: docs/job-changes.md)."""
+    if worker and isinstance(worker.get("next_epoch"), int):
+        return int(worker["next_epoch"])
+    return max(newest_sent.values(), default=0)
+
+
+def _master(runtime: Any, tid: int) -> dict[str, Any]:
+    schedule = runtime.spec.schedule
+    epochs = []
+    for epoch in runtime.store.epochs(tid)[-MASTER_EPOCHS:]:
+        result = runtime.store.peek(tid, epoch)  # flags only, no snapshot copy
+        if result is None:
+            continue
+        end = schedule.start(epoch) + schedule.seconds_of(epoch)
+        epochs.append(
+            {
+                "epoch": epoch,
+                "completed_at": result.completed_at,
+                # from the epoch's end (event time = wall time for live inputs) to the master
+                "latency_s": round(result.completed_at - end, 4),
+                "tentative": result.tentative,
+                "coverage": round(result.coverage, 4),
+                "version": result.version,
+                "lacking": list(result.lacking)[:8],
+            }
+        )
+    return {"committed": runtime.committed.get(tid), "epochs": epochs}
