@@ -332,7 +332,7 @@ class ClusterPicture:
             track.records, track.records_at = records, now
             track.newest = newest
         if newest is not None and newest != track.result_epoch:
-            track.result = await self._result(name)
+            track.result = await self._result(name, newest)
             track.result_epoch = newest
         version = int(entry["version"])
         return {
@@ -387,12 +387,13 @@ class ClusterPicture:
                 self._event("recovery", f"{name}: {key} +{grew}", job=name, at=now)
         track.counters = dict(counters)
 
-    async def _result(self, name: str) -> dict[str, Any] | None:
+    async def _result(self, name: str, epoch: int) -> dict[str, Any] | None:
         runtime = self.agent.runtimes.get(name)
         if runtime is None:
             return None
         try:
-            res = await asyncio.wait_for(runtime.results(None), self.peer_timeout)
+            # the epoch the masters listed, so the snapshot agrees with itself
+            res = await asyncio.wait_for(runtime.results(epoch), self.peer_timeout)
         except Exception as exc:  # no complete epoch yet, a master changing: said, not raised
             return {"error": f"{type(exc).__name__}: {exc}"[:200]}
         rows = res.get("rows") or []

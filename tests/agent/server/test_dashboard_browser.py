@@ -16,6 +16,7 @@ browser (no ``playwright install``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -72,10 +73,8 @@ class Feeder(threading.Thread):
                 if i in self.dead:
                     continue
                 lines = [json.dumps({"ts": time.time(), "line": w}) for w in WORDS]
-                try:
+                with contextlib.suppress(ApiError):  # an agent being killed
                     self.cluster.client(i).ingest("ingest", lines)
-                except ApiError:
-                    pass  # an agent being killed
 
 
 @pytest.fixture
@@ -143,9 +142,11 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
                 "document.querySelectorAll('#agents tr[data-status=alive]').length === 4",
                 timeout=30_000,
             )
-            listed = set(page.locator("#agents tbody tr").evaluate_all(
-                "rows => rows.map(r => r.dataset.node)"
-            ))
+            listed = set(
+                page.locator("#agents tbody tr").evaluate_all(
+                    "rows => rows.map(r => r.dataset.node)"
+                )
+            )
             assert listed == {a["node_id"] for a in cluster.agents()}
 
             # 2. a query submitted from the page becomes a job whose tree spans every agent
@@ -213,18 +214,14 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
             # 5. kill -9 an agent that neither serves the page nor masters the job
             status = {a["node_id"]: i for i, a in enumerate(cluster.agents())}
             master = card.locator("g.node.master").get_attribute("data-node")
-            victim = next(
-                i for node, i in status.items() if i != 0 and node != master
-            )
+            victim = next(i for node, i in status.items() if i != 0 and node != master)
             victim_id = cluster.agents()[victim]["node_id"]
             feeder.dead.add(victim)
             cluster.kill(victim)
             page.wait_for_selector(
                 f'#agents tr[data-node="{victim_id}"][data-status="failed"]', timeout=30_000
             )
-            page.wait_for_selector(
-                f'#timeline li[data-kind="failure"]', timeout=10_000
-            )
+            page.wait_for_selector('#timeline li[data-kind="failure"]', timeout=10_000)
             page.screenshot(path=str(shots / "dashboard-agent-failed.png"), full_page=True)
 
             # 6. stop the job from the page
