@@ -374,11 +374,7 @@ class ClusterPicture:
             for e in block["epochs"]:
                 if e["tentative"] and e["epoch"] not in track.tentative_seen:
                     track.tentative_seen.add(e["epoch"])
-                    self._event(
-                        "tentative",
-                        f"{name}: epoch {e['epoch']} tentative (coverage {e['coverage']:.0%})",
-                        job=name,
-                    )
+                    self._tentative(name, e)
             if len(track.tentative_seen) > 4 * HISTORY:
                 track.tentative_seen = set(sorted(track.tentative_seen)[-HISTORY:])
         for key in ("takeovers", "repaired", "handovers_received", "epochs_replayed"):
@@ -386,6 +382,29 @@ class ClusterPicture:
             if key in track.counters and grew > 0:
                 self._event("recovery", f"{name}: {key} +{grew}", job=name, at=now)
         track.counters = dict(counters)
+
+    def _tentative(self, name: str, e: dict[str, Any]) -> None:
+        """A tentative epoch on the timeline; a run of them in a row is one event (E1–E2),
+        so a long outage does not push failures and failovers out of the bounded timeline."""
+        last = self._timeline[-1] if self._timeline else None
+        if (
+            last is not None
+            and last["kind"] == "tentative"
+            and last["job"] == name
+            and last.get("last_epoch") == e["epoch"] - 1
+        ):
+            last["last_epoch"] = e["epoch"]
+            last["coverage"] = min(last["coverage"], e["coverage"])
+        else:
+            self._event("tentative", "", job=name)
+            last = self._timeline[-1]
+            last.update(first_epoch=e["epoch"], last_epoch=e["epoch"], coverage=e["coverage"])
+        span = (
+            f"epoch {last['first_epoch']}"
+            if last["first_epoch"] == last["last_epoch"]
+            else f"epochs {last['first_epoch']}–{last['last_epoch']}"
+        )
+        last["text"] = f"{name}: {span} tentative (coverage ≥ {last['coverage']:.0%})"
 
     async def _result(self, name: str, epoch: int) -> dict[str, Any] | None:
         runtime = self.agent.runtimes.get(name)

@@ -167,7 +167,10 @@ function renderTimeline(events, now) {
     el("li", { "data-kind": e.kind }, `${when(e.time)} ${e.kind}: ${e.text}`)));
   const strip = document.getElementById("timeline-strip");
   strip.replaceChildren();
-  const width = strip.clientWidth || 800, span = 600; // the last ten minutes
+  // from the oldest event kept (at least a minute) up to now
+  const width = strip.clientWidth || 800;
+  const oldest = Math.min(now - 60, ...events.map((e) => e.time));
+  const span = Math.max(60, now - oldest) * 1.05;
   strip.append(svg("line", { x1: 0, x2: width, y1: 18, y2: 18, class: "edge" }));
   const colors = { failure: "#c62828", failover: "#e07020", recovery: "#2e9d4f", tentative: "#d9a400" };
   for (const e of events) {
@@ -204,7 +207,7 @@ function jobCard(name) {
       el("div", {},
         el("div", { class: "chart" }),
         el("table", { class: "epochs" },
-          el("thead", {}, el("tr", {}, ...["epoch", "latency", "tentative", "coverage", "version"].map((h) => el("th", {}, h)))),
+          el("thead", {}, el("tr", {}, ...["epoch", "roll-up latency", "state", "coverage", "result version"].map((h) => el("th", {}, h)))),
           el("tbody")))),
     el("div", { class: "result" }),
     actions(name),
@@ -350,7 +353,8 @@ function drawChart(doc) {
       width: Math.max(320, holder.clientWidth || 420), height: 170,
       series: [{}, { label: "records/s", stroke: "#2f6fbf", scale: "rps" },
         { label: "roll-up latency (s)", stroke: "#e07020", scale: "s" }],
-      axes: [{}, { scale: "rps" }, { scale: "s", side: 1, grid: { show: false } }],
+      axes: [{}, { scale: "rps", label: "records/s" },
+        { scale: "s", side: 1, label: "latency (s)", grid: { show: false } }],
     }, data, holder);
     state.charts.set(doc.name, chart);
   } else if (chart) chart.setData(data);
