@@ -10,7 +10,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -121,19 +121,25 @@ class ApiClient:
         except (urllib.error.URLError, OSError) as exc:
             raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
         with resp:
+            yield from parse_events(resp)
+
+
+def parse_events(lines: Iterable[bytes]) -> Iterator[tuple[str, Any]]:
+    """Server-Sent Events frames (``event:``/``data:`` lines ended by a blank line; ``:``
+    comments skipped) as ``(event, JSON data)`` pairs; a frame without data yields nothing."""
+    event, data = "message", []
+    for raw in lines:
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if not line:
+            if data:
+                yield event, orjson.loads("\n".join(data))
             event, data = "message", []
-            for raw in resp:
-                line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                if not line:
-                    if data:
-                        yield event, orjson.loads("\n".join(data))
-                    event, data = "message", []
-                elif line.startswith(":"):
-                    continue  # a keep-alive comment
-                elif line.startswith("event:"):
-                    event = line[6:].strip()
-                elif line.startswith("data:"):
-                    data.append(line[5:].lstrip())
+        elif line.startswith(":"):
+            continue  # a keep-alive comment
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
 
     def ingest(self, input_name: str, lines: Sequence[str | bytes]) -> dict[str, Any]:
         """POST lines (text, or bytes sent as they are) to an ingest input."""

@@ -1029,6 +1029,7 @@ class Agent:
             "overlay": self.overlay.stats(),
             "data_plane": self.server.stats(),
             "api": self.api.stats(),
+            "dashboard": self.dashboard_routes.stats(),
         }
 
 

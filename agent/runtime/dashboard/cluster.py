@@ -2,18 +2,19 @@
 
 Contract: :class:`ClusterPicture` asks a bounded set of agents for their summaries
 (:mod:`agent.runtime.dashboard.summary`, over the authenticated data plane's
-``POST /agent/v1/summary``) and assembles one snapshot: the agents (alive, unreachable, failed
-as the overlay declared it, or known but not asked), and per job its trees as nodes with parent
-links colored by epoch lag, its masters' newest epochs (roll-up latency, tentative epochs and
-coverage), the newest result (at most :data:`RESULT_ROWS` rows, fetched once per new epoch),
-series of throughput and roll-up latency, which agents applied which spec version, and a
-timeline of failures, failovers, recoveries and tentative epochs.
+``POST /agent/v1/summary``) and assembles one snapshot: the agents (alive, unreachable, or
+failed as the overlay declared it; agents known but not asked are counted), and per job its
+trees as nodes with parent links colored by epoch lag, its masters' newest epochs (roll-up
+latency, tentative epochs and coverage), the newest result (at most :data:`RESULT_ROWS` rows,
+fetched once per new epoch), series of throughput and roll-up latency, which agents applied
+which spec version, and a timeline of failures, failovers, recoveries and tentative epochs.
 
 Bounds (each documented in docs/dashboard.md): at most ``max_agents`` agents asked per
 refresh (the serving agent first, then the job trees' members it knows, then its overlay
 contacts nearest first; the snapshot says how many were known and asked), ``concurrency``
-requests at once, each given ``peer_timeout`` seconds; one refresh at a time, shared by every
-viewer, and none sooner than :meth:`period` after the previous one (the shortest running
+requests at once, each given ``peer_timeout`` seconds and the whole refresh
+``refresh_timeout`` (peers not answered by then are marked); one refresh at a time, shared by
+every viewer, and none sooner than :meth:`period` after the previous one (the shortest running
 epoch, clamped to [``min_interval``, ``max_interval``]); :data:`HISTORY` points per job series,
 :data:`TIMELINE` events, :data:`FAILED_KEPT` remembered failed agents. Nothing here blocks the
 loop: every peer call is awaited with a timeout, and a failing peer is only marked.
@@ -82,12 +83,15 @@ class ClusterPicture:
         peer_timeout: float = 2.0,
         min_interval: float = 1.0,
         max_interval: float = 5.0,
+        refresh_timeout: float = 5.0,
     ) -> None:
         if max_agents < 1 or concurrency < 1:
             raise ValueError("max_agents and concurrency must be at least 1")
         self.agent = agent
         self.max_agents = max_agents
         self.peer_timeout = peer_timeout
+        self.refresh_timeout = refresh_timeout
+        self._attached = False
         self.min_interval, self.max_interval = min_interval, max_interval
         self._gate = asyncio.Semaphore(concurrency)
         self._lock = asyncio.Lock()
@@ -104,7 +108,10 @@ class ClusterPicture:
     # ---- wiring --------------------------------------------------------------------------
 
     def attach(self) -> None:
-        """Listen to the overlay's membership (failed agents stay listed as failed)."""
+        """Listen to the overlay's membership (failed agents stay listed as failed); once."""
+        if self._attached:
+            return
+        self._attached = True
         self.agent.overlay.on_node_failed(self._node_failed)
         self.agent.overlay.on_node_joined(self._node_joined)
 
@@ -196,22 +203,38 @@ class ClusterPicture:
     async def _ask(self, node: Any) -> dict[str, Any]:
         async with self._gate:
             try:
-                url = self._urls.get(node.id)
-                if url is None:
-                    url = await asyncio.wait_for(self.agent.data_url_of(node), self.peer_timeout)
-                    self._urls[node.id] = url
-                reply = await asyncio.wait_for(
-                    self.agent.client.post_json(url, SUMMARY_PATH, {}), self.peer_timeout
-                )
-                return {"ok": True, "summary": reply}
+                return {
+                    "ok": True,
+                    "summary": await asyncio.wait_for(self._summary_of(node), self.peer_timeout),
+                }
             except Exception as exc:  # a peer failing is data here: marked, never raised
                 self._urls.pop(node.id, None)
-                return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:200]}
+                return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:200] or "timeout"}
+
+    async def _summary_of(self, node: Any) -> dict[str, Any]:
+        url = self._urls.get(node.id)
+        if url is None:
+            url = await self.agent.data_url_of(node)  # over the overlay, once per peer
+            self._urls[node.id] = url
+        reply: dict[str, Any] = await self.agent.client.post_json(url, SUMMARY_PATH, {})
+        return reply
+
+    async def _ask_all(self, peers: list[Any]) -> list[dict[str, Any]]:
+        """Every peer's answer within the refresh deadline (``refresh_timeout``): a peer
+        still queued or running then is marked, so one refresh never outlasts it."""
+        tasks = [asyncio.ensure_future(self._ask(p)) for p in peers]
+        if not tasks:
+            return []
+        done, pending = await asyncio.wait(tasks, timeout=self.refresh_timeout)
+        for task in pending:
+            task.cancel()
+        late = {"ok": False, "error": f"no answer within the {self.refresh_timeout:g} s refresh"}
+        return [t.result() if t in done else late for t in tasks]
 
     async def _build(self) -> dict[str, Any]:
         peers, known = self._chosen()
         mine = self.summary()
-        answers = await asyncio.gather(*(self._ask(p) for p in peers))
+        answers = await self._ask_all(peers)
         now = time.time()
         for nid, (at, _) in list(self._failed.items()):
             if now - at > FAILED_TTL:

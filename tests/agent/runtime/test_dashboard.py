@@ -10,6 +10,7 @@ processes is tests/agent/server/test_dashboard_browser.py.
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import math
 import time
@@ -20,14 +21,16 @@ import aiohttp
 import orjson
 from agent_helpers import SECRET, lines, running_agents, wait_for
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 from yarl import URL
 
 from agent.cli import cli
-from agent.client import ApiClient
+from agent.client import ApiClient, parse_events
 from agent.config import derive_api_token
 from agent.runtime.dashboard.cluster import ClusterPicture, tree_edges
-from agent.runtime.dashboard.routes import MAX_STREAMS
+from agent.runtime.dashboard.routes import MAX_STREAMS, DashboardRoutes
 from agent.top import TopView, render, run_top
 
 TOKEN = derive_api_token(SECRET.encode())
@@ -324,3 +327,139 @@ async def test_elf_dashboard_prints_the_url_and_keeps_the_token_out_unless_asked
             )
         )
         assert wrong.exit_code != 0 and "401" in wrong.output
+
+
+# ---- the feed's frames and the picture's memory, without a network ----------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+def job_doc(name: str, extra: Any, epoch: int | None = 7) -> dict[str, Any]:
+    return {
+        "name": name,
+        "nodes": [],
+        "newest_epoch": epoch,
+        "version": 1,
+        "applied_everywhere": True,
+        "versions": {},
+        "result": None,
+        "extra": extra,
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(names=st.lists(st.text(min_size=1, max_size=16), unique=True, max_size=4), extra=JSON)
+def test_event_frames_parse_back_and_repeat_nothing(names: list[str], extra: Any) -> None:
+    """Whatever a job's name or content (newlines, "event:", unicode), the frames parse back
+    to the same documents; the same picture again sends only its cluster event; a job gone
+    is announced once."""
+    snap = {
+        "time": 1.0,
+        "agents": [],
+        "timeline": [],
+        "jobs": {n: job_doc(n, extra) for n in names},
+    }
+    sent: dict[str, str] = {}
+    events = list(parse_events(io.BytesIO(DashboardRoutes._frames(snap, sent))))
+    assert events[0] == (
+        "cluster",
+        {"time": 1.0, "agents": [], "timeline": [], "job_names": sorted(names)},
+    )
+    assert [d for k, d in events[1:]] == [snap["jobs"][n] for n in sorted(names)]
+    assert {k for k, _ in events[1:]} <= {"job"}
+    again = list(parse_events(io.BytesIO(DashboardRoutes._frames(snap, sent))))
+    assert [k for k, _ in again] == ["cluster"]
+    if names:
+        moved = dict(snap, jobs={names[0]: job_doc(names[0], extra, epoch=8)})
+        after = list(parse_events(io.BytesIO(DashboardRoutes._frames(moved, sent))))
+        assert [k for k, _ in after] == ["cluster", "job", *["gone"] * (len(names) - 1)]
+        assert {d["name"] for k, d in after if k == "gone"} == set(names[1:])
+
+
+class _Overlay:
+    def __init__(self) -> None:
+        self.failed: list[Any] = []
+        self.joined: list[Any] = []
+
+    def contacts(self) -> list[Any]:
+        return []
+
+    def leaf_set(self) -> list[Any]:
+        return []
+
+    def on_node_failed(self, cb: Any) -> None:
+        self.failed.append(cb)
+
+    def on_node_joined(self, cb: Any) -> None:
+        self.joined.append(cb)
+
+
+class _Agent:
+    """The least an agent must offer a ClusterPicture (its ClusterSource and SummarySource)."""
+
+    def __init__(self) -> None:
+        from agent.runtime.looplag import LoopLag
+
+        self.overlay = _Overlay()
+        self.client = None
+        self.runtimes: dict[str, Any] = {}
+        self.inputs: dict[str, Any] = {}
+        self.trees = None
+        self.node_id = 1
+        self.data_url = "http://127.0.0.1:1"
+        self.started_at = time.time()
+        self.loop_lag = LoopLag()
+
+    def describe(self) -> dict[str, Any]:
+        return {"node_id": f"{self.node_id:040x}", "overlay": "127.0.0.1:1"}
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return []
+
+    async def data_url_of(self, node: Any) -> str:
+        raise AssertionError("no peer to ask")
+
+
+async def test_failed_agents_stay_listed_and_tentative_runs_are_one_event() -> None:
+    from agent.runtime.dashboard.cluster import _JobTrack
+    from overlay import NodeInfo
+
+    agent = _Agent()
+    picture = ClusterPicture(agent)
+    picture.attach()
+    gone = NodeInfo(0xAB, "127.0.0.1", 9)
+    agent.overlay.failed[0](gone)
+    snap = await picture.snapshot(max_age=0)
+    row = next(a for a in snap["agents"] if a["node_id"] == f"{0xAB:040x}")
+    assert row["status"] == "failed" and row["overlay"] == "127.0.0.1:9"
+    assert snap["known"] == 2
+    agent.overlay.joined[0](gone)  # back: no longer listed as failed, a recovery noted
+    snap = await picture.snapshot(max_age=0)
+    assert [a["node_id"] for a in snap["agents"]] == [f"{1:040x}"]
+    assert [e["kind"] for e in snap["timeline"]] == ["failure", "recovery"]
+
+    track = _JobTrack()
+
+    def epochs(*numbers: int) -> dict[str, Any]:
+        return {
+            "t": {
+                "node": "aa",
+                "epochs": [{"epoch": e, "tentative": True, "coverage": 0.5} for e in numbers],
+            }
+        }
+
+    picture._note_changes("j", track, epochs(10, 11, 12), {}, time.time())
+    agent.overlay.failed[0](gone)
+    picture._note_changes("j", track, epochs(11, 12, 13), {}, time.time())
+    kinds = [(e["kind"], e["text"]) for e in picture._timeline][2:]
+    assert kinds == [
+        ("tentative", "j: epochs 10–12 tentative (coverage ≥ 50%)"),
+        ("failure", kinds[1][1]),
+        ("tentative", "j: epoch 13 tentative (coverage ≥ 50%)"),
+    ]
