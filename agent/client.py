@@ -123,6 +123,12 @@ class ApiClient:
         with resp:
             yield from parse_events(resp)
 
+    def ingest(self, input_name: str, lines: Sequence[str | bytes]) -> dict[str, Any]:
+        """POST lines (text, or bytes sent as they are) to an ingest input."""
+        raw = b"".join((x.encode() if isinstance(x, str) else bytes(x)) + b"\n" for x in lines)
+        path = f"/api/v1/ingest/{urllib.parse.quote(input_name, safe='')}"
+        return self.call("POST", path, raw=raw)
+
 
 def parse_events(lines: Iterable[bytes]) -> Iterator[tuple[str, Any]]:
     """Server-Sent Events frames (``event:``/``data:`` lines ended by a blank line; ``:``
@@ -140,9 +146,3 @@ def parse_events(lines: Iterable[bytes]) -> Iterator[tuple[str, Any]]:
             event = line[6:].strip()
         elif line.startswith("data:"):
             data.append(line[5:].lstrip())
-
-    def ingest(self, input_name: str, lines: Sequence[str | bytes]) -> dict[str, Any]:
-        """POST lines (text, or bytes sent as they are) to an ingest input."""
-        raw = b"".join((x.encode() if isinstance(x, str) else bytes(x)) + b"\n" for x in lines)
-        path = f"/api/v1/ingest/{urllib.parse.quote(input_name, safe='')}"
-        return self.call("POST", path, raw=raw)
