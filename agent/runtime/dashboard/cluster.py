@@ -62,7 +62,7 @@ class _JobTrack:
     def __init__(self) -> None:
         self.series: collections.deque[list[float | None]] = collections.deque(maxlen=HISTORY)
         self.newest: int | None = None
-        self.records: int | None = None
+        self.records: dict[str, int] | None = None  # records_in per agent at the last point
         self.records_at = 0.0
         self.masters: dict[str, str] = {}  # tree → master id
         self.counters: dict[str, int] = {}
@@ -285,7 +285,7 @@ class ClusterPicture:
         masters: dict[str, dict[str, Any]] = {}  # tree → {node, committed, epochs}
         standbys: dict[str, str] = {}
         versions: dict[str, int] = {}
-        records = 0
+        records: dict[str, int] = {}
         counters: dict[str, int] = {}
         for s in summaries:
             job = s.get("jobs", {}).get(name)
@@ -294,7 +294,7 @@ class ClusterPicture:
             nid = s["node_id"]
             versions[nid] = job["version"]
             if job.get("worker"):
-                records += int(job["worker"].get("records_in") or 0)
+                records[nid] = int(job["worker"].get("records_in") or 0)
             for key, value in job.get("counters", {}).items():
                 counters[key] = counters.get(key, 0) + int(value)
             standbys.update(job.get("standby", {}))
@@ -350,7 +350,11 @@ class ClusterPicture:
             point_latency = _latency(masters, newest)
             throughput = None
             if track.records is not None and now > track.records_at:
-                throughput = max(0.0, (records - track.records) / (now - track.records_at))
+                # agents in both pictures only: one that died or was not asked this time
+                # neither drops the rate nor adds its whole count to it
+                before = track.records
+                grown = sum(max(0, n - before[a]) for a, n in records.items() if a in before)
+                throughput = grown / (now - track.records_at)
             track.series.append([now, throughput, point_latency])
             track.records, track.records_at = records, now
             track.newest = newest
@@ -368,7 +372,7 @@ class ClusterPicture:
             "newest_epoch": newest,
             "versions": versions,
             "applied_everywhere": bool(versions) and all(v >= version for v in versions.values()),
-            "records_in": records,
+            "records_in": sum(records.values()),
             "counters": counters,
             "series": list(track.series),
             "result": track.result,

@@ -463,3 +463,37 @@ async def test_failed_agents_stay_listed_and_tentative_runs_are_one_event() -> N
         ("failure", kinds[1][1]),
         ("tentative", "j: epoch 13 tentative (coverage ≥ 50%)"),
     ]
+
+
+async def test_throughput_counts_only_agents_seen_twice() -> None:
+    """Records/s is each agent's growth between two new epochs, over the agents present in
+    both pictures: an agent that died does not turn the rate negative (or zero), a new one
+    does not add its whole count."""
+    picture = ClusterPicture(_Agent())
+    entry = {"name": "j", "version": 1, "spec": {"epoch_seconds": 1.0}}
+
+    def summary(node: str, records: int, epoch: int) -> dict[str, Any]:
+        job = {
+            "version": 1,
+            "roles": ["worker"],
+            "worker": {"records_in": records},
+            "trees": [],
+            "masters": {
+                "t": {
+                    "committed": None,
+                    "epochs": [
+                        {"epoch": epoch, "latency_s": 0.1, "tentative": False, "coverage": 1.0}
+                    ],
+                }
+            }
+            if node == "m"
+            else {},
+        }
+        return {"node_id": node, "jobs": {"j": job}}
+
+    await picture._job(entry, [summary("m", 100, 1), summary("a", 50, 1)], 1000.0)
+    job = await picture._job(
+        entry, [summary("m", 130, 2), summary("b", 999, 2)], 1002.0
+    )  # "a" died, "b" is new
+    assert job["series"][-1][1] == 15.0  # only m's 30 records over 2 s
+    assert job["records_in"] == 130 + 999

@@ -5,9 +5,10 @@ the ingest API; the page is opened with the token in its URL fragment. The test 
 agents listed as alive, submits an ELF QL query from the page's form, sees the job's tree
 appear with every agent in it and one master, watches epochs arrive and the page's newest
 result equal the results API's for that epoch (the reference), changes the job from the page
-and sees every agent apply it, kills an agent with SIGKILL and sees it marked failed, and
-stops the job from the page. Screenshots go to ``tmp_path``, or to the folder named by
-``ELF_SCREENSHOTS`` (``ELF_SCREENSHOTS=docs`` refreshes docs/dashboard-*.png).
+and sees every agent apply it, kills an agent with SIGKILL and sees it marked failed, kills
+the job's master and sees the failover (a new master in the tree, a failover on the
+timeline), and stops the job from the page. Screenshots go to ``tmp_path``, or to the folder
+named by ``ELF_SCREENSHOTS`` (``ELF_SCREENSHOTS=docs`` refreshes docs/dashboard-*.png).
 
 Skips with the reason when the Python package ``playwright`` or ``/usr/bin/chromium`` is
 missing (``.ci/run`` installs Debian's chromium when it runs as root); it never downloads a
@@ -211,10 +212,13 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
                 timeout=30_000,
             )
 
-            # 5. kill -9 an agent that neither serves the page nor masters the job
+            # 5. kill -9 an agent that neither serves the page, masters the job nor stands by
             status = {a["node_id"]: i for i, a in enumerate(cluster.agents())}
             master = card.locator("g.node.master").get_attribute("data-node")
-            victim = next(i for node, i in status.items() if i != 0 and node != master)
+            standby = card.locator("g.node.standby").evaluate_all("g => g.map(n => n.dataset.node)")
+            victim = next(
+                i for node, i in status.items() if i != 0 and node != master and node not in standby
+            )
             victim_id = cluster.agents()[victim]["node_id"]
             feeder.dead.add(victim)
             cluster.kill(victim)
@@ -224,7 +228,31 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
             page.wait_for_selector('#timeline li[data-kind="failure"]', timeout=10_000)
             page.screenshot(path=str(shots / "dashboard-agent-failed.png"), full_page=True)
 
-            # 6. stop the job from the page
+            # 6. kill -9 the job's master: marked failed, and the failover (its standby taking
+            # over) reaches the timeline and the tree. The page moves to a surviving agent
+            # that is not the master if the master is the one serving it.
+            master_index = status[master]
+            if master_index == 0:
+                other = next(i for i in range(1, AGENTS) if i not in (victim, master_index))
+                page.goto(cluster.client(other).dashboard_url(with_token=True))
+                card = page.locator(f'.job[data-job="{JOB}"]')
+                page.wait_for_selector(f'.job[data-job="{JOB}"] g.node.master', timeout=30_000)
+            feeder.dead.add(master_index)
+            cluster.kill(master_index)
+            page.wait_for_selector(
+                f'#agents tr[data-node="{master}"][data-status="failed"]', timeout=30_000
+            )
+            page.wait_for_function(
+                f"""() => {{
+                  const m = document.querySelector('.job[data-job="{JOB}"] g.node.master');
+                  return m && m.dataset.node !== '{master}'
+                    && document.querySelector('#timeline li[data-kind="failover"]');
+                }}""",
+                timeout=45_000,
+            )
+            page.screenshot(path=str(shots / "dashboard-failover.png"), full_page=True)
+
+            # 7. stop the job from the page
             card.locator(".actions button", has_text="stop job").click()
             page.wait_for_function(
                 "() => !document.querySelector('.job[data-job=\"" + JOB + "\"]')",
@@ -235,8 +263,11 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
             browser.close()
             feeder.halt.set()
             feeder.join(5)
+    alive = next(i for i in range(AGENTS) if cluster.alive(i))
     wait_until(
-        lambda: all(j["state"] == "stopped" for j in serving.jobs() if j["name"] == JOB),
+        lambda: all(
+            j["state"] == "stopped" for j in cluster.client(alive).jobs() if j["name"] == JOB
+        ),
         30,
         "the job to be stopped",
     )
