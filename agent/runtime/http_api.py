@@ -144,8 +144,12 @@ class HttpApi:
     @staticmethod
     def public(path: str) -> bool:
         """Paths served without the token: liveness, and the dashboard's static page (it holds
-        no data; everything it shows comes from token-authenticated routes)."""
-        return path == "/api/v1/health" or path == "/dashboard" or path.startswith("/dashboard/")
+        no data; everything it shows comes from token-authenticated routes): ``/dashboard``,
+        ``/dashboard/`` and one file name under it, never a deeper or dotted path."""
+        if path in ("/api/v1/health", "/dashboard", "/dashboard/"):
+            return True
+        head, _, name = path.rpartition("/")
+        return head == "/dashboard" and bool(name) and not name.startswith(".")
 
     def _authenticate(self, request: web.Request) -> None:
         header = request.headers.get("Authorization", "")

@@ -143,7 +143,20 @@ async def test_routes_need_the_token_except_the_static_page() -> None:
                     assert resp.status == 200, name
             for bad in ("/dashboard/nope.js", "/dashboard/..%2Fcluster.py", "/dashboard/%2e%2e"):
                 async with http.get(URL(url + bad, encoded=True)) as resp:  # sent as is
-                    assert resp.status == 404, bad
+                    assert resp.status in (401, 404), bad  # not public, or public and absent
+                async with http.get(URL(url + bad, encoded=True), headers=AUTH) as resp:
+                    assert resp.status == 404, bad  # no file outside the allow-list
+            # raw request paths that try to climb out of /dashboard/: never the API unlocked
+            for climb in (
+                "/dashboard/../api/v1/status",
+                "/dashboard/%2e%2e/api/v1/status",
+                "/dashboard/..%2fapi/v1/status",
+                "/dashboard//../api/v1/status",
+                "/dashboard%2f../api/v1/status",
+                "//dashboard/../api/v1/status",
+            ):
+                status = await raw_status(agents[0].api.port, climb)
+                assert status in (401, 404), (climb, status)
             async with http.get(url + "/dashboard", allow_redirects=False) as resp:
                 assert resp.status == 302 and resp.headers["Location"] == "/dashboard/"
             async with http.get(url + "/api/v1/dashboard/cluster", headers=AUTH) as resp:
@@ -151,6 +164,16 @@ async def test_routes_need_the_token_except_the_static_page() -> None:
                 body = await resp.json()
                 assert len(body["agents"]) == 2
                 assert TOKEN not in await resp.text() and SECRET not in await resp.text()
+
+
+async def raw_status(port: int, path: str) -> int:
+    """The status of ``GET path`` sent byte for byte (no client normalizes it)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    head = await reader.readline()
+    writer.close()
+    return int(head.split()[1])
 
 
 async def test_query_action_submits_a_ql_job_and_names_bad_fields() -> None:
