@@ -170,8 +170,10 @@ class Agent:
             ),
         )
         # the dashboard (docs/dashboard.md): its routes on the API, its summary on the data plane
-        self.dashboard = ClusterPicture(self)
-        self.dashboard_routes = DashboardRoutes(self.dashboard, self)
+        self.dashboard = ClusterPicture(self, max_agents=t.dashboard_max_agents)
+        self.dashboard_routes = DashboardRoutes(
+            self.dashboard, self, max_streams=t.dashboard_streams
+        )
         self.dashboard_routes.install(self.api.app)
         self.table = JobTable(
             stopped_ttl=self.tunables.stopped_job_ttl,

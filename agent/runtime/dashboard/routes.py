@@ -17,7 +17,8 @@ POST     /api/v1/dashboard/query         ``{name, query, epoch_seconds?}``: an E
 
 The ``/api/v1/dashboard/*`` routes need the API token like every other API route (the
 browser sends it in the ``Authorization`` header with ``fetch``, never in a URL). Bounds: at
-most :data:`MAX_STREAMS` event streams per agent (more: 503), a stream's writes never wait on
+most ``max_streams`` event streams per agent (``[runtime] dashboard_streams``, default
+:data:`MAX_STREAMS`; more: 503), a stream's writes never wait on
 more than one snapshot refresh (shared by every viewer), and a comment line every
 :data:`KEEPALIVE` seconds keeps proxies from closing a quiet stream. Streams end when the API
 stops (``on_shutdown``), so a viewer never delays an agent's shutdown.
@@ -93,9 +94,12 @@ def _digest(job: dict[str, Any]) -> str:
 class DashboardRoutes:
     """The routes above over one :class:`ClusterPicture` (see the module contract)."""
 
-    def __init__(self, picture: ClusterPicture, agent: Submitter) -> None:
+    def __init__(
+        self, picture: ClusterPicture, agent: Submitter, *, max_streams: int = MAX_STREAMS
+    ) -> None:
         self.picture = picture
         self.agent = agent
+        self.max_streams = max_streams
         self.streams = 0
         self.streams_refused = 0
         self._closing = asyncio.Event()
@@ -152,10 +156,10 @@ class DashboardRoutes:
         return web.Response(body=_encode(snap), content_type="application/json")
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
-        if self.streams >= MAX_STREAMS:
+        if self.streams >= self.max_streams:
             self.streams_refused += 1
             raise Unavailable(
-                f"at most {MAX_STREAMS} dashboard event streams per agent; close one or use "
+                f"at most {self.max_streams} dashboard event streams per agent; close one or use "
                 "GET /api/v1/dashboard/cluster"
             )
         self.streams += 1
