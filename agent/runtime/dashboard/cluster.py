@@ -11,7 +11,8 @@ which spec version, and a timeline of failures, failovers, recoveries and tentat
 
 Bounds (each documented in docs/dashboard.md): at most ``max_agents`` agents asked per
 refresh (the serving agent first, then the job trees' members it knows, then its overlay
-contacts nearest first; the snapshot says how many were known and asked), ``concurrency``
+contacts nearest first, then — in up to :data:`ROUNDS` rounds — the tree parents and children
+the answers name; the snapshot says how many were heard of and asked), ``concurrency``
 requests at once, each given ``peer_timeout`` seconds and the whole refresh
 ``refresh_timeout`` (peers not answered by then are marked); one refresh at a time, shared by
 every viewer, and none sooner than :meth:`period` after the previous one (the shortest running
@@ -30,6 +31,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from agent.runtime.dashboard.summary import ProcessSampler, local_summary
+from overlay import NodeInfo
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ HISTORY = 300  # points per job series (throughput, latency)
 TIMELINE = 200  # events kept in the timeline
 FAILED_KEPT = 256  # agents remembered as failed
 FAILED_TTL = 600.0  # seconds a failed agent stays listed
+ROUNDS = 4  # rounds of asking per picture (each asks the tree neighbours the last one named)
 
 
 class ClusterSource(Protocol):
@@ -181,24 +184,45 @@ class ClusterPicture:
         """Seconds until the current snapshot is due for a refresh."""
         return max(0.0, self._built_at + self.period() - time.monotonic())
 
-    def _chosen(self) -> tuple[list[Any], int]:
-        """Peers to ask (bounded) and how many agents this agent knows of."""
+    def _first_round(self) -> list[Any]:
+        """Agents to ask first, nearest to what the page shows first: the members of the job
+        trees this agent is on (parents, roots, children), its leaf set, its other overlay
+        contacts nearest first (all of them: :meth:`_build` applies the cap)."""
         me = self.agent.node_id
-        contacts = {c.id: c for c in self.agent.overlay.contacts() if c.id != me}
-        leaves = [c.id for c in self.agent.overlay.leaf_set() if c.id in contacts]
-        members: list[int] = []
-        for runtime in self.agent.runtimes.values():  # the job trees' members known here
+        out: dict[int, Any] = {}
+        for runtime in self.agent.runtimes.values():
             for tid in runtime.tree_list:
                 view = self.agent.trees.view(tid) if self.agent.trees is not None else None
-                if view is None:
-                    continue
-                members += [n.id for n in (view.parent, view.root) if n is not None]
-                members += list(view.children)
-        order: list[int] = []
-        for nid in [*members, *leaves, *sorted(contacts, key=lambda n: n ^ me)]:
-            if nid in contacts and nid not in order:
-                order.append(nid)
-        return [contacts[n] for n in order[: self.max_agents - 1]], len(contacts) + 1
+                if view is not None:
+                    for info in (view.parent, view.root, *view.children.values()):
+                        if info is not None:
+                            out.setdefault(info.id, info)
+        for info in self.agent.overlay.leaf_set():
+            out.setdefault(info.id, info)
+        for info in sorted(self.agent.overlay.contacts(), key=lambda c: c.id ^ me):
+            out.setdefault(info.id, info)
+        out.pop(me, None)
+        return list(out.values())
+
+    @staticmethod
+    def _tree_neighbours(summary: dict[str, Any]) -> list[Any]:
+        """The parents and children an agent's summary names, with their addresses: the
+        next round of a picture asks those it has not asked yet (trees deeper than the
+        serving agent's overlay contacts)."""
+        out = []
+        for job in summary.get("jobs", {}).values():
+            for t in job.get("trees", []):
+                pairs = [(t.get("parent"), t.get("parent_at"))]
+                pairs += zip(t.get("children", []), t.get("children_at", []), strict=False)
+                for node, at in pairs:
+                    if not node or not at:
+                        continue
+                    host, _, port = str(at).rpartition(":")
+                    try:
+                        out.append(NodeInfo(int(node, 16), host, int(port)))
+                    except ValueError:
+                        continue  # a malformed peer summary names nobody
+        return out
 
     async def _ask(self, node: Any) -> dict[str, Any]:
         async with self._gate:
@@ -219,29 +243,61 @@ class ClusterPicture:
         reply: dict[str, Any] = await self.agent.client.post_json(url, SUMMARY_PATH, {})
         return reply
 
-    async def _ask_all(self, peers: list[Any]) -> list[dict[str, Any]]:
-        """Every peer's answer within the refresh deadline (``refresh_timeout``): a peer
-        still queued or running then is marked, so one refresh never outlasts it."""
+    async def _ask_all(self, peers: list[Any], timeout: float) -> list[dict[str, Any]]:
+        """Every peer's answer within ``timeout``: a peer still queued or running then is
+        marked, so one refresh never outlasts ``refresh_timeout``."""
         tasks = [asyncio.ensure_future(self._ask(p)) for p in peers]
         if not tasks:
             return []
-        done, pending = await asyncio.wait(tasks, timeout=self.refresh_timeout)
+        done, pending = await asyncio.wait(tasks, timeout=max(0.0, timeout))
         for task in pending:
             task.cancel()
         late = {"ok": False, "error": f"no answer within the {self.refresh_timeout:g} s refresh"}
         return [t.result() if t in done else late for t in tasks]
 
+    async def _gather(self) -> tuple[list[tuple[Any, Any]], set[int]]:
+        """Ask up to ``max_agents - 1`` peers in rounds (at most :data:`ROUNDS`): the first
+        round's candidates, then the tree neighbours the answers name that no round asked
+        yet. Returns (node, answer) pairs and the ids of every agent heard of."""
+        deadline = time.monotonic() + self.refresh_timeout
+        me = self.agent.node_id
+        heard: dict[int, Any] = {}
+        for info in self._first_round():
+            heard.setdefault(info.id, info)
+        batch = list(heard.values())
+        asked: dict[int, tuple[Any, Any]] = {}
+        for _ in range(ROUNDS):
+            room = self.max_agents - 1 - len(asked)
+            batch = [n for n in batch if n.id not in asked and n.id != me][: max(0, room)]
+            if not batch or time.monotonic() >= deadline:
+                break
+            answers = await self._ask_all(batch, deadline - time.monotonic())
+            new: list[Any] = []
+            for node, answer in zip(batch, answers, strict=True):
+                asked[node.id] = (node, answer)
+                if answer["ok"]:
+                    new += self._tree_neighbours(answer["summary"])
+            batch = []
+            for info in new:
+                if info.id != me and info.id not in heard:
+                    heard[info.id] = info
+                if info.id not in asked and info.id != me:
+                    batch.append(info)
+            # candidates of the first round the cap left out come after the tree's nodes
+            batch += [n for n in heard.values() if n.id not in asked]
+            batch = list({n.id: n for n in batch}.values())
+        return list(asked.values()), set(heard) | {me}
+
     async def _build(self) -> dict[str, Any]:
-        peers, known = self._chosen()
         mine = self.summary()
-        answers = await self._ask_all(peers)
+        pairs, heard = await self._gather()
         now = time.time()
         for nid, (at, _) in list(self._failed.items()):
             if now - at > FAILED_TTL:
                 del self._failed[nid]
         summaries = [mine]
         agents = [_agent_row(mine, "alive")]
-        for node, answer in zip(peers, answers, strict=True):
+        for node, answer in pairs:
             if answer["ok"]:
                 summaries.append(answer["summary"])
                 agents.append(_agent_row(answer["summary"], "alive"))
@@ -255,6 +311,7 @@ class ClusterPicture:
                 agents.append(
                     {"node_id": hexid, "overlay": address, "status": "failed", "failed_at": at}
                 )
+        known = len(heard | set(self._failed))
         jobs = {}
         for entry in self.agent.jobs():
             if entry["state"] != "running":
@@ -265,10 +322,13 @@ class ClusterPicture:
         return {
             "time": now,
             "serving": mine["node_id"],
-            "known": known + sum(1 for n in self._failed if f"{n:040x}" not in asked),
-            "asked": len(peers) + 1,
+            "known": known,
+            "asked": len(pairs) + 1,
             "max_agents": self.max_agents,
-            "truncated": known > self.max_agents,
+            "truncated": len(heard) > self.max_agents,
+            # the overlay's own estimate of its size (from the leaf set's spread): a cluster
+            # larger than the agents this one heard of shows here
+            "overlay_estimate": self.agent.overlay.size_estimate(),
             "period_s": self.period(),
             "agents": agents,
             "jobs": jobs,

@@ -93,6 +93,10 @@ def _hex(n: int | None) -> str | None:
     return None if n is None else f"{n:040x}"
 
 
+def _at(info: Any) -> str | None:
+    return None if info is None else f"{info.host}:{info.port}"
+
+
 def local_summary(agent: SummarySource, sampler: ProcessSampler) -> dict[str, Any]:
     """This agent's picture (module contract)."""
     inputs = {}
@@ -136,6 +140,9 @@ def _job(agent: SummarySource, runtime: Any) -> dict[str, Any]:
                 "parent": _hex(view.parent.id) if view is not None and view.parent else None,
                 "root": _hex(view.root.id) if view is not None and view.root else None,
                 "children": [_hex(c) for c in children[:MAX_CHILDREN]],
+                # where the parent and children listen, so a picture can ask them in turn
+                "parent_at": _at(view.parent) if view is not None else None,
+                "children_at": [_at(view.children[c]) for c in children[:MAX_CHILDREN]],
                 "children_total": len(children),
                 "last_sent": newest_sent.get(tid),
                 "next_epoch": combiner.next_epoch if combiner is not None else None,

@@ -416,6 +416,9 @@ class _Overlay:
     def leaf_set(self) -> list[Any]:
         return []
 
+    def size_estimate(self) -> int:
+        return 1
+
     def on_node_failed(self, cb: Any) -> None:
         self.failed.append(cb)
 
@@ -520,3 +523,43 @@ async def test_throughput_counts_only_agents_seen_twice() -> None:
     )  # "a" died, "b" is new
     assert job["series"][-1][1] == 15.0  # only m's 30 records over 2 s
     assert job["records_in"] == 130 + 999
+
+
+async def test_picture_follows_tree_links_past_the_overlay_contacts() -> None:
+    """An agent the serving agent has no overlay contact with is still asked when a tree
+    parent names it (a deep tree in a large overlay), within the cap."""
+    from overlay import NodeInfo
+
+    b, c = NodeInfo(0xB, "127.0.0.1", 2), NodeInfo(0xC, "127.0.0.1", 3)
+
+    def summary(node: int, children: list[NodeInfo]) -> dict[str, Any]:
+        tree = {
+            "tree": "t",
+            "state": "member",
+            "is_root": False,
+            "parent": None,
+            "parent_at": None,
+            "children": [f"{x.id:040x}" for x in children],
+            "children_at": [f"{x.host}:{x.port}" for x in children],
+            "last_sent": None,
+        }
+        job = {"version": 1, "roles": ["worker"], "trees": [tree]}
+        return {"node_id": f"{node:040x}", "jobs": {"j": job}}
+
+    class Client:
+        async def post_json(self, url: str, path: str, body: dict) -> dict:
+            return summary(0xB, [c]) if url.endswith("b") else summary(0xC, [])
+
+    agent = _Agent()
+    agent.overlay.contacts = lambda: [b]  # type: ignore[method-assign]
+    agent.client = Client()
+
+    async def data_url_of(node: Any) -> str:
+        return f"http://{node.host}:{node.port}/{node.id:x}"
+
+    agent.data_url_of = data_url_of  # type: ignore[method-assign]
+    snap = await ClusterPicture(agent).snapshot(max_age=0)
+    assert {a["node_id"] for a in snap["agents"]} == {f"{n:040x}" for n in (1, 0xB, 0xC)}
+    assert snap["asked"] == snap["known"] == 3 and not snap["truncated"]
+    capped = await ClusterPicture(agent, max_agents=2).snapshot(max_age=0)
+    assert capped["asked"] == 2 and capped["known"] == 3 and capped["truncated"]
