@@ -105,7 +105,9 @@ def local_summary(agent: SummarySource, sampler: ProcessSampler) -> dict[str, An
         stats = source.stats()
         bad = int(stats.get("rejected", 0) or 0)
         rejected += bad
-        inputs[name] = {"accepted": int(stats.get("accepted", 0) or 0), "rejected": bad}
+        # the ingest queue counts "accepted", file and stdin inputs "records"
+        accepted = stats.get("accepted", stats.get("records", 0))
+        inputs[name] = {"accepted": int(accepted or 0), "rejected": bad}
     names = sorted(agent.runtimes)
     jobs = {name: _job(agent, agent.runtimes[name]) for name in names[:MAX_JOBS]}
     return {

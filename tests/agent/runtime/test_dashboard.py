@@ -67,6 +67,7 @@ async def test_picture_shows_every_agent_the_tree_and_exact_results() -> None:
         start = math.floor(time.time()) + 1
         await agents[0].submit(qspec("q", start))
         expected = await feed(agents, start)
+        await agents[2].ingest("ingest", [b"not json", b'{"no": "ts"}'])  # 2 rejected lines
         picture = agents[1].dashboard
 
         async def shown() -> dict[str, Any] | None:
@@ -108,8 +109,11 @@ async def test_picture_shows_every_agent_the_tree_and_exact_results() -> None:
         assert res["epoch"] in {e["epoch"] for e in epochs}
         assert all(not e["tentative"] and e["coverage"] == 1.0 for e in epochs)
         # per-agent figures are present and plausible
+        fed = sum(len(texts) for texts in TEXTS)
         for a in snap["agents"]:
-            assert a["rss_bytes"] > 0 and a["cpu_percent"] >= 0 and a["rejected"] == 0
+            bad = 2 if a["node_id"] == hexid(agents[2]) else 0
+            assert a["rss_bytes"] > 0 and a["cpu_percent"] >= 0 and a["rejected"] == bad
+            assert a["inputs"]["ingest"] == {"accepted": fed, "rejected": bad}
             assert a["roles"]["q"] and "worker" in a["roles"]["q"]
 
 
@@ -563,3 +567,28 @@ async def test_picture_follows_tree_links_past_the_overlay_contacts() -> None:
     assert snap["asked"] == snap["known"] == 3 and not snap["truncated"]
     capped = await ClusterPicture(agent, max_agents=2).snapshot(max_age=0)
     assert capped["asked"] == 2 and capped["known"] == 3 and capped["truncated"]
+
+
+def test_summary_counts_file_and_ingest_inputs_alike() -> None:
+    """A file input counts ``records``, the ingest queue ``accepted``: both are accepted."""
+    from agent.runtime.dashboard.summary import ProcessSampler, local_summary
+
+    class Source:
+        def __init__(self, stats: dict[str, Any]) -> None:
+            self._stats = stats
+
+        def stats(self) -> dict[str, Any]:
+            return self._stats
+
+    agent = _Agent()
+    agent.inputs = {
+        "file": Source({"kind": "file", "lines": 9, "records": 7, "rejected": 2}),
+        "ingest": Source({"kind": "ingest", "accepted": 4, "rejected": 1}),
+    }
+    s = local_summary(agent, ProcessSampler())  # type: ignore[arg-type]
+    assert s["inputs"] == {
+        "file": {"accepted": 7, "rejected": 2},
+        "ingest": {"accepted": 4, "rejected": 1},
+    }
+    assert s["rejected"] == 3 and s["jobs"] == {} and s["jobs_total"] == 0
+    assert s["process"]["rss_bytes"] > 0
