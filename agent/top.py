@@ -172,3 +172,4 @@ def run_top(client: ApiClient, console: Console, *, once: bool = False) -> None:
         for event, data in client.events():
             view.apply(event, data)
             live.update(render(view))
+    console.print("the agent ended the feed (it is stopping)", style="yellow")
