@@ -124,7 +124,8 @@ class ClusterPicture:
         while len(self._failed) > FAILED_KEPT:
             self._failed.popitem(last=False)
         self._urls.pop(info.id, None)
-        self._event("failure", f"agent {info.id:040x}"[:14] + " declared failed", node=info.id)
+        # the overlay reports a graceful leave the same way as a failure
+        self._event("failure", f"agent {info.id:040x}"[:14] + " failed (or left)", node=info.id)
 
     def _node_joined(self, info: Any) -> None:
         if self._failed.pop(info.id, None) is not None:
@@ -316,7 +317,8 @@ class ClusterPicture:
         for entry in self.agent.jobs():
             if entry["state"] != "running":
                 continue
-            jobs[entry["name"]] = await self._job(entry, summaries, now)
+            jobs[entry["name"]] = self._job(entry, summaries, now)
+        await self._results(jobs)
         for gone in set(self._jobs) - set(jobs):
             del self._jobs[gone]
         return {
@@ -336,7 +338,7 @@ class ClusterPicture:
             "timeline": list(self._timeline)[-50:],
         }
 
-    async def _job(
+    def _job(
         self, entry: dict[str, Any], summaries: list[dict[str, Any]], now: float
     ) -> dict[str, Any]:
         name = entry["name"]
@@ -418,9 +420,6 @@ class ClusterPicture:
             track.series.append([now, throughput, point_latency])
             track.records, track.records_at = records, now
             track.newest = newest
-        if newest is not None and newest != track.result_epoch:
-            track.result = await self._result(name, newest)
-            track.result_epoch = newest
         version = int(entry["version"])
         return {
             "name": name,
@@ -435,7 +434,7 @@ class ClusterPicture:
             "records_in": sum(records.values()),
             "counters": counters,
             "series": list(track.series),
-            "result": track.result,
+            "result": None,  # set by _results
         }
 
     def _note_changes(
@@ -493,13 +492,39 @@ class ClusterPicture:
         )
         last["text"] = f"{name}: {span} tentative (coverage ≥ {last['coverage']:.0%})"
 
+    async def _results(self, jobs: dict[str, dict[str, Any]]) -> None:
+        """Each job's newest result, fetched once per new epoch: concurrently (``concurrency``
+        at once) and within ``peer_timeout`` for all of them, so many jobs never hold the
+        refresh. One not fetched in time is said so and fetched again next time."""
+        due = [
+            (job, self._jobs[name])
+            for name, job in jobs.items()
+            if job["newest_epoch"] is not None
+            and job["newest_epoch"] != self._jobs[name].result_epoch
+        ]
+        tasks = [
+            asyncio.ensure_future(self._result(job["name"], job["newest_epoch"])) for job, _ in due
+        ]
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=self.peer_timeout)
+            for task in pending:
+                task.cancel()
+            for (job, track), task in zip(due, tasks, strict=True):
+                if task in done:
+                    track.result, track.result_epoch = task.result(), job["newest_epoch"]
+                else:
+                    track.result = {"error": f"no result within {self.peer_timeout:g} s"}
+        for name, job in jobs.items():
+            job["result"] = self._jobs[name].result
+
     async def _result(self, name: str, epoch: int) -> dict[str, Any] | None:
         runtime = self.agent.runtimes.get(name)
         if runtime is None:
             return None
         try:
-            # the epoch the masters listed, so the snapshot agrees with itself
-            res = await asyncio.wait_for(runtime.results(epoch), self.peer_timeout)
+            async with self._gate:
+                # the epoch the masters listed, so the snapshot agrees with itself
+                res = await runtime.results(epoch)
         except Exception as exc:  # no complete epoch yet, a master changing: said, not raised
             return {"error": f"{type(exc).__name__}: {exc}"[:200]}
         rows = res.get("rows") or []

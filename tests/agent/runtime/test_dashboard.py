@@ -521,8 +521,8 @@ async def test_throughput_counts_only_agents_seen_twice() -> None:
         }
         return {"node_id": node, "jobs": {"j": job}}
 
-    await picture._job(entry, [summary("m", 100, 1), summary("a", 50, 1)], 1000.0)
-    job = await picture._job(
+    picture._job(entry, [summary("m", 100, 1), summary("a", 50, 1)], 1000.0)
+    job = picture._job(
         entry, [summary("m", 130, 2), summary("b", 999, 2)], 1002.0
     )  # "a" died, "b" is new
     assert job["series"][-1][1] == 15.0  # only m's 30 records over 2 s
