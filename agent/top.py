@@ -145,8 +145,7 @@ def render(view: TopView) -> RenderableType:
     head = Text(
         f"ELF top · serving agent {_short(c['serving'])} · {alive} alive of "
         f"{len(c['agents'])} listed ({c['known']} known, {c['asked']} asked"
-        f"{', capped' if c.get('truncated') else ''}; overlay estimate "
-        f"{c.get('overlay_estimate', '?')}) · refresh {c['period_s']} s"
+        f"{', capped' if c.get('truncated') else ''}) · refresh {c['period_s']} s"
     )
     parts: list[RenderableType] = [head, jobs_table(view.jobs.values())]
     parts.append(agents_table(c["agents"], c.get("serving")))

@@ -232,9 +232,12 @@ class ClusterPicture:
                     "ok": True,
                     "summary": await asyncio.wait_for(self._summary_of(node), self.peer_timeout),
                 }
+            except TimeoutError:
+                self._urls.pop(node.id, None)
+                return {"ok": False, "error": f"no answer within {self.peer_timeout:g} s"}
             except Exception as exc:  # a peer failing is data here: marked, never raised
                 self._urls.pop(node.id, None)
-                return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:200] or "timeout"}
+                return {"ok": False, "error": _describe(exc)}
 
     async def _summary_of(self, node: Any) -> dict[str, Any]:
         url = self._urls.get(node.id)
@@ -526,7 +529,7 @@ class ClusterPicture:
                 # the epoch the masters listed, so the snapshot agrees with itself
                 res = await runtime.results(epoch)
         except Exception as exc:  # no complete epoch yet, a master changing: said, not raised
-            return {"error": f"{type(exc).__name__}: {exc}"[:200]}
+            return {"error": _describe(exc)}
         rows = res.get("rows") or []
         return {
             **{
@@ -544,6 +547,12 @@ class ClusterPicture:
             "rows": rows[:RESULT_ROWS],
             "rows_total": len(rows),
         }
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as one short line (some, e.g. a timeout, have no message)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
 
 
 def _latency(masters: dict[str, dict[str, Any]], epoch: int) -> float | None:

@@ -5,7 +5,8 @@ the ingest API; the page is opened with the token in its URL fragment. The test 
 agents listed as alive, submits an ELF QL query from the page's form, sees the job's tree
 appear with every agent in it and one master, watches epochs arrive and the page's newest
 result equal the results API's for that epoch (the reference), changes the job from the page
-and sees every agent apply it, kills an agent with SIGKILL and sees it marked failed, kills
+and sees every agent apply it, kills an agent with SIGKILL and sees it marked failed and the
+epochs lacking it tentative, kills
 the job's master and sees the failover (a new master in the tree, a failover on the
 timeline), and stops the job from the page. Screenshots go to ``tmp_path``, or to the folder
 named by ``ELF_SCREENSHOTS`` (``ELF_SCREENSHOTS=docs`` refreshes docs/dashboard-*.png).
@@ -226,6 +227,10 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
                 f'#agents tr[data-node="{victim_id}"][data-status="failed"]', timeout=30_000
             )
             page.wait_for_selector('#timeline li[data-kind="failure"]', timeout=10_000)
+            # the epochs it no longer contributes to are tentative, lacking it
+            page.wait_for_selector(f'.job[data-job="{JOB}"] .epochs td.tentative', timeout=30_000)
+            lacking = card.locator(".epochs td.tentative").first.inner_text()
+            assert victim_id[:8] in lacking, lacking
             page.screenshot(path=str(shots / "dashboard-agent-failed.png"), full_page=True)
 
             # 6. kill -9 the job's master: marked failed, and the failover (its standby taking

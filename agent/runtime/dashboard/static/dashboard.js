@@ -133,8 +133,7 @@ function renderCluster(c) {
   const alive = c.agents.filter((a) => a.status === "alive").length;
   document.getElementById("summary").textContent =
     `serving agent ${short(c.serving)} · ${alive} alive of ${c.agents.length} listed` +
-    ` (${c.known} known, ${c.asked} asked${c.truncated ? ", capped at " + c.max_agents : ""};` +
-    ` overlay size estimate ${c.overlay_estimate})` +
+    ` (${c.known} known, ${c.asked} asked${c.truncated ? ", capped at " + c.max_agents : ""})` +
     ` · refresh ${c.period_s} s · ${new Date(c.time * 1000).toLocaleTimeString()}`;
   document.getElementById("agents-count").textContent = `${alive} alive / ${c.agents.length}`;
   state.failed = new Set(c.agents.filter((a) => a.status === "failed").map((a) => a.node_id));
