@@ -592,3 +592,17 @@ def test_summary_counts_file_and_ingest_inputs_alike() -> None:
     }
     assert s["rejected"] == 3 and s["jobs"] == {} and s["jobs_total"] == 0
     assert s["process"]["rss_bytes"] > 0
+
+
+async def test_elf_top_follows_the_feed_until_the_agent_ends_it() -> None:
+    async with running_agents(2) as agents:
+        client = ApiClient(agents[0].api.url, TOKEN, timeout=30)
+        console = Console(record=True, width=160, force_terminal=False)
+        top = asyncio.ensure_future(asyncio.to_thread(run_top, client, console))
+        await wait_for(lambda: agents[0].dashboard_routes.streams == 1, 10, "elf top's stream")
+        await wait_for(lambda: agents[0].dashboard.refreshes >= 2, 15, "two pictures")
+        await agents[0].api.stop()  # the feed ends: elf top says so and returns
+        await asyncio.wait_for(top, 30)
+        text = console.export_text()
+        assert "the agent ended the feed" in text
+        assert f"{hexid(agents[1])[:8]}" in text
