@@ -30,8 +30,14 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from agent.runtime.dashboard.summary import ProcessSampler, local_summary
+from agent.runtime.dashboard.summary import (
+    ProcessSampler,
+    SummaryError,
+    check_summary,
+    local_summary,
+)
 from overlay import NodeInfo
+from overlay.logbudget import LogBudget
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +113,8 @@ class ClusterPicture:
         self._built_at = -1e9
         self.seq = 0
         self.refreshes = 0
+        self.refused = 0  # peer summaries refused (malformed; counted, logged in a budget)
+        self._log = LogBudget(log)
 
     # ---- wiring --------------------------------------------------------------------------
 
@@ -244,8 +252,17 @@ class ClusterPicture:
         if url is None:
             url = await self.agent.data_url_of(node)  # over the overlay, once per peer
             self._urls[node.id] = url
-        reply: dict[str, Any] = await self.agent.client.post_json(url, SUMMARY_PATH, {})
-        return reply
+        reply = await self.agent.client.post_json(url, SUMMARY_PATH, {})
+        try:
+            summary = check_summary(reply)
+        except SummaryError as exc:  # a peer of another version, or a broken one: not used
+            self.refused += 1
+            self._log.warning("bad_summary", "dashboard: summary of %x refused: %s", node.id, exc)
+            raise
+        if summary["node_id"] != f"{node.id:040x}":
+            self.refused += 1
+            raise SummaryError(f"node_id: {summary['node_id'][:12]} answered for {node.id:x}")
+        return summary
 
     async def _ask_all(self, peers: list[Any], timeout: float) -> list[dict[str, Any]]:
         """Every peer's answer within ``timeout``: a peer still queued or running then is

@@ -129,6 +129,7 @@ class DashboardRoutes:
             "streams": self.streams,
             "streams_refused": self.streams_refused,
             "refreshes": self.picture.refreshes,
+            "summaries_refused": self.picture.refused,
         }
 
     # ---- the page ----------------------------------------------------------------------

@@ -16,10 +16,14 @@ runs on the event loop without awaiting.
 record thread included) and its resident set size (``/proc/self/statm``; where that is missing
 the peak RSS from ``getrusage``, flagged ``rss_peak``). Logical agents sharing one process
 report the same process figures.
+
+:func:`check_summary` rebuilds a *peer's* summary field by field within those bounds, so the
+serving agent never uses a shape it did not check (:class:`SummaryError` names the field).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import time
@@ -200,3 +204,174 @@ def _master(runtime: Any, tid: int) -> dict[str, Any]:
             }
         )
     return {"committed": runtime.committed.get(tid), "epochs": epochs}
+
+
+# ---- a peer's summary, checked before the picture uses it ------------------------------------
+
+
+class SummaryError(ValueError):
+    """A peer's summary does not have the shape :func:`local_summary` gives (names the
+    field); the picture marks the peer and uses nothing of it."""
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise SummaryError(what)
+
+
+def _int(value: Any, what: str, *, none: bool = False) -> int | None:
+    if value is None and none:
+        return None
+    _need(type(value) is int and -(2**63) <= value < 2**63, f"{what}: not an int64")
+    return int(value)
+
+
+def _num(value: Any, what: str, *, none: bool = False) -> float | None:
+    if value is None and none:
+        return None
+    _need(type(value) in (int, float) and math.isfinite(value), f"{what}: not a finite number")
+    return float(value)
+
+
+def _str(value: Any, what: str, *, none: bool = False, limit: int = 256) -> str | None:
+    if value is None and none:
+        return None
+    _need(isinstance(value, str) and len(value) <= limit, f"{what}: not a string")
+    return str(value)
+
+
+def _hexid(value: Any, what: str, *, none: bool = False) -> str | None:
+    text = _str(value, what, none=none, limit=40)
+    if text is not None:
+        _need(len(text) == 40 and all(c in "0123456789abcdef" for c in text), f"{what}: not an id")
+    return text
+
+
+def _list(value: Any, what: str, limit: int) -> list[Any]:
+    _need(isinstance(value, list) and len(value) <= limit, f"{what}: not a list of ≤ {limit}")
+    return list(value)
+
+
+def _map(value: Any, what: str, limit: int) -> dict[str, Any]:
+    _need(
+        isinstance(value, dict) and len(value) <= limit and all(isinstance(k, str) for k in value),
+        f"{what}: not an object of ≤ {limit}",
+    )
+    return dict(value)
+
+
+def check_summary(doc: Any) -> dict[str, Any]:
+    """``doc`` rebuilt field by field as :func:`local_summary` makes it, within its bounds;
+    :class:`SummaryError` naming the first field that is not."""
+    d = _map(doc, "summary", 64)
+    process = _map(d.get("process", {}), "process", 8)
+    lag = _map(d.get("loop_lag") or {}, "loop_lag", 8)
+    inputs = _map(d.get("inputs", {}), "inputs", 256)
+    jobs = _map(d.get("jobs", {}), "jobs", MAX_JOBS)
+    return {
+        "node_id": _hexid(d.get("node_id"), "node_id"),
+        "overlay": _str(d.get("overlay"), "overlay", none=True),
+        "api_url": _str(d.get("api_url"), "api_url", none=True),
+        "data_url": _str(d.get("data_url"), "data_url", none=True),
+        "uptime_s": _num(d.get("uptime_s"), "uptime_s", none=True),
+        "process": {
+            "cpu_percent": _num(process.get("cpu_percent"), "cpu_percent", none=True),
+            "rss_bytes": _int(process.get("rss_bytes"), "rss_bytes", none=True),
+            "rss_peak": bool(process.get("rss_peak")),
+        },
+        "loop_lag": {
+            **{
+                k: _num(lag.get(k), f"loop_lag.{k}", none=True)
+                for k in ("last_ms", "recent_max_ms", "max_ms")
+            },
+            "samples": _int(lag.get("samples", 0), "loop_lag.samples"),
+        },
+        "inputs": {
+            _str(name, "input name"): {
+                k: _int(_map(v, f"inputs.{name}", 8).get(k, 0), f"inputs.{name}.{k}")
+                for k in ("accepted", "rejected")
+            }
+            for name, v in inputs.items()
+        },
+        "rejected": _int(d.get("rejected", 0), "rejected"),
+        "jobs": {name: _check_job(name, job) for name, job in jobs.items()},
+        "jobs_total": _int(d.get("jobs_total", len(jobs)), "jobs_total"),
+    }
+
+
+def _check_job(name: str, doc: Any) -> dict[str, Any]:
+    j = _map(doc, f"jobs.{name}", 32)
+    worker = j.get("worker")
+    where = f"jobs.{name}"
+    return {
+        "version": _int(j.get("version"), f"{where}.version"),
+        "roles": [_str(r, f"{where}.roles", limit=32) for r in _list(j.get("roles"), where, 4)],
+        "epoch_seconds": _num(j.get("epoch_seconds"), f"{where}.epoch_seconds", none=True),
+        "trees": [_check_tree(where, t) for t in _list(j.get("trees", []), f"{where}.trees", 64)],
+        "worker": None
+        if worker is None
+        else {
+            k: _int(_map(worker, f"{where}.worker", 16).get(k), f"{where}.worker.{k}", none=True)
+            for k in ("records_in", "records_accepted", "bad_records", "late_dropped", "next_epoch")
+        },
+        "standby": {
+            _hexid(t, f"{where}.standby"): _hexid(n, f"{where}.standby")
+            for t, n in _map(j.get("standby", {}), f"{where}.standby", 64).items()
+        },
+        "replica_of": {
+            _hexid(t, f"{where}.replica_of"): _hexid(n, f"{where}.replica_of", none=True)
+            for t, n in _map(j.get("replica_of", {}), f"{where}.replica_of", 64).items()
+        },
+        "counters": {
+            k: _int(v, f"{where}.counters.{k}")
+            for k, v in _map(j.get("counters", {}), f"{where}.counters", 64).items()
+        },
+        "masters": {
+            _hexid(t, f"{where}.masters"): _check_master(f"{where}.masters", m)
+            for t, m in _map(j.get("masters", {}), f"{where}.masters", 64).items()
+        },
+    }
+
+
+def _check_tree(where: str, doc: Any) -> dict[str, Any]:
+    t = _map(doc, f"{where}.trees[]", 16)
+    children = _list(t.get("children", []), f"{where}.children", MAX_CHILDREN)
+    at = _list(t.get("children_at", []), f"{where}.children_at", MAX_CHILDREN)
+    return {
+        "tree": _hexid(t.get("tree"), f"{where}.tree"),
+        "state": _str(t.get("state"), f"{where}.state", limit=32),
+        "is_root": bool(t.get("is_root")),
+        "parent": _hexid(t.get("parent"), f"{where}.parent", none=True),
+        "root": _hexid(t.get("root"), f"{where}.root", none=True),
+        "parent_at": _str(t.get("parent_at"), f"{where}.parent_at", none=True, limit=300),
+        "children": [_hexid(c, f"{where}.children") for c in children],
+        "children_at": [_str(a, f"{where}.children_at", none=True, limit=300) for a in at],
+        "children_total": _int(t.get("children_total", len(children)), f"{where}.children_total"),
+        "last_sent": _int(t.get("last_sent"), f"{where}.last_sent", none=True),
+        "next_epoch": _int(t.get("next_epoch"), f"{where}.next_epoch", none=True),
+    }
+
+
+def _check_master(where: str, doc: Any) -> dict[str, Any]:
+    m = _map(doc, where, 8)
+    epochs = []
+    for e in _list(m.get("epochs", []), f"{where}.epochs", MASTER_EPOCHS):
+        e = _map(e, f"{where}.epochs[]", 16)
+        epochs.append(
+            {
+                "epoch": _int(e.get("epoch"), f"{where}.epoch"),
+                "completed_at": _num(e.get("completed_at"), f"{where}.completed_at", none=True),
+                "latency_s": _num(e.get("latency_s"), f"{where}.latency_s"),
+                "tentative": bool(e.get("tentative")),
+                "coverage": _num(e.get("coverage"), f"{where}.coverage"),
+                "version": _int(e.get("version", 1), f"{where}.version"),
+                "lacking": [
+                    _str(x, f"{where}.lacking", limit=40)
+                    for x in _list(e.get("lacking", []), f"{where}.lacking", 8)
+                ],
+            }
+        )
+    return {
+        "committed": _int(m.get("committed"), f"{where}.committed", none=True),
+        "epochs": epochs,
+    }

@@ -538,7 +538,7 @@ async def test_picture_follows_tree_links_past_the_overlay_contacts() -> None:
 
     def summary(node: int, children: list[NodeInfo]) -> dict[str, Any]:
         tree = {
-            "tree": "t",
+            "tree": f"{0x7:040x}",
             "state": "member",
             "is_root": False,
             "parent": None,
@@ -606,3 +606,68 @@ async def test_elf_top_follows_the_feed_until_the_agent_ends_it() -> None:
         text = console.export_text()
         assert "the agent ended the feed" in text
         assert f"{hexid(agents[1])[:8]}" in text
+
+
+SUMMARY_FIELDS = ["node_id", "process", "inputs", "jobs", "rejected", "loop_lag", "uptime_s"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    junk=st.one_of(
+        JSON,
+        st.dictionaries(st.sampled_from(SUMMARY_FIELDS), JSON, max_size=5),
+        st.builds(
+            lambda jobs: {"node_id": f"{0xB:040x}", "jobs": jobs},
+            st.dictionaries(st.text(max_size=4), JSON, max_size=2),
+        ),
+    )
+)
+def test_a_peers_malformed_summary_is_refused_not_used(junk: Any) -> None:
+    """Whatever a peer answers, the picture is built: the peer is marked with the field at
+    fault, its data is not used, the refusal is counted."""
+    from agent.runtime.dashboard.summary import SummaryError, check_summary
+    from overlay import NodeInfo
+
+    try:
+        check_summary(junk)
+        acceptable = True
+    except SummaryError:
+        acceptable = False
+
+    class Client:
+        async def post_json(self, url: str, path: str, body: dict) -> Any:
+            return junk
+
+    async def data_url_of(node: Any) -> str:
+        return "http://127.0.0.1:1"
+
+    agent = _Agent()
+    agent.overlay.contacts = lambda: [NodeInfo(0xB, "127.0.0.1", 2)]  # type: ignore[method-assign]
+    agent.client = Client()
+    agent.data_url_of = data_url_of  # type: ignore[method-assign]
+    picture = ClusterPicture(agent)
+    snap = asyncio.run(picture.snapshot(max_age=0))
+    peer = next(a for a in snap["agents"] if a["node_id"] == f"{0xB:040x}")
+    if acceptable and isinstance(junk, dict) and junk.get("node_id") == f"{0xB:040x}":
+        assert peer["status"] == "alive"
+    else:
+        assert peer["status"] == "unreachable" and "SummaryError" in peer["error"]
+        assert picture.refused == 1
+
+
+async def test_own_summary_passes_the_peer_check_unchanged() -> None:
+    from agent.runtime.dashboard.summary import check_summary
+
+    async with running_agents(2) as agents:
+        start = math.floor(time.time()) + 1
+        await agents[0].submit(qspec("q", start))
+        await feed(agents, start)
+        master = await wait_for(
+            lambda: next((a for a in agents if a.runtimes["q"].store.trees()), None),
+            30,
+            "a master with epochs",
+        )
+        for a in agents:
+            raw = orjson.loads(orjson.dumps(a.dashboard.summary()))
+            del raw["time"]  # the one field the picture does not read
+            assert check_summary(raw) == raw, a is master
