@@ -75,6 +75,7 @@ async def measure(picture: ClusterPicture, serving: Agent, refreshes: int) -> di
     job_event = orjson.dumps(next(iter(jobs.values()))) if jobs else b""
     return {
         "asked": snap["asked"],
+        "alive": sum(1 for a in snap["agents"] if a["status"] == "alive"),
         "known": snap["known"],
         "refresh": summary(times),
         "picture_bytes": len(orjson.dumps(snap, default=str)),
