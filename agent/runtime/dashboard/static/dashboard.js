@@ -301,21 +301,39 @@ function treeSvg(tree, nodes, doc) {
   roots.sort((a, b) => Number(b.is_root) - Number(a.is_root));
   const pos = new Map();
   let column = 0, depth = 0;
+  // Inner children get their subtrees side by side; more than WRAP leaf children (a wide
+  // fan-out: 16 per node in a large overlay) wrap into rows of WRAP under their parent.
+  const WRAP = 8;
   const place = (n, d, seen) => {
     if (seen.has(n.node)) return;
     seen.add(n.node);
     depth = Math.max(depth, d);
-    const children = kids.get(n.node) || [];
+    const children = (kids.get(n.node) || []).filter((c) => !seen.has(c.node));
     const start = column;
-    for (const c of children) place(c, d + 1, seen);
+    const inner = children.filter((c) => (kids.get(c.node) || []).length);
+    const leaves = children.filter((c) => !(kids.get(c.node) || []).length);
+    for (const c of inner) place(c, d + 1, seen);
+    if (leaves.length > WRAP) {
+      const left = column;
+      leaves.forEach((c, i) => {
+        seen.add(c.node);
+        pos.set(c.node, { x: left + (i % WRAP), y: d + 1 + Math.floor(i / WRAP) });
+      });
+      column += WRAP;
+      depth = Math.max(depth, d + Math.ceil(leaves.length / WRAP));
+    } else {
+      for (const c of leaves) place(c, d + 1, seen);
+    }
     const x = children.length ? (start + column - 1) / 2 : column++;
     pos.set(n.node, { x, y: d });
   };
   const seen = new Set();
   for (const r of roots) place(r, 0, seen);
   const W = 78, H = 62;
-  const root = svg("svg", { viewBox: `0 0 ${Math.max(1, column) * W} ${(depth + 1) * H + 10}`,
-    height: (depth + 1) * H + 10, "data-tree": tree, role: "img" });
+  // drawn at its natural size (a wide tree scrolls sideways instead of shrinking to dots)
+  const width = Math.max(1, column) * W, height = (depth + 1) * H + 10;
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height,
+    "data-tree": tree, role: "img" });
   for (const n of nodes) {
     const p = pos.get(n.node), q = n.parent && pos.get(n.parent);
     if (p && q) root.append(svg("line", { class: "edge", x1: q.x * W + W / 2, y1: q.y * H + 24,
