@@ -2,9 +2,9 @@
 
 One click group. ``elf agent`` runs an agent daemon (config file, ``ELF_*`` environment and
 flags, in increasing precedence); ``elf cluster`` runs a local multi-process cluster on
-loopback; ``elf submit / jobs / stop / change / results / query / status`` talk to any
-agent's HTTP API (``--api`` or ``ELF_API``; token from ``--token-file``/``ELF_TOKEN`` or
-derived from the cluster secret file, never from a flag: :mod:`agent.cli_common`); ``elf spark``
+loopback; ``elf submit / jobs / stop / change / results / query / status / top / dashboard``
+talk to any agent's HTTP API (``--api`` or ``ELF_API``; token from ``--token-file``/``ELF_TOKEN``
+or derived from the cluster secret file, never from a flag: :mod:`agent.cli_common`); ``elf spark``
 runs a Spark job over the lake. Errors print one line naming what was wrong and exit non-zero.
 
 Commands of higher layers are plugged in, not imported: :func:`load_commands` adds the click
@@ -30,6 +30,7 @@ from typing import Any
 import click
 
 from agent.cli_common import api_client, api_options, call
+from agent.client import ApiError
 from agent.config import load_config
 from agent.errors import ConfigError
 from agent.ingest.formats import FORMATS
@@ -319,6 +320,66 @@ def query(
 def status(api: str, token_file: str | None, secret_file: str | None) -> None:
     """Print the agent's status: node id, neighbours, roles and trees per job."""
     call(api_client(api, token_file, secret_file).status)
+
+
+@cli.command()
+@click.option("--show-token", is_flag=True, help="Print a link carrying the token (a secret).")
+@click.option("--no-browser", is_flag=True, help="Only print the URL.")
+@api_options
+def dashboard(
+    show_token: bool, no_browser: bool, api: str, token_file: str | None, secret_file: str | None
+) -> None:
+    """Print the agent's live dashboard URL and open it in a browser if one is available.
+
+    The page asks for the API token (kept in the tab's session storage); --show-token prints a
+    link whose #token= fragment fills it in. The browser is opened without the token: a
+    command line is visible to every local user."""
+    client = api_client(api, token_file, secret_file)
+    try:
+        client.dashboard()  # reachable, and the token is right
+    except ApiError as exc:
+        raise click.ClickException(str(exc)) from None
+    url = client.dashboard_url()
+    click.echo(f"dashboard: {url}")
+    if show_token:
+        click.echo(f"with token (a secret, keep it private): {client.dashboard_url(True)}")
+    if not no_browser and _browser_available():
+        import webbrowser
+
+        webbrowser.open(url)
+
+
+def _browser_available() -> bool:
+    """A graphical browser can open: a display on Linux/BSD (elsewhere, whatever Python's
+    ``webbrowser`` finds); text browsers cannot run the page's scripts."""
+    import webbrowser
+
+    if sys.platform.startswith(("linux", "freebsd", "openbsd")) and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    ):
+        return False
+    try:
+        webbrowser.get()
+    except webbrowser.Error:
+        return False
+    return True
+
+
+@cli.command()
+@click.option("--once", is_flag=True, help="Print one full picture and exit.")
+@api_options
+def top(once: bool, api: str, token_file: str | None, secret_file: str | None) -> None:
+    """A live terminal view of the cluster: jobs, masters, epoch lag, rates, tentative epochs."""
+    from rich.console import Console
+
+    from agent.top import run_top
+
+    try:
+        run_top(api_client(api, token_file, secret_file), Console(), once=once)
+    except ApiError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        pass
 
 
 @cli.command(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -92,8 +92,57 @@ class ApiClient:
     def status(self) -> dict[str, Any]:
         return self.call("GET", "/api/v1/status")
 
+    def dashboard_url(self, with_token: bool = False) -> str:
+        """The agent's dashboard page; ``with_token`` appends ``#token=...`` (a URL fragment:
+        browsers never send it to the server, so it reaches no access log; the page moves it
+        into the tab's session storage and off the address bar). The link is a secret."""
+        url = f"{self.url}/dashboard/"
+        return f"{url}#token={urllib.parse.quote(self.token, safe='')}" if with_token else url
+
+    def dashboard(self) -> dict[str, Any]:
+        """The cluster picture the agent's dashboard shows (docs/dashboard.md)."""
+        return self.call("GET", "/api/v1/dashboard/cluster")
+
+    def events(self, read_timeout: float = 60.0) -> Iterator[tuple[str, Any]]:
+        """The dashboard's Server-Sent Events as ``(event, data)`` pairs, until the agent
+        ends the stream (``read_timeout``: the longest silence accepted; the agent sends a
+        comment line at least every 15 s)."""
+        req = urllib.request.Request(self.url + "/api/v1/dashboard/events", method="GET")
+        req.add_header("Authorization", f"Bearer {self.token}")
+        req.add_header("Accept", "text/event-stream")
+        try:
+            resp = urllib.request.urlopen(req, timeout=read_timeout)
+        except urllib.error.HTTPError as exc:
+            try:
+                message = orjson.loads(exc.read()).get("error", "")
+            except (orjson.JSONDecodeError, AttributeError):
+                message = exc.reason
+            raise ApiError(exc.code, str(message)) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
+        with resp:
+            yield from parse_events(resp)
+
     def ingest(self, input_name: str, lines: Sequence[str | bytes]) -> dict[str, Any]:
         """POST lines (text, or bytes sent as they are) to an ingest input."""
         raw = b"".join((x.encode() if isinstance(x, str) else bytes(x)) + b"\n" for x in lines)
         path = f"/api/v1/ingest/{urllib.parse.quote(input_name, safe='')}"
         return self.call("POST", path, raw=raw)
+
+
+def parse_events(lines: Iterable[bytes]) -> Iterator[tuple[str, Any]]:
+    """Server-Sent Events frames (``event:``/``data:`` lines ended by a blank line; ``:``
+    comments skipped) as ``(event, JSON data)`` pairs; a frame without data yields nothing."""
+    event, data = "message", []
+    for raw in lines:
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if not line:
+            if data:
+                yield event, orjson.loads("\n".join(data))
+            event, data = "message", []
+        elif line.startswith(":"):
+            continue  # a keep-alive comment
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())

@@ -66,6 +66,8 @@ Example file::
     api_body_timeout = 30.0    # its body within this; keep-alive silence is closed after
     api_idle_timeout = 60.0    # this; and at most api_max_preauth connections without an
     api_max_preauth = 64       # authenticated request (oldest closed first)
+    dashboard_max_agents = 64  # agents the dashboard asks per picture (docs/dashboard.md)
+    dashboard_streams = 8      # open dashboard event streams per agent
 
 Each table of tunables (``[tunables]`` for the overlay, ``[srt]``, ``[runtime]``) is a frozen
 dataclass nested in :class:`AgentConfig` (``tunables``, ``srt``, ``runtime``); the trees'

@@ -85,6 +85,9 @@ class RuntimeTunables:
     api_body_timeout: float = 30.0  # ... and its body (at most 8 MB) within this of the head
     api_idle_timeout: float = 60.0  # a keep-alive connection may be silent this long
     api_max_preauth: int = 64  # open connections without an authenticated request (oldest evicted)
+    # ---- the dashboard (agent/runtime/dashboard; docs/dashboard.md)
+    dashboard_max_agents: int = 64  # agents a serving agent asks per picture (itself included)
+    dashboard_streams: int = 8  # open dashboard event streams per agent (more: 503)
     # ---- ingest and CPU (agent/ingest/columnar, agent/runtime/cpu_limits.py; docs/ingest.md)
     columnar: bool = True  # inputs whose every job has a batch path parse chunks into Arrow
     max_cores: int = 0  # the agent process runs on at most this many CPUs (0: all it may use)

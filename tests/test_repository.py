@@ -109,7 +109,7 @@ INNER_LAYERS: dict[str, list[set[str]]] = {
         {"ingest"},  # log lines to records
         {"runtime"},  # the agent and its jobs at run time
         {"server"},  # the process: HTTP API, daemon, local cluster
-        {"api", "cli_common"},  # the job author's facade; options shared by CLI commands
+        {"api", "cli_common", "top"},  # job author's facade; CLI options; `elf top`'s view
         {"cli"},  # the `elf` command
     ],
     "srt": [

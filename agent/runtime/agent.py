@@ -58,6 +58,8 @@ from agent.jobs.job import load_entry_points
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
 from agent.runtime import admission
+from agent.runtime.dashboard.cluster import SUMMARY_PATH, ClusterPicture
+from agent.runtime.dashboard.routes import DashboardRoutes
 from agent.runtime.heap import trim_heap
 from agent.runtime.http_api import HttpApi
 from agent.runtime.job import JobRuntime
@@ -177,6 +179,12 @@ class Agent:
                 max_preauth=t.api_max_preauth,
             ),
         )
+        # the dashboard (docs/dashboard.md): its routes on the API, its summary on the data plane
+        self.dashboard = ClusterPicture(self, max_agents=t.dashboard_max_agents)
+        self.dashboard_routes = DashboardRoutes(
+            self.dashboard, self, max_streams=t.dashboard_streams
+        )
+        self.dashboard_routes.install(self.api.app)
         self.table = JobTable(
             stopped_ttl=self.tunables.stopped_job_ttl,
             tombstone_seconds=self.tunables.tombstone_seconds,
@@ -236,6 +244,8 @@ class Agent:
         self.server.route("POST", "/agent/v1/replica", self._serve_replica)
         self.server.route("POST", "/agent/v1/origin", self._serve_origin)
         self.server.route("POST", "/agent/v1/recv", self._serve_recv)
+        self.server.route("POST", SUMMARY_PATH, self._serve_summary)
+        self.dashboard.attach()
         self.overlay.handle("agent.where", lambda payload, sender: {"data_url": self.data_url})
         self.data_url = await self.server.start()
         self.trees = TreeManager(
@@ -926,6 +936,10 @@ class Agent:
                     "job table: stopped job %s (version %d) collected", entry.name, entry.version
                 )
 
+    async def _serve_summary(self, request: web.Request) -> dict[str, Any]:
+        """This agent's compact picture, for a peer's dashboard (docs/dashboard.md)."""
+        return self.dashboard.summary()
+
     async def _serve_jobs(self, request: web.Request) -> dict[str, Any]:
         return {"jobs": self.table.snapshot(), "removed": self.table.removed()}
 
@@ -1197,6 +1211,7 @@ class Agent:
             "overlay": self.overlay.stats(),
             "data_plane": self.server.stats(),
             "api": self.api.stats(),
+            "dashboard": self.dashboard_routes.stats(),
         }
 
     # ---- the operator's view (agent/runtime/metrics.py, agent/runtime/ops_api.py) ------------

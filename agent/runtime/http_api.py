@@ -25,6 +25,8 @@ GET      /api/v1/health                      liveness (no token)
 GET      /healthz, /readyz                   liveness, readiness (no token; ``ops_api``)
 GET      /metrics                            Prometheus text (token unless metrics_public)
 GET      /api/v1/openapi.json                the OpenAPI document (no token; ``ops_api``)
+GET      /dashboard/, /api/v1/dashboard/...  the live dashboard (``agent.runtime.dashboard``;
+                                             the static page needs no token)
 =======  ==================================  ===============================================
 
 The operator's routes and the validation of requests against the OpenAPI document are added by
@@ -128,7 +130,7 @@ class HttpApi:
     @web.middleware
     async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
-            if request.path not in self.public_paths:
+            if not self.public(request.path):
                 self._authenticate(request)
                 self.guard.authenticated(request)  # no longer counts as a pre-auth connection
             return await handler(request)
@@ -147,6 +149,16 @@ class HttpApi:
             self._count("internal_error")
             log.exception("API %s %s failed", request.method, request.path)
             return _json({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+
+    def public(self, path: str) -> bool:
+        """Paths served without the token: ``public_paths`` (liveness, the operator's probes
+        and document), and the dashboard's static page (it holds no data; everything it shows
+        comes from token-authenticated routes): ``/dashboard``, ``/dashboard/`` and one file
+        name under it, never a deeper or dotted path."""
+        if path in self.public_paths or path in ("/dashboard", "/dashboard/"):
+            return True
+        head, _, name = path.rpartition("/")
+        return head == "/dashboard" and bool(name) and not name.startswith(".")
 
     def _authenticate(self, request: web.Request) -> None:
         header = request.headers.get("Authorization", "")

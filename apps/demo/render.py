@@ -109,6 +109,7 @@ def render(st: DemoState) -> Any:
             f"down ×{scale:g} so results come quickly · work dir {st.workdir}",
             "dim",
         ),
+        (f"\ndashboard: {st.dashboard_url}" if st.dashboard_url else "", "bold"),
     )
     table = Table(expand=True, show_lines=True)
     table.add_column("job", style="bold cyan", no_wrap=True)

@@ -182,6 +182,10 @@ def _run(config: DemoConfig) -> int:
     try:
         say(f"ELF demo: starting {config.agents} agents on loopback in {demo.workdir} ...")
         demo.start_cluster()
+        # open while the demo runs: the agents stop with it. The link carries this demo's own
+        # API token in its #fragment (browsers never send a fragment to the server).
+        st.dashboard_url = demo.client(0).dashboard_url(with_token=True)
+        say(f"dashboard (open in a browser while the demo runs): {st.dashboard_url}")
         st.phase = "submitting jobs"
         demo.submit_jobs()
         say(

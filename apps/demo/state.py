@@ -77,6 +77,7 @@ class DemoState:
     spark_note: str = ""
     outcome: str = "done"  # done | interrupted | failed
     feed_error_shown: bool = False
+    dashboard_url: str = ""  # the first agent's dashboard; its #token= is this demo's token
 
     @property
     def lake_dir(self) -> Path:

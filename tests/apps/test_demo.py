@@ -17,11 +17,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
 
+from agent.client import ApiClient
 from apps.demo.feed import CLICK_USERS, PRODUCTS, TWEET_USERS, LiveFeed
 from apps.demo.jobs import DATA_JOBS, job_specs
 from apps.demo.state import DemoConfig
@@ -155,6 +158,14 @@ def test_sigint_stops_the_demo_cleanly(tmp_path: Path) -> None:
             break
     pids = _agent_pids(tmp_path)
     assert len(pids) == 3, "".join(lines)
+    # the printed dashboard is open while the demo runs, and its link's token works
+    found = re.search(r"dashboard \(open in a browser while the demo runs\): (\S+)", "".join(lines))
+    assert found, "".join(lines)
+    page, _, fragment = found.group(1).partition("#token=")
+    client = ApiClient(page.rsplit("/dashboard/", 1)[0], urllib.parse.unquote(fragment))
+    with urllib.request.urlopen(page, timeout=30) as resp:
+        assert resp.status == 200 and b"dashboard.js" in resp.read()
+    assert len(client.dashboard()["agents"]) == 3
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)
     out = "".join(lines) + rest

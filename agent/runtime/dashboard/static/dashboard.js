@@ -1,0 +1,444 @@
+// ELF dashboard: one page, no build step. Reads the agent's event feed
+// (GET /api/v1/dashboard/events, Server-Sent Events read with fetch so the token travels in
+// the Authorization header, never in a URL) and draws agents, job trees, epochs and charts.
+// Every value from the network reaches the page through textContent / SVG attributes only.
+"use strict";
+
+const TOKEN_KEY = "elf.dashboard.token";
+const SVG = "http://www.w3.org/2000/svg";
+const state = { agents: new Map(), jobs: new Map(), charts: new Map(), failed: new Set() };
+
+// ---- token -------------------------------------------------------------------------------
+function takeFragmentToken() {
+  const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname + location.search); // out of the URL bar
+  }
+}
+const token = () => sessionStorage.getItem(TOKEN_KEY);
+
+function showLogin(message) {
+  document.getElementById("login").hidden = false;
+  document.getElementById("main").hidden = true;
+  document.getElementById("login-error").textContent = message || "";
+}
+
+async function api(method, path, body) {
+  const resp = await fetch(path, {
+    method,
+    headers: { Authorization: "Bearer " + token(), "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    cache: "no-store",
+  });
+  let doc = null;
+  try { doc = await resp.json(); } catch (e) { doc = { error: "reply is not JSON" }; }
+  if (resp.status === 401) showLogin("the agent refused the token");
+  if (!resp.ok) throw new Error((doc && doc.error) || resp.statusText);
+  return doc;
+}
+
+// ---- the feed ----------------------------------------------------------------------------
+function setConn(s, text) {
+  const el = document.getElementById("conn");
+  el.dataset.state = s;
+  el.textContent = text || s;
+}
+
+async function stream() {
+  let backoff = 1000;
+  for (;;) {
+    if (!token()) { showLogin(""); return; }
+    setConn("connecting");
+    try {
+      const resp = await fetch("/api/v1/dashboard/events", {
+        headers: { Authorization: "Bearer " + token() }, cache: "no-store",
+      });
+      if (resp.status === 401) { sessionStorage.removeItem(TOKEN_KEY); showLogin("the agent refused the token"); setConn("error", "no token"); return; }
+      if (!resp.ok) throw new Error("events: HTTP " + resp.status);
+      document.getElementById("login").hidden = true;
+      document.getElementById("main").hidden = false;
+      setConn("live");
+      backoff = 1000;
+      const reader = resp.body.getReader();
+      const decoder = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          const frame = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          handleFrame(frame);
+        }
+      }
+      setConn("error", "feed ended");
+    } catch (e) {
+      setConn("error", "disconnected");
+    }
+    await new Promise((r) => setTimeout(r, backoff));
+    backoff = Math.min(10000, backoff * 2);
+  }
+}
+
+function handleFrame(frame) {
+  let event = "message";
+  const data = [];
+  for (const line of frame.split("\n")) {
+    if (line.startsWith(":")) continue; // keep-alive comment
+    if (line.startsWith("event:")) event = line.slice(6).trim();
+    else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
+  }
+  if (!data.length) return;
+  const doc = JSON.parse(data.join("\n"));
+  if (event === "cluster") renderCluster(doc);
+  else if (event === "job") renderJob(doc);
+  else if (event === "gone") removeJob(doc.name);
+}
+
+// ---- helpers -----------------------------------------------------------------------------
+const short = (id) => (id ? id.slice(0, 8) : "?");
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+const mb = (b) => (b == null ? "" : (b / 1048576).toFixed(1) + " MB");
+const pct = (x) => (x == null ? "" : x.toFixed(1) + " %");
+const secs = (s) => (s == null ? "" : s < 120 ? s.toFixed(0) + " s" : (s / 60).toFixed(0) + " min");
+const when = (t) => new Date(t * 1000).toLocaleTimeString();
+function lagColor(lag, failed) {
+  if (failed) return "var(--bad)";
+  if (lag == null) return "var(--unknown)";
+  if (lag <= 1) return "var(--ok)";
+  if (lag <= 3) return "var(--warn)";
+  if (lag <= 8) return "var(--late)";
+  return "var(--bad)";
+}
+
+// ---- cluster -----------------------------------------------------------------------------
+function renderCluster(c) {
+  const alive = c.agents.filter((a) => a.status === "alive").length;
+  document.getElementById("summary").textContent =
+    `serving agent ${short(c.serving)} · ${alive} alive of ${c.agents.length} listed` +
+    ` (${c.known} known, ${c.asked} asked${c.truncated ? ", capped at " + c.max_agents : ""})` +
+    ` · refresh ${c.period_s} s · ${new Date(c.time * 1000).toLocaleTimeString()}`;
+  document.getElementById("agents-count").textContent = `${alive} alive / ${c.agents.length}`;
+  state.failed = new Set(c.agents.filter((a) => a.status === "failed").map((a) => a.node_id));
+  const body = document.querySelector("#agents tbody");
+  body.replaceChildren();
+  for (const a of c.agents) {
+    const roles = Object.entries(a.roles || {})
+      .map(([job, r]) => `${job}: ${r.join("+") || "-"}`).join("; ");
+    const tr = el("tr", { "data-node": a.node_id, "data-status": a.status },
+      el("td", { class: "mono", title: a.node_id }, short(a.node_id) + (a.node_id === c.serving ? " (this)" : "")),
+      el("td", { class: "status" }, el("span", { class: "badge", "data-status": a.status }, a.status)),
+      el("td", { class: "mono" }, a.overlay || ""),
+      el("td", {}, roles || (a.error ? a.error : "")),
+      el("td", {}, pct(a.cpu_percent)),
+      el("td", {}, mb(a.rss_bytes)),
+      el("td", {}, a.rejected == null ? "" : String(a.rejected)),
+      el("td", {}, a.loop_lag && a.loop_lag.recent_max_ms != null ? a.loop_lag.recent_max_ms.toFixed(1) + " ms" : ""),
+      el("td", {}, secs(a.uptime_s)),
+    );
+    body.append(tr);
+  }
+  for (const name of [...state.jobs.keys()]) if (!c.job_names.includes(name)) removeJob(name);
+  document.getElementById("no-jobs").hidden = c.job_names.length > 0;
+  renderTimeline(c.timeline || [], c.time);
+  for (const job of state.jobs.values()) drawTrees(job.card, job.doc); // failed marks
+}
+
+function renderTimeline(events, now) {
+  const list = document.getElementById("timeline");
+  list.replaceChildren(...[...events].reverse().map((e) =>
+    el("li", { "data-kind": e.kind }, `${when(e.time)} ${e.kind}: ${e.text}`)));
+  const strip = document.getElementById("timeline-strip");
+  strip.replaceChildren();
+  // from the oldest event kept (at least a minute) up to now
+  const width = strip.clientWidth || 800;
+  const oldest = Math.min(now - 60, ...events.map((e) => e.time));
+  const span = Math.max(60, now - oldest) * 1.05;
+  strip.append(svg("line", { x1: 0, x2: width, y1: 18, y2: 18, class: "edge" }));
+  const colors = { failure: "#c62828", failover: "#e07020", recovery: "#2e9d4f", tentative: "#d9a400" };
+  for (const e of events) {
+    const x = width - ((now - e.time) / span) * width;
+    if (x < 0) continue;
+    const mark = svg("circle", { cx: x, cy: 18, r: 6, fill: colors[e.kind] || "#888", "data-kind": e.kind });
+    const tip = svg("title", {});
+    tip.textContent = `${when(e.time)} ${e.text}`;
+    mark.append(tip);
+    strip.append(mark);
+  }
+}
+
+// ---- jobs --------------------------------------------------------------------------------
+function removeJob(name) {
+  const job = state.jobs.get(name);
+  if (job) job.card.remove();
+  state.jobs.delete(name);
+  state.charts.delete(name);
+}
+
+function jobCard(name) {
+  const card = el("div", { class: "job", "data-job": name });
+  card.append(
+    el("h3", {}, name, " ", el("span", { class: "muted head" })),
+    el("div", { class: "grid" },
+      el("div", { class: "tree" },
+        el("div", { class: "legend" },
+          ...[["var(--ok)", "lag ≤ 1"], ["var(--warn)", "2–3"], ["var(--late)", "4–8"],
+            ["var(--bad)", "> 8 / failed"], ["var(--unknown)", "unknown"]].map(([c, t]) =>
+            el("span", {}, Object.assign(el("i"), { style: "background:" + c }), t)),
+          el("span", {}, "thick ring: master · dashed: standby")),
+        el("div", { class: "trees" })),
+      el("div", {},
+        el("div", { class: "chart" }),
+        el("table", { class: "epochs" },
+          el("thead", {}, el("tr", {}, ...["epoch", "roll-up latency", "state", "coverage", "result version"].map((h) => el("th", {}, h)))),
+          el("tbody")))),
+    el("div", { class: "result" }),
+    actions(name),
+  );
+  document.getElementById("jobs").append(card);
+  return card;
+}
+
+function actions(name) {
+  const reply = el("p", { class: "reply" });
+  const query = el("input", { size: 50, placeholder: "new ELF QL text (ql jobs)" });
+  const params = el("input", { size: 24, placeholder: '{"k": 10}' });
+  const epoch = el("input", { type: "number", step: "0.1", min: "0.1", size: 6 });
+  const change = el("button", { type: "button" }, "apply change");
+  const stop = el("button", { type: "button", class: "stop" }, "stop job");
+  const path = "/api/v1/jobs/" + encodeURIComponent(name);
+  change.onclick = async () => {
+    const body = {};
+    if (query.value.trim()) body.query = query.value.trim();
+    if (params.value.trim()) {
+      try { body.params = JSON.parse(params.value); } catch (e) { say(reply, false, "params: not JSON"); return; }
+    }
+    if (epoch.value) body.epoch_seconds = Number(epoch.value);
+    if (!Object.keys(body).length) { say(reply, false, "nothing to change"); return; }
+    say(reply, null, "sent; waiting for every agent to apply it ...");
+    try {
+      const r = await api("POST", path + "/change", body);
+      const missing = (r.missing || []).length;
+      say(reply, missing === 0, `version ${r.version} applied by ${r.agents_reached} agents in ` +
+        `${r.applied_ms} ms` + (missing ? `; ${missing} did not confirm (they catch up from the job table)` : ""));
+    } catch (e) { say(reply, false, "refused: " + e.message); }
+  };
+  stop.onclick = async () => {
+    say(reply, null, "stopping ...");
+    try {
+      const r = await api("DELETE", path);
+      say(reply, true, `stopped (version ${r.version}): ${r.agents_reached} agents reached in ${r.multicast_ms} ms`);
+    } catch (e) { say(reply, false, "refused: " + e.message); }
+  };
+  return el("div", { class: "actions" },
+    el("label", {}, "filter / query", query), el("label", {}, "parameters (JSON)", params),
+    el("label", {}, "epoch seconds", epoch), change, stop, reply);
+}
+
+function say(node, ok, text) {
+  node.className = "reply" + (ok === true ? " ok" : ok === false ? " err" : "");
+  node.textContent = text;
+}
+
+function renderJob(doc) {
+  let job = state.jobs.get(doc.name);
+  if (!job) {
+    job = { card: jobCard(doc.name) };
+    state.jobs.set(doc.name, job);
+  }
+  job.doc = doc;
+  document.getElementById("no-jobs").hidden = true;
+  const agents = Object.keys(doc.versions).length;
+  const applied = Object.values(doc.versions).filter((v) => v >= doc.version).length;
+  job.card.querySelector(".head").textContent =
+    `version ${doc.version} (${doc.applied_everywhere ? "applied by every agent asked" : `applied by ${applied}/${agents}`})` +
+    ` · epochs of ${doc.spec.epoch_seconds} s · newest epoch ${doc.newest_epoch ?? "none yet"}` +
+    ` · ${doc.records_in} records in`;
+  job.card.dataset.newest = doc.newest_epoch ?? "";
+  job.card.dataset.version = doc.version;
+  drawTrees(job.card, doc);
+  drawChart(doc);
+  drawEpochs(job.card, doc);
+  drawResult(job.card, doc);
+}
+
+function drawTrees(card, doc) {
+  const holder = card.querySelector(".trees");
+  holder.replaceChildren();
+  const byTree = new Map();
+  for (const n of doc.nodes) {
+    if (!byTree.has(n.tree)) byTree.set(n.tree, []);
+    byTree.get(n.tree).push(n);
+  }
+  for (const [tree, nodes] of byTree) holder.append(treeSvg(tree, nodes, doc));
+}
+
+function treeSvg(tree, nodes, doc) {
+  const ids = new Map(nodes.map((n) => [n.node, n]));
+  const kids = new Map();
+  const roots = [];
+  for (const n of nodes) {
+    if (!n.parent || !ids.has(n.parent)) roots.push(n);
+    else { if (!kids.has(n.parent)) kids.set(n.parent, []); kids.get(n.parent).push(n); }
+  }
+  roots.sort((a, b) => Number(b.is_root) - Number(a.is_root));
+  const pos = new Map();
+  let column = 0, depth = 0;
+  // Inner children get their subtrees side by side; more than WRAP leaf children (a wide
+  // fan-out: 16 per node in a large overlay) wrap into rows of WRAP under their parent.
+  const WRAP = 8;
+  const place = (n, d, seen) => {
+    if (seen.has(n.node)) return;
+    seen.add(n.node);
+    depth = Math.max(depth, d);
+    const children = (kids.get(n.node) || []).filter((c) => !seen.has(c.node));
+    const start = column;
+    const inner = children.filter((c) => (kids.get(c.node) || []).length);
+    const leaves = children.filter((c) => !(kids.get(c.node) || []).length);
+    for (const c of inner) place(c, d + 1, seen);
+    if (leaves.length > WRAP) {
+      const left = column;
+      leaves.forEach((c, i) => {
+        seen.add(c.node);
+        pos.set(c.node, { x: left + (i % WRAP), y: d + 1 + Math.floor(i / WRAP) });
+      });
+      column += WRAP;
+      depth = Math.max(depth, d + Math.ceil(leaves.length / WRAP));
+    } else {
+      for (const c of leaves) place(c, d + 1, seen);
+    }
+    const x = children.length ? (start + column - 1) / 2 : column++;
+    pos.set(n.node, { x, y: d });
+  };
+  const seen = new Set();
+  for (const r of roots) place(r, 0, seen);
+  const W = 78, H = 62;
+  // drawn at its natural size (a wide tree scrolls sideways instead of shrinking to dots)
+  const width = Math.max(1, column) * W, height = (depth + 1) * H + 10;
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height,
+    "data-tree": tree, role: "img" });
+  for (const n of nodes) {
+    const p = pos.get(n.node), q = n.parent && pos.get(n.parent);
+    if (p && q) root.append(svg("line", { class: "edge", x1: q.x * W + W / 2, y1: q.y * H + 24,
+      x2: p.x * W + W / 2, y2: p.y * H + 24 }));
+  }
+  for (const n of nodes) {
+    const p = pos.get(n.node);
+    if (!p) continue;
+    const failed = state.failed.has(n.node);
+    const classes = ["node", n.is_root ? "master" : "", n.standby ? "standby" : "", failed ? "failed" : ""];
+    const g = svg("g", { class: classes.join(" ").trim(), "data-node": n.node,
+      "data-lag": n.lag == null ? "" : n.lag, "data-role": n.is_root ? "master" : (n.children.length ? "inner" : "leaf") });
+    const cx = p.x * W + W / 2, cy = p.y * H + 24;
+    g.append(svg("circle", { cx, cy, r: n.is_root ? 13 : 10, fill: lagColor(n.lag, failed) }));
+    const label = svg("text", { x: cx, y: cy + 26, "text-anchor": "middle" });
+    label.textContent = short(n.node) + (n.is_root ? " M" : n.standby ? " S" : "");
+    g.append(label);
+    const tip = svg("title", {});
+    tip.textContent = `${n.node}\n${n.is_root ? "master" : n.state}; roles ${n.roles.join(", ") || "-"}` +
+      `; epoch lag ${n.lag ?? "unknown"}; last sent ${n.last_sent ?? "-"}` +
+      (n.standby ? "; standby of the master" : "") + (failed ? "; FAILED" : "");
+    g.append(tip);
+    root.append(g);
+  }
+  return root;
+}
+
+function drawChart(doc) {
+  const series = doc.series || [];
+  const data = [series.map((p) => p[0]), series.map((p) => p[1]), series.map((p) => p[2])];
+  let chart = state.charts.get(doc.name);
+  const holder = state.jobs.get(doc.name).card.querySelector(".chart");
+  if (!chart && typeof uPlot !== "undefined") {
+    chart = new uPlot({
+      width: Math.max(320, holder.clientWidth || 420), height: 170,
+      series: [{}, { label: "records/s", stroke: "#2f6fbf", scale: "rps" },
+        { label: "roll-up latency (s)", stroke: "#e07020", scale: "s" }],
+      axes: [{}, { scale: "rps", label: "records/s" },
+        { scale: "s", side: 1, label: "latency (s)", grid: { show: false } }],
+    }, data, holder);
+    state.charts.set(doc.name, chart);
+  } else if (chart) chart.setData(data);
+}
+
+function drawEpochs(card, doc) {
+  const rows = [];
+  for (const [tree, m] of Object.entries(doc.masters || {})) {
+    for (const e of m.epochs) rows.push({ tree, ...e });
+  }
+  rows.sort((a, b) => b.epoch - a.epoch);
+  const body = card.querySelector(".epochs tbody");
+  body.replaceChildren(...rows.slice(0, 8).map((e) => el("tr", { "data-epoch": e.epoch },
+    el("td", {}, String(e.epoch)), el("td", {}, e.latency_s.toFixed(3) + " s"),
+    el("td", { class: e.tentative ? "tentative" : "" }, e.tentative ? "tentative" + (e.lacking.length ? " (lacking " + e.lacking.map(short).join(", ") + ")" : "") : "final"),
+    el("td", {}, (100 * e.coverage).toFixed(0) + " %"), el("td", {}, String(e.version)))));
+}
+
+function drawResult(card, doc) {
+  const holder = card.querySelector(".result");
+  holder.replaceChildren();
+  const r = doc.result;
+  if (!r) return;
+  if (r.error) { holder.append(el("p", { class: "muted" }, "result: " + r.error)); return; }
+  holder.append(el("p", {}, `newest result: epoch ${r.epoch}` +
+    (r.tentative ? ` (tentative, coverage ${(100 * r.coverage).toFixed(0)} %)` : " (final)") +
+    ` · ${r.rows_total} rows` + (r.rows_total > r.rows.length ? `, first ${r.rows.length} shown` : "")));
+  if (!r.rows.length) return;
+  const first = r.rows[0];
+  const cols = Array.isArray(first) ? ["key", "value"] : Object.keys(first);
+  const cell = (v) => el("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v));
+  holder.append(el("table", { class: "rows" },
+    el("thead", {}, el("tr", {}, ...cols.map((c) => el("th", {}, c)))),
+    el("tbody", {}, ...r.rows.map((row) => el("tr", {},
+      ...(Array.isArray(row) ? row : cols.map((c) => row[c])).map(cell))))));
+}
+
+// ---- actions outside a job -----------------------------------------------------------------
+document.getElementById("query-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const reply = document.getElementById("query-reply");
+  const epoch = document.getElementById("q-epoch").value;
+  say(reply, null, "submitting ...");
+  try {
+    const r = await api("POST", "/api/v1/dashboard/query", {
+      name: document.getElementById("q-name").value,
+      query: document.getElementById("q-text").value,
+      epoch_seconds: epoch ? Number(epoch) : null,
+    });
+    say(reply, true, `job ${r.job} ${r.state}: version ${r.version} reached ${r.agents_reached} agents in ${r.multicast_ms} ms`);
+  } catch (e) { say(reply, false, "refused: " + e.message); }
+});
+
+document.getElementById("login-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const value = document.getElementById("token").value.trim();
+  if (!value) return;
+  sessionStorage.setItem(TOKEN_KEY, value);
+  document.getElementById("token").value = "";
+  stream();
+});
+
+document.getElementById("logout").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  location.reload();
+});
+
+takeFragmentToken();
+if (token()) stream(); else showLogin("");
