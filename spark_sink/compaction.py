@@ -145,15 +145,23 @@ def _roles(schema: pa.Schema, keys: list[str], values: list[str]) -> None:
 
 def sweep(lake: Lake, job: str, hour: Hour, grace: float, now: float | None = None) -> int:
     """Delete the hour's epoch files that a compacted file replaced at least ``grace``
-    seconds ago; returns how many were deleted."""
+    seconds ago, and temporary files (``.tmp-*``) of writes interrupted at least ``grace``
+    seconds ago (an agent killed mid-write; a live write renames its file in moments);
+    returns how many were deleted."""
     now = time.time() if now is None else now
     directory = _hour_dir(lake, job, hour)
     infos = lake.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+    deleted = 0
+    for info in infos:
+        stale = info.mtime is not None and now - info.mtime.timestamp() >= grace
+        if info.base_name.startswith(".tmp-") and info.type == pafs.FileType.File and stale:
+            with contextlib.suppress(FileNotFoundError):
+                lake.fs.delete_file(info.path)
+                deleted += 1
     compacted = {}
     for info in infos:
         if m := COMPACT_RE.match(info.base_name):
             compacted[(int(m.group(1)), int(m.group(2)))] = info
-    deleted = 0
     for info in infos:
         m = FILE_RE.match(info.base_name)
         if m is None:

@@ -67,6 +67,25 @@ def test_compaction_keeps_every_row_once_and_is_idempotent(tmp_path: Path) -> No
     assert {p: p.stat().st_mtime_ns for p in parquet_files(tmp_path)} == before  # unchanged
 
 
+def test_a_write_interrupted_mid_file_leaves_a_temporary_file_that_is_swept(
+    tmp_path: Path,
+) -> None:
+    """An agent killed while writing leaves ``.tmp-*.parquet`` (never read: hidden); the
+    maintenance pass deletes it once it is older than the grace, not before."""
+    lake = Lake(str(tmp_path))
+    want = write(lake, range(E, E + 8))
+    hour_dir = next(p.parent for p in parquet_files(tmp_path))
+    leftover = hour_dir / ".tmp-0123456789abcdef.parquet"
+    leftover.write_bytes(b"PAR1 half a file")
+    assert lake_rows(lake) == want  # readers never see it
+    maintain(lake, ALL, LakeMaintenance(grace=3600))
+    assert leftover.exists()  # maybe a write still under way
+    later = time.time() + 7200
+    maintain(lake, ALL, LakeMaintenance(grace=3600), now=later)
+    assert not leftover.exists()
+    assert lake_rows(lake) == want
+
+
 def test_replaced_files_stay_for_the_grace_period_but_are_never_read_twice(
     tmp_path: Path,
 ) -> None:
