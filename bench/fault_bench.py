@@ -162,7 +162,13 @@ def next_stored_at_master(
 
 
 def chaos_run(
-    n: int, rate: float, timeout: float, use_netns: bool, seed: int, keep: bool = False
+    n: int,
+    rate: float,
+    timeout: float,
+    use_netns: bool,
+    seed: int,
+    keep: bool = False,
+    log_level: str = "WARNING",
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     out: dict[str, Any] = {"agents": n, "lines_per_second_per_agent": rate, "faults": []}
@@ -177,7 +183,7 @@ def chaos_run(
         if keep:
             out["workdir"] = tmp  # agent logs (stderr.log), files, lake: kept for a post-mortem
         lab = NetnsLab(n).open() if available else None
-        chaos = ChaosCluster(n, Path(tmp), netns=lab)
+        chaos = ChaosCluster(n, Path(tmp), netns=lab, log_level=log_level)
         writer: LogWriter | None = None
         try:
             t0 = time.time()
@@ -362,6 +368,7 @@ def main() -> None:
     parser.add_argument(
         "--keep", action="store_true", help="keep the chaos run's directory (logs, lake)"
     )
+    parser.add_argument("--agent-log-level", default="WARNING", help="the agents' --log-level")
     args = parser.parse_args()
     n = args.agents or (6 if args.quick else 16)
     seconds = args.seconds or (10.0 if args.quick else 30.0)
