@@ -386,7 +386,15 @@ def main() -> None:
             "steady_state_cost_pct": 10,
         },
     }
-    out["chaos"] = chaos_run(n, args.rate, args.timeout, not args.no_netns, args.seed, args.keep)
+    out["chaos"] = chaos_run(
+        n,
+        args.rate,
+        args.timeout,
+        not args.no_netns,
+        args.seed,
+        keep=args.keep,
+        log_level=args.agent_log_level,
+    )
     # interleaved, so drift of a shared machine falls on both sides
     runs = [
         steady_run(n, args.rate, seconds, args.timeout, standby=on)

@@ -552,6 +552,14 @@ class JobRuntime:
                     self.lake.epoch(tid, epoch)
                 self.tasks.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
                 self._bound_results()
+            else:
+                # The epoch is stored already: a previous master handed it over before our
+                # barrier got here (a restarted master re-reading the epochs it missed while
+                # dead). What we add is a late contribution, folded in by lineage - dropped,
+                # the result would lack our origin for good.
+                self.count("emitted_after_handover")
+                name = SnapshotName(self.name, tid, epoch, self.network.node_id)
+                self._fold_late(name, snap, lineage)
             return
         name = SnapshotName(self.name, tid, epoch, self.network.node_id)
         payload = snap.to_bytes()

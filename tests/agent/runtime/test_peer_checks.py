@@ -85,3 +85,31 @@ async def test_expectation_follows_a_runtime_change_of_aggregate() -> None:
         comb.offer_child(9, 140, snap({"a": 4}, "sum"))
     assert comb.offer_child(9, 140, snap({"a": 4})) == "merged"
     await fake.client.close()
+
+
+async def test_a_master_whose_barrier_emits_an_epoch_already_handed_over_folds_it_in() -> None:
+    """A restarted master re-reads the epochs it missed while dead; the interim master hands
+    them over first (lacking the restarted one's origin). When its own barrier then emits
+    such an epoch, its contribution is folded in by lineage - it used to be dropped, and the
+    epoch stayed tentative, lacking the master's own origin, for good."""
+    fake = FakeAgent()
+    rt = runtime(fake, inputs=["web"])
+    tid = rt.tree_list[0]
+    fake.trees.roots.add(tid)
+    comb = rt.ensure_tree(tid)
+    epoch = 105  # the barrier's next epoch here
+    other = 9  # the origin the interim master had
+    item = {"epoch": epoch, "snapshot": snap({"a": 2, "b": 1}).to_bytes(),
+            "origins": [f"{other:x}"], "expected": [f"{other:x}", f"{fake.node_id:x}"]}  # fmt: skip
+    assert rt.absorb(tid, [item]) == 1
+    assert comb.offer_local(epoch, snap({"a": 1, "c": 4})) == "merged"  # emits: no children
+    result = rt.store.peek(tid, epoch)
+    assert result is not None
+    assert dict(result.snapshot) == {"a": 3, "b": 1, "c": 4}  # both origins, each once
+    assert set(result.origins or ()) == {other, fake.node_id}
+    assert rt.counters["emitted_after_handover"] == 1
+    # the same contribution again (a re-send) changes nothing
+    rt._fold_late(SnapshotName("wc", tid, epoch, fake.node_id), snap({"a": 1, "c": 4}),
+                  frozenset({fake.node_id}))  # fmt: skip
+    assert dict(rt.store.peek(tid, epoch).snapshot) == {"a": 3, "b": 1, "c": 4}  # type: ignore[union-attr]
+    await fake.client.close()
