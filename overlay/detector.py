@@ -166,10 +166,10 @@ class FailureDetector:
             return False
         self._metrics.event("nodes_failed_by_evidence")
         self._declare_failed(node_id, FAILED)
-        self._spawn(self._tell_neighbours(state.info), "evidence rumour")
+        self._tell_neighbours(state.info)
         return True
 
-    async def _tell_neighbours(self, info: NodeInfo) -> None:
+    def _tell_neighbours(self, info: NodeInfo) -> None:
         """Send the proof of ``info``'s death to the contacts that take over its keys."""
         k = self._t.evidence_fanout
         targets = self._hood.neighbours_of(info.id, exclude=info.id, k=k) if k > 0 else []

@@ -400,6 +400,11 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     if not isinstance(rollup.version, int) or rollup.version < 1:
         raise LakeError(f"rollup version must be an integer ≥ 1, got {rollup.version!r}")
     lacking = [str(x) for x in rollup.lacking]
+    if named is None:
+        key_texts = [to_json(k) for k, _ in rollup.rows]
+        value_texts = [to_json(v) for _, v in rollup.rows]
+    else:
+        key_texts, value_texts = [to_json(r) for r in named], ["null"] * n
     written = written_at if written_at is not None else time.time()
     start = rollup.epoch_start
     fixed = {
@@ -414,13 +419,8 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
         "coverage": pa.array([float(rollup.coverage)] * n, pa.float64()),
         "lacking": pa.array([lacking] * n, pa.list_(pa.string())),
         "written_at": pa.array([_micros(written)] * n, pa.int64()).cast(TS),
-        "key_json": pa.array(
-            [to_json(k) for k, _ in rollup.rows] if named is None else [to_json(r) for r in named],
-            pa.string(),
-        ),
-        "value_json": pa.array(
-            [to_json(v) for _, v in rollup.rows] if named is None else ["null"] * n, pa.string()
-        ),
+        "key_json": pa.array(key_texts, pa.string()),
+        "value_json": pa.array(value_texts, pa.string()),
     }
     arrays = [fixed[f.name] for f in FIXED_FIELDS]
     fields = list(FIXED_FIELDS)
@@ -444,19 +444,21 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
                 "tentative": bool(rollup.tentative),
                 "coverage": float(rollup.coverage),
                 "lacking": lacking,
-                "digest": _content_digest(fixed, rollup, lacking),
+                "digest": _content_digest(key_texts, value_texts, rollup, lacking),
             }
         ).encode(),
     }
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
 
 
-def _content_digest(fixed: dict[str, pa.Array], rollup: Rollup, lacking: list[str]) -> str:
+def _content_digest(
+    key_texts: list[str], value_texts: list[str], rollup: Rollup, lacking: list[str]
+) -> str:
     """A hash of what a version promises never to change: the rows (as the results API
     reports them) and the flags; not the version, not the write time."""
     h = hashlib.blake2b(digest_size=16)
-    for column in ("key_json", "value_json"):
-        for text in fixed[column].to_pylist():
+    for texts in (key_texts, value_texts):
+        for text in texts:
             h.update(text.encode())
             h.update(b"\n")
     flags = [bool(rollup.tentative), float(rollup.coverage), sorted(lacking)]

@@ -448,11 +448,12 @@ class Agent:
         install_prefilters(self.inputs, self.input_configs, runtimes)
         install_columnar(self.inputs, self.input_configs, runtimes, enabled=self.tunables.columnar)
         closed = []
-        readers = [runtime for runtime in runtimes if runtime in self._fed]
-        for runtime in runtimes:  # a job new here catches up with what the others read
-            if runtime not in self._fed:
+        new = [runtime for runtime in runtimes if runtime not in self._fed]
+        if new:  # a job new here catches up with what the others read
+            readers = [runtime for runtime in runtimes if runtime in self._fed]
+            for runtime in new:
                 closed.extend(self._join_inputs(runtime, readers))
-        self._fed.update(runtimes)
+            self._fed.update(new)
         held = {name for runtime in runtimes if runtime.backlog_full() for name in runtime.inputs}
         polled = wanted - held
         batches = {name: self.inputs[name].poll() for name in polled}

@@ -284,8 +284,8 @@ class OffsetKeeper:
             state = source.state()
             if state["inode"] is None:
                 continue
-            origin = getattr(source, "origin", None)
-            if name not in self._origins and isinstance(origin, dict):
+            origin = None if name in self._origins else getattr(source, "origin", None)
+            if isinstance(origin, dict):
                 loaded = self._loaded.get(name)
                 resumed = loaded is not None and all(
                     loaded.get(k) == origin.get(k) for k in ("inode", "offset")
