@@ -59,6 +59,17 @@ class RuntimeTunables:
     # uncommitted epochs (bytes per job); a master asks lacking origins every repair_interval
     retained_bytes: int = 64 * 2**20
     repair_interval: float = 1.0
+    # hot replicas (agent/runtime/checkpoints.py): an origin sends its closed epochs that are
+    # still uncommitted this long after closing to the job's checkpoint_replicas neighbours
+    # (in steady state they are committed by then: nothing is sent); a holder keeps at most
+    # checkpoint_store_bytes of other agents' checkpoints
+    checkpoint_delay: float = 0.25
+    checkpoint_store_bytes: int = 64 * 2**20
+    # permanent loss (agent/runtime/loss.py): a master probes the origins its oldest held epoch
+    # lacks this long after the epoch closed (a refused connection = the process is gone);
+    # an origin the overlay failed for silence is declared lost loss_timeout later
+    laggard_probe_after: float = 0.1
+    loss_timeout: float = 10.0
     # a master replicates its results to a standby and commits only what the standby holds
     # (agent/runtime/standby.py); off: no standby, a master's death loses what it held
     standby_replication: bool = True

@@ -58,6 +58,7 @@ from agent.jobs.job import load_entry_points
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
 from agent.runtime import admission
+from agent.runtime.checkpoints import CheckpointStore, decode_epochs
 from agent.runtime.dashboard.cluster import SUMMARY_PATH, ClusterPicture
 from agent.runtime.dashboard.routes import DashboardRoutes
 from agent.runtime.heap import trim_heap
@@ -200,6 +201,8 @@ class Agent:
         self.inputs: dict[str, FileTail | StreamInput | IngestQueue] = {}
         # file positions, acked epochs
         self.offsets = OffsetKeeper(config.data_dir, max_pending=self.tunables.max_pending)
+        #: other agents' checkpoints held here as one of their hot replicas (checkpoints.py)
+        self.checkpoints = CheckpointStore(self.tunables.checkpoint_store_bytes)
         self.input_configs: dict[str, InputConfig] = {}
         self.data_url = ""
         self.started_at = 0.0
@@ -243,6 +246,8 @@ class Agent:
         self.server.route("POST", "/agent/v1/resend", self._serve_resend)
         self.server.route("POST", "/agent/v1/replica", self._serve_replica)
         self.server.route("POST", "/agent/v1/origin", self._serve_origin)
+        self.server.route("POST", "/agent/v1/checkpoint", self._serve_checkpoint)
+        self.server.route("POST", "/agent/v1/checkpoint/fetch", self._serve_checkpoint_fetch)
         self.server.route("POST", "/agent/v1/recv", self._serve_recv)
         self.server.route("POST", SUMMARY_PATH, self._serve_summary)
         self.dashboard.attach()
@@ -258,6 +263,7 @@ class Agent:
         self.trees.on_multicast(self._on_multicast)
         self.trees.on_query(self._on_query)
         await self.trees.start()  # before the overlay: no tree message can arrive too early
+        self.overlay.on_node_failed(self._node_failed)
         await self.overlay.start(self.config.bootstrap)
         self._log_name.value = f"{self.overlay.id:040x}"
         self._open_inputs()
@@ -733,6 +739,7 @@ class Agent:
             self.spawn(runtime.apply_spec(entry.spec, entry.version), f"change {entry.name}")
         elif entry.state == STOPPED and runtime is not None:
             del self.runtimes[entry.name]
+            self.checkpoints.forget_job(entry.name)
             self.spawn(self._stop_runtime(runtime), f"stop job {entry.name}")
 
     def _join_inputs(self, runtime: JobRuntime, readers: list[JobRuntime]) -> list[Any]:
@@ -1035,6 +1042,19 @@ class Agent:
         """The overlay leaf set (NetworkService)."""
         return self.overlay.leaf_set()
 
+    @property
+    def domain(self) -> str:
+        """This agent's failure-domain label (NetworkService)."""
+        return self.config.domain
+
+    def routable(self, node_id: int) -> bool:
+        """False once the overlay holds ``node_id`` failed (NetworkService)."""
+        return self.overlay.routable(node_id)
+
+    def near(self, key: int, count: int) -> list[NodeInfo]:
+        """The ``count`` live contacts closest to ``key``, ``key`` itself left out."""
+        return self.overlay.neighbours_of(key, key)[:count]
+
     def peer_gone(self, node_id: int) -> None:
         """A peer's data-plane port refused us (NetworkService): its process is gone, so the
         overlay fails it now and the trees re-form around it without waiting for timeouts."""
@@ -1126,8 +1146,41 @@ class Agent:
         if type(start) is not int or start < 0:
             raise Reject(400, "bad_body", "from must be a non-negative integer epoch")
         tree, origin = _tree_and_origin(body)
-        runtime.origin_joined(tree, origin, start)
+        runtime.origin_joined(tree, origin, start, body.get("url"))
         return {"ok": True}
+
+    async def _serve_checkpoint(self, request: web.Request) -> dict[str, Any]:
+        """An origin checkpoints its uncommitted epochs here, one of its hot replicas."""
+        body = await self._json_body(request, "job", "tree", "origin", "epochs")
+        tree, origin = _tree_and_origin(body)
+        job, committed = body["job"], body.get("committed")
+        if not isinstance(job, str) or not job or len(job) > 256:
+            raise Reject(400, "bad_body", "job must be a non-empty string")
+        if committed is not None and type(committed) is not int:
+            raise Reject(400, "bad_body", "committed must be an integer epoch or null")
+        try:
+            epochs = decode_epochs(body["epochs"])
+        except ValueError as exc:
+            raise Reject(400, "bad_body", str(exc)) from None
+        return {"held": self.checkpoints.keep(origin, job, tree, committed, epochs)}
+
+    async def _serve_checkpoint_fetch(self, request: web.Request) -> dict[str, Any]:
+        """A master re-issuing a lost origin's epochs asks for the checkpoints held here."""
+        body = await self._json_body(request, "job", "tree", "origin")
+        tree, origin = _tree_and_origin(body)
+        wanted = body.get("epochs")
+        if wanted is not None and (
+            not isinstance(wanted, list) or not all(type(e) is int for e in wanted)
+        ):
+            raise Reject(400, "bad_body", "epochs must be a list of integers")
+        parts = self.checkpoints.fetch(origin, str(body["job"]), tree, wanted)
+        return {"epochs": {str(e): base64.b64encode(b).decode() for e, b in parts.items()}}
+
+    def _node_failed(self, info: NodeInfo) -> None:
+        """The overlay declared a node failed: a job this agent masters may have lost an
+        origin (declared lost after the loss timeout, unless it comes back)."""
+        for runtime in list(self.runtimes.values()):
+            runtime.loss.overlay_failed(info.id)
 
     async def _serve_replica(self, request: web.Request) -> dict[str, Any]:
         """A master replicating its state to this agent, its standby."""
@@ -1207,6 +1260,7 @@ class Agent:
             "job_table": self.table.stats(),
             "inputs": {name: src.stats() for name, src in self.inputs.items()},
             "offsets": self.offsets.stats(),
+            "checkpoints_held": self.checkpoints.stats(),
             "counters": dict(self.counters),
             "loop_lag": self.loop_lag.stats(),
             "overlay": self.overlay.stats(),

@@ -10,7 +10,11 @@ answers, for epoch e, the origins that
   while it is down - or for good - are *tentative*, lacking it, never silently final), and
 * had joined by e (its first contribution is at or before e: an agent that joins later is
   not missing from earlier epochs), and
-* has not left gracefully before e (:meth:`left`).
+* has not left gracefully before e (:meth:`left`), nor been declared dead before e
+  (:meth:`lose`: an agent lost for good is not expected from the first epoch that began after
+  its death was declared; the epochs between its last contribution and then that still lack
+  it are *past repair* - :meth:`past_repair` - so the commit watermark passes them, still
+  tentative and naming it).
 
 It is pure state (no clock, no I/O); :meth:`export` / :meth:`restore` carry it to a new
 master, and :meth:`members` / :meth:`restore_members` let a master persist who the origins
@@ -38,6 +42,7 @@ class ExpectedOrigins:
         self._first: dict[int, int] = {}
         self._last: dict[int, int] = {}
         self._left: dict[int, int] = {}  # origin -> the first epoch it no longer feeds
+        self._lost: dict[int, int] = {}  # origin declared dead -> the first epoch not expected
         self._restored: set[int] = set()  # members restored, not yet given a last epoch
         #: None, or this master's own id while it doubts it knows every origin (it became
         #: the root after being a member, with nothing handed over): cleared by news of any
@@ -60,6 +65,7 @@ class ExpectedOrigins:
             self._last[o] = max(self._last.get(o, epoch), epoch)
             if self._left.get(o, epoch + 1) <= epoch:
                 del self._left[o]  # it came back
+                self._lost.pop(o, None)
         newest = max(self._last.values(), default=epoch)
         for o in [o for o, last in self._last.items() if last < newest - 2 * self.grace_epochs]:
             self._forget(o)
@@ -104,11 +110,32 @@ class ExpectedOrigins:
         self._restored.discard(origin)
         if self._left.get(origin, from_epoch + 1) <= from_epoch:
             del self._left[origin]
+            self._lost.pop(origin, None)
         return new
 
     def left(self, origin: int, from_epoch: int) -> None:
         """``origin`` stopped feeding the job gracefully: not expected from ``from_epoch``."""
         self._left[origin] = from_epoch
+
+    def lose(self, origin: int, from_epoch: int) -> bool:
+        """``origin`` was declared dead: not expected from ``from_epoch`` (the first epoch that
+        began after the declaration; it cannot have read anything of it). True if it was a
+        member not already lost."""
+        if origin not in self._first or origin in self._lost:
+            return False
+        self._lost[origin] = from_epoch
+        self._left[origin] = min(self._left.get(origin, from_epoch), from_epoch)
+        return True
+
+    def lost(self) -> dict[int, int]:
+        """Origins declared dead → the first epoch they are not expected in."""
+        return dict(self._lost)
+
+    def past_repair(self, epoch: int) -> Lineage:
+        """Origins whose absence from ``epoch`` nobody can repair any more: declared dead
+        before its end (their replicas were re-issued already; what is still missing died
+        with them)."""
+        return frozenset(o for o, f in self._lost.items() if epoch < f)
 
     def expected(self, epoch: int) -> Lineage | None:
         """The origins epoch ``epoch`` should cover (None: nothing observed yet)."""
@@ -122,6 +149,10 @@ class ExpectedOrigins:
             and self._left.get(o, epoch + 1) > epoch
         )
 
+    def members_set(self) -> frozenset[int]:
+        """Every origin known (expected now or within the grace)."""
+        return frozenset(self._first)
+
     def origins(self) -> int:
         return len(self._last)
 
@@ -130,6 +161,7 @@ class ExpectedOrigins:
         self._first.pop(origin, None)
         self._last.pop(origin, None)
         self._left.pop(origin, None)
+        self._lost.pop(origin, None)
 
     def export(self) -> dict[str, Any]:
         """JSON-able state for a new master."""
@@ -139,6 +171,7 @@ class ExpectedOrigins:
                 format(o, "x"): [self._first[o], self._last[o], self._left.get(o)]
                 for o in self._last
             },
+            "lost": {format(o, "x"): f for o, f in self._lost.items()},
         }
 
     def restore(self, state: Any) -> None:
@@ -157,3 +190,12 @@ class ExpectedOrigins:
             self._learned((origin,))
             if left is not None and origin not in self._left:
                 self._left[origin] = int(left)
+        lost = state.get("lost")
+        for key, first in lost.items() if isinstance(lost, dict) else ():
+            try:
+                origin, first = int(key, 16), int(first)
+            except (TypeError, ValueError):
+                continue
+            if origin in self._first and origin not in self._lost:
+                self._lost[origin] = first
+                self._left[origin] = min(self._left.get(origin, first), first)

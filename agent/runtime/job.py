@@ -72,11 +72,13 @@ from agent.jobs.job import Job, create_job, maybe_await
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, JobEntry
 from agent.jsonable import jsonable
+from agent.runtime.checkpoints import CheckpointSender
 from agent.runtime.clock import EpochClock
 from agent.runtime.coverage import ExpectedOrigins
 from agent.runtime.cpu_budget import CpuBudget
 from agent.runtime.lake_history import provenance
 from agent.runtime.lake_sink import LakeTarget, sink_for
+from agent.runtime.loss import OriginLoss
 from agent.runtime.offsets import TreeOutflow, write_atomically
 from agent.runtime.record_thread import InlineRecords
 from agent.runtime.result_spill import ResultSpill
@@ -207,6 +209,23 @@ class JobRuntime:
         self.committed: dict[int, int] = {}
         #: as origin: our own snapshots of uncommitted epochs, for the master's repair
         self.retained = RetainedEpochs(self.name, t.retained_bytes)
+        #: as origin: hot replicas of those snapshots on overlay neighbours (checkpoints.py)
+        self.checkpoints = CheckpointSender(
+            self.name,
+            self.retained,
+            network,
+            replicas=lambda: getattr(self.spec, "checkpoint_replicas", 2),
+            committed=self.committed.get,
+            delay=t.checkpoint_delay,
+        )
+        #: as master: laggard probes, origins lost for good and their re-issue (loss.py)
+        self.loss = OriginLoss(
+            _LossHost(self),
+            network,
+            watch_interval=t.tick_seconds,
+            suspect_after=t.laggard_probe_after,
+            loss_timeout=t.loss_timeout,
+        )
         self._repairing: set[int] = set()  # trees whose repair loop runs (as master)
         self._was_member: set[int] = set()  # trees in which this agent has had a parent
         #: epochs up to this one may miss records here: other jobs had read them from a
@@ -256,6 +275,7 @@ class JobRuntime:
         await self._load_origins()
         if self.worker is None:
             return
+        self.tasks.spawn(self.checkpoints.run(), f"{self.name} checkpoints")
         for tid in self.tree_list:
             self.tasks.spawn(self._announce_origin(tid), f"{self.name} origin")
         for tid in self.tree_list:
@@ -270,6 +290,7 @@ class JobRuntime:
 
     async def stop(self, graceful: bool) -> None:
         self._stopped = True
+        self.checkpoints.close()
         trees = self.network.trees
         if graceful and trees is not None:
             for tid in self.tree_list:
@@ -408,6 +429,7 @@ class JobRuntime:
             self.tasks.spawn(self._hand_over(tid), f"hand over {self.name}")
         self.parent_changed(tid)
         if is_root:
+            self.loss.watch(tid)
             was_member = tid in self._was_member
             self._take_over(tid)
             if was_member:  # a member before: others fed this tree; which, it may not know
@@ -512,6 +534,7 @@ class JobRuntime:
             for tid, part in zip(self.tree_list, parts, strict=True):
                 if complete:
                     self.retained.keep(tid, epoch, part)
+                    self.checkpoints.closed(tid, epoch)
                 self.ensure_tree(tid).offer_local(epoch, part, complete=complete)
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:
@@ -606,7 +629,10 @@ class JobRuntime:
         for epoch in epochs:
             result = self.store.peek(tid, epoch)
             if result is not None and result.tentative and epoch > give_up:
-                break
+                # what only a lost origin held died with it (loss.py): past repair too
+                lost = self.expected_origins.past_repair(epoch)
+                if result.doubtful or not result.missing <= lost:
+                    break
             watermark = epoch
         return watermark
 
@@ -659,7 +685,13 @@ class JobRuntime:
         start = self.spec.start_epoch
         if start is None:
             return
-        body = {"job": self.name, "tree": tid, "origin": f"{self.network.node_id:x}", "from": start}
+        body = {
+            "job": self.name,
+            "tree": tid,
+            "origin": f"{self.network.node_id:x}",
+            "from": start,
+            "url": self.network.data_url,  # the master probes and pulls it directly
+        }
         delay = 0.1
         for _ in range(HANDOVER_ATTEMPTS):
             if self._stopped:
@@ -678,10 +710,11 @@ class JobRuntime:
             delay = min(2.0, delay * 2)
         self.count("origin_announce_failed")
 
-    def origin_joined(self, tid: int, origin: int, start: int) -> None:
+    def origin_joined(self, tid: int, origin: int, start: int, url: Any = None) -> None:
         """As master (``POST /agent/v1/origin``): ``origin`` reads the job's input from
-        epoch ``start`` on."""
+        epoch ``start`` on (its data-plane ``url``, if given, is where it is probed)."""
         self._known_tree(tid)
+        self.loss.learn_url(origin, url)
         if self.expected_origins.join(origin, start):
             self.count("origins_announced")
             self._members_changed()
@@ -914,7 +947,7 @@ class JobRuntime:
         give_up = epochs[-1] - self.expected_origins.grace_epochs
         wanted: dict[int, list[int]] = {}
         for epoch, origins in sorted(self.store.missing(tid, give_up).items()):
-            for origin in origins:
+            for origin in origins - self.expected_origins.past_repair(epoch):
                 wanted.setdefault(origin, []).append(epoch)
         return wanted
 
@@ -937,21 +970,32 @@ class JobRuntime:
         body = {"job": self.name, "tree": tid, "origin": f"{origin:x}", "epochs": epochs}
         self.count("repair_requests")
         try:
-            url = await self.network.data_url_of(origin)
+            url = self.loss.urls.get(origin) or await self.network.data_url_of(origin)
             reply = await self.network.client.post_json(url, "/agent/v1/resend", body)
             parts = reply.get("epochs") if isinstance(reply, dict) else None
             if not isinstance(parts, dict):
                 raise ValueError("reply without an epochs object")
-            decoded = [
-                (int(k), await asyncio.to_thread(_decode_snapshot, v)) for k, v in parts.items()
-            ]
+            decoded = {
+                int(k): await asyncio.to_thread(_decode_snapshot, v) for k, v in parts.items()
+            }
         except Exception as exc:  # down, not found, or a bad reply: the next round retries
             self.count("repair_unreachable")
             log.info("job %s: repair from origin %x failed: %r", self.name, origin, exc)
+            if isinstance(exc, DataPlaneError) and exc.reason == "refused":
+                self.loss.refused(origin, "its data-plane port refused a repair pull")
             return
+        self.count("repaired", self._fold_own(tid, origin, decoded, epochs))
+
+    def _fold_own(
+        self, tid: int, origin: int, parts: dict[int, Snapshot], epochs: Any = None
+    ) -> int:
+        """Fold ``origin``'s own snapshots (a repair pull's, or re-issued from its
+        checkpoints) as that origin's alone: new or duplicate, never an overlap. Returns how
+        many were merged."""
         combiner = self.ensure_tree(tid)
-        for epoch, snap in decoded:
-            if epoch not in epochs:
+        merged = 0
+        for epoch, snap in sorted(parts.items()):
+            if epochs is not None and epoch not in epochs:
                 continue
             try:
                 snap = combiner.check(epoch, snap, origin)
@@ -960,7 +1004,8 @@ class JobRuntime:
                 continue
             name = SnapshotName(self.name, tid, epoch, origin)
             if self._fold_late(name, snap, frozenset((origin,))) == "merged":
-                self.count("repaired")
+                merged += 1
+        return merged
 
     async def resend(self, tid: int, origin: int, epochs: list[int]) -> dict[str, Any]:
         """As origin (``POST /agent/v1/resend``): our retained snapshots of ``epochs``."""
@@ -1133,6 +1178,9 @@ class JobRuntime:
         if message.get("kind") == "change":
             await self._on_change(message)
             return
+        if message.get("kind") == "lost":
+            self._on_lost(tid, message.get("origin"))
+            return
         if message.get("kind") == "commit":
             epoch = message.get("epoch")
             if type(epoch) is int and epoch > self.committed.get(tid, -1):
@@ -1145,6 +1193,18 @@ class JobRuntime:
             if message.get("kind") == "feedback":
                 self.job.feedback = message.get("value")
             await self.call_job(self.job.on_multicast, message)
+
+    def _on_lost(self, tid: int, origin: Any) -> None:
+        """The master declared ``origin`` dead (loss.py): if it is our child, drop it now (the
+        overlay fails it, the tree re-forms, our barrier stops waiting for it)."""
+        try:
+            node = int(str(origin), 16)
+        except ValueError:
+            return
+        combiner = self.combiners.get(tid)
+        if combiner is not None and node in combiner.children and node != self.network.node_id:
+            self.count("lost_children")
+            self.network.peer_gone(node)
 
     # ---- runtime changes (agent/jobs/changes.py)
     # -----------------------------------------------------
@@ -1604,6 +1664,8 @@ class JobRuntime:
             "counters": dict(self.counters),
             "committed": {f"{t:040x}": e for t, e in self.committed.items()},
             "retained": self.retained.stats(),
+            "checkpoints": self.checkpoints.stats(),
+            "losses": self.loss.status(),
             "replication": self.replication.stats(),
             "replicas": {f"{t:040x}": r.stats() for t, r in self.replicas.items()},
             "origins_expected": self.expected_origins.origins(),
@@ -1638,6 +1700,72 @@ class JobRuntime:
             "multicasts_sent": self.multicast_stats[-recent:],
             "changes_applied": [[v, at] for v, at in self.changes_applied.items()],
         }
+
+
+class _LossHost:
+    """The :class:`~agent.runtime.loss.LossHost` a runtime gives its :class:`OriginLoss`."""
+
+    def __init__(self, runtime: JobRuntime) -> None:
+        self._rt = runtime
+        self.name = runtime.name
+
+    @property
+    def node_id(self) -> int:
+        return self._rt.network.node_id
+
+    def root_trees(self) -> list[int]:
+        rt = self._rt
+        if rt._stopped:
+            return []
+        return [t for t in rt.tree_list if (v := rt._view(t)) is not None and v.is_root]
+
+    def waiting_epoch(self, tid: int) -> tuple[int, frozenset[int]] | None:
+        combiner = self._rt.combiners.get(tid)
+        if combiner is None:
+            return None
+        epoch = combiner.next_epoch
+        if epoch is None or not combiner.waiting_for(epoch):
+            return None
+        return epoch, combiner.lineage_of(epoch) or frozenset()
+
+    def closed_at(self, epoch: int) -> float:
+        spec = self._rt.spec
+        return spec.schedule.end(epoch) + spec.allowed_lateness
+
+    def expected(self, epoch: int) -> frozenset[int]:
+        return self._rt.expected_origins.expected(epoch) or frozenset()
+
+    def is_member(self, origin: int) -> bool:
+        return origin in self._rt.expected_origins.members_set()
+
+    def lose(self, origin: int, from_epoch: int) -> bool:
+        return self._rt.expected_origins.lose(origin, from_epoch)
+
+    def first_epoch_after(self, t: float) -> int:
+        return self._rt.spec.schedule.epoch_of(t) + 1
+
+    async def fold_origin(self, tid: int, origin: int, parts: dict[int, bytes]) -> int:
+        decoded = await asyncio.to_thread(
+            lambda: {e: Snapshot.from_bytes(b) for e, b in parts.items()}
+        )
+        return self._rt._fold_own(tid, origin, decoded)
+
+    def after_loss(self, origin: int) -> None:
+        rt = self._rt
+        rt.network.peer_gone(origin)
+        rt._members_changed()
+        for tid in self.root_trees():
+            rt._replicate(tid)
+            rt._advance_commit(tid)
+
+    def count(self, what: str, n: int = 1) -> None:
+        self._rt.count(what, n)
+
+    def spawn(self, coro: Any, what: str) -> Any:
+        return self._rt.tasks.spawn(coro, what)
+
+    async def multicast(self, tid: int, message: dict[str, Any]) -> Any:
+        return await self._rt._multicast(tid, message)
 
 
 class _Context:

@@ -85,6 +85,19 @@ class NetworkService(Protocol):
         """Evidence that a peer's process is gone (its data-plane port refused us)."""
         ...
 
+    @property
+    def domain(self) -> str:
+        """This agent's failure-domain label (hot replicas prefer other domains)."""
+        ...
+
+    def routable(self, node_id: int) -> bool:
+        """False once the overlay holds ``node_id`` failed."""
+        ...
+
+    def near(self, key: int, count: int) -> list[NodeInfo]:
+        """The ``count`` live overlay contacts closest to ``key`` (``key`` left out)."""
+        ...
+
     async def data_url_of(self, node: NodeInfo | int) -> str:
         """Another agent's data-plane URL, asked over the overlay (``agent.where``)."""
         ...

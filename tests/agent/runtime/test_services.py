@@ -58,6 +58,14 @@ class FakeAgent:
     def peer_gone(self, node_id: int) -> None:
         self.gone.append(node_id)
 
+    domain = "default"
+
+    def routable(self, node_id: int) -> bool:
+        return node_id not in self.gone
+
+    def near(self, key: int, count: int) -> list[Any]:
+        return []
+
     # JobTableService
     async def publish_spec(self, spec: JobSpec, *, base_version: int) -> int:
         return base_version + 1
