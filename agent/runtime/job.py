@@ -699,7 +699,7 @@ class JobRuntime:
             try:
                 url = await self._master_url(tid)
                 if url == self.network.data_url:
-                    self.origin_joined(tid, self.network.node_id, start)
+                    self.origin_joined(tid, self.network.node_id, start, self.network.data_url)
                 else:
                     await self.network.client.post_json(url, "/agent/v1/origin", body)
                 return
@@ -825,7 +825,7 @@ class JobRuntime:
             "tree": tid,
             "master": f"{self.network.node_id:x}",
             "items": items,
-            "expected": self.expected_origins.export(),
+            "expected": {**self.expected_origins.export(), "urls": self.loss.export_urls()},
             "committed": self.committed.get(tid),
         }
         try:
@@ -887,6 +887,7 @@ class JobRuntime:
             log.warning("job %s: standby replica of tree %x unusable: %r", self.name, tid, exc)
             return
         self.expected_origins.restore(replica.expected)
+        self.loss.learn_urls(replica.expected)
         if replica.committed is not None:
             self.committed[tid] = max(replica.committed, self.committed.get(tid, -1))
         epochs = sorted(replica.items)
@@ -1026,6 +1027,10 @@ class JobRuntime:
             return
         self.count("tentative_epochs")
         self._schedule_repair(tid)
+        # a lacking origin may be dead: probe it now rather than at the first repair round
+        self.loss.suspect(
+            tid, result.missing - self.expected_origins.past_repair(epoch), time.time()
+        )
         self._log.warning(
             "tentative",
             "job %s tree %x epoch %d is tentative: coverage %.3f, lacking origins %s "
@@ -1403,7 +1408,7 @@ class JobRuntime:
             "job": self.name,
             "tree": tid,
             "items": items,
-            "expected": self.expected_origins.export(),
+            "expected": {**self.expected_origins.export(), "urls": self.loss.export_urls()},
         }
         await self.network.client.post_json(url, "/agent/v1/handover", body)
         self.store.drop_tree(tid)
@@ -1418,6 +1423,7 @@ class JobRuntime:
             tid, items, check=lambda epoch, snap: combiner.check(epoch, snap, "handover")
         )
         self.expected_origins.restore(expected)  # the previous master's knowledge of origins
+        self.loss.learn_urls(expected)
         if self.lake is not None:
             for epoch in {i["epoch"] for i in items if isinstance(i.get("epoch"), int)}:
                 self.lake.epoch(tid, epoch)

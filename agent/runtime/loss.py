@@ -131,6 +131,22 @@ class OriginLoss:
         if isinstance(url, str) and url.startswith(("http://", "https://")) and len(url) < 512:
             self.urls[origin] = url
 
+    def export_urls(self) -> dict[str, str]:
+        """Origin (hex) → data-plane URL, for the next master (standby replica, hand-over)."""
+        return {format(o, "x"): u for o, u in self.urls.items()}
+
+    def learn_urls(self, state: Any) -> None:
+        """The URLs of a previous master's :meth:`export_urls` (inside its expected-origins
+        state; malformed entries skipped)."""
+        urls = state.get("urls") if isinstance(state, dict) else None
+        for key, url in urls.items() if isinstance(urls, dict) else ():
+            try:
+                origin = int(key, 16)
+            except (TypeError, ValueError):
+                continue
+            if origin not in self.urls and 0 <= origin < 1 << 160:
+                self.learn_url(origin, url)
+
     def watch(self, tid: int) -> None:
         """Start watching ``tid``'s laggards (idempotent; the loop ends when not root)."""
         if tid not in self._watching:
@@ -153,9 +169,14 @@ class OriginLoss:
         epoch, received = held
         if now < self.host.closed_at(epoch) + self.suspect_after:
             return []
-        lacking = sorted(self.host.expected(epoch) - covered(received) - {self.host.node_id})
+        lacking = self.host.expected(epoch) - covered(received)
+        return self.suspect(tid, lacking, now)
+
+    def suspect(self, tid: int, origins: Iterable[int], now: float) -> list[int]:
+        """Probe ``origins`` (a result of ``tid`` lacks them), each at most once a second and
+        at most :data:`MAX_PROBES` at a time; returns those probed now."""
         probed = []
-        for origin in lacking:
+        for origin in sorted(set(origins) - {self.host.node_id}):
             if len(probed) == MAX_PROBES:
                 break
             if now - self._probed.get(origin, 0.0) < 1.0 or origin in self._declaring:

@@ -146,3 +146,22 @@ def test_a_master_that_was_a_member_doubts_until_it_hears_of_another_origin() ->
     informed.observe(3, frozenset({7, 8}))
     informed.doubt_until_told(7)  # it already knows another origin: no doubt
     assert informed.doubt is None
+
+
+def test_a_lost_origin_is_not_expected_after_and_its_gap_is_past_repair() -> None:
+    exp = ExpectedOrigins(grace_epochs=60)
+    for e in range(10, 13):
+        exp.observe(e, frozenset({1, 2, 3}))
+    assert not exp.lose(9, 20)  # never a member: nothing to lose
+    assert exp.lose(2, 15)  # declared dead during epoch 14
+    assert not exp.lose(2, 16)  # once
+    assert exp.expected(14) == {1, 2, 3}  # the epochs it had open still expect it ...
+    assert exp.past_repair(14) == {2}  # ... and what they lack of it died with it
+    assert exp.expected(15) == {1, 3}  # not expected from the first epoch after
+    assert exp.past_repair(15) == frozenset()
+    assert exp.lost() == {2: 15}
+    moved = ExpectedOrigins(grace_epochs=60)  # the state moves with the master role
+    moved.restore(exp.export())
+    assert moved.expected(15) == {1, 3} and moved.past_repair(13) == {2}
+    exp.observe(17, frozenset({1, 2, 3}))  # it came back (it was cut off, or restarted)
+    assert exp.lost() == {} and exp.expected(18) == {1, 2, 3}

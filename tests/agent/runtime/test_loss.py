@@ -1,0 +1,152 @@
+"""OriginLoss (agent/runtime/loss.py): which origins a master probes, what proves a death,
+and what a declaration does (re-issue from the holders, then stop expecting the origin),
+against a fake job runtime and fake peers (the cluster tests run it for real)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from agent.runtime.coverage import ExpectedOrigins
+from agent.runtime.loss import OriginLoss
+from srt.dataplane.client import DataPlaneError
+
+
+@dataclass(frozen=True)
+class Peer:
+    id: int
+    domain: str = "default"
+
+
+class Host:
+    name = "job"
+    node_id = 1
+
+    def __init__(self) -> None:
+        self.expected_origins = ExpectedOrigins(grace_epochs=60)
+        self.expected_origins.observe(100, frozenset({1, 2, 3, 4}))
+        self.held: tuple[int, frozenset[int]] | None = (101, frozenset({1, 3}))
+        self.folded: list[tuple[int, int, dict[int, bytes]]] = []
+        self.multicasts: list[dict[str, Any]] = []
+        self.counters: dict[str, int] = {}
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.after: list[int] = []
+
+    def root_trees(self) -> list[int]:
+        return [7]
+
+    def waiting_epoch(self, tid: int) -> tuple[int, frozenset[int]] | None:
+        return self.held
+
+    def closed_at(self, epoch: int) -> float:
+        return epoch + 1.0  # 1 s epochs, lateness 0
+
+    def expected(self, epoch: int) -> frozenset[int]:
+        return self.expected_origins.expected(epoch) or frozenset()
+
+    def is_member(self, origin: int) -> bool:
+        return origin in self.expected_origins.members_set()
+
+    def lose(self, origin: int, from_epoch: int) -> bool:
+        return self.expected_origins.lose(origin, from_epoch)
+
+    def first_epoch_after(self, t: float) -> int:
+        return int(t) + 1
+
+    async def fold_origin(self, tid: int, origin: int, parts: dict[int, bytes]) -> int:
+        self.folded.append((tid, origin, parts))
+        return len(parts)
+
+    def after_loss(self, origin: int) -> None:
+        self.after.append(origin)
+
+    def count(self, what: str, n: int = 1) -> None:
+        self.counters[what] = self.counters.get(what, 0) + n
+
+    def spawn(self, coro: Any, what: str) -> None:
+        self.tasks.append(asyncio.ensure_future(coro))
+
+    async def multicast(self, tid: int, message: dict[str, Any]) -> None:
+        self.multicasts.append(message)
+
+    async def settle(self) -> None:
+        while any(not t.done() for t in self.tasks):
+            await asyncio.gather(*self.tasks)
+
+
+class Client:
+    def __init__(self, dead: set[str], stuck: set[str], held: dict[str, dict[int, bytes]]) -> None:
+        self.dead, self.stuck, self.held = dead, stuck, held
+        self.calls: list[tuple[str, str]] = []
+
+    async def post_json(self, url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append((url, path))
+        if url in self.dead:
+            raise DataPlaneError(0, "refused", url)
+        if url in self.stuck:
+            await asyncio.sleep(30)  # a SIGSTOPped agent: the kernel accepted, nobody answers
+        if path.endswith("/fetch"):
+            parts = self.held.get(url, {})
+            return {"epochs": {str(e): base64.b64encode(b).decode() for e, b in parts.items()}}
+        return {"epochs": {}}
+
+
+class Network:
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.gone: list[int] = []
+
+    def peer_gone(self, node_id: int) -> None:
+        self.gone.append(node_id)
+
+    def routable(self, node_id: int) -> bool:
+        return node_id not in self.gone
+
+    def near(self, key: int, count: int) -> list[Peer]:
+        return [Peer(n) for n in (3, 4, 5)][:count]
+
+    async def data_url_of(self, node: Any) -> str:
+        return f"http://n{getattr(node, 'id', node)}"
+
+
+async def test_a_refused_probe_declares_the_origin_lost_and_re_issues_its_checkpoints() -> None:
+    host = Host()
+    held = {"http://n4": {99: b"a", 100: b"b"}, "http://n5": {100: b"b", 101: b"c"}}
+    net = Network(Client(dead={"http://n2"}, stuck={"http://n4"}, held=held))
+    loss = OriginLoss(host, net, suspect_after=0.1)
+    loss.learn_url(2, "http://n2")
+    loss.learn_url(4, "http://n4")
+    assert loss.check(7, now=102.05) == []  # epoch 101 closed at 102.0: not yet suspect
+    assert loss.check(7, now=102.2) == [2, 4]  # lacking from 101: 2 and 4 (1 is us)
+    assert loss.check(7, now=102.5) == []  # once a second each
+    # 4 hangs (stopped): probing proves nothing; 2 refused: dead
+    await asyncio.wait_for(asyncio.gather(*host.tasks[:2], return_exceptions=True), 5)
+    await asyncio.wait_for(host.settle(), 5)
+    assert net.gone == [2] and host.after == [2]
+    assert host.multicasts == [{"kind": "lost", "origin": "2"}]
+    # its checkpoints were asked of the live agents closest to it; n4 hangs past the fetch
+    # timeout, n3 holds nothing, n5's copies are folded as origin 2's own
+    assert host.folded == [(7, 2, {100: b"b", 101: b"c"})]
+    event = loss.status()[0]
+    assert event["origin"] == "2" and event["reissued"] == 2
+    assert host.expected(101) == {1, 2, 3, 4}  # the epochs it had open: still expected ...
+    assert host.expected_origins.past_repair(101) == {2}  # ... but past repair
+    assert 2 not in host.expected(event["from_epoch"])
+    assert host.counters["origins_lost"] == 1
+
+
+async def test_a_silent_origin_is_lost_only_after_the_loss_timeout_if_still_unreachable() -> None:
+    host = Host()
+    net = Network(Client(dead=set(), stuck=set(), held={}))
+    loss = OriginLoss(host, net, loss_timeout=0.05)
+    loss.overlay_failed(3)  # failed by the overlay, then back before the timeout
+    loss.overlay_failed(9)  # not an origin of this job
+    await asyncio.wait_for(host.settle(), 5)
+    assert loss.status() == [] and host.expected_origins.lost() == {}
+    net.gone.append(4)  # still unreachable when the timeout ends
+    loss.overlay_failed(4)
+    await asyncio.wait_for(host.settle(), 5)
+    assert [e["origin"] for e in loss.status()] == ["4"]
+    assert "silent" in loss.status()[0]["why"]
