@@ -14,8 +14,11 @@ under its own origin identity (lineage then drops whatever the master already ha
   steady state: roll-up and commit take milliseconds - is never sent at all), then sends the
   queued epochs still uncommitted, at most :data:`BATCH` per request, to every holder
   (``POST /agent/v1/checkpoint``), with the tree's commit watermark so holders forget what
-  was committed. The event loop never waits for it; a holder that fails is skipped for that
-  round (counted). Nothing is sent while ``k`` is 0.
+  was committed. Each holder has its own queue and sender, so a stalled holder delays only
+  its own copies (each request times out after :data:`POST_TIMEOUT`; what it missed is
+  re-queued for it with the next round's epochs only if still uncommitted - a failed request
+  is counted, not retried). The event loop never waits for it. Nothing is sent while ``k``
+  is 0. Bounded by the retained snapshots (``retained_bytes``): only their ids are queued.
 * :class:`CheckpointStore` (holder side, one per agent): (origin, job, tree) → epoch →
   snapshot bytes, bounded by ``max_bytes`` (oldest dropped first, logged at WARNING with job,
   tree, epoch and origin) and pruned by the origin's commit watermark; :meth:`fetch` answers a
@@ -37,6 +40,7 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 BATCH = 16  # epochs per checkpoint request (one origin's, one tree)
+POST_TIMEOUT = 5.0  # seconds a holder may take to answer one checkpoint request
 MAX_EPOCHS_PER_KEY = 1024  # epochs a holder keeps per (origin, job, tree)
 
 
@@ -210,17 +214,24 @@ class CheckpointSender:
         self.requests = 0
         self.failures = 0
         self.skipped_committed = 0
+        self.newest_sent: int | None = None  # the newest epoch a holder took
         self.holders: list[str] = []  # hex ids of the last round's holders (status)
         self._queue: dict[int, set[int]] = {}
         self._wake = asyncio.Event()
         self._urls: dict[int, str] = {}
         self._closed = False
+        self._pending: dict[int, dict[int, set[int]]] = {}  # holder → tree → epochs
+        self._draining: set[int] = set()
+        self._tasks: set[asyncio.Future[None]] = set()
 
     def close(self) -> None:
         """The job stopped: the background task ends at its next wake-up."""
         self._closed = True
         self._queue.clear()
+        self._pending.clear()
         self._wake.set()
+        for task in self._tasks:
+            task.cancel()
 
     def closed(self, tree: int, epoch: int) -> None:
         """The origin closed ``epoch`` of ``tree`` (event loop; never blocks)."""
@@ -252,34 +263,51 @@ class CheckpointSender:
             self.network.node_id, self.network.domain, self.network.neighbours(), k
         )
         self.holders = [format(h.id, "x") for h in holders]
-        if not holders:
-            return
-        for tree, epochs in queue.items():
-            floor = self.committed(tree)
-            due = sorted(e for e in epochs if floor is None or e > floor)
-            self.skipped_committed += len(epochs) - len(due)
-            parts = [(e, s) for e in due if (s := self.retained.get(tree, e)) is not None]
-            for start in range(0, len(parts), BATCH):
-                batch = parts[start : start + BATCH]
-                encoded = await asyncio.to_thread(_encode, batch)
-                body = {
-                    "job": self.job,
-                    "tree": tree,
-                    "origin": format(self.network.node_id, "x"),
-                    "committed": floor,
-                    "epochs": encoded,
-                }
-                sent = await asyncio.gather(*(self._post(h, body) for h in holders))
-                if any(sent):
-                    self.sent_epochs += len(batch)
-                    self.sent_bytes += sum(len(v) for v in encoded.values()) * sum(sent)
+        for holder in holders:
+            pending = self._pending.setdefault(holder.id, {})
+            for tree, epochs in queue.items():
+                pending.setdefault(tree, set()).update(epochs)
+            if holder.id not in self._draining:
+                # one drain per holder: a stalled holder (its kernel accepts, nobody answers)
+                # holds back only its own copies, never the other holders'
+                self._draining.add(holder.id)
+                self._tasks.add(asyncio.ensure_future(self._drain(holder)))
+        self._tasks = {t for t in self._tasks if not t.done()}
+
+    async def _drain(self, holder: Any) -> None:
+        """Send ``holder`` its pending epochs that are still uncommitted, in batches."""
+        try:
+            while not self._closed and (pending := self._pending.pop(holder.id, None)):
+                for tree, epochs in sorted(pending.items()):
+                    floor = self.committed(tree)
+                    due = sorted(e for e in epochs if floor is None or e > floor)
+                    self.skipped_committed += len(epochs) - len(due)
+                    parts = [(e, s) for e in due if (s := self.retained.get(tree, e)) is not None]
+                    for start in range(0, len(parts), BATCH):
+                        batch = parts[start : start + BATCH]
+                        encoded = await asyncio.to_thread(_encode, batch)
+                        body = {
+                            "job": self.job,
+                            "tree": tree,
+                            "origin": format(self.network.node_id, "x"),
+                            "committed": floor,
+                            "epochs": encoded,
+                        }
+                        if await self._post(holder, body):
+                            self.newest_sent = max(self.newest_sent or 0, batch[-1][0])
+                            self.sent_epochs += len(batch)
+                            self.sent_bytes += sum(len(v) for v in encoded.values())
+        finally:
+            self._draining.discard(holder.id)
 
     async def _post(self, holder: Any, body: dict[str, Any]) -> bool:
         try:
             url = self._urls.get(holder.id) or await self.network.data_url_of(holder)
             self._urls[holder.id] = url
             self.requests += 1
-            await self.network.client.post_json(url, "/agent/v1/checkpoint", body)
+            await asyncio.wait_for(
+                self.network.client.post_json(url, "/agent/v1/checkpoint", body), POST_TIMEOUT
+            )
             return True
         except Exception as exc:  # that holder is down or busy: the others still hold it
             self._urls.pop(holder.id, None)
@@ -296,6 +324,7 @@ class CheckpointSender:
             "requests": self.requests,
             "failures": self.failures,
             "skipped_committed": self.skipped_committed,
+            "newest_sent": self.newest_sent,
         }
 
 

@@ -201,7 +201,7 @@ class OriginLoss:
             if exc.reason == "refused":
                 self.refused(origin, "its data-plane port refused the master's probe")
         except Exception as exc:  # slow, stopped or unknown: proves nothing
-            log.debug("job %s: probe of %x: %r", self.host.name, origin, exc)
+            log.info("job %s: probe of origin %x proved nothing: %r", self.host.name, origin, exc)
 
     # ---- declarations ----------------------------------------------------------------------
 
@@ -286,7 +286,16 @@ class OriginLoss:
         if not parts:
             return 0
         self.host.count("checkpoints_fetched", len(parts))
-        return await self.host.fold_origin(tid, origin, parts)
+        merged = await self.host.fold_origin(tid, origin, parts)
+        log.info(
+            "job %s tree %x: origin %x's checkpoints of epochs %s fetched, %d new here",
+            self.host.name,
+            tid,
+            origin,
+            sorted(parts),
+            merged,
+        )
+        return merged
 
     async def _fetch(self, holder: Any, body: dict[str, Any]) -> dict[int, bytes]:
         try:

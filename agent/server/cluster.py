@@ -74,6 +74,7 @@ class LocalCluster:
         env: dict[str, str] | None = None,
         wrap: Callable[[int], list[str]] | None = None,
         hosts: dict[int, str] | None = None,
+        agent_args: dict[int, list[str]] | None = None,
     ) -> None:
         if n < 1:
             raise ValueError("a cluster needs at least one agent process")
@@ -82,6 +83,7 @@ class LocalCluster:
         self.inputs = inputs or {}
         self.logical_agents = logical_agents
         self.extra_args = extra_args or []
+        self.agent_args = agent_args or {}  # per process index (e.g. its --domain)
         self.env = env or {}
         # a command prefix per process index (e.g. ``ip netns exec NS``) and the address a
         # process binds and advertises (default: loopback)
@@ -141,6 +143,7 @@ class LocalCluster:
         for name, path in self.inputs.get(index, {}).items():
             args += ["--input", f"{name}={path}"]
         args += self.extra_args
+        args += self.agent_args.get(index, [])
         args += ports or []
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         # the agent's log may quote rejected lines: private, like the dead letters; a restart
@@ -214,6 +217,10 @@ class LocalCluster:
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+    def signal(self, index: int, sig: int) -> None:
+        """Send ``sig`` to agent process ``index`` (SIGSTOP / SIGCONT: a stalled agent)."""
+        os.kill(self.procs[index].process.pid, sig)
 
     def alive(self, index: int) -> bool:
         return self.procs[index].process.poll() is None
