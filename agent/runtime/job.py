@@ -949,8 +949,11 @@ class JobRuntime:
         body = {"job": self.name, "tree": tid, "origin": f"{origin:x}", "epochs": epochs}
         self.count("repair_requests")
         try:
-            url = await self.network.data_url_of(origin)
-            reply = await self.network.client.post_json(url, "/agent/v1/resend", body)
+            if origin == self.network.node_id:  # this master lacks its own share: no round trip
+                reply: Any = await self.resend(tid, origin, epochs)
+            else:
+                url = await self.network.data_url_of(origin)
+                reply = await self.network.client.post_json(url, "/agent/v1/resend", body)
             parts = reply.get("epochs") if isinstance(reply, dict) else None
             if not isinstance(parts, dict):
                 raise ValueError("reply without an epochs object")
