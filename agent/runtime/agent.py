@@ -1264,8 +1264,9 @@ class Agent:
 
 def _results_now(runtime: JobRuntime, recent: int = 64) -> dict[str, Any]:
     """As master: tentative epochs among the newest ``recent`` stored per tree, and the
-    newest epoch's coverage (the lowest over the job's trees); read without copying."""
-    tentative, coverage = 0, None
+    newest epoch's coverage and, for a top-k job, its accuracy estimate once computed (the
+    lowest over the job's trees); read without copying."""
+    tentative, coverage, accuracy = 0, None, None
     store = runtime.store
     for tid in store.trees():
         epochs = store.epochs(tid)[-recent:]
@@ -1277,7 +1278,10 @@ def _results_now(runtime: JobRuntime, recent: int = 64) -> dict[str, Any]:
         if newest is not None:
             cov = float(newest.coverage)
             coverage = cov if coverage is None else min(coverage, cov)
-    return {"tentative": tentative, "coverage": coverage}
+            acc = runtime.accuracy_now(tid, epochs[-1], newest)
+            if acc is not None:
+                accuracy = acc if accuracy is None else min(accuracy, acc)
+    return {"tentative": tentative, "coverage": coverage, "accuracy": accuracy}
 
 
 def _error_reply(exc: StatusError) -> dict[str, Any]:

@@ -13,12 +13,15 @@ and equals a Counter over the lines.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 from agent_helpers import lines, running_agents, wait_for
 
 from agent.tunables import RuntimeTunables
@@ -26,6 +29,14 @@ from agent.tunables import RuntimeTunables
 RATES = (6, 12, 24)  # lines per epoch of agents 0, 1, 2; agent 2 is the one missing in X
 EPOCHS = 10  # X is the last: nine measured epochs before it
 K = 5
+OPENAPI = Path(__file__).parents[3] / "agent" / "runtime" / "openapi.json"
+
+
+def check_contract(result: dict[str, Any]) -> None:
+    """The results API's answer matches its schema in the OpenAPI document."""
+    doc = json.loads(OPENAPI.read_text())
+    schema = {**doc["components"]["schemas"]["Results"], "components": doc["components"]}
+    jsonschema.validate(result, schema)
 
 
 def vocabulary_line(rng: random.Random) -> str:
@@ -78,6 +89,7 @@ async def test_tentative_coverage_matches_the_truth_then_the_final_replaces_it()
         assert error <= 0.05, (res["coverage"], truth)
         assert abs(2 / 3 - truth) > 0.15  # the share of origins would be far off
         assert isinstance(res["accuracy"], float) and 0.0 <= res["accuracy"] <= 1.0
+        check_contract(res)
         tentative_top, estimate = [k for k, _ in res["rows"]], res["accuracy"]
 
         want = Counter(w for i in range(3) for t in written[i][EPOCHS - 1] for w in t.split())
@@ -88,6 +100,7 @@ async def test_tentative_coverage_matches_the_truth_then_the_final_replaces_it()
 
         res = await wait_for(final, 20, "the final result of X")
         assert res["version"] == 2 and res["coverage"] == 1.0 and res["accuracy"] == 1.0
+        check_contract(res)
         ranked = sorted(want.items(), key=lambda kv: -kv[1])
         kth = ranked[K - 1][1]
         assert all(want[k] == v for k, v in res["rows"])  # exact values
