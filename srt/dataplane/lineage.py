@@ -101,6 +101,7 @@ def merge_records(a: dict[int, int] | None, b: dict[int, int] | None) -> dict[in
         out[o] = out.get(o, 0) + n
     return out
 
+
 NEW = "new"
 DUPLICATE = "duplicate"
 OVERLAP = "overlap"
