@@ -62,6 +62,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -1509,11 +1510,15 @@ class JobRuntime:
         snap = result.snapshot
         if snap is not None and (tid, epoch) not in self._estimating:
             self._estimating.add((tid, epoch))
+            # this version's figures, as they are now: a fold meanwhile is another version
+            now = SimpleNamespace(
+                version=result.version, coverage=result.coverage, tentative=result.tentative
+            )
 
             async def estimate() -> None:
                 try:
                     await self.accuracy.answer(
-                        tid, epoch, result, snap, k=self.spec.top_k or 1,
+                        tid, epoch, now, snap, k=self.spec.top_k or 1,
                         largest=self.spec.top_k_largest,
                     )  # fmt: skip
                 finally:
