@@ -24,6 +24,7 @@ from typing import Any
 import jsonschema
 from agent_helpers import lines, running_agents, wait_for
 
+from agent.runtime.dashboard.summary import _master
 from agent.tunables import RuntimeTunables
 
 RATES = (6, 12, 24)  # lines per epoch of agents 0, 1, 2; agent 2 is the one missing in X
@@ -91,6 +92,11 @@ async def test_tentative_coverage_matches_the_truth_then_the_final_replaces_it()
         assert isinstance(res["accuracy"], float) and 0.0 <= res["accuracy"] <= 1.0
         check_contract(res)
         tentative_top, estimate = [k for k, _ in res["rows"]], res["accuracy"]
+        # the dashboard's summary (built on the loop) shows the estimate once computed
+        shown = mrt.accuracy_now(tid, x, stored)
+        assert shown == estimate
+        epochs = {e["epoch"]: e for e in _master(mrt, tid)["epochs"]}
+        assert epochs[x]["accuracy"] == estimate and epochs[x]["coverage"] < 0.5
 
         want = Counter(w for i in range(3) for t in written[i][EPOCHS - 1] for w in t.split())
 
