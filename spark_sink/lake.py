@@ -44,7 +44,11 @@ Contract (see ``docs/spark-sink.md``):
   ``elf.result`` describes the result even when it has no row: ``{"rows": "pairs" |
   "named", "version", "tentative", "coverage", "lacking", "digest"}`` (``rows`` tells the
   results API's pairs from a job's named rows; ``digest`` hashes the rows and the flags, not
-  the version or the write time).
+  the version or the write time). **Top-k jobs** whose accuracy the master estimates
+  (``Rollup.accuracy`` not None: an additive aggregate ranked largest first) get one more
+  column after the fixed ones, ``accuracy`` (float64: the estimated share of this tree's
+  tentative top k that is in the accurate top k; 1.0 when final), and ``"accuracy"`` in
+  ``elf.result`` (and in the digest's flags); other jobs' files are unchanged.
 * **Compacted hours** (``spark_sink/compaction.py``): an hour's epoch files of one tree
   merged into ``compact-tree-<i>-of-<m>.parquet`` in the same hour directory. Its footer's
   ``elf.sources`` maps each epoch it holds to ``{"version": k, "mtime_ns": t, "result":
@@ -109,6 +113,7 @@ FIXED_FIELDS: tuple[pa.Field, ...] = (
     pa.field("value_json", pa.string(), nullable=False),
 )
 FIXED_NAMES = frozenset(f.name for f in FIXED_FIELDS)
+ACCURACY = pa.field("accuracy", pa.float64(), nullable=True)  # top-k jobs only (module doc)
 PARTITION_NAMES = frozenset({"date", "hour"})
 FILE_RE = re.compile(r"^epoch-(-?\d+)-tree-(\d+)-of-(\d+)(?:-v(\d+))?\.parquet$")
 COMPACT_RE = re.compile(r"^compact-tree-(\d+)-of-(\d+)\.parquet$")
@@ -147,6 +152,9 @@ class Rollup:
     version: int = 1
     #: hex ids of the origins a tentative result still lacks (empty when final)
     lacking: Sequence[str] = ()
+    #: a top-k job's accuracy estimate (1.0 when final); None: not a top-k job, or one the
+    #: master cannot estimate (no ``accuracy`` column then)
+    accuracy: float | None = None
 
     @property
     def epoch_start(self) -> float:
@@ -330,7 +338,7 @@ def _plain(t: pa.DataType) -> bool:
 
 def _column_name(name: str, taken: set[str]) -> str:
     name = str(name) or "_"
-    while name in taken or name in FIXED_NAMES or name in PARTITION_NAMES:
+    while name in taken or name in FIXED_NAMES or name in PARTITION_NAMES or name == ACCURACY.name:
         name = f"_{name}"
     taken.add(name)
     return name
@@ -424,6 +432,9 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     }
     arrays = [fixed[f.name] for f in FIXED_FIELDS]
     fields = list(FIXED_FIELDS)
+    if rollup.accuracy is not None:
+        arrays.append(pa.array([float(rollup.accuracy)] * n, pa.float64()))
+        fields.append(ACCURACY)
     if named is None:
         key_cols, value_cols = key_value_columns(rollup.rows, rollup.key_names, rollup.value_names)
     else:  # named rows: numeric fields are the values, the others the keys
@@ -444,6 +455,7 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
                 "tentative": bool(rollup.tentative),
                 "coverage": float(rollup.coverage),
                 "lacking": lacking,
+                **({} if rollup.accuracy is None else {"accuracy": float(rollup.accuracy)}),
                 "digest": _content_digest(key_texts, value_texts, rollup, lacking),
             }
         ).encode(),
@@ -461,7 +473,9 @@ def _content_digest(
         for text in texts:
             h.update(text.encode())
             h.update(b"\n")
-    flags = [bool(rollup.tentative), float(rollup.coverage), sorted(lacking)]
+    flags: list[Any] = [bool(rollup.tentative), float(rollup.coverage), sorted(lacking)]
+    if rollup.accuracy is not None:  # absent for other jobs: their digests are unchanged
+        flags.append(float(rollup.accuracy))
     h.update(json.dumps(flags).encode())
     return h.hexdigest()
 

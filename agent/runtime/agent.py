@@ -58,7 +58,7 @@ from agent.jobs.job import load_entry_points
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, STOPPED, JobEntry, JobTable
 from agent.runtime import admission
-from agent.runtime.checkpoints import CheckpointStore, decode_epochs
+from agent.runtime.checkpoints import CheckpointStore, decode_epochs, decode_records
 from agent.runtime.dashboard.cluster import SUMMARY_PATH, ClusterPicture
 from agent.runtime.dashboard.routes import DashboardRoutes
 from agent.runtime.heap import trim_heap
@@ -1160,9 +1160,10 @@ class Agent:
             raise Reject(400, "bad_body", "committed must be an integer epoch or null")
         try:
             epochs = decode_epochs(body["epochs"])
+            records = decode_records(body.get("records"))
         except ValueError as exc:
             raise Reject(400, "bad_body", str(exc)) from None
-        return {"held": self.checkpoints.keep(origin, job, tree, committed, epochs)}
+        return {"held": self.checkpoints.keep(origin, job, tree, committed, epochs, records)}
 
     async def _serve_checkpoint_fetch(self, request: web.Request) -> dict[str, Any]:
         """A master re-issuing a lost origin's epochs asks for the checkpoints held here."""
@@ -1173,8 +1174,13 @@ class Agent:
             not isinstance(wanted, list) or not all(type(e) is int for e in wanted)
         ):
             raise Reject(400, "bad_body", "epochs must be a list of integers")
-        parts = self.checkpoints.fetch(origin, str(body["job"]), tree, wanted)
-        return {"epochs": {str(e): base64.b64encode(b).decode() for e, b in parts.items()}}
+        job = str(body["job"])
+        parts = self.checkpoints.fetch(origin, job, tree, wanted)
+        counts = self.checkpoints.records(origin, job, tree, parts)
+        return {
+            "epochs": {str(e): base64.b64encode(b).decode() for e, b in parts.items()},
+            "records": {str(e): n for e, n in counts.items()},
+        }
 
     def _node_failed(self, info: NodeInfo) -> None:
         """The overlay declared a node failed: a job this agent masters may have lost an
@@ -1318,8 +1324,9 @@ class Agent:
 
 def _results_now(runtime: JobRuntime, recent: int = 64) -> dict[str, Any]:
     """As master: tentative epochs among the newest ``recent`` stored per tree, and the
-    newest epoch's coverage (the lowest over the job's trees); read without copying."""
-    tentative, coverage = 0, None
+    newest epoch's coverage and, for a top-k job, its accuracy estimate once computed (the
+    lowest over the job's trees); read without copying."""
+    tentative, coverage, accuracy = 0, None, None
     store = runtime.store
     for tid in store.trees():
         epochs = store.epochs(tid)[-recent:]
@@ -1331,7 +1338,10 @@ def _results_now(runtime: JobRuntime, recent: int = 64) -> dict[str, Any]:
         if newest is not None:
             cov = float(newest.coverage)
             coverage = cov if coverage is None else min(coverage, cov)
-    return {"tentative": tentative, "coverage": coverage}
+            acc = runtime.accuracy_now(tid, epochs[-1], newest)
+            if acc is not None:
+                accuracy = acc if accuracy is None else min(accuracy, acc)
+    return {"tentative": tentative, "coverage": coverage, "accuracy": accuracy}
 
 
 def _error_reply(exc: StatusError) -> dict[str, Any]:

@@ -90,9 +90,16 @@ class CheckpointStore:
         # (origin, job, tree) -> epoch -> bytes; the outer order is least recently written
         self._held: OrderedDict[tuple[int, str, int], dict[int, bytes]] = OrderedDict()
         self._committed: dict[tuple[int, str, int], int] = {}
+        self._records: dict[tuple[int, str, int], dict[int, int]] = {}  # epoch record counts
 
     def keep(
-        self, origin: int, job: str, tree: int, committed: int | None, epochs: dict[int, bytes]
+        self,
+        origin: int,
+        job: str,
+        tree: int,
+        committed: int | None,
+        epochs: dict[int, bytes],
+        records: dict[int, int] | None = None,
     ) -> int:
         """Hold ``epochs`` of ``origin``; forget its epochs up to ``committed``. Returns how
         many epochs are newly held."""
@@ -102,13 +109,17 @@ class CheckpointStore:
         floor = self._committed.get(key, -1)
         held = self._held.pop(key, {})
         self._held[key] = held  # most recently written last
+        counts = self._records.setdefault(key, {})
         for epoch in [e for e in held if e <= floor]:
             self.bytes -= len(held.pop(epoch))
+            counts.pop(epoch, None)
         new = 0
         for epoch, body in epochs.items():
             if epoch <= floor or epoch in held:
                 continue
             held[epoch] = body
+            if records and epoch in records:
+                counts[epoch] = records[epoch]
             self.bytes += len(body)
             new += 1
         while len(held) > MAX_EPOCHS_PER_KEY:
@@ -122,10 +133,12 @@ class CheckpointStore:
             self._drop(oldest, min(self._held[oldest]))
         if not held:
             self._held.pop(key, None)
+            self._records.pop(key, None)
         return new
 
     def _drop(self, key: tuple[int, str, int], epoch: int) -> None:
         body = self._held[key].pop(epoch)
+        self._records.get(key, {}).pop(epoch, None)
         self.bytes -= len(body)
         self.dropped += 1
         origin, job, tree = key
@@ -149,10 +162,16 @@ class CheckpointStore:
         self.fetched += len(out)
         return out
 
+    def records(self, origin: int, job: str, tree: int, epochs: Iterable[int]) -> dict[int, int]:
+        """The record counts the origin sent with ``epochs`` (those it sent)."""
+        counts = self._records.get((origin, job, tree), {})
+        return {e: counts[e] for e in epochs if e in counts}
+
     def forget_job(self, job: str) -> None:
         """A stopped job: drop everything held for it."""
         for key in [k for k in self._held if k[1] == job]:
             self.bytes -= sum(len(b) for b in self._held.pop(key).values())
+            self._records.pop(key, None)
         for key in [k for k in self._committed if k[1] == job]:
             del self._committed[key]
 
@@ -172,6 +191,8 @@ class Retained(Protocol):
     """The origin's own retained snapshots (agent/runtime/retention.py)."""
 
     def get(self, tree: int, epoch: int) -> Any: ...
+
+    def records(self, tree: int, epoch: int) -> int | None: ...
 
 
 class HolderNetwork(Protocol):
@@ -292,6 +313,12 @@ class CheckpointSender:
                             "origin": format(self.network.node_id, "x"),
                             "committed": floor,
                             "epochs": encoded,
+                            # each epoch's record count (the master's rate-weighted coverage)
+                            "records": {
+                                str(e): n
+                                for e, _ in batch
+                                if (n := self.retained.records(tree, e)) is not None
+                            },
                         }
                         if await self._post(holder, body):
                             self.newest_sent = max(self.newest_sent or 0, batch[-1][0])
@@ -330,6 +357,21 @@ class CheckpointSender:
 
 def _encode(parts: Sequence[tuple[int, Any]]) -> dict[str, str]:
     return {str(e): base64.b64encode(s.to_bytes()).decode() for e, s in parts}
+
+
+def decode_records(value: Any, limit: int = BATCH * 4) -> dict[int, int]:
+    """A request's optional ``records`` object (epoch → record count); ValueError (a 400)
+    on anything malformed."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > limit:
+        raise ValueError(f"records must be an object of at most {limit} entries")
+    out: dict[int, int] = {}
+    for key, n in value.items():
+        if type(n) is not int or n < 0:
+            raise ValueError("each epoch's record count must be a non-negative integer")
+        out[int(key)] = n
+    return out
 
 
 def decode_epochs(value: Any, limit: int = BATCH * 4) -> dict[int, bytes]:

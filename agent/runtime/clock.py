@@ -92,6 +92,9 @@ class EpochClock:
         self._next: int | None = start_epoch
         self._closed_any = False
         self._assigned = 0
+        #: records assigned per open epoch (popped by :meth:`take_records` when it closes):
+        #: the per-origin counts lineage carries (docs/fault-tolerance.md, "quality")
+        self._records: dict[int, int] = {}
         self._late = 0
         self._future = 0
         self._closed = 0
@@ -172,6 +175,7 @@ class EpochClock:
         if self._next is None or (not self._closed_any and epoch < self._next):
             self._next = epoch
         self._assigned += 1
+        self._records[epoch] = self._records.get(epoch, 0) + 1
         return epoch
 
     def assign_many(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -220,6 +224,8 @@ class EpochClock:
         if accepted:
             self._last_arrival = now
             self._assigned += accepted
+            for e, n in zip(*np.unique(epochs[ok], return_counts=True), strict=True):
+                self._records[int(e)] = self._records.get(int(e), 0) + int(n)
             if not self._closed_any:
                 low = int(epochs[ok].min())
                 if self._next is None or low < self._next:
@@ -317,6 +323,11 @@ class EpochClock:
         self._next = epoch + 1
         self._closed_any = True
         self._closed += 1
+
+    def take_records(self, epoch: int) -> int:
+        """How many records were assigned to ``epoch`` (forgotten: call it once, when the
+        epoch closes). Bounded by the open epochs: an epoch closes once."""
+        return self._records.pop(epoch, 0)
 
     def stats(self) -> dict[str, float | int | None]:
         """Counters: ``assigned``, ``late_dropped``, ``future_dropped``, ``epochs_closed``,

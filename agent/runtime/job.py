@@ -62,6 +62,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -94,13 +95,14 @@ from agent.runtime.services import (
     Spawner,
 )
 from agent.runtime.standby import Replica, ReplicationLog, standby_for
+from agent.runtime.topk_quality import MISSING, AccuracyCache, merged_accuracy
 from agent.runtime.worker import Worker
 from agent.tunables import RuntimeTunables
 from cbt import Snapshot
 from overlay.logbudget import LogBudget
 from srt import DataPlaneError, EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
 from srt.dataplane.compat import Expectation, admit
-from srt.dataplane.lineage import Lineage, covered, describe
+from srt.dataplane.lineage import Lineage, counted, covered, describe
 from srt.dataplane.lineage import decode as lineage_of
 from srt.dataplane.lineage import encode as with_lineage
 from srt.dataplane.operators import level_operator_for
@@ -196,6 +198,9 @@ class JobRuntime:
             job=self.name,
         )
         self._spilling = False
+        #: as master of a top-k job: its results' accuracy estimates (agent/runtime/quality.py)
+        self.accuracy = AccuracyCache()
+        self._estimating: set[tuple[int, int]] = set()  # (tree, epoch) estimates under way
         seconds = self.spec.schedule.seconds_of(self.spec.start_epoch or 0) or 1.0
         grace = max(3, math.ceil(self.tunables.origin_grace_seconds / seconds))
         #: as master: which origins each epoch should cover (tentative vs final)
@@ -257,6 +262,8 @@ class JobRuntime:
         #: records waiting for the CPU budget, per batch, in arrival order (record thread)
         self._backlog: deque[tuple[str, Any]] = deque()
         self._backlog_records = 0
+        #: closed epoch → its record count here, from the record thread to deliver
+        self._closed_records: dict[int, int] = {}
         self._throttled = False
         #: the worker's stats as the record thread last published them (None: no worker)
         self._worker_stats = self.worker.stats() if self.worker is not None else None
@@ -497,6 +504,9 @@ class JobRuntime:
         closed = []
         for epoch, snap in worker.poll():
             closed.append((epoch, snap.split_by_hash(len(self.tree_list))))
+        # the records of each closed epoch travel with its lineage (the master's coverage);
+        # handed to the loop with the epochs (deliver pops them: bounded by what it delivers)
+        self._closed_records.update(worker.take_closed_records())
         self.cpu.charge(time.thread_time() - started)
         self._worker_stats = worker.stats()
         return closed
@@ -531,11 +541,14 @@ class JobRuntime:
             complete = self.incomplete_until is None or epoch > self.incomplete_until
             if not complete:
                 self.count("incomplete_epochs")
+            # every tree's part counts the origin's records of the epoch: a tree's coverage
+            # is a share, and the origin's share is the same in each key range (as estimated)
+            records = self._closed_records.pop(epoch, None)
             for tid, part in zip(self.tree_list, parts, strict=True):
                 if complete:
-                    self.retained.keep(tid, epoch, part)
+                    self.retained.keep(tid, epoch, part, records)
                     self.checkpoints.closed(tid, epoch)
-                self.ensure_tree(tid).offer_local(epoch, part, complete=complete)
+                self.ensure_tree(tid).offer_local(epoch, part, complete=complete, records=records)
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:
             self._last_timer = now
@@ -971,24 +984,34 @@ class JobRuntime:
         body = {"job": self.name, "tree": tid, "origin": f"{origin:x}", "epochs": epochs}
         self.count("repair_requests")
         try:
-            url = self.loss.urls.get(origin) or await self.network.data_url_of(origin)
-            reply = await self.network.client.post_json(url, "/agent/v1/resend", body)
+            if origin == self.network.node_id:  # this master lacks its own share: no round trip
+                reply: Any = await self.resend(tid, origin, epochs)
+            else:
+                url = self.loss.urls.get(origin) or await self.network.data_url_of(origin)
+                reply = await self.network.client.post_json(url, "/agent/v1/resend", body)
             parts = reply.get("epochs") if isinstance(reply, dict) else None
             if not isinstance(parts, dict):
                 raise ValueError("reply without an epochs object")
             decoded = {
                 int(k): await asyncio.to_thread(_decode_snapshot, v) for k, v in parts.items()
             }
+            counts = reply.get("records")
+            counts = counts if isinstance(counts, dict) else {}
         except Exception as exc:  # down, not found, or a bad reply: the next round retries
             self.count("repair_unreachable")
             log.info("job %s: repair from origin %x failed: %r", self.name, origin, exc)
             if isinstance(exc, DataPlaneError) and exc.reason == "refused":
                 self.loss.refused(origin, "its data-plane port refused a repair pull")
             return
-        self.count("repaired", self._fold_own(tid, origin, decoded, epochs))
+        self.count("repaired", self._fold_own(tid, origin, decoded, counts, epochs))
 
     def _fold_own(
-        self, tid: int, origin: int, parts: dict[int, Snapshot], epochs: Any = None
+        self,
+        tid: int,
+        origin: int,
+        parts: dict[int, Snapshot],
+        counts: dict[str, Any],
+        epochs: Any = None,
     ) -> int:
         """Fold ``origin``'s own snapshots (a repair pull's, or re-issued from its
         checkpoints) as that origin's alone: new or duplicate, never an overlap. Returns how
@@ -1004,7 +1027,9 @@ class JobRuntime:
                 self.count("repair_refused")
                 continue
             name = SnapshotName(self.name, tid, epoch, origin)
-            if self._fold_late(name, snap, frozenset((origin,))) == "merged":
+            n = counts.get(str(epoch))
+            lineage = counted((origin,), {origin: n} if type(n) is int and n >= 0 else None)
+            if self._fold_late(name, snap, lineage) == "merged":
                 merged += 1
         return merged
 
@@ -1017,7 +1042,8 @@ class JobRuntime:
         encoded = await asyncio.to_thread(
             lambda: {str(e): base64.b64encode(s.to_bytes()).decode() for e, s in found}
         )
-        return {"epochs": encoded}
+        counts = {str(e): n for e, _ in found if (n := self.retained.records(tid, e)) is not None}
+        return {"epochs": encoded, "records": counts}
 
     def _report_missing(self, tid: int, epoch: int) -> None:
         """A stored epoch that lacks expected origins is tentative: say so (counted, and a
@@ -1525,6 +1551,11 @@ class JobRuntime:
                 self.count("result_spill_read_errors")
                 return {"epochs": epochs, "rows": None, "gone": f"spill file unreadable: {exc}"}
         pairs = snap if self.spec.top_k is None else self.operator.result(snap)
+        quality: dict[str, Any] = {}
+        if self.spec.top_k is not None:  # the tree's accuracy estimate and its candidates
+            quality = await self.accuracy.answer(
+                tid, int(epoch), result, snap, k=self.spec.top_k, largest=self.spec.top_k_largest
+            )
         return {
             "epochs": epochs,
             "rows": [[jsonable(k), jsonable(v)] for k, v in pairs],
@@ -1535,7 +1566,37 @@ class JobRuntime:
             "coverage": result.coverage,
             "lacking": list(result.lacking),
             "origins": None if result.origins is None else len(covered(result.origins)),
+            **quality,
         }
+
+    def accuracy_now(self, tid: int, epoch: int, result: Any) -> float | None:
+        """As master of a top-k job: the accuracy estimate of a stored result if computed
+        already, else None - and it is computed in the background (off the loop) for the next
+        reader (the dashboard's summary, built on the loop, never waits for it)."""
+        if self.spec.top_k is None:
+            return None
+        got = self.accuracy.peek(tid, epoch, result.version)
+        if got is not MISSING:
+            return got
+        snap = result.snapshot
+        if snap is not None and (tid, epoch) not in self._estimating:
+            self._estimating.add((tid, epoch))
+            # this version's figures, as they are now: a fold meanwhile is another version
+            now = SimpleNamespace(
+                version=result.version, coverage=result.coverage, tentative=result.tentative
+            )
+
+            async def estimate() -> None:
+                try:
+                    await self.accuracy.answer(
+                        tid, epoch, now, snap, k=self.spec.top_k or 1,
+                        largest=self.spec.top_k_largest,
+                    )  # fmt: skip
+                finally:
+                    self._estimating.discard((tid, epoch))
+
+            self.tasks.spawn(estimate(), f"{self.name} accuracy")
+        return None
 
     async def _tree_results(self, tid: int, epoch: int | None) -> dict[str, Any]:
         body = {"job": self.name, "tree": tid, "epoch": epoch}
@@ -1590,6 +1651,11 @@ class JobRuntime:
             # tentative until every expected origin is in (docs/fault-tolerance.md)
             "tentative": bool(missing) or any(p.get("tentative") for p in parts),
             "coverage": min((float(p.get("coverage", 1.0)) for p in held), default=0.0),
+            "accuracy": (
+                None
+                if self.spec.top_k is None or missing
+                else await merged_accuracy(held, self.spec.top_k)
+            ),
             "lacking": sorted({o for p in parts for o in p.get("lacking") or ()}),
             "version": max((int(p.get("version", 1)) for p in held), default=1),
             "rows": rows if named is None else named,
@@ -1750,11 +1816,13 @@ class _LossHost:
     def first_epoch_after(self, t: float) -> int:
         return self._rt.spec.schedule.epoch_of(t) + 1
 
-    async def fold_origin(self, tid: int, origin: int, parts: dict[int, bytes]) -> int:
+    async def fold_origin(
+        self, tid: int, origin: int, parts: dict[int, bytes], records: dict[str, Any]
+    ) -> int:
         decoded = await asyncio.to_thread(
             lambda: {e: Snapshot.from_bytes(b) for e, b in parts.items()}
         )
-        return self._rt._fold_own(tid, origin, decoded)
+        return self._rt._fold_own(tid, origin, decoded, records)
 
     def after_loss(self, origin: int) -> None:
         rt = self._rt

@@ -7,7 +7,8 @@ Contract:
   lake holds, in the shape a master's ``local_results`` reports a tree's part: ``rows`` (the
   ``[key, value]`` pairs, from the ``key_json`` / ``value_json`` columns: exactly what the
   master reported, top-k already applied per tree), ``source: "lake"``, ``version``,
-  ``tentative``, ``coverage``, ``lacking`` and ``updated`` (``version > 1``). A job that names
+  ``tentative``, ``coverage``, ``lacking``, ``updated`` (``version > 1``) and, for a top-k
+  job whose files carry it, ``accuracy`` (the tree's estimate). A job that names
   its result rows (``Job.result_rows``, e.g. ELF QL) is stored as each tree's named rows, from
   which the job's rows over all trees cannot be rebuilt exactly (ORDER BY / LIMIT apply to
   the union): that part has ``rows: None`` and ``gone`` says to read the epoch from the lake,
@@ -74,6 +75,9 @@ def read_epoch(
         "lacking": [str(x) for x in meta.get("lacking") or []],
         "updated": version > 1,
     }
+    accuracy = meta.get("accuracy")
+    if isinstance(accuracy, int | float) and not isinstance(accuracy, bool):
+        out["accuracy"] = float(accuracy)
     kind = meta.get("rows")
     if table is not None and (kind == "pairs" or (kind is None and table.num_rows == 0)):
         keys = table.column("key_json").to_pylist()

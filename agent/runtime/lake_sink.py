@@ -13,7 +13,9 @@ results on hand-over; it captures the current (immutable) snapshot and the threa
 into rows — the same rows the results API reports (top-k applied per tree; a job's named
 ``result_rows`` applied to this tree's pairs) — and writes them with the stored result's
 ``version``, ``tentative``, ``coverage`` and ``lacking`` (the origins a tentative result still
-lacks). **Versions**: every call writes the epoch's current version as a new lake file; the
+lacks) - and, for a top-k job, the tree's ``accuracy`` estimate, computed in that thread
+(:func:`agent.runtime.quality.snapshot_accuracy`; 1.0 when final). **Versions**: every call
+writes the epoch's current version as a new lake file; the
 lake shows readers the newest version and streaming queries every new one
 (``spark_sink/lake.py``). The version is the result's own (``EpochResult.version``, set by the
 master, replicated to its standby with the result), and never less than 1 + the late
@@ -37,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from agent.runtime import quality
 from agent.runtime.lake_history import LakeHistory
 from agent.tunables import RuntimeTunables
 
@@ -162,11 +165,23 @@ class LakeSink:
             snap = held if held is not None else store.load(tid, epoch)
             pairs = list(snap if top_k is None else operator.result(snap))
             named = job.result_rows([[normalize(k), normalize(v)] for k, v in pairs])
+            accuracy = (
+                None
+                if top_k is None
+                else quality.snapshot_accuracy(
+                    snap,
+                    k=top_k,
+                    largest=spec.top_k_largest,
+                    coverage=coverage,
+                    tentative=tentative,
+                )
+            )
             return Rollup(
                 version=version,
                 tentative=tentative,
                 coverage=coverage,
                 lacking=lacking,
+                accuracy=accuracy,
                 job=rt.name,
                 tree=rt.tree_list.index(tid),
                 trees=len(rt.tree_list),

@@ -75,7 +75,9 @@ class LossHost(Protocol):
 
     def first_epoch_after(self, t: float) -> int: ...
 
-    async def fold_origin(self, tid: int, origin: int, parts: dict[int, bytes]) -> int: ...
+    async def fold_origin(
+        self, tid: int, origin: int, parts: dict[int, bytes], records: dict[str, Any]
+    ) -> int: ...
 
     def after_loss(self, origin: int) -> None: ...
 
@@ -280,13 +282,16 @@ class OriginLoss:
         body = {"job": self.host.name, "tree": tid, "origin": f"{origin:x}"}
         replies = await asyncio.gather(*(self._fetch(h, body) for h in holders))
         parts: dict[int, bytes] = {}
-        for reply in replies:
-            for epoch, data in reply.items():
+        records: dict[str, Any] = {}
+        for got, counts in replies:
+            for epoch, data in got.items():
                 parts.setdefault(epoch, data)
+            for key, n in counts.items():
+                records.setdefault(key, n)
         if not parts:
             return 0
         self.host.count("checkpoints_fetched", len(parts))
-        merged = await self.host.fold_origin(tid, origin, parts)
+        merged = await self.host.fold_origin(tid, origin, parts, records)
         log.info(
             "job %s tree %x: origin %x's checkpoints of epochs %s fetched, %d new here",
             self.host.name,
@@ -297,7 +302,9 @@ class OriginLoss:
         )
         return merged
 
-    async def _fetch(self, holder: Any, body: dict[str, Any]) -> dict[int, bytes]:
+    async def _fetch(
+        self, holder: Any, body: dict[str, Any]
+    ) -> tuple[dict[int, bytes], dict[str, Any]]:
         try:
             url = await asyncio.wait_for(self.network.data_url_of(holder), FETCH_TIMEOUT)
             reply = await asyncio.wait_for(
@@ -305,10 +312,14 @@ class OriginLoss:
                 FETCH_TIMEOUT,
             )
             epochs = reply.get("epochs") if isinstance(reply, dict) else None
-            return _decoded(epochs.items() if isinstance(epochs, dict) else ())
+            counts = reply.get("records") if isinstance(reply, dict) else None
+            return (
+                _decoded(epochs.items() if isinstance(epochs, dict) else ()),
+                counts if isinstance(counts, dict) else {},
+            )
         except Exception as exc:  # that holder is gone or slow: the others may have it
             log.info("job %s: checkpoint fetch from %x: %r", self.host.name, holder.id, exc)
-            return {}
+            return {}, {}
 
     def status(self) -> list[dict[str, Any]]:
         return list(self.events)

@@ -66,7 +66,8 @@ class MetricsSource(Protocol):
 
     def metrics_jobs(self) -> Mapping[str, Mapping[str, Any]]:
         """Per running job: its runtime's ``status()`` plus ``results_now`` (``tentative``:
-        tentative epochs among the newest stored here, ``coverage``: the newest one's)."""
+        tentative epochs among the newest stored here, ``coverage`` and ``accuracy``: the newest
+        one's)."""
         ...
 
 
@@ -351,7 +352,12 @@ class AgentCollector(Collector):
         )
         coverage = f.gauge(
             "elf_epoch_coverage",
-            "Share of expected origins in the newest stored epoch (1 when final).",
+            "Rate-weighted share of the input records in the newest stored epoch (1 when final).",
+            ["job"],
+        )
+        accuracy = f.gauge(
+            "elf_epoch_accuracy",
+            "Top-k jobs: estimated top-k accuracy of the newest stored epoch (1 when final).",
             ["job"],
         )
         repairs = f.counter("elf_repairs", "Repair by pull as master, by outcome.", ["job", "kind"])
@@ -401,6 +407,8 @@ class AgentCollector(Collector):
             tentative_now.add_metric([name], _num(now.get("tentative")))
             if now.get("coverage") is not None:
                 coverage.add_metric([name], _num(now.get("coverage")))
+            if now.get("accuracy") is not None:
+                accuracy.add_metric([name], _num(now.get("accuracy")))
             for kind, key in (
                 ("requested", "repair_requests"),
                 ("repaired", "repaired"),

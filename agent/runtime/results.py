@@ -30,6 +30,13 @@ adds origins the epoch does not hold and none it does (:func:`srt.dataplane.line
 a duplicate or an overlap is counted (``lineage`` in :meth:`stats`) and never merged, so a
 re-send after any tree change or restart cannot count a record twice. Every fold bumps the
 epoch's ``version``: the lake writes each version as a new file, a Spark stream sees it.
+**Quality** (:mod:`agent.runtime.quality`). A result also keeps how many input records each
+covered origin folded into it (``records``, carried by the lineage; merged contributions add
+theirs), and a tentative result's ``coverage`` is the *rate-weighted* share of the epoch's
+records it includes: the store recomputes it whenever the result changes (stored, folded,
+absorbed), from the exact counts and the lacking origins' recent rates - the medians of their
+counts in the tree's earlier stored epochs. So the rates move with the stored results (hand-
+over, standby replica), nothing else to carry. A final result's coverage is 1.0.
 When a master's barrier will never emit an epoch here (it passed it as a child before it
 became the master), :meth:`add_late` with ``materialize=True`` makes the held contributions
 the epoch's result at once instead of holding them for ever.
@@ -49,9 +56,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agent.runtime import quality
 from agent.runtime.result_spill import ResultSpill
 from cbt import Snapshot
-from srt.dataplane.lineage import NEW, Lineage, classify, covered, describe, plain
+from srt.dataplane.lineage import (
+    NEW,
+    Lineage,
+    classify,
+    counted,
+    covered,
+    describe,
+    merge_records,
+    plain,
+    records_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +97,10 @@ class EpochResult:
     #: root after being a member - a partition's minority side, say - with no state handed
     #: over): tentative until a fuller result replaces it
     doubtful: bool = False
+    #: covered origin → the input records it folded into this result (where known)
+    records: dict[int, int] | None = None
+    #: the rate-weighted coverage the store computed (None: the share of origins applies)
+    weighted: float | None = None
 
     @property
     def updated(self) -> bool:
@@ -103,10 +125,13 @@ class EpochResult:
 
     @property
     def coverage(self) -> float:
-        """Share of the expected origins covered (1.0 when nothing was expected or the
-        lineage is unknown)."""
-        if not self.expected or self.origins is None:
+        """Rate-weighted share of the epoch's input records covered (module docstring); the
+        share of the expected origins covered where no rate or count is known; 1.0 when
+        nothing is missing, nothing was expected or the lineage is unknown."""
+        if not self.expected or self.origins is None or not self.missing:
             return 1.0
+        if self.weighted is not None:
+            return self.weighted
         return len(self.expected & covered(self.origins)) / len(self.expected)
 
 
@@ -117,6 +142,7 @@ class _Held:
     snapshot: Snapshot
     names: set[tuple[int, int]]
     origins: set[int] | None  # None: something without lineage is held
+    records: dict[int, int] | None = None
 
 
 class ResultStore:
@@ -172,6 +198,7 @@ class ResultStore:
         late_names: set[tuple[int, int]] = set()
         early = self._early.pop((tree, epoch), None)
         held = None if origins is None else set(origins)
+        records = dict(records_of(origins) or {})
         if early is not None:
             self.resident_bytes -= early.snapshot.memory_bytes()
             late_names = early.names
@@ -180,6 +207,7 @@ class ResultStore:
             elif classify(held, frozenset(early.origins)) == NEW:
                 snap = snap.merge(early.snapshot)
                 held |= early.origins
+                records = merge_records(records, early.records)
             else:
                 self._refused("overlap", tree, epoch, frozenset(early.origins))
         snap = snap.lean()
@@ -189,10 +217,12 @@ class ResultStore:
         if lineage is not None:  # whoever contributed (or said it is missing) was expected
             expected = (expected or frozenset()) | plain(lineage)
         epochs[epoch] = EpochResult(snap, now, late_names, size, origins=lineage,
-                                    expected=expected, doubtful=doubtful)  # fmt: skip
+                                    expected=expected, doubtful=doubtful,
+                                    records=None if lineage is None else records)  # fmt: skip
         self.resident_bytes += size
         if not in_order:
             epochs = self._trees[tree] = OrderedDict(sorted(epochs.items()))
+        self.assess(tree, epoch)
         while len(epochs) > self.retention:
             old, _ = next(iter(epochs.items()))
             self._drop(tree, old, RETENTION)
@@ -227,7 +257,8 @@ class ResultStore:
             held = self._early.get((tree, epoch))
             if held is None:
                 snap = snap.lean()
-                held = _Held(snap, {name}, None if origins is None else set(origins))
+                held = _Held(snap, {name}, None if origins is None else set(origins),
+                             dict(records_of(origins) or {}))  # fmt: skip
                 self._early[(tree, epoch)] = held
                 self.resident_bytes += snap.memory_bytes()
                 while len(self._early) > self.retention * 4:
@@ -242,12 +273,13 @@ class ResultStore:
                 held.names.add(name)
                 if held.origins is not None and origins is not None:
                     held.origins |= origins
+                    held.records = merge_records(held.records, records_of(origins))
                 else:
                     held.origins = None
             if materialize and (tree, epoch) in self._early:
                 first = self._early.pop((tree, epoch))
                 self.resident_bytes -= first.snapshot.memory_bytes()
-                lineage = None if first.origins is None else frozenset(first.origins)
+                lineage = None if first.origins is None else counted(first.origins, first.records)
                 self.put(
                     tree,
                     epoch,
@@ -273,9 +305,34 @@ class ResultStore:
         if result.origins is not None and origins is not None:
             result.origins = result.origins | origins
             result.expected = (result.expected or frozenset()) | plain(origins)
+            result.records = merge_records(result.records, records_of(origins))
         else:
-            result.origins = None
+            result.origins = result.records = None
+        self.assess(tree, epoch)
         return True
+
+    def assess(self, tree: int, epoch: int) -> None:
+        """(Re)compute a stored result's rate-weighted coverage (module docstring) from its
+        counts and the lacking origins' rates in the tree's earlier stored epochs: bounded,
+        at most :data:`agent.runtime.quality.SCAN` epochs read."""
+        epochs = self._trees.get(tree, {})
+        result = epochs.get(epoch)
+        if result is None:
+            return
+        missing = result.missing
+        if not missing or result.origins is None:
+            result.weighted = None
+            return
+        have = covered(result.origins)
+        records = result.records or {}
+        wanted = missing | {o for o in have if o not in records}
+        history = (
+            r.records or {}
+            for e, r in reversed(epochs.items())
+            if e < epoch and r.origins is not None
+        )
+        rates = quality.origin_rates(history, wanted)
+        result.weighted = quality.weighted_coverage(have, records, missing, rates)
 
     def _admits(
         self,
@@ -524,7 +581,8 @@ class ResultStore:
             item = {"epoch": epoch, "completed_at": r.completed_at, "version": r.version,
                     "doubtful": r.doubtful,
                     "late": [list(n) for n in sorted(r.late_names)],
-                    "origins": _ids(r.origins), "expected": _ids(r.expected)}  # fmt: skip
+                    "origins": _ids(r.origins), "expected": _ids(r.expected),
+                    "records": _counts(r.records)}  # fmt: skip
             if r.snapshot is not None:
                 plan.append((item, r.snapshot.to_bytes))
             else:
@@ -534,7 +592,8 @@ class ResultStore:
         for (t, epoch), early in self._early.items() if epochs is None else ():
             if t == tree:
                 item = {"epoch": epoch, "late": [list(n) for n in sorted(early.names)],
-                        "early": True, "origins": _ids(early.origins)}  # fmt: skip
+                        "early": True, "origins": _ids(early.origins),
+                        "records": _counts(early.records)}  # fmt: skip
                 plan.append((item, early.snapshot.to_bytes))
         return plan
 
@@ -572,6 +631,8 @@ class ResultStore:
                 snap = check(epoch, snap)
             late = {(int(a), int(b)) for a, b in item.get("late", [])}
             origins = _from_ids(item.get("origins"))
+            if origins is not None:
+                origins = counted(origins, _from_counts(item.get("records")))
             expected = _from_ids(item.get("expected"))
             parsed.append(
                 (epoch, snap, float(item.get("completed_at", 0.0)), late, item, origins, expected)
@@ -583,8 +644,9 @@ class ResultStore:
                 held = self._early.get((tree, epoch))
                 if held is None:
                     self._early[(tree, epoch)] = _Held(
-                        snap, late, None if origins is None else set(origins)
-                    )
+                        snap, late, None if origins is None else set(origins),
+                        dict(records_of(origins) or {}),
+                    )  # fmt: skip
                     self.resident_bytes += snap.memory_bytes()
                 elif self._absorbable(late, held.names, origins, held.origins):
                     merged = held.snapshot.merge(snap).lean()
@@ -593,6 +655,7 @@ class ResultStore:
                     held.origins = (
                         None if held.origins is None or origins is None else held.origins | origins
                     )
+                    held.records = merge_records(held.records, records_of(origins))
                 continue
             mine = self._trees.get(tree, {}).get(epoch)
             if mine is None:
@@ -617,6 +680,8 @@ class ResultStore:
                         # expected, so it shows as lacking until repaired - never doubled
                         self._replace(mine, snap)
                         mine.origins, mine.version = origins, mine.version + 1
+                        mine.records = dict(records_of(origins) or {})
+                        self.assess(tree, epoch)
                         mine.doubtful = bool(item.get("doubtful"))
                         mine.late_names |= late
                         taken += 1
@@ -631,6 +696,12 @@ class ResultStore:
                     mine.origins = (
                         None if mine.origins is None or origins is None else mine.origins | origins
                     )
+                    mine.records = (
+                        None
+                        if mine.origins is None
+                        else merge_records(mine.records, records_of(origins))
+                    )
+                self.assess(tree, epoch)
                 taken += 1
         return taken
 
@@ -652,6 +723,25 @@ class ResultStore:
         if origins is not None and held is not None:
             return classify(held, origins) == NEW
         return not late & names
+
+
+def _counts(records: dict[int, int] | None) -> dict[str, int] | None:
+    return None if records is None else {format(o, "x"): n for o, n in records.items()}
+
+
+def _from_counts(value: Any) -> dict[int, int] | None:
+    """Record counts from a hand-over item (hex id → count); None when absent, and the
+    malformed entries left out (their counts stay unknown)."""
+    if not isinstance(value, dict):
+        return None
+    out = {}
+    for key, n in value.items():
+        try:
+            if type(n) is int and n >= 0:
+                out[int(key, 16)] = n
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 def _ids(origins: Lineage | set[int] | None) -> list[str] | None:

@@ -32,18 +32,19 @@ class RetainedEpochs:
         self.bytes = 0
         self.dropped = 0
         self.served = 0
-        self._held: OrderedDict[tuple[int, int], tuple[Snapshot, int]] = OrderedDict()
+        self._held: OrderedDict[tuple[int, int], tuple[Snapshot, int, int | None]] = OrderedDict()
         self._committed: dict[int, int] = {}
 
-    def keep(self, tree: int, epoch: int, snap: Snapshot) -> None:
-        """Retain this origin's snapshot of (tree, epoch) unless already committed."""
+    def keep(self, tree: int, epoch: int, snap: Snapshot, records: int | None = None) -> None:
+        """Retain this origin's snapshot of (tree, epoch) - and how many input records it
+        folded, if known - unless already committed."""
         if epoch <= self._committed.get(tree, -1) or (tree, epoch) in self._held:
             return
         size = snap.memory_bytes()
-        self._held[(tree, epoch)] = (snap, size)
+        self._held[(tree, epoch)] = (snap, size, records)
         self.bytes += size
         while self.bytes > self.max_bytes and self._held:
-            (t, e), (_, old) = self._held.popitem(last=False)
+            (t, e), (_, old, _) = self._held.popitem(last=False)
             self.bytes -= old
             self.dropped += 1
             log.warning(
@@ -69,6 +70,11 @@ class RetainedEpochs:
             return None
         self.served += 1
         return held[0]
+
+    def records(self, tree: int, epoch: int) -> int | None:
+        """The retained epoch's record count (None: not retained, or not known)."""
+        held = self._held.get((tree, epoch))
+        return None if held is None else held[2]
 
     def stats(self) -> dict[str, Any]:
         return {

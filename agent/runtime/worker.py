@@ -80,6 +80,7 @@ FEEDBACK = "feedback"
 EMPTY = "empty"
 BATCH = "batch"
 POLL_LIMIT = 1024
+CLOSED_RECORDS = 4096  # record counts of closed epochs kept for the runtime to take
 _MAX_ERROR_SAMPLES = 50
 
 
@@ -120,6 +121,9 @@ class Worker:
         #: the job's budget of resident compressed CBT buffers, shared by its open epochs
         self.memory_budget_bytes = memory_budget_bytes
         self._trees: dict[int, CompressedBufferTree] = {}
+        #: closed epoch → records the clock assigned to it, until :meth:`take_closed_records`
+        #: (the counts lineage carries to the master; at most CLOSED_RECORDS kept)
+        self.closed_records: dict[int, int] = {}
         self._carried: dict[int, Snapshot] = {}  # open epochs' data moved by a length change
         #: during a change of aggregate: (first epoch of the new one, old job, old aggregator)
         self._before: tuple[int, Job, Aggregator] | None = None
@@ -631,6 +635,9 @@ class Worker:
 
     def _close(self, epoch: int) -> tuple[int, Snapshot]:
         self.clock.close(epoch)
+        self.closed_records[epoch] = self.clock.take_records(epoch)
+        while len(self.closed_records) > CLOSED_RECORDS:  # nobody takes them (e.g. `elf run`)
+            del self.closed_records[next(iter(self.closed_records))]
         tree = self._trees.pop(epoch, None)
         carried = self._carried.pop(epoch, None)
         if tree is None:
@@ -650,6 +657,11 @@ class Worker:
         if self._before is not None and epoch + 1 >= self._before[0]:
             self._before = None  # every epoch of the previous aggregate has closed here
         return epoch, out
+
+    def take_closed_records(self) -> dict[int, int]:
+        """Closed epoch → its record count, for the epochs closed since the last call."""
+        out, self.closed_records = self.closed_records, {}
+        return out
 
     def window_bounds(self, epoch: int) -> tuple[int, int] | None:
         """The epochs the snapshot emitted for ``epoch`` covers (None: it is empty filler)."""

@@ -77,6 +77,8 @@ class Poller:
                 view.error = f"waiting for {wait}" if exc.status == 404 else str(exc)
                 continue
             view.error = ""
+            view.tentative = bool(res.get("tentative"))
+            view.coverage, view.accuracy = res.get("coverage"), res.get("accuracy")
             if view.epoch != res.get("epoch"):
                 view.epoch = res.get("epoch")
                 view.epochs_done = (view.epoch or 0) - st.start_epoch + 1

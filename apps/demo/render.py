@@ -87,6 +87,16 @@ def plain_lines(st: DemoState) -> list[str]:
     return lines
 
 
+def _quality_text(coverage: Any, accuracy: Any) -> str:
+    """A tentative result's quality, as the live view shows it."""
+    text = "tentative"
+    if isinstance(coverage, int | float):
+        text += f", coverage {100 * coverage:.0f} %"
+    if isinstance(accuracy, int | float):
+        text += f", top-k accuracy ≈ {100 * accuracy:.0f} %"
+    return text
+
+
 def render(st: DemoState) -> Any:
     """The rich renderable of the live view."""
     from rich.console import Group
@@ -129,6 +139,8 @@ def render(st: DemoState) -> Any:
             )
         else:
             body = esc(_fmt_rows(name, v.rows) or "-")
+        if v.tentative:  # PPA: a tentative result, clearly marked, with its quality
+            body += f"\n[yellow]{esc(_quality_text(v.coverage, v.accuracy))}[/yellow]"
         if v.error:
             body = f"[dim]{esc(v.error)}[/dim]"
         table.add_row(

@@ -52,6 +52,10 @@ class JobView:
     rows: list[Any] = field(default_factory=list)
     note: str = ""
     error: str = ""
+    #: the shown result's quality: tentative, its coverage and (top-k jobs) accuracy estimate
+    tentative: bool = False
+    coverage: float | None = None
+    accuracy: float | None = None
 
 
 @dataclass

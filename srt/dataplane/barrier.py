@@ -38,7 +38,11 @@ Precise semantics (``docs/srt-dataplane.md`` has the long form):
   In all three cases the sender counts as arrived for that epoch. Without lineage
   (``origins=None``, an older peer) deduplication is by name as above, and the epoch's
   lineage becomes unknown. :meth:`EpochCombiner.lineage_of` gives an open or recently
-  emitted epoch's origins (None: unknown).
+  emitted epoch's origins (None: unknown). **Record counts**: the local snapshot may say how
+  many input records it folded (``offer_local(records=n)``) and a child's lineage may carry
+  its origins' counts (a :class:`~srt.dataplane.lineage.Counted`); merged contributions are
+  disjoint, so their counts are unioned, and ``lineage_of`` returns a ``Counted`` lineage
+  whenever some count is known (what goes up the tree with the epoch).
 * **Admission** (before anything is recorded): :meth:`EpochCombiner.check` refuses an offer
   more than ``max_ahead`` epochs past ``next_epoch`` or past ``horizon()``
   (:class:`EpochTooFarAhead`, 503 ``epoch_ahead``) and a child's snapshot that does not match
@@ -67,7 +71,18 @@ import numpy as np
 from cbt import Snapshot
 from overlay.logbudget import LogBudget
 from srt.dataplane.compat import Expectation, admit
-from srt.dataplane.lineage import DUPLICATE, NEW, Lineage, absent, classify, decode, describe
+from srt.dataplane.lineage import (
+    DUPLICATE,
+    NEW,
+    Counted,
+    Lineage,
+    absent,
+    classify,
+    decode,
+    describe,
+    merge_records,
+    records_of,
+)
 from srt.dataplane.name import SnapshotName
 from srt.dataplane.operators import LevelOperator, select
 from srt.errors import Incompatible, Reject, RetryLater
@@ -94,6 +109,7 @@ class _Open:
     senders: set[int] = field(default_factory=set)
     origins: set[int] = field(default_factory=set)
     unknown: bool = False  # something without lineage was merged: the origins are a floor
+    records: dict[int, int] = field(default_factory=dict)  # origin → records, where known
 
 
 @dataclass
@@ -185,7 +201,7 @@ class EpochCombiner:
         merged, or the epoch is older)."""
         st = self._open.get(epoch)
         if st is not None:
-            return None if st.unknown else frozenset(st.origins)
+            return None if st.unknown else _lineage(st)
         return self._emitted_lineage.get(epoch)
 
     def waiting_for(self, epoch: int) -> list[int | str]:
@@ -287,7 +303,9 @@ class EpochCombiner:
         self._open[epoch] = st
         return st
 
-    def offer_local(self, epoch: int, snap: Snapshot, *, complete: bool = True) -> str:
+    def offer_local(
+        self, epoch: int, snap: Snapshot, *, complete: bool = True, records: int | None = None
+    ) -> str:
         """This node's own snapshot of ``epoch``: "merged" | "duplicate" | "stale".
 
         ``complete=False``: this node knows its records of ``epoch`` are incomplete (its
@@ -295,7 +313,8 @@ class EpochCombiner:
         it but gets none of its records, only its absence marker
         (:func:`srt.dataplane.lineage.absent`) - the master then reports the epoch as lacking
         this origin, and a later complete copy (after a restart's re-read) is still new
-        there, never double-counted."""
+        there, never double-counted. ``records``: how many input records the snapshot folded
+        (None: not known), carried with the lineage."""
         self._check_epoch(epoch)
         if not complete:
             snap = select(snap, np.empty(0, np.intp))
@@ -308,6 +327,8 @@ class EpochCombiner:
             self.counters["duplicate"] += 1
             return "duplicate"
         own = None if self.origin is None else frozenset((self.origin,))
+        if own is not None and complete and records is not None:
+            own = Counted(own, {self.origin: records})  # type: ignore[dict-item]
         if own is not None and not complete:
             own = frozenset((absent(self.origin),))  # type: ignore[arg-type]
         if own is not None and st is not None and classify(st.origins, own) != NEW:
@@ -368,6 +389,9 @@ class EpochCombiner:
             st.unknown = True
         else:
             st.origins |= origins
+            counts = records_of(origins)
+            if counts:  # disjoint contributions: disjoint counts
+                st.records = merge_records(st.records, counts)
 
     def _arrived(self, child: int, epoch: int) -> None:
         """``child`` delivered what it had for ``epoch`` (all of it already held here)."""
@@ -435,7 +459,7 @@ class EpochCombiner:
             if st is None:
                 self._emitted_lineage[epoch] = frozenset()
             else:
-                self._emitted_lineage[epoch] = None if st.unknown else frozenset(st.origins)
+                self._emitted_lineage[epoch] = None if st.unknown else _lineage(st)
             while len(self._emitted_lineage) > EMITTED_LINEAGE:
                 del self._emitted_lineage[next(iter(self._emitted_lineage))]
             self._floating = False
@@ -473,6 +497,11 @@ class EpochCombiner:
         """Wait until every async emit started so far has finished."""
         while self._emit_task is not None and not self._emit_task.done():
             await asyncio.shield(self._emit_task)
+
+
+def _lineage(st: _Open) -> Lineage:
+    """An open epoch's lineage, with its record counts when some are known."""
+    return Counted(st.origins, st.records) if st.records else frozenset(st.origins)
 
 
 def snapshot_handler(

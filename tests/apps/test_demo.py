@@ -215,3 +215,27 @@ def test_demo_ends_with_the_spark_join(tmp_path: Path) -> None:
     assert rows and [int(r) for r, _ in rows] == list(range(1, len(rows) + 1))
     promoted = {r["key"] for r in _lake_tables(tmp_path)["micro-promotion"] if r.get("key")}
     assert {p for _, p in rows} <= promoted
+
+
+def test_the_live_view_marks_a_tentative_result_with_its_quality(tmp_path: Path) -> None:
+    """PPA: a tentative result is shown clearly marked, with its coverage and (top-k jobs)
+    its accuracy estimate; a final one without the mark."""
+    from rich.console import Console
+
+    from apps.demo.jobs import BUNDLING
+    from apps.demo.render import render
+    from apps.demo.state import DemoState
+
+    st = DemoState(DemoConfig(), tmp_path)
+    view = st.jobs[BUNDLING]
+    view.epoch = 7
+    view.tentative, view.coverage, view.accuracy = True, 0.414, 0.859
+
+    def shown() -> str:
+        console = Console(width=200, record=True)
+        console.print(render(st))
+        return console.export_text()
+
+    assert "tentative, coverage 41 %, top-k accuracy ≈ 86 %" in shown()
+    view.tentative, view.coverage, view.accuracy = False, 1.0, 1.0
+    assert "tentative" not in shown()

@@ -556,6 +556,7 @@ class ClusterPicture:
                     "complete",
                     "tentative",
                     "coverage",
+                    "accuracy",
                     "version",
                     "lacking",
                     "source",

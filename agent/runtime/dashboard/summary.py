@@ -199,6 +199,8 @@ def _master(runtime: Any, tid: int) -> dict[str, Any]:
                 "latency_s": round(result.completed_at - end, 4),
                 "tentative": result.tentative,
                 "coverage": round(result.coverage, 4),
+                # a top-k job's accuracy estimate, once computed off the loop (else null)
+                "accuracy": runtime.accuracy_now(tid, epoch, result),
                 "version": result.version,
                 "lacking": list(result.lacking)[:8],
             }
@@ -364,6 +366,7 @@ def _check_master(where: str, doc: Any) -> dict[str, Any]:
                 "latency_s": _num(e.get("latency_s"), f"{where}.latency_s"),
                 "tentative": bool(e.get("tentative")),
                 "coverage": _num(e.get("coverage"), f"{where}.coverage"),
+                "accuracy": _num(e.get("accuracy"), f"{where}.accuracy", none=True),
                 "version": _int(e.get("version", 1), f"{where}.version"),
                 "lacking": [
                     _str(x, f"{where}.lacking", limit=40)

@@ -96,6 +96,9 @@ class Retained:
     def get(self, tree: int, epoch: int) -> Snapshot | None:
         return self.held.get((tree, epoch))
 
+    def records(self, tree: int, epoch: int) -> int | None:
+        return epoch * 10 if (tree, epoch) in self.held else None
+
 
 class Client:
     """Records the checkpoint requests (what the holders' data-plane route receives)."""
@@ -147,6 +150,7 @@ async def test_the_sender_sends_only_uncommitted_epochs_to_k_holders_on_other_do
     body = client.posts[0][1]
     assert sorted(int(e) for e in body["epochs"]) == [12, 13]  # 10, 11 were committed
     assert body["committed"] == 11 and body["origin"] == "8"
+    assert body["records"] == {"12": 120, "13": 130}
     sent = decode_epochs(body["epochs"])
     assert {e: Snapshot.from_bytes(b).to_dict() for e, b in sent.items()} == {
         12: snap(12).to_dict(),
@@ -164,12 +168,12 @@ async def test_the_checkpoint_routes_hold_and_answer_and_refuse_malformed_bodies
     async with running_agents(1) as (agent,):
         url, client = agent.data_url, agent.client
         body = {"job": "wc", "tree": 7, "origin": "ab", "committed": 3,
-                "epochs": {"3": "YQ==", "4": "Yg==", "5": "Yw=="}}  # fmt: skip
+                "epochs": {"3": "YQ==", "4": "Yg==", "5": "Yw=="}, "records": {"4": 9}}  # fmt: skip
         assert await client.post_json(url, "/agent/v1/checkpoint", body) == {"held": 2}
         got = await client.post_json(
             url, "/agent/v1/checkpoint/fetch", {"job": "wc", "tree": 7, "origin": "ab"}
         )
-        assert got == {"epochs": {"4": "Yg==", "5": "Yw=="}}  # 3 was committed
+        assert got == {"epochs": {"4": "Yg==", "5": "Yw=="}, "records": {"4": 9}}  # 3 committed
         assert agent.status()["checkpoints_held"]["epochs"] == 2
         bad = [
             {**body, "origin": "zz"},
@@ -178,6 +182,8 @@ async def test_the_checkpoint_routes_hold_and_answer_and_refuse_malformed_bodies
             {**body, "committed": "3"},
             {**body, "epochs": {"x": "YQ=="}},
             {**body, "epochs": {"4": "%%"}},
+            {**body, "records": {"4": -1}},
+            {**body, "records": [4]},
             {k: v for k, v in body.items() if k != "epochs"},
         ]
         for b in bad:

@@ -55,8 +55,11 @@ class Host:
     def first_epoch_after(self, t: float) -> int:
         return int(t) + 1
 
-    async def fold_origin(self, tid: int, origin: int, parts: dict[int, bytes]) -> int:
+    async def fold_origin(
+        self, tid: int, origin: int, parts: dict[int, bytes], records: dict[str, Any]
+    ) -> int:
         self.folded.append((tid, origin, parts))
+        self.records = records
         return len(parts)
 
     def after_loss(self, origin: int) -> None:
@@ -89,7 +92,10 @@ class Client:
             await asyncio.sleep(30)  # a SIGSTOPped agent: the kernel accepted, nobody answers
         if path.endswith("/fetch"):
             parts = self.held.get(url, {})
-            return {"epochs": {str(e): base64.b64encode(b).decode() for e, b in parts.items()}}
+            return {
+                "epochs": {str(e): base64.b64encode(b).decode() for e, b in parts.items()},
+                "records": {str(e): len(b) for e, b in parts.items()},
+            }
         return {"epochs": {}}
 
 
@@ -129,6 +135,7 @@ async def test_a_refused_probe_declares_the_origin_lost_and_re_issues_its_checkp
     # its checkpoints were asked of the live agents closest to it; n4 hangs past the fetch
     # timeout, n3 holds nothing, n5's copies are folded as origin 2's own
     assert host.folded == [(7, 2, {100: b"b", 101: b"c"})]
+    assert host.records == {"100": 1, "101": 1}  # the counts the holders kept travel too
     event = loss.status()[0]
     assert event["origin"] == "2" and event["reissued"] == 2
     assert host.expected(101) == {1, 2, 3, 4}  # the epochs it had open: still expected ...

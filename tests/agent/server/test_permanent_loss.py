@@ -109,6 +109,7 @@ def test_a_lost_leafs_epochs_that_never_reached_the_master_are_re_issued_from_it
         master = chaos.pick("wc", "master")
         leaf = direct_leaf(chaos, master)
         leaf_client = chaos.client(leaf)
+
         def newest_sent() -> int:
             return int(leaf_client.status()["jobs"]["wc"]["checkpoints"]["newest_sent"] or 0)
 

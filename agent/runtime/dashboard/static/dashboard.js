@@ -388,7 +388,8 @@ function drawEpochs(card, doc) {
   body.replaceChildren(...rows.slice(0, 8).map((e) => el("tr", { "data-epoch": e.epoch },
     el("td", {}, String(e.epoch)), el("td", {}, e.latency_s.toFixed(3) + " s"),
     el("td", { class: e.tentative ? "tentative" : "" }, e.tentative ? "tentative" + (e.lacking.length ? " (lacking " + e.lacking.map(short).join(", ") + ")" : "") : "final"),
-    el("td", {}, (100 * e.coverage).toFixed(0) + " %"), el("td", {}, String(e.version)))));
+    el("td", {}, (100 * e.coverage).toFixed(0) + " %" + (e.accuracy == null ? "" : " · top-k accuracy ≈ " + (100 * e.accuracy).toFixed(0) + " %")),
+    el("td", {}, String(e.version)))));
 }
 
 function drawResult(card, doc) {
@@ -398,7 +399,8 @@ function drawResult(card, doc) {
   if (!r) return;
   if (r.error) { holder.append(el("p", { class: "muted" }, "result: " + r.error)); return; }
   holder.append(el("p", {}, `newest result: epoch ${r.epoch}` +
-    (r.tentative ? ` (tentative, coverage ${(100 * r.coverage).toFixed(0)} %)` : " (final)") +
+    (r.tentative ? ` (tentative, coverage ${(100 * r.coverage).toFixed(0)} %` +
+      (r.accuracy == null ? "" : `, top-k accuracy ≈ ${(100 * r.accuracy).toFixed(0)} %`) + ")" : " (final)") +
     ` · ${r.rows_total} rows` + (r.rows_total > r.rows.length ? `, first ${r.rows.length} shown` : "")));
   if (!r.rows.length) return;
   const first = r.rows[0];
