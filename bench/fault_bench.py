@@ -54,6 +54,7 @@ from typing import Any
 
 import psutil
 from latency import summary
+from loss_faults import checkpoint_cost_run, cost_ratios, loss_run, rollup_ms
 
 from agent.server.chaos import (
     EXACT,
@@ -271,22 +272,6 @@ def totals(reports: list[JobReport]) -> dict[str, Any]:
     }
 
 
-def rollup_ms(chaos: ChaosCluster, job: str, epochs: range) -> list[float]:
-    """Per epoch: the master's stored time minus the last other agent's send (ms)."""
-    timings = chaos.timings(job)
-    tid = chaos.any_client().status()["jobs"][job]["tree_ids"][0]
-    done: dict[int, float] = {}
-    sends: dict[int, list[float]] = {}
-    for t in timings:
-        mine = {e: at for t_, e, at in t["completed_at"] if t_ == tid}
-        done.update(mine)
-        if not mine:
-            for t_, e, at in t["sent_at"]:
-                if t_ == tid:
-                    sends.setdefault(e, []).append(at)
-    return [1000 * (done[e] - max(sends[e])) for e in epochs if e in done and sends.get(e)]
-
-
 def steady_run(
     n: int, rate: float, seconds: float, timeout: float, standby: bool = True
 ) -> dict[str, Any]:
@@ -369,7 +354,17 @@ def main() -> None:
         "--keep", action="store_true", help="keep the chaos run's directory (logs, lake)"
     )
     parser.add_argument("--agent-log-level", default="WARNING", help="the agents' --log-level")
+    parser.add_argument(
+        "--slow-seconds", type=float, help="how long the slow agent is capped (60; quick 15)"
+    )
+    parser.add_argument(
+        "--parts",
+        default="crash,loss,standby,checkpoints",
+        help="comma-separated: crash (issue 12's chaos run), loss (permanent loss, straggler, "
+        "slow agent), standby (standby on/off cost), checkpoints (checkpoint replicas cost)",
+    )
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     n = args.agents or (6 if args.quick else 16)
     seconds = args.seconds or (10.0 if args.quick else 30.0)
     out: dict[str, Any] = {
@@ -384,17 +379,43 @@ def main() -> None:
             "master_kill_epochs_lost": 0,
             "agent_final_again_s_after_restart": 2.0,
             "steady_state_cost_pct": 10,
+            "permanent_loss_recovered_s": 2.0,
+            "final_over_tentative": 10,
+            "straggler_leap_ms": 50,
+            "coverage_and_accuracy_error_pts": 5,
         },
     }
-    out["chaos"] = chaos_run(
-        n,
-        args.rate,
-        args.timeout,
-        not args.no_netns,
-        args.seed,
-        keep=args.keep,
-        log_level=args.agent_log_level,
-    )
+    if "loss" in parts:
+        out["permanent_loss_and_stragglers"] = loss_run(
+            n,
+            args.rate,
+            args.timeout,
+            args.slow_seconds or (15.0 if args.quick else 60.0),
+            args.seed,
+            args.agent_log_level,
+        )
+    if "checkpoints" in parts:
+        ckpt = [
+            checkpoint_cost_run(n, args.rate, seconds, args.timeout, k)
+            for _ in range(1 if args.quick else 2)
+            for k in (0, 2)
+        ]
+        out["checkpoint_runs"] = ckpt
+        out["checkpoints_k2_vs_k0"] = cost_ratios(ckpt)
+    if "crash" in parts:
+        out["chaos"] = chaos_run(
+            n,
+            args.rate,
+            args.timeout,
+            not args.no_netns,
+            args.seed,
+            keep=args.keep,
+            log_level=args.agent_log_level,
+        )
+    if "standby" not in parts:
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
     # interleaved, so drift of a shared machine falls on both sides
     runs = [
         steady_run(n, args.rate, seconds, args.timeout, standby=on)
