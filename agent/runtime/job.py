@@ -1696,7 +1696,13 @@ class JobRuntime:
             if sender is not None and not is_root:  # a root's emitted epochs are stored
                 queued = sender.pending()["queued"]
                 oldest = queued[0] if queued else None
-            out.append(TreeOutflow(combiner.next_epoch, oldest, is_root, self.committed.get(tid)))
+            committed = self.committed.get(tid)
+            if committed is not None and self.spec.mode == "window":
+                # a restarted worker rebuilds its open windows' panes from what it re-reads:
+                # the read position stays window_size - 1 epochs behind the commit (the
+                # re-sent windows up to the commit are duplicates, dropped by lineage)
+                committed -= self.spec.window_size - 1
+            out.append(TreeOutflow(combiner.next_epoch, oldest, is_root, committed))
         return out
 
     # ---- status ------------------------------------------------------------------------------

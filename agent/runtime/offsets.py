@@ -227,6 +227,12 @@ class OffsetKeeper:
         acked = entry.get("acked")
         if not isinstance(acked, int) or acked < spec.start_epoch:
             return spec
+        log.info(
+            "job %s resumes at epoch %d: up to %d was passed on and committed before a restart",
+            spec.name,
+            acked + 1,
+            acked,
+        )
         return spec.with_changes(start_epoch=acked + 1)
 
     def replay_from(self, input_name: str, epoch: int) -> dict[str, Any] | None:

@@ -141,6 +141,7 @@ class JobPlan:
     epoch_seconds: float = 1.0
     allowed_lateness: float = 1.0
     top_k: int | None = None  # WordCount's k most frequent words only
+    window: int | None = None  # sliding windows of this many epochs (slide 1): mode "window"
     settings: tuple[tuple[str, Any], ...] = ()  # more spec fields (e.g. straggler_epochs)
 
     def spec(self) -> dict[str, Any]:
@@ -155,6 +156,8 @@ class JobPlan:
         }
         if self.top_k is not None:
             common["top_k"] = self.top_k
+        if self.window is not None:
+            common.update(mode="window", window_size=self.window, window_slide=1)
         if self.kind == "wordcount":
             return {**common, "job_class": "wordcount"}
         if self.kind == "ql":
@@ -199,13 +202,23 @@ def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 def reference(plan: JobPlan, records: Iterable[dict[str, Any]]) -> dict[int, Counter[str]]:
-    """epoch → Counter of the plan's keys over ``records`` from its start epoch on."""
+    """epoch → Counter of the plan's keys over ``records`` from its start epoch on (for a
+    windowed plan: over the window ending at that epoch)."""
     out: dict[int, Counter[str]] = {}
     for r in records:
         epoch = plan.epoch_of(float(r["ts"]))
         if epoch >= plan.start_epoch:
             out.setdefault(epoch, Counter()).update(plan.keys(r))
-    return out
+    if plan.window is None or not out:
+        return out
+    windows: dict[int, Counter[str]] = {}
+    for end in range(min(out), max(out) + plan.window):
+        total = sum(
+            (out.get(e, Counter()) for e in range(end - plan.window + 1, end + 1)), Counter()
+        )
+        if total:
+            windows[end] = total
+    return windows
 
 
 # ---- the cluster -----------------------------------------------------------------------------
