@@ -146,3 +146,52 @@ def test_a_lost_leafs_epochs_that_never_reached_the_master_are_re_issued_from_it
     assert all(ids[leaf] not in names for names in lacking.values()), lacking
     # the stalled master read nothing while stopped: those epochs lack it, named, past repair
     assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=12)
+
+
+def test_both_agents_of_one_failure_domain_lost_together(tmp_path: Path) -> None:
+    """Agents in failure domains two by two (``--domain``): both agents of one domain (a rack
+    losing power) are killed for good at once. Their checkpoints were held on other domains;
+    every epoch ends exact, but for the ones they had open (named, exact over the rest)."""
+    domains = [f"rack-{i // 2}" for i in range(AGENTS)]
+    chaos = ChaosCluster(AGENTS, tmp_path, domains=domains).start()
+    writer = LogWriter(chaos.paths, rate=10).start()
+    try:
+        start = math.floor(time.time()) + 2
+        wc = JobPlan("wc", "wordcount", start)
+        assert chaos.submit(wc)["agents_reached"] == AGENTS
+        chaos.wait_stored("wc", start + 2)
+        roles = chaos.roles("wc")
+        pair = next(
+            [i for i in roles if domains[i] == d]
+            for d in sorted(set(domains))
+            if sum(domains[i] == d and roles.get(i) not in (None, "master") for i in roles) == 2
+        )
+        ids = chaos.node_ids()
+        by_id = {v: k for k, v in ids.items()}
+        # their hot replicas are on the other domains (three domains: two holders, two others)
+        for i in pair:
+            holders = chaos.client(i).status()["jobs"]["wc"]["checkpoints"]["holders"]
+            assert len(holders) == 2, holders
+            assert all(domains[by_id[h]] != domains[i] for h in holders), (i, holders)
+            assert domains[by_id[holders[0]]] != domains[by_id[holders[1]]], holders
+        for i in pair:
+            chaos.lose(i, writer, "wc", roles[i])
+        found = wait_until(
+            lambda: (
+                (ls := {e["origin"]: e for e in losses(chaos, "wc")}).keys()
+                >= {ids[i] for i in pair}
+                and ls
+            ),
+            20,
+            "the master to declare both lost",
+        )
+        print("losses", found, "killed at", [e.at for e in chaos.events if e.action == "lose"])
+        chaos.wait_stored("wc", max(e["from_epoch"] for e in found.values()) + 2)
+    finally:
+        writer.stop()
+    try:
+        reports = check(chaos, [wc], settle_timeout=15)
+    finally:
+        chaos.stop()
+    # two agents: their open epochs, and one more when their declarations straddle an epoch
+    assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=6)
