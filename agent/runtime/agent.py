@@ -1306,6 +1306,7 @@ class Agent:
             "job_table": self.table.stats(),
             "loop_lag": self.loop_lag.stats(),
             "lake": lake,
+            "checkpoints_held": self.checkpoints.stats(),
         }
 
     def metrics_inputs(self) -> dict[str, dict[str, Any]]:

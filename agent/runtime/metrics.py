@@ -178,6 +178,12 @@ class AgentCollector(Collector):
         self._data_plane(f, node.get("data_plane") or {})
         self._api(f, node.get("api") or {})
         self._lake(f, node.get("lake"))
+        held = node.get("checkpoints_held") or {}
+        g = f.gauge(
+            "elf_checkpoints_held", "Other agents' checkpoints held here (hot replicas).", ["kind"]
+        )
+        for kind in ("origins", "epochs", "bytes"):
+            g.add_metric([kind], _num(held.get(kind)))
 
     def _overlay(self, f: _Families, ov: Mapping[str, Any], contacts: Any) -> None:
         f.gauge("elf_overlay_contacts", "Contacts in the routing table.").add_metric(
@@ -367,6 +373,12 @@ class AgentCollector(Collector):
             ["job", "kind"],
         )
         handovers = f.counter("elf_handovers", "Master hand-overs, by direction.", ["job", "kind"])
+        lost = f.counter("elf_origins_lost", "Origins this master declared dead for good.", ["job"])
+        checkpoints = f.counter(
+            "elf_checkpoints",
+            "Hot replicas sent as origin: epochs, bytes, failed requests, committed skipped.",
+            ["job", "kind"],
+        )
         origins = f.gauge("elf_origins_expected", "Origins this master expects.", ["job"])
         cpu = f.gauge("elf_job_cpu_share", "Share of a core the job used over its window.", ["job"])
         throttled = f.gauge("elf_job_throttled", "1 while the job is over its CPU budget.", ["job"])
@@ -424,6 +436,15 @@ class AgentCollector(Collector):
                 ("failed", "handover_failed"),
             ):
                 handovers.add_metric([name, kind], counters.get(key, 0.0))
+            lost.add_metric([name], counters.get("origins_lost", 0.0))
+            ckpt = st.get("checkpoints") or {}
+            for kind, key in (
+                ("epochs", "sent_epochs"),
+                ("bytes", "sent_bytes"),
+                ("failed", "failures"),
+                ("skipped_committed", "skipped_committed"),
+            ):
+                checkpoints.add_metric([name, kind], _num(ckpt.get(key)))
             origins.add_metric([name], _num(st.get("origins_expected")))
             cpu_st = st.get("cpu") or {}
             cpu.add_metric([name], _num(cpu_st.get("share_used")))
