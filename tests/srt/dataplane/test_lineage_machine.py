@@ -50,6 +50,8 @@ def counts(snap: Snapshot) -> Counter:
 
 
 class LineageTree(RuleBasedStateMachine):
+    STRAGGLER_EPOCHS: int | None = None  # straggler leaping off (see LeapingLineageTree)
+
     def __init__(self) -> None:
         super().__init__()
         self.parent = {i: i - 1 for i in range(1, NODES)}  # a chain to start with
@@ -76,6 +78,7 @@ class LineageTree(RuleBasedStateMachine):
             emit=lambda e, s, i=i: self._emitted(i, e, s),
             first_epoch=first_epoch,
             origin=IDS[i],
+            straggler_epochs=self.STRAGGLER_EPOCHS,
         )
 
     def _emitted(self, i: int, epoch: int, snap: Snapshot) -> None:
@@ -189,3 +192,15 @@ TestLineageTree.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+class LeapingLineageTree(LineageTree):
+    """The same tree with straggler leaping (one epoch behind is enough here, so leaps are
+    frequent): leapt contributions arrive "stale" and are folded in at the master by
+    lineage - the same invariants hold and the repaired end is exact."""
+
+    STRAGGLER_EPOCHS = 1
+
+
+TestLeapingLineageTree = LeapingLineageTree.TestCase
+TestLeapingLineageTree.settings = TestLineageTree.settings
