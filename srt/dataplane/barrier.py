@@ -548,9 +548,7 @@ class EpochCombiner:
         members: list[int | str] = list(self._children)
         if self._local is not None:
             members.append(LOCAL)
-        ahead = max(
-            (self._delivered.get(m, -1) for m in members if m not in waiting), default=-1
-        )
+        ahead = max((self._delivered.get(m, -1) for m in members if m not in waiting), default=-1)
         if ahead < epoch + k or (epoch not in self._open and self._proto is None):
             return None
         return waiting, ahead
