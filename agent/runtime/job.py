@@ -92,6 +92,7 @@ from agent.runtime.services import (
     Spawner,
 )
 from agent.runtime.standby import Replica, ReplicationLog, standby_for
+from agent.runtime.tentative import TentativePreviews
 from agent.runtime.worker import Worker
 from agent.tunables import RuntimeTunables
 from cbt import Snapshot
@@ -244,6 +245,20 @@ class JobRuntime:
         self._changing = asyncio.Lock()  # one runtime change at a time, in version order
         # None unless the agent has a rollup lake
         self.lake = sink_for(self, lake, tunables=self.tunables)
+        #: as master: tentative previews of held-up epochs, and their timeline
+        self.previews = TentativePreviews(
+            self.name,
+            self.store,
+            combiner=self.combiners.get,
+            is_root=self._is_root,
+            deadline_for=lambda epoch: self.spec.tentative_deadline_for(epoch),
+            closes_at=lambda epoch: self.spec.schedule.end(epoch) + self.spec.allowed_lateness,
+            expected=lambda epoch: (
+                self.expected_origins.expected(epoch),
+                self.expected_origins.doubt is not None,
+            ),
+            on_stored=self._preview_stored,
+        )
 
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] = self.counters.get(what, 0) + n
@@ -270,6 +285,7 @@ class JobRuntime:
 
     async def stop(self, graceful: bool) -> None:
         self._stopped = True
+        self.previews.close()
         trees = self.network.trees
         if graceful and trees is not None:
             for tid in self.tree_list:
@@ -333,6 +349,7 @@ class JobRuntime:
                 expect=self.expectation,
                 horizon=self._horizon,
                 origin=self.network.node_id,
+                straggler_epochs=self.spec.straggler_epochs,
             )
             self.combiners[tid] = combiner
             self.senders[tid] = UpstreamSender(
@@ -435,6 +452,18 @@ class JobRuntime:
         trees = self.network.trees
         return trees.view(tid) if trees is not None else None
 
+    def _is_root(self, tid: int) -> bool:
+        view = self._view(tid)
+        return view is not None and view.is_root
+
+    def _preview_stored(self, tid: int, epoch: int, result: Any) -> None:
+        """A tentative preview was stored (agent/runtime/tentative.py): counted, to the lake
+        as any tentative version; no job hook, no replica, no commit."""
+        self.count("tentative_previews")
+        if self.lake is not None:
+            self.lake.epoch(tid, epoch)
+        self._bound_results()
+
     # ---- the data path -----------------------------------------------------------------------
 
     def tick(self, batches: dict[str, list[dict[str, Any]]], now: float) -> None:
@@ -513,6 +542,9 @@ class JobRuntime:
                 if complete:
                     self.retained.keep(tid, epoch, part)
                 self.ensure_tree(tid).offer_local(epoch, part, complete=complete)
+        if closed:
+            for tid in self.tree_list:
+                self.previews.watch(tid)
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:
             self._last_timer = now
@@ -552,6 +584,7 @@ class JobRuntime:
                     self.lake.epoch(tid, epoch)
                 self.tasks.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
                 self._bound_results()
+                self.previews.stored(tid, epoch)
             else:
                 # The epoch is stored already: a previous master handed it over before our
                 # barrier got here (a restarted master re-reading the epochs it missed while
@@ -605,8 +638,8 @@ class JobRuntime:
         watermark = None
         for epoch in epochs:
             result = self.store.peek(tid, epoch)
-            if result is not None and result.tentative and epoch > give_up:
-                break
+            if result is not None and (result.preview or (result.tentative and epoch > give_up)):
+                break  # a preview never commits: the barrier's result replaces it
             watermark = epoch
         return watermark
 
@@ -1009,6 +1042,7 @@ class JobRuntime:
             # waiting in the input.)
             self.input_service.tick_now(self.inputs)
         result = combiner.offer_child(name.sender, name.epoch, snap, origins)
+        self.previews.watch(name.tree)
         if result != "stale":
             return result
         emitted = combiner.lineage_of(name.epoch)
@@ -1047,7 +1081,10 @@ class JobRuntime:
                 doubtful=self.expected_origins.doubt is not None,
             )
             stored = self.store.peek(tid, epoch)
-            if folded and stored is not None:
+            if folded and stored is not None and stored.preview:
+                self.previews.refresh(tid, epoch)  # held for the barrier; shown meanwhile
+            elif folded and stored is not None:
+                self.previews.stored(tid, epoch)
                 self._observe(epoch, stored.origins)
                 if fresh:
                     self.count("epochs_from_late")
@@ -1238,6 +1275,8 @@ class JobRuntime:
             )
             for combiner in self.combiners.values():
                 combiner.operator = self.operator
+        for combiner in self.combiners.values():
+            combiner.straggler_epochs = spec.straggler_epochs
         self.spec, self.version = spec, version
         self.job_table.record_entry(JobEntry(self.name, spec_dict, RUNNING, version))
         self.changes_applied[version] = time.time()
@@ -1466,6 +1505,7 @@ class JobRuntime:
             "completed_at": result.completed_at,
             "version": result.version,
             "tentative": result.tentative,
+            "preview": result.preview,
             "coverage": result.coverage,
             "lacking": list(result.lacking),
             "origins": None if result.origins is None else len(covered(result.origins)),
@@ -1523,6 +1563,7 @@ class JobRuntime:
             "updated": any(p.get("updated") for p in parts),
             # tentative until every expected origin is in (docs/fault-tolerance.md)
             "tentative": bool(missing) or any(p.get("tentative") for p in parts),
+            "preview": any(p.get("preview") for p in parts),
             "coverage": min((float(p.get("coverage", 1.0)) for p in held), default=0.0),
             "lacking": sorted({o for p in parts for o in p.get("lacking") or ()}),
             "version": max((int(p.get("version", 1)) for p in held), default=1),
@@ -1594,6 +1635,7 @@ class JobRuntime:
             "inputs": self.inputs,
             "trees": [v.to_dict() for v in views],
             "barrier": {f"{t:040x}": c.pending() for t, c in self.combiners.items()},
+            "stragglers": self._stragglers(),
             "upstream": {f"{t:040x}": s.pending() for t, s in self.senders.items()},
             "worker": self.worker_stats(),
             "cpu": self.cpu_status(),
@@ -1608,6 +1650,24 @@ class JobRuntime:
             "replicas": {f"{t:040x}": r.stats() for t, r in self.replicas.items()},
             "origins_expected": self.expected_origins.origins(),
             "lake": self.lake.stats() if self.lake is not None else None,
+        }
+
+    def _stragglers(self) -> dict[str, Any]:
+        """Straggler leaping here (every tree's barrier) and tentative previews as master."""
+        leaps = sorted(
+            (leap for c in self.combiners.values() for leap in c.leaps),
+            key=lambda leap: leap.emitted_at,
+        )
+        return {
+            "straggler_epochs": self.spec.straggler_epochs,
+            "leapt": sum(c.counters["leapt"] for c in self.combiners.values()),
+            "leapt_epochs": sum(c.counters["leapt_epochs"] for c in self.combiners.values()),
+            "stale_leapt": sum(c.counters["stale_leapt"] for c in self.combiners.values()),
+            "recent_leaps": [leap.to_dict() for leap in leaps[-16:]],
+            "tentative_deadline": self.spec.tentative_deadline_for(
+                self.spec.schedule.epoch_of(time.time())
+            ),
+            "previews": self.previews.stats(),
         }
 
     def _worker_memory(self) -> dict[str, Any]:
@@ -1637,6 +1697,9 @@ class JobRuntime:
             ],
             "multicasts_sent": self.multicast_stats[-recent:],
             "changes_applied": [[v, at] for v, at in self.changes_applied.items()],
+            # as master: per epoch, closed (epoch clock) / preview / stored / final times
+            "epochs": self.previews.timeline(recent),
+            "leaps": [leap.to_dict() for c in self.combiners.values() for leap in c.leaps],
         }
 
 

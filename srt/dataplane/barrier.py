@@ -285,6 +285,10 @@ class EpochCombiner:
             "counters": dict(self.counters),
         }
 
+    def first_arrivals(self) -> dict[int, float]:
+        """Open epoch -> when its first offer arrived (by the combiner's clock)."""
+        return dict(self._opened)
+
     def opened_at(self, epoch: int) -> float | None:
         """When the combiner first learnt ``epoch`` had closed somewhere: the first offer for
         it or any later open epoch (epochs close in order), by its clock; None if nothing
