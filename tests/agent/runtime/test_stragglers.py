@@ -18,7 +18,9 @@ import time
 from collections import Counter
 from typing import Any
 
+import aiohttp
 from agent_helpers import lines, running_agents, wait_for, word_counts
+from prometheus_client.parser import text_string_to_metric_families
 
 TEXTS = ["a a b", "c d d d", "b e"]
 EPOCHS = 7
@@ -102,3 +104,15 @@ async def test_a_held_up_child_is_previewed_on_time_leapt_then_folded_in_exact()
         assert comb.counters["stale_leapt"] >= 1  # its late snapshot arrived stale
         status = mrt.status()["stragglers"]
         assert status["leapt"] >= 1 and status["recent_leaps"]
+        # ... and as metrics, read back over the agent's /metrics route
+        headers = {"Authorization": f"Bearer {master.config.api_token}"}
+        url = master.api.url + "/metrics"
+        async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as r:
+            text = await r.text()
+        samples = {
+            (s.name, s.labels.get("job")): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        assert samples[("elf_stragglers_leapt_total", "wc")] == status["leapt"]
+        assert samples[("elf_tentative_previews_total", "wc")] >= len(HELD)
