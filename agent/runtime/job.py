@@ -350,6 +350,7 @@ class JobRuntime:
                 horizon=self._horizon,
                 origin=self.network.node_id,
                 straggler_epochs=self.spec.straggler_epochs,
+                straggler_wait=self._straggler_wait,
             )
             self.combiners[tid] = combiner
             self.senders[tid] = UpstreamSender(
@@ -452,6 +453,14 @@ class JobRuntime:
         trees = self.network.trees
         return trees.view(tid) if trees is not None else None
 
+    def _straggler_wait(self, epoch: int) -> float:
+        """How long an epoch must have been open before its barrier may leap over a
+        straggler: ``straggler_epochs - 0.5`` epochs of time (the half epoch absorbs the
+        agents' tick and closing jitter), so members far apart in epochs but not in time - a
+        catch-up after a restart or of old logs - are never leapt."""
+        seconds = self.spec.schedule.seconds_of(epoch) or self.spec.epoch_seconds
+        return max(0.0, self.spec.straggler_epochs - 0.5) * seconds
+
     def _is_root(self, tid: int) -> bool:
         view = self._view(tid)
         return view is not None and view.is_root
@@ -541,7 +550,14 @@ class JobRuntime:
             for tid, part in zip(self.tree_list, parts, strict=True):
                 if complete:
                     self.retained.keep(tid, epoch, part)
-                self.ensure_tree(tid).offer_local(epoch, part, complete=complete)
+                res = self.ensure_tree(tid).offer_local(epoch, part, complete=complete)
+                if res == "stale" and complete:
+                    # our barrier passed the epoch without our own records (it leapt over
+                    # our worker, or our input joined after the epoch went up): they go to
+                    # the master, which folds them in by lineage (never twice)
+                    self.count("late_local")
+                    name = SnapshotName(self.name, tid, epoch, self.network.node_id)
+                    self._fold_late(name, part, frozenset((self.network.node_id,)))
         if closed:
             for tid in self.tree_list:
                 self.previews.watch(tid)

@@ -37,7 +37,10 @@ Precise semantics (``docs/srt-dataplane.md`` has the long form):
   their origins, so the master reports e tentative, naming them. A leapt member's later
   snapshot of e is ``"stale"`` (counted ``stale_leapt`` too) and goes to the master, which
   folds it in by lineage - never merged twice. Only arrivals decide it (pure state: no
-  timers); epochs still leave in order, each once.
+  timers), and - with ``straggler_wait(e)`` - the time e has been open by the injected clock
+  (since its first arrival, or a later epoch's): behind by epochs *and* by time, so a catch-up
+  (a replay, a restart) where members reach epochs seconds apart leaps over nobody. The check
+  runs at each offer; epochs still leave in order, each once.
 
 * **Lineage** (:mod:`srt.dataplane.lineage`). An offer may carry the set of origins it
   covers (``origins``); the local snapshot covers this node's own ``origin``. With lineage,
@@ -152,7 +155,8 @@ class EpochCombiner:
     combiner's very first offer, which ``max_ahead`` cannot. ``expect(epoch)`` (optional) is
     what children's snapshots of ``epoch`` must be (:class:`~srt.dataplane.compat.Expectation`,
     None: anything mergeable). ``straggler_epochs`` (None or 0: never) turns straggler leaping
-    on; ``clock`` stamps leaps and first arrivals (:meth:`opened_at`)."""
+    on, ``straggler_wait(epoch)`` (seconds) adds the time condition; ``clock`` stamps leaps and
+    first arrivals (:meth:`opened_at`)."""
 
     def __init__(
         self,
@@ -169,11 +173,14 @@ class EpochCombiner:
         horizon: Callable[[], int | None] | None = None,
         origin: int | None = None,
         straggler_epochs: int | None = None,
+        straggler_wait: Callable[[int], float] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if first_epoch is not None and first_epoch < 0:
             raise ValueError("first_epoch must be >= 0")
         self.straggler_epochs = straggler_epochs  # validated by the setter below
+        #: seconds an epoch must have been open before it may be leapt (None: no minimum)
+        self.straggler_wait = straggler_wait
         # Floating start (first_epoch None): event-time epoch numbers are absolute (~1.7e9
         # for 1 s epochs), so a combiner created mid-stream starts at the lowest epoch offered
         # before its first emit; its initial members count as new (tentative) ones.
@@ -555,6 +562,10 @@ class EpochCombiner:
         ahead = max((self._delivered.get(m, -1) for m in members if m not in waiting), default=-1)
         if ahead < epoch + k or (epoch not in self._open and self._proto is None):
             return None
+        if self.straggler_wait is not None:
+            opened = self.opened_at(epoch)
+            if opened is None or self._clock() - opened < self.straggler_wait(epoch):
+                return None  # behind in epochs, not in time: a catch-up, not a straggler
         return waiting, ahead
 
     def _advance(self) -> None:

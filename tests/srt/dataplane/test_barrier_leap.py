@@ -230,3 +230,28 @@ def test_preview_shows_what_arrived_without_consuming_it() -> None:
     comb.offer_child(7, 0, snap_of(["b"]), frozenset({7}))
     assert out == [(0, {"a": 2, "b": 1})]  # the preview consumed nothing
     assert comb.preview(0) is None and comb.opened_at(0) is None
+
+
+def test_behind_in_epochs_but_not_in_time_is_a_catch_up_not_a_straggler() -> None:
+    now = [100.0]
+    out: list[int] = []
+    comb = EpochCombiner(
+        job="j",
+        tree=1,
+        expect_local=True,
+        children=[7],
+        emit=lambda e, s: out.append(e),
+        straggler_epochs=2,
+        straggler_wait=lambda epoch: 1.5,
+        clock=lambda: now[0],
+    )
+    for e in range(5):  # a replay: the local input reads five epochs at once
+        comb.offer_local(e, snap_of(["a"]))
+    assert out == []  # epoch 0 has been open 0 s: the child is catching up, not straggling
+    now[0] = 101.0
+    comb.offer_local(5, snap_of(["a"]))
+    assert out == []
+    now[0] = 101.6  # the child is still at nothing, 1.6 s after epoch 0 opened: leap
+    comb.offer_local(6, snap_of(["a"]))
+    assert out == [0, 1, 2, 3, 4] and comb.leapt_for(4) == frozenset({7})
+    assert comb.counters["leapt_epochs"] == 5
