@@ -253,6 +253,7 @@ class JobRuntime:
             is_root=self._is_root,
             deadline_for=lambda epoch: self.spec.tentative_deadline_for(epoch),
             closes_at=lambda epoch: self.spec.schedule.end(epoch) + self.spec.allowed_lateness,
+            seconds_of=lambda epoch: self.spec.schedule.seconds_of(epoch),
             expected=lambda epoch: (
                 self.expected_origins.expected(epoch),
                 self.expected_origins.doubt is not None,

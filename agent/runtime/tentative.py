@@ -9,7 +9,10 @@ Contract (:class:`TentativePreviews`, one per job runtime, on the event loop):
   somewhere - the first contribution for e or a later epoch (:meth:`EpochCombiner.opened_at`,
   which is the epoch clock's close, end + allowed lateness, on the fastest member). Counting
   from that arrival rather than from the wall clock keeps a replay of old logs (event time
-  far behind the wall clock) from previewing every epoch.
+  far behind the wall clock) from previewing every epoch. Only *live* epochs are previewed:
+  one whose close (end + lateness) is more than the deadline plus :data:`LIVE_EPOCHS` epoch
+  lengths in the wall clock's past belongs to a replay or a catch-up, where "on time" means
+  nothing and previews would only double the lake's files.
 * **Preview.** If the barrier still holds e at its deadline, what has arrived
   (:meth:`EpochCombiner.preview`: the merge without consuming it) is stored with
   :meth:`ResultStore.put_preview` - tentative, naming the origins it lacks, with its
@@ -46,6 +49,7 @@ log = logging.getLogger(__name__)
 
 TIMELINE = 256  # recent epochs whose timings are kept
 SLACK = 0.001  # a timer may fire this early (clock granularity)
+LIVE_EPOCHS = 2  # epochs past its close (plus the deadline) an epoch counts as live
 
 
 class TentativePreviews:
@@ -54,6 +58,7 @@ class TentativePreviews:
     ``combiner(tid)`` is the tree's barrier (None: none yet), ``is_root(tid)`` whether this
     agent is the tree's root, ``deadline_for(epoch)`` the job's tentative deadline (None:
     off), ``closes_at(epoch)`` the epoch's close by the epoch clock (end + lateness),
+    ``seconds_of(epoch)`` its length,
     ``expected(epoch)`` the origins the master expects and whether it is doubtful,
     ``on_stored(tid, epoch, result)`` is told of every preview stored."""
 
@@ -66,6 +71,7 @@ class TentativePreviews:
         is_root: Callable[[int], bool],
         deadline_for: Callable[[int], float | None],
         closes_at: Callable[[int], float],
+        seconds_of: Callable[[int], float],
         expected: Callable[[int], tuple[Lineage | None, bool]],
         on_stored: Callable[[int, int, EpochResult], None],
         clock: Callable[[], float] = time.time,
@@ -76,6 +82,7 @@ class TentativePreviews:
         self._is_root = is_root
         self._deadline_for = deadline_for
         self._closes_at = closes_at
+        self._seconds_of = seconds_of
         self._expected = expected
         self._on_stored = on_stored
         self._clock = clock
@@ -110,7 +117,7 @@ class TentativePreviews:
             self._armed.add(key)
             self._note(tid, epoch, "opened_at", at)
             deadline = self._deadline_for(epoch)
-            if deadline is None:
+            if deadline is None or not self._live(epoch, deadline, now):
                 continue
             delay = max(0.0, at + deadline - now)
             self._timers[key] = loop.call_later(delay, self._fire, tid, epoch)
@@ -127,9 +134,16 @@ class TentativePreviews:
             opened, deadline = comb.opened_at(e), self._deadline_for(e)
             if opened is None or deadline is None or opened + deadline > now + SLACK:
                 continue
+            if not self._live(e, deadline, now):
+                continue
             current = self.store.peek(tid, e)
             if current is None:
                 self._preview(tid, e, comb, now)
+
+    def _live(self, epoch: int, deadline: float, now: float) -> bool:
+        """Whether ``epoch`` is live (module contract), not a replay's or a catch-up's."""
+        late = now - self._closes_at(epoch)
+        return late <= deadline + LIVE_EPOCHS * self._seconds_of(epoch)
 
     def refresh(self, tid: int, epoch: int) -> None:
         """A late contribution was folded into a previewed epoch: show it (a new version)."""

@@ -6,7 +6,11 @@ refreshes it, no deadline means no preview, and the timeline records each step."
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
+from collections.abc import Callable
+
+from agent_helpers import wait_for
 
 from agent.runtime.results import ResultStore
 from agent.runtime.tentative import TentativePreviews
@@ -24,7 +28,9 @@ def snap(words: str) -> Snapshot:
     return tree.flush()
 
 
-def setup(deadline: float | None) -> tuple[EpochCombiner, ResultStore, TentativePreviews]:
+def setup(
+    deadline: float | None, closes_at: Callable[[int], float] = lambda epoch: time.time()
+) -> tuple[EpochCombiner, ResultStore, TentativePreviews]:
     store = ResultStore()
     comb: EpochCombiner
 
@@ -39,7 +45,8 @@ def setup(deadline: float | None) -> tuple[EpochCombiner, ResultStore, Tentative
         combiner=lambda tid: comb if tid == T else None,
         is_root=lambda tid: True,
         deadline_for=lambda epoch: deadline,
-        closes_at=lambda epoch: float(epoch + 1),
+        closes_at=closes_at,
+        seconds_of=lambda epoch: 1.0,
         expected=lambda epoch: (frozenset({A, B}), False),
         on_stored=lambda tid, epoch, result: None,
     )
@@ -52,7 +59,7 @@ async def test_a_held_epoch_is_previewed_and_an_emitted_one_is_not() -> None:
     comb.offer_child(B, 0, snap("b"), frozenset({B}))  # complete at once: the steady state
     comb.offer_local(1, snap("a a"))  # the child is late for epoch 1
     previews.watch(T)
-    await asyncio.sleep(0.2)
+    await wait_for(lambda: store.peek(T, 1) is not None, 5, "the preview of epoch 1")
     assert store.peek(T, 0) is not None and not store.peek(T, 0).preview
     preview = store.peek(T, 1)
     assert preview is not None and preview.preview and preview.tentative
@@ -79,5 +86,14 @@ async def test_no_deadline_no_preview() -> None:
     comb, store, previews = setup(None)
     comb.offer_local(0, snap("a"))
     previews.watch(T)
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # absence: nothing to wait for but time past any deadline
     assert store.peek(T, 0) is None and previews.stats()["armed"] == 0
+
+
+async def test_a_replayed_epoch_is_not_previewed() -> None:
+    # event time an hour behind the wall clock: the epoch closed long ago, nothing is "on time"
+    comb, store, previews = setup(0.05, closes_at=lambda epoch: time.time() - 3600)
+    comb.offer_local(0, snap("a"))
+    previews.watch(T)
+    await asyncio.sleep(0.2)  # absence: past the deadline, still nothing
+    assert store.peek(T, 0) is None and previews.stats()["previews"] == 0
