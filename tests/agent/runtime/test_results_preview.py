@@ -6,7 +6,10 @@ replaces it; it is never exported, replicated, committed or repaired."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
+
+import pytest
 
 from agent.runtime.results import ResultStore
 from cbt import CompressedBufferTree, Snapshot
@@ -83,3 +86,18 @@ def test_a_hand_over_result_replaces_a_preview() -> None:
     assert taken is not None and not taken.preview
     assert counts(new) == Counter(a=1, b=1)
     assert not new.put(T, E, snap("a"), 2.0, origins=frozenset({A}))  # folded later instead
+
+
+def test_a_held_duplicate_of_the_barrier_result_is_a_duplicate_not_an_overlap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # repair pulled B's own snapshot while the epoch was previewed; B's data then reached
+    # the barrier too: counted once, refused as the duplicate it is, no WARNING
+    store = ResultStore()
+    store.put_preview(T, E, snap("a"), 1.0, origins=frozenset({A}), expected=EXPECTED)
+    store.add_late(T, E, B, snap("b"), 2.0, origins=frozenset({B}))
+    with caplog.at_level(logging.WARNING):
+        store.put(T, E, snap("a b"), 3.0, origins=frozenset({A, B}), expected=EXPECTED)
+    assert counts(store) == Counter(a=1, b=1)
+    assert store.lineage == Counter(duplicate=1)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
