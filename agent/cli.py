@@ -125,6 +125,43 @@ def cluster(n: int, workdir: str | None, logical: int) -> None:
             signal.signal(sig, handler)
 
 
+def fault_options(fn: Any) -> Any:
+    """The per-job fault-tolerance settings as flags (``elf submit`` and ``elf change``)."""
+    for option in reversed(
+        (
+            click.option(
+                "--straggler-epochs",
+                type=int,
+                help="Leap over a tree member this many epochs behind (0: never; default 2).",
+            ),
+            click.option(
+                "--tentative-deadline",
+                type=float,
+                help="Seconds before a held-up epoch is previewed tentative (0: never).",
+            ),
+            click.option(
+                "--checkpoint-replicas",
+                type=int,
+                help="Neighbours each agent replicates its snapshots to (0-8; default 2).",
+            ),
+        )
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _fault_fields(
+    straggler_epochs: int | None, tentative_deadline: float | None, checkpoint_replicas: int | None
+) -> dict[str, Any]:
+    """The fault-tolerance flags given, as spec/change fields (the agent validates them)."""
+    given = {
+        "straggler_epochs": straggler_epochs,
+        "tentative_deadline": tentative_deadline,
+        "checkpoint_replicas": checkpoint_replicas,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
 @cli.command()
 @click.argument("spec_file", type=click.File("r"), required=False)
 @click.option("--name", help="Job name (instead of SPEC_FILE).")
@@ -133,6 +170,7 @@ def cluster(n: int, workdir: str | None, logical: int) -> None:
 @click.option("--epoch-seconds", type=float, help="Epoch length in seconds.")
 @click.option("--param", "params", multiple=True, help="KEY=VALUE job parameter (JSON value).")
 @click.option("--query", help="An ELF QL query, or a file holding one (with --name).")
+@fault_options
 @api_options
 def submit(
     spec_file: Any,
@@ -142,6 +180,9 @@ def submit(
     epoch_seconds: float | None,
     params: tuple[str, ...],
     query: str | None,
+    straggler_epochs: int | None,
+    tentative_deadline: float | None,
+    checkpoint_replicas: int | None,
     api: str,
     token_file: str | None,
     secret_file: str | None,
@@ -152,13 +193,16 @@ def submit(
     --input sets the inputs of a query FROM * (a FROM naming others is refused),
     --epoch-seconds the epochs of a query without WINDOW (a WINDOW fixes them: refused unless
     equal), --param sets params (the ql job accepts ts_field), --job must be ql; a
-    SPEC_FILE takes no other job flag."""
+    SPEC_FILE takes no other job flag. --straggler-epochs, --tentative-deadline and
+    --checkpoint-replicas set those spec fields (docs/fault-tolerance.md)."""
+    faults = _fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas)
     if spec_file is not None:
         given = [
             flag
             for flag, value in (
                 ("--name", name), ("--job", job_class), ("--input", inputs),
                 ("--epoch-seconds", epoch_seconds), ("--param", params), ("--query", query),
+                *((f"--{k.replace('_', '-')}", v) for k, v in faults.items()),
             )
             if value not in (None, ())
         ]  # fmt: skip
@@ -206,6 +250,7 @@ def submit(
             spec["epoch_seconds"] = epoch_seconds
         if params:
             spec["params"] = _key_values(params, "--param")
+    spec.update(faults)
     call(api_client(api, token_file, secret_file).submit, spec)
 
 
@@ -248,6 +293,7 @@ def _key_values(items: tuple[str, ...], flag: str) -> dict[str, Any]:
 @click.option("--aggregator", help="New CBT aggregator (a new reduce function), e.g. sum.")
 @click.option("--empty", is_flag=True, help="Empty every agent's windows now.")
 @click.option("--batch", is_flag=True, help="Start a new batch.")
+@fault_options
 @api_options
 def change(
     name: str,
@@ -258,6 +304,9 @@ def change(
     aggregator: str | None,
     empty: bool,
     batch: bool,
+    straggler_epochs: int | None,
+    tentative_deadline: float | None,
+    checkpoint_replicas: int | None,
     api: str,
     token_file: str | None,
     secret_file: str | None,
@@ -281,10 +330,12 @@ def change(
         body["empty"] = True
     if batch:
         body["batch"] = True
+    body.update(_fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas))
     if not body:
         raise click.ClickException(
             "nothing to change: give --set, --query, --top-k, --epoch-seconds, --aggregator, "
-            "--empty or --batch"
+            "--straggler-epochs, --tentative-deadline, --checkpoint-replicas, --empty or "
+            "--batch"
         )
     call(api_client(api, token_file, secret_file).change, name, body)
 

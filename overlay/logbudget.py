@@ -52,6 +52,15 @@ class LogBudget:
 
     def warning(self, key: str, msg: str, *args: Any) -> bool:
         """Log ``msg % args`` at WARNING unless ``key`` spent its budget; True if logged."""
+        return self.log(logging.WARNING, key, msg, *args)
+
+    def info(self, key: str, msg: str, *args: Any) -> bool:
+        """As :meth:`warning`, at INFO (expected events worth a bounded trace: recovery under
+        way, say)."""
+        return self.log(logging.INFO, key, msg, *args)
+
+    def log(self, level: int, key: str, msg: str, *args: Any) -> bool:
+        """Log ``msg % args`` at ``level`` unless ``key`` spent its budget; True if logged."""
         now = self._clock()
         window = self._windows.get(key)
         if window is None:
@@ -71,5 +80,5 @@ class LogBudget:
             msg = f"{msg} [%d similar suppressed]"
             args = (*args, window.suppressed)
             window.suppressed = 0
-        self.logger.warning(msg, *args)
+        self.logger.log(level, msg, *args)
         return True

@@ -17,7 +17,8 @@ Request fields (all optional, at least one):
   GROUP BY keys, HAVING, ORDER BY/LIMIT). The spec fields the query implies must match the
   running job's except ``top_k`` and the aggregate (a new one is scheduled, below).
 * ``top_k`` / ``top_k_largest`` / ``top_k_approximate``, ``allowed_lateness``,
-  ``idle_timeout``, ``max_future``: those spec fields.
+  ``idle_timeout``, ``max_future``, ``straggler_epochs``, ``tentative_deadline``,
+  ``checkpoint_replicas``: those spec fields.
 * ``epoch_seconds``: a new epoch length (batch and iterative jobs). The master picks the
   epoch it starts from: the first one starting at least ``max(EPOCH_SWITCH_LEAD, one current
   epoch)`` after its wall clock (or its newest event time, if that is ahead), so no agent's
@@ -60,6 +61,9 @@ SPEC_FIELDS = (
     "allowed_lateness",
     "idle_timeout",
     "max_future",
+    "straggler_epochs",
+    "tentative_deadline",
+    "checkpoint_replicas",
 )
 CONTROL_FIELDS = ("empty", "batch")
 #: a new aggregate: scheduled from an epoch ahead, like a new epoch length

@@ -47,6 +47,16 @@ Fields (JSON name: type, default):
 * ``placement``: int salt or null (default): which of the job's candidate tree ids it uses
   (``srt.ids.placement_id``); null lets the cluster pick the least-loaded of two candidate
   masters at submission ("power of two choices").
+* Fault tolerance (``docs/fault-tolerance.md``, changeable at runtime):
+  ``straggler_epochs``: int in [0, ``MAX_OPEN_EPOCHS``], default 2 - a tree member this many
+  epochs behind another member of its parent is leapt over (the epoch moves up tentative
+  without it; its late snapshot is folded in at the master); 0: never leap.
+  ``tentative_deadline``: seconds, 0 or in [``MIN_TENTATIVE_DEADLINE`` = 0.05, 3600], or
+  null (default: ``max(0.3, 0.1 * epoch length)``, :meth:`JobSpec.tentative_deadline_for`) -
+  a master that has not emitted an epoch this long after it first learnt the epoch closed
+  stores a tentative preview of what has arrived; 0: no previews.
+  ``checkpoint_replicas``: int in [0, ``MAX_CHECKPOINT_REPLICAS`` = 8], default 2 - overlay
+  neighbours each agent replicates its uncommitted epoch snapshots to (0: none).
 
 Sizes: ``params`` and ``aggregator_params`` hold JSON only — integers within signed 64 bits
 (what msgpack, Arrow and the lake carry), finite numbers, nesting at most ``MAX_JSON_DEPTH``
@@ -100,6 +110,15 @@ MAX_WINDOW_EPOCHS = 10_000
 MAX_TOP_K = 10_000
 MAX_TOP_K_APPROXIMATE = 100.0
 MAX_INPUTS = 64
+DEFAULT_STRAGGLER_EPOCHS = 2
+MAX_CHECKPOINT_REPLICAS = 8
+DEFAULT_CHECKPOINT_REPLICAS = 2
+#: a non-zero tentative deadline shorter than this would preview nearly every epoch
+MIN_TENTATIVE_DEADLINE = 0.05
+MAX_TENTATIVE_DEADLINE = 3_600.0
+#: the default tentative deadline: max(floor, share x epoch length) - see tentative_deadline_for
+TENTATIVE_DEADLINE_FLOOR = 0.3
+TENTATIVE_DEADLINE_SHARE = 0.1
 MAX_JSON_DEPTH = 16
 #: the msgpack-encoded spec: a job-table entry or change travels in one overlay datagram
 MAX_SPEC_BYTES = 6144
@@ -144,6 +163,9 @@ class JobSpec:
     placement: int | None = None
     epoch_schedule: tuple[tuple[int, float], ...] = ()
     aggregator_since: int | None = None
+    straggler_epochs: int = DEFAULT_STRAGGLER_EPOCHS
+    tentative_deadline: float | None = None
+    checkpoint_replicas: int = DEFAULT_CHECKPOINT_REPLICAS
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -255,6 +277,7 @@ class JobSpec:
             raise JobSpecError(
                 "epoch_schedule", "a window job's epoch length is fixed (its window counts epochs)"
             )
+        stragglers, deadline, replicas = _fault_fields(data)
         spec = cls(
             name=name,
             creator=creator,
@@ -278,6 +301,9 @@ class JobSpec:
             placement=placement,
             epoch_schedule=schedule.changes,
             aggregator_since=since,
+            straggler_epochs=stragglers,
+            tentative_deadline=deadline,
+            checkpoint_replicas=replicas,
         )
         size_bytes = len(msgpack.packb(spec.to_dict(), use_bin_type=True))
         if size_bytes > MAX_SPEC_BYTES:
@@ -324,6 +350,17 @@ class JobSpec:
             return self.schedule.current_seconds
         return None if self.idle_timeout == 0 else self.idle_timeout
 
+    def tentative_deadline_for(self, epoch: int) -> float | None:
+        """Seconds a master waits for ``epoch`` (after it first learnt the epoch closed)
+        before it stores a tentative preview; None: no previews. The default,
+        ``max(0.3 s, 0.1 x the epoch's length)``, stays clear of the steady state - where the
+        last contribution reaches the master within a few agent ticks (0.1 s) of the first,
+        plus a roll-up of ~1-5 ms - and still shows a preview well within the epoch after."""
+        if self.tentative_deadline is not None:
+            return self.tentative_deadline or None
+        seconds = self.schedule.seconds_of(epoch) or self.epoch_seconds
+        return max(TENTATIVE_DEADLINE_FLOOR, TENTATIVE_DEADLINE_SHARE * seconds)
+
     def window_bounds(self, epoch: int) -> tuple[int, int] | None:
         """The epochs a result for ``epoch`` covers: ``(epoch, epoch)`` outside window mode;
         in window mode the window ending at ``epoch``, or None if ``epoch`` ends no window
@@ -364,6 +401,34 @@ def _number(data: dict[str, Any], key: str, default: float, *, low: float, high:
     if bad or not low <= v <= high:
         raise JobSpecError(key, f"must be a number in [{low:g}, {high:g}], got {v!r}")
     return float(v)
+
+
+def _fault_fields(data: dict[str, Any]) -> tuple[int, float | None, int]:
+    """``straggler_epochs``, ``tentative_deadline``, ``checkpoint_replicas`` (module doc)."""
+    stragglers = data.get("straggler_epochs", DEFAULT_STRAGGLER_EPOCHS)
+    if not _is_int(stragglers) or not 0 <= stragglers <= MAX_OPEN_EPOCHS:
+        raise JobSpecError(
+            "straggler_epochs",
+            f"must be an integer in [0, {MAX_OPEN_EPOCHS}] (epochs behind; 0: never leap), "
+            f"got {stragglers!r}",
+        )
+    deadline = data.get("tentative_deadline")
+    if deadline is not None:
+        deadline = _number(data, "tentative_deadline", 0.0, low=0.0, high=MAX_TENTATIVE_DEADLINE)
+        if 0 < deadline < MIN_TENTATIVE_DEADLINE:
+            raise JobSpecError(
+                "tentative_deadline",
+                f"must be 0 (no previews), null (the default) or in "
+                f"[{MIN_TENTATIVE_DEADLINE:g}, {MAX_TENTATIVE_DEADLINE:g}] seconds, got "
+                f"{deadline!r}",
+            )
+    replicas = data.get("checkpoint_replicas", DEFAULT_CHECKPOINT_REPLICAS)
+    if not _is_int(replicas) or not 0 <= replicas <= MAX_CHECKPOINT_REPLICAS:
+        raise JobSpecError(
+            "checkpoint_replicas",
+            f"must be an integer in [0, {MAX_CHECKPOINT_REPLICAS}], got {replicas!r}",
+        )
+    return stragglers, deadline, replicas
 
 
 def _epoch_index(data: dict[str, Any], key: str) -> int | None:

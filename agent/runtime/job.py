@@ -95,6 +95,7 @@ from agent.runtime.services import (
     Spawner,
 )
 from agent.runtime.standby import Replica, ReplicationLog, standby_for
+from agent.runtime.tentative import TentativePreviews
 from agent.runtime.topk_quality import MISSING, AccuracyCache, merged_accuracy
 from agent.runtime.worker import Worker
 from agent.tunables import RuntimeTunables
@@ -270,6 +271,21 @@ class JobRuntime:
         self._changing = asyncio.Lock()  # one runtime change at a time, in version order
         # None unless the agent has a rollup lake
         self.lake = sink_for(self, lake, tunables=self.tunables)
+        #: as master: tentative previews of held-up epochs, and their timeline
+        self.previews = TentativePreviews(
+            self.name,
+            self.store,
+            combiner=self.combiners.get,
+            is_root=self._is_root,
+            deadline_for=lambda epoch: self.spec.tentative_deadline_for(epoch),
+            closes_at=lambda epoch: self.spec.schedule.end(epoch) + self.spec.allowed_lateness,
+            seconds_of=lambda epoch: self.spec.schedule.seconds_of(epoch),
+            expected=lambda epoch: (
+                self.expected_origins.expected(epoch),
+                self.expected_origins.doubt is not None,
+            ),
+            on_stored=self._preview_stored,
+        )
 
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] = self.counters.get(what, 0) + n
@@ -298,6 +314,7 @@ class JobRuntime:
     async def stop(self, graceful: bool) -> None:
         self._stopped = True
         self.checkpoints.close()
+        self.previews.close()
         trees = self.network.trees
         if graceful and trees is not None:
             for tid in self.tree_list:
@@ -361,6 +378,8 @@ class JobRuntime:
                 expect=self.expectation,
                 horizon=self._horizon,
                 origin=self.network.node_id,
+                straggler_epochs=self.spec.straggler_epochs,
+                straggler_wait=self._straggler_wait,
             )
             self.combiners[tid] = combiner
             self.senders[tid] = UpstreamSender(
@@ -464,6 +483,26 @@ class JobRuntime:
         trees = self.network.trees
         return trees.view(tid) if trees is not None else None
 
+    def _straggler_wait(self, epoch: int) -> float:
+        """How long an epoch must have been open before its barrier may leap over a
+        straggler: ``straggler_epochs - 0.5`` epochs of time (the half epoch absorbs the
+        agents' tick and closing jitter), so members far apart in epochs but not in time - a
+        catch-up after a restart or of old logs - are never leapt."""
+        seconds = self.spec.schedule.seconds_of(epoch) or self.spec.epoch_seconds
+        return max(0.0, self.spec.straggler_epochs - 0.5) * seconds
+
+    def _is_root(self, tid: int) -> bool:
+        view = self._view(tid)
+        return view is not None and view.is_root
+
+    def _preview_stored(self, tid: int, epoch: int, result: Any) -> None:
+        """A tentative preview was stored (agent/runtime/tentative.py): counted, to the lake
+        as any tentative version; no job hook, no replica, no commit."""
+        self.count("tentative_previews")
+        if self.lake is not None:
+            self.lake.epoch(tid, epoch)
+        self._bound_results()
+
     # ---- the data path -----------------------------------------------------------------------
 
     def tick(self, batches: dict[str, list[dict[str, Any]]], now: float) -> None:
@@ -548,7 +587,20 @@ class JobRuntime:
                 if complete:
                     self.retained.keep(tid, epoch, part, records)
                     self.checkpoints.closed(tid, epoch)
-                self.ensure_tree(tid).offer_local(epoch, part, complete=complete, records=records)
+                res = self.ensure_tree(tid).offer_local(
+                    epoch, part, complete=complete, records=records
+                )
+                if res == "stale" and complete:
+                    # our barrier passed the epoch without our own records (it leapt over
+                    # our worker, or our input joined after the epoch went up): they go to
+                    # the master, which folds them in by lineage (never twice)
+                    self.count("late_local")
+                    name = SnapshotName(self.name, tid, epoch, self.network.node_id)
+                    own = {self.network.node_id: records} if records is not None else None
+                    self._fold_late(name, part, counted((self.network.node_id,), own))
+        if closed:
+            for tid in self.tree_list:
+                self.previews.watch(tid)
         interval = type(self.job).timer_interval
         if interval and now - self._last_timer >= interval and self.is_master:
             self._last_timer = now
@@ -588,6 +640,7 @@ class JobRuntime:
                     self.lake.epoch(tid, epoch)
                 self.tasks.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
                 self._bound_results()
+                self.previews.stored(tid, epoch)
             else:
                 # The epoch is stored already: a previous master handed it over before our
                 # barrier got here (a restarted master re-reading the epochs it missed while
@@ -641,6 +694,8 @@ class JobRuntime:
         watermark = None
         for epoch in epochs:
             result = self.store.peek(tid, epoch)
+            if result is not None and result.preview:
+                break  # a preview never commits: the barrier's result replaces it
             if result is not None and result.tentative and epoch > give_up:
                 # what only a lost origin held died with it (loss.py): past repair too
                 lost = self.expected_origins.past_repair(epoch)
@@ -1085,6 +1140,7 @@ class JobRuntime:
             # waiting in the input.)
             self.input_service.tick_now(self.inputs)
         result = combiner.offer_child(name.sender, name.epoch, snap, origins)
+        self.previews.watch(name.tree)
         if result != "stale":
             return result
         emitted = combiner.lineage_of(name.epoch)
@@ -1123,7 +1179,10 @@ class JobRuntime:
                 doubtful=self.expected_origins.doubt is not None,
             )
             stored = self.store.peek(tid, epoch)
-            if folded and stored is not None:
+            if folded and stored is not None and stored.preview:
+                self.previews.refresh(tid, epoch)  # held for the barrier; shown meanwhile
+            elif folded and stored is not None:
+                self.previews.stored(tid, epoch)
                 self._observe(epoch, stored.origins)
                 if fresh:
                     self.count("epochs_from_late")
@@ -1329,6 +1388,8 @@ class JobRuntime:
             )
             for combiner in self.combiners.values():
                 combiner.operator = self.operator
+        for combiner in self.combiners.values():
+            combiner.straggler_epochs = spec.straggler_epochs
         self.spec, self.version = spec, version
         self.job_table.record_entry(JobEntry(self.name, spec_dict, RUNNING, version))
         self.changes_applied[version] = time.time()
@@ -1563,6 +1624,7 @@ class JobRuntime:
             "completed_at": result.completed_at,
             "version": result.version,
             "tentative": result.tentative,
+            "preview": result.preview,
             "coverage": result.coverage,
             "lacking": list(result.lacking),
             "origins": None if result.origins is None else len(covered(result.origins)),
@@ -1650,6 +1712,7 @@ class JobRuntime:
             "updated": any(p.get("updated") for p in parts),
             # tentative until every expected origin is in (docs/fault-tolerance.md)
             "tentative": bool(missing) or any(p.get("tentative") for p in parts),
+            "preview": any(p.get("preview") for p in parts),
             "coverage": min((float(p.get("coverage", 1.0)) for p in held), default=0.0),
             "accuracy": (
                 None
@@ -1732,6 +1795,7 @@ class JobRuntime:
             "inputs": self.inputs,
             "trees": [v.to_dict() for v in views],
             "barrier": {f"{t:040x}": c.pending() for t, c in self.combiners.items()},
+            "stragglers": self._stragglers(),
             "upstream": {f"{t:040x}": s.pending() for t, s in self.senders.items()},
             "worker": self.worker_stats(),
             "cpu": self.cpu_status(),
@@ -1748,6 +1812,24 @@ class JobRuntime:
             "replicas": {f"{t:040x}": r.stats() for t, r in self.replicas.items()},
             "origins_expected": self.expected_origins.origins(),
             "lake": self.lake.stats() if self.lake is not None else None,
+        }
+
+    def _stragglers(self) -> dict[str, Any]:
+        """Straggler leaping here (every tree's barrier) and tentative previews as master."""
+        leaps = sorted(
+            (leap for c in self.combiners.values() for leap in c.leaps),
+            key=lambda leap: leap.emitted_at,
+        )
+        return {
+            "straggler_epochs": self.spec.straggler_epochs,
+            "leapt": sum(c.counters["leapt"] for c in self.combiners.values()),
+            "leapt_epochs": sum(c.counters["leapt_epochs"] for c in self.combiners.values()),
+            "stale_leapt": sum(c.counters["stale_leapt"] for c in self.combiners.values()),
+            "recent_leaps": [leap.to_dict() for leap in leaps[-16:]],
+            "tentative_deadline": self.spec.tentative_deadline_for(
+                self.spec.schedule.epoch_of(time.time())
+            ),
+            "previews": self.previews.stats(),
         }
 
     def _worker_memory(self) -> dict[str, Any]:
@@ -1777,6 +1859,9 @@ class JobRuntime:
             ],
             "multicasts_sent": self.multicast_stats[-recent:],
             "changes_applied": [[v, at] for v, at in self.changes_applied.items()],
+            # as master: per epoch, closed (epoch clock) / preview / stored / final times
+            "epochs": self.previews.timeline(recent),
+            "leaps": [leap.to_dict() for c in self.combiners.values() for leap in c.leaps],
         }
 
 

@@ -356,6 +356,16 @@ class AgentCollector(Collector):
             "Tentative epochs among the newest 64 stored here as master.",
             ["job"],
         )
+        leapt = f.counter(
+            "elf_stragglers_leapt",
+            "Tree members this agent's barriers leapt over (one per member and epoch).",
+            ["job"],
+        )
+        previews = f.counter(
+            "elf_tentative_previews",
+            "Held-up epochs previewed tentative at their deadline as master.",
+            ["job"],
+        )
         coverage = f.gauge(
             "elf_epoch_coverage",
             "Rate-weighted share of the input records in the newest stored epoch (1 when final).",
@@ -415,6 +425,8 @@ class AgentCollector(Collector):
             for kind, n in sorted(counters.items()):
                 events.add_metric([name, _bounded_kind(kind)], n)
             tentative_total.add_metric([name], counters.get("tentative_epochs", 0.0))
+            leapt.add_metric([name], _num((st.get("stragglers") or {}).get("leapt")))
+            previews.add_metric([name], counters.get("tentative_previews", 0.0))
             now = st.get("results_now") or {}
             tentative_now.add_metric([name], _num(now.get("tentative")))
             if now.get("coverage") is not None:

@@ -41,6 +41,15 @@ When a master's barrier will never emit an epoch here (it passed it as a child b
 became the master), :meth:`add_late` with ``materialize=True`` makes the held contributions
 the epoch's result at once instead of holding them for ever.
 
+**Tentative previews** (PPA; ``docs/fault-tolerance.md``): :meth:`put_preview` stores what a
+master's barrier holds for an epoch it has not emitted by the job's tentative deadline (plus
+the late contributions held for it, without consuming them), flagged ``preview`` and always
+tentative. The barrier's result replaces it whole in :meth:`put` (a new version: it covers
+every origin the preview did, and more or the same); late contributions meanwhile are held
+as for an epoch not stored yet; :meth:`absorb` drops a preview before taking a hand-over's
+result. A preview is display only: never exported (no replica, no hand-over), never in
+:meth:`versions` (so never committed).
+
 An epoch dropped by any bound is remembered as *gone* with its reason (:meth:`gone`), so the
 results API answers 410 naming the bound (the lake still has it), never a silent 404.
 Snapshots handed out by :meth:`get` are ``lean()`` copies: iterating them (the results API,
@@ -101,6 +110,9 @@ class EpochResult:
     records: dict[int, int] | None = None
     #: the rate-weighted coverage the store computed (None: the share of origins applies)
     weighted: float | None = None
+    #: a tentative preview (what had arrived by the tentative deadline), not the barrier's
+    #: result: always tentative; the barrier's result replaces it (module docstring)
+    preview: bool = False
 
     @property
     def updated(self) -> bool:
@@ -121,7 +133,7 @@ class EpochResult:
 
     @property
     def tentative(self) -> bool:
-        return bool(self.missing) or self.doubtful
+        return bool(self.missing) or self.doubtful or self.preview
 
     @property
     def coverage(self) -> float:
@@ -193,8 +205,11 @@ class ResultStore:
         was recorded before. Contributions held
         for it are merged in when their lineage allows (module docstring)."""
         epochs = self._trees.setdefault(tree, OrderedDict())
-        if epoch in epochs:
+        previewed = epochs.get(epoch)
+        if previewed is not None and not previewed.preview:
             return False
+        if previewed is not None:  # the barrier's result replaces the preview whole
+            self._discard(tree, epoch)
         late_names: set[tuple[int, int]] = set()
         early = self._early.pop((tree, epoch), None)
         held = None if origins is None else set(origins)
@@ -204,12 +219,12 @@ class ResultStore:
             late_names = early.names
             if early.origins is None or held is None:
                 snap, held = snap.merge(early.snapshot), None
-            elif classify(held, frozenset(early.origins)) == NEW:
+            elif (kind := classify(held, frozenset(early.origins))) == NEW:
                 snap = snap.merge(early.snapshot)
                 held |= early.origins
                 records = merge_records(records, early.records)
-            else:
-                self._refused("overlap", tree, epoch, frozenset(early.origins))
+            else:  # a duplicate (repair pulled what the barrier got too) is no overlap
+                self._refused(kind, tree, epoch, frozenset(early.origins))
         snap = snap.lean()
         in_order = not epochs or next(reversed(epochs)) < epoch
         size = snap.memory_bytes()
@@ -219,6 +234,8 @@ class ResultStore:
         epochs[epoch] = EpochResult(snap, now, late_names, size, origins=lineage,
                                     expected=expected, doubtful=doubtful,
                                     records=None if lineage is None else records)  # fmt: skip
+        if previewed is not None:
+            epochs[epoch].version = previewed.version + 1
         self.resident_bytes += size
         if not in_order:
             epochs = self._trees[tree] = OrderedDict(sorted(epochs.items()))
@@ -229,6 +246,65 @@ class ResultStore:
         if not self._can_spill:
             self._drop_over_budget()
         return True
+
+    def put_preview(
+        self,
+        tree: int,
+        epoch: int,
+        snap: Snapshot,
+        now: float,
+        *,
+        origins: Lineage | None = None,
+        expected: Lineage | None = None,
+        doubtful: bool = False,
+    ) -> EpochResult | None:
+        """Store (or refresh, a new version) a tentative preview of an epoch the barrier has
+        not emitted: ``snap`` covering ``origins`` plus the late contributions held for it
+        (merged in a copy when their lineage allows; they stay held for :meth:`put`). None
+        if the epoch already has the barrier's result, or the preview would show nothing
+        new (same origins as the current preview)."""
+        epochs = self._trees.setdefault(tree, OrderedDict())
+        current = epochs.get(epoch)
+        if current is not None and not current.preview:
+            return None
+        held = None if origins is None else set(origins)
+        records = dict(records_of(origins) or {})
+        early = self._early.get((tree, epoch))
+        if early is not None:
+            if early.origins is None or held is None:
+                snap, held = snap.merge(early.snapshot), None
+            elif classify(held, frozenset(early.origins)) == NEW:
+                snap, held = snap.merge(early.snapshot), held | early.origins
+                records = merge_records(records, early.records)
+        lineage = None if held is None else frozenset(held)
+        if current is not None and current.origins is not None and current.origins == lineage:
+            return None
+        version = 1
+        if current is not None:
+            version = current.version + 1
+            self._discard(tree, epoch)
+        snap = snap.lean()
+        if lineage is not None:
+            expected = (expected or frozenset()) | plain(lineage)
+        result = EpochResult(snap, now, set(), snap.memory_bytes(), origins=lineage,
+                             expected=expected, doubtful=doubtful, version=version,
+                             preview=True,
+                             records=None if lineage is None else records)  # fmt: skip
+        epochs[epoch] = result
+        self.resident_bytes += result.nbytes
+        if next(reversed(epochs)) != epoch:
+            self._trees[tree] = OrderedDict(sorted(epochs.items()))
+        self.assess(tree, epoch)  # the rate-weighted coverage, as for any stored result
+        return result
+
+    def _discard(self, tree: int, epoch: int) -> None:
+        """Forget a stored result without marking it gone (a preview being replaced)."""
+        result = self._trees.get(tree, {}).pop(epoch, None)
+        if result is None:
+            return
+        self.resident_bytes -= result.nbytes
+        if result.spilled is not None and self.spill is not None:
+            self.spill.delete(tree, epoch)
 
     def add_late(
         self,
@@ -252,6 +328,8 @@ class ResultStore:
         rare, bounded cost: one snapshot decode) and makes it resident again."""
         epochs = self._trees.setdefault(tree, OrderedDict())
         result = epochs.get(epoch)
+        if result is not None and result.preview:
+            result = None  # held for the barrier's result, like an epoch not stored yet
         name = (origin, epoch)
         if result is None:
             held = self._early.get((tree, epoch))
@@ -422,12 +500,13 @@ class ResultStore:
         return {
             epoch: r.missing
             for epoch, r in self._trees.get(tree, {}).items()
-            if epoch > after and r.missing
+            if epoch > after and r.missing and not r.preview  # a barrier still waits for those
         }
 
     def versions(self, tree: int) -> dict[int, int]:
-        """Epoch → version of every stored epoch of ``tree`` (what a standby must hold)."""
-        return {epoch: r.version for epoch, r in self._trees.get(tree, {}).items()}
+        """Epoch → version of every stored epoch of ``tree`` (what a standby must hold;
+        previews are not replicated)."""
+        return {epoch: r.version for epoch, r in self._trees.get(tree, {}).items() if not r.preview}
 
     def epochs(self, tree: int) -> list[int]:
         return list(self._trees.get(tree, {}))
@@ -578,6 +657,8 @@ class ResultStore:
             held.items() if epochs is None else [(e, held[e]) for e in sorted(epochs) if e in held]
         )
         for epoch, r in chosen:
+            if r.preview:  # display only: the data it shows travels on its own path
+                continue
             item = {"epoch": epoch, "completed_at": r.completed_at, "version": r.version,
                     "doubtful": r.doubtful,
                     "late": [list(n) for n in sorted(r.late_names)],
@@ -658,6 +739,9 @@ class ResultStore:
                     held.records = merge_records(held.records, records_of(origins))
                 continue
             mine = self._trees.get(tree, {}).get(epoch)
+            if mine is not None and mine.preview:  # a real result replaces a preview
+                self._discard(tree, epoch)
+                mine = None
             if mine is None:
                 doubtful = bool(item.get("doubtful"))
                 if self.put(

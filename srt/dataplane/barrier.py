@@ -28,6 +28,19 @@ Precise semantics (``docs/srt-dataplane.md`` has the long form):
 * **Nobody expected.** An open epoch with no expected contributor and nothing received is
   emitted as an empty snapshot as soon as a later epoch has received something, so a parent
   never waits forever for an epoch this node has no data for.
+* **Straggler leaping** (ELF; off unless ``straggler_epochs`` is given, k >= 1). When the
+  oldest open epoch e is blocked only by members that have not delivered e while some other
+  member (a child, or the local input) has delivered an epoch >= e + k, e is emitted at once
+  without them: they are *leapt* for e (:attr:`EpochCombiner.leaps` records job, tree,
+  epoch, member, when the condition became true and when e left; counted as ``leapt`` per
+  member and ``leapt_epochs``; a WARNING within the log budget). The emitted lineage lacks
+  their origins, so the master reports e tentative, naming them. A leapt member's later
+  snapshot of e is ``"stale"`` (counted ``stale_leapt`` too) and goes to the master, which
+  folds it in by lineage - never merged twice. Only arrivals decide it (pure state: no
+  timers), and - with ``straggler_wait(e)`` - the time e has been open by the injected clock
+  (since its first arrival, or a later epoch's): behind by epochs *and* by time, so a catch-up
+  (a replay, a restart) where members reach epochs seconds apart leaps over nobody. The check
+  runs at each offer; epochs still leave in order, each once.
 
 * **Lineage** (:mod:`srt.dataplane.lineage`). An offer may carry the set of origins it
   covers (``origins``); the local snapshot covers this node's own ``origin``. With lineage,
@@ -61,7 +74,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections import Counter
+import time
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,6 +105,7 @@ log = logging.getLogger(__name__)
 
 LOCAL = "local"
 EMITTED_LINEAGE = 1024  # emitted epochs whose lineage stays answerable (late folds consult it)
+LEAP_RECORDS = 256  # recent leaps kept for status and benchmarks (all are counted)
 
 
 class EpochTooFarAhead(RetryLater, ValueError):
@@ -118,6 +133,35 @@ class _Member:
     confirmed: bool
 
 
+@dataclass(frozen=True)
+class Leap:
+    """One member leapt over for one epoch: ``member`` (a child id, or "local") had not
+    delivered ``epoch`` when ``ahead`` (another member's newest delivered epoch) reached
+    ``epoch + straggler_epochs``; ``detected_at`` is when that became true, ``emitted_at``
+    when the epoch left without it (the emit call returned), both by the combiner's clock."""
+
+    job: str
+    tree: int
+    epoch: int
+    member: int | str
+    ahead: int
+    detected_at: float
+    emitted_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        member = self.member if isinstance(self.member, str) else f"{self.member:x}"
+        return {
+            "job": self.job,
+            "tree": f"{self.tree:x}",
+            "epoch": self.epoch,
+            "member": member,
+            "ahead": self.ahead,
+            "detected_at": self.detected_at,
+            "emitted_at": self.emitted_at,
+            "leap_ms": (self.emitted_at - self.detected_at) * 1000,
+        }
+
+
 class EpochCombiner:
     """The per-(job, tree) barrier on one node (contract in the module docstring).
 
@@ -126,7 +170,9 @@ class EpochCombiner:
     is an absolute upper bound on accepted epochs (None: none) - it also covers a floating
     combiner's very first offer, which ``max_ahead`` cannot. ``expect(epoch)`` (optional) is
     what children's snapshots of ``epoch`` must be (:class:`~srt.dataplane.compat.Expectation`,
-    None: anything mergeable)."""
+    None: anything mergeable). ``straggler_epochs`` (None or 0: never) turns straggler leaping
+    on, ``straggler_wait(epoch)`` (seconds) adds the time condition; ``clock`` stamps leaps and
+    first arrivals (:meth:`opened_at`)."""
 
     def __init__(
         self,
@@ -142,9 +188,15 @@ class EpochCombiner:
         expect: Callable[[int], Expectation | None] | None = None,
         horizon: Callable[[], int | None] | None = None,
         origin: int | None = None,
+        straggler_epochs: int | None = None,
+        straggler_wait: Callable[[int], float] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if first_epoch is not None and first_epoch < 0:
             raise ValueError("first_epoch must be >= 0")
+        self.straggler_epochs = straggler_epochs  # validated by the setter below
+        #: seconds an epoch must have been open before it may be leapt (None: no minimum)
+        self.straggler_wait = straggler_wait
         # Floating start (first_epoch None): event-time epoch numbers are absolute (~1.7e9
         # for 1 s epochs), so a combiner created mid-stream starts at the lowest epoch offered
         # before its first emit; its initial members count as new (tentative) ones.
@@ -168,6 +220,24 @@ class EpochCombiner:
         self._emit_task: asyncio.Future | None = None
         self.counters: Counter[str] = Counter()
         self._log = LogBudget(log)  # refusals are counted; the log gets a bounded share
+        self._clock = clock
+        #: each member's (child id or LOCAL) newest epoch offered: the leaping evidence
+        self._delivered: dict[int | str, int] = {}
+        self._opened: dict[int, float] = {}  # open epoch -> when its first offer arrived
+        #: emitted epochs -> the members leapt over (bounded like the emitted lineage)
+        self._leapt: dict[int, frozenset[int | str]] = {}
+        self.leaps: deque[Leap] = deque(maxlen=LEAP_RECORDS)
+
+    @property
+    def straggler_epochs(self) -> int | None:
+        """Leap over members this many epochs behind another member (None: never)."""
+        return self._straggler_epochs
+
+    @straggler_epochs.setter
+    def straggler_epochs(self, value: int | None) -> None:
+        if value is not None and (type(value) is not int or value < 0):
+            raise ValueError(f"straggler_epochs must be an int >= 0 or None, got {value!r}")
+        self._straggler_epochs = value or None
 
     # ---- inspection ---------------------------------------------------------------------
     @property
@@ -233,8 +303,42 @@ class EpochCombiner:
                 }
                 for e in epochs
             },
+            "straggler_epochs": self._straggler_epochs,
+            "leaps": [leap.to_dict() for leap in list(self.leaps)[-8:]],
             "counters": dict(self.counters),
         }
+
+    def first_arrivals(self) -> dict[int, float]:
+        """Open epoch -> when its first offer arrived (by the combiner's clock)."""
+        return dict(self._opened)
+
+    def opened_at(self, epoch: int) -> float | None:
+        """When the combiner first learnt ``epoch`` had closed somewhere: the first offer for
+        it or any later open epoch (epochs close in order), by its clock; None if nothing
+        open at or after it has arrived (or it was emitted)."""
+        if self._emitted(epoch):
+            return None
+        times = [at for e, at in self._opened.items() if e >= epoch]
+        return min(times) if times else None
+
+    def preview(self, epoch: int) -> tuple[Snapshot, Lineage | None, list[int | str]] | None:
+        """What has arrived for the open ``epoch`` so far, without consuming it: (the merge
+        after the operator's ``level`` step, its lineage - None when unknown -, whom it
+        still waits for); None if it was emitted or nothing arrived for it. A master shows
+        this as a tentative result while the epoch is held up."""
+        st = self._open.get(epoch)
+        if self._emitted(epoch) or st is None or st.acc is None:
+            return None
+        try:
+            snap = self.operator.level(st.acc)
+        except Exception:  # the emit path logs operator failures; a preview just shows more
+            snap = st.acc
+        lineage = None if st.unknown else frozenset(st.origins)
+        return snap, lineage, self.waiting_for(epoch)
+
+    def leapt_for(self, epoch: int) -> frozenset[int | str]:
+        """The members leapt over when ``epoch`` was emitted (recent epochs; empty if none)."""
+        return self._leapt.get(epoch, frozenset())
 
     # ---- admission ----------------------------------------------------------------------
     def _limit(self, epoch: int) -> str | None:
@@ -301,7 +405,13 @@ class EpochCombiner:
         if self._proto is None:
             self._proto = select(snap, np.empty(0, np.intp))
         self._open[epoch] = st
+        self._opened.setdefault(epoch, self._clock())
         return st
+
+    def _saw(self, member: int | str, epoch: int) -> None:
+        """``member`` offered ``epoch``: evidence of how far it got (for leaping)."""
+        if epoch > self._delivered.get(member, -1):
+            self._delivered[member] = epoch
 
     def offer_local(
         self, epoch: int, snap: Snapshot, *, complete: bool = True, records: int | None = None
@@ -319,8 +429,12 @@ class EpochCombiner:
         if not complete:
             snap = select(snap, np.empty(0, np.intp))
             self.counters["incomplete_local"] += 1
+        self._saw(LOCAL, epoch)
         if self._emitted(epoch):
             self.counters["stale_local"] += 1
+            if LOCAL in self._leapt.get(epoch, ()):
+                self.counters["stale_leapt"] += 1
+            self._advance()  # the evidence may let an older epoch leap
             return "stale"
         st = self._open.get(epoch)
         if st is not None and st.local:
@@ -360,16 +474,22 @@ class EpochCombiner:
         either."""
         snap = self.check(epoch, snap, child)
         self._check_epoch(epoch)
+        self._saw(child, epoch)
         refused = self.state_of(child, epoch, origins)
         if refused is not None:
             self.counters[refused] += 1
             if refused == DUPLICATE:
                 self._arrived(child, epoch)
+            else:
+                if child in self._leapt.get(epoch, ()):
+                    self.counters["stale_leapt"] += 1
+                self._advance()
             return refused
         st = self._open.get(epoch)
         if origins and st is not None and classify(st.origins, origins) != NEW:
             self._refuse_overlap(child, epoch, origins, st)
             self._arrived(child, epoch)
+            self._advance()
             return "overlap"
         st = self._merge(epoch, snap)
         st.senders.add(child)
@@ -429,6 +549,8 @@ class EpochCombiner:
         new = set(children)
         start = self._tentative_start()
         self._children = {c: self._children.get(c) or _Member(start, False) for c in new}
+        # leaping evidence only of members (bounded by the child set)
+        self._delivered = {m: e for m, e in self._delivered.items() if m in new or m == LOCAL}
         self._advance()
 
     def set_expect_local(self, flag: bool) -> None:
@@ -449,10 +571,38 @@ class EpochCombiner:
         # nothing expected and nothing received: empty, once a later epoch has data
         return self._proto is not None and any(e > epoch for e in self._open)
 
+    def _leapable(self, epoch: int) -> tuple[list[int | str], int] | None:
+        """(the members to leap over for ``epoch``, the epoch another member reached) when
+        straggler leaping applies to it (module doc), else None."""
+        k = self._straggler_epochs
+        if k is None:
+            return None
+        waiting = self.waiting_for(epoch)
+        if not waiting:
+            return None
+        members: list[int | str] = list(self._children)
+        if self._local is not None:
+            members.append(LOCAL)
+        ahead = max((self._delivered.get(m, -1) for m in members if m not in waiting), default=-1)
+        if ahead < epoch + k or (epoch not in self._open and self._proto is None):
+            return None
+        if self.straggler_wait is not None:
+            opened = self.opened_at(epoch)
+            if opened is None or self._clock() - opened < self.straggler_wait(epoch):
+                return None  # behind in epochs, not in time: a catch-up, not a straggler
+        return waiting, ahead
+
     def _advance(self) -> None:
-        while self._complete(self._next):
+        while True:
             epoch = self._next
+            leap = None
+            if not self._complete(epoch):
+                leap = self._leapable(epoch)
+                if leap is None:
+                    return
+            detected_at = self._clock() if leap is not None else 0.0
             st = self._open.pop(epoch, None)
+            self._opened.pop(epoch, None)
             snap = st.acc if st is not None and st.acc is not None else self._proto
             assert snap is not None
             self._next = epoch + 1
@@ -462,6 +612,10 @@ class EpochCombiner:
                 self._emitted_lineage[epoch] = None if st.unknown else _lineage(st)
             while len(self._emitted_lineage) > EMITTED_LINEAGE:
                 del self._emitted_lineage[next(iter(self._emitted_lineage))]
+            if leap is not None:
+                self._leapt[epoch] = frozenset(leap[0])
+                while len(self._leapt) > EMITTED_LINEAGE:
+                    del self._leapt[next(iter(self._leapt))]
             self._floating = False
             try:
                 out = self.operator.level(snap)
@@ -473,6 +627,32 @@ class EpochCombiner:
                 out = snap
             self.counters["emitted"] += 1
             self._emit(epoch, out)
+            if leap is not None:
+                self._record_leap(epoch, leap[0], leap[1], detected_at)
+
+    def _record_leap(
+        self, epoch: int, members: list[int | str], ahead: int, detected_at: float
+    ) -> None:
+        emitted_at = self._clock()
+        self.counters["leapt_epochs"] += 1
+        for member in members:
+            self.counters["leapt"] += 1
+            self.leaps.append(
+                Leap(self.job, self.tree, epoch, member, ahead, detected_at, emitted_at)
+            )
+        self._log.warning(
+            "leap",
+            "job %s tree %x epoch %d left without %s: %d+ epochs behind (another member "
+            "delivered epoch %d); their late snapshots are folded in at the master "
+            "(%.2f ms from detection to emit)",
+            self.job,
+            self.tree,
+            epoch,
+            ", ".join(m if isinstance(m, str) else f"{m:x}" for m in members[:8]),
+            ahead - epoch,
+            ahead,
+            (emitted_at - detected_at) * 1000,
+        )
 
     def _emit(self, epoch: int, snap: Snapshot) -> None:
         try:
