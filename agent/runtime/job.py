@@ -220,7 +220,7 @@ class JobRuntime:
             self.name,
             self.retained,
             network,
-            replicas=lambda: getattr(self.spec, "checkpoint_replicas", 2),
+            replicas=lambda: self.spec.checkpoint_replicas,
             committed=self.committed.get,
             delay=t.checkpoint_delay,
         )
