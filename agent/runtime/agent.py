@@ -1158,12 +1158,16 @@ class Agent:
             raise Reject(400, "bad_body", "job must be a non-empty string")
         if committed is not None and type(committed) is not int:
             raise Reject(400, "bad_body", "committed must be an integer epoch or null")
+        seen = body.get("seen")
+        if seen is not None and type(seen) is not int:
+            raise Reject(400, "bad_body", "seen must be an integer epoch or null")
         try:
             epochs = decode_epochs(body["epochs"])
             records = decode_records(body.get("records"))
         except ValueError as exc:
             raise Reject(400, "bad_body", str(exc)) from None
-        return {"held": self.checkpoints.keep(origin, job, tree, committed, epochs, records)}
+        held = self.checkpoints.keep(origin, job, tree, committed, epochs, records, seen)
+        return {"held": held}
 
     async def _serve_checkpoint_fetch(self, request: web.Request) -> dict[str, Any]:
         """A master re-issuing a lost origin's epochs asks for the checkpoints held here."""
@@ -1180,6 +1184,7 @@ class Agent:
         return {
             "epochs": {str(e): base64.b64encode(b).decode() for e, b in parts.items()},
             "records": {str(e): n for e, n in counts.items()},
+            "seen": self.checkpoints.seen(origin, job),
         }
 
     def _node_failed(self, info: NodeInfo) -> None:

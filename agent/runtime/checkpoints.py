@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 BATCH = 16  # epochs per checkpoint request (one origin's, one tree)
 POST_TIMEOUT = 5.0  # seconds a holder may take to answer one checkpoint request
 MAX_EPOCHS_PER_KEY = 1024  # epochs a holder keeps per (origin, job, tree)
+MAX_SEEN = 65_536  # (origin, job) pairs whose newest read epoch a holder remembers
 
 
 class Peer(Protocol):
@@ -91,6 +92,7 @@ class CheckpointStore:
         self._held: OrderedDict[tuple[int, str, int], dict[int, bytes]] = OrderedDict()
         self._committed: dict[tuple[int, str, int], int] = {}
         self._records: dict[tuple[int, str, int], dict[int, int]] = {}  # epoch record counts
+        self._seen: dict[tuple[int, str], int] = {}  # (origin, job) → newest epoch it read
 
     def keep(
         self,
@@ -100,10 +102,17 @@ class CheckpointStore:
         committed: int | None,
         epochs: dict[int, bytes],
         records: dict[int, int] | None = None,
+        seen: int | None = None,
     ) -> int:
-        """Hold ``epochs`` of ``origin``; forget its epochs up to ``committed``. Returns how
-        many epochs are newly held."""
+        """Hold ``epochs`` of ``origin``; forget its epochs up to ``committed``; remember the
+        newest epoch it ``seen`` any record of. Returns how many epochs are newly held."""
         key = (origin, job, tree)
+        if (
+            seen is not None
+            and seen > self._seen.get((origin, job), -1)
+            and ((origin, job) in self._seen or len(self._seen) < MAX_SEEN)
+        ):
+            self._seen[(origin, job)] = seen
         if committed is not None and committed > self._committed.get(key, -1):
             self._committed[key] = committed
         floor = self._committed.get(key, -1)
@@ -162,6 +171,10 @@ class CheckpointStore:
         self.fetched += len(out)
         return out
 
+    def seen(self, origin: int, job: str) -> int | None:
+        """The newest epoch ``origin`` said it read a record of (None: never said)."""
+        return self._seen.get((origin, job))
+
     def records(self, origin: int, job: str, tree: int, epochs: Iterable[int]) -> dict[int, int]:
         """The record counts the origin sent with ``epochs`` (those it sent)."""
         counts = self._records.get((origin, job, tree), {})
@@ -174,6 +187,8 @@ class CheckpointStore:
             self._records.pop(key, None)
         for key in [k for k in self._committed if k[1] == job]:
             del self._committed[key]
+        for seen_key in [k for k in self._seen if k[1] == job]:
+            del self._seen[seen_key]
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -223,8 +238,13 @@ class CheckpointSender:
         replicas: Callable[[], int],
         committed: Callable[[int], int | None],
         delay: float = 0.25,
+        seen: Callable[[], int | None] = lambda: None,
+        now_epoch: Callable[[], int] = lambda: 0,
     ) -> None:
         self.job = job
+        self.seen = seen
+        self.now_epoch = now_epoch
+        self._told_seen: dict[int, int] = {}  # holder → the newest seen epoch it was told
         self.retained = retained
         self.network = network
         self.replicas = replicas
@@ -284,10 +304,20 @@ class CheckpointSender:
             self.network.node_id, self.network.domain, self.network.neighbours(), k
         )
         self.holders = [format(h.id, "x") for h in holders]
+        seen = self.seen()
         for holder in holders:
             pending = self._pending.setdefault(holder.id, {})
             for tree, epochs in queue.items():
                 pending.setdefault(tree, set()).update(epochs)
+            if (
+                seen is not None
+                and seen > self.now_epoch()
+                and seen > self._told_seen.get(holder.id, -1)
+            ):
+                # records from epochs still ahead of the clock (a skewed log clock): if this
+                # origin dies, its master must know they were read (they died with it)
+                for tree in queue:
+                    pending.setdefault(tree, set())
             if holder.id not in self._draining:
                 # one drain per holder: a stalled holder (its kernel accepts, nobody answers)
                 # holds back only its own copies, never the other holders'
@@ -304,28 +334,51 @@ class CheckpointSender:
                     due = sorted(e for e in epochs if floor is None or e > floor)
                     self.skipped_committed += len(epochs) - len(due)
                     parts = [(e, s) for e in due if (s := self.retained.get(tree, e)) is not None]
+                    seen = self.seen()
+                    if (
+                        not parts
+                        and seen is not None
+                        and seen > self.now_epoch()  # only records ahead of the clock
+                        and seen > self._told_seen.get(holder.id, -1)
+                    ):
+                        await self._post(holder, self._body(tree, floor, {}, [], seen))
+                        self._told_seen[holder.id] = seen
                     for start in range(0, len(parts), BATCH):
                         batch = parts[start : start + BATCH]
                         encoded = await asyncio.to_thread(_encode, batch)
-                        body = {
-                            "job": self.job,
-                            "tree": tree,
-                            "origin": format(self.network.node_id, "x"),
-                            "committed": floor,
-                            "epochs": encoded,
-                            # each epoch's record count (the master's rate-weighted coverage)
-                            "records": {
-                                str(e): n
-                                for e, _ in batch
-                                if (n := self.retained.records(tree, e)) is not None
-                            },
-                        }
+                        body = self._body(tree, floor, encoded, batch, seen)
                         if await self._post(holder, body):
+                            if seen is not None:
+                                self._told_seen[holder.id] = max(
+                                    seen, self._told_seen.get(holder.id, -1)
+                                )
                             self.newest_sent = max(self.newest_sent or 0, batch[-1][0])
                             self.sent_epochs += len(batch)
                             self.sent_bytes += sum(len(v) for v in encoded.values())
         finally:
             self._draining.discard(holder.id)
+
+    def _body(
+        self,
+        tree: int,
+        floor: int | None,
+        encoded: dict[str, str],
+        batch: Sequence[tuple[int, Any]],
+        seen: int | None,
+    ) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "tree": tree,
+            "origin": format(self.network.node_id, "x"),
+            "committed": floor,
+            "epochs": encoded,
+            # each epoch's record count (the master's rate-weighted coverage)
+            "records": {
+                str(e): n for e, _ in batch if (n := self.retained.records(tree, e)) is not None
+            },
+            # the newest epoch of any record read: epochs up to it died with us, if we die
+            "seen": seen,
+        }
 
     async def _post(self, holder: Any, body: dict[str, Any]) -> bool:
         try:

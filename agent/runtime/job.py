@@ -223,6 +223,8 @@ class JobRuntime:
             replicas=lambda: self.spec.checkpoint_replicas,
             committed=self.committed.get,
             delay=t.checkpoint_delay,
+            seen=self._seen_epoch,
+            now_epoch=lambda: self.spec.schedule.epoch_of(time.time()),
         )
         #: as master: laggard probes, origins lost for good and their re-issue (loss.py)
         self.loss = OriginLoss(
@@ -289,6 +291,13 @@ class JobRuntime:
 
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] = self.counters.get(what, 0) + n
+
+    def _seen_epoch(self) -> int | None:
+        """The newest epoch of any record offered to this job's worker (None: none yet)."""
+        clock = self.clock
+        if clock is None or clock.max_seen_time == -math.inf:
+            return None
+        return clock.epoch_of(clock.max_seen_time)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 

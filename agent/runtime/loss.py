@@ -254,10 +254,16 @@ class OriginLoss:
                     self.host.multicast(tid, {"kind": "lost", "origin": f"{origin:x}"}),
                     f"{self.host.name} lost multicast",
                 )
-            counts = await asyncio.gather(*(self._reissue(tid, origin) for tid in trees))
-            event["reissued"] = sum(counts)
+            done = await asyncio.gather(*(self._reissue(tid, origin) for tid in trees))
+            event["reissued"] = sum(n for n, _ in done)
             event["reissued_at"] = time.time()
+            # records it read from epochs ahead of the clock (a skewed log clock) died with it
+            # too: it is expected (and those epochs lack it) up to the newest it said it read
+            seen = max((s for _, s in done if s is not None), default=None)
             from_epoch = self.host.first_epoch_after(declared)
+            if seen is not None and seen >= from_epoch:
+                event["seen_epoch"] = seen
+                from_epoch = seen + 1
             event["from_epoch"] = from_epoch
             if self.host.lose(origin, from_epoch):
                 self.host.count("origins_lost")
@@ -276,20 +282,24 @@ class OriginLoss:
         finally:
             self._declaring.discard(origin)
 
-    async def _reissue(self, tid: int, origin: int) -> int:
-        """Fetch ``origin``'s checkpoints of ``tid`` from the agents closest to it; fold."""
+    async def _reissue(self, tid: int, origin: int) -> tuple[int, int | None]:
+        """Fetch ``origin``'s checkpoints of ``tid`` from the agents closest to it; fold.
+        Returns how many were new here and the newest epoch it said it read a record of."""
         holders = self.network.near(origin, HOLDERS_ASKED)
         body = {"job": self.host.name, "tree": tid, "origin": f"{origin:x}"}
         replies = await asyncio.gather(*(self._fetch(h, body) for h in holders))
         parts: dict[int, bytes] = {}
         records: dict[str, Any] = {}
-        for got, counts in replies:
+        seen: int | None = None
+        for got, counts, said in replies:
             for epoch, data in got.items():
                 parts.setdefault(epoch, data)
             for key, n in counts.items():
                 records.setdefault(key, n)
+            if type(said) is int and (seen is None or said > seen):
+                seen = said
         if not parts:
-            return 0
+            return 0, seen
         self.host.count("checkpoints_fetched", len(parts))
         merged = await self.host.fold_origin(tid, origin, parts, records)
         log.info(
@@ -300,11 +310,11 @@ class OriginLoss:
             sorted(parts),
             merged,
         )
-        return merged
+        return merged, seen
 
     async def _fetch(
         self, holder: Any, body: dict[str, Any]
-    ) -> tuple[dict[int, bytes], dict[str, Any]]:
+    ) -> tuple[dict[int, bytes], dict[str, Any], Any]:
         try:
             url = await asyncio.wait_for(self.network.data_url_of(holder), FETCH_TIMEOUT)
             reply = await asyncio.wait_for(
@@ -316,10 +326,11 @@ class OriginLoss:
             return (
                 _decoded(epochs.items() if isinstance(epochs, dict) else ()),
                 counts if isinstance(counts, dict) else {},
+                reply.get("seen") if isinstance(reply, dict) else None,
             )
         except Exception as exc:  # that holder is gone or slow: the others may have it
             log.info("job %s: checkpoint fetch from %x: %r", self.host.name, holder.id, exc)
-            return {}, {}
+            return {}, {}, None
 
     def status(self) -> list[dict[str, Any]]:
         return list(self.events)

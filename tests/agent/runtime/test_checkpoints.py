@@ -173,7 +173,13 @@ async def test_the_checkpoint_routes_hold_and_answer_and_refuse_malformed_bodies
         got = await client.post_json(
             url, "/agent/v1/checkpoint/fetch", {"job": "wc", "tree": 7, "origin": "ab"}
         )
-        assert got == {"epochs": {"4": "Yg==", "5": "Yw=="}, "records": {"4": 9}}  # 3 committed
+        assert got == {"epochs": {"4": "Yg==", "5": "Yw=="}, "records": {"4": 9}, "seen": None}
+        # an origin that read records of epochs ahead of the clock says how far it read
+        await client.post_json(url, "/agent/v1/checkpoint", {**body, "epochs": {}, "seen": 42})
+        got = await client.post_json(
+            url, "/agent/v1/checkpoint/fetch", {"job": "wc", "tree": 7, "origin": "ab"}
+        )
+        assert got["seen"] == 42 and got["epochs"] == {"4": "Yg==", "5": "Yw=="}
         assert agent.status()["checkpoints_held"]["epochs"] == 2
         bad = [
             {**body, "origin": "zz"},
@@ -184,6 +190,7 @@ async def test_the_checkpoint_routes_hold_and_answer_and_refuse_malformed_bodies
             {**body, "epochs": {"4": "%%"}},
             {**body, "records": {"4": -1}},
             {**body, "records": [4]},
+            {**body, "seen": "42"},
             {k: v for k, v in body.items() if k != "epochs"},
         ]
         for b in bad:

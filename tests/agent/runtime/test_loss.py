@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,7 @@ class Client:
     def __init__(self, dead: set[str], stuck: set[str], held: dict[str, dict[int, bytes]]) -> None:
         self.dead, self.stuck, self.held = dead, stuck, held
         self.calls: list[tuple[str, str]] = []
+        self.seen: dict[str, int] = {}
 
     async def post_json(self, url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.calls.append((url, path))
@@ -95,6 +97,7 @@ class Client:
             return {
                 "epochs": {str(e): base64.b64encode(b).decode() for e, b in parts.items()},
                 "records": {str(e): len(b) for e, b in parts.items()},
+                "seen": self.seen.get(url),
             }
         return {"epochs": {}}
 
@@ -142,6 +145,24 @@ async def test_a_refused_probe_declares_the_origin_lost_and_re_issues_its_checkp
     assert host.expected_origins.past_repair(101) == {2}  # ... but past repair
     assert 2 not in host.expected(event["from_epoch"])
     assert host.counters["origins_lost"] == 1
+
+
+async def test_records_a_lost_origin_read_ahead_of_the_clock_keep_their_epochs_open() -> None:
+    """A skewed log clock: the origin read records of epochs ahead of the declaration and
+    told its holders; those epochs still expect it (they lack what died with it)."""
+    host = Host()
+    client = Client(dead={"http://n2"}, stuck=set(), held={"http://n5": {101: b"c"}})
+    ahead = int(time.time()) + 100  # epochs of 1 s: read 100 s ahead of the clock
+    client.seen["http://n5"] = ahead
+    net = Network(client)
+    loss = OriginLoss(host, net)
+    loss.learn_url(2, "http://n2")
+    loss.check(7, now=102.2)
+    await asyncio.wait_for(host.settle(), 5)
+    event = loss.status()[0]
+    assert event["from_epoch"] == ahead + 1 and event["seen_epoch"] == ahead
+    assert host.expected_origins.past_repair(ahead) == {2}  # those epochs lack it, named
+    assert 2 not in host.expected(ahead + 1)
 
 
 async def test_a_silent_origin_is_lost_only_after_the_loss_timeout_if_still_unreachable() -> None:
