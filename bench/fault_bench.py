@@ -358,6 +358,9 @@ def main() -> None:
         "--slow-seconds", type=float, help="how long the slow agent is capped (60; quick 15)"
     )
     parser.add_argument(
+        "--stall-epochs", type=int, default=3, help="how long the straggler is stopped (epochs)"
+    )
+    parser.add_argument(
         "--parts",
         default="crash,loss,standby,checkpoints",
         help="comma-separated: crash (issue 12's chaos run), loss (permanent loss, straggler, "
@@ -393,6 +396,7 @@ def main() -> None:
             args.slow_seconds or (15.0 if args.quick else 60.0),
             args.seed,
             args.agent_log_level,
+            args.stall_epochs,
         )
     if "checkpoints" in parts:
         ckpt = [

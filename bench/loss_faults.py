@@ -126,7 +126,13 @@ def lose(
 
 
 def loss_run(
-    n: int, rate: float, timeout: float, slow_seconds: float, seed: int, log_level: str
+    n: int,
+    rate: float,
+    timeout: float,
+    slow_seconds: float,
+    seed: int,
+    log_level: str,
+    stall_epochs: int = 3,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"agents": n, "faults": []}
     domains = [f"rack-{i // 2}" for i in range(n)]
@@ -138,10 +144,13 @@ def loss_run(
             chaos.start(timeout=180)
             writer = LogWriter(chaos.paths, rate=rate, seed=seed).start()
             start = math.floor(time.time()) + 2
+            # a member one epoch behind is leapt: with 1 s epochs and the default of two, the
+            # leap races the overlay's failure detector (3.5 s) in a 3-epoch stall
+            leap = (("straggler_epochs", 1),)
             plans = [
-                JobPlan("wc", "wordcount", start),
-                JobPlan("ql", "ql", start),
-                JobPlan("top", "wordcount", start, top_k=5),
+                JobPlan("wc", "wordcount", start, settings=leap),
+                JobPlan("ql", "ql", start, settings=leap),
+                JobPlan("top", "wordcount", start, top_k=5, settings=leap),
             ]
             for plan in plans:
                 chaos.submit(plan)
@@ -184,10 +193,14 @@ def loss_run(
             watchers = [ResultWatcher(chaos, p, first).start() for p in plans]
             victim = chaos.pick(LEAD, "leaf")
             ev = chaos.stall(victim, LEAD, "leaf")
-            time.sleep(3 * plans[0].epoch_seconds)  # the fault's length, not a wait on state
+            time.sleep(stall_epochs * plans[0].epoch_seconds)  # the fault's length, not a wait
             chaos.resume(victim, LEAD)
             chaos.wait_stored(LEAD, plans[0].epoch_of(time.time()) - 1, timeout=timeout)
-            stall = {"fault": "straggler: SIGSTOP 3 epochs", "agent": victim, "stalled_at": ev.at}
+            stall = {
+                "fault": f"straggler: SIGSTOP {stall_epochs} epochs",
+                "agent": victim,
+                "stalled_at": ev.at,
+            }
             # a slow agent: 20 % of one CPU for slow_seconds
             slow = chaos.pick(LEAD, "leaf")
             thread = chaos.throttle(slow, 0.2, slow_seconds, LEAD, "leaf")

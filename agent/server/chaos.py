@@ -3,7 +3,8 @@ epoch-by-epoch check of every job's results against the lines written.
 
 Contract.
 
-* :class:`LogWriter` appends JSON lines (``{"ts": now, "line": words, "page": p, "seq": s}``)
+* :class:`LogWriter` appends JSON lines (``{"ts": now, "line": words, "page": p, "seq": s}``;
+  words drawn Zipf-like, pages uniformly)
   to one file per agent at a fixed rate, from a thread, until stopped; it keeps writing the
   file of an agent that is down (a web server does not stop logging when the agent dies).
 * :class:`JobPlan` is a job under test: its spec and an independent reference (WordCount:
@@ -51,6 +52,9 @@ from agent.server.netns import NetnsLab
 
 INPUT = "lines"
 WORDS = [f"w{i}" for i in range(60)] + ["alpha", "beta", "gamma", "delta"]
+#: word frequencies are Zipf-like (s = 1.1), as words, paths and products are in real logs:
+#: a top-k then has a meaningful head (with uniform words it would be ties all the way)
+WORD_WEIGHTS = [1 / (rank + 1) ** 1.1 for rank in range(len(WORDS))]
 PAGES = [f"/p/{i}" for i in range(12)]
 QL_QUERY = f"SELECT page, count(*) AS hits FROM {INPUT} GROUP BY page"
 
@@ -117,7 +121,8 @@ class LogWriter:
 
     def _line(self) -> str:
         self._seq += 1
-        words = " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randrange(1, 6)))
+        n = self.rng.randrange(1, 6)
+        words = " ".join(self.rng.choices(WORDS, weights=WORD_WEIGHTS, k=n))
         record = {"ts": time.time(), "line": words.upper(), "page": self.rng.choice(PAGES)}
         return json.dumps({**record, "seq": self._seq})
 
