@@ -17,6 +17,8 @@ import math
 import time
 from pathlib import Path
 
+import pytest
+
 from agent.server.chaos import (
     EXACT,
     MISDECLARED,
@@ -195,3 +197,25 @@ def test_both_agents_of_one_failure_domain_lost_together(tmp_path: Path) -> None
         chaos.stop()
     # two agents: their open epochs, and one more when their declarations straddle an epoch
     assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=6)
+
+
+@pytest.mark.slow
+def test_a_slow_agent_for_a_minute_never_makes_an_epoch_wrong(tmp_path: Path) -> None:
+    """A leaf capped to 20 % of one CPU (SIGSTOP/SIGCONT duty cycle) for a minute: its epochs
+    arrive late - previewed tentative, leapt over - and every epoch ends final and exact."""
+    chaos = ChaosCluster(AGENTS, tmp_path).start()
+    writer = LogWriter(chaos.paths, rate=10).start()
+    try:
+        start = math.floor(time.time()) + 2
+        wc = JobPlan("wc", "wordcount", start, settings=(("straggler_epochs", 1),))
+        assert chaos.submit(wc)["agents_reached"] == AGENTS
+        chaos.wait_stored("wc", start + 2)
+        chaos.throttle(chaos.pick("wc", "leaf"), 0.2, 60.0, "wc", "leaf").join()
+        chaos.wait_stored("wc", wc.epoch_of(time.time()) - 1, timeout=60)
+    finally:
+        writer.stop()
+    try:
+        reports = check(chaos, [wc], settle_timeout=30)
+    finally:
+        chaos.stop()
+    assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=0)
