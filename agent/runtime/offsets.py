@@ -153,6 +153,24 @@ def _high_epoch(job: JobProgress) -> int | None:
     return clock.epoch_of(newest)
 
 
+def _with_joiners(highs: dict[str, int], readers: Sequence[JobProgress]) -> dict[str, int]:
+    """``highs`` of a noted position, plus a bound for each job reading the input now that
+    had no high there: it joined after the position was noted and re-read (replayed) the
+    records before it (``Agent._join_inputs``), which can belong to any epoch up to the
+    newest seen then (``SEEN``). Without this a position noted before a job joined committed
+    on the other jobs' acknowledgements alone, and a restart lost the joiner's records of
+    epochs it had not acknowledged yet. A joiner starting after them needs none of them."""
+    seen = highs.get(SEEN)
+    if seen is None:
+        return highs  # no record was read before this position
+    out = dict(highs)
+    for rt in readers:
+        start = rt.spec.start_epoch
+        if rt.name not in out and (start is None or start <= seen):
+            out[rt.name] = seen
+    return out
+
+
 def _identity(spec: JobSpec) -> dict[str, Any]:
     return {"creator": spec.creator, "start_epoch": spec.start_epoch}
 
@@ -318,12 +336,13 @@ class OffsetKeeper:
                 merged = {k: max(first[1].get(k, -1), v) for k, v in second[1].items()}
                 pending.appendleft((second[0], merged))
         for name, pending in self._pending.items():
+            readers = [rt for rt in runtimes if rt.clock is not None and name in rt.inputs]
             committed = None
             while pending:
                 state, highs = pending[0]
                 if any(
                     job in acked and (acked[job] is None or acked[job] < h)  # type: ignore[operator]
-                    for job, h in highs.items()
+                    for job, h in _with_joiners(highs, readers).items()
                 ):
                     break
                 committed = state
