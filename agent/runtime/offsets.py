@@ -157,17 +157,18 @@ def _with_joiners(highs: dict[str, int], readers: Sequence[JobProgress]) -> dict
     """``highs`` of a noted position, plus a bound for each job reading the input now that
     had no high there: it joined after the position was noted and re-read (replayed) the
     records before it (``Agent._join_inputs``), which can belong to any epoch up to the
-    newest seen then (``SEEN``). Without this a position noted before a job joined committed
-    on the other jobs' acknowledgements alone, and a restart lost the joiner's records of
-    epochs it had not acknowledged yet. A joiner starting after them needs none of them."""
-    seen = highs.get(SEEN)
-    if seen is None:
+    newest seen then (``SEEN``, or a loaded position's bound). Without this a position noted
+    before a job joined committed on the other jobs' acknowledgements alone, and a restart
+    lost the joiner's records of epochs it had not acknowledged yet. A joiner starting after
+    them needs none of them."""
+    if not highs:
         return highs  # no record was read before this position
+    bound = max(highs.values())  # SEEN, or a loaded position's bound
     out = dict(highs)
     for rt in readers:
         start = rt.spec.start_epoch
-        if rt.name not in out and (start is None or start <= seen):
-            out[rt.name] = seen
+        if rt.name not in out and (start is None or start <= bound):
+            out[rt.name] = bound
     return out
 
 
@@ -201,6 +202,9 @@ class OffsetKeeper:
         self._loaded: dict[str, dict[str, Any]] = {}  # positions read from the state file
         self._loaded_bound: dict[str, int] = {}
         self._identities: dict[str, dict[str, Any]] = {}  # job → its submitted identity
+        # per input, the position a joining job re-reads from (replay_from), to pull the
+        # committed position back to at the next observe (set on the record thread)
+        self._rewinds: dict[str, tuple[dict[str, Any], dict[str, int]]] = {}
         self._dirty = False
         self.counters = {"writes": 0, "write_errors": 0, "load_errors": 0}
         if self.path is not None:
@@ -266,6 +270,9 @@ class OffsetKeeper:
             candidates.append(self._origins[input_name])
         for state, highs in candidates:
             if all(h < epoch for h in highs.values()):  # SEEN among them: records of any job
+                # the joining job needs the records after it: the committed position must
+                # not stay past them until it acknowledged them (applied at observe)
+                self._rewinds[input_name] = (dict(state), dict(highs))
                 return dict(state)
         return None
 
@@ -335,6 +342,8 @@ class OffsetKeeper:
                 second = pending.popleft()
                 merged = {k: max(first[1].get(k, -1), v) for k, v in second[1].items()}
                 pending.appendleft((second[0], merged))
+        for name in list(self._rewinds):
+            self._rewind(name, *self._rewinds.pop(name))
         for name, pending in self._pending.items():
             readers = [rt for rt in runtimes if rt.clock is not None and name in rt.inputs]
             committed = None
@@ -353,6 +362,28 @@ class OffsetKeeper:
                 self._dirty = True
         if urgent or time.monotonic() - self._last_flush >= self.flush_interval:
             self.flush()
+
+    def _rewind(self, name: str, state: dict[str, Any], highs: dict[str, int]) -> None:
+        """A job joined ``name`` and re-read it from ``state``: a committed position past
+        ``state`` goes back to pending (it commits again once the joiner acknowledged the
+        records before it, see :func:`_with_joiners`) and ``state`` is committed meanwhile.
+        Other jobs lose nothing by it: a restart re-reads more, and their records of epochs
+        they had acknowledged are dropped as late (their start moved past them)."""
+        current = self.inputs.get(name)
+        if current is None or current.get("inode") != state.get("inode"):
+            return  # nothing committed on this file yet: pending positions wait already
+        if not isinstance(state.get("offset"), int) or state["offset"] >= current["offset"]:
+            return
+        held = self._committed_highs.get(name, {})
+        self._pending.setdefault(name, deque()).appendleft((current, held))
+        self.inputs[name] = dict(state)
+        self._committed_highs[name] = dict(highs)
+        self._dirty = True
+        log.info(
+            "input %s: committed position back to byte %d (a job joined and re-read from there)",
+            name,
+            state["offset"],
+        )
 
     def flush(self) -> None:
         """Write the state file if it changed. Never raises (errors are counted, logged)."""

@@ -315,3 +315,39 @@ def test_positions_noted_before_a_job_joined_wait_for_its_acknowledgement(tmp_pa
         emit(rt, 104, acked=True)
     keeper.observe(inputs, {"in"}, [wc, win, late])
     assert keeper.resume_state("in") == tail.state()
+
+
+def test_a_position_committed_before_a_job_joined_goes_back_until_it_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """wc committed the file up to epoch 102 before win (start 100) joined and re-read it from
+    the start (``replay_from``): a restart then must re-read those records for win, so the
+    committed position goes back to where win re-read from until win acknowledged them."""
+    log = tmp_path / "in.jsonl"
+    log.write_text("".join(json.dumps({"ts": 100.5 + e}) + "\n" for e in range(3)))
+    tail = FileTail(log)
+    keeper = OffsetKeeper(tmp_path / "data", flush_interval=0)
+    wc = fake_runtime("wc", ["in"])
+    inputs = {"in": tail}
+    tail.poll()
+    for e in range(3):
+        wc.clock.assign(100.5 + e)
+    emit(wc, 102, acked=True)
+    keeper.observe(inputs, {"in"}, [wc])
+    end_of_102 = tail.state()
+    assert keeper.resume_state("in") == end_of_102  # win does not exist yet
+
+    start = keeper.replay_from("in", 100)  # win joins: re-reads from the tail's origin
+    assert start is not None and start["offset"] == 0
+    win = fake_runtime("win", ["in"])
+    for e in range(3):
+        win.clock.assign(100.5 + e)
+    emit(win, 100, acked=True)
+    keeper.observe(inputs, set(), [wc, win])
+    assert keeper.resume_state("in") == start  # a restart now re-reads epochs 101, 102
+    doc = orjson.loads((tmp_path / "data" / "offsets.json").read_bytes())
+    assert doc["inputs"]["in"]["offset"] == 0
+
+    emit(win, 102, acked=True)
+    keeper.observe(inputs, set(), [wc, win])
+    assert keeper.resume_state("in") == end_of_102
