@@ -20,6 +20,10 @@ Contract (the long form, with what is *not* guaranteed, is in ``docs/inputs.md``
   hop-by-hop acknowledgement alone is not enough, a parent can die after acknowledging. A noted
   position is **committed** once ``H <= A`` for every job that read it: every record before it
   is in an acknowledged contribution (or was dropped as late, which a re-read would do too).
+  A job that joined the input later re-read the records before the positions noted until
+  then (``agent/ingest/replay.py``): it counts there with ``H`` the newest epoch read before
+  them, and a position committed past where it re-read from goes back there until it
+  acknowledged them (``docs/fault-tolerance.md``, sliding windows across a restart).
 * **Resume.** A restarted agent's file tails resume at the committed position (same inode, file
   still that long; else from the start of the file). Records after it are read again; a job
   whose identity (name, creator, submitted start epoch) matches a stored entry starts its
