@@ -97,6 +97,7 @@ from agent.runtime.services import (
 from agent.runtime.standby import Replica, ReplicationLog, standby_for
 from agent.runtime.tentative import TentativePreviews
 from agent.runtime.topk_quality import MISSING, AccuracyCache, merged_accuracy
+from agent.runtime.window_panes import whole_share
 from agent.runtime.worker import Worker
 from agent.tunables import RuntimeTunables
 from cbt import Snapshot
@@ -586,7 +587,13 @@ class JobRuntime:
         if self._stopped:
             return
         for epoch, parts in closed:
-            complete = self.incomplete_until is None or epoch > self.incomplete_until
+            # a window needing a pane from before this worker's first whole one is short here
+            complete = whole_share(
+                self.spec,
+                epoch,
+                submitted_start=self._identity[2],
+                incomplete_until=self.incomplete_until,
+            )
             if not complete:
                 self.count("incomplete_epochs")
             # every tree's part counts the origin's records of the epoch: a tree's coverage

@@ -20,6 +20,10 @@ Contract (the long form, with what is *not* guaranteed, is in ``docs/inputs.md``
   hop-by-hop acknowledgement alone is not enough, a parent can die after acknowledging. A noted
   position is **committed** once ``H <= A`` for every job that read it: every record before it
   is in an acknowledged contribution (or was dropped as late, which a re-read would do too).
+  A job that joined the input later re-read the records before the positions noted until
+  then (``agent/ingest/replay.py``): it counts there with ``H`` the newest epoch read before
+  them, and a position committed past where it re-read from goes back there until it
+  acknowledged them (``docs/fault-tolerance.md``, sliding windows across a restart).
 * **Resume.** A restarted agent's file tails resume at the committed position (same inode, file
   still that long; else from the start of the file). Records after it are read again; a job
   whose identity (name, creator, submitted start epoch) matches a stored entry starts its
@@ -153,6 +157,25 @@ def _high_epoch(job: JobProgress) -> int | None:
     return clock.epoch_of(newest)
 
 
+def _with_joiners(highs: dict[str, int], readers: Sequence[JobProgress]) -> dict[str, int]:
+    """``highs`` of a noted position, plus a bound for each job reading the input now that
+    had no high there: it joined after the position was noted and re-read (replayed) the
+    records before it (``Agent._join_inputs``), which can belong to any epoch up to the
+    newest seen then (``SEEN``, or a loaded position's bound). Without this a position noted
+    before a job joined committed on the other jobs' acknowledgements alone, and a restart
+    lost the joiner's records of epochs it had not acknowledged yet. A joiner starting after
+    them needs none of them."""
+    if not highs:
+        return highs  # no record was read before this position
+    bound = max(highs.values())  # SEEN, or a loaded position's bound
+    out = dict(highs)
+    for rt in readers:
+        start = rt.spec.start_epoch
+        if rt.name not in out and (start is None or start <= bound):
+            out[rt.name] = bound
+    return out
+
+
 def _identity(spec: JobSpec) -> dict[str, Any]:
     return {"creator": spec.creator, "start_epoch": spec.start_epoch}
 
@@ -183,6 +206,9 @@ class OffsetKeeper:
         self._loaded: dict[str, dict[str, Any]] = {}  # positions read from the state file
         self._loaded_bound: dict[str, int] = {}
         self._identities: dict[str, dict[str, Any]] = {}  # job → its submitted identity
+        # per input, the position a joining job re-reads from (replay_from), to pull the
+        # committed position back to at the next observe (set on the record thread)
+        self._rewinds: dict[str, tuple[dict[str, Any], dict[str, int]]] = {}
         self._dirty = False
         self.counters = {"writes": 0, "write_errors": 0, "load_errors": 0}
         if self.path is not None:
@@ -248,6 +274,9 @@ class OffsetKeeper:
             candidates.append(self._origins[input_name])
         for state, highs in candidates:
             if all(h < epoch for h in highs.values()):  # SEEN among them: records of any job
+                # the joining job needs the records after it: the committed position must
+                # not stay past them until it acknowledged them (applied at observe)
+                self._rewinds[input_name] = (dict(state), dict(highs))
                 return dict(state)
         return None
 
@@ -317,13 +346,16 @@ class OffsetKeeper:
                 second = pending.popleft()
                 merged = {k: max(first[1].get(k, -1), v) for k, v in second[1].items()}
                 pending.appendleft((second[0], merged))
+        for name in list(self._rewinds):
+            self._rewind(name, *self._rewinds.pop(name))
         for name, pending in self._pending.items():
+            readers = [rt for rt in runtimes if rt.clock is not None and name in rt.inputs]
             committed = None
             while pending:
                 state, highs = pending[0]
                 if any(
                     job in acked and (acked[job] is None or acked[job] < h)  # type: ignore[operator]
-                    for job, h in highs.items()
+                    for job, h in _with_joiners(highs, readers).items()
                 ):
                     break
                 committed = state
@@ -334,6 +366,28 @@ class OffsetKeeper:
                 self._dirty = True
         if urgent or time.monotonic() - self._last_flush >= self.flush_interval:
             self.flush()
+
+    def _rewind(self, name: str, state: dict[str, Any], highs: dict[str, int]) -> None:
+        """A job joined ``name`` and re-read it from ``state``: a committed position past
+        ``state`` goes back to pending (it commits again once the joiner acknowledged the
+        records before it, see :func:`_with_joiners`) and ``state`` is committed meanwhile.
+        Other jobs lose nothing by it: a restart re-reads more, and their records of epochs
+        they had acknowledged are dropped as late (their start moved past them)."""
+        current = self.inputs.get(name)
+        if current is None or current.get("inode") != state.get("inode"):
+            return  # nothing committed on this file yet: pending positions wait already
+        if not isinstance(state.get("offset"), int) or state["offset"] >= current["offset"]:
+            return
+        held = self._committed_highs.get(name, {})
+        self._pending.setdefault(name, deque()).appendleft((current, held))
+        self.inputs[name] = dict(state)
+        self._committed_highs[name] = dict(highs)
+        self._dirty = True
+        log.info(
+            "input %s: committed position back to byte %d (a job joined and re-read from there)",
+            name,
+            state["offset"],
+        )
 
     def flush(self) -> None:
         """Write the state file if it changed. Never raises (errors are counted, logged)."""

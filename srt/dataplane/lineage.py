@@ -114,8 +114,12 @@ class LineageError(SnapshotError):
 
 def classify(held: Iterable[int], offered: Lineage) -> str:
     """:data:`NEW`, :data:`DUPLICATE` or :data:`OVERLAP` (module docstring). An empty
-    ``offered`` set adds nothing: a duplicate."""
+    ``offered`` set adds nothing: a duplicate. Nor does an absence marker of an origin whose
+    real share is held (a restarted window job's re-sent short windows, say): it is left out
+    before classifying."""
     held_set = held if isinstance(held, set | frozenset) else set(held)
+    if any(o & ABSENT for o in offered):
+        offered = frozenset(o for o in offered if not (o & ABSENT and o ^ ABSENT in held_set))
     if offered <= held_set:
         return DUPLICATE
     if offered.isdisjoint(held_set):

@@ -265,3 +265,89 @@ def test_acknowledged_epochs_wait_for_the_masters_commit() -> None:
     assert acknowledged_epoch(rt) == 102
     rt.committed = 110  # a watermark ahead of what this agent emitted
     assert acknowledged_epoch(rt) == 105
+
+
+def test_positions_noted_before_a_job_joined_wait_for_its_acknowledgement(tmp_path: Path) -> None:
+    """The chaos harness's sliding-window finding: a job submitted while another reads the same
+    file re-reads (replays) the records read before it joined, but the positions noted then
+    carried no high epoch for it; they committed on the first job's acknowledgement alone, so
+    a restart resumed the file past records of epochs the late job had not acknowledged (a
+    window job's acknowledgement trails by ``window_size - 1`` epochs) and they were lost."""
+    log = tmp_path / "in.jsonl"
+    log.write_text("".join(json.dumps({"ts": 100.5 + e}) + "\n" for e in range(3)))
+    tail = FileTail(log)
+    keeper = OffsetKeeper(tmp_path / "data", flush_interval=0)
+    wc = fake_runtime("wc", ["in"])
+    inputs = {"in": tail}
+    tail.poll()
+    for e in range(3):
+        wc.clock.assign(100.5 + e)  # wc read epochs 100..102
+    keeper.observe(inputs, {"in"}, [wc])
+    end_of_102 = tail.state()
+
+    win = fake_runtime("win", ["in"])  # joins now; replays epochs 100..102 from byte 0
+    for e in range(3):
+        win.clock.assign(100.5 + e)
+    with open(log, "a") as f:
+        f.write(json.dumps({"ts": 103.5}) + "\n")
+    tail.poll()
+    wc.clock.assign(103.5)
+    win.clock.assign(103.5)
+    emit(wc, 103, acked=True)
+    emit(win, 100, acked=True)  # win acknowledged only epoch 100 so far
+    keeper.observe(inputs, {"in"}, [wc, win])
+    assert keeper.resume_state("in") is None  # records of 101, 102 are not win's yet
+
+    emit(win, 102, acked=True)
+    keeper.observe(inputs, set(), [wc, win])
+    assert keeper.resume_state("in") == end_of_102
+    emit(win, 103, acked=True)
+    keeper.observe(inputs, set(), [wc, win])
+    assert keeper.resume_state("in") == tail.state()
+
+    # a job that starts after everything the position's records held needs none of them
+    late = fake_runtime("late", ["in"], start_epoch=200)
+    with open(log, "a") as f:
+        f.write(json.dumps({"ts": 104.5}) + "\n")
+    tail.poll()
+    for rt in (wc, win):
+        rt.clock.assign(104.5)
+        emit(rt, 104, acked=True)
+    keeper.observe(inputs, {"in"}, [wc, win, late])
+    assert keeper.resume_state("in") == tail.state()
+
+
+def test_a_position_committed_before_a_job_joined_goes_back_until_it_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """wc committed the file up to epoch 102 before win (start 100) joined and re-read it from
+    the start (``replay_from``): a restart then must re-read those records for win, so the
+    committed position goes back to where win re-read from until win acknowledged them."""
+    log = tmp_path / "in.jsonl"
+    log.write_text("".join(json.dumps({"ts": 100.5 + e}) + "\n" for e in range(3)))
+    tail = FileTail(log)
+    keeper = OffsetKeeper(tmp_path / "data", flush_interval=0)
+    wc = fake_runtime("wc", ["in"])
+    inputs = {"in": tail}
+    tail.poll()
+    for e in range(3):
+        wc.clock.assign(100.5 + e)
+    emit(wc, 102, acked=True)
+    keeper.observe(inputs, {"in"}, [wc])
+    end_of_102 = tail.state()
+    assert keeper.resume_state("in") == end_of_102  # win does not exist yet
+
+    start = keeper.replay_from("in", 100)  # win joins: re-reads from the tail's origin
+    assert start is not None and start["offset"] == 0
+    win = fake_runtime("win", ["in"])
+    for e in range(3):
+        win.clock.assign(100.5 + e)
+    emit(win, 100, acked=True)
+    keeper.observe(inputs, set(), [wc, win])
+    assert keeper.resume_state("in") == start  # a restart now re-reads epochs 101, 102
+    doc = orjson.loads((tmp_path / "data" / "offsets.json").read_bytes())
+    assert doc["inputs"]["in"]["offset"] == 0
+
+    emit(win, 102, acked=True)
+    keeper.observe(inputs, set(), [wc, win])
+    assert keeper.resume_state("in") == end_of_102

@@ -174,3 +174,21 @@ def test_partition_of_an_agent_stays_exact_or_flagged(tmp_path: Path) -> None:
             chaos.stop()
         report(reports, chaos.events)
         assert_exact_or_flagged(chaos, reports)
+
+
+def test_a_restarted_leaf_rebuilds_its_sliding_windows(chaos: ChaosCluster) -> None:
+    """A sliding-window job (3 epochs, slide 1): a leaf killed and restarted must rebuild the
+    panes of the windows still open when it died, not emit windows short of them as whole."""
+
+    def windows(start: int) -> JobPlan:
+        plan = JobPlan("win", "wordcount", start, window=3)
+        chaos.submit(plan)
+        chaos.wait_stored("win", start + 3)
+        leaf = chaos.pick("win", "leaf")
+        ev = chaos.kill(leaf, "win", "leaf")
+        chaos.wait_stored("win", (ev.stored_before or start) + 2)
+        ev = chaos.restart(leaf, "win")
+        chaos.wait_stored("win", (ev.stored_before or start) + 4)
+        return plan
+
+    run(chaos, windows)

@@ -71,5 +71,10 @@ def test_absence_markers_are_distinct_from_their_origin() -> None:
     """An origin marked absent (no records) and the same origin's records later: new."""
     x = 0xABC
     assert classify({absent(x)}, frozenset({x})) == NEW
+    # the marker of an origin whose records are held adds nothing (a re-sent short window)
+    assert classify({x}, frozenset({absent(x)})) == DUPLICATE
+    assert classify({x}, frozenset({absent(x), 5})) == NEW
+    assert classify({x, 5}, frozenset({absent(x), 5})) == DUPLICATE
+    assert classify({5}, frozenset({absent(x)})) == NEW
     assert plain({absent(x), 5}) == {x, 5} and covered({absent(x), 5}) == {5}
     assert decode(encode({absent(x), x}, b"p")) == (frozenset({absent(x), x}), b"p")
