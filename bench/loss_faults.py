@@ -209,7 +209,7 @@ def loss_run(
             for w in watchers:
                 w.stop()
             stall["watch"] = {w.plan.name: w.summary() for w in watchers}
-            stall["leaps"] = leaps(chaos)
+            stall["leaps"] = leaps(chaos, [p.name for p in plans])
             faults.append(stall)
             faults.append({"fault": "slow agent: 20 % CPU", "agent": slow, "seconds": slow_seconds})
             writer.stop()
@@ -236,16 +236,13 @@ def loss_run(
     return out
 
 
-def leaps(chaos: ChaosCluster) -> dict[str, Any]:
-    """The straggler leaps the agents recorded: detected → the epoch left without it (ms)."""
+def leaps(chaos: ChaosCluster, jobs: list[str]) -> dict[str, Any]:
+    """The straggler leaps the agents recorded (``/timings``: ``leaps``): detected → the
+    epoch left without it (ms)."""
     times: list[float] = []
-    for i in chaos.live():
-        try:
-            st = chaos.client(i).status()["jobs"]
-        except ApiError:
-            continue
-        for job in st.values():
-            for leap in job.get("leaps") or []:
+    for job in jobs:
+        for t in chaos.timings(job):
+            for leap in t.get("leaps") or []:
                 if isinstance(leap, dict) and "detected_at" in leap and "emitted_at" in leap:
                     times.append(1000 * (leap["emitted_at"] - leap["detected_at"]))
     return {"count": len(times), "detected_to_emitted_ms": summary(times) if times else None}
