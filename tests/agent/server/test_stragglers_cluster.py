@@ -169,7 +169,9 @@ def test_a_sigstopped_agent_is_previewed_on_time_leapt_then_final_and_exact(
             for leap in local.client(i).timings("wc")["leaps"]
             if leap["member"] == f"{ids[victim]:x}"
         ]
-        assert leaps and min(leap["epoch"] for leap in leaps) == s, leaps
+        # the first epoch leapt is the first one the stop held up: s, or s - 1 when the
+        # victim had not sent it yet when it was stopped (a loaded machine)
+        assert leaps and min(leap["epoch"] for leap in leaps) in (s - 1, s), leaps
         assert all(0 <= leap["leap_ms"] < 1000 for leap in leaps), leaps
         print(
             "time to tentative / final after close (s), per stopped epoch:", figures,
