@@ -111,6 +111,18 @@ def _launch(p: Any, profile: Path) -> Any:
     )
 
 
+def _wait_js(page: Any, predicate: str, timeout: float) -> None:
+    """Poll ``predicate`` (a JS function) in the page until it is truthy, ``timeout`` in ms.
+    Not ``page.wait_for_function``: its polling evaluates the predicate with ``eval`` inside
+    the page, which the dashboard's Content-Security-Policy (``script-src 'self'``) refuses
+    whenever the first check is false; ``page.evaluate`` runs it over the DevTools protocol."""
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(predicate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} ms waiting for {predicate}")
+        page.wait_for_timeout(100)  # the poll interval of an in-page condition
+
+
 def _page_rows(page: Any, job: str) -> tuple[int, list[dict[str, Any]]]:
     """The epoch and rows of the newest result the page shows for ``job``."""
     card = page.locator(f'.job[data-job="{job}"]')
@@ -140,8 +152,9 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
             assert "token" not in page.url
 
             # 1. the overlay's agents appear, all alive
-            page.wait_for_function(
-                "document.querySelectorAll('#agents tr[data-status=alive]').length === 4",
+            _wait_js(
+                page,
+                "() => document.querySelectorAll('#agents tr[data-status=alive]').length === 4",
                 timeout=30_000,
             )
             listed = set(
@@ -159,7 +172,8 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
             page.wait_for_selector("#query-reply.ok", timeout=30_000)
             assert f"job {JOB} running" in page.inner_text("#query-reply")
             card = page.locator(f'.job[data-job="{JOB}"]')
-            page.wait_for_function(
+            _wait_js(
+                page,
                 f"""() => {{
                   const c = document.querySelector('.job[data-job="{JOB}"]');
                   return c && c.querySelectorAll('g.node').length === 4
@@ -172,7 +186,8 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
 
             # 3. epochs arrive: the newest epoch advances, and the page's newest result is
             # the results API's result for that epoch
-            page.wait_for_function(
+            _wait_js(
+                page,
                 f"""() => {{
                   const c = document.querySelector('.job[data-job="{JOB}"]');
                   return c && c.querySelector('.result table.rows');
@@ -180,7 +195,8 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
                 timeout=30_000,
             )
             first = int(card.get_attribute("data-newest") or 0)
-            page.wait_for_function(
+            _wait_js(
+                page,
                 f"""() => Number(document.querySelector('.job[data-job="{JOB}"]')
                     .dataset.newest) >= {first + 2}""",
                 timeout=30_000,
@@ -198,7 +214,8 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
                 "SELECT line, count(*) AS n FROM ingest WHERE line != 'gamma' GROUP BY line"
             )
             card.locator(".actions button", has_text="apply change").click()
-            page.wait_for_function(
+            _wait_js(
+                page,
                 f"""() => {{
                   const r = document.querySelector('.job[data-job="{JOB}"] .actions .reply');
                   return r && (r.classList.contains('ok') || r.classList.contains('err'));
@@ -207,7 +224,8 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
             )
             reply = card.locator(".actions .reply").inner_text()
             assert f"applied by {AGENTS} agents" in reply, reply
-            page.wait_for_function(
+            _wait_js(
+                page,
                 f"""() => document.querySelector('.job[data-job="{JOB}"]')
                     .dataset.version === '2'""",
                 timeout=30_000,
@@ -247,7 +265,8 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
             page.wait_for_selector(
                 f'#agents tr[data-node="{master}"][data-status="failed"]', timeout=30_000
             )
-            page.wait_for_function(
+            _wait_js(
+                page,
                 f"""() => {{
                   const m = document.querySelector('.job[data-job="{JOB}"] g.node.master');
                   return m && m.dataset.node !== '{master}'
@@ -259,7 +278,8 @@ def test_dashboard_in_headless_chromium(cluster: LocalCluster, tmp_path: Path) -
 
             # 7. stop the job from the page
             card.locator(".actions button", has_text="stop job").click()
-            page.wait_for_function(
+            _wait_js(
+                page,
                 "() => !document.querySelector('.job[data-job=\"" + JOB + "\"]')",
                 timeout=30_000,
             )
