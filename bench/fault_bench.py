@@ -44,7 +44,6 @@ import math
 import os
 import platform
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -54,7 +53,13 @@ from typing import Any
 
 import psutil
 from latency import summary
-from loss_faults import checkpoint_cost_run, cost_ratios, loss_run, rollup_ms
+from loss_faults import (
+    checkpoint_cost_run,
+    cost_ratios,
+    loss_run,
+    medians_and_ratio,
+    rollup_ms,
+)
 
 from agent.server.chaos import (
     EXACT,
@@ -318,27 +323,17 @@ def steady_run(
 def on_vs_off(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Standby replication (and the commits it gates) on vs off, from interleaved runs:
     medians of CPU and roll-up latency, and their ratios (on / off)."""
-
-    def med(standby: bool, key: str, sub: str | None = None) -> float | None:
-        vals = []
-        for r in runs:
-            if r.get("standby") is standby and "error" not in r:
-                v = r.get(key)
-                v = v.get(sub) if isinstance(v, dict) and sub else v
-                if isinstance(v, int | float):
-                    vals.append(float(v))
-        return statistics.median(vals) if vals else None
-
-    out: dict[str, Any] = {}
-    for name, key, sub in (
-        ("cpu_cores", "cpu_cores_all_agents", None),
-        ("rollup_p50_ms", "rollup_ms", "p50_ms"),
-        ("rollup_p99_ms", "rollup_ms", "p99_ms"),
-    ):
-        on, off = med(True, key, sub), med(False, key, sub)
-        ratio = round(on / off, 3) if on is not None and off else None
-        out[name] = {"on": on, "off": off, "on_over_off": ratio}
-    return out
+    return medians_and_ratio(
+        runs,
+        "standby",
+        (True, False),
+        ("on", "off", "on_over_off"),
+        (
+            ("cpu_cores", "cpu_cores_all_agents", None),
+            ("rollup_p50_ms", "rollup_ms", "p50_ms"),
+            ("rollup_p99_ms", "rollup_ms", "p99_ms"),
+        ),
+    )
 
 
 def main() -> None:

@@ -319,13 +319,21 @@ def _bytes(chaos: ChaosCluster) -> tuple[int, int]:
     return received, sent
 
 
-def cost_ratios(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians with checkpoint_replicas 2 vs 0 and their ratios (goal: at most 1.10)."""
+def medians_and_ratio(
+    runs: list[dict[str, Any]],
+    side: str,
+    values: tuple[Any, Any],
+    labels: tuple[str, str, str],
+    figures: tuple[tuple[str, str, str | None], ...],
+) -> dict[str, Any]:
+    """Per figure (name, key, sub-key): the medians of the runs whose ``side`` is
+    ``values[0]`` and ``values[1]``, and their ratio, under ``labels`` (first, second,
+    ratio). Runs with an error are left out."""
 
-    def med(k: int, key: str, sub: str | None = None) -> float | None:
+    def med(value: Any, key: str, sub: str | None) -> float | None:
         vals = []
         for r in runs:
-            if r.get("checkpoint_replicas") == k and "error" not in r:
+            if r.get(side) == value and "error" not in r:
                 v = r.get(key)
                 v = v.get(sub) if isinstance(v, dict) and sub else v
                 if isinstance(v, int | float):
@@ -333,14 +341,25 @@ def cost_ratios(runs: list[dict[str, Any]]) -> dict[str, Any]:
         return statistics.median(vals) if vals else None
 
     out: dict[str, Any] = {}
-    for name, key, sub in (
-        ("cpu_cores", "cpu_cores_all_agents", None),
-        ("data_plane_bytes_per_s", "data_plane_bytes_per_s", None),
-        ("checkpoint_bytes_per_s", "checkpoint_bytes_per_s", None),
-        ("rollup_p50_ms", "rollup_ms", "p50_ms"),
-        ("rollup_p99_ms", "rollup_ms", "p99_ms"),
-    ):
-        on, off = med(2, key, sub), med(0, key, sub)
-        ratio = round(on / off, 3) if on is not None and off else None
-        out[name] = {"k2": on, "k0": off, "k2_over_k0": ratio}
+    for name, key, sub in figures:
+        a, b = med(values[0], key, sub), med(values[1], key, sub)
+        ratio = round(a / b, 3) if a is not None and b else None
+        out[name] = {labels[0]: a, labels[1]: b, labels[2]: ratio}
     return out
+
+
+def cost_ratios(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians with checkpoint_replicas 2 vs 0 and their ratios (goal: at most 1.10)."""
+    return medians_and_ratio(
+        runs,
+        "checkpoint_replicas",
+        (2, 0),
+        ("k2", "k0", "k2_over_k0"),
+        (
+            ("cpu_cores", "cpu_cores_all_agents", None),
+            ("data_plane_bytes_per_s", "data_plane_bytes_per_s", None),
+            ("checkpoint_bytes_per_s", "checkpoint_bytes_per_s", None),
+            ("rollup_p50_ms", "rollup_ms", "p50_ms"),
+            ("rollup_p99_ms", "rollup_ms", "p99_ms"),
+        ),
+    )
