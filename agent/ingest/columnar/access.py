@@ -87,6 +87,60 @@ def _piece(parts: pa.ListArray, k: int, rows: np.ndarray | None = None) -> pa.Ar
     return parts.values.take(pa.array(starts + k))
 
 
+class QuotePieces:
+    """Each line of a chunk split on ``"`` (what ``pc.split_pattern(lines.text, '"')`` gives),
+    without copying the text: the quotes are found with numpy and every piece, quote and
+    newline of the chunk becomes one value of a single string array over the chunk's own
+    buffer (its offsets are the cut points, so the values tile the buffer). ``count[i]`` is
+    line ``i``'s number of pieces; ``piece(k, rows)`` takes piece ``k`` of those lines.
+
+    Only for a chunk the row path reads byte for byte as its text: valid UTF-8 (``Lines``
+    without repairs) and no ``\r`` (a trailing one is not part of the row parser's line);
+    :func:`quote_pieces` returns None otherwise."""
+
+    __slots__ = ("base", "count", "segments")
+
+    def __init__(self, segments: pa.StringArray, base: np.ndarray, count: np.ndarray) -> None:
+        self.segments = segments
+        self.base = base  # index of each line's first piece in ``segments``
+        self.count = count
+
+    def piece(self, k: int, rows: np.ndarray | None = None) -> pa.Array:
+        """Piece ``k`` of each line (of the lines ``rows``, else all); every line has > k."""
+        base = self.base if rows is None else self.base[rows]
+        return self.segments.take(pa.array(base + 2 * k))
+
+
+def quote_pieces(lines: Lines) -> QuotePieces | None:
+    """The chunk's lines split on ``"`` (see :class:`QuotePieces`), or None."""
+    chunk = lines.chunk
+    if lines.repaired is not None or chunk.find(b"\r") >= 0 or len(chunk) >= 2**31:
+        return None
+    n = len(lines)
+    buf = np.frombuffer(chunk, np.uint8)
+    quotes = np.flatnonzero(buf == 34)
+    # a line's cut points: its start, each quote and the byte after it, its newline; the
+    # next line starts after that newline, so the values tile the buffer exactly
+    line_of = np.searchsorted(lines.ends, quotes)
+    per_line = np.bincount(line_of, minlength=n)
+    width = 2 * per_line + 2
+    base = np.zeros(n, np.int64)
+    np.cumsum(width[:-1], out=base[1:])
+    cuts = np.empty(int(width.sum()) + 1, np.int64)
+    cuts[base] = lines.starts
+    cuts[base + width - 1] = lines.ends
+    first_quote = np.zeros(n, np.int64)
+    np.cumsum(per_line[:-1], out=first_quote[1:])
+    at = base[line_of] + 1 + 2 * (np.arange(len(quotes)) - first_quote[line_of])
+    cuts[at] = quotes
+    cuts[at + 1] = quotes + 1
+    cuts[-1] = len(chunk)
+    segments = pa.StringArray.from_buffers(
+        len(cuts) - 1, pa.py_buffer(cuts.astype(np.int32)), pa.py_buffer(chunk)
+    )
+    return QuotePieces(segments, base, per_line + 1)
+
+
 def _per_distinct(
     values: pa.Array, mask: np.ndarray, fn: Callable[[str], Any], out_type: pa.DataType
 ) -> tuple[pa.Array, list[Any]]:
@@ -109,8 +163,12 @@ def _keep(arrays: dict[str, pa.Array], mask: np.ndarray) -> dict[str, pa.Array]:
 def parse_access(lines: Lines, want: frozenset[str] | None) -> KernelResult:
     """The rows of the access-log lines of ``lines`` (see module docstring)."""
     n = len(lines)
-    parts = pc.split_pattern(lines.text, '"')
-    count = _np(pc.list_value_length(parts))
+    fast = quote_pieces(lines)
+    if fast is not None:
+        count = fast.count
+    else:
+        parts = pc.split_pattern(lines.text, '"')
+        count = _np(pc.list_value_length(parts))
     combined = count >= 7
     # the format of the chunk's first candidate line decides which shape is read here: a
     # chunk mixes them only in odd files, whose other lines take the row parser
@@ -119,24 +177,31 @@ def parse_access(lines: Lines, want: frozenset[str] | None) -> KernelResult:
     shape = combined if is_combined else count == 3
     rows = np.flatnonzero(shape)
     sub = None if len(rows) == n else rows
+    if fast is not None and is_combined and not (count[rows] == 7).all():
+        fast = None  # an extra field with quotes in it: joined from the split lists below
+        parts = pc.split_pattern(lines.text, '"')
+
+    def piece(k: int) -> pa.Array:
+        return fast.piece(k, sub) if fast is not None else _piece(parts, k, sub)
+
     p: dict[str, pa.Array] = {
-        "head": _piece(parts, 0, sub),
-        "request": _piece(parts, 1, sub),
-        "mid": _piece(parts, 2, sub),
+        "head": piece(0),
+        "request": piece(1),
+        "mid": piece(2),
     }
     good = _np(pc.match_substring_regex(p["head"], _HEAD_RE))
     good &= ~_np(pc.ends_with(p["request"], "\\"))
     good &= _np(pc.match_substring_regex(p["mid"], _MID_RE if is_combined else _COMMON_REST_RE))
     if is_combined:
-        p["referer"] = _piece(parts, 3, sub)
-        p["agent"] = _piece(parts, 5, sub)
+        p["referer"] = piece(3)
+        p["agent"] = piece(5)
         if (count[rows] == 7).all():
-            p["rest"] = _piece(parts, 6, sub)
+            p["rest"] = piece(6)
         else:  # an extra field with quotes in it: the rest of the line, quotes included
             p["rest"] = pc.binary_join(
                 pc.list_slice(parts if sub is None else parts.take(pa.array(rows)), 6), '"'
             )
-        good &= _np(pc.equal(_piece(parts, 4, sub), " "))
+        good &= _np(pc.equal(piece(4), " "))
         good &= ~_np(pc.ends_with(p["referer"], "\\"))
         good &= ~_np(pc.ends_with(p["agent"], "\\"))
         good &= _np(pc.or_(pc.equal(p["rest"], ""), pc.starts_with(p["rest"], " ")))

@@ -70,11 +70,20 @@ def newline_positions(chunk: bytes) -> np.ndarray:
     return np.flatnonzero(np.frombuffer(chunk, np.uint8) == 10)
 
 
-def split_lines(chunk: bytes) -> Lines:
-    """The lines of ``chunk`` (see module docstring)."""
+def longest_line(ends: np.ndarray) -> int:
+    """The length of the longest line (without its newline) given the newline offsets."""
+    if not len(ends):
+        return 0
+    return int(np.diff(ends, prepend=-1).max()) - 1
+
+
+def split_lines(chunk: bytes, ends: np.ndarray | None = None) -> Lines:
+    """The lines of ``chunk`` (see module docstring); ``ends``: its newline offsets, when the
+    caller already found them."""
     if chunk and not chunk.endswith(b"\n"):
         raise ValueError("a chunk must end with a newline")
-    ends = newline_positions(chunk)
+    if ends is None:
+        ends = newline_positions(chunk)
     starts = np.empty(len(ends), np.int64)
     if len(ends):
         starts[0] = 0
@@ -94,7 +103,8 @@ def split_lines(chunk: bytes) -> Lines:
 
 def _text_array(chunk: bytes, ends: np.ndarray, invalid: bool) -> pa.StringArray:
     text_bytes = chunk.decode("utf-8", "replace").encode("utf-8") if invalid else chunk
-    if b"\r\n" in text_bytes:
+    # find(b"\r") is a memchr; ``b"\r\n" in`` scans a newline-dense chunk ~30x slower
+    if text_bytes.find(b"\r") >= 0 and b"\r\n" in text_bytes:
         text_bytes = text_bytes.replace(b"\r\n", b"\n")
     text_ends = ends if text_bytes is chunk else newline_positions(text_bytes)
     body = text_bytes.replace(b"\n", b"")

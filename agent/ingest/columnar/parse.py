@@ -61,12 +61,14 @@ def parse_chunk(
     *,
     fields: frozenset[str] | None = None,
     repairs: EncodingRepairs | None = None,
+    ends: np.ndarray | None = None,
 ) -> ParsedChunk:
-    """Parse ``chunk`` as ``fmt`` lines into Arrow (see module docstring)."""
+    """Parse ``chunk`` as ``fmt`` lines into Arrow (see module docstring); ``ends``: the
+    chunk's newline offsets when the caller already found them."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {FORMATS}")
     want = None if fields is None else frozenset(fields) | {"ts"}
-    lines = split_lines(chunk)
+    lines = split_lines(chunk, ends)
     kernel = _kernel(fmt)
     out = kernel(lines, want)
     parsed = merge_fallback(fmt, lines, out, want)

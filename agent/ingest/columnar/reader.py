@@ -71,14 +71,17 @@ class ChunkReader:
             return False
         return True
 
-    def parse(self, chunk: bytes) -> ParsedChunk:
-        """The chunk's table; ``Unsupported`` when it must take the row path."""
+    def parse(self, chunk: bytes, ends: Any = None) -> ParsedChunk:
+        """The chunk's table; ``Unsupported`` when it must take the row path. ``ends``: the
+        chunk's newline offsets (a numpy array) when the caller already found them."""
         try:
             try:
                 if self.kernel == "rows":
                     parsed = self._parse(self.fmt, chunk, self.fields, self.repairs)
                 else:
-                    parsed = self._parse(self.fmt, chunk, fields=self.fields, repairs=self.repairs)
+                    parsed = self._parse(
+                        self.fmt, chunk, fields=self.fields, repairs=self.repairs, ends=ends
+                    )
             except UnsupportedChunk as exc:  # the kernels' "values cannot be one column"
                 raise Unsupported(str(exc)) from None
         except Unsupported:

@@ -52,3 +52,62 @@ def test_parallel_equals_single_process(
 def test_processes_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         ParallelFileIngest(tmp_path / "x", Worker(_job(MICRO_JSON)), "json", processes=0)
+
+
+@pytest.mark.parametrize("columnar", [False, True])
+def test_over_long_lines_inside_a_chunk_are_rejected_as_the_tail_does(
+    tmp_path: Path, columnar: bool
+) -> None:
+    """A complete line longer than ``max_line_bytes`` inside a chunk (chunks are bigger than
+    the limit) is quarantined as ``line_too_long`` by the worker processes too, never parsed."""
+    from agent.ingest.formats import make_parser
+    from agent.ingest.tail import FileTail
+
+    lines = _lines("nginx", 600, seed=5)
+    for i in (7, 300, 555):  # still valid access lines: only their length is wrong
+        lines[i] = lines[i].replace(b'"Mozilla', b'"' + b"M" * 3000 + b"ozilla", 1)
+    path = tmp_path / "in.nginx"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    want_worker = Worker(_job(MICRO_NGINX), wall_clock=lambda: START)
+    tail = FileTail(path, parser=make_parser("nginx"), read_size=1 << 14, max_line_bytes=2048)
+    want: dict[int, dict] = {}
+    while batch := tail.poll():
+        want_worker.process(batch)
+    want.update((e, s.to_dict()) for e, s in want_worker.finish())
+    assert tail.quarantine.counts["line_too_long"] == 3
+    worker = Worker(_job(MICRO_NGINX), wall_clock=lambda: START)
+    got: dict[int, dict] = {}
+    with ParallelFileIngest(
+        path, worker, "nginx", processes=2, prefilter=False, read_size=1 << 14,
+        max_line_bytes=2048, columnar=columnar,
+    ) as ingest:  # fmt: skip
+        ingest.run(lambda closed: got.update((e, s.to_dict()) for e, s in closed))
+        got.update((e, s.to_dict()) for e, s in worker.finish())
+    assert got == want
+    assert _entries(ingest.quarantine) == _entries(tail.quarantine)
+    assert ingest.counters["records"] == tail.counters["records"]
+
+
+def test_a_worker_reads_its_chunk_from_the_file_and_refuses_other_bytes(tmp_path: Path) -> None:
+    """Chunks are handed over as (offset, length, digest); a worker process that finds other
+    bytes there (the file was rewritten) says so, and the main process parses the chunk."""
+    import xxhash
+
+    from agent.runtime import parallel
+
+    path = tmp_path / "f"
+    path.write_bytes(b"one\ntwo\nthree\n")
+    saved = dict(parallel._state)
+    try:
+        parallel._open(str(path))
+        good = xxhash.xxh3_64_intdigest(b"two\n")
+        assert parallel._read((4, 4, good)) == b"two\n"
+        assert parallel._read((4, 4, good ^ 1)) is None  # another digest: not these bytes
+        assert parallel._read((10, 8, good)) is None  # past the end of the file
+        assert parallel._read(b"given\n") == b"given\n"
+    finally:
+        import os
+
+        os.close(parallel._state["fd"])
+        parallel._state.clear()
+        parallel._state.update(saved)
