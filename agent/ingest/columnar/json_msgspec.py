@@ -1,0 +1,261 @@
+"""The projected JSON-lines kernel: msgspec decodes only the fields a query reads.
+
+Contract: :func:`parse_projected` ``(lines, want)`` (``want`` names the fields, ``ts`` among
+them; ``lines`` valid UTF-8) returns a :class:`~agent.ingest.columnar.base.KernelResult` whose
+table equals what the row parser (:class:`~agent.ingest.records.RecordValidator`, orjson)
+gives for the same lines after projection — the same rows, values and Arrow types (each
+column is built by ``pa.array`` from the same Python values, so Arrow infers the same type) —
+with ``ts`` as float64; the lines the row parser rejects are in ``fallback`` (it rejects them
+again there, with its reason). It returns None when the chunk should go to the row parser
+whole (values that cannot form one Arrow column: the row path then decides), and raises
+:class:`~agent.ingest.columnar.base.UnsupportedChunk` for an integer ``ts`` beyond 2**53, as
+the row path's conversion does.
+
+Why msgspec: a fuzzed, well-kept C decoder that, given a ``Struct`` of the projected fields,
+builds Python objects for those fields only and skips (validating) the rest: 2–2.5× orjson
+per line (docs/ingest.md, "Kernels, and why these").
+
+**Framing** (whole-chunk decode, line-exact). ``Decoder.decode_lines`` reads a buffer of
+whitespace-separated values; it is not line-aware (``{"ts":1} {"ts":3}`` on one line is two
+values, a value may span lines). So every newline between two lines is replaced by
+``\\n N \\n``, where ``N`` is a per-process random 62-bit integer (:mod:`secrets`) that never
+leaves the process, and the buffer is decoded as a stream of ``Proj | Literal[N]``. It is
+accepted only when it decodes and the values alternate ``Proj, N, Proj, …, Proj`` with one
+``Proj`` per line. A line cannot forge ``N``; a marker swallowed by a value (a string or array
+spanning lines) is not a top-level ``N``, so the count falls short; two values on one line
+break the alternation; and with every marker at the top level, the bytes between two markers
+— exactly one line — hold exactly one value, as ``orjson.loads(line)`` requires. Otherwise the
+chunk is decoded line by line (``Decoder.decode`` refuses trailing values), and a line that
+fails goes to the row parser.
+
+**Where msgspec and orjson differ** (the screens):
+
+* integers outside [-2**63, 2**64) are floats to orjson and exact ints to msgspec, and a
+  number that overflows float64 (``1e400``, a 400-digit integer) in a field msgspec skips is
+  accepted by msgspec but refused by orjson. Both need a run of 19 or more digits or an
+  exponent of 3 or more digits: lines with such text (a false alarm only costs speed) go to
+  the row parser before msgspec sees them;
+* nesting: orjson refuses a depth over 1024; msgspec's limit is Python's recursion limit
+  minus the stack in use — usually lower (safe: the row parser reads the line), but higher
+  wherever the limit was raised (hypothesis raises it). Lines of 2,000+ bytes holding 1,000+
+  ``[``/``{`` go to the row parser (a ``bytes.count``; short lines cannot nest that deep);
+  invalid UTF-8 never reaches this kernel (the row path repairs it); lone surrogates, control
+  characters, trailing commas, NaN, non-objects, trailing values: both refuse (row parser, for
+  the exact reason). Duplicate keys: both keep the last; escaped keys match in both.
+* ``ts``: floats as they are; ints as float64 (beyond 2**53: :class:`UnsupportedChunk`);
+  strings by :func:`~agent.ingest.records.parse_iso8601`, once per distinct value; anything
+  else (missing, null, bool, a bad string) sends the line to the row parser.
+
+Bounds: one decoder per distinct ``want`` (an LRU of :data:`DECODERS`), one framed copy of
+the chunk, the decoded objects of the projected fields.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from functools import lru_cache
+from operator import attrgetter
+from typing import Any, Literal
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from agent.ingest.columnar.base import KernelResult, UnsupportedChunk
+from agent.ingest.columnar.lines import Lines
+from agent.ingest.formats import make_parser
+from agent.ingest.records import EncodingRepairs, RecordError, parse_iso8601
+
+TS_FIELD = "ts"
+DECODERS = 64  # distinct projections kept (one per query shape; a few KiB each)
+_EXACT_INT = 2**53
+_DEEP = 1000  # brackets in a line from which it may nest beyond orjson's 1024 levels
+# the line marker: random per process, never logged, never in a table (see module docstring)
+_NONCE = secrets.randbits(62)
+_SEP = b"\n%d\n" % _NONCE
+# text where orjson and msgspec may disagree: a run of 19+ digits (an integer beyond 64 bits,
+# or a number overflowing float64) or a number with a 3+ digit exponent (only after what may
+# precede a JSON value, so ``Mobile/15E148`` in a user agent is not flagged)
+_SCREEN = re.compile(rb"[0-9]{19}|[:,\[ \t\r]-?[0-9]+(?:\.[0-9]*)?[eE][+-]?[0-9]{3}")
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError)
+
+
+@dataclass(frozen=True, slots=True)
+class _Decoders:
+    line: msgspec.json.Decoder  # one line -> Proj
+    framed: msgspec.json.Decoder  # framed stream -> Proj | N
+    attr: dict[str, str]  # field name -> Proj attribute
+
+
+@lru_cache(maxsize=DECODERS)
+def _decoders(want: frozenset[str]) -> _Decoders:
+    # attribute names are generated (field names can be any string); ``rename`` maps them to
+    # the JSON keys; gc=False: a Struct of decoded JSON cannot be part of a cycle
+    attr = {name: f"f{i}" for i, name in enumerate(sorted(want))}
+    proj = msgspec.defstruct(
+        "Proj",
+        [(a, Any, None) for a in attr.values()],
+        rename={a: name for name, a in attr.items()},
+        gc=False,
+    )
+    return _Decoders(
+        msgspec.json.Decoder(proj),
+        msgspec.json.Decoder(proj | Literal[_NONCE]),  # type: ignore[valid-type]
+        attr,
+    )
+
+
+def parse_projected(lines: Lines, want: frozenset[str]) -> KernelResult | None:
+    """The rows of ``lines`` projected to ``want`` (see module docstring)."""
+    n = len(lines)
+    chunk = lines.chunk
+    dec = _decoders(want)
+    blank = lines.blank  # left out: the row path skips blank lines
+    flagged = np.zeros(n, bool)
+    for m in _SCREEN.finditer(chunk):
+        flagged[int(np.searchsorted(lines.ends, m.start(), side="right"))] = True
+    # nesting: orjson refuses a depth over 1024; msgspec's limit is Python's recursion limit
+    # minus the stack in use (lower, unless something raised the limit: hypothesis does), so
+    # a line that may nest that deep (1000+ brackets, so 2000+ bytes) is the row parser's
+    for i in np.flatnonzero(lines.ends - lines.starts >= 2 * _DEEP).tolist():
+        raw = lines.raw(i)
+        if raw.count(b"[") + raw.count(b"{") >= _DEEP:
+            flagged[i] = True
+    flagged &= ~blank
+    fed = np.flatnonzero(~(blank | flagged))
+    records, refused = _decode(dec, chunk, n, fed)
+    index = fed[~np.isin(fed, np.asarray(refused, np.int64))] if refused else fed
+    names = tuple(want)  # the row path's column order: iteration order of ``want``
+    get = {name: attrgetter(dec.attr[name]) for name in names}
+    ts, bad = _timestamps(list(map(get[TS_FIELD], records)))
+    to_rows = np.flatnonzero(flagged).tolist() + refused
+    if bad:
+        to_rows += index[bad].tolist()
+        keep = np.ones(len(records), bool)
+        keep[bad] = False
+        records = [r for r, k in zip(records, keep.tolist(), strict=True) if k]
+        ts = [t for t, k in zip(ts, keep.tolist(), strict=True) if k]
+        index = index[keep]
+    columns = {name: list(map(get[name], records)) for name in names if name != TS_FIELD}
+    fallback: list[int] = []
+    if to_rows:
+        extra, fallback = _row_parser(lines, sorted(to_rows))
+        if extra:
+            index, ts, columns = _merge(index, ts, columns, extra)
+    arrays = {}
+    for name in names:
+        if name == TS_FIELD:
+            arrays[name] = pa.array(ts, pa.float64())
+            continue
+        try:
+            arrays[name] = pa.array(columns[name])
+        except _ARROW_ERRORS:
+            return None  # not one Arrow column: the row path decides (it may refuse too)
+    return KernelResult(
+        pa.table(arrays), np.asarray(index, np.int64), np.asarray(fallback, np.int64), 0
+    )
+
+
+def _decode(
+    dec: _Decoders, chunk: bytes, n: int, fed: np.ndarray
+) -> tuple[list[Any], list[int]]:
+    """The decoded records of the ``fed`` lines msgspec accepts (in order), and the fed lines
+    it refused (the row parser's to judge)."""
+    m = len(fed)
+    if not m:
+        return [], []
+    pieces: list[bytes] | None = None
+    if m == n:  # every line: frame the chunk in one replace (a view drops the last marker)
+        framed = chunk.replace(b"\n", _SEP)
+        buf: Any = memoryview(framed)[: len(framed) - len(_SEP) + 1]
+    else:
+        pieces = chunk.split(b"\n")
+        buf = _SEP.join([pieces[i] for i in fed.tolist()])
+    try:
+        values = dec.framed.decode_lines(buf)
+    except Exception:  # any refusal (a bad line, depth, ...): line by line below
+        values = None
+    if values is not None and len(values) == 2 * m - 1 and values[1::2].count(_NONCE) == m - 1:
+        return values[0::2], []
+    if pieces is None:
+        pieces = chunk.split(b"\n")
+    decode = dec.line.decode
+    records: list[Any] = []
+    refused: list[int] = []
+    for i in fed.tolist():
+        try:
+            records.append(decode(pieces[i]))
+        except Exception:  # msgspec's errors, RecursionError: the row parser's to judge
+            refused.append(i)
+    return records, refused
+
+
+def _timestamps(values: list[Any]) -> tuple[list[float], list[int]]:
+    """``ts`` values as floats, and the positions whose line the row parser must judge."""
+    kinds = set(map(type, values))
+    if kinds <= {float}:
+        return values, []
+    out: list[float] = []
+    bad: list[int] = []
+    texts: dict[str, float | None] = {}
+    for k, v in enumerate(values):
+        t = type(v)
+        if t is float:
+            out.append(v)
+        elif t is int:
+            if abs(v) > _EXACT_INT:
+                raise UnsupportedChunk(f"integer timestamp {abs(v)} is not exact as float64")
+            out.append(float(v))
+        elif t is str:
+            if v not in texts:
+                try:
+                    texts[v] = parse_iso8601(v)
+                except RecordError:
+                    texts[v] = None
+            f = texts[v]
+            if f is None:
+                bad.append(k)
+                out.append(0.0)
+            else:
+                out.append(f)
+        else:  # missing (None), null, bool, list, object: the row parser's reason
+            bad.append(k)
+            out.append(0.0)
+    return out, bad
+
+
+def _row_parser(lines: Lines, index: list[int]) -> tuple[list[tuple[int, dict]], list[int]]:
+    """The row parser over the lines ``index``: the records it accepts, the lines it refuses
+    (``merge_fallback`` parses those again and rejects them with its reason)."""
+    parser = make_parser("json", repairs=EncodingRepairs())
+    accepted: list[tuple[int, dict]] = []
+    refused: list[int] = []
+    for i in index:
+        try:
+            accepted.append((i, parser.parse(lines.raw(i))))
+        except Exception:  # the row path's rule: whatever the parser raises rejects the line
+            refused.append(i)
+    return accepted, refused
+
+
+def _merge(
+    index: np.ndarray,
+    ts: list[float],
+    columns: dict[str, list[Any]],
+    extra: list[tuple[int, dict]],
+) -> tuple[np.ndarray, list[float], dict[str, list[Any]]]:
+    """The kernel's rows and the row parser's, in line order (Python values: Arrow then infers
+    each column's type over all of them, as the row path does)."""
+    all_index = np.concatenate([index, np.asarray([i for i, _ in extra], np.int64)])
+    order = np.argsort(all_index, kind="stable").tolist()
+    extra_ts, bad = _timestamps([r[TS_FIELD] for _, r in extra])
+    if bad:  # cannot happen: the row parser left numbers only
+        raise UnsupportedChunk("row parser timestamps are not numbers")
+    combined_ts = ts + extra_ts
+    ts = list(map(combined_ts.__getitem__, order))
+    for name, vals in columns.items():
+        combined = vals + [r.get(name) for _, r in extra]
+        columns[name] = list(map(combined.__getitem__, order))
+    return all_index[order], ts, columns
