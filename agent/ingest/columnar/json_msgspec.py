@@ -52,7 +52,6 @@ the chunk, the decoded objects of the projected fields.
 
 from __future__ import annotations
 
-import re
 import secrets
 from dataclasses import dataclass
 from functools import lru_cache
@@ -71,14 +70,14 @@ from agent.ingest.records import EncodingRepairs, RecordError, parse_iso8601
 TS_FIELD = "ts"
 DECODERS = 64  # distinct projections kept (one per query shape; a few KiB each)
 _EXACT_INT = 2**53
+_INT64, _UINT64 = -(2**63), 2**64  # orjson's ints; beyond, it returns floats
 _DEEP = 1000  # brackets in a line from which it may nest beyond orjson's 1024 levels
 # the line marker: random per process, never logged, never in a table (see module docstring)
 _NONCE = secrets.randbits(62)
 _SEP = b"\n%d\n" % _NONCE
-# text where orjson and msgspec may disagree: a run of 19+ digits (an integer beyond 64 bits,
-# or a number overflowing float64) or a number with a 3+ digit exponent (only after what may
-# precede a JSON value, so ``Mobile/15E148`` in a user agent is not flagged)
-_SCREEN = re.compile(rb"[0-9]{19}|[:,\[ \t\r]-?[0-9]+(?:\.[0-9]*)?[eE][+-]?[0-9]{3}")
+_WORD = 0x0101010101010101  # eight digits in a row, in the digit mask viewed as uint64
+_NUMBER_START = np.frombuffer(b":,[ \t\r\n", np.uint8)  # what may precede a JSON number
+_MANTISSA = 24  # bytes looked back for a number's start (a longer one is flagged)
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError)
 
 
@@ -114,8 +113,7 @@ def parse_projected(lines: Lines, want: frozenset[str]) -> KernelResult | None:
     dec = _decoders(want)
     blank = lines.blank  # left out: the row path skips blank lines
     flagged = np.zeros(n, bool)
-    for m in _SCREEN.finditer(chunk):
-        flagged[int(np.searchsorted(lines.ends, m.start(), side="right"))] = True
+    flagged[np.searchsorted(lines.ends, _screen(chunk), side="right")] = True
     # nesting: orjson refuses a depth over 1024; msgspec's limit is Python's recursion limit
     # minus the stack in use (lower, unless something raised the limit: hypothesis does), so
     # a line that may nest that deep (1000+ brackets, so 2000+ bytes) is the row parser's
@@ -158,9 +156,41 @@ def parse_projected(lines: Lines, want: frozenset[str]) -> KernelResult | None:
     )
 
 
-def _decode(
-    dec: _Decoders, chunk: bytes, n: int, fed: np.ndarray
-) -> tuple[list[Any], list[int]]:
+def _screen(chunk: bytes) -> np.ndarray:
+    """Byte offsets in ``chunk`` of text where msgspec may accept a number orjson refuses
+    (float64 overflow, which needs a 3+ digit exponent or 310+ digits; a superset: a false
+    alarm only sends a line to the row parser). numpy over the bytes, about 10 passes."""
+    a = np.frombuffer(chunk, np.uint8)
+    dig = (a - np.uint8(48)) < 10  # wraps below "0"
+    k = len(a) // 8 * 8
+    full = dig[:k].view(np.uint64) == _WORD  # a run of 23+ digits holds two aligned words
+    runs = np.flatnonzero(full[:-1] & full[1:]) * 8
+    # exponents: an e/E after a digit (few in text), then exact checks on those positions
+    e = np.flatnonzero(((a[1:] | 32) == 101) & dig[:-1]) + 1
+    if not len(e):
+        return runs
+    last = len(a) - 1  # the chunk ends in a newline: clipped indices read a non-digit
+    sign = np.isin(a[np.minimum(e + 1, last)], (43, 45))
+    d0 = e + 1 + sign
+    three = dig[np.minimum(d0, last)] & dig[np.minimum(d0 + 1, last)]
+    three &= dig[np.minimum(d0 + 2, last)]
+    e = e[three]
+    if not len(e):
+        return runs
+    # the number must start where a JSON value may (not ``Mobile/15E148`` in a string): look
+    # back over its mantissa (digits, ".", "-") to the byte before it
+    back = e[:, None] - np.arange(1, _MANTISSA + 1)
+    before = a[np.maximum(back, 0)]
+    numeric = ((before - np.uint8(48)) < 10) | (before == 46) | (before == 45)
+    numeric[back < 0] = False
+    first = np.argmin(numeric, axis=1)  # the first byte back that is not the mantissa's
+    stop = before[np.arange(len(e)), first]
+    at_start = back[np.arange(len(e)), first] < 0
+    flag = numeric.all(axis=1) | at_start | np.isin(stop, _NUMBER_START)
+    return np.concatenate([runs, e[flag]])
+
+
+def _decode(dec: _Decoders, chunk: bytes, n: int, fed: np.ndarray) -> tuple[list[Any], list[int]]:
     """The decoded records of the ``fed`` lines msgspec accepts (in order), and the fed lines
     it refused (the row parser's to judge)."""
     m = len(fed)
@@ -205,9 +235,13 @@ def _timestamps(values: list[Any]) -> tuple[list[float], list[int]]:
         if t is float:
             out.append(v)
         elif t is int:
-            if abs(v) > _EXACT_INT:
+            if not _INT64 <= v < _UINT64:  # a float to orjson: the row parser's value
+                bad.append(k)
+                out.append(0.0)
+            elif abs(v) > _EXACT_INT:
                 raise UnsupportedChunk(f"integer timestamp {abs(v)} is not exact as float64")
-            out.append(float(v))
+            else:
+                out.append(float(v))
         elif t is str:
             if v not in texts:
                 try:

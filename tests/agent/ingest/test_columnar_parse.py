@@ -506,8 +506,39 @@ def deep_json(draw: Any) -> bytes:
 
 
 @st.composite
+def number_text(draw: Any) -> str:
+    """JSON numbers of every size: long digit runs, 1-4 digit exponents (overflow, underflow)."""
+    digits = st.text("0123456789", min_size=1, max_size=draw(st.sampled_from([3, 25, 320])))
+    whole = draw(digits).lstrip("0") or "0"
+    text = draw(st.sampled_from(["", "-"])) + whole
+    if draw(st.booleans()):
+        text += "." + draw(digits)
+    if draw(st.booleans()):
+        exp = draw(st.integers(0, 9999))
+        text += draw(st.sampled_from("eE")) + draw(st.sampled_from(["", "+", "-"]))
+        text += str(exp).zfill(draw(st.integers(1, 4)))
+    return text
+
+
+@st.composite
+def numbers_line(draw: Any) -> bytes:
+    """Numbers where msgspec skips them and where it decodes them, next to text that looks
+    like an exponent (``Mobile/15E148``)."""
+    parts = ['"ts":' + draw(st.sampled_from(["1", "2.5", draw(number_text())]))]
+    for key in draw(st.lists(st.sampled_from(["a", "skipped", "b"]), max_size=3)):
+        space = draw(st.sampled_from(["", " ", "\t"]))
+        parts.append(f'"{key}":{space}{draw(number_text())}')
+    if draw(st.booleans()):
+        looks_like = draw(st.sampled_from(["Mobile/15E148", "x:1e400", "5e-3000"]))
+        parts.append(f'"ua":"{looks_like}"')
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+@st.composite
 def projected_json_line(draw: Any) -> bytes:
-    kind = draw(st.integers(0, 9))
+    kind = draw(st.integers(0, 11))
+    if kind >= 10:
+        return draw(numbers_line())
     if kind <= 3:  # records over the projectable keys, values of any kind
         obj = draw(st.dictionaries(st.sampled_from(PROJECTABLE[:-1]), json_values, max_size=4))
         if draw(st.integers(0, 5)):
@@ -608,8 +639,11 @@ def test_projected_json_on_msgspec_equals_the_row_parser(
         ([b'{"ts":1,"a":1,"a":2,"t\\u0073":5,"\\u0061":3}'], {"a"}),
         ([b'{"ts":1,"b":"\\ud800"}', b'{"ts":1,"a":"x\x01"}', b'{"ts":2,"a":"y"}'], {"a"}),
         # ts of every kind
-        ([b'{"ts":"2026-11-21T15:00:00Z","a":1}', b'{"ts":"x"}', b'{"ts":true}', b'{"a":1}',
-          b'{"ts":null}', b'{"ts":[1]}', b'{"ts":5}', b'{"ts":5.5}'], {"a"}),  # fmt: skip
+        (
+            [b'{"ts":"2026-11-21T15:00:00Z","a":1}', b'{"ts":"x"}', b'{"ts":true}', b'{"a":1}',
+             b'{"ts":null}', b'{"ts":[1]}', b'{"ts":5}', b'{"ts":5.5}'],
+            {"a"},
+        ),
         # a user agent that looks like an exponent is not flagged; real ones are
         ([b'{"ts":1,"a":"Mobile/15E148"}', b'{"ts":1,"a":2,"b":1.5e-300}'], {"a"}),
     ],
