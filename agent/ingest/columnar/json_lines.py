@@ -1,8 +1,14 @@
-"""The JSON-lines kernel: ``pyarrow.json`` reads the chunk, checked against the row parser.
+"""The JSON-lines kernel: msgspec for a query's fields, else ``pyarrow.json`` (where enabled)
+or the row parser, each checked against the row parser.
 
 Contract: rows equal :class:`~agent.ingest.records.RecordValidator`'s (timestamp field ``ts``)
 for every line; columns are the union of the chunk's top-level keys (a key a line lacks is
 null), or, with ``fields``, exactly those fields (null columns for fields no line has).
+
+Projected chunks (``want`` names the fields, valid UTF-8) go to
+:func:`~agent.ingest.columnar.json_msgspec.parse_projected` in agents and in ``elf run``
+alike (faster than both other paths, and no reader that has crashed on crafted input).
+Otherwise, where :func:`use_arrow_reader` enabled it:
 
 How: Arrow's C++ JSON reader (single-threaded) parses the whole chunk at once. Its answer is
 used only where it provably equals orjson's (the row parser's decoder):
