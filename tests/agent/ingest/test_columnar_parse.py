@@ -675,3 +675,27 @@ def test_projected_json_marker_never_leaves_the_kernel() -> None:
     assert got.table.column("a").to_pylist() == [nonce, nonce, None]
     for lines in ([b'{"ts":1}] %d [{"ts":2}' % nonce], [b"%d" % nonce, b'{"ts":3}']):
         check_projected_json(lines, frozenset({"a"}))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(projected_json_line(), min_size=1, max_size=14))
+def test_the_nonce_framing_maps_values_to_lines_exactly(lines: list[bytes]) -> None:
+    """The whole-chunk decode (or its line-by-line fallback) gives, for every non-blank line,
+    exactly what decoding that line alone gives: its record, or a refusal."""
+    import numpy as np
+
+    from agent.ingest.columnar import json_msgspec
+    from agent.ingest.columnar.lines import split_lines
+
+    split = split_lines(b"".join(x + b"\n" for x in lines))
+    dec = json_msgspec._decoders(frozenset({"ts", "a", "b"}))
+    fed = np.flatnonzero(~split.blank)
+    records, refused = json_msgspec._decode(dec, split.chunk, len(split), fed)
+    want_records, want_refused = [], []
+    for i in fed.tolist():
+        try:
+            want_records.append(dec.line.decode(split.raw(i)))
+        except Exception:
+            want_refused.append(i)
+    assert refused == want_refused
+    assert records == want_records
