@@ -47,7 +47,9 @@ fails goes to the row parser.
   else (missing, null, bool, a bad string) sends the line to the row parser.
 
 Bounds: one decoder per distinct ``want`` (an LRU of :data:`DECODERS`), one framed copy of
-the chunk, the decoded objects of the projected fields.
+the chunk, the decoded objects of the projected fields, the screen's two scratch arrays per
+thread (2 bytes per chunk byte, kept) and its candidate offsets (per 1 MiB block of the
+chunk, checked 16,384 at a time: ≈ 25 MB at worst, for text made of exponents).
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ _WORD = 0x0101010101010101  # eight digits in a row, in the digit mask viewed as
 _NUMBER_START = np.frombuffer(b":,[ \t\r\n", np.uint8)  # what may precede a JSON number
 _NOWHERE = np.empty(0, np.int64)
 _LOCAL = threading.local()  # the screen's work arrays (2 bytes per chunk byte, per thread)
+_BLOCK = 1 << 20  # bytes of the screen's mask whose candidates are taken at once
+_BATCH = 1 << 14  # candidates checked at once (a 24-byte look-back each: 3 MiB of offsets)
 _MANTISSA = 24  # bytes looked back for a number's start (a longer one is flagged)
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError)
 
@@ -190,7 +194,20 @@ def _screen(chunk: bytes) -> np.ndarray:
     np.logical_and(after, dig[:-1], out=after)
     if not after.any():  # ``any`` stops early and skips a pass over the chunk
         return runs
-    e = np.flatnonzero(after) + 1
+    found = [runs]
+    # in blocks, so that pathological text (``1e111e111…``) stays within a bounded memory
+    for lo in range(0, len(after), _BLOCK):
+        block = after[lo : lo + _BLOCK]
+        if block.any():
+            e = np.flatnonzero(block) + (lo + 1)
+            for b in range(0, len(e), _BATCH):
+                found.append(_exponents(a, dig, e[b : b + _BATCH]))
+    return np.concatenate(found)
+
+
+def _exponents(a: np.ndarray, dig: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Of the offsets ``e`` of an e/E after a digit, those that start an exponent of 3+ digits
+    in a number that starts where a JSON value may."""
     last = len(a) - 1  # the chunk ends in a newline: clipped indices read a non-digit
     sign = np.isin(a[np.minimum(e + 1, last)], (43, 45))
     d0 = e + 1 + sign
@@ -198,7 +215,7 @@ def _screen(chunk: bytes) -> np.ndarray:
     three &= dig[np.minimum(d0 + 2, last)]
     e = e[three]
     if not len(e):
-        return runs
+        return e
     # the number must start where a JSON value may (not ``Mobile/15E148`` in a string): look
     # back over its mantissa (digits, ".", "-") to the byte before it
     back = e[:, None] - np.arange(1, _MANTISSA + 1)
@@ -209,7 +226,7 @@ def _screen(chunk: bytes) -> np.ndarray:
     stop = before[np.arange(len(e)), first]
     at_start = back[np.arange(len(e)), first] < 0
     flag = numeric.all(axis=1) | at_start | np.isin(stop, _NUMBER_START)
-    return np.concatenate([runs, e[flag]])
+    return e[flag]
 
 
 def _decode(dec: _Decoders, chunk: bytes, n: int, fed: np.ndarray) -> tuple[list[Any], list[int]]:
