@@ -699,3 +699,18 @@ def test_the_nonce_framing_maps_values_to_lines_exactly(lines: list[bytes]) -> N
             want_refused.append(i)
     assert refused == want_refused
     assert records == want_records
+
+
+def test_projected_json_depth_is_orjsons_even_with_a_raised_recursion_limit() -> None:
+    """msgspec's depth limit follows Python's recursion limit (hypothesis raises it): beyond
+    orjson's 1024 levels msgspec would accept what the row parser rejects."""
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 20_000))
+    try:
+        for depth in (1022, 1023, 1024, 1025, 3000):
+            deep = b'{"ts":1,"b":' + b"[" * depth + b"]" * depth + b"}"
+            check_projected_json([deep, b'{"ts":2,"a":1}'], frozenset({"a"}))
+    finally:
+        sys.setrecursionlimit(old)
