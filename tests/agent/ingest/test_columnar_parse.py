@@ -475,3 +475,242 @@ def test_json_lines_that_are_not_objects_never_reach_the_arrow_reader(arrow_json
         assert [r[:2] for r in got.rejects] == [(0, "not_object"), (2, "not_object"),
                                                 (3, "not_object")]  # fmt: skip
         assert got.table.column("ts").to_pylist() == [1.0]
+
+
+# ---- projected JSON lines on the msgspec kernel (json_msgspec.py) ------------------------------
+
+PROJECTABLE = ("a", "b", "big", "n", "s", "deep", "k y", "\u00e9", "nope")
+adversarial_json = st.sampled_from([
+    b'{"ts":1}],[123,{"ts":2}', b'{"ts":1} {"ts":2}', b'{"ts":1}{"ts":2}', b'{"ts":1} 5',
+    b'{"ts":1,"s":"', b'"}', b'{"ts":1,"a":[[1', b'2]]}', b"]", b"[", b"4", b"-1", b'"x"',
+    b"null", b"true", b"[1]", b'{"ts":1,"a":1,"a":"x"}', b'{"t\\u0073":3,"\\u0061":7}',
+    b'{"ts":1,"a":"\\ud800"}', b'{"ts":1,"b":"\\udc00x"}', b'{"ts":1,"a":"x\x01"}',
+    b'{"ts":1,"a":1,}', b'{"ts":1,"b":NaN}', b'{"ts":1,"b":Infinity}', b'\xef\xbb\xbf{"ts":1}',
+    b'\x0c{"ts":1}', b'{"ts":1}\r', b' \t{"ts":2} ', b'{"ts":1,"b":1e99999}',
+    b'{"ts":1,"a":1e400}', b'{"ts":1,"b":1e-400}', b'{"ts":1,"a":1.5E+308}',
+    b'{"ts":1,"big":18446744073709551616}', b'{"ts":1,"big":-9223372036854775809}',
+    b'{"ts":1,"big":18446744073709551615}', b'{"ts":1,"big":9223372036854775808}',
+    b'{"ts":1,"b":' + b"1" * 400 + b"}", b'{"ts":1,"a":123456789012345678901234567890.5}',
+    b'{"ts":18446744073709551616}', b'{"ts":1e2,"a":"Mobile/15E148"}', b'{"ts":1,"a":0.1e-005}',
+    b'{"ts":"2026-11-21T15:00:00Z"}', b'{"ts":"nope"}', b'{"ts":[1]}', b'{"ts":{"a":1}}',
+    b'{"ts":1,"k y":2,"\xc3\xa9":3}', b'{"ts":1,"n":-0,"s":-0.0}', b'{"ts":1} x',
+])  # fmt: skip
+
+
+@st.composite
+def deep_json(draw: Any) -> bytes:
+    # deep projected values stay shallow enough for the comparison's own recursion
+    key = draw(st.sampled_from(["deep", "skipped"]))
+    depth = draw(st.sampled_from([2, 100, 300] if key == "deep" else [300, 600, 1023, 1024]))
+    return b'{"ts":1,"%s":' % key.encode() + b"[" * depth + b"]" * depth + b"}"
+
+
+@st.composite
+def number_text(draw: Any) -> str:
+    """JSON numbers of every size: long digit runs, 1-4 digit exponents (overflow, underflow)."""
+    digits = st.text("0123456789", min_size=1, max_size=draw(st.sampled_from([3, 25, 320])))
+    whole = draw(digits).lstrip("0") or "0"
+    text = draw(st.sampled_from(["", "-"])) + whole
+    if draw(st.booleans()):
+        text += "." + draw(digits)
+    if draw(st.booleans()):
+        exp = draw(st.integers(0, 9999))
+        text += draw(st.sampled_from("eE")) + draw(st.sampled_from(["", "+", "-"]))
+        text += str(exp).zfill(draw(st.integers(1, 4)))
+    return text
+
+
+@st.composite
+def numbers_line(draw: Any) -> bytes:
+    """Numbers where msgspec skips them and where it decodes them, next to text that looks
+    like an exponent (``Mobile/15E148``)."""
+    parts = ['"ts":' + draw(st.sampled_from(["1", "2.5", draw(number_text())]))]
+    for key in draw(st.lists(st.sampled_from(["a", "skipped", "b"]), max_size=3)):
+        space = draw(st.sampled_from(["", " ", "\t"]))
+        parts.append(f'"{key}":{space}{draw(number_text())}')
+    if draw(st.booleans()):
+        looks_like = draw(st.sampled_from(["Mobile/15E148", "x:1e400", "5e-3000"]))
+        parts.append(f'"ua":"{looks_like}"')
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+@st.composite
+def projected_json_line(draw: Any) -> bytes:
+    kind = draw(st.integers(0, 11))
+    if kind >= 10:
+        return draw(numbers_line())
+    if kind <= 3:  # records over the projectable keys, values of any kind
+        obj = draw(st.dictionaries(st.sampled_from(PROJECTABLE[:-1]), json_values, max_size=4))
+        if draw(st.integers(0, 5)):
+            obj["ts"] = draw(timestamps)
+        data = orjson.dumps(obj)
+        if draw(st.booleans()):  # orjson.dumps refuses integers beyond 64 bits
+            big = draw(st.integers(-(2**70), 2**70))
+            data = data[:-1] + (b',"big":%d}' % big if len(data) > 2 else b'"big":%d}' % big)
+        if draw(st.integers(0, 4)) == 0:  # mutated: a byte deleted, inserted or replaced
+            i = draw(st.integers(0, len(data)))
+            b = draw(st.sampled_from([b"", b"{", b"}", b'"', b",", b"]", b"\\", b"e999", b" "]))
+            data = data[:i] + b + data[i + draw(st.integers(0, 1)) :]
+        return data.replace(b"\n", b"")
+    if kind <= 5:
+        return draw(adversarial_json)
+    if kind == 6:
+        return draw(deep_json())
+    if kind == 7:
+        return draw(blank)
+    return draw(json_line()).replace(b"\n", b"")
+
+
+def reference_table(lines: list[bytes], want: frozenset[str]) -> pa.Table | None:
+    """The row path's projected table (rows_to_table's inference; None: it refuses)."""
+    rows = [r for _, r in row_path("json", lines)["rows"]]
+    cols = {}
+    for name in want:
+        values = [r.get(name) for r in rows]
+        if name == "ts":
+            if any(isinstance(v, int) and abs(v) > 2**53 for v in values):
+                return None
+            values = [float(v) for v in values]
+        try:
+            cols[name] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            return None
+    return pa.table(cols)
+
+
+def check_projected_json(lines: list[bytes], fields: frozenset[str]) -> None:
+    """One chunk: the same table as the row path (values and Arrow types) or both refuse;
+    then several chunkings through the shared comparison."""
+    want = fields | {"ts"}
+    ref = reference_table(lines, want)
+    try:
+        got = parsed("json", *lines, fields=fields)
+    except UnsupportedChunk:
+        assert ref is None, lines
+        return
+    assert ref is not None, lines
+    row = row_path("json", lines)
+    assert got.line_index.to_pylist() == [i for i, _ in row["rows"]], (lines, fields)
+    assert [r[:3] for r in got.rejects] == [r[:3] for r in row["rejects"]], (lines, fields)
+    for name in want:
+        a, b = got.table.column(name), ref.column(name)
+        if name == "ts" and not len(b):
+            continue
+        assert a.type == b.type, (name, a.type, b.type, lines)
+        assert a.to_pylist() == b.to_pylist(), (name, lines)
+    with contextlib.suppress(UnsupportedChunk):
+        assert_same("json", lines, chunk_sizes=(100, 1), fields=fields)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(projected_json_line(), max_size=14),
+    st.sets(st.sampled_from(PROJECTABLE), max_size=4),
+)
+def test_projected_json_on_msgspec_equals_the_row_parser(
+    lines: list[bytes], fields: set[str]
+) -> None:
+    check_projected_json(lines, frozenset(fields))
+
+
+@pytest.mark.parametrize(
+    ("lines", "fields"),
+    [
+        # integers beyond 64 bits: floats to orjson, exact ints to msgspec
+        ([b'{"ts":1,"big":18446744073709551616}', b'{"ts":2,"big":1.5}'], {"big"}),
+        ([b'{"ts":1,"big":-9223372036854775809}'], {"big"}),
+        ([b'{"ts":1,"big":18446744073709551615}'], {"big"}),  # u64: both ints (Arrow refuses)
+        ([b'{"ts":18446744073709551616}'], {"a"}),  # orjson: a float timestamp
+        # out of range where msgspec skips: orjson refuses the line (bad_json)
+        ([b'{"ts":1,"b":1e99999}', b'{"ts":2,"a":1}'], {"a"}),
+        ([b'{"ts":1,"b":' + b"1" * 400 + b"}", b'{"ts":2,"a":1}'], {"a"}),
+        ([b'{"ts":1,"a":1e400}'], {"a"}),
+        # the framing: two values on a line, a value across lines, forged markers
+        ([b'{"ts":1}],[123,{"ts":2}', b'{"ts":3}'], {"a"}),
+        ([b'{"ts":1} {"ts":2}', b'{"ts":3}'], {"a"}),
+        ([b'{"ts":1,"a":[[1', b"2]]}", b'{"ts":3}'], {"a"}),
+        ([b'{"ts":1,"a":"', b'"}', b'{"ts":3}'], {"a"}),
+        ([b'{"ts":1}', b"5", b'{"ts":3}'], {"a"}),
+        ([b'{"ts":1}', b"", b" ", b'{"ts":3}'], {"a"}),
+        # recursion, duplicate and escaped keys, lone surrogates, control characters
+        ([b'{"ts":1,"a":' + b"[" * 300 + b"]" * 300 + b"}"], {"a"}),
+        ([b'{"ts":1,"b":' + b"[" * 1000 + b"]" * 1000 + b"}", b'{"ts":1,"a":2}'], {"a"}),
+        ([b'{"ts":1,"b":' + b"[" * 1024 + b"]" * 1024 + b"}", b'{"ts":1,"a":2}'], {"a"}),
+        ([b'{"ts":1,"a":1,"a":2,"t\\u0073":5,"\\u0061":3}'], {"a"}),
+        ([b'{"ts":1,"b":"\\ud800"}', b'{"ts":1,"a":"x\x01"}', b'{"ts":2,"a":"y"}'], {"a"}),
+        # ts of every kind
+        (
+            [b'{"ts":"2026-11-21T15:00:00Z","a":1}', b'{"ts":"x"}', b'{"ts":true}', b'{"a":1}',
+             b'{"ts":null}', b'{"ts":[1]}', b'{"ts":5}', b'{"ts":5.5}'],
+            {"a"},
+        ),
+        # a user agent that looks like an exponent is not flagged; real ones are
+        ([b'{"ts":1,"a":"Mobile/15E148"}', b'{"ts":1,"a":2,"b":1.5e-300}'], {"a"}),
+    ],
+)
+def test_projected_json_differences_between_msgspec_and_orjson(
+    lines: list[bytes], fields: set[str]
+) -> None:
+    check_projected_json(lines, frozenset(fields))
+
+
+def test_projected_json_integer_timestamp_beyond_2_53_is_refused() -> None:
+    with pytest.raises(UnsupportedChunk, match="not exact"):
+        parsed("json", b'{"ts":9007199254740993}', fields=frozenset({"a"}))
+
+
+def test_projected_json_field_names_are_any_strings() -> None:
+    got = parsed("json", b'{"ts":1,"f0":1,"a b":2,"\\u00e9":3,"":4}',
+                 fields=frozenset({"f0", "a b", "\u00e9", "", "ts_"}))  # fmt: skip
+    assert got.table.to_pylist() == [{"ts": 1.0, "f0": 1, "a b": 2, "\u00e9": 3, "": 4,
+                                      "ts_": None}]  # fmt: skip
+
+
+def test_projected_json_marker_never_leaves_the_kernel() -> None:
+    from agent.ingest.columnar import json_msgspec
+
+    nonce = json_msgspec._NONCE
+    line = b'{"ts":1,"a":%d}' % nonce  # even a line that knows it decodes as itself
+    got = parsed("json", line, line, b'{"ts":2}', fields=frozenset({"a"}))
+    assert got.table.column("a").to_pylist() == [nonce, nonce, None]
+    for lines in ([b'{"ts":1}] %d [{"ts":2}' % nonce], [b"%d" % nonce, b'{"ts":3}']):
+        check_projected_json(lines, frozenset({"a"}))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(projected_json_line(), min_size=1, max_size=14))
+def test_the_nonce_framing_maps_values_to_lines_exactly(lines: list[bytes]) -> None:
+    """The whole-chunk decode (or its line-by-line fallback) gives, for every non-blank line,
+    exactly what decoding that line alone gives: its record, or a refusal."""
+    import numpy as np
+
+    from agent.ingest.columnar import json_msgspec
+    from agent.ingest.columnar.lines import split_lines
+
+    split = split_lines(b"".join(x + b"\n" for x in lines))
+    dec = json_msgspec._decoders(frozenset({"ts", "a", "b"}))
+    fed = np.flatnonzero(~split.blank)
+    records, refused = json_msgspec._decode(dec, split.chunk, len(split), fed)
+    want_records, want_refused = [], []
+    for i in fed.tolist():
+        try:
+            want_records.append(dec.line.decode(split.raw(i)))
+        except Exception:
+            want_refused.append(i)
+    assert refused == want_refused
+    assert records == want_records
+
+
+def test_projected_json_depth_is_orjsons_even_with_a_raised_recursion_limit() -> None:
+    """msgspec's depth limit follows Python's recursion limit (hypothesis raises it): beyond
+    orjson's 1024 levels msgspec would accept what the row parser rejects."""
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 20_000))
+    try:
+        for depth in (1022, 1023, 1024, 1025, 3000):
+            deep = b'{"ts":1,"b":' + b"[" * depth + b"]" * depth + b"}"
+            check_projected_json([deep, b'{"ts":2,"a":1}'], frozenset({"a"}))
+    finally:
+        sys.setrecursionlimit(old)
