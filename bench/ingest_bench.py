@@ -80,6 +80,7 @@ from agent.ingest.projection import projected_parser
 from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
+from agent.runtime.allocator import keep_chunk_memory
 from agent.runtime.parallel import ParallelFileIngest
 from agent.runtime.worker import Worker
 from apps.workload import ClickstreamGenerator, access_line, json_line
@@ -407,6 +408,7 @@ def elf_engine(
     ``columnar`` or ``columnar_2proc``, with the prefilter the runtime installs in front."""
     from agent.ingest.columnar.reader import ChunkReader
 
+    keep_chunk_memory()  # as the agent daemon does at start (agent/runtime/allocator.py)
     text = _ql(query, fmt)
     parse_fmt = "nginx" if fmt == "paths" else fmt
     job = create_job(parse_spec(spec_from_query("q", "bench", text)))

@@ -29,6 +29,7 @@ from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.ql import compile_query
+from agent.runtime.allocator import keep_chunk_memory
 from agent.runtime.clock import EpochClock
 from agent.runtime.worker import Worker
 
@@ -86,6 +87,7 @@ def run_file(
     processes: int = 1,
 ) -> RunResult:
     """Run query ``text`` over the finished file ``path`` (see module docstring)."""
+    keep_chunk_memory()
     fmt = fmt or sniff_format(path)
     spec = parse_spec(query_spec(text, epoch_seconds))
     job = create_job(spec)

@@ -36,9 +36,10 @@ quarantined lines equal the single-process path's.
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -49,6 +50,7 @@ import xxhash
 from agent.ingest.columnar.lines import longest_line, newline_positions
 from agent.ingest.records import Quarantine, RecordError
 from agent.ingest.tail import CHUNK_BYTES
+from agent.runtime.allocator import keep_chunk_memory
 from agent.runtime.worker import Worker
 from cbt import Snapshot
 
@@ -66,6 +68,35 @@ _state: dict[str, Any] = {}
 Task = bytes | tuple[int, int, int]
 #: an over-long line ``run`` found, queued behind the chunks in flight (line numbers in order)
 _LONG_LINE = object()
+#: where a chunk is: ``(start, end)`` in the mapped file, or bytes (the unterminated last line
+#: with a newline added; an over-long line's first 800 bytes)
+Source = bytes | tuple[int, int]
+
+
+def _cuts(
+    mm: mmap.mmap, size: int, read_size: int, limit: int
+) -> Iterator[tuple[str, int, Source]]:
+    """The file cut into ``(kind, offset, source)``: ``chunk`` (whole lines ending at the last
+    newline before a ``read_size`` boundary, or one line longer than ``read_size``), ``long``
+    (a line longer than ``limit`` crossing a boundary: its first 800 bytes; skipped) and
+    ``last`` (the unterminated last line, newline added), in file order."""
+    pos = 0
+    while pos < size:
+        end = min(pos + read_size, size)
+        last_nl = mm.rfind(b"\n", pos, end)
+        if last_nl >= 0:
+            yield "chunk", pos, (pos, last_nl + 1)
+            pos = last_nl + 1
+            continue
+        nl = mm.find(b"\n", end)  # the line at pos is longer than read_size, or the last one
+        line_end = size if nl < 0 else nl
+        if line_end - pos > limit:
+            yield "long", pos, mm[pos : pos + 800]
+        elif nl < 0:
+            yield "last", pos, mm[pos:size] + b"\n"
+        else:
+            yield "chunk", pos, (pos, nl + 1)
+        pos = line_end + 1
 
 
 def _open(path: str | None) -> None:
@@ -94,6 +125,7 @@ def _init(
     path: str | None = None,
 ) -> None:  # fmt: skip
     """Worker-process initializer: the job, parser and prefilter from the spec."""
+    keep_chunk_memory()
     _open(path)
     import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
     from agent.ingest.fastpath import prefilter_for
@@ -182,6 +214,7 @@ def _init_columnar(
 ) -> None:  # fmt: skip
     """Worker-process initializer of the columnar mode: the job, its chunk reader, the
     prefilter."""
+    keep_chunk_memory()
     _open(path)
     import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
     from agent.ingest.columnar.reader import ChunkReader
@@ -323,6 +356,7 @@ class ParallelFileIngest:
             processes, mp_context=get_context("spawn"), initializer=init, initargs=args
         )
         self._local: dict[str, Any] | None = None  # the main process's own parsers (fallback)
+        self._map: mmap.mmap | None = None  # the file, while run() reads it
         self.counters = {
             "lines": 0,
             "records": 0,
@@ -341,50 +375,61 @@ class ParallelFileIngest:
 
     def run(self, on_epochs: Callable[[list[tuple[int, Snapshot]]], None] | None = None) -> int:
         """Read the file to its end; after each chunk the epochs the watermark closed go to
-        ``on_epochs``. Returns the number of lines. (``worker.finish()`` is the caller's.)"""
-        inflight: deque[tuple[Future[Any], int, bytes]] = deque()
+        ``on_epochs``. Returns the number of lines. (``worker.finish()`` is the caller's.)
+
+        The file is mapped, not read: this process only finds the chunks' ends (the last
+        newline before each ``read_size`` boundary) and hashes each chunk; the worker
+        processes read the bytes themselves (:data:`Task`). Over-long lines are found here
+        when they cross a boundary, by the worker processes otherwise."""
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if not size:
+                return 0
+            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+            try:
+                mm.madvise(mmap.MADV_SEQUENTIAL)
+                self._run_mapped(mm, size, on_epochs)
+            finally:
+                mm.close()
+        return self.counters["lines"]
+
+    def _run_mapped(
+        self,
+        mm: mmap.mmap,
+        size: int,
+        on_epochs: Callable[[list[tuple[int, Snapshot]]], None] | None,
+    ) -> None:
+        inflight: deque[tuple[Future[Any], int, Source]] = deque()
         fn = _chunk_columnar if self.columnar else _chunk
         depth = 2 * self.processes
-        pos = 0  # file offset of the next chunk
-        carry = b""
-        skipping = False  # inside an over-long line: drop bytes until its newline
-        with open(self.path, "rb") as f:
-            while True:
-                data = f.read(self.read_size)
-                if not data:
-                    if carry and not skipping:
-                        last = carry + b"\n"  # not in the file as such: handed over
-                        inflight.append((self._pool.submit(fn, last), pos, last))
-                    break
-                self.counters["bytes"] += len(data)
-                buf = carry + data if carry else data
-                last_nl = buf.rfind(b"\n")
-                if last_nl < 0:
-                    carry = buf
-                else:
-                    start = 0
-                    if skipping:
-                        skipping, start = False, buf.find(b"\n") + 1
-                    if start <= last_nl:
-                        chunk = buf[start : last_nl + 1]
-                        task = (pos + start, len(chunk), xxhash.xxh3_64_intdigest(chunk))
-                        inflight.append((self._pool.submit(fn, task), pos + start, chunk))
-                    pos += last_nl + 1
-                    carry = buf[last_nl + 1 :]
-                if len(carry) > self.max_line_bytes and not skipping:
-                    # quarantined in line order, after the chunks still in flight
-                    long_line: Future[Any] = Future()
-                    long_line.set_result(_LONG_LINE)
-                    inflight.append((long_line, pos, carry[:800]))
-                    skipping = True
-                if skipping:
-                    pos += len(carry)
-                    carry = b""
+        self._map = mm
+        try:
+            for kind, at, source in _cuts(mm, size, self.read_size, self.max_line_bytes):
+                if kind == "chunk":
+                    first, end = source
+                    with memoryview(mm)[first:end] as view:
+                        task: Task = (first, end - first, xxhash.xxh3_64_intdigest(view))
+                    fut = self._pool.submit(fn, task)
+                elif kind == "last":  # the unterminated last line, handed over as bytes
+                    fut = self._pool.submit(fn, source)
+                else:  # an over-long line: quarantined in line order, after what is in flight
+                    fut = Future()
+                    fut.set_result(_LONG_LINE)
+                inflight.append((fut, at, source))
                 while len(inflight) >= depth or (inflight and inflight[0][0].done()):
                     self._consume(*inflight.popleft(), on_epochs)
-        while inflight:
-            self._consume(*inflight.popleft(), on_epochs)
-        return self.counters["lines"]
+            while inflight:
+                self._consume(*inflight.popleft(), on_epochs)
+        finally:
+            self._map = None
+        self.counters["bytes"] += size
+
+    def _bytes(self, source: Source) -> bytes:
+        """A chunk's bytes (read from the mapping again: only for the rare local fallback)."""
+        if isinstance(source, bytes):
+            return source
+        assert self._map is not None
+        return self._map[source[0] : source[1]]
 
     def _reject_long(self, text: bytes, offset: int) -> None:
         self._line_no += 1
@@ -403,15 +448,16 @@ class ParallelFileIngest:
         self,
         fut: Future[Any],
         base: int,
-        data: bytes,
+        source: Source,
         on_epochs: Callable[[list[tuple[int, Snapshot]]], None] | None,
     ) -> None:
-        if fut.result() is _LONG_LINE:
-            self._reject_long(data, base)
+        result = fut.result()
+        if result is _LONG_LINE:
+            self._reject_long(self._bytes(source), base)
         elif self.columnar:
-            self._consume_columnar(fut.result(), base, data)
+            self._consume_columnar(result, base, lambda: self._bytes(source))
         else:
-            self._consume_rows(fut.result() or self._local_rows(data), base)
+            self._consume_rows(result or self._local_rows(self._bytes(source)), base)
         closed = self.worker.poll()
         if closed and on_epochs is not None:
             on_epochs(closed)
@@ -434,14 +480,16 @@ class ParallelFileIngest:
         if skipped:
             self.worker.process([], skipped=skipped)
 
-    def _consume_columnar(self, result: ColumnarResult, base: int, data: bytes) -> None:
+    def _consume_columnar(
+        self, result: ColumnarResult, base: int, data: Callable[[], bytes]
+    ) -> None:
         n, skipped, blank, ts, partials, rejects = result
         if ts is None:  # the chunk cannot be columnar: the row path, here
-            self._consume_rows(self._local_rows(data), base)
+            self._consume_rows(self._local_rows(data()), base)
             return
         self._account(n, skipped, blank, len(ts), rejects, base)
         if isinstance(partials, list):
-            self.worker.process_partials(ts, partials, lambda: self._local_table(data))
+            self.worker.process_partials(ts, partials, lambda: self._local_table(data()))
         else:
             self.worker.process_table(partials, self.ts_field)
 

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from agent.config import AgentConfig
 from agent.runtime.agent import Agent
+from agent.runtime.allocator import keep_chunk_memory
 from agent.runtime.cpu_limits import apply_cpu_limits
 
 READY_PREFIX = "ELF-READY "
@@ -92,6 +93,7 @@ async def run(config: AgentConfig, out: TextIO = sys.stdout) -> None:
         loop.add_signal_handler(sig, on_signal)
     # before any thread starts: the record thread and the loop inherit the CPU cap
     limits = apply_cpu_limits(config.runtime.max_cores, config.runtime.nice)
+    keep_chunk_memory()  # before the first chunk: its buffers are reused, not faulted in anew
     if config.runtime.max_cores or config.runtime.nice:
         log.info("CPU cap: cores %s, niceness %s", limits["cores"], limits["nice"])
     agents = await start_agents(config)

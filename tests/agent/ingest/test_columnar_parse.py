@@ -640,8 +640,16 @@ def test_projected_json_on_msgspec_equals_the_row_parser(
         ([b'{"ts":1,"b":"\\ud800"}', b'{"ts":1,"a":"x\x01"}', b'{"ts":2,"a":"y"}'], {"a"}),
         # ts of every kind
         (
-            [b'{"ts":"2026-11-21T15:00:00Z","a":1}', b'{"ts":"x"}', b'{"ts":true}', b'{"a":1}',
-             b'{"ts":null}', b'{"ts":[1]}', b'{"ts":5}', b'{"ts":5.5}'],
+            [
+                b'{"ts":"2026-11-21T15:00:00Z","a":1}',
+                b'{"ts":"x"}',
+                b'{"ts":true}',
+                b'{"a":1}',
+                b'{"ts":null}',
+                b'{"ts":[1]}',
+                b'{"ts":5}',
+                b'{"ts":5.5}',
+            ],
             {"a"},
         ),
         # a user agent that looks like an exponent is not flagged; real ones are

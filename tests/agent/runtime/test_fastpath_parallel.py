@@ -111,3 +111,34 @@ def test_a_worker_reads_its_chunk_from_the_file_and_refuses_other_bytes(tmp_path
         os.close(parallel._state["fd"])
         parallel._state.clear()
         parallel._state.update(saved)
+
+
+@pytest.mark.parametrize("last", ["valid", "too_long"])
+def test_the_unterminated_last_line_counts_as_the_tails_drain(tmp_path: Path, last: str) -> None:
+    from agent.ingest.formats import make_parser
+    from agent.ingest.tail import FileTail
+
+    lines = _lines("nginx", 300, seed=9)
+    final = lines.pop()
+    if last == "too_long":
+        final = final.replace(b'"Mozilla', b'"' + b"M" * 5000 + b"ozilla", 1)
+    path = tmp_path / "in.nginx"
+    path.write_bytes(b"\n".join(lines) + b"\n" + final)  # no newline after the last line
+    want_worker = Worker(_job(MICRO_NGINX), wall_clock=lambda: START)
+    tail = FileTail(path, parser=make_parser("nginx"), read_size=1 << 12, max_line_bytes=2048)
+    while batch := tail.poll():
+        want_worker.process(batch)
+    want_worker.process(tail.drain())
+    want = {e: s.to_dict() for e, s in want_worker.finish()}
+    worker = Worker(_job(MICRO_NGINX), wall_clock=lambda: START)
+    with ParallelFileIngest(
+        path, worker, "nginx", processes=2, prefilter=False, read_size=1 << 12,
+        max_line_bytes=2048, columnar=True,
+    ) as ingest:  # fmt: skip
+        got: dict[int, dict] = {}
+        n = ingest.run(lambda closed: got.update((e, s.to_dict()) for e, s in closed))
+        got.update((e, s.to_dict()) for e, s in worker.finish())
+    assert n == tail.counters["lines"] == len(lines) + 1
+    assert got == want
+    assert _entries(ingest.quarantine) == _entries(tail.quarantine)
+    assert ingest.counters["records"] == tail.counters["records"]
