@@ -10,7 +10,8 @@ config's ``[runtime]`` table (``agent/config.py``); tests pass other values with
 the byte budgets of its results and its worker's buffers), the lake sink (flush on stop,
 compaction, retention), the :class:`~agent.runtime.offsets.OffsetKeeper` and the
 :class:`~agent.runtime.http_api.HttpApi` (its connection limits, ``api_*``).
-``lake_retention_days``, ``max_cores`` and ``nice`` may be 0 (off); ``columnar`` is a boolean.
+``lake_retention_days``, ``max_cores``, ``nice`` and ``parse_processes`` may be 0 (off);
+``columnar`` is a boolean.
 
 This module imports nothing of the project, so the config can nest it without a cycle.
 """
@@ -21,7 +22,7 @@ import math
 from dataclasses import dataclass, fields
 
 #: settings where 0 switches the feature off (every other value must be positive)
-_ZERO_MEANS_OFF = frozenset({"lake_retention_days", "max_cores", "nice"})
+_ZERO_MEANS_OFF = frozenset({"lake_retention_days", "max_cores", "nice", "parse_processes"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,9 @@ class RuntimeTunables:
     columnar: bool = True  # inputs whose every job has a batch path parse chunks into Arrow
     max_cores: int = 0  # the agent process runs on at most this many CPUs (0: all it may use)
     nice: int = 0  # raise the agent's niceness by this much, 1-19 (0: unchanged)
+    # helper processes parsing a backlog's columnar chunks (agent/ingest/columnar/pool.py;
+    # 0: off, the agent parses on its one record thread)
+    parse_processes: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -27,9 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import deque
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
+
+import xxhash
 
 from agent.ingest.base import ColumnarBatch, Record, RecordBatch
 from agent.ingest.columnar.lines import longest_line, newline_positions
@@ -43,6 +47,7 @@ from agent.ingest.records import (
 from agent.ql.arrow_eval import Unsupported
 
 if TYPE_CHECKING:
+    from agent.ingest.columnar.pool import ChunkParsePool
     from agent.ingest.columnar.reader import ChunkReader
     from agent.ingest.fastpath import LinePrefilter
 
@@ -95,6 +100,15 @@ class FileTail:
         #: optional :class:`~agent.ingest.columnar.reader.ChunkReader`: chunks parsed into
         #: Arrow tables (the columnar path; the runtime installs it)
         self.columnar: ChunkReader | None = None
+        #: optional :class:`~agent.ingest.columnar.pool.ChunkParsePool`: with a backlog,
+        #: later chunks of a poll are parsed there (the agent's ``parse_processes``)
+        self.parse_pool: ChunkParsePool | None = None
+        #: chunks handed to the parse pool: (file offset, bytes, reader, future), in order
+        self._ahead: deque[tuple[int, bytes, Any, Future[Any]]] = deque()
+        self._ahead_until = 0  # file offset where the chunks handed over end
+        self._reads: deque[bytes] = deque()  # read ahead, not consumed yet (parse-ahead)
+        # how many of _reads were cut already, and the carried bytes and offset after them
+        self._sim_reads, self._sim_rest, self._sim_at = 0, b"", 0
         self._skipped = 0
         #: where this tail began reading in this run (a ``state()``; None until the file is
         #: first opened): nothing before it was read by anyone in this run
@@ -160,6 +174,7 @@ class FileTail:
             self._poll_into(out)
         except OSError:
             self._close_file()  # retried on the next poll, resuming at _pos
+            self._drop_ahead()
             self._resume = {"inode": self._inode, "offset": self._pos, "line_no": self._line_no}
         out.skipped, self._skipped = self._skipped, 0
         return out
@@ -167,8 +182,9 @@ class FileTail:
     def _poll_into(self, out: list[Record]) -> None:
         assert self._f is not None
         fst = os.fstat(self._f.fileno())
-        if fst.st_size < self._pos + len(self._buf):
+        if fst.st_size < self._pos + len(self._buf) + sum(map(len, self._reads)):
             self.counters["truncations"] += 1
+            self._drop_ahead()
             self._f.seek(0)
             self._pos, self._buf, self._skipping, self._line_no = 0, b"", False, 0
         want = self._read_size()
@@ -176,6 +192,14 @@ class FileTail:
             want = min(want, self.stop_at - self._pos - len(self._buf))
             if want <= 0:
                 return
+        if self._parse_ahead_possible():
+            if self._poll_ahead(want, out):
+                return
+        elif self._reads:  # read ahead before parse-ahead was switched off: consumed as usual
+            while self._reads:
+                self._consume(self._reads.popleft(), out)
+            self._drop_ahead()
+            return
         data = self._f.read(want)
         if data:
             self.counters["bytes"] += len(data)
@@ -195,9 +219,113 @@ class FileTail:
             if self._buf and not self._skipping:
                 self._line(self._buf, out)
             self._close_file()
+            self._drop_ahead()  # offsets restart in the new file
             self.counters["rotations"] += 1
             if self._open():
                 self._poll_into(out)
+
+    def _parse_ahead_possible(self) -> bool:
+        reader = self.columnar
+        return (
+            self.parse_pool is not None
+            and reader is not None
+            and reader.kernel == "vectorized"
+            and self.prefilter is None  # selective queries: the prefilter is the fast path
+            and self.stop_at is None
+            and not self._skipping
+        )
+
+    def _poll_ahead(self, want: int, out: list[Record]) -> bool:
+        """One poll with parse-ahead (a backlog): consume ``processes + 1`` reads, this thread
+        parsing the first read's chunk and the pool the others, while the next poll's are
+        already read and handed over, so the helper processes never wait for this thread.
+        False when nothing is waiting (the caller goes on: end of file, rotation)."""
+        per_poll = self._ahead_reads()
+        while len(self._reads) < 2 * per_poll:
+            if self._reads and len(self._reads[-1]) < want:
+                break  # the file's end as of that read
+            data = self._f.read(want) if self._f is not None else b""
+            if not data:
+                break
+            self.counters["bytes"] += len(data)
+            self._reads.append(data)
+        if not self._reads:
+            return False
+        self._hand_over(per_poll)
+        for _ in range(min(per_poll, len(self._reads))):
+            self._consume(self._reads.popleft(), out)
+            self._sim_reads = max(0, self._sim_reads - 1)
+        return True
+
+    def _hand_over(self, per_poll: int) -> None:
+        """Hand the chunks the waiting reads will make to the parse pool (those not handed
+        over yet, except every ``per_poll``-th, which this thread parses): the cuts
+        :meth:`_consume` will make, each read's bytes after the carried partial line up to
+        its last newline. Stops at an over-long line (its skipping changes the cuts)."""
+        reader, pool = self.columnar, self.parse_pool
+        assert reader is not None and pool is not None and self._f is not None
+        path = f"/proc/{os.getpid()}/fd/{self._f.fileno()}"
+        on_proc = os.path.exists(path)
+        # the cuts of the reads already simulated are known: go on after them
+        done = self._sim_reads
+        if done:
+            rest, at = self._sim_rest, self._sim_at
+        else:
+            rest, at = self._buf, self._pos  # ``rest`` starts at file offset ``at``
+        for i in range(done, len(self._reads)):
+            self._sim_reads = i + 1
+            data = self._reads[i]
+            buf = rest + data if rest else data
+            last_nl = buf.rfind(b"\n")
+            if last_nl < 0:
+                rest = buf
+            else:
+                chunk, rest = buf[: last_nl + 1], buf[last_nl + 1 :]
+                if (
+                    i % per_poll
+                    and at >= self._ahead_until
+                    and reader.would_parse(chunk.count(b"\n"))
+                ):
+                    source: Any = chunk
+                    if on_proc:  # read there: no 4 MiB through the pipe
+                        source = (path, at, len(chunk), xxhash.xxh3_64_intdigest(chunk))
+                    future = pool.submit(reader.fmt, reader.fields, source)
+                    self._ahead.append((at, chunk, reader, future))
+                    self._ahead_until = at + len(chunk)
+                at += last_nl + 1
+            self._sim_rest, self._sim_at = rest, at
+            if len(rest) > self.max_line_bytes:
+                self._sim_reads = 0  # cut again next poll, after the skipping
+                break
+
+    def _drop_ahead(self) -> None:
+        """Forget what was read or handed over ahead (a truncation, an I/O error, close)."""
+        for *_, future in self._ahead:
+            future.cancel()
+        self._ahead.clear()
+        self._reads.clear()
+        self._ahead_until = 0
+        self._sim_reads, self._sim_rest, self._sim_at = 0, b"", 0
+
+    def _ahead_reads(self) -> int:
+        """Reads per poll with parse-ahead: this thread parses the first chunk, each helper
+        process one more (measured: handing them all over leaves this thread idle while it
+        waits, and is slower)."""
+        assert self.parse_pool is not None
+        return self.parse_pool.processes + 1
+
+    def _ahead_for(self, at: int, chunk: bytes) -> Future[Any] | None:
+        """The parse pool's future for ``chunk`` (at file offset ``at``), if it was handed
+        over with these bytes and this reader; older entries are dropped."""
+        while self._ahead and self._ahead[0][0] < at:
+            self._ahead.popleft()[3].cancel()
+        if not self._ahead or self._ahead[0][0] != at:
+            return None
+        _, handed, reader, future = self._ahead.popleft()
+        if reader is not self.columnar or len(handed) != len(chunk) or handed != chunk:
+            future.cancel()
+            return None
+        return future
 
     def _read_size(self) -> int:
         if self.read_size is not None:
@@ -278,7 +406,8 @@ class FileTail:
             return False
         if kept_count:
             try:
-                parsed = reader.parse(chunk, ends)
+                ahead = self._ahead_for(self._pos + start, chunk) if self._ahead else None
+                parsed = reader.parse(chunk, ends, ahead)
             except Unsupported:
                 self.counters["row_chunks"] += 1
                 return False
@@ -472,4 +601,5 @@ class FileTail:
 
     def close(self) -> None:
         self._closed = True
+        self._drop_ahead()
         self._close_file()

@@ -47,6 +47,7 @@ from aiohttp import web
 from agent.config import AgentConfig, InputConfig
 from agent.errors import BadRequest, Conflict, NotFound, StatusError, Unavailable
 from agent.ingest.base import Resumable
+from agent.ingest.columnar.pool import ChunkParsePool
 from agent.ingest.columnar.reader import install_columnar
 from agent.ingest.fastpath import install_prefilters
 from agent.ingest.inputs import open_input
@@ -201,6 +202,7 @@ class Agent:
         self.inputs: dict[str, FileTail | StreamInput | IngestQueue] = {}
         # file positions, acked epochs
         self.offsets = OffsetKeeper(config.data_dir, max_pending=self.tunables.max_pending)
+        self.parse_pool: ChunkParsePool | None = None
         #: other agents' checkpoints held here as one of their hot replicas (checkpoints.py)
         self.checkpoints = CheckpointStore(self.tunables.checkpoint_store_bytes)
         self.input_configs: dict[str, InputConfig] = {}
@@ -325,6 +327,9 @@ class Agent:
             await self.server.stop()
             records, self.records = self.records, InlineRecords()
             await asyncio.to_thread(records.close)
+            if self.parse_pool is not None:  # after the record thread: nothing submits now
+                await asyncio.to_thread(self.parse_pool.close)
+                self.parse_pool = None
 
     def describe(self) -> dict[str, Any]:
         """What ``elf agent`` prints when ready."""
@@ -356,7 +361,16 @@ class Agent:
         for cfg in configs:
             self.input_configs[cfg.name] = cfg
             state = self.offsets.resume_state(cfg.name)
-            self.inputs[cfg.name] = open_input(cfg, self.config.data_dir, state=state)
+            self.inputs[cfg.name] = source = open_input(cfg, self.config.data_dir, state=state)
+            if hasattr(source, "parse_pool"):  # file tails: a backlog parsed on both cores
+                source.parse_pool = self._parse_pool()
+
+    def _parse_pool(self) -> ChunkParsePool | None:
+        """The agent's parse-ahead processes (``parse_processes``; None: off), started on the
+        first backlog and shared by its file inputs."""
+        if self.tunables.parse_processes and self.parse_pool is None:
+            self.parse_pool = ChunkParsePool(self.tunables.parse_processes)
+        return self.parse_pool
 
     def input_names(self) -> set[str]:
         return set(self.inputs)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from agent.ingest.columnar.base import UnsupportedChunk
@@ -71,9 +73,24 @@ class ChunkReader:
             return False
         return True
 
-    def parse(self, chunk: bytes, ends: Any = None) -> ParsedChunk:
+    def would_parse(self, lines: int) -> bool:
+        """Whether :meth:`wants` would now say yes (without counting down the back-off)."""
+        return lines >= self.min_rows and not self._skip
+
+    def parse(
+        self, chunk: bytes, ends: Any = None, ahead: Future[Any] | None = None
+    ) -> ParsedChunk:
         """The chunk's table; ``Unsupported`` when it must take the row path. ``ends``: the
-        chunk's newline offsets (a numpy array) when the caller already found them."""
+        chunk's newline offsets (a numpy array) when the caller already found them;
+        ``ahead``: the same chunk being parsed on a :class:`~agent.ingest.columnar.pool.
+        ChunkParsePool` (its answer is used; a broken pool's chunk is parsed here)."""
+        if ahead is not None:
+            try:
+                parsed = self._answer(ahead)
+            except BrokenProcessPool:
+                parsed = None  # the worker process died: parsed here
+            if parsed is not None:
+                return parsed
         try:
             try:
                 if self.kernel == "rows":
@@ -90,6 +107,24 @@ class ChunkReader:
                 self._declined, self._skip = 0, BACKOFF_CHUNKS
             raise
         self._declined = 0
+        return parsed
+
+    def _answer(self, ahead: Future[Any]) -> ParsedChunk | None:
+        try:
+            try:
+                parsed: ParsedChunk | None = ahead.result()
+                if parsed is None:  # it could not read the chunk: parsed here
+                    return None
+            except UnsupportedChunk as exc:
+                raise Unsupported(str(exc)) from None
+        except Unsupported:
+            self._declined += 1
+            if self._declined >= DECLINED_LIMIT:
+                self._declined, self._skip = 0, BACKOFF_CHUNKS
+            raise
+        self._declined = 0
+        if self.repairs is not None:
+            self.repairs.lines += parsed.repairs
         return parsed
 
     def describe(self) -> dict[str, Any]:

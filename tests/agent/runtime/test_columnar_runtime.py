@@ -21,13 +21,15 @@ from agent.tunables import RuntimeTunables
 QUERY = "SELECT action, count(*) AS n, sum(price) AS total FROM clicks GROUP BY action"
 
 
-@pytest.mark.parametrize("columnar", [True, False])
+@pytest.mark.parametrize(("columnar", "parse_processes"), [(True, 0), (False, 0), (True, 1)])
 async def test_full_parse_query_runs_columnar_with_row_path_results(
-    tmp_path: Path, columnar: bool
+    tmp_path: Path, columnar: bool, parse_processes: int
 ) -> None:
     path = tmp_path / "clicks.jsonl"
     path.write_bytes(b"")
-    runtime = dataclasses.replace(RuntimeTunables(), columnar=columnar)
+    runtime = dataclasses.replace(
+        RuntimeTunables(), columnar=columnar, parse_processes=parse_processes
+    )
     async with running_agents(1, runtime=runtime, inputs=[f"clicks:json={path}"]) as agents:
         agent = agents[0]
         e = math.floor(time.time()) + 2
@@ -43,6 +45,8 @@ async def test_full_parse_query_runs_columnar_with_row_path_results(
         tail = agent.inputs["clicks"]
         if columnar:
             tail.columnar.min_rows = 1
+        if parse_processes:  # small reads: the 600 lines are a backlog of many chunks
+            tail.read_size = 4096
         with path.open("a") as f:
             f.write("\n".join(lines) + "\n")
             f.write(json.dumps({"ts": e + 3, "action": "x", "price": 0}) + "\n")
@@ -64,6 +68,8 @@ async def test_full_parse_query_runs_columnar_with_row_path_results(
         assert await wait_for(rows, 30, "the job's result rows") == want
         tail = agent.inputs["clicks"]
         assert (tail.columnar is not None) == columnar
+        if parse_processes:  # the helper process parsed some of the chunks
+            assert agent.parse_pool is not None and agent.parse_pool.chunks > 0
         stats = tail.stats()
         assert stats["quarantine"]["by_reason"] == {"bad_json": 1, "missing_timestamp": 1}
         assert stats["blank_lines"] == 1

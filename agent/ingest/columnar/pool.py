@@ -1,0 +1,113 @@
+"""Parse-ahead: a file tail's columnar chunks parsed on helper processes (the second core).
+
+Contract: :class:`ChunkParsePool` ``(processes)`` parses chunks with
+:func:`~agent.ingest.columnar.parse.parse_chunk` on ``processes`` worker processes (``spawn``:
+nothing inherited; started on first use). ``submit(fmt, fields, chunk)`` returns a future of
+the chunk's :class:`~agent.ingest.columnar.chunk.ParsedChunk` — exactly what ``parse_chunk``
+gives in this process (its ``repairs`` are counted in the result, added to no counter: the
+caller adds them) — or raises what ``parse_chunk`` raises there (``UnsupportedChunk``). A
+worker process that dies (a crash on a crafted line) breaks the pool: its futures raise
+``BrokenProcessPool``, the caller parses those chunks itself, and the next ``submit`` starts a
+new pool (``restarts`` counts them). Only bytes of a log and the reader's settings cross the
+process boundary in; Arrow tables (pickled as Arrow IPC buffers) and rejected lines come back.
+
+Who uses it: :class:`~agent.ingest.tail.FileTail` (``parse_pool``), when a poll finds more
+than one chunk waiting (a backlog: catch-up after a restart, a burst, ``elf run``): it hands
+the later chunks to the pool and parses the first itself, then consumes all in file order, so
+results, counters, offsets and quarantined lines are those of parsing every chunk itself. A
+tail keeping up with its file reads one chunk per poll and never uses the pool. The agent
+starts one pool of ``parse_processes`` processes (``[runtime]``, default 0: off; docs/ingest.md,
+"Both cores") shared by its file inputs.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
+from typing import Any
+
+
+def _init() -> None:
+    from agent.runtime.allocator import keep_chunk_memory
+
+    keep_chunk_memory()
+
+
+#: where a worker process finds a chunk: its bytes, or ``(path, offset, length, xxh3-64)`` —
+#: the tail's open file as ``/proc/<pid>/fd/<n>`` (the same inode even after a rotation),
+#: read there with ``pread``: piping 4 MiB costs the tail's thread ~3 ms, a fifth of parsing
+#: it; the digest proves the bytes are the ones the tail read
+ChunkSource = bytes | tuple[str, int, int, int]
+
+
+def _bytes(source: ChunkSource) -> bytes | None:
+    if isinstance(source, bytes):
+        return source
+    import os
+
+    import xxhash
+
+    path, offset, length, digest = source
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+    ok = len(data) == length and xxhash.xxh3_64_intdigest(data) == digest
+    return data if ok else None
+
+
+def _parse(fmt: str, fields: frozenset[str] | None, source: ChunkSource) -> Any:
+    """The chunk's ParsedChunk, or None when its bytes could not be read here."""
+    from agent.ingest.columnar.parse import parse_chunk
+
+    chunk = _bytes(source)
+    return None if chunk is None else parse_chunk(fmt, chunk, fields=fields)
+
+
+class ChunkParsePool:
+    """Worker processes parsing columnar chunks (see module docstring)."""
+
+    def __init__(self, processes: int) -> None:
+        if processes < 1:
+            raise ValueError("processes must be >= 1")
+        self.processes = processes
+        self.restarts = 0
+        self.chunks = 0
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                self.processes, mp_context=get_context("spawn"), initializer=_init
+            )
+        return self._pool
+
+    def warm(self) -> None:
+        """Start the worker processes now (else the first chunks wait for them)."""
+        futures = [self.submit("raw", None, b"\n") for _ in range(self.processes)]
+        for fut in futures:
+            fut.result()
+
+    def submit(self, fmt: str, fields: frozenset[str] | None, chunk: ChunkSource) -> Future[Any]:
+        """A future of ``parse_chunk(fmt, chunk, fields=fields)`` (see module docstring), or
+        of None when the worker process could not read the chunk (the caller parses it)."""
+        self.chunks += 1
+        try:
+            return self._executor().submit(_parse, fmt, fields, chunk)
+        except BrokenProcessPool:  # a worker process died earlier: a new pool
+            assert self._pool is not None
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+            self.restarts += 1
+            return self._executor().submit(_parse, fmt, fields, chunk)
+
+    def close(self) -> None:
+        """Stop the worker processes."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
