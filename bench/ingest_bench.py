@@ -44,7 +44,10 @@ events (counts equal; ties at the cut may order differently).
   ``WINDOW 300 s`` (one epoch holds the whole file).
 * engines: ``elf_columnar`` (FileTail chunks -> Arrow -> ``Worker.process_table``, with the
   prefilter in front when the query has one), ``elf_columnar_2proc`` (``ParallelFileIngest``
-  columnar: parse and per-chunk aggregation on 2 processes), ``elf_row`` (the row path),
+  columnar: parse and per-chunk aggregation on 2 processes, what ``elf run --cores 2``
+  uses), ``elf_columnar_ahead`` (the live agent on two cores: the same FileTail with
+  ``parse_processes = 1``, a helper process parsing every second chunk of a backlog,
+  :mod:`agent.ingest.columnar.pool`), ``elf_row`` (the row path),
   ``duckdb_t1`` / ``duckdb_t2`` (DuckDB ``threads=1`` / ``2`` over the same file, the same
   query in SQL), ``spark_batch`` (warmed, ``local[2]``) and ``spark_streaming``; each
   engine's answer is checked against a reference computed from the generated events
@@ -74,13 +77,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
+from agent.ingest.columnar.allocator import keep_chunk_memory
 from agent.ingest.fastpath import prefilter_for
 from agent.ingest.formats import make_parser
 from agent.ingest.projection import projected_parser
 from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
-from agent.runtime.allocator import keep_chunk_memory
 from agent.runtime.parallel import ParallelFileIngest
 from agent.runtime.worker import Worker
 from apps.workload import ClickstreamGenerator, access_line, json_line
@@ -405,10 +408,11 @@ def elf_engine(
     path: Path, fmt: str, query: str, mode: str
 ) -> tuple[float, float, Any, dict[str, Any]]:
     """(seconds, CPU seconds of this process, answer, counters) of one ELF engine: ``row``,
-    ``columnar`` or ``columnar_2proc``, with the prefilter the runtime installs in front."""
+    ``columnar``, ``columnar_2proc`` or ``columnar_ahead``, with the prefilter the runtime
+    installs in front."""
     from agent.ingest.columnar.reader import ChunkReader
 
-    keep_chunk_memory()  # as the agent daemon does at start (agent/runtime/allocator.py)
+    keep_chunk_memory()  # as the agent daemon does at start (agent/ingest/columnar/allocator.py)
     text = _ql(query, fmt)
     parse_fmt = "nginx" if fmt == "paths" else fmt
     job = create_job(parse_spec(spec_from_query("q", "bench", text)))
@@ -432,8 +436,10 @@ def elf_engine(
         tail.prefilter = prefilter_for([job], parse_fmt)
         if tail.prefilter is not None:
             tail.parser = projected_parser([job], parse_fmt) or tail.parser
-        if mode == "columnar":
+        if mode in ("columnar", "columnar_ahead"):
             tail.columnar = ChunkReader(parse_fmt, job.batch_projection(), None)
+        if mode == "columnar_ahead":
+            tail.parse_pool = _ahead_pool()
         while True:
             batch = tail.poll()
             if not batch and not batch.skipped:
@@ -451,6 +457,20 @@ def elf_engine(
     if query == "micro":
         return elapsed, cpu, [(r["product"], r["clicks"]) for r in rows], info
     return elapsed, cpu, _elf_answer(query, rows), info
+
+
+_POOL: list[Any] = []
+
+
+def _ahead_pool() -> Any:
+    """One helper process for the ``columnar_ahead`` engine, started (and warmed) once."""
+    if not _POOL:
+        from agent.ingest.columnar.pool import ChunkParsePool
+
+        pool = ChunkParsePool(1)
+        pool.warm()
+        _POOL.append(pool)
+    return _POOL[0]
 
 
 def _rss_probe(path: str, fmt: str, query: str) -> float:
@@ -607,7 +627,7 @@ def bench_full(data: dict[str, Any], n: int, repeats: int, spark: Any, work: Pat
                 else (lambda got, query=query: full_agrees(query, got, ref))
             )
             engines: dict[str, Any] = {}
-            for mode in ("columnar", "columnar_2proc", "row"):
+            for mode in ("columnar", "columnar_2proc", "columnar_ahead", "row"):
                 runs = [elf_engine(paths["file"], fmt, query, mode) for _ in range(repeats)]
                 secs, cpu, got, counters = min(runs, key=lambda r: r[0])
                 engines[f"elf_{mode}"] = {
@@ -647,6 +667,7 @@ def bench_full(data: dict[str, Any], n: int, repeats: int, spark: Any, work: Pat
             ratios = {
                 "elf_columnar_vs_elf_row": round(engines["elf_row"]["seconds"] / col, 2),
                 "elf_2proc_vs_1proc": round(col / engines["elf_columnar_2proc"]["seconds"], 2),
+                "elf_ahead_vs_1core": round(col / engines["elf_columnar_ahead"]["seconds"], 2),
             }
             for other in ("duckdb_t1", "duckdb_t2", "spark_batch", "spark_streaming"):
                 if other in engines:

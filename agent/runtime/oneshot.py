@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.ingest.columnar.allocator import keep_chunk_memory
 from agent.ingest.columnar.json_lines import use_arrow_reader
 from agent.ingest.columnar.reader import ChunkReader
 from agent.ingest.formats import make_parser
@@ -29,7 +30,6 @@ from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.ql import compile_query
-from agent.runtime.allocator import keep_chunk_memory
 from agent.runtime.clock import EpochClock
 from agent.runtime.worker import Worker
 

@@ -47,10 +47,10 @@ from typing import Any
 
 import xxhash
 
+from agent.ingest.columnar.allocator import keep_chunk_memory
 from agent.ingest.columnar.lines import longest_line, newline_positions
 from agent.ingest.records import Quarantine, RecordError
 from agent.ingest.tail import CHUNK_BYTES
-from agent.runtime.allocator import keep_chunk_memory
 from agent.runtime.worker import Worker
 from cbt import Snapshot
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from agent.config import AgentConfig
+from agent.ingest.columnar.allocator import keep_chunk_memory
 from agent.runtime.agent import Agent
-from agent.runtime.allocator import keep_chunk_memory
 from agent.runtime.cpu_limits import apply_cpu_limits
 
 READY_PREFIX = "ELF-READY "

@@ -29,7 +29,7 @@ from typing import Any
 
 
 def _init() -> None:
-    from agent.runtime.allocator import keep_chunk_memory
+    from agent.ingest.columnar.allocator import keep_chunk_memory
 
     keep_chunk_memory()
 
