@@ -722,3 +722,14 @@ def test_projected_json_depth_is_orjsons_even_with_a_raised_recursion_limit() ->
             check_projected_json([deep, b'{"ts":2,"a":1}'], frozenset({"a"}))
     finally:
         sys.setrecursionlimit(old)
+
+
+def test_the_whitespace_tables_cover_every_python_space() -> None:
+    """The kernels' tables of ``str.isspace`` code points scan up to U+3000 only (the whole
+    range cost 0.2 s per import): nothing above it is a space."""
+    from agent.ingest.columnar import syslog
+    from agent.ql import arrow_eval
+
+    every = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+    assert every == arrow_eval._PY_SPACE
+    assert max(map(ord, every)) < syslog.SPACE_LIMIT
