@@ -395,7 +395,7 @@ class FileTail:
         else:
             n = buf.count(b"\n", start, last_nl + 1)
             kept_count = len(found[1])
-        if not reader.wants(kept_count):
+        if not reader.wants(kept_count, prefiltered=found is not None):
             self.counters["row_chunks"] += 1
             return False
         if found is not None:
