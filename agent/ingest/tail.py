@@ -393,11 +393,12 @@ class FileTail:
             ends = newline_positions(chunk)  # found once: the parser reuses them
             n = kept_count = len(ends)
         else:
-            n = buf.count(b"\n", start, last_nl + 1)
             kept_count = len(found[1])
         if not reader.wants(kept_count, prefiltered=found is not None):
             self.counters["row_chunks"] += 1
             return False
+        if found is not None:  # counted only now: the row path (_scanned) counts again
+            n = buf.count(b"\n", start, last_nl + 1)
         if found is not None:
             chunk = b"\n".join(found[1]) + b"\n"
             ends = newline_positions(chunk)
