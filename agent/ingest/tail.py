@@ -281,11 +281,9 @@ class FileTail:
                 rest = buf
             else:
                 chunk, rest = buf[: last_nl + 1], buf[last_nl + 1 :]
-                if (
-                    i % per_poll
-                    and at >= self._ahead_until
-                    and reader.would_parse(chunk.count(b"\n"))
-                ):
+                # a chunk of fewer lines than the reader wants is only wasted work there
+                # (this thread takes the row path for it and drops the answer): not counted
+                if i % per_poll and at >= self._ahead_until and reader.would_parse(1 << 30):
                     source: Any = chunk
                     if on_proc:  # read there: no 4 MiB through the pipe
                         source = (path, at, len(chunk), xxhash.xxh3_64_intdigest(chunk))
