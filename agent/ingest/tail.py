@@ -281,9 +281,9 @@ class FileTail:
                 rest = buf
             else:
                 chunk, rest = buf[: last_nl + 1], buf[last_nl + 1 :]
-                # a chunk of fewer lines than the reader wants is only wasted work there
-                # (this thread takes the row path for it and drops the answer): not counted
-                if i % per_poll and at >= self._ahead_until and reader.would_parse(1 << 30):
+                # lines not counted: a chunk of fewer than the reader wants is only wasted
+                # work there (this thread takes the row path for it and drops the answer)
+                if i % per_poll and at >= self._ahead_until and not reader.backing_off:
                     source: Any = chunk
                     if on_proc:  # read there: no 4 MiB through the pipe
                         source = (path, at, len(chunk), xxhash.xxh3_64_intdigest(chunk))
@@ -397,7 +397,6 @@ class FileTail:
             return False
         if found is not None:  # counted only now: the row path (_scanned) counts again
             n = buf.count(b"\n", start, last_nl + 1)
-        if found is not None:
             chunk = b"\n".join(found[1]) + b"\n"
             ends = newline_positions(chunk)
         if len(chunk) > self.max_line_bytes and longest_line(ends) > self.max_line_bytes:

@@ -49,8 +49,9 @@ import xxhash
 
 from agent.ingest.columnar.allocator import keep_chunk_memory
 from agent.ingest.columnar.lines import longest_line, newline_positions
+from agent.ingest.columnar.pool import read_verified
 from agent.ingest.records import Quarantine, RecordError
-from agent.ingest.tail import CHUNK_BYTES
+from agent.ingest.tail import CHUNK_BYTES, ROW_READ_BYTES
 from agent.runtime.worker import Worker
 from cbt import Snapshot
 
@@ -108,16 +109,7 @@ def _read(task: Task) -> bytes | None:
     """The chunk's bytes, or None when the file no longer holds what the main process read."""
     if isinstance(task, bytes):
         return task
-    offset, length, digest = task
-    parts, got = [], 0
-    while got < length:
-        part = os.pread(_state["fd"], length - got, offset + got)
-        if not part:
-            return None
-        parts.append(part)
-        got += len(part)
-    data = parts[0] if len(parts) == 1 else b"".join(parts)
-    return data if xxhash.xxh3_64_intdigest(data) == digest else None
+    return read_verified(_state["fd"], *task)
 
 
 def _init(
@@ -245,12 +237,13 @@ def _chunk_columnar(task: Task) -> ColumnarResult:
     if data is None:  # not what the main process read: it parses the chunk itself
         return 0, 0, 0, None, None, []
     limit = _state["limit"]
-    if len(data) > limit and longest_line(newline_positions(data)) > limit:
+    ends = newline_positions(data)  # found once: the parser reuses them
+    if len(data) > limit and longest_line(ends) > limit:
         return 0, 0, 0, None, None, []  # an over-long line: the row path (here) rejects it
     job = _state["job"]
     try:
         n, kept_count, starts, chunk, parsed = parse_columnar(
-            _state["reader"], _state["prefilter"], data
+            _state["reader"], _state["prefilter"], data, ends
         )
     except Unsupported:
         return 0, 0, 0, None, None, []
@@ -287,20 +280,22 @@ def _chunk_columnar(task: Task) -> ColumnarResult:
     return n, n - kept_count, blank, ts, partials, rejects
 
 
-def parse_columnar(reader: Any, pre: Any, data: bytes) -> tuple[int, int, Any, bytes, Any]:
+def parse_columnar(
+    reader: Any, pre: Any, data: bytes, ends: Any = None
+) -> tuple[int, int, Any, bytes, Any]:
     """A chunk through the prefilter (if any) and the chunk reader: (lines, kept lines, the
     kept lines' offsets or None, the parsed bytes, the ParsedChunk or None when nothing was
-    kept); ``Unsupported`` propagates."""
-    n = data.count(b"\n")
+    kept); ``Unsupported`` propagates. ``ends``: the chunk's newline offsets, if known."""
+    n = data.count(b"\n") if ends is None else len(ends)
     found = None if pre is None else pre.scan(data, 0, len(data) - 1)
     starts: list[int] | None = None
     if found is not None:
         starts, kept = found
         chunk = b"".join([x + b"\n" for x in kept])
-        kept_count = len(kept)
+        kept_count, ends = len(kept), None
     else:
         chunk, kept_count = data, n
-    parsed = reader.parse(chunk) if kept_count else None
+    parsed = reader.parse(chunk, ends) if kept_count else None
     return n, kept_count, starts, chunk, parsed
 
 
@@ -342,7 +337,7 @@ class ParallelFileIngest:
             columnar and worker.job.has_batch_path() and not worker.spec.schedule.changes
         )
         # columnar chunks of CHUNK_BYTES, as the tail's (per-chunk Arrow calls amortized)
-        self.read_size = read_size or (CHUNK_BYTES if self.columnar else 1 << 20)
+        self.read_size = read_size or (CHUNK_BYTES if self.columnar else ROW_READ_BYTES)
         path_text = str(self.path)
         if self.columnar:
             init = _init_columnar

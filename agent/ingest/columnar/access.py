@@ -88,34 +88,48 @@ def _piece(parts: pa.ListArray, k: int, rows: np.ndarray | None = None) -> pa.Ar
 
 
 class QuotePieces:
-    """Each line of a chunk split on ``"`` (what ``pc.split_pattern(lines.text, '"')`` gives),
-    without copying the text: the quotes are found with numpy and every piece, quote and
-    newline of the chunk becomes one value of a single string array over the chunk's own
-    buffer (its offsets are the cut points, so the values tile the buffer). ``count[i]`` is
-    line ``i``'s number of pieces; ``piece(k, rows)`` takes piece ``k`` of those lines.
+    """Each line of a chunk split on ``"`` (what ``pc.split_pattern(lines.text, '"')`` gives):
+    ``count[i]`` is line ``i``'s number of pieces, ``piece(k, rows)`` piece ``k`` of those
+    lines (all when None; every one has more than ``k``), ``lists`` the split as a list array
+    when it was made by ``split_pattern`` (None otherwise).
 
-    Only for a chunk the row path reads byte for byte as its text: valid UTF-8 (``Lines``
-    without repairs) and no ``\r`` (a trailing one is not part of the row parser's line);
-    :func:`quote_pieces` returns None otherwise."""
+    Made by :func:`split_on_quotes`, without copying the text when it can: numpy finds the
+    quotes and newlines, and every piece, quote and newline of the chunk becomes one value of
+    a single string array over the chunk's own buffer (its offsets are the cut points, so the
+    values tile the buffer; piece ``k`` of a line is its ``2k``-th value). That needs a chunk
+    the row path reads byte for byte as its text: valid UTF-8 (``Lines`` without repairs) and
+    no ``\r`` (a trailing one is not part of the row parser's line); other chunks take
+    ``split_pattern`` (piece ``k`` is the ``k``-th value of the line's list)."""
 
-    __slots__ = ("base", "count", "segments")
+    __slots__ = ("base", "count", "lists", "segments", "stride")
 
-    def __init__(self, segments: pa.StringArray, base: np.ndarray, count: np.ndarray) -> None:
+    def __init__(
+        self,
+        segments: pa.StringArray,
+        base: np.ndarray,
+        count: np.ndarray,
+        stride: int,
+        lists: pa.ListArray | None = None,
+    ) -> None:
         self.segments = segments
         self.base = base  # index of each line's first piece in ``segments``
         self.count = count
+        self.stride = stride
+        self.lists = lists
 
     def piece(self, k: int, rows: np.ndarray | None = None) -> pa.Array:
-        """Piece ``k`` of each line (of the lines ``rows``, else all); every line has > k."""
+        """Piece ``k`` of each line (of the lines ``rows``, else all)."""
         base = self.base if rows is None else self.base[rows]
-        return self.segments.take(pa.array(base + 2 * k))
+        return self.segments.take(pa.array(base + self.stride * k))
 
 
-def quote_pieces(lines: Lines) -> QuotePieces | None:
-    """The chunk's lines split on ``"`` (see :class:`QuotePieces`), or None."""
+def split_on_quotes(lines: Lines) -> QuotePieces:
+    """The chunk's lines split on ``"`` (see :class:`QuotePieces`)."""
     chunk = lines.chunk
     if lines.repaired is not None or chunk.find(b"\r") >= 0 or len(chunk) >= 2**31:
-        return None
+        parts = pc.split_pattern(lines.text, '"')
+        count = _np(pc.list_value_length(parts))
+        return QuotePieces(parts.values, _np(parts.offsets)[:-1], count, 1, parts)
     n = len(lines)
     buf = np.frombuffer(chunk, np.uint8)
     quotes = np.flatnonzero(buf == 34)
@@ -138,7 +152,7 @@ def quote_pieces(lines: Lines) -> QuotePieces | None:
     segments = pa.StringArray.from_buffers(
         len(cuts) - 1, pa.py_buffer(cuts.astype(np.int32)), pa.py_buffer(chunk)
     )
-    return QuotePieces(segments, base, per_line + 1)
+    return QuotePieces(segments, base, per_line + 1, 2)
 
 
 def _per_distinct(
@@ -163,12 +177,8 @@ def _keep(arrays: dict[str, pa.Array], mask: np.ndarray) -> dict[str, pa.Array]:
 def parse_access(lines: Lines, want: frozenset[str] | None) -> KernelResult:
     """The rows of the access-log lines of ``lines`` (see module docstring)."""
     n = len(lines)
-    fast = quote_pieces(lines)
-    if fast is not None:
-        count = fast.count
-    else:
-        parts = pc.split_pattern(lines.text, '"')
-        count = _np(pc.list_value_length(parts))
+    pieces = split_on_quotes(lines)
+    count = pieces.count
     combined = count >= 7
     # the format of the chunk's first candidate line decides which shape is read here: a
     # chunk mixes them only in odd files, whose other lines take the row parser
@@ -177,12 +187,9 @@ def parse_access(lines: Lines, want: frozenset[str] | None) -> KernelResult:
     shape = combined if is_combined else count == 3
     rows = np.flatnonzero(shape)
     sub = None if len(rows) == n else rows
-    if fast is not None and is_combined and not (count[rows] == 7).all():
-        fast = None  # an extra field with quotes in it: joined from the split lists below
-        parts = pc.split_pattern(lines.text, '"')
 
     def piece(k: int) -> pa.Array:
-        return fast.piece(k, sub) if fast is not None else _piece(parts, k, sub)
+        return pieces.piece(k, sub)
 
     p: dict[str, pa.Array] = {
         "head": piece(0),
@@ -198,8 +205,11 @@ def parse_access(lines: Lines, want: frozenset[str] | None) -> KernelResult:
         if (count[rows] == 7).all():
             p["rest"] = piece(6)
         else:  # an extra field with quotes in it: the rest of the line, quotes included
+            lists = pieces.lists
+            if lists is None:
+                lists = pc.split_pattern(lines.text, '"')
             p["rest"] = pc.binary_join(
-                pc.list_slice(parts if sub is None else parts.take(pa.array(rows)), 6), '"'
+                pc.list_slice(lists if sub is None else lists.take(pa.array(rows)), 6), '"'
             )
         good &= _np(pc.equal(piece(4), " "))
         good &= ~_np(pc.ends_with(p["referer"], "\\"))

@@ -22,6 +22,7 @@ starts one pool of ``parse_processes`` processes (``[runtime]``, default 0: off;
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
@@ -41,24 +42,34 @@ def _init() -> None:
 ChunkSource = bytes | tuple[str, int, int, int]
 
 
+def read_verified(fd: int, offset: int, length: int, digest: int) -> bytes | None:
+    """``length`` bytes at ``offset`` of the open file ``fd``, or None unless they are all
+    there and hash (xxh3-64) to ``digest``: the bytes the process that handed them over read."""
+    import xxhash
+
+    parts, got = [], 0
+    while got < length:
+        part = os.pread(fd, length - got, offset + got)
+        if not part:
+            return None
+        parts.append(part)
+        got += len(part)
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    return data if xxhash.xxh3_64_intdigest(data) == digest else None
+
+
 def _bytes(source: ChunkSource) -> bytes | None:
     if isinstance(source, bytes):
         return source
-    import os
-
-    import xxhash
-
     path, offset, length, digest = source
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        data = os.pread(fd, length, offset)
+        return read_verified(fd, offset, length, digest)
     finally:
         os.close(fd)
-    ok = len(data) == length and xxhash.xxh3_64_intdigest(data) == digest
-    return data if ok else None
 
 
 def _parse(fmt: str, fields: frozenset[str] | None, source: ChunkSource) -> Any:

@@ -80,9 +80,10 @@ class ChunkReader:
             return False
         return True
 
-    def would_parse(self, lines: int) -> bool:
-        """Whether :meth:`wants` would now say yes (without counting down the back-off)."""
-        return lines >= self.min_rows and not self._skip
+    @property
+    def backing_off(self) -> bool:
+        """Whether :meth:`wants` now says no to every chunk (after declined chunks)."""
+        return self._skip > 0
 
     def parse(
         self, chunk: bytes, ends: Any = None, ahead: Future[Any] | None = None
@@ -90,22 +91,30 @@ class ChunkReader:
         """The chunk's table; ``Unsupported`` when it must take the row path. ``ends``: the
         chunk's newline offsets (a numpy array) when the caller already found them;
         ``ahead``: the same chunk being parsed on a :class:`~agent.ingest.columnar.pool.
-        ChunkParsePool` (its answer is used; a broken pool's chunk is parsed here)."""
+        ChunkParsePool` (its answer is used; a chunk the pool could not read, or a dead
+        worker process's, is parsed here)."""
         if ahead is not None:
             try:
-                parsed = self._answer(ahead)
+                parsed = self._counted(ahead.result)
             except BrokenProcessPool:
-                parsed = None  # the worker process died: parsed here
+                parsed = None
             if parsed is not None:
+                if self.repairs is not None:  # parse_chunk counted them there, into nothing
+                    self.repairs.lines += parsed.repairs
                 return parsed
+        return self._counted(lambda: self._parse_here(chunk, ends))
+
+    def _parse_here(self, chunk: bytes, ends: Any) -> ParsedChunk:
+        if self.kernel == "rows":
+            return self._parse(self.fmt, chunk, self.fields, self.repairs)
+        return self._parse(self.fmt, chunk, fields=self.fields, repairs=self.repairs, ends=ends)
+
+    def _counted(self, produce: Callable[[], ParsedChunk | None]) -> ParsedChunk | None:
+        """``produce()``'s chunk; a decline (``Unsupported``, or the kernels'
+        ``UnsupportedChunk`` turned into it) counts toward the back-off, a table resets it."""
         try:
             try:
-                if self.kernel == "rows":
-                    parsed = self._parse(self.fmt, chunk, self.fields, self.repairs)
-                else:
-                    parsed = self._parse(
-                        self.fmt, chunk, fields=self.fields, repairs=self.repairs, ends=ends
-                    )
+                parsed = produce()
             except UnsupportedChunk as exc:  # the kernels' "values cannot be one column"
                 raise Unsupported(str(exc)) from None
         except Unsupported:
@@ -113,25 +122,8 @@ class ChunkReader:
             if self._declined >= DECLINED_LIMIT:
                 self._declined, self._skip = 0, BACKOFF_CHUNKS
             raise
-        self._declined = 0
-        return parsed
-
-    def _answer(self, ahead: Future[Any]) -> ParsedChunk | None:
-        try:
-            try:
-                parsed: ParsedChunk | None = ahead.result()
-                if parsed is None:  # it could not read the chunk: parsed here
-                    return None
-            except UnsupportedChunk as exc:
-                raise Unsupported(str(exc)) from None
-        except Unsupported:
-            self._declined += 1
-            if self._declined >= DECLINED_LIMIT:
-                self._declined, self._skip = 0, BACKOFF_CHUNKS
-            raise
-        self._declined = 0
-        if self.repairs is not None:
-            self.repairs.lines += parsed.repairs
+        if parsed is not None:
+            self._declined = 0
         return parsed
 
     def describe(self) -> dict[str, Any]:
