@@ -3,10 +3,17 @@
 :class:`StatusWatch` polls an agent's ``GET /api/v1/status`` from a background thread while a
 probe runs and records every answer's latency, so a test can assert that the agent kept
 answering (its event loop never waited on the hostile input) throughout the probe.
+
+Agents in another process: ``with StatusWatch(...)``. Agents on the test's own event loop:
+``async with StatusWatch(...)``, which joins the polling thread off the loop: a plain ``with``
+would block the loop in ``Thread.join`` while a poll is in flight, and that poll waits for the
+very loop that is blocked (a 10 s stall, failed heartbeats and a master hand-over: the test
+would then blame the agent for its own teardown).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,6 +59,13 @@ class StatusWatch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=15)
+
+    async def __aenter__(self) -> StatusWatch:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        # the loop keeps serving the poll in flight while the thread finishes it
+        await asyncio.to_thread(self.__exit__, *exc)
 
     @property
     def worst(self) -> float:

@@ -138,36 +138,36 @@ async def test_slow_map_and_pathological_regex_never_block_the_loop() -> None:
         hostile = ["a" * 24 + "b"] * 4 + ["a" * 30, MARKER]
         before = tree_events(agents)
         client = ApiClient(agents[0].api.url, agents[0].config.api_token, timeout=30.0)
-        with (
-            StatusWatch(agents[0].api.url, agents[0].config.api_token) as watch,
-            LagSampler() as lag,
-        ):
-            # the hostile lines reach agent 0 through its HTTP ingest endpoint (in a thread:
-            # the client is synchronous and the agents share this loop)
-            reply = await asyncio.to_thread(
-                client.ingest, "ingest", lines(e + 0.1, hostile + texts)
-            )
-            assert reply["accepted"] == len(hostile) + len(texts)
-            for a in agents[1:]:
-                await a.ingest("ingest", lines(e + 0.2, texts))
-            for a in agents:  # a record past the epoch and its lateness closes epoch e
-                await a.ingest("ingest", lines(e + 3.0, ["later"]))
-            # every agent's texts, and agent 0's hostile lines as wordcount splits them
-            want = word_counts(texts, 4) + Counter(
-                {"a" * 24 + "b": 4, "a" * 30: 1, "slow": 1, "marker": 1}
-            )
-            await wait_for(
-                lambda: _result_is(agents[1], "wc", e, want), 30, "wordcount's exact epoch"
-            )
-            await wait_for(
-                lambda: _result_is(agents[2], "probe", e, Counter({"a" * 30: 1})),
-                30,
-                "the RLIKE probe's exact count",
-            )
-            slow_want = Counter({t: 4 for t in texts} | {h: c for h, c in Counter(hostile).items()})
-            await wait_for(
-                lambda: _result_is(agents[3], "slow", e, slow_want), 30, "the slow job's epoch"
-            )
+        async with StatusWatch(agents[0].api.url, agents[0].config.api_token) as watch:
+            with LagSampler() as lag:
+                # the hostile lines reach agent 0 through its HTTP ingest endpoint (in a thread:
+                # the client is synchronous and the agents share this loop)
+                reply = await asyncio.to_thread(
+                    client.ingest, "ingest", lines(e + 0.1, hostile + texts)
+                )
+                assert reply["accepted"] == len(hostile) + len(texts)
+                for a in agents[1:]:
+                    await a.ingest("ingest", lines(e + 0.2, texts))
+                for a in agents:  # a record past the epoch and its lateness closes epoch e
+                    await a.ingest("ingest", lines(e + 3.0, ["later"]))
+                # every agent's texts, and agent 0's hostile lines as wordcount splits them
+                want = word_counts(texts, 4) + Counter(
+                    {"a" * 24 + "b": 4, "a" * 30: 1, "slow": 1, "marker": 1}
+                )
+                await wait_for(
+                    lambda: _result_is(agents[1], "wc", e, want), 30, "wordcount's exact epoch"
+                )
+                await wait_for(
+                    lambda: _result_is(agents[2], "probe", e, Counter({"a" * 30: 1})),
+                    30,
+                    "the RLIKE probe's exact count",
+                )
+                slow_want = Counter(
+                    {t: 4 for t in texts} | {h: c for h, c in Counter(hostile).items()}
+                )
+                await wait_for(
+                    lambda: _result_is(agents[3], "slow", e, slow_want), 30, "the slow job's epoch"
+                )
         print(
             f"\nloop lag: worst {lag.worst * 1000:.1f} ms over {len(lag.lags)} samples; "
             f"agent 0's sampler max {agents[0].loop_lag.stats()['max_ms']} ms; "
@@ -191,20 +191,18 @@ async def test_a_slow_master_hook_never_blocks_the_loop() -> None:
         await wait_for(lambda: all("sm" in a.runtimes for a in agents), 20, "the job everywhere")
         texts = ["x", "y", "y"]
         before = tree_events(agents)
-        with (
-            StatusWatch(agents[0].api.url, agents[0].config.api_token) as watch,
-            LagSampler() as lag,
-        ):
-            for a in agents:
-                await a.ingest("ingest", lines(e + 0.1, texts))
-                await a.ingest("ingest", lines(e + 3.0, ["later"]))
-            want = Counter({"x": 2, "y": 4})
-            await wait_for(lambda: _result_is(agents[1], "sm", e, want), 30, "the exact epoch")
-            # the hook of epoch e (the first with data) busy-loops while we keep sampling
-            await wait_for(lambda: SlowMaster.slowed, 30, "the slow hook to start")
-            deadline = time.monotonic() + SLOW_SECONDS + 0.5
-            while time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+        async with StatusWatch(agents[0].api.url, agents[0].config.api_token) as watch:
+            with LagSampler() as lag:
+                for a in agents:
+                    await a.ingest("ingest", lines(e + 0.1, texts))
+                    await a.ingest("ingest", lines(e + 3.0, ["later"]))
+                want = Counter({"x": 2, "y": 4})
+                await wait_for(lambda: _result_is(agents[1], "sm", e, want), 30, "the exact epoch")
+                # the hook of epoch e (the first with data) busy-loops while we keep sampling
+                await wait_for(lambda: SlowMaster.slowed, 30, "the slow hook to start")
+                deadline = time.monotonic() + SLOW_SECONDS + 0.5
+                while time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
         watch.assert_responsive()
         assert lag.worst < LAG_BOUND, f"the event loop was held {lag.worst:.3f} s"
         assert tree_events(agents) == before, (before, tree_events(agents))
@@ -218,12 +216,12 @@ async def test_a_setup_that_never_returns_is_refused_and_the_loop_goes_on() -> N
     async with running_agents(1, runtime=quick) as agents:
         client = ApiClient(agents[0].api.url, agents[0].config.api_token, timeout=30.0)
         spec = {"name": "hang", "creator": "t", "job_class": "test-hanging-setup"}
-        with (
-            StatusWatch(agents[0].api.url, agents[0].config.api_token) as watch,
-            LagSampler() as lag,
-            pytest.raises(ApiError) as info,
-        ):
-            await asyncio.to_thread(client.submit, spec)
+        async with StatusWatch(agents[0].api.url, agents[0].config.api_token) as watch:
+            with (
+                LagSampler() as lag,
+                pytest.raises(ApiError) as info,
+            ):
+                await asyncio.to_thread(client.submit, spec)
         assert info.value.status == 400 and info.value.field == "spec"
         assert "did not finish" in info.value.message
         assert "hang" not in agents[0].runtimes and agents[0].table.get("hang") is None
