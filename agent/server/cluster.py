@@ -180,20 +180,38 @@ class LocalCluster:
     def settled(self) -> bool:
         """Whether the jobs tree spans every agent process with exactly one root (the state in
         which a submitted job reaches everyone at once)."""
-        views = []
+        return self._jobs_tree_views()[0]
+
+    def _jobs_tree_views(self) -> tuple[bool, list[str]]:
+        """(settled, one line per agent process: its jobs-tree view or why there is none)."""
+        views: list[dict[str, Any] | None] = []
+        lines: list[str] = []
         for i in range(len(self.procs)):
             try:
-                views.append(self.client(i).status().get("jobs_tree"))
-            except ApiError:
-                return False
-        return spans_one_tree(views)
+                view = self.client(i).status().get("jobs_tree")
+            except ApiError as exc:
+                return False, [*lines, f"agent {i}: no status ({exc})"]
+            views.append(view)
+            lines.append(
+                f"agent {i}: not a member"
+                if view is None
+                else f"agent {i}: {view.get('state')}, root={view.get('is_root')}, "
+                f"parent={str(view.get('parent'))[:8]}, children={len(view.get('children', []))}"
+            )
+        return spans_one_tree(views), lines
 
     def wait_settled(self, timeout: float = 60.0) -> None:
-        """Poll :meth:`settled` until true; raise :class:`ClusterError` after ``timeout``."""
+        """Poll :meth:`settled` until true; raise :class:`ClusterError` after ``timeout``,
+        naming every agent's last view of the jobs tree (what a failed CI run leaves to read)."""
         deadline = time.monotonic() + timeout
-        while not self.settled():
+        while True:
+            done, lines = self._jobs_tree_views()
+            if done:
+                return
             if time.monotonic() > deadline:
-                raise ClusterError(f"the cluster's jobs tree did not settle in {timeout}s")
+                raise ClusterError(
+                    f"the cluster's jobs tree did not settle in {timeout}s:\n" + "\n".join(lines)
+                )
             time.sleep(0.2)  # polling other processes' state
 
     def stop(self, timeout: float = 20.0) -> None:

@@ -2,17 +2,18 @@
 
 Contract: :func:`netns_available` says whether this process may create namespaces (root and a
 working ``ip netns``), with the reason when not. :class:`NetnsLab` creates, for ``n`` agents, a
-Linux bridge in the caller's namespace holding ``10.<x>.0.1/24`` and, per agent ``i``, a
-namespace ``elf<tag>-<i>`` whose ``eth0`` (one end of a veth pair, the other end enslaved to the
-bridge) holds ``10.<x>.0.<i+2>``. :meth:`NetnsLab.wrap` is the command prefix that runs a
-process inside agent ``i``'s namespace and :attr:`NetnsLab.hosts` the address it binds
-(:class:`agent.server.cluster.LocalCluster` takes both). :meth:`NetnsLab.link` takes agent
-``i``'s link down or up: a partition of that agent from every other agent and from the caller.
+Linux bridge in the caller's namespace holding ``10.<x>.0.1/24`` and, per agent ``i``, a namespace
+``elf<tag>-<i>`` whose ``eth0`` (one end of a veth pair, the other end enslaved to the bridge)
+holds ``10.<x>.0.<i+2>``. :meth:`NetnsLab.wrap` is the command prefix that runs a process inside
+agent ``i``'s namespace and :attr:`NetnsLab.hosts` the address it binds
+(:class:`agent.server.cluster.LocalCluster` takes both). :meth:`NetnsLab.link` takes agent ``i``'s
+link down or up: a partition of that agent from every other agent and from the caller.
 :meth:`NetnsLab.close` deletes every namespace, veth and the bridge (also on a failed set-up).
 
-Bounds: at most 250 agents (one /24); names stay within the kernel's 15 characters. Every
-``ip`` call is a subprocess with a 10 s timeout; a failing one raises :class:`NetnsError`
-with its stderr.
+The subnet is the first one no interface of the caller's namespace holds (a lab a killed run left
+behind keeps its bridge). Bounds: at most 250 agents (one /24); names stay within the kernel's 15
+characters. Every ``ip`` call is a subprocess with a 10 s timeout; a failing one raises
+:class:`NetnsError` with its stderr.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class NetnsLab:
             raise ValueError(f"a lab holds 1..{MAX_AGENTS} agents, got {n}")
         self.n = n
         self.tag = secrets.token_hex(2)  # 4 hex digits: unique names next to other labs
+        self._subnet = subnet
         self.subnet = subnet if subnet is not None else 100 + int(self.tag, 16) % 100
         self.bridge = f"elfbr{self.tag}"
         self.hosts = {i: f"10.{self.subnet}.0.{i + 2}" for i in range(n)}
@@ -76,7 +78,21 @@ class NetnsLab:
     def veth(self, i: int) -> str:
         return f"ev{self.tag}{i}"  # the bridge-side end, in the caller's namespace
 
+    def _free_subnet(self) -> int:
+        """The first ``10.<x>.0.0/24`` (x in 100..199, from the tag's) no interface here holds
+        yet: a lab left behind by a killed run keeps its bridge, and two bridges on one
+        subnet would route one lab's packets to the other."""
+        used = _ip("-4", "-o", "addr", "show")
+        for step in range(100):
+            x = 100 + (self.subnet - 100 + step) % 100
+            if f" 10.{x}.0." not in used:
+                return x
+        raise NetnsError("every subnet 10.100-199.0.0/24 is in use here")
+
     def open(self) -> NetnsLab:
+        if self._subnet is None:
+            self.subnet = self._free_subnet()
+            self.hosts = {i: f"10.{self.subnet}.0.{i + 2}" for i in range(self.n)}
         try:
             _ip("link", "add", self.bridge, "type", "bridge")
             self._made.append(("link", self.bridge))
