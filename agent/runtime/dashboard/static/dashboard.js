@@ -100,6 +100,10 @@ function handleFrame(frame) {
 
 // ---- helpers -----------------------------------------------------------------------------
 const short = (id) => (id ? id.slice(0, 8) : "?");
+// Results name lacking origins in hex without leading zeros (the results API's form); node
+// ids everywhere else on the page are 40 hex digits: pad, so one agent reads the same in the
+// agents table, the tree and an epoch's "lacking" ("?" is an origin a master cannot name).
+const origin = (id) => (id === "?" ? id : short(id.padStart(40, "0")));
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -387,7 +391,7 @@ function drawEpochs(card, doc) {
   const body = card.querySelector(".epochs tbody");
   body.replaceChildren(...rows.slice(0, 8).map((e) => el("tr", { "data-epoch": e.epoch },
     el("td", {}, String(e.epoch)), el("td", {}, e.latency_s.toFixed(3) + " s"),
-    el("td", { class: e.tentative ? "tentative" : "" }, e.tentative ? "tentative" + (e.lacking.length ? " (lacking " + e.lacking.map(short).join(", ") + ")" : "") : "final"),
+    el("td", { class: e.tentative ? "tentative" : "" }, e.tentative ? "tentative" + (e.lacking.length ? " (lacking " + e.lacking.map(origin).join(", ") + ")" : "") : "final"),
     el("td", {}, (100 * e.coverage).toFixed(0) + " %" + (e.accuracy == null ? "" : " · top-k accuracy ≈ " + (100 * e.accuracy).toFixed(0) + " %")),
     el("td", {}, String(e.version)))));
 }
