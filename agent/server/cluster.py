@@ -60,6 +60,16 @@ class ClusterError(RuntimeError):
     """An agent process failed to start; the message carries its stderr tail."""
 
 
+def _view_line(view: dict[str, Any] | None) -> str:
+    """One agent's jobs-tree view (``TreeView.to_dict()`` form) in a line: state, root or
+    not, its parent's id prefix, how many children."""
+    if view is None:
+        return "not a member"
+    parent = (view.get("parent") or {}).get("id", "-")[:8]
+    children = len(view.get("children") or [])
+    return f"{view.get('state')}, root={view.get('is_root')}, parent={parent}, children={children}"
+
+
 class LocalCluster:
     """``n`` agent processes on 127.0.0.1 (see the module contract)."""
 
@@ -192,12 +202,7 @@ class LocalCluster:
             except ApiError as exc:
                 return False, [*lines, f"agent {i}: no status ({exc})"]
             views.append(view)
-            lines.append(
-                f"agent {i}: not a member"
-                if view is None
-                else f"agent {i}: {view.get('state')}, root={view.get('is_root')}, "
-                f"parent={str(view.get('parent'))[:8]}, children={len(view.get('children', []))}"
-            )
+            lines.append(f"agent {i}: {_view_line(view)}")
         return spans_one_tree(views), lines
 
     def wait_settled(self, timeout: float = 60.0) -> None:

@@ -2,12 +2,12 @@
 
 Contract: :func:`netns_available` says whether this process may create namespaces (root and a
 working ``ip netns``), with the reason when not. :class:`NetnsLab` creates, for ``n`` agents, a
-Linux bridge in the caller's namespace holding ``10.<x>.0.1/24`` and, per agent ``i``, a namespace
-``elf<tag>-<i>`` whose ``eth0`` (one end of a veth pair, the other end enslaved to the bridge)
-holds ``10.<x>.0.<i+2>``. :meth:`NetnsLab.wrap` is the command prefix that runs a process inside
-agent ``i``'s namespace and :attr:`NetnsLab.hosts` the address it binds
-(:class:`agent.server.cluster.LocalCluster` takes both). :meth:`NetnsLab.link` takes agent ``i``'s
-link down or up: a partition of that agent from every other agent and from the caller.
+Linux bridge in the caller's namespace holding ``10.<x>.0.1/24`` and, per agent ``i``, a
+namespace ``elf<tag>-<i>`` whose ``eth0`` (one end of a veth pair, the other end enslaved to the
+bridge) holds ``10.<x>.0.<i+2>``. :meth:`NetnsLab.wrap` is the command prefix that runs a
+process inside agent ``i``'s namespace and :attr:`NetnsLab.hosts` the address it binds
+(:class:`agent.server.cluster.LocalCluster` takes both). :meth:`NetnsLab.link` takes agent
+``i``'s link down or up: a partition of that agent from every other agent and from the caller.
 :meth:`NetnsLab.close` deletes every namespace, veth and the bridge (also on a failed set-up).
 
 The subnet is the first one no interface of the caller's namespace holds (a lab a killed run left
@@ -66,11 +66,15 @@ class NetnsLab:
             raise ValueError(f"a lab holds 1..{MAX_AGENTS} agents, got {n}")
         self.n = n
         self.tag = secrets.token_hex(2)  # 4 hex digits: unique names next to other labs
-        self._subnet = subnet
+        self._fixed_subnet = subnet is not None  # else open() moves it to a free one
         self.subnet = subnet if subnet is not None else 100 + int(self.tag, 16) % 100
         self.bridge = f"elfbr{self.tag}"
-        self.hosts = {i: f"10.{self.subnet}.0.{i + 2}" for i in range(n)}
         self._made: list[tuple[str, str]] = []  # ("netns"|"link", name), for close()
+
+    @property
+    def hosts(self) -> dict[int, str]:
+        """Agent index → the address it binds inside its namespace."""
+        return {i: f"10.{self.subnet}.0.{i + 2}" for i in range(self.n)}
 
     def namespace(self, i: int) -> str:
         return f"elf{self.tag}-{i}"
@@ -90,9 +94,9 @@ class NetnsLab:
         raise NetnsError("every subnet 10.100-199.0.0/24 is in use here")
 
     def open(self) -> NetnsLab:
-        if self._subnet is None:
+        if not self._fixed_subnet:
             self.subnet = self._free_subnet()
-            self.hosts = {i: f"10.{self.subnet}.0.{i + 2}" for i in range(self.n)}
+        hosts = self.hosts
         try:
             _ip("link", "add", self.bridge, "type", "bridge")
             self._made.append(("link", self.bridge))
@@ -106,7 +110,7 @@ class NetnsLab:
                 self._made.append(("link", veth))
                 _ip("link", "set", f"ep{self.tag}{i}", "netns", ns)
                 _ip("-n", ns, "link", "set", f"ep{self.tag}{i}", "name", "eth0")
-                _ip("-n", ns, "addr", "add", f"{self.hosts[i]}/24", "dev", "eth0")
+                _ip("-n", ns, "addr", "add", f"{hosts[i]}/24", "dev", "eth0")
                 _ip("-n", ns, "link", "set", "eth0", "up")
                 _ip("-n", ns, "link", "set", "lo", "up")
                 _ip("link", "set", veth, "master", self.bridge)
