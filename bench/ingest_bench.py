@@ -684,21 +684,20 @@ def bench_full(data: dict[str, Any], n: int, repeats: int, spark: Any, work: Pat
 
 
 # ---- the machine's own two-core ceiling --------------------------------------------------------
-#: the projected fields each format's parse-scaling probe parses (the full-parse queries')
-_SCALING_FIELDS = {
-    "nginx": ("ts", "status", "bytes"),
-    "json": ("ts", "directory", "action", "price"),
-}
+#: the full-parse query whose fields each format's parse-scaling probe parses
+_SCALING_QUERY = {"nginx": "status_bytes", "json": "directory_action"}
 
 
 def _parse_file_seconds(fmt: str, path: str, repeats: int) -> float:
     """Wall seconds of parsing every chunk of ``path`` ``repeats`` times with the columnar
-    kernel, in this (fresh) process, after a warm-up chunk: one probe of the scaling run."""
+    kernel (the fields :data:`_SCALING_QUERY`'s job reads), in this (fresh) process, after a
+    warm-up chunk: one probe of the scaling run."""
     from agent.ingest.columnar.chunks import iter_chunks
     from agent.ingest.columnar.parse import parse_chunk
 
     keep_chunk_memory()
-    fields = frozenset(_SCALING_FIELDS[fmt])
+    text = _ql(_SCALING_QUERY[fmt], fmt)
+    fields = create_job(parse_spec(spec_from_query("q", "bench", text))).batch_projection()
     data = Path(path).read_bytes()
     chunks = [p.data for p in iter_chunks(data, chunk_bytes=CHUNK_BYTES)]  # type: ignore[union-attr]
     parse_chunk(fmt, chunks[0], fields=fields)
