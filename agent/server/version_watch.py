@@ -39,7 +39,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 
 from agent.client import ApiClient, ApiError
 from agent.server.chaos import ChaosCluster, JobPlan, JobReport
+from agent.server.cluster import LocalCluster
 from agent.server.version_check import (
     Fault,
     OriginReference,
@@ -389,6 +390,43 @@ def chaos_figures(
     refs = {p.name: OriginReference.from_files(p, files, lost) for p in plans}
     faults = [Fault(e.action, ids.get(e.index, f"#{e.index}"), e.at) for e in chaos.events]
     out = figures(watch.seen(), refs, faults, reports)
+    out["watch"] = watch.stats()
+    return out
+
+
+def cluster_watch(
+    cluster: LocalCluster,
+    jobs: dict[str, int],
+    skip: Callable[[], Collection[int]] = frozenset,
+    **kw: Any,
+) -> VersionWatch:
+    """A started watch of ``jobs`` (name → first epoch) on a :class:`LocalCluster`: asks the
+    agents that are alive and not in ``skip()`` (e.g. SIGSTOPped ones) and reads each agent's
+    own lake (``<data dir>/lake``, the default when no shared lake is given)."""
+
+    def clients() -> list[ApiClient]:
+        out, skipped = [], skip()
+        for i, proc in enumerate(cluster.procs):
+            if i not in skipped and cluster.alive(i):
+                out.append(ApiClient(proc.api_url, cluster.token, 1.0))
+        return out
+
+    lakes = [proc.data_dir / "lake" for proc in cluster.procs]
+    return VersionWatch(clients, lakes, jobs, **kw).start()
+
+
+def files_figures(
+    watch: VersionWatch,
+    plan: JobPlan,
+    files: dict[str, Path],
+    faults: Sequence[Fault] = (),
+    lost: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Stops ``watch`` and judges what it saw of ``plan`` against each origin's input file
+    (origin name → path), with ``faults`` and the origins ``lost`` for good."""
+    watch.stop()
+    ref = OriginReference.from_files(plan, files, lost)
+    out = figures(watch.seen(), {plan.name: ref}, faults)
     out["watch"] = watch.stats()
     return out
 

@@ -10,6 +10,13 @@ lines written; every tentative epoch names the origins it lacks; no agent proces
 traceback. How many epochs were tentative or missing is printed (``-rA``), not asserted: the
 crash-exact guarantee of issue 12 is measured by ``bench/fault_bench.py``. CI runs the faults
 in one run (one cluster start) and the partition; the one-fault-per-run variants are ``slow``.
+
+Every version a reader could see *during* the run is judged too (issue "Final means final",
+:mod:`agent.server.version_watch`): a reader polling the lake and the results API every 0.5 s
+from before the first fault; each version it saw must be exact against the per-agent count, or
+flagged naming the origins it lacks with honest coverage, and no lake (term, version) may show
+two row sets. That assertion comes last and names the issue (:func:`assert_no_visible_
+violations`): the end-of-run promise above is asserted first.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +41,7 @@ from agent.server.chaos import (
     tracebacks,
 )
 from agent.server.netns import NetnsLab, netns_available
+from agent.server.version_watch import VersionWatch, chaos_figures, chaos_watch, violation_message
 
 AGENTS = 5
 
@@ -53,6 +62,13 @@ def assert_exact_or_flagged(chaos: ChaosCluster, reports: list[JobReport]) -> No
     assert not tracebacks(chaos), tracebacks(chaos)
 
 
+def assert_no_visible_violations(figs: dict[str, Any]) -> None:
+    """Issue "Final means final": no version visible during the run final and wrong, flagged
+    dishonestly, or a lake (term, version) with two row sets."""
+    print("every-version reader:", json.dumps(figs, default=str)[:6000])
+    assert figs["violations"] == 0, violation_message(figs)
+
+
 @pytest.fixture
 def chaos(tmp_path: Path) -> Iterator[ChaosCluster]:
     cluster = ChaosCluster(AGENTS, tmp_path).start()
@@ -60,6 +76,17 @@ def chaos(tmp_path: Path) -> Iterator[ChaosCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def watch(chaos: ChaosCluster) -> Iterator[VersionWatch]:
+    """The every-version reader, started before any job or fault; jobs are added as they
+    are submitted (:meth:`VersionWatch.watch`)."""
+    reader = chaos_watch(chaos, [])
+    try:
+        yield reader
+    finally:
+        reader.stop()
 
 
 # ---- fault steps: each waits on the cluster's own progress (stored epochs), never a sleep --
@@ -85,43 +112,50 @@ def master_kill(chaos: ChaosCluster, start: int, restart: bool) -> None:
         chaos.wait_stored("wc", (ev.stored_before or start) + 3, timeout=60)
 
 
-def submit_mid_run(chaos: ChaosCluster) -> JobPlan:
+def submit_mid_run(chaos: ChaosCluster, watch: VersionWatch) -> JobPlan:
     """A second WordCount on the same input. Its start epoch is the previous one, which wc's
     workers have read whole already (the current one would be read partly, and not at all at
     an epoch boundary: flaky). Those records may stay missing for now - tentative, naming
     every origin - but never silently final."""
     mid = JobPlan("wc_mid", "wordcount", math.floor(time.time()) - 1)
     chaos.submit(mid)
+    watch.watch(mid.name, mid.start_epoch)
     chaos.wait_stored("wc_mid", mid.start_epoch + 2)
     return mid
 
 
-def run(chaos: ChaosCluster, *steps: Callable[[int], JobPlan | None]) -> None:
-    """WordCount from an epoch 2 s ahead, ``steps`` in order, then the check."""
+def run(chaos: ChaosCluster, watch: VersionWatch, *steps: Callable[[int], JobPlan | None]) -> None:
+    """WordCount from an epoch 2 s ahead, ``steps`` in order, then the check (end of run,
+    then every version seen during it)."""
     writer = LogWriter(chaos.paths, rate=10).start()
     plans = []
     try:
         start = math.floor(time.time()) + 2
         plans.append(JobPlan("wc", "wordcount", start))
         assert chaos.submit(plans[0])["agents_reached"] == AGENTS
+        watch.watch("wc", start)
         chaos.wait_stored("wc", start + 1)
         for step in steps:
             if (plan := step(start)) is not None:
                 plans.append(plan)
+                watch.watch(plan.name, plan.start_epoch)
     finally:
         writer.stop()
     reports = check(chaos, plans, settle_timeout=15)
+    figs = chaos_figures(watch, chaos, plans, reports)
     report(reports, chaos.events)
     assert_exact_or_flagged(chaos, reports)
+    assert_no_visible_violations(figs)
 
 
-def test_faults_in_one_run_stay_exact_or_flagged(chaos: ChaosCluster) -> None:
+def test_faults_in_one_run_stay_exact_or_flagged(chaos: ChaosCluster, watch: VersionWatch) -> None:
     """CI: a leaf killed and restarted, a job submitted mid-run, the master killed and
     restarted, in one run (one cluster start)."""
     run(
         chaos,
+        watch,
         lambda start: leaf_kill_and_restart(chaos, start),
-        lambda start: submit_mid_run(chaos),
+        lambda start: submit_mid_run(chaos, watch),
         lambda start: master_kill(chaos, start, restart=True),
     )
 
@@ -130,23 +164,29 @@ def test_faults_in_one_run_stay_exact_or_flagged(chaos: ChaosCluster) -> None:
 
 
 @pytest.mark.slow
-def test_leaf_kill_and_restart_stays_exact_or_flagged(chaos: ChaosCluster) -> None:
-    run(chaos, lambda start: leaf_kill_and_restart(chaos, start))
+def test_leaf_kill_and_restart_stays_exact_or_flagged(
+    chaos: ChaosCluster, watch: VersionWatch
+) -> None:
+    run(chaos, watch, lambda start: leaf_kill_and_restart(chaos, start))
 
 
 @pytest.mark.slow
-def test_master_kill_stays_exact_or_flagged(chaos: ChaosCluster) -> None:
-    run(chaos, lambda start: master_kill(chaos, start, restart=False))
+def test_master_kill_stays_exact_or_flagged(chaos: ChaosCluster, watch: VersionWatch) -> None:
+    run(chaos, watch, lambda start: master_kill(chaos, start, restart=False))
 
 
 @pytest.mark.slow
-def test_master_kill_and_restart_stays_exact_or_flagged(chaos: ChaosCluster) -> None:
-    run(chaos, lambda start: master_kill(chaos, start, restart=True))
+def test_master_kill_and_restart_stays_exact_or_flagged(
+    chaos: ChaosCluster, watch: VersionWatch
+) -> None:
+    run(chaos, watch, lambda start: master_kill(chaos, start, restart=True))
 
 
 @pytest.mark.slow
-def test_job_submitted_mid_run_stays_exact_or_flagged(chaos: ChaosCluster) -> None:
-    run(chaos, lambda start: submit_mid_run(chaos))
+def test_job_submitted_mid_run_stays_exact_or_flagged(
+    chaos: ChaosCluster, watch: VersionWatch
+) -> None:
+    run(chaos, watch, lambda start: submit_mid_run(chaos, watch))
 
 
 def test_partition_of_an_agent_stays_exact_or_flagged(tmp_path: Path) -> None:
@@ -160,6 +200,7 @@ def test_partition_of_an_agent_stays_exact_or_flagged(tmp_path: Path) -> None:
             start = math.floor(time.time()) + 2
             wc = JobPlan("wc", "wordcount", start)
             chaos.submit(wc)
+            watch = chaos_watch(chaos, [wc])
             chaos.wait_stored("wc", start + 1)
             victim = chaos.pick("wc", "leaf")
             ev = chaos.partition(victim, "wc", "leaf")
@@ -169,20 +210,25 @@ def test_partition_of_an_agent_stays_exact_or_flagged(tmp_path: Path) -> None:
             chaos.wait_stored("wc", (ev.stored_before or start) + 2)
             writer.stop()
             reports = check(chaos, [wc], settle_timeout=15)
+            figs = chaos_figures(watch, chaos, [wc], reports)
         finally:
             writer.stop()
             chaos.stop()
         report(reports, chaos.events)
         assert_exact_or_flagged(chaos, reports)
+        assert_no_visible_violations(figs)
 
 
-def test_a_restarted_leaf_rebuilds_its_sliding_windows(chaos: ChaosCluster) -> None:
+def test_a_restarted_leaf_rebuilds_its_sliding_windows(
+    chaos: ChaosCluster, watch: VersionWatch
+) -> None:
     """A sliding-window job (3 epochs, slide 1): a leaf killed and restarted must rebuild the
     panes of the windows still open when it died, not emit windows short of them as whole."""
 
     def windows(start: int) -> JobPlan:
         plan = JobPlan("win", "wordcount", start, window=3)
         chaos.submit(plan)
+        watch.watch(plan.name, plan.start_epoch)
         chaos.wait_stored("win", start + 3)
         leaf = chaos.pick("win", "leaf")
         ev = chaos.kill(leaf, "win", "leaf")
@@ -191,4 +237,4 @@ def test_a_restarted_leaf_rebuilds_its_sliding_windows(chaos: ChaosCluster) -> N
         chaos.wait_stored("win", (ev.stored_before or start) + 4)
         return plan
 
-    run(chaos, windows)
+    run(chaos, watch, windows)

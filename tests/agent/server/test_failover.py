@@ -14,6 +14,11 @@ standby"). Checked against a Counter over the very lines written:
   loss"), from the epoch its loss names on - final over the live origins; never anything
   else;
 * no agent logged a traceback.
+
+Every version a reader could see during the run is judged too (issue "Final means final",
+:mod:`agent.server.version_watch`, started before the crash): exact, or flagged naming the
+origins it lacks with honest coverage - a version final and short of the dead master's lines
+is a violation. That assertion comes last and names the issue.
 """
 
 from __future__ import annotations
@@ -30,7 +35,10 @@ import pytest
 from agent_helpers import wait_until
 
 from agent.client import ApiError
+from agent.server.chaos import JobPlan
 from agent.server.cluster import LocalCluster
+from agent.server.version_check import Fault
+from agent.server.version_watch import cluster_watch, files_figures, violation_message
 
 AGENTS = 5
 WORDS = ["alpha", "beta", "gamma", "delta", "eps"]
@@ -54,6 +62,7 @@ def test_kill_9_of_the_master_loses_no_stored_epoch_and_flags_what_it_lacks(
         Path(spec["lines"]).touch()
     local = LocalCluster(AGENTS, tmp_path / "c", inputs=inputs, extra_args=["--log-level", "INFO"])
     local.start(timeout=90)
+    watch = None
     try:
         local.wait_settled(60)
         start = math.floor(time.time()) + 2
@@ -63,6 +72,7 @@ def test_kill_9_of_the_master_loses_no_stored_epoch_and_flags_what_it_lacks(
         tid = int(local.client(0).status()["jobs"]["wc"]["tree_ids"][0], 16)
         ids = [int(local.client(i).status()["node_id"], 16) for i in range(AGENTS)]
         master = min(range(AGENTS), key=lambda i: ids[i] ^ tid)
+        watch = cluster_watch(local, {"wc": start})
         rng = random.Random(7)
         wrote: dict[int, dict[int, Counter]] = {i: defaultdict(Counter) for i in range(AGENTS)}
         before = range(start, start + 3)
@@ -113,6 +123,7 @@ def test_kill_9_of_the_master_loses_no_stored_epoch_and_flags_what_it_lacks(
         local.kill(master)
         alive = [i for i in range(AGENTS) if i != master]
         dead = f"{ids[master]:x}"
+        faults = [Fault("lose", dead, time.time())]
 
         def new_master() -> list[int]:
             return [
@@ -178,8 +189,16 @@ def test_kill_9_of_the_master_loses_no_stored_epoch_and_flags_what_it_lacks(
                     f"; per agent: {[dict(wrote[i][epoch]) for i in range(AGENTS)]}"
                     f"; successor: {local.client(successor).status()['jobs']['wc']['counters']}"
                 ) from None
+        plan = JobPlan("wc", "wordcount", start)
+        files = {f"{ids[i]:x}": Path(inputs[i]["lines"]) for i in range(AGENTS)}
+        figs = files_figures(watch, plan, files, faults, lost=[dead])
+        print("every-version reader:", json.dumps(figs, default=str)[:6000])
     finally:
+        if watch is not None:
+            watch.stop()
         local.stop()
     for i in range(AGENTS):
         log = (local.procs[i].data_dir / "stderr.log").read_text()
         assert "Traceback" not in log, log[-3000:]
+    # issue "Final means final": every version seen during the run exact or honestly flagged
+    assert figs["violations"] == 0, violation_message(figs)

@@ -8,6 +8,12 @@ dead agent had open when it died, which are tentative, name it, and are exact ov
 origins they cover (``partial``); every epoch it had closed stays exact, re-issued from its
 hot replicas when it never reached the master; none is final and wrong; the master records
 the loss (why, when, how many epochs it re-issued).
+
+Every version a reader could see during the run is judged too (issue "Final means final",
+:mod:`agent.server.version_watch`, started before the first fault): exact, or flagged naming
+the origins it lacks with honest coverage; a version final and short of a lost agent's lines
+is a violation (``killed_for_good_unflagged_undercounted`` says how many). That assertion comes
+last and names the issue.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from agent.server.chaos import (
     tracebacks,
     wait_until,
 )
+from agent.server.version_watch import VersionWatch, chaos_figures, chaos_watch, violation_message
 
 AGENTS = 5
 
@@ -50,6 +57,15 @@ def assert_exact_except_the_lost_open_epochs(
         assert set(verdicts) <= {EXACT, PARTIAL}, r.to_dict()["not_exact"]
         assert verdicts.count(PARTIAL) <= most_partial, r.to_dict()["not_exact"]
     assert not tracebacks(chaos), tracebacks(chaos)
+
+
+def assert_no_visible_violations(
+    watch: VersionWatch, chaos: ChaosCluster, plans: list[JobPlan], reports: list[JobReport]
+) -> None:
+    """Issue "Final means final" (module docstring); call last."""
+    figs = chaos_figures(watch, chaos, plans, reports)
+    print("every-version reader:", json.dumps(figs, default=str)[:6000])
+    assert figs["violations"] == 0, violation_message(figs)
 
 
 def losses(chaos: ChaosCluster, job: str) -> list[dict]:  # type: ignore[type-arg]
@@ -85,6 +101,7 @@ def test_a_leaf_lost_for_good_leaves_only_its_open_epochs_tentative(tmp_path: Pa
         start = math.floor(time.time()) + 2
         wc = JobPlan("wc", "wordcount", start)
         assert chaos.submit(wc)["agents_reached"] == AGENTS
+        watch = chaos_watch(chaos, [wc])
         chaos.wait_stored("wc", start + 2)
         leaf = chaos.pick("wc", "leaf")
         ev = chaos.lose(leaf, writer, "wc", "leaf")
@@ -98,10 +115,12 @@ def test_a_leaf_lost_for_good_leaves_only_its_open_epochs_tentative(tmp_path: Pa
     try:
         reports = check(chaos, [wc], settle_timeout=15)
     finally:
+        watch.stop()
         chaos.stop()
     # the epochs it had open: the one it was reading, the one waiting for lateness, and the
     # one that began before the loss was declared
     assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=4)
+    assert_no_visible_violations(watch, chaos, [wc], reports)
 
 
 # slow (not in CI): whether the leaf's held-up epochs reach the new master only through its
@@ -121,6 +140,7 @@ def test_a_lost_leafs_epochs_that_never_reached_the_master_are_re_issued_from_it
         start = math.floor(time.time()) + 2
         wc = JobPlan("wc", "wordcount", start)
         assert chaos.submit(wc)["agents_reached"] == AGENTS
+        watch = chaos_watch(chaos, [wc])
         chaos.wait_stored("wc", start + 2)
         master = chaos.pick("wc", "master")
         leaf = direct_leaf(chaos, master)
@@ -154,6 +174,7 @@ def test_a_lost_leafs_epochs_that_never_reached_the_master_are_re_issued_from_it
     try:
         reports = check(chaos, [wc], settle_timeout=20)
     finally:
+        watch.stop()
         chaos.stop()
     # the epochs the leaf closed before its death cover it (re-issued); those that lack
     # anyone lack the stalled master only
@@ -162,6 +183,7 @@ def test_a_lost_leafs_epochs_that_never_reached_the_master_are_re_issued_from_it
     assert all(ids[leaf] not in names for names in lacking.values()), lacking
     # the stalled master read nothing while stopped: those epochs lack it, named, past repair
     assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=12)
+    assert_no_visible_violations(watch, chaos, [wc], reports)
 
 
 def test_both_agents_of_one_failure_domain_lost_together(tmp_path: Path) -> None:
@@ -175,6 +197,7 @@ def test_both_agents_of_one_failure_domain_lost_together(tmp_path: Path) -> None
         start = math.floor(time.time()) + 2
         wc = JobPlan("wc", "wordcount", start)
         assert chaos.submit(wc)["agents_reached"] == AGENTS
+        watch = chaos_watch(chaos, [wc])
         chaos.wait_stored("wc", start + 2)
         roles = chaos.roles("wc")
         pair = next(
@@ -208,9 +231,11 @@ def test_both_agents_of_one_failure_domain_lost_together(tmp_path: Path) -> None
     try:
         reports = check(chaos, [wc], settle_timeout=15)
     finally:
+        watch.stop()
         chaos.stop()
     # two agents: their open epochs, and one more when their declarations straddle an epoch
     assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=6)
+    assert_no_visible_violations(watch, chaos, [wc], reports)
 
 
 @pytest.mark.slow
@@ -223,6 +248,7 @@ def test_a_slow_agent_for_a_minute_never_makes_an_epoch_wrong(tmp_path: Path) ->
         start = math.floor(time.time()) + 2
         wc = JobPlan("wc", "wordcount", start, settings=(("straggler_epochs", 1),))
         assert chaos.submit(wc)["agents_reached"] == AGENTS
+        watch = chaos_watch(chaos, [wc])
         chaos.wait_stored("wc", start + 2)
         chaos.throttle(chaos.pick("wc", "leaf"), 0.2, 60.0, "wc", "leaf").join()
         chaos.wait_stored("wc", wc.epoch_of(time.time()) - 1, timeout=60)
@@ -231,5 +257,7 @@ def test_a_slow_agent_for_a_minute_never_makes_an_epoch_wrong(tmp_path: Path) ->
     try:
         reports = check(chaos, [wc], settle_timeout=30)
     finally:
+        watch.stop()
         chaos.stop()
     assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=0)
+    assert_no_visible_violations(watch, chaos, [wc], reports)
