@@ -31,6 +31,15 @@ epoch as its start epoch; one shared lake.
   gates) off and on, interleaved: ``commit_standby_on_vs_off`` gives medians and ratios
   (``on_over_off``; the goal is at most 1.10).
 
+* **Every version a reader saw** (issue "Final means final"): in the chaos run and the loss
+  run, :class:`agent.server.version_watch.VersionWatch` reads the lake and polls the results
+  API every 0.5 s from the submits on; every version it saw is judged against the per-agent
+  reference (:mod:`agent.server.version_check`). ``final_means_final`` gives
+  ``visible_unflagged_wrong`` (count, longest seconds visible), ``visible_flag_dishonest``,
+  ``two_row_sets``, ``epochs_final_exact_at_end``, ``never_repaired``,
+  ``killed_for_good_unflagged_undercounted``, ``crash_to_first_flagged_s`` (per fault) and
+  ``restart_to_final_exact_s`` (per restart); ``every_version`` the details and examples.
+
 Figures are printed whether or not the guarantee holds; nothing is hidden: every final and
 wrong epoch is listed with what it lacked. The machine's cores are shared by all agents.
 """
@@ -79,6 +88,8 @@ from agent.server.chaos import (
     wait_until,
 )
 from agent.server.netns import NetnsLab, netns_available
+from agent.server.version_check import headline
+from agent.server.version_watch import VersionWatch, chaos_figures, chaos_watch
 
 LEAD = "wc"  # the job whose progress times the faults
 
@@ -191,6 +202,7 @@ def chaos_run(
         lab = NetnsLab(n).open() if available else None
         chaos = ChaosCluster(n, Path(tmp), netns=lab, log_level=log_level)
         writer: LogWriter | None = None
+        watch: VersionWatch | None = None
         try:
             t0 = time.time()
             chaos.start(timeout=180)
@@ -200,9 +212,11 @@ def chaos_run(
             plans = [JobPlan("wc", "wordcount", start), JobPlan("ql", "ql", start)]
             for plan in plans:
                 chaos.submit(plan)
+            watch = chaos_watch(chaos, plans)  # every version a reader sees, from here on
             chaos.wait_stored(LEAD, start + 2, timeout=timeout)
             mid = JobPlan("wc_mid", "wordcount", now_epoch())
             chaos.submit(mid)
+            watch.watch(mid.name, mid.start_epoch)
             plans.append(mid)
             faults = out["faults"]
             leaf = chaos.pick(LEAD, "leaf", rng)
@@ -240,6 +254,9 @@ def chaos_run(
             chaos.wait_stored(LEAD, (chaos.stored(LEAD) or start) + 3, timeout=timeout)
             writer.stop()
             reports = check(chaos, plans, settle_timeout=timeout)
+            figs = chaos_figures(watch, chaos, plans, reports)
+            out["final_means_final"] = headline(figs)
+            out["every_version"] = figs
             out["jobs"] = [r.to_dict() for r in reports]
             out.update(totals(reports))
             before, nxt = mk["stored_before"], mk["next_stored"] or mk["stored_before"]
@@ -253,6 +270,8 @@ def chaos_run(
         finally:
             if writer is not None:
                 writer.stop()
+            if watch is not None:
+                watch.stop()
             chaos.stop()
             if lab is not None:
                 lab.close()
@@ -381,6 +400,11 @@ def main() -> None:
             "final_over_tentative": 10,
             "straggler_leap_ms": 50,
             "coverage_and_accuracy_error_pts": 5,
+            "visible_unflagged_wrong": 0,
+            "visible_flag_dishonest": 0,
+            "two_row_sets": 0,
+            "never_repaired": 0,
+            "killed_for_good_unflagged_undercounted": 0,
         },
     }
     if "loss" in parts:

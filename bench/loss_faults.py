@@ -43,6 +43,8 @@ from agent.server.chaos import (
     wait_until,
 )
 from agent.server.chaos_watch import ResultWatcher
+from agent.server.version_check import headline
+from agent.server.version_watch import VersionWatch, chaos_figures, chaos_watch
 
 LEAD = "wc"
 
@@ -140,6 +142,7 @@ def loss_run(
         chaos = ChaosCluster(n, Path(tmp), log_level=log_level, domains=domains)
         writer: LogWriter | None = None
         watchers: list[ResultWatcher] = []
+        watch: VersionWatch | None = None
         try:
             chaos.start(timeout=180)
             writer = LogWriter(chaos.paths, rate=rate, seed=seed).start()
@@ -154,6 +157,7 @@ def loss_run(
             ]
             for plan in plans:
                 chaos.submit(plan)
+            watch = chaos_watch(chaos, plans)  # every version a reader sees (issue 'Final...')
             chaos.wait_stored(LEAD, start + 3, timeout=timeout)
             chaos.node_ids()
             faults = out["faults"]
@@ -214,6 +218,9 @@ def loss_run(
             faults.append({"fault": "slow agent: 20 % CPU", "agent": slow, "seconds": slow_seconds})
             writer.stop()
             reports = check(chaos, plans, settle_timeout=timeout)
+            figs = chaos_figures(watch, chaos, plans, reports)
+            out["final_means_final"] = headline(figs)
+            out["every_version"] = figs
             out["jobs"] = [r.to_dict() for r in reports]
             verdicts = [e.verdict for r in reports for e in r.epochs]
             out["epochs_checked"] = len(verdicts)
@@ -232,6 +239,8 @@ def loss_run(
                     w.stop()
             if writer is not None:
                 writer.stop()
+            if watch is not None:
+                watch.stop()
             chaos.stop()
     return out
 

@@ -493,3 +493,29 @@ def figures(
     if reports is not None:
         out.update(at_end(reports, lost))
     return out
+
+
+def headline(figs: dict[str, Any]) -> dict[str, Any]:
+    """The figures a benchmark prints on top (issue "Final means final"), from
+    :func:`figures`."""
+    end = figs.get("never_repaired")
+    return {
+        "visible_unflagged_wrong": {
+            "count": figs["visible_unflagged_wrong"]["count"],
+            "max_visible_s": figs["visible_unflagged_wrong"]["max_visible_s"],
+        },
+        "visible_flag_dishonest": {
+            "count": figs["visible_flag_dishonest"]["count"],
+            "max_visible_s": figs["visible_flag_dishonest"]["max_visible_s"],
+        },
+        "two_row_sets": figs["two_row_sets"]["count"],
+        "epochs_final_exact_at_end": figs.get("epochs_final_exact_at_end"),
+        "never_repaired": None if end is None else end["count"],
+        "killed_for_good_unflagged_undercounted": figs["killed_for_good_unflagged_undercounted"][
+            "count"
+        ],
+        "crash_to_first_flagged_s": [
+            c["first_flagged_s"] for c in figs["crash_to_first_flagged_s"]
+        ],
+        "restart_to_final_exact_s": [r["final_exact_s"] for r in figs["restart_to_final_exact_s"]],
+    }
