@@ -20,7 +20,7 @@ first and last time it was seen). This module judges each of them:
     ``lacking`` names at least the origins whose records are missing), and ``coverage``
     within 5 points of the truth (lines of the covered origins / all lines of the epoch).
     When ``lacking`` holds ``"?"`` (origins the master cannot name) each value must only be
-    ``<= full[k]`` and coverage is not judged;
+    ``<= full[k]`` and coverage is not judged; nor is it for an epoch without lines;
   - violations: ``unflagged_wrong`` (not flagged and not equal; the origins whose share is
     missing are named when the shortfall is theirs) and ``flag_dishonest`` (flagged, but a
     value outside those bounds or coverage off by more than 5 points);
@@ -174,13 +174,13 @@ class OriginReference:
     def over(self, origins: Iterable[str], epoch: int) -> Counter[str]:
         return sum((self.counts[o].get(epoch, Counter()) for o in origins), Counter())
 
-    def coverage(self, lacking: Iterable[str], epoch: int) -> float:
+    def coverage(self, lacking: Iterable[str], epoch: int) -> float | None:
         """The true coverage of a version lacking ``lacking``: lines of the other origins /
-        all lines of the epoch (1.0 for an epoch without lines)."""
+        all lines of the epoch (None for an epoch without lines: any coverage is true)."""
         names = set(lacking)
         total = sum(n.get(epoch, 0) for n in self.lines.values())
         if not total:
-            return 1.0
+            return None
         return sum(n.get(epoch, 0) for o, n in self.lines.items() if o not in names) / total
 
 
@@ -210,6 +210,9 @@ class Judgement:
     extra: dict[str, int] = field(default_factory=dict)
     coverage_truth: float | None = None
     short_share: float | None = None  # the share of the reference's counts it lacks
+    #: for ``flag_dishonest``: ``rows`` (counts outside the bounds), ``coverage_over`` (it
+    #: claims more than it covers) or ``coverage_under`` (less: pessimistic, still untrue)
+    kind: str = ""
 
 
 def judge(ref: OriginReference, v: Seen) -> Judgement:
@@ -242,13 +245,16 @@ def judge(ref: OriginReference, v: Seen) -> Judgement:
     if UNNAMEABLE in lacking:
         over = {k: n for k, n in got.items() if n > full[k]}
         if over:
-            return Judgement(FLAG_DISHONEST, "counts above the reference", extra=_cap(over))
+            return Judgement(
+                FLAG_DISHONEST, "counts above the reference", extra=_cap(over), kind="rows"
+            )
         return Judgement(FLAGGED_OK, "lacks origins it cannot name")
     covered = ref.over([o for o in ref.counts if o not in lacking], v.epoch)
     keys = set(got) if plan.top_k is not None else set(full) | set(got)
     below = {k: covered[k] - got[k] for k in keys if got[k] < covered[k]}
     above = {k: got[k] - full[k] for k in keys if got[k] > full[k]}
-    truth = round(ref.coverage(lacking, v.epoch), 4)
+    true_share = ref.coverage(lacking, v.epoch)
+    truth = None if true_share is None else round(true_share, 4)
     if below or above:
         why = "counts below what the origins it covers wrote" if below else ""
         why = why or "counts above the reference"
@@ -260,13 +266,19 @@ def judge(ref: OriginReference, v: Seen) -> Judgement:
             _cap(above),
             truth,
             share,
+            kind="rows",
         )
-    if v.coverage is not None and abs(float(v.coverage) - truth) > COVERAGE_TOLERANCE:
+    if (
+        v.coverage is not None
+        and truth is not None
+        and abs(float(v.coverage) - truth) > COVERAGE_TOLERANCE
+    ):
         return Judgement(
             FLAG_DISHONEST,
             f"coverage {v.coverage} vs true {truth}",
             coverage_truth=truth,
             short_share=share,
+            kind="coverage_over" if float(v.coverage) > truth else "coverage_under",
         )
     return Judgement(FLAGGED_OK, coverage_truth=truth, short_share=share)
 
@@ -307,6 +319,7 @@ def example(v: Seen, j: Judgement) -> dict[str, Any]:
         "lacking": list(v.lacking),
         "visible_s": round(v.visible_s, 3),
         "why": j.why,
+        **({"kind": j.kind} if j.kind else {}),
         "short_origins": j.short_origins,
         "short_share": j.short_share,
         "missing": j.missing,
@@ -327,6 +340,11 @@ def _violations(found: list[tuple[Seen, Judgement]], examples: int) -> dict[str,
         "lake": sum(v.source == "lake" for v, _ in found),
         "epochs": sorted({(v.job, v.epoch) for v, _ in found}),
         "max_visible_s": round(found[0][0].visible_s, 3) if found else 0.0,
+        **(
+            {"by_kind": dict(Counter(j.kind for _, j in found))}
+            if any(j.kind for _, j in found)
+            else {}
+        ),
         "examples": [example(v, j) for v, j in found[:examples]],
     }
 

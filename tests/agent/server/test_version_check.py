@@ -96,7 +96,14 @@ def test_flagged_versions_must_name_what_they_lack_and_say_their_coverage() -> N
         FLAGGED_OK
     )
     off = judge(REF, seen(WITHOUT_B, tentative=True, lacking=(B,), coverage=1.0))
-    assert off.verdict == FLAG_DISHONEST and "coverage" in off.why
+    assert off.verdict == FLAG_DISHONEST and off.kind == "coverage_over"
+    under = judge(REF, seen(WITHOUT_B, tentative=True, lacking=(B,), coverage=0.5))
+    assert under.verdict == FLAG_DISHONEST and under.kind == "coverage_under"
+    # an epoch without lines: any coverage is true (0 of 0)
+    empty = OriginReference(WC, {A: {100: Counter()}}, {A: {}}, range(100, 101))
+    assert judge(empty, seen([], tentative=True, lacking=(A,), coverage=0.0)).verdict == (
+        FLAGGED_OK
+    )
     # counts above everything written: dishonest even when flagged
     assert judge(
         REF, seen([["x", 9]], tentative=True, lacking=(A, B, C), coverage=0.0)
@@ -149,7 +156,8 @@ def test_figures_durations_and_fault_timings() -> None:
     assert (wrong["count"], wrong["api"], wrong["lake"], wrong["max_visible_s"]) == (2, 1, 1, 2.5)
     assert wrong["examples"][0]["short_origins"] == [B]
     assert wrong["epochs"] == [("wc", 100)]
-    assert figs["visible_flag_dishonest"]["count"] == 1  # the coverage 0.9 one
+    dishonest = figs["visible_flag_dishonest"]
+    assert dishonest["count"] == 1 and dishonest["by_kind"] == {"coverage_over": 1}  # 0.9
     assert figs["killed_for_good_unflagged_undercounted"]["count"] == 2  # b is lost in REF
     assert figs["two_row_sets"]["count"] == 0
     assert figs["violations"] == 3
