@@ -15,8 +15,8 @@ Every version a reader could see *during* the run is judged too (issue "Final me
 :mod:`agent.server.version_watch`): a reader polling the lake and the results API every 0.5 s
 from before the first fault; each version it saw must be exact against the per-agent count, or
 flagged naming the origins it lacks with honest coverage, and no lake (term, version) may show
-two row sets. That assertion comes last and names the issue (:func:`assert_no_visible_
-violations`): the end-of-run promise above is asserted first.
+two row sets. That assertion (``assert_no_visible_violations``) comes last and names the
+issue: the end-of-run promise above is asserted first.
 """
 
 from __future__ import annotations
