@@ -227,8 +227,11 @@ def judge(ref: OriginReference, v: Seen) -> Judgement:
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         return Judgement(UNJUDGED, f"rows do not parse: {exc!r}"[:200])
     full = ref.full(v.epoch)
-    missing, extra = dict(full - got), dict(got - full)
-    total = sum(full.values())
+    # a top k is compared on its own keys (the reference's others are not in it by design)
+    scope = set(got) if plan.top_k is not None else None
+    base = full if scope is None else Counter({k: full[k] for k in scope})
+    missing, extra = dict(base - got), dict(got - full)
+    total = sum(base.values())
     share = round(sum(missing.values()) / total, 4) if total else None
     if not v.flagged:
         if plan.matches(got, full):
@@ -236,7 +239,7 @@ def judge(ref: OriginReference, v: Seen) -> Judgement:
         return Judgement(
             UNFLAGGED_WRONG,
             "final and not equal to the reference",
-            short_origins(ref, v.epoch, full - got),
+            short_origins(ref, v.epoch, base - got, scope),
             _cap(missing),
             _cap(extra),
             short_share=share,
@@ -261,7 +264,7 @@ def judge(ref: OriginReference, v: Seen) -> Judgement:
         return Judgement(
             FLAG_DISHONEST,
             why,
-            short_origins(ref, v.epoch, covered - got),
+            short_origins(ref, v.epoch, covered - got, scope),
             _cap(below),
             _cap(above),
             truth,
@@ -287,18 +290,26 @@ def _cap(d: dict[str, int], n: int = 8) -> dict[str, int]:
     return dict(sorted(d.items(), key=lambda kv: -kv[1])[:n])
 
 
-def short_origins(ref: OriginReference, epoch: int, shortfall: Counter[str]) -> list[str]:
+def short_origins(
+    ref: OriginReference, epoch: int, shortfall: Counter[str], keys: set[str] | None = None
+) -> list[str]:
     """The origins whose share a version lacks: the smallest set (of up to three origins)
-    whose counts sum to ``shortfall`` exactly; else the origins whose counts fit in it,
-    marked with a trailing ``"~"`` (the shortfall is only partly theirs)."""
+    whose counts (on ``keys`` only, when given: a top k's own keys) sum to ``shortfall``
+    exactly; else the origins whose counts fit in it, marked with a trailing ``"~"`` (the
+    shortfall is only partly theirs)."""
     if not shortfall:
         return []
-    present = sorted(o for o, c in ref.counts.items() if c.get(epoch))
+
+    def part(origins: Iterable[str]) -> Counter[str]:
+        got = ref.over(origins, epoch)
+        return got if keys is None else Counter({k: got[k] for k in keys if got[k]})
+
+    present = sorted(o for o in ref.counts if part([o]))
     for size in (1, 2, 3):
         for group in itertools.combinations(present, size):
-            if ref.over(group, epoch) == shortfall:
+            if part(group) == shortfall:
                 return list(group)
-    fits = [o for o in present if not (ref.counts[o][epoch] - shortfall)]
+    fits = [o for o in present if not (part([o]) - shortfall)]
     return [*fits, "~"]
 
 
@@ -498,8 +509,10 @@ def figures(
         and not j.extra
     ]  # fmt: skip
     twice = two_row_sets(seen, examples)
+    unjudged = Counter(j.why.split(":")[0] for _, j in judged if j.verdict == UNJUDGED)
     out: dict[str, Any] = {
         "versions_seen": counts,
+        "unjudged_why": dict(unjudged),
         "visible_unflagged_wrong": _violations(wrong, examples),
         "visible_flag_dishonest": _violations(dishonest, examples),
         "two_row_sets": twice,

@@ -119,6 +119,17 @@ def test_flagged_versions_must_name_what_they_lack_and_say_their_coverage() -> N
     assert judge(REF, seen([["x", 4]], tentative=True, lacking=("?",))).verdict == FLAG_DISHONEST
 
 
+def test_a_top_k_is_judged_on_its_own_keys() -> None:
+    top = OriginReference(JobPlan("top", "wordcount", 100, top_k=2), REF.counts, REF.lines,
+                          REF.epochs, REF.lost)  # fmt: skip
+    assert judge(top, seen([["x", 3], ["y", 3]])).verdict == EXACT  # a tie at the k-th: z or y
+    short = judge(top, seen([["x", 2], ["y", 3]]))  # x is short of b's 1, b's z left out
+    assert short.verdict == UNFLAGGED_WRONG and short.missing == {"x": 1}
+    assert short.short_origins == [B] and short.short_share == round(1 / 6, 4)
+    assert judge(top, seen([["x", 2], ["y", 3]], tentative=True, lacking=(B,),
+                           coverage=0.6)).verdict == FLAGGED_OK  # fmt: skip
+
+
 def test_unjudged_outside_the_window_and_for_one_tree_of_several() -> None:
     assert judge(REF, seen(FULL, epoch=99)).verdict == UNJUDGED
     assert judge(REF, seen(FULL, epoch=102)).verdict == UNJUDGED
