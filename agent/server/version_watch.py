@@ -2,9 +2,10 @@
 results API, with when it was first and last seen (issue "Final means final").
 
 Contract. The end-of-run check (:func:`agent.server.chaos.check`) judges where results
-converged; a reader reads *during* the run. A :class:`VersionWatch` is a thread, started
-before the faults and stopped after the end-of-run check, that every ``interval`` seconds
-(default 0.5):
+converged; a reader reads *during* the run. A :class:`VersionWatch` runs two threads,
+started before the faults and stopped after the end-of-run check (two, so that a slow or
+stalled agent never holds up the lake's listing); every ``interval`` seconds (default 0.5),
+one of them:
 
 * **lists the lake(s)** (``<lake>/job=*/date=*/hour=*/epoch-<e>-tree-<i>-of-<m>[-t<term>]
   [-v<k>].parquet``) and reads each file it has not read yet - and again when its mtime or
@@ -14,19 +15,21 @@ before the faults and stopped after the end-of-run check, that every ``interval`
   results API gives them). A version is *visible* to a reader of the current result (the
   highest (term, version) of its (epoch, tree)) from the first listing that shows it to the
   last listing where it is still the highest;
-* **polls the results API** the way ``elf results`` or a dashboard would, through the agents
-  ``clients()`` returns (the harness gives the live ones: a dead, stalled or partitioned
-  agent yields nothing), one agent per tick, rotating: per watched job, the newest epoch,
-  then the last ``recent`` epochs, up to ``unsettled`` epochs whose last answer was not final
-  (round robin, oldest first) and one final epoch (round robin). Every distinct answer (job,
-  epoch, version, term, flags, rows) is kept once with its first and last seen time.
+* and the other **polls the results API** the way ``elf results`` or a dashboard would,
+  through the agents ``clients()`` returns (the harness gives the live ones: a dead, stalled
+  or partitioned agent yields nothing), one agent per tick, rotating: per watched job, the
+  newest epoch, then the last ``recent`` epochs (2), up to ``unsettled`` epochs (2) whose
+  last answer was not final (round robin, oldest first) and one final epoch (round robin).
+  Every distinct answer (job, epoch, version, term, flags, rows) is kept once with its
+  first and last seen time.
 
 :meth:`VersionWatch.seen` returns them as :class:`agent.server.version_check.Seen`;
 :func:`agent.server.version_check.figures` judges them. :func:`chaos_watch` and
 :func:`chaos_figures` wire it to a :class:`~agent.server.chaos.ChaosCluster`.
 
-Bounds: each API call times out after ``api_timeout`` (1 s); a tick spends at most
-``budget`` seconds on the API per job and gives up on an agent that does not answer; lake
+Bounds: each API call times out after 1 s; an API tick spends at most ``budget`` seconds
+(1) over all jobs, rotating which job goes first, and gives up on an agent that does not
+answer; lake
 files are read once per (path, mtime, size); nothing else is loaded. The work done is counted
 (:meth:`VersionWatch.stats`) so a test can show the watch's own cost.
 """
@@ -74,8 +77,8 @@ class VersionWatch:
         jobs: dict[str, int] | None = None,
         *,
         interval: float = 0.5,
-        recent: int = 3,
-        unsettled: int = 4,
+        recent: int = 2,
+        unsettled: int = 2,
         budget: float = 1.0,
     ) -> None:
         self.clients = clients
@@ -92,9 +95,17 @@ class VersionWatch:
         self._cursor: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="version-watch", daemon=True)
-        self._stats = {"ticks": 0, "api_calls": 0, "api_errors": 0, "files_read": 0,
-                       "read_errors": 0, "busy_s": 0.0, "max_tick_s": 0.0}  # fmt: skip
+        # two threads: a slow or stalled agent must not hold up the lake's listing
+        self._threads = [
+            threading.Thread(target=self._run, args=(kind,), name=f"version-watch-{kind}",
+                             daemon=True)
+            for kind in ("lake", "api")
+        ]  # fmt: skip
+        self._stats: dict[str, Any] = {"ticks": 0, "api_calls": 0, "api_errors": 0,
+                                       "files_read": 0, "read_errors": 0}  # fmt: skip
+        for kind in ("lake", "api"):
+            self._stats.update({f"{kind}_ticks": 0, f"{kind}_busy_s": 0.0,
+                                f"{kind}_max_tick_s": 0.0})  # fmt: skip
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -104,13 +115,15 @@ class VersionWatch:
             self._jobs.setdefault(job, first_epoch)
 
     def start(self) -> VersionWatch:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join()
 
     def seen(self) -> list[Seen]:
         with self._lock:
@@ -121,28 +134,38 @@ class VersionWatch:
         with self._lock:
             out = dict(self._stats)
             out["versions"] = len(self._seen)
-        out["busy_s"] = round(out["busy_s"], 3)
-        out["max_tick_s"] = round(out["max_tick_s"], 3)
+        for k, v in out.items():
+            if isinstance(v, float):
+                out[k] = round(v, 3)
         return out
 
-    def _run(self) -> None:
+    def _run(self, kind: str) -> None:
+        step = self.lake_tick if kind == "lake" else self.api_tick
         while True:
             t0 = time.monotonic()
             try:
-                self.tick()
+                step()
             except Exception as exc:  # the watch must outlive anything a run throws at it
-                self._stats["tick_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                self._stats[f"{kind}_error"] = f"{type(exc).__name__}: {exc}"[:300]
             spent = time.monotonic() - t0
-            self._stats["ticks"] += 1
-            self._stats["busy_s"] += spent
-            self._stats["max_tick_s"] = max(self._stats["max_tick_s"], spent)
+            self._stats[f"{kind}_ticks"] += 1
+            self._stats[f"{kind}_busy_s"] += spent
+            self._stats[f"{kind}_max_tick_s"] = max(self._stats[f"{kind}_max_tick_s"], spent)
             if self._stop.wait(max(0.05, self.interval - spent)):
                 break
 
     def tick(self) -> None:
-        """One round: the lake(s), then the results API of every watched job."""
+        """One round of each: the lake(s), then the results API of every watched job."""
+        self.lake_tick()
+        self.api_tick()
+
+    def lake_tick(self) -> None:
         for lake in self.lakes:
             self._poll_lake(lake)
+
+    def api_tick(self) -> None:
+        """Every watched job's results through one agent (rotating), within ``budget``."""
+        self._stats["ticks"] += 1
         with self._lock:
             jobs = list(self._jobs.items())
         clients = list(self.clients())
@@ -150,8 +173,10 @@ class VersionWatch:
             return
         shift = self._stats["ticks"] % len(clients)
         clients = clients[shift:] + clients[:shift]
-        for job, first in jobs:
-            self._poll_api(clients, job, first)
+        deadline = time.monotonic() + self.budget
+        turn = self._stats["ticks"] % len(jobs) if jobs else 0
+        for job, first in jobs[turn:] + jobs[:turn]:  # a slow tick must not starve the last job
+            self._poll_api(clients, job, first, deadline)
 
     # ---- the lake ----------------------------------------------------------------------
 
@@ -245,8 +270,7 @@ class VersionWatch:
 
     # ---- the results API ---------------------------------------------------------------
 
-    def _poll_api(self, clients: list[ApiClient], job: str, first: int) -> None:
-        deadline = time.monotonic() + self.budget
+    def _poll_api(self, clients: list[ApiClient], job: str, first: int, deadline: float) -> None:
         newest, client = None, None
         for c in clients:
             res = self._ask(c, job, None)
