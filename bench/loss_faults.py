@@ -13,6 +13,9 @@
   interleaved: CPU of all agents, data-plane bytes received, checkpoint bytes sent, roll-up
   p50/p99.
 
+The loss run also runs the every-version reader (:mod:`agent.server.version_watch`) from the
+submits on: ``final_means_final`` and ``every_version`` (see ``bench/fault_bench.py``).
+
 Figures per lost agent: kill → the master declares it lost (``declared_s``) → its
 checkpointed epochs re-issued (``reissued_s``, how many) → the first epoch after the loss
 stored final (``first_final_stored_s`` after the kill, and ``first_final_late_s``: how long
