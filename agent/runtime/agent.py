@@ -248,6 +248,7 @@ class Agent:
         self.server.route("POST", "/agent/v1/resend", self._serve_resend)
         self.server.route("POST", "/agent/v1/replica", self._serve_replica)
         self.server.route("POST", "/agent/v1/origin", self._serve_origin)
+        self.server.route("POST", "/agent/v1/leave", self._serve_leave)
         self.server.route("POST", "/agent/v1/checkpoint", self._serve_checkpoint)
         self.server.route("POST", "/agent/v1/checkpoint/fetch", self._serve_checkpoint_fetch)
         self.server.route("POST", "/agent/v1/recv", self._serve_recv)
@@ -1163,6 +1164,21 @@ class Agent:
         runtime.origin_joined(tree, origin, start, body.get("url"))
         return {"ok": True}
 
+    async def _serve_leave(self, request: web.Request) -> dict[str, Any]:
+        """An origin stopping gracefully declares its end to the job's master."""
+        body = await self._json_body(request, "job", "tree", "origin", "through")
+        runtime = self.runtimes.get(body["job"])
+        if runtime is None:
+            raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
+        tree, origin = _tree_and_origin(body)
+        try:
+            left = await runtime.accept_leave(tree, origin, body)
+        except Reject:
+            raise
+        except (TypeError, ValueError, KeyError, OverflowError, SnapshotError) as exc:
+            raise Reject(400, "bad_body", f"leave rejected: {exc}") from None
+        return {"left": left}
+
     async def _serve_checkpoint(self, request: web.Request) -> dict[str, Any]:
         """An origin checkpoints its uncommitted epochs here, one of its hot replicas."""
         body = await self._json_body(request, "job", "tree", "origin", "epochs")
@@ -1229,7 +1245,9 @@ class Agent:
             items = [
                 dict(item, snapshot=base64.b64decode(item["snapshot"])) for item in body["items"]
             ]
-            taken = runtime.absorb(int(body["tree"]), items, body.get("expected"))
+            taken = runtime.absorb(
+                int(body["tree"]), items, body.get("expected"), body.get("term", 0)
+            )
             return {"taken": taken}
         except Reject:  # 409 incompatible, 503 epoch_ahead / unknown_job: nothing taken
             self.count("bad_handover")
