@@ -63,7 +63,7 @@ async def test_an_operator_retires_an_origin_through_an_agent_that_is_not_the_ma
         assert [m["master"] for m in reply["masters"]] == [master.data_url]
         assert reply["masters"][0]["status"] == 200
         assert reply["masters"][0]["partial_epochs"] == 2
-        assert membership_shim.RETIRED == [(master.data_url, JOB, ORIGIN, "disk died")]
+        assert [(master.data_url, JOB, ORIGIN, "disk died")] == membership_shim.RETIRED
 
         # every running job: the same master asked once more; "why" defaults to operator
         status, reply = await post(master, "/api/v1/retire", {"agent": f"{ORIGIN:040x}"})
