@@ -4,13 +4,18 @@ the tests that use it run against the real runtime unchanged once it has them; d
 module then.
 
 The shim's ``retire_origin`` keeps to the documented contract: ``LookupError`` when this agent
-masters none of the job's trees, ``KeyError`` when ``origin`` is not in :data:`MEMBERS` (the
-origins a test declares members), else it records the call in :data:`RETIRED` and answers
+masters none of the job's trees, ``KeyError`` when ``origin`` is neither this agent (which
+reads the job's input: an origin of it) nor in :data:`MEMBERS` (origins a test declares), else it records the call in :data:`RETIRED` and answers
 ``{"origin", "from_epoch", "partial_epochs"}``. ``master_urls`` asks each tree where its
 master is (the trees' public ``where`` query) or answers this agent's URL for trees it roots.
+
+Run as a script (``python membership_shim.py ARGS``) it installs itself and runs the ``elf``
+command line with ARGS: an ``elf agent`` process whose runtime has the interface.
 """
 
 from __future__ import annotations
+
+import sys
 
 from typing import Any
 
@@ -34,7 +39,7 @@ def installed() -> bool:
 def _retire_origin(self: JobRuntime, origin: int, why: str) -> dict[str, Any]:
     if "master" not in self.roles():
         raise LookupError(f"this agent masters none of {self.name!r}'s trees")
-    if origin not in MEMBERS:
+    if origin not in MEMBERS and origin != self.network.node_id:
         raise KeyError(origin)
     RETIRED.append((self.network.data_url, self.name, origin, why))
     return {"origin": f"{origin:040x}", "from_epoch": 7, "partial_epochs": 2}
@@ -52,3 +57,10 @@ async def _master_urls(self: JobRuntime) -> list[str]:
             reply = await trees.query(tid, {"op": "where"}, timeout=5.0)
             urls.append(str(reply["data_url"]))
     return urls
+
+
+if __name__ == "__main__":
+    installed()
+    from agent.cli import cli
+
+    cli(sys.argv[1:], prog_name="elf")
