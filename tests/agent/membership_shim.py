@@ -5,7 +5,8 @@ module then.
 
 The shim's ``retire_origin`` keeps to the documented contract: ``LookupError`` when this agent
 masters none of the job's trees, ``KeyError`` when ``origin`` is neither this agent (which
-reads the job's input: an origin of it) nor in :data:`MEMBERS` (origins a test declares), else it records the call in :data:`RETIRED` and answers
+reads the job's input: an origin of it) nor in :data:`MEMBERS` (origins a test declares),
+else it records the call in :data:`RETIRED` and answers
 ``{"origin", "from_epoch", "partial_epochs"}``. ``master_urls`` asks each tree where its
 master is (the trees' public ``where`` query) or answers this agent's URL for trees it roots.
 
@@ -16,7 +17,6 @@ command line with ARGS: an ``elf agent`` process whose runtime has the interface
 from __future__ import annotations
 
 import sys
-
 from typing import Any
 
 from agent.runtime.job import JobRuntime
