@@ -8,7 +8,8 @@ trees as nodes with parent links colored by epoch lag, its masters' newest epoch
 latency, tentative and partial epochs, coverage, term) and the origins they count absent,
 retired or left (:mod:`agent.runtime.dashboard.membership`), the newest result (at most
 :data:`RESULT_ROWS` rows, fetched once per new epoch), series of throughput and roll-up
-latency, which agents applied which spec version, and a timeline of failures, failovers, recoveries and tentative epochs.
+latency, which agents applied which spec version, and a timeline of failures, failovers,
+recoveries and tentative epochs.
 
 Bounds (each documented in docs/dashboard.md): at most ``max_agents`` agents asked per
 refresh (the serving agent first, then the job trees' members it knows, then its overlay
