@@ -2,10 +2,11 @@
 
 One click group. ``elf agent`` runs an agent daemon (config file, ``ELF_*`` environment and
 flags, in increasing precedence); ``elf cluster`` runs a local multi-process cluster on
-loopback; ``elf submit / jobs / stop / change / results / query / status / top / dashboard``
-talk to any agent's HTTP API (``--api`` or ``ELF_API``; token from ``--token-file``/``ELF_TOKEN``
-or derived from the cluster secret file, never from a flag: :mod:`agent.cli_common`); ``elf spark``
-runs a Spark job over the lake. Errors print one line naming what was wrong and exit non-zero.
+loopback; ``elf submit / jobs / stop / change / results / query / status / top / dashboard /
+retire / leave`` talk to any agent's HTTP API (``--api`` or ``ELF_API``; token from
+``--token-file``/``ELF_TOKEN`` or derived from the cluster secret file, never from a flag:
+:mod:`agent.cli_common`); ``elf spark`` runs a Spark job over the lake. Errors print one line
+naming what was wrong and exit non-zero.
 
 Commands of higher layers are plugged in, not imported: :func:`load_commands` adds the click
 commands installed distributions declare in the ``elf.commands`` entry-point group (this
@@ -29,7 +30,8 @@ from typing import Any
 
 import click
 
-from agent.cli_common import api_client, api_options, call
+from agent.cli_common import api_client, api_options, call, fetch, print_json
+from agent.cli_views import membership_lines, result_line, retire_problem
 from agent.client import ApiError
 from agent.config import load_config
 from agent.errors import ConfigError
@@ -347,8 +349,15 @@ def change(
 def results(
     name: str, epoch: int | None, api: str, token_file: str | None, secret_file: str | None
 ) -> None:
-    """Print a job's result for one epoch, fetched from its master."""
-    call(api_client(api, token_file, secret_file).results, name, epoch)
+    """Print a job's result for one epoch, fetched from its master.
+
+    Stdout: the result as JSON. Stderr: one line saying whether the epoch is final,
+    tentative (waiting for an absent origin) or partial (a retired origin's part is missing
+    for good), with the master's term, the result version, its coverage and the origins it
+    lacks."""
+    reply = fetch(api_client(api, token_file, secret_file).results, name, epoch)
+    print_json(reply)
+    click.echo(result_line(reply), err=True)
 
 
 @cli.command()
@@ -369,8 +378,57 @@ def query(
 @cli.command()
 @api_options
 def status(api: str, token_file: str | None, secret_file: str | None) -> None:
-    """Print the agent's status: node id, neighbours, roles and trees per job."""
-    call(api_client(api, token_file, secret_file).status)
+    """Print the agent's status: node id, neighbours, roles and trees per job.
+
+    Stdout: the status as JSON (per job, ``membership``: the origins its masters here count
+    absent, retired or left). Stderr: one line per such origin."""
+    reply = fetch(api_client(api, token_file, secret_file).status)
+    print_json(reply)
+    for line in membership_lines(reply):
+        click.echo(line, err=True)
+
+
+@cli.command()
+@click.argument("agent_id")
+@click.option("--job", help="Retire it from this job only (default: every running job).")
+@click.option("--why", help="The reason the masters keep (default: operator).")
+@api_options
+def retire(
+    agent_id: str,
+    job: str | None,
+    why: str | None,
+    api: str,
+    token_file: str | None,
+    secret_file: str | None,
+) -> None:
+    """Retire AGENT_ID (its hex node id) as an origin: for an agent gone for good.
+
+    An origin that stops without leaving (kill -9, crash, partition) is absent: the epochs
+    after it stay tentative, naming it, until it comes back or is retired. Retired, later
+    epochs no longer wait for it and the epochs it missed become partial for good (a job's
+    retire_after retires it automatically). The agent at --api asks each master of the job
+    (of every running job without --job) and the reply says what each answered; the command
+    fails unless every master retired it."""
+    client = api_client(api, token_file, secret_file)
+    if job is None:
+        reply = fetch(client.retire_agent, agent_id, why)
+    else:
+        reply = fetch(client.retire_origin, job, agent_id, why)
+    print_json(reply)
+    problem = retire_problem(reply)
+    if problem:
+        raise click.ClickException(problem)
+
+
+@cli.command()
+@api_options
+def leave(api: str, token_file: str | None, secret_file: str | None) -> None:
+    """Stop the agent at --api gracefully, exactly as SIGTERM would.
+
+    Its inputs' end is declared to the jobs' masters, so later epochs are final without it
+    (an agent killed instead is absent, its epochs tentative until it returns or is
+    retired). The agent answers before it stops; its whole process exits."""
+    call(api_client(api, token_file, secret_file).leave)
 
 
 @cli.command()

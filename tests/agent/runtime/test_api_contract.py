@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import membership_shim
 import pytest
 import requests
 import schemathesis
@@ -36,6 +37,7 @@ from schemathesis.specs.openapi.checks import (
 
 from agent.runtime.openapi import DOCUMENT
 
+membership_shim.installed()  # until JobRuntime can retire origins (the module says)
 MAX_EXAMPLES = int(os.environ.get("ELF_CONTRACT_EXAMPLES", "60"))
 JOB = "contract"
 VICTIM = "contract-stop"  # the job DELETE stops (JOB keeps running for the other routes)
@@ -50,8 +52,12 @@ CHECKS = [
 # ingest bodies are lines of text: sent as text/plain as they are (any value is a valid body)
 schemathesis.serializer.alias("application/x-ndjson", "text/plain")
 # the dashboard's event stream never ends by itself (tests/agent/runtime/test_dashboard.py
-# reads it)
-schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(path="/api/v1/dashboard/events")
+# reads it); leave stops the agent (tests/agent/runtime/test_membership_api.py checks it)
+schema = (
+    schemathesis.openapi.from_dict(DOCUMENT)
+    .exclude(path="/api/v1/dashboard/events")
+    .exclude(path="/api/v1/leave")
+)
 schema.config.generation.update(
     modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
     max_examples=MAX_EXAMPLES,
