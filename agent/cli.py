@@ -146,6 +146,12 @@ def fault_options(fn: Any) -> Any:
                 type=int,
                 help="Neighbours each agent replicates its snapshots to (0-8; default 2).",
             ),
+            click.option(
+                "--retire-after",
+                type=float,
+                help="Seconds before an absent agent is retired (its missed epochs partial; "
+                "default 900).",
+            ),
         )
     ):
         fn = option(fn)
@@ -153,13 +159,17 @@ def fault_options(fn: Any) -> Any:
 
 
 def _fault_fields(
-    straggler_epochs: int | None, tentative_deadline: float | None, checkpoint_replicas: int | None
+    straggler_epochs: int | None,
+    tentative_deadline: float | None,
+    checkpoint_replicas: int | None,
+    retire_after: float | None,
 ) -> dict[str, Any]:
     """The fault-tolerance flags given, as spec/change fields (the agent validates them)."""
     given = {
         "straggler_epochs": straggler_epochs,
         "tentative_deadline": tentative_deadline,
         "checkpoint_replicas": checkpoint_replicas,
+        "retire_after": retire_after,
     }
     return {k: v for k, v in given.items() if v is not None}
 
@@ -185,6 +195,7 @@ def submit(
     straggler_epochs: int | None,
     tentative_deadline: float | None,
     checkpoint_replicas: int | None,
+    retire_after: float | None,
     api: str,
     token_file: str | None,
     secret_file: str | None,
@@ -195,9 +206,10 @@ def submit(
     --input sets the inputs of a query FROM * (a FROM naming others is refused),
     --epoch-seconds the epochs of a query without WINDOW (a WINDOW fixes them: refused unless
     equal), --param sets params (the ql job accepts ts_field), --job must be ql; a
-    SPEC_FILE takes no other job flag. --straggler-epochs, --tentative-deadline and
-    --checkpoint-replicas set those spec fields (docs/fault-tolerance.md)."""
-    faults = _fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas)
+    SPEC_FILE takes no other job flag. --straggler-epochs, --tentative-deadline,
+    --checkpoint-replicas and --retire-after set those spec fields
+    (docs/fault-tolerance.md)."""
+    faults = _fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas, retire_after)
     if spec_file is not None:
         given = [
             flag
@@ -309,6 +321,7 @@ def change(
     straggler_epochs: int | None,
     tentative_deadline: float | None,
     checkpoint_replicas: int | None,
+    retire_after: float | None,
     api: str,
     token_file: str | None,
     secret_file: str | None,
@@ -332,11 +345,14 @@ def change(
         body["empty"] = True
     if batch:
         body["batch"] = True
-    body.update(_fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas))
+    body.update(
+        _fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas, retire_after)
+    )
     if not body:
         raise click.ClickException(
             "nothing to change: give --set, --query, --top-k, --epoch-seconds, --aggregator, "
-            "--straggler-epochs, --tentative-deadline, --checkpoint-replicas, --empty or "
+            "--straggler-epochs, --tentative-deadline, --checkpoint-replicas, --retire-after, "
+            "--empty or "
             "--batch"
         )
     call(api_client(api, token_file, secret_file).change, name, body)
