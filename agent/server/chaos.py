@@ -557,7 +557,8 @@ def classify(
         res.get("coverage"),
         res.get("version"),
     )
-    if res.get("tentative") or not res.get("complete", True):
+    # partial (lacking only retired origins) is flagged like tentative: never exact
+    if res.get("tentative") or res.get("partial") or not res.get("complete", True):
         check.verdict = TENTATIVE if lacking or not res.get("complete", True) else UNNAMED
         covered = declared(lacking) if declared is not None and lacking else None
         if check.verdict == TENTATIVE and covered is not None:
@@ -604,6 +605,7 @@ def lake_results(lake_dir: Path, plan: JobPlan) -> dict[int, dict[str, Any]]:
             {"rows": [], "tentative": False, "lacking": [], "complete": complete[f.epoch]},
         )
         entry["tentative"] = entry["tentative"] or bool(meta.get("tentative"))
+        entry["partial"] = entry.get("partial", False) or bool(meta.get("partial"))
         entry["lacking"] += list(meta.get("lacking") or ())
         entry["coverage"] = min(entry.get("coverage", 1.0), float(meta.get("coverage", 1.0)))
         entry["version"] = max(entry.get("version", 1), int(meta.get("version", 1)))
