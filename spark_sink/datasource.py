@@ -53,6 +53,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -75,6 +76,7 @@ from spark_sink.lake import (
     read_rows,
     read_schema,
 )
+from spark_sink.lake_names import Rank
 
 NAME = "elf"
 MAX_PARTITIONS = 16  # files of a read are grouped into at most this many tasks
@@ -237,12 +239,32 @@ class ElfBatchReader(DataSourceReader):
             yield from _read_file(self.lake, path, epochs, self.schema)
 
 
-Offset = dict[str, Any]  # {"epoch": n, "versions": {"<epoch>/<tree>": k}}
+Offset = dict[str, Any]  # {"epoch": n, "versions": {"<epoch>/<tree>": k | [t, k]}, …}
+NOT_WRITTEN: Rank = (0, 0)
+FIRST: Rank = (0, 1)  # what an (epoch, tree) an offset does not list was delivered at
 
 
-def _versions(offset: Offset) -> dict[str, int]:
-    """An offset's delivered versions (offsets written before versions have none)."""
-    return {str(k): int(v) for k, v in (offset.get("versions") or {}).items()}
+def _rank(value: Any) -> Rank:
+    """An offset's entry: ``k`` (term 0, version k) or ``[t, k]``."""
+    if isinstance(value, list | tuple):
+        return (int(value[0]), int(value[1]))
+    return (0, int(value))
+
+
+def _entry(rank: Rank) -> int | list[int]:
+    return rank[1] if rank[0] == 0 else [rank[0], rank[1]]
+
+
+def _versions(offset: Offset) -> dict[str, Rank]:
+    """An offset's delivered ranks (offsets written before versions have none)."""
+    return {str(k): _rank(v) for k, v in (offset.get("versions") or {}).items()}
+
+
+def _default(offset: Offset) -> Rank:
+    """The rank of the (epoch, tree) an offset does not list (offsets written before terms:
+    version 1 of term 0)."""
+    raw = offset.get("default")
+    return FIRST if raw is None else _rank(raw)
 
 
 class ElfStreamReader(DataSourceStreamReader):
@@ -295,48 +317,64 @@ class ElfStreamReader(DataSourceStreamReader):
             last = epoch
         return last
 
-    def _offset(self, files: list[LakeFile], head: int) -> Offset:
-        """The offset delivering everything up to epoch ``head``: the newest version of each
-        (epoch, tree) in the version window, listed where it is not 1 (0: not written)."""
+    def _offset(self, files: list[LakeFile], head: int, floor: Offset | None = None) -> Offset:
+        """The offset delivering everything up to epoch ``head``: the highest (term, version)
+        of each (epoch, tree) in the version window — never lower than at ``floor`` (the
+        previous offset), so a stream never goes back — listed where it is not the offset's
+        ``default`` (its most common rank; left out when that is version 1 of term 0)."""
         trees = {f.epoch: f.trees for f in files}
-        newest = {(f.epoch, f.tree): f.version for f in files}
-        versions = {}
-        for epoch, m in trees.items():
+        newest = {(f.epoch, f.tree): f.rank for f in files}
+        ranks: dict[str, Rank] = {}
+        for epoch, m in sorted(trees.items()):
             if head - self.version_window < epoch <= head:
                 for tree in range(m):
-                    v = newest.get((epoch, tree), 0)
-                    if v != 1:
-                        versions[f"{epoch}/{tree}"] = v
-        return {"epoch": head, "versions": versions}
+                    rank = newest.get((epoch, tree), NOT_WRITTEN)
+                    if floor is not None:
+                        rank = max(rank, self._delivered(floor, epoch, tree))
+                    ranks[f"{epoch}/{tree}"] = rank
+        counts = Counter(ranks.values())
+        default = max(counts, key=lambda r: (counts[r], r), default=FIRST)
+        if counts[FIRST] == counts[default]:
+            default = FIRST  # offsets of a lake without terms keep their earlier form
+        out: Offset = {"epoch": head}
+        if default != FIRST:
+            out["default"] = _entry(default)
+        out["versions"] = {k: _entry(r) for k, r in ranks.items() if r != default}
+        return out
 
     def latestOffset(self, start: Offset | None = None, limit: Any = None) -> Offset:
         begin = None if start is None else int(start["epoch"])
         if begin is None:
             begin = self.initialOffset()["epoch"]
         files = self._files()
-        return self._offset(files, self._ready_until(files, begin))
+        return self._offset(files, self._ready_until(files, begin), start)
 
-    def _delivered(self, offset: Offset, epoch: int, tree: int) -> int:
-        """The version of (epoch, tree) a query at ``offset`` has seen (0: none)."""
+    def _delivered(self, offset: Offset, epoch: int, tree: int) -> Rank:
+        """The (term, version) of (epoch, tree) a query at ``offset`` has seen ((0, 0):
+        none)."""
         if epoch > int(offset["epoch"]):
-            return 0
-        return _versions(offset).get(f"{epoch}/{tree}", 1)
+            return NOT_WRITTEN
+        return _versions(offset).get(f"{epoch}/{tree}", _default(offset))
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
-        """The (epoch, tree) whose version at ``end`` is newer than at ``start``, each read
-        at exactly that version (or, if a replay finds it swept after compaction, the newest
-        one, which its ``version`` column shows)."""
+        """The (epoch, tree) whose (term, version) at ``end`` is higher than at ``start``,
+        each read at exactly that rank (or, if a replay finds it swept after compaction, the
+        highest one, which its ``term`` and ``version`` columns show); never one not higher
+        than ``start``'s."""
         hi = int(end["epoch"])
-        by_key: dict[tuple[int, int], dict[int, LakeFile]] = {}
+        by_key: dict[tuple[int, int], dict[Rank, LakeFile]] = {}
         for f in self.lake.versions(self.job):
             if hi - self.version_window < f.epoch <= hi:
-                by_key.setdefault((f.epoch, f.tree), {})[f.version] = f
+                by_key.setdefault((f.epoch, f.tree), {})[f.rank] = f
         chosen = []
-        for (epoch, tree), versions in sorted(by_key.items()):
+        for (epoch, tree), ranks in sorted(by_key.items()):
             want = self._delivered(end, epoch, tree)
-            if want < 1 or want <= self._delivered(start, epoch, tree):
+            seen = self._delivered(start, epoch, tree)
+            if want <= NOT_WRITTEN or want <= seen:
                 continue
-            chosen.append(versions.get(want) or versions[max(versions)])
+            f = ranks.get(want) or ranks[max(ranks)]
+            if f.rank > seen:
+                chosen.append(f)
         return group_files(chosen, self.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
