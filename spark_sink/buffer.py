@@ -6,22 +6,22 @@ Contract (see ``docs/spark-sink.md``):
   builds it, so the conversion also runs off the caller's thread) joins an in-memory queue
   that one writer thread drains.
 * The thread builds the Arrow table and publishes it to the lake
-  (:meth:`~spark_sink.lake.Lake.publish`: never replacing a file, fenced by the epoch's
-  term). If the lake is unavailable
-  (``OSError`` / ``pyarrow.ArrowException``), the table goes to the **buffer**: one Parquet
-  file per pending rollup in ``buffer_dir`` (named after its lake path, so a re-push of the
-  same (job, tree, epoch, version) replaces the pending copy, and a new version of an epoch
-  is pending next to the older one, in order). While anything is buffered, new
-  rollups queue behind it, so the lake sees each writer's epochs in order. A retry loop
-  flushes the buffer oldest first with exponential backoff (``retry_initial`` doubling to
-  ``retry_max`` seconds). Buffered files survive a restart and are flushed by the next writer.
-* **Bounded**: at most ``capacity`` pending files (and ``capacity_bytes``). A rollup that
-  does not fit is refused: counted in ``dropped_over_capacity`` and logged at ERROR with the
-  job, tree and epoch — never dropped silently. A rollup that cannot be represented at all
-  (a bug in the job's values) is counted in ``bad_rollups`` and logged.
-* **Fenced** (:class:`~spark_sink.fencing.FencedWrite`: the lake holds the epoch under a
-  newer master's term): the rollup is not written, not buffered and not retried (a buffered
-  copy is dropped); counted in ``fenced`` and handed to the ``fenced`` callback given to
+  (:meth:`~spark_sink.lake.Lake.publish`: never replacing a file, fenced by the epoch's term).
+  If the lake is unavailable (``OSError`` / ``pyarrow.ArrowException``), the table goes to the
+  **buffer**: one Parquet file per pending rollup in ``buffer_dir`` (named after its lake
+  path, so a re-push of the same (job, tree, epoch, term, version) replaces the pending copy,
+  and a new version of an epoch is pending next to the older one, in order). While anything is
+  buffered, new rollups queue behind it, so the lake sees each writer's epochs in order. A
+  retry loop flushes the buffer oldest first with exponential backoff (``retry_initial``
+  doubling to ``retry_max`` seconds). Buffered files survive a restart and are flushed by the
+  next writer.
+* **Bounded**: at most ``capacity`` pending files (and ``capacity_bytes``). A rollup that does
+  not fit is refused: counted in ``dropped_over_capacity`` and logged at ERROR with the job,
+  tree and epoch — never dropped silently. A rollup that cannot be represented at all (a bug
+  in the job's values) is counted in ``bad_rollups`` and logged.
+* **Fenced** (:class:`~spark_sink.fencing.FencedWrite`: the lake holds the epoch under a newer
+  master's term): the rollup is not written, not buffered and not retried (a buffered copy is
+  dropped); counted in ``fenced`` and handed to the ``fenced`` callback given to
   :meth:`submit` (the callback reports it; without one — a buffered copy flushed after a
   restart — it is logged at WARNING here).
 * **Upkeep** (``maintenance``, :class:`~spark_sink.compaction.LakeMaintenance`): every
@@ -32,9 +32,8 @@ Contract (see ``docs/spark-sink.md``):
   and retried at the next pass.
 * :meth:`stats` — ``written``, ``buffered`` (ever), ``pending`` (now), ``retried``,
   ``retry_failures``, ``dropped_over_capacity``, ``bad_rollups``, ``fenced``, ``last_error``,
-  and the
-  upkeep's ``hours_compacted``, ``files_compacted``, ``files_deleted``, ``hours_dropped``,
-  ``compact_errors``.
+  and the upkeep's ``hours_compacted``, ``files_compacted``, ``files_deleted``,
+  ``hours_dropped``, ``compact_errors``.
 """
 
 from __future__ import annotations

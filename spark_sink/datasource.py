@@ -8,40 +8,43 @@ Contract (see ``docs/spark-sink.md``)::
 
 * **Options**: the path (``load(path)``, or option ``lake``, or ``ELF_LAKE``) is the lake
   location (a local path or a pyarrow filesystem URI). ``job``: one job (required for
-  streaming; a batch read without it reads every job, with the union of their columns).
-  Batch only: ``startEpoch`` / ``endEpoch`` (inclusive) and ``completeOnly`` (``true``: only
-  epochs that every one of the job's m trees has written). Streaming only:
-  ``startingEpoch`` (``earliest``, default, or ``latest``, or an epoch number: the first
-  epoch delivered), ``incompleteTimeout`` (seconds, default 300) and ``versionWindow``
-  (epochs, default 1024).
+  streaming; a batch read without it reads every job, with the union of their columns). Batch
+  only: ``startEpoch`` / ``endEpoch`` (inclusive) and ``completeOnly`` (``true``: only epochs
+  that every one of the job's m trees has written). Streaming only: ``startingEpoch``
+  (``earliest``, default, or ``latest``, or an epoch number: the first epoch delivered),
+  ``incompleteTimeout`` (seconds, default 300) and ``versionWindow`` (epochs, default 1024).
 * **Schema**: the union of the files' schemas (:func:`spark_sink.lake.unified_schema`), fixed
   columns first; a column whose every value is null is typed string.
-* **Batch**: the selected files, grouped into at most ``maxPartitions`` (16) input
-  partitions of consecutive epochs; each yields Arrow record batches conformed to the schema.
-  Filters are not pushed down (a reader implementing ``pushFilters`` fails on sessions where
+* **Batch**: the selected files, grouped into at most ``maxPartitions`` (16) input partitions
+  of consecutive epochs; each yields Arrow record batches conformed to the schema. Filters are
+  not pushed down (a reader implementing ``pushFilters`` fails on sessions where
   ``spark.sql.python.filterPushdown.enabled`` is off); ``startEpoch`` / ``endEpoch`` prune
   files instead.
-* **Versions**: a batch read sees exactly one row set per (job, tree, epoch), its newest
-  version (:meth:`spark_sink.lake.Lake.files`). A streaming read delivers every new version
-  as new rows (the ``version`` column tells them apart): see Streaming.
-* **Streaming**: the offset is ``{"epoch": n, "versions": {"<e>/<tree>": k}}``: the last
-  epoch delivered (inclusive) and, for the epochs of the last ``versionWindow`` (default
-  1024) up to it, the version of each (epoch, tree) delivered where it is not 1 (0: that tree
-  had written nothing yet). ``latestOffset`` advances over epochs in order while each is
-  *complete* (all m tree files present); an incomplete epoch holds the stream back until it
-  completes or its oldest file is ``incompleteTimeout`` seconds old (a tree whose master died
-  and never wrote), and records the newest version of every (epoch, tree) in the window. A
-  micro-batch holds each (epoch, tree) whose version grew since the previous offset — a new
-  epoch, a tree that wrote after its epoch was passed, or a new version of an epoch already
-  delivered (late data, a tentative result made final) — read at exactly the version its
-  offset names, so a restarted query (Spark replays its checkpointed offsets) delivers each
-  version at most once and every newest version. Versions that followed one another between
-  two micro-batches arrive as the newest only. Not delivered to streams (batch reads see
-  them): a new version of an epoch more than ``versionWindow`` epochs behind the stream's
-  head, and an epoch of which no tree had written anything when the stream passed it. A
-  replay whose version was compacted and swept (after the compaction grace) reads the newer
-  version instead. The offset grows only with the (epoch, tree) of the window whose version
-  is not 1, so it stays bounded.
+* **Versions**: a batch read sees exactly one row set per (job, tree, epoch), its highest
+  (term, version) (:meth:`spark_sink.lake.Lake.files`). A streaming read delivers every higher
+  (term, version) as new rows (the ``term`` and ``version`` columns tell them apart), never a
+  lower one after a higher: see Streaming.
+* **Streaming**: the offset is
+  ``{"epoch": n, "default": [t, k], "versions": {"<e>/<tree>": k | [t, k]}}``: the last epoch
+  delivered (inclusive) and, for the epochs of the last ``versionWindow`` (default 1024) up to
+  it, the (term, version) of each (epoch, tree) delivered (``k`` alone for term 0; 0: that
+  tree had written nothing yet) where it is not ``default`` (the most common one; absent:
+  version 1 of term 0, the form offsets had before terms). ``latestOffset`` advances over
+  epochs in order while each is *complete* (all m tree files present); an incomplete epoch
+  holds the stream back until it completes or its oldest file is ``incompleteTimeout`` seconds
+  old (a tree whose master died and never wrote), and records the highest (term, version) of
+  every (epoch, tree) in the window, never lower than the previous offset's. A micro-batch
+  holds each (epoch, tree) whose (term, version) grew since the previous offset — a new epoch,
+  a tree that wrote after its epoch was passed, or a new version or term of an epoch already
+  delivered (late data, a tentative result made final, a newer master) — read at exactly the
+  one its offset names, so a restarted query (Spark replays its checkpointed offsets) delivers
+  each version at most once and every newest version. Versions that followed one another
+  between two micro-batches arrive as the newest only. Not delivered to streams (batch reads
+  see them): a new version of an epoch more than ``versionWindow`` epochs behind the stream's
+  head, and an epoch of which no tree had written anything when the stream passed it. A replay
+  whose version was compacted and swept (after the compaction grace) reads the higher one
+  instead. The offset grows only with the (epoch, tree) of the window whose (term, version) is
+  not its default, so it stays bounded.
 * **Compacted hours** (``spark_sink/compaction.py``): the lake lists one entry per (epoch,
   tree) whether it lives in an epoch file or in an hour's compacted file, so offsets and
   completeness are unchanged by compaction; a partition reads a compacted file once and keeps

@@ -3,75 +3,82 @@
 Contract (see ``docs/spark-sink.md``):
 
 * **Layout.**
-  ``<root>/job=<name>/date=YYYY-MM-DD/hour=HH/epoch-<e>-tree-<i>-of-<m>-v<k>.parquet``
+  ``<root>/job=<name>/date=YYYY-MM-DD/hour=HH/epoch-<e>-tree-<i>-of-<m>-t<term>-v<k>.parquet``
   (date and hour of the epoch's start, UTC; ``<name>`` percent-encoded like Hive partition
-  values; ``k`` ≥ 1 the result's **version**). One file per (job, tree index, epoch,
-  version): the path depends on nothing else, so a retried or duplicated push of the same
-  version (a master that dies after writing and before telling its standby) *replaces* the
-  file and never adds rows, while a new version of the epoch (late data, a tentative result
-  made final) is a new file next to the old one. Files named without ``-v<k>`` (written
-  before versions existed) are version 1. Writes are atomic: a hidden temporary file in the
-  same directory (``.tmp-*``, which Spark and pyarrow ignore) renamed over the final name; on
-  object stores (S3, GCS) a single PUT of the final object is already atomic, so it is
-  written directly.
-* **Versions.** A version is the writer's promise that the rows of (job, tree, epoch, version)
-  never change: a newer version supersedes an older one, the same version written twice has the
-  same rows. :meth:`Lake.write` keeps the promise across writers: when the version's file already
-  exists with other content (two masters of one job numbering versions independently: an old
-  master restarted after its standby took over), it writes the next free version instead; when
-  that version (or a later one it probes) already holds this content (``elf.result``'s ``digest``:
-  a retried push), it writes nothing. So a file's rows never change under a reader, and a re-push
-  is never a new version. Readers of the *current* result (:meth:`Lake.files`, batch reads) see
-  exactly one row set per (job, tree, epoch): its **highest version** present;
-  :meth:`Lake.versions` lists every version still in the lake (the streaming source delivers each
-  new one as new rows).
-* **Schema.** Fixed columns :data:`FIXED_FIELDS` (job, tree, trees, epoch, version,
-  epoch_start, epoch_end, tentative, coverage, lacking, written_at, key_json, value_json) on
-  every row — ``lacking`` is a list of strings: the hex ids of the origins a tentative result
-  still lacks (empty for a final one); files without ``version`` / ``lacking`` read as 1 and
-  an empty list — then typed
-  key and value columns (:func:`key_value_columns`): a scalar key is ``key``, a tuple key
-  ``key_0..key_n``, or the names the job gives; a scalar value is ``value``, a tuple value
-  ``value_0..``, a list value one list column ``value``, a dict value one column per dict key
-  (e.g. ``{"clicks": 7}`` → ``clicks``). A column whose values pyarrow cannot type uniformly
-  (mixed types, ints beyond 64 bits, nested dicts) holds JSON text instead; ``key_json`` /
-  ``value_json`` always hold the whole key / value as JSON (tuples and sets as lists, bytes
-  as UTF-8 text) — exactly the rows the results API reports. A job that names its result
-  rows (``Job.result_rows``, e.g. ELF QL: ``{"product": "p1", "clicks": 7}``) gets one column
-  per field instead; ``key_json`` then holds the whole row as a JSON object and
+  values; ``k`` ≥ 1 the result's **version**, ``term`` ≥ 1 the **fencing term** of the master
+  that published it; names and their parsing: ``spark_sink/lake_names.py``). A result of term
+  0 (written before terms) is named without ``-t<term>``, and one named without ``-v<k>``
+  (written before versions) is version 1. One file per (job, tree index, epoch, term,
+  version), written once: a new version of the epoch (late data, a tentative result made
+  final) or a new master's term is a new file next to the old ones. Writes are atomic and, on
+  local file systems, exclusive: a hidden temporary file in the same directory (``.tmp-*``,
+  which Spark and pyarrow ignore) hard-linked to the final name, which fails if the name
+  exists (``spark_sink/fencing.py``; elsewhere a check, then the write: best effort); on
+  object stores (S3, GCS) a single PUT of the final object.
+* **Reader rule.** The *current* result of (job, tree, epoch) is the one of highest **(term,
+  version)**, compared lexicographically: any version of a newer term outranks every version
+  of an older one. Readers of the current result (:meth:`Lake.files`, :meth:`Lake.epoch_file`,
+  batch reads, compaction) see exactly that one row set; :meth:`Lake.versions` lists every
+  (term, version) still in the lake, in that order (the streaming source delivers each higher
+  one as new rows).
+* **Writer's promises** (:meth:`Lake.publish`, which :meth:`Lake.write` uses). The rows of a
+  (job, tree, epoch, term, version) never change: when its file exists with other content
+  (``elf.result``'s ``digest``), the write goes to the next free version of the same term;
+  when that version (or a later one it probes) already holds this content (a retried push), it
+  writes nothing; a version of the term lower than one a compacted file holds is not written
+  again (superseded, its file maybe swept). Same content under another term is written: a new
+  term always gets its own file. **Fenced**: when the hour directory (or its compacted file)
+  already holds the epoch under a higher term than the rollup's, nothing is written and
+  :class:`~spark_sink.fencing.FencedWrite` says which term.
+* **Schema.** Fixed columns :data:`FIXED_FIELDS` (job, tree, trees, epoch, term, version,
+  epoch_start, epoch_end, tentative, partial, coverage, lacking, written_at, key_json,
+  value_json; ``spark_sink/columns.py``) on every row — ``lacking`` is a list of strings: the
+  hex ids of the origins a tentative or partial result lacks (empty for a final one);
+  ``partial``: the result lacks origins that were retired, so it is never exact; files without
+  ``term`` / ``version`` / ``partial`` / ``lacking`` read as 0, 1, false and an empty list —
+  then typed key and value columns (:func:`key_value_columns`): a scalar key is ``key``, a
+  tuple key ``key_0..key_n``, or the names the job gives; a scalar value is ``value``, a tuple
+  value ``value_0..``, a list value one list column ``value``, a dict value one column per
+  dict key (e.g. ``{"clicks": 7}`` → ``clicks``). A column whose values pyarrow cannot type
+  uniformly (mixed types, ints beyond 64 bits, nested dicts) holds JSON text instead;
+  ``key_json`` / ``value_json`` always hold the whole key / value as JSON (tuples and sets as
+  lists, bytes as UTF-8 text) — exactly the rows the results API reports. A job that names its
+  result rows (``Job.result_rows``, e.g. ELF QL: ``{"product": "p1", "clicks": 7}``) gets one
+  column per field instead; ``key_json`` then holds the whole row as a JSON object and
   ``value_json`` is ``null``. The footer names the roles: ``elf.key_columns`` and
   ``elf.value_columns`` (JSON lists; for named rows the numeric fields are the values), and
-  ``elf.result`` describes the result even when it has no row: ``{"rows": "pairs" |
-  "named", "version", "tentative", "coverage", "lacking", "digest"}`` (``rows`` tells the
-  results API's pairs from a job's named rows; ``digest`` hashes the rows and the flags, not
-  the version or the write time). **Top-k jobs** whose accuracy the master estimates
-  (``Rollup.accuracy`` not None: an additive aggregate ranked largest first) get one more
-  column after the fixed ones, ``accuracy`` (float64: the estimated share of this tree's
-  tentative top k that is in the accurate top k; 1.0 when final), and ``"accuracy"`` in
-  ``elf.result`` (and in the digest's flags); other jobs' files are unchanged.
-* **Compacted hours** (``spark_sink/compaction.py``): an hour's epoch files of one tree
-  merged into ``compact-tree-<i>-of-<m>.parquet`` in the same hour directory. Its footer's
-  ``elf.sources`` maps each epoch it holds to ``{"version": k, "mtime_ns": t, "result":
-  {…}}``: the version its rows are, the epoch file's mtime and its ``elf.result``. An epoch
-  file of a lower version is a stale copy (awaiting deletion) and is never listed; a higher
-  version written later wins over the compacted rows of its epoch until the next compaction
-  folds it in. So a reader sees each (epoch, tree) once, before, during and after a
-  compaction. Versions, not modification times, decide: an mtime depends on the clock of the
-  host that wrote the file (two masters of one job on a shared lake), on the file system's
-  granularity, and on copies and restores, and a rollup buffered while the lake was down
-  gets the mtime of its late flush; a version is part of the data. Only between equal
-  versions — which by the writer's promise hold the same rows, so either is right — does the
-  mtime break the tie (a file not newer than ``t`` is stale): a writer that broke the
-  promise still ends with its last write, as before versions. Compacted files written before
-  versions map epochs to a bare ``mtime_ns``: version 1, same rule.
-* **Reading.** :meth:`Lake.files` lists one :class:`LakeFile` per (epoch, tree), its
-  highest version (parsed from file names; a compacted file's footer is read once and
-  cached); :meth:`Lake.epoch_file` finds one (epoch, tree) listing only its hour directory.
-  A compacted entry has ``compacted=True`` and its reader keeps only that epoch's rows
-  (:func:`read_rows`).
-  :func:`read_table` reads a set of files into one table whose schema is the union of theirs
-  (missing columns null, int/float promoted). An empty epoch's file has the fixed columns
-  only; a column whose values are all null is typed string.
+  ``elf.result`` describes the result even when it has no row: ``{"rows": "pairs" | "named",
+  "term", "version", "tentative", "partial", "coverage", "lacking", "digest"}`` (``rows``
+  tells the results API's pairs from a job's named rows; ``digest`` hashes the rows and the
+  flags — ``partial`` among them when set — not the term, the version or the write time; files
+  written before terms lack ``term`` / ``partial``: 0, false). **Top-k jobs** whose accuracy
+  the master estimates (``Rollup.accuracy`` not None: an additive aggregate ranked largest
+  first) get one more column after the fixed ones, ``accuracy`` (float64: the estimated share
+  of this tree's tentative top k that is in the accurate top k; 1.0 when final), and
+  ``"accuracy"`` in ``elf.result`` (and in the digest's flags); other jobs' files are
+  unchanged.
+* **Compacted hours** (``spark_sink/compaction.py``): an hour's epoch files of one tree merged
+  into ``compact-tree-<i>-of-<m>.parquet`` in the same hour directory. Its footer's
+  ``elf.sources`` maps each epoch it holds to ``{"term": t, "version": k, "mtime_ns": n,
+  "result": {…}}``: the (term, version) its rows are, the epoch file's mtime and its
+  ``elf.result``. An epoch file of a lower (term, version) is a stale copy (awaiting deletion)
+  and is never listed; a higher one written later wins over the compacted rows of its epoch
+  until the next compaction folds it in. So a reader sees each (epoch, tree) once, before,
+  during and after a compaction. Versions, not modification times, decide: an mtime depends on
+  the clock of the host that wrote the file (two masters of one job on a shared lake), on the
+  file system's granularity, and on copies and restores, and a rollup buffered while the lake
+  was down gets the mtime of its late flush; a version is part of the data. Only between equal
+  (term, version)s — which by the writer's promise hold the same rows, so either is right —
+  does the mtime break the tie (a file not newer than ``n`` is stale). Compacted files written
+  before terms have no ``term`` (0), before versions they map epochs to a bare ``mtime_ns``
+  (term 0, version 1), same rule.
+* **Reading.** :meth:`Lake.files` lists one :class:`LakeFile` per (epoch, tree), its highest
+  (term, version) (parsed from file names; a compacted file's footer is read once and cached);
+  :meth:`Lake.epoch_file` finds one (epoch, tree) listing only its hour directory. A compacted
+  entry has ``compacted=True`` and its reader keeps only that epoch's rows
+  (:func:`read_rows`). :func:`read_table` reads a set of files into one table whose schema is
+  the union of theirs (missing columns null, int/float promoted). An empty epoch's file has
+  the fixed columns only; a column whose values are all null is typed string.
 
 No pyspark and no agent import here: the agent writes with pyarrow only.
 """
