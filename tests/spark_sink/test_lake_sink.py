@@ -130,19 +130,11 @@ def test_tentative_results_reach_the_lake_with_version_coverage_and_lacking_orig
 # ---- fencing terms ----------------------------------------------------------------------------
 
 
-class TermStore(ResultStore):
-    """The agent's ResultStore, its results carrying the master side's ``term`` and
-    ``partial`` (set per (tree, epoch) here until EpochResult has them)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.flags: dict[tuple[int, int], dict[str, Any]] = {}
-
-    def get(self, tree: int, epoch: int) -> Any:
-        result = super().get(tree, epoch)
-        for name, value in self.flags.get((tree, epoch), {}).items():
-            setattr(result, name, value)
-        return result
+def term_store(term: int) -> ResultStore:
+    """The agent's ResultStore with its master's fencing term (agent/runtime/fencing.py)."""
+    store = ResultStore()
+    store.term_of = lambda tree: term
+    return store
 
 
 def fenced_runtime(store: ResultStore) -> Any:
@@ -162,14 +154,15 @@ def newer_master_wrote(lake: Lake, term: int) -> None:
 def test_term_and_partial_reach_the_lake(tmp_path: Path) -> None:
     lake = Lake(str(tmp_path / "lake"))
     writer = LakeWriter(lake, tmp_path / "buf")
-    store = TermStore()
+    store = term_store(3)
     sink = LakeSink(runtime(store, Job()), writer)
-    store.put(TREES[1], EPOCH, snapshot(["a"]), 0.0)
-    store.flags[(TREES[1], EPOCH)] = {"term": 3, "partial": True}  # the master side's
+    store.put(TREES[1], EPOCH, snapshot(["a"]), 0.0, origins=frozenset({1}),
+              expected=frozenset({1, 2}))  # fmt: skip
+    assert store.give_up(TREES[1], EPOCH, frozenset({2}))  # origin 2 retired: partial, v2
     sink.epoch(TREES[1], EPOCH)
     assert writer.flush(10)
     (f,) = lake.files("wc")
-    assert f.rank == (3, 1) and f.path.endswith("-t3-v1.parquet")
+    assert f.rank == (3, 2) and f.path.endswith("-t3-v2.parquet")
     (row,) = read_table(lake, [f]).to_pylist()
     assert (row["term"], row["partial"], row["key"]) == (3, True, "a")
     writer.close()
@@ -179,11 +172,10 @@ def test_a_fenced_write_is_counted_logged_and_reported(tmp_path: Path, caplog) -
     lake = Lake(str(tmp_path / "lake"))
     newer_master_wrote(lake, term=5)
     writer = LakeWriter(lake, tmp_path / "buf")
-    store = TermStore()
+    store = term_store(2)
     rt = fenced_runtime(store)
     sink = LakeSink(rt, writer)
     store.put(TREES[1], EPOCH, snapshot(["a", "b"]), 0.0)
-    store.flags[(TREES[1], EPOCH)] = {"term": 2}
     with caplog.at_level(logging.WARNING, "agent.runtime.lake_sink"):
         sink.epoch(TREES[1], EPOCH)
         assert writer.flush(10)
