@@ -24,6 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent.server.chaos import (
     EXACT,
     PARTIAL,
@@ -236,6 +238,13 @@ def test_an_operator_retires_a_dead_leaf(tmp_path: Path) -> None:
         chaos.stop()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="product: the leave declares through = the newest epoch the leaver closed, but the "
+    "lines it had read of the epochs still open (waiting for allowed_lateness: the one before "
+    "the stop and the one it was reading) are never delivered, and the master presents those "
+    "epochs final and under-counted",
+)
 def test_a_leaf_stopped_by_sigterm_leaves_and_later_epochs_are_final_without_it(
     tmp_path: Path,
 ) -> None:
