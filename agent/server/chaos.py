@@ -388,6 +388,20 @@ class ChaosCluster:
         self.events.append(ev)
         return ev
 
+    def terminate(
+        self, index: int, writer: LogWriter | None, job: str = "", role: str = ""
+    ) -> FaultEvent:
+        """A graceful stop for good (a host shut down): its file is no longer written
+        (``writer``), then SIGTERM, and the process's exit is awaited (its drain declares
+        its end to the masters). Never restarted."""
+        self.node_ids()
+        if writer is not None:
+            writer.silence(index)
+        ev = self._event("terminate", index, job, role)
+        ev.detail["exit"] = self.cluster.terminate(index)
+        self.down.add(index)
+        return ev
+
     def kill(self, index: int, job: str = "", role: str = "") -> FaultEvent:
         """kill -9 of agent process ``index``."""
         ev = self._event("kill", index, job, role)

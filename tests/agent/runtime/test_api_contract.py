@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import membership_shim
 import pytest
 import requests
 import schemathesis
@@ -37,7 +36,6 @@ from schemathesis.specs.openapi.checks import (
 
 from agent.runtime.openapi import DOCUMENT
 
-membership_shim.installed()  # until JobRuntime can retire origins (the module says)
 MAX_EXAMPLES = int(os.environ.get("ELF_CONTRACT_EXAMPLES", "60"))
 JOB = "contract"
 VICTIM = "contract-stop"  # the job DELETE stops (JOB keeps running for the other routes)

@@ -1,8 +1,9 @@
 """Retiring origins and leaving over real sockets (agent/runtime/membership_api.py): the peer
 route a master answers, the operator's routes forwarding to the job's masters from an agent
 that is not one, their 4xx on malformed or unknown input, and ``POST /api/v1/leave`` answering
-202 before the agent stops. The membership model of the runtime is shimmed where it is not in
-yet (tests/agent/membership_shim.py)."""
+202 before the agent stops. Against the real runtime: the origins retired are real agents
+that read the job's input, and a retirement's effect is read back from the master (its
+``membership`` status, the epochs that become partial)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import time
 from typing import Any
 
 import aiohttp
-import membership_shim
 import orjson
 import pytest
 from agent_helpers import lines, running_agents, wait_for
@@ -21,9 +21,7 @@ from agent.runtime.agent import Agent
 from agent.runtime.membership_api import RETIRE_PATH, agent_outcome, job_outcome
 from srt import DataPlaneError
 
-membership_shim.installed()
 JOB = "wc"
-ORIGIN = 0x0D0AEA19 << 120  # a member the shim knows (leading zero digit on purpose)
 
 
 async def post(agent: Agent, path: str, body: Any, *, raw: bytes | None = None) -> tuple[int, Any]:
@@ -36,8 +34,10 @@ async def post(agent: Agent, path: str, body: Any, *, raw: bytes | None = None) 
         return r.status, orjson.loads(await r.read())
 
 
-async def two_agents_with_a_job(agents: list[Agent]) -> tuple[Agent, Agent]:
-    """Submit the job, feed it an epoch and return (its master, the other agent)."""
+async def a_job_with_members(agents: list[Agent]) -> tuple[Agent, list[Agent]]:
+    """Submit the job, feed it, and return (its master, the other agents) once the master
+    knows every agent as an origin (each reads the job's ``ingest`` input and announces
+    itself)."""
     await agents[0].submit({"name": JOB, "creator": "t", "job_class": "wordcount"})
     e = math.floor(time.time())
     for a in agents:
@@ -47,39 +47,91 @@ async def two_agents_with_a_job(agents: list[Agent]) -> tuple[Agent, Agent]:
         20,
         "a master",
     )
-    return master, next(a for a in agents if a is not master)
+    membership = master.runtimes[JOB].membership
+    await wait_for(
+        lambda: all(membership.is_member(a.overlay.id) for a in agents),
+        20,
+        "the master to know every agent as an origin",
+    )
+    return master, [a for a in agents if a is not master]
+
+
+async def crash_the_job_on(agent: Agent) -> int:
+    """Stop ``agent``'s part of the job without a graceful leave (what a kill -9 leaves the
+    master with: an origin that stops contributing and never says so); returns its id."""
+    await agent.runtimes[JOB].stop(graceful=False)
+    return agent.overlay.id
+
+
+def retired(master: Agent) -> dict[str, dict[str, Any]]:
+    return {r["origin"]: r for r in master.status()["jobs"][JOB]["membership"]["retired"]}
 
 
 async def test_an_operator_retires_an_origin_through_an_agent_that_is_not_the_master() -> None:
-    membership_shim.MEMBERS.add(ORIGIN)
-    membership_shim.RETIRED.clear()
-    async with running_agents(2) as agents:
-        master, other = await two_agents_with_a_job(agents)
+    async with running_agents(3) as agents:
+        master, (other, victim) = await a_job_with_members(agents)
+        gone = await crash_the_job_on(victim)
+        # an epoch after the crash: tentative, naming it (absent, not gone)
+        lacking = await wait_for(
+            lambda: lacking_epoch(master, gone), 30, "an epoch stored without the victim"
+        )
+        before = await master.results(JOB, lacking)
+        assert before["state"] == "tentative" and before["lacking"] == [f"{gone:x}"]
+
         status, reply = await post(
-            other, f"/api/v1/jobs/{JOB}/retire", {"origin": f"{ORIGIN:x}", "why": "disk died"}
+            other, f"/api/v1/jobs/{JOB}/retire", {"origin": f"{gone:x}", "why": "disk died"}
         )
         assert status == 200, reply
-        assert reply["job"] == JOB and reply["origin"] == f"{ORIGIN:040x}" and reply["complete"]
+        assert reply["job"] == JOB and reply["origin"] == f"{gone:040x}" and reply["complete"]
         assert [m["master"] for m in reply["masters"]] == [master.data_url]
-        assert reply["masters"][0]["status"] == 200
-        assert reply["masters"][0]["partial_epochs"] == 2
-        assert [(master.data_url, JOB, ORIGIN, "disk died")] == membership_shim.RETIRED
+        answer = reply["masters"][0]
+        assert answer["status"] == 200 and answer["partial_epochs"] >= 1, answer
+        assert answer["from_epoch"] > lacking
+        entry = retired(master)[f"{gone:x}"]
+        assert (entry["why"], entry["from_epoch"]) == ("disk died", answer["from_epoch"])
+        # the epoch that lacked it is partial for good, naming it
+        after = await master.results(JOB, lacking)
+        assert (after["state"], after["partial"], after["tentative"]) == ("partial", True, False)
+        assert after["lacking"] == [f"{gone:x}"] and after["version"] > before["version"]
+        # later epochs no longer wait for it
+        await wait_for(
+            lambda: final_epoch_from(master, answer["from_epoch"]), 30, "a final epoch after it"
+        )
 
-        # every running job: the same master asked once more; "why" defaults to operator
-        status, reply = await post(master, "/api/v1/retire", {"agent": f"{ORIGIN:040x}"})
+        # every running job: the same master asked once more (already retired: nothing new);
+        # "why" defaults to operator only for a new retirement
+        status, reply = await post(master, "/api/v1/retire", {"agent": f"{gone:040x}"})
         assert status == 200, reply
         assert reply["retired"] == [JOB] and reply["complete"] and reply["failed"] == {}
-        assert membership_shim.RETIRED[-1] == (master.data_url, JOB, ORIGIN, "operator")
+        assert reply["jobs"][JOB]["masters"][0]["partial_epochs"] == 0
+        assert retired(master)[f"{gone:x}"]["why"] == "disk died"
 
         # not a member: 404 from the job route and from the every-job route
-        stranger = f"{ORIGIN + 1:x}"
+        stranger = f"{gone ^ 1:x}"
         status, reply = await post(other, f"/api/v1/jobs/{JOB}/retire", {"origin": stranger})
         assert status == 404 and "not a member" in reply["error"]
         status, reply = await post(other, "/api/v1/retire", {"agent": stranger})
         assert status == 404 and "no running job" in reply["error"]
         status, reply = await post(other, "/api/v1/jobs/nope/retire", {"origin": stranger})
         assert status == 404 and "nope" in reply["error"]
-        assert len(membership_shim.RETIRED) == 2
+        assert list(retired(master)) == [f"{gone:x}"]
+
+
+async def lacking_epoch(master: Agent, origin: int) -> int | None:
+    """The newest stored epoch if it lacks ``origin`` (None otherwise / none yet)."""
+    try:
+        res = await master.results(JOB, None)
+    except (NotFound, Unavailable):
+        return None
+    return int(res["epoch"]) if f"{origin:x}" in res["lacking"] else None
+
+
+async def final_epoch_from(master: Agent, epoch: int) -> bool:
+    try:
+        res = await master.results(JOB, None)
+    except (NotFound, Unavailable):
+        return False
+    return int(res["epoch"]) >= epoch and res["state"] == "final" and res["lacking"] == []
 
 
 @pytest.mark.parametrize(
@@ -107,17 +159,19 @@ async def test_malformed_retirements_are_400_naming_the_field(
 
 
 async def test_the_peer_route_answers_as_master_and_refuses_the_rest() -> None:
-    membership_shim.MEMBERS.add(ORIGIN)
-    async with running_agents(2) as agents:
-        master, other = await two_agents_with_a_job(agents)
+    async with running_agents(3) as agents:
+        master, (other, victim) = await a_job_with_members(agents)
+        gone = await crash_the_job_on(victim)
         peer = other.client  # authenticated with the cluster secret, like every peer
-        body = {"job": JOB, "origin": f"{ORIGIN:x}", "why": "test"}
+        body = {"job": JOB, "origin": f"{gone:x}", "why": "test"}
         reply = await peer.post_json(master.data_url, RETIRE_PATH, body)
-        assert reply == {"origin": f"{ORIGIN:040x}", "from_epoch": 7, "partial_epochs": 2}
+        assert set(reply) == {"origin", "from_epoch", "partial_epochs"}, reply
+        assert int(reply["origin"], 16) == gone and reply["from_epoch"] > 0
+        assert retired(master)[f"{gone:x}"]["from_epoch"] == reply["from_epoch"]
         refusals = [
             (other.data_url, body, 503, "not_master"),
             (master.data_url, dict(body, job="nope"), 404, "unknown_job"),
-            (master.data_url, dict(body, origin="ab"), 404, "not_a_member"),
+            (master.data_url, dict(body, origin=f"{gone ^ 1:x}"), 404, "not_a_member"),
             (master.data_url, dict(body, origin="zz"), 400, "bad_body"),
             (master.data_url, {"origin": "ab"}, 400, "bad_body"),
             (master.data_url, dict(body, why=5), 400, "bad_body"),
