@@ -1648,8 +1648,10 @@ class JobRuntime:
         committed yet, so the master has every epoch it is told to expect from us. Best
         effort, bounded: a master that does not hear it sees an absent origin instead."""
         through = self.retained.newest(tid)
-        if through is None:
-            return
+        if through is None:  # it closed no epoch yet: its end is before its first one
+            if self.spec.start_epoch is None:
+                return
+            through = self.spec.start_epoch - 1
         held = self.retained.held(tid)
         body = {
             "job": self.name,

@@ -264,7 +264,7 @@ class AgentCollector(Collector):
             ("retried", "elf_lake_retried", "Buffered rollups written on a retry."),
             ("retry_failures", "elf_lake_retry_failures", "Retries of buffered rollups failed."),
             ("bad_rollups", "elf_lake_bad_rollups", "Rollups that could not be encoded/read."),
-            ("fenced", "elf_lake_fenced", "Rollups refused: the lake holds a newer term's version."),
+            ("fenced", "elf_lake_fenced", "Rollups fenced: the lake holds a newer term."),
         ):
             f.counter(name, doc).add_metric([], _num(lake.get(key)))
         f.gauge("elf_lake_pending", "Rollups buffered on disk now, awaiting the lake.").add_metric(

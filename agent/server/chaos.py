@@ -278,6 +278,9 @@ class ChaosCluster:
         self.events: list[FaultEvent] = []
         self.down: set[int] = set()  # killed and not restarted, or partitioned
         self.lost: set[int] = set()  # killed for good (never restarted)
+        #: agent index -> the first epoch it no longer feeds: a graceful leave's declared end
+        #: (the job's master says it); the reference leaves its lines out from there on
+        self.left: dict[int, int] = {}
         self.stalled: set[int] = set()  # SIGSTOPped
         self._ids: dict[int, str] = {}
 
@@ -701,8 +704,12 @@ def check(
     lost = frozenset(ids[i] for i in chaos.lost if i in ids)
     reports = []
     for plan in plans:
-        want = reference(plan, records)
         by_agent = [reference(plan, recs) for recs in per_file]
+        want = reference(plan, records)
+        for i, first_out in chaos.left.items():  # a declared end: final without it after
+            for e, share in by_agent[i].items():
+                if e >= first_out:
+                    want[e] = want.get(e, Counter()) - share
         epochs = expected_epochs(plan, last_ts)
 
         def verdict(

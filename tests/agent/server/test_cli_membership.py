@@ -171,12 +171,6 @@ def test_elf_leave_stops_the_agent_as_sigterm_does(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product: an origin that leaves before it closed its first epoch declares no end "
-    "(JobRuntime._declare_leave returns when retained.newest() is None), so the master "
-    "counts it absent and every later epoch stays tentative until retire_after",
-)
 def test_elf_leave_before_the_first_epoch_is_declared_too(
     cluster: tuple[LocalCluster, int, int],
 ) -> None:
