@@ -2,10 +2,11 @@
 
 One click group. ``elf agent`` runs an agent daemon (config file, ``ELF_*`` environment and
 flags, in increasing precedence); ``elf cluster`` runs a local multi-process cluster on
-loopback; ``elf submit / jobs / stop / change / results / query / status / top / dashboard``
-talk to any agent's HTTP API (``--api`` or ``ELF_API``; token from ``--token-file``/``ELF_TOKEN``
-or derived from the cluster secret file, never from a flag: :mod:`agent.cli_common`); ``elf spark``
-runs a Spark job over the lake. Errors print one line naming what was wrong and exit non-zero.
+loopback; ``elf submit / jobs / stop / change / results / query / status / top / dashboard /
+retire / leave`` talk to any agent's HTTP API (``--api`` or ``ELF_API``; token from
+``--token-file``/``ELF_TOKEN`` or derived from the cluster secret file, never from a flag:
+:mod:`agent.cli_common`); ``elf spark`` runs a Spark job over the lake. Errors print one line
+naming what was wrong and exit non-zero.
 
 Commands of higher layers are plugged in, not imported: :func:`load_commands` adds the click
 commands installed distributions declare in the ``elf.commands`` entry-point group (this
@@ -29,7 +30,8 @@ from typing import Any
 
 import click
 
-from agent.cli_common import api_client, api_options, call
+from agent.cli_common import api_client, api_options, call, fetch, print_json
+from agent.cli_views import membership_lines, result_line, retire_problem
 from agent.client import ApiError
 from agent.config import load_config
 from agent.errors import ConfigError
@@ -144,6 +146,12 @@ def fault_options(fn: Any) -> Any:
                 type=int,
                 help="Neighbours each agent replicates its snapshots to (0-8; default 2).",
             ),
+            click.option(
+                "--retire-after",
+                type=float,
+                help="Seconds before an absent agent is retired (its missed epochs partial; "
+                "default 900).",
+            ),
         )
     ):
         fn = option(fn)
@@ -151,13 +159,17 @@ def fault_options(fn: Any) -> Any:
 
 
 def _fault_fields(
-    straggler_epochs: int | None, tentative_deadline: float | None, checkpoint_replicas: int | None
+    straggler_epochs: int | None,
+    tentative_deadline: float | None,
+    checkpoint_replicas: int | None,
+    retire_after: float | None,
 ) -> dict[str, Any]:
     """The fault-tolerance flags given, as spec/change fields (the agent validates them)."""
     given = {
         "straggler_epochs": straggler_epochs,
         "tentative_deadline": tentative_deadline,
         "checkpoint_replicas": checkpoint_replicas,
+        "retire_after": retire_after,
     }
     return {k: v for k, v in given.items() if v is not None}
 
@@ -183,6 +195,7 @@ def submit(
     straggler_epochs: int | None,
     tentative_deadline: float | None,
     checkpoint_replicas: int | None,
+    retire_after: float | None,
     api: str,
     token_file: str | None,
     secret_file: str | None,
@@ -193,9 +206,10 @@ def submit(
     --input sets the inputs of a query FROM * (a FROM naming others is refused),
     --epoch-seconds the epochs of a query without WINDOW (a WINDOW fixes them: refused unless
     equal), --param sets params (the ql job accepts ts_field), --job must be ql; a
-    SPEC_FILE takes no other job flag. --straggler-epochs, --tentative-deadline and
-    --checkpoint-replicas set those spec fields (docs/fault-tolerance.md)."""
-    faults = _fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas)
+    SPEC_FILE takes no other job flag. --straggler-epochs, --tentative-deadline,
+    --checkpoint-replicas and --retire-after set those spec fields
+    (docs/fault-tolerance.md)."""
+    faults = _fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas, retire_after)
     if spec_file is not None:
         given = [
             flag
@@ -307,6 +321,7 @@ def change(
     straggler_epochs: int | None,
     tentative_deadline: float | None,
     checkpoint_replicas: int | None,
+    retire_after: float | None,
     api: str,
     token_file: str | None,
     secret_file: str | None,
@@ -330,11 +345,14 @@ def change(
         body["empty"] = True
     if batch:
         body["batch"] = True
-    body.update(_fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas))
+    body.update(
+        _fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas, retire_after)
+    )
     if not body:
         raise click.ClickException(
             "nothing to change: give --set, --query, --top-k, --epoch-seconds, --aggregator, "
-            "--straggler-epochs, --tentative-deadline, --checkpoint-replicas, --empty or "
+            "--straggler-epochs, --tentative-deadline, --checkpoint-replicas, --retire-after, "
+            "--empty or "
             "--batch"
         )
     call(api_client(api, token_file, secret_file).change, name, body)
@@ -347,8 +365,15 @@ def change(
 def results(
     name: str, epoch: int | None, api: str, token_file: str | None, secret_file: str | None
 ) -> None:
-    """Print a job's result for one epoch, fetched from its master."""
-    call(api_client(api, token_file, secret_file).results, name, epoch)
+    """Print a job's result for one epoch, fetched from its master.
+
+    Stdout: the result as JSON. Stderr: one line saying whether the epoch is final,
+    tentative (waiting for an absent origin) or partial (a retired origin's part is missing
+    for good), with the master's term, the result version, its coverage and the origins it
+    lacks."""
+    reply = fetch(api_client(api, token_file, secret_file).results, name, epoch)
+    print_json(reply)
+    click.echo(result_line(reply), err=True)
 
 
 @cli.command()
@@ -369,8 +394,57 @@ def query(
 @cli.command()
 @api_options
 def status(api: str, token_file: str | None, secret_file: str | None) -> None:
-    """Print the agent's status: node id, neighbours, roles and trees per job."""
-    call(api_client(api, token_file, secret_file).status)
+    """Print the agent's status: node id, neighbours, roles and trees per job.
+
+    Stdout: the status as JSON (per job, ``membership``: the origins its masters here count
+    absent, retired or left). Stderr: one line per such origin."""
+    reply = fetch(api_client(api, token_file, secret_file).status)
+    print_json(reply)
+    for line in membership_lines(reply):
+        click.echo(line, err=True)
+
+
+@cli.command()
+@click.argument("agent_id")
+@click.option("--job", help="Retire it from this job only (default: every running job).")
+@click.option("--why", help="The reason the masters keep (default: operator).")
+@api_options
+def retire(
+    agent_id: str,
+    job: str | None,
+    why: str | None,
+    api: str,
+    token_file: str | None,
+    secret_file: str | None,
+) -> None:
+    """Retire AGENT_ID (its hex node id) as an origin: for an agent gone for good.
+
+    An origin that stops without leaving (kill -9, crash, partition) is absent: the epochs
+    after it stay tentative, naming it, until it comes back or is retired. Retired, later
+    epochs no longer wait for it and the epochs it missed become partial for good (a job's
+    retire_after retires it automatically). The agent at --api asks each master of the job
+    (of every running job without --job) and the reply says what each answered; the command
+    fails unless every master retired it."""
+    client = api_client(api, token_file, secret_file)
+    if job is None:
+        reply = fetch(client.retire_agent, agent_id, why)
+    else:
+        reply = fetch(client.retire_origin, job, agent_id, why)
+    print_json(reply)
+    problem = retire_problem(reply)
+    if problem:
+        raise click.ClickException(problem)
+
+
+@cli.command()
+@api_options
+def leave(api: str, token_file: str | None, secret_file: str | None) -> None:
+    """Stop the agent at --api gracefully, exactly as SIGTERM would.
+
+    Its inputs' end is declared to the jobs' masters, so later epochs are final without it
+    (an agent killed instead is absent, its epochs tentative until it returns or is
+    retired). The agent answers before it stops; its whole process exits."""
+    call(api_client(api, token_file, secret_file).leave)
 
 
 @cli.command()

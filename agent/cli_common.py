@@ -10,8 +10,9 @@ from the command line, where every local user sees them (``ps``, ``/proc/<pid>/c
 ``--token`` flag is **refused** with a message naming the alternatives, before anything runs
 (not deprecated with a warning: by the time a warning prints, the token has been visible). Token
 and secret files readable by others are refused (:mod:`agent.private_files`).
-:func:`print_json` prints indented, key-sorted JSON; :func:`call` prints what an API call
-returns and turns an :class:`~agent.client.ApiError` into a one-line ``ClickException``.
+:func:`print_json` prints indented, key-sorted JSON; :func:`fetch` returns what an API call
+returns, :func:`call` prints it; both turn an :class:`~agent.client.ApiError` into a one-line
+``ClickException``.
 
 Used by the commands of :mod:`agent.cli` and by the ones installed through the
 ``elf.commands`` entry-point group (e.g. ``elf generate`` in ``apps``), so every command
@@ -98,9 +99,14 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
-def call(fn: Callable[..., Any], *args: Any) -> None:
-    """Print ``fn(*args)`` as JSON; an API error exits with its one-line message."""
+def fetch(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``; an API error exits with its one-line message."""
     try:
-        print_json(fn(*args))
+        return fn(*args)
     except ApiError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def call(fn: Callable[..., Any], *args: Any) -> None:
+    """Print ``fn(*args)`` as JSON; an API error exits with its one-line message."""
+    print_json(fetch(fn, *args))

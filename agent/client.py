@@ -92,6 +92,20 @@ class ApiClient:
     def status(self) -> dict[str, Any]:
         return self.call("GET", "/api/v1/status")
 
+    def retire_origin(self, name: str, origin: str, why: str | None = None) -> dict[str, Any]:
+        """Retire ``origin`` (hex node id) from job ``name``: each of its masters answers."""
+        body = {"origin": origin, **({"why": why} if why is not None else {})}
+        return self.call("POST", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/retire", body)
+
+    def retire_agent(self, agent: str, why: str | None = None) -> dict[str, Any]:
+        """Retire ``agent`` (hex node id) from every running job it is an origin of."""
+        body = {"agent": agent, **({"why": why} if why is not None else {})}
+        return self.call("POST", "/api/v1/retire", body)
+
+    def leave(self) -> dict[str, Any]:
+        """Ask the agent to stop gracefully, as SIGTERM would (answered before it stops)."""
+        return self.call("POST", "/api/v1/leave")
+
     def dashboard_url(self, with_token: bool = False) -> str:
         """The agent's dashboard page; ``with_token`` appends ``#token=...`` (a URL fragment:
         browsers never send it to the server, so it reaches no access log; the page moves it

@@ -53,9 +53,10 @@ class RuntimeTunables:
     multicast_timeout: float = 5.0  # a master's multicast down a job tree
     master_url_ttl: float = 5.0  # a master's data-plane URL is reused this long
     late_attempts: int = 12  # tries to deliver a late contribution (~20 s with back-off)
-    # an origin that stops contributing stays expected this long (then its absence is no
-    # longer reported): epochs it misses meanwhile are tentative, lacking it
-    origin_grace_seconds: float = 120.0
+    # a master that became the root with nothing handed over (a restart, the job's first
+    # master, or a brief belief before the overlay converges) waits this long before it
+    # publishes to the lake: a real predecessor hands over meanwhile (agent/runtime/fencing.py)
+    master_settle_seconds: float = 2.0
     # repair by pull (agent/runtime/retention.py): an origin keeps its own snapshots of
     # uncommitted epochs (bytes per job); a master asks lacking origins every repair_interval
     retained_bytes: int = 64 * 2**20

@@ -5,18 +5,25 @@ Contract (see ``docs/spark-sink.md``):
 * :meth:`LakeWriter.submit` never blocks and never raises: the rollup (or a callable that
   builds it, so the conversion also runs off the caller's thread) joins an in-memory queue
   that one writer thread drains.
-* The thread builds the Arrow table and writes it to the lake. If the lake is unavailable
-  (``OSError`` / ``pyarrow.ArrowException``), the table goes to the **buffer**: one Parquet
-  file per pending rollup in ``buffer_dir`` (named after its lake path, so a re-push of the
-  same (job, tree, epoch, version) replaces the pending copy, and a new version of an epoch
-  is pending next to the older one, in order). While anything is buffered, new
-  rollups queue behind it, so the lake sees each writer's epochs in order. A retry loop
-  flushes the buffer oldest first with exponential backoff (``retry_initial`` doubling to
-  ``retry_max`` seconds). Buffered files survive a restart and are flushed by the next writer.
-* **Bounded**: at most ``capacity`` pending files (and ``capacity_bytes``). A rollup that
-  does not fit is refused: counted in ``dropped_over_capacity`` and logged at ERROR with the
-  job, tree and epoch — never dropped silently. A rollup that cannot be represented at all
-  (a bug in the job's values) is counted in ``bad_rollups`` and logged.
+* The thread builds the Arrow table and publishes it to the lake
+  (:meth:`~spark_sink.lake.Lake.publish`: never replacing a file, fenced by the epoch's term).
+  If the lake is unavailable (``OSError`` / ``pyarrow.ArrowException``), the table goes to the
+  **buffer**: one Parquet file per pending rollup in ``buffer_dir`` (named after its lake
+  path, so a re-push of the same (job, tree, epoch, term, version) replaces the pending copy,
+  and a new version of an epoch is pending next to the older one, in order). While anything is
+  buffered, new rollups queue behind it, so the lake sees each writer's epochs in order. A
+  retry loop flushes the buffer oldest first with exponential backoff (``retry_initial``
+  doubling to ``retry_max`` seconds). Buffered files survive a restart and are flushed by the
+  next writer.
+* **Bounded**: at most ``capacity`` pending files (and ``capacity_bytes``). A rollup that does
+  not fit is refused: counted in ``dropped_over_capacity`` and logged at ERROR with the job,
+  tree and epoch — never dropped silently. A rollup that cannot be represented at all (a bug
+  in the job's values) is counted in ``bad_rollups`` and logged.
+* **Fenced** (:class:`~spark_sink.fencing.FencedWrite`: the lake holds the epoch under a newer
+  master's term): the rollup is not written, not buffered and not retried (a buffered copy is
+  dropped); counted in ``fenced`` and handed to the ``fenced`` callback given to
+  :meth:`submit` (the callback reports it; without one — a buffered copy flushed after a
+  restart — it is logged at WARNING here).
 * **Upkeep** (``maintenance``, :class:`~spark_sink.compaction.LakeMaintenance`): every
   ``every`` seconds, between writes, the thread compacts the complete hours of the (job, tree)
   it wrote, deletes the epoch files compaction replaced ``grace`` seconds ago and drops hours
@@ -24,9 +31,9 @@ Contract (see ``docs/spark-sink.md``):
   never races this writer's epoch writes; a failure is counted (``compact_errors``), logged
   and retried at the next pass.
 * :meth:`stats` — ``written``, ``buffered`` (ever), ``pending`` (now), ``retried``,
-  ``retry_failures``, ``dropped_over_capacity``, ``bad_rollups``, ``last_error``, and the
-  upkeep's ``hours_compacted``, ``files_compacted``, ``files_deleted``, ``hours_dropped``,
-  ``compact_errors``.
+  ``retry_failures``, ``dropped_over_capacity``, ``bad_rollups``, ``fenced``, ``last_error``,
+  and the upkeep's ``hours_compacted``, ``files_compacted``, ``files_deleted``,
+  ``hours_dropped``, ``compact_errors``.
 """
 
 from __future__ import annotations
@@ -46,12 +53,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_sink.compaction import LakeMaintenance, maintain
+from spark_sink.fencing import FencedWrite
 from spark_sink.lake import Lake, LakeError, Rollup, rollup_table
 
 log = logging.getLogger(__name__)
 
 LAKE_ERRORS = (OSError, pa.ArrowException, LakeError)
 RollupSource = Rollup | Callable[[], Rollup]
+OnFenced = Callable[[FencedWrite], None]  # told when the lake refused a rollup (a newer term)
 _WAKE: Any = object()  # a queue item that only wakes the thread (run_upkeep)
 
 
@@ -88,6 +97,7 @@ class LakeWriter:
             "retry_failures": 0,
             "dropped_over_capacity": 0,
             "bad_rollups": 0,
+            "fenced": 0,
             "hours_compacted": 0,
             "files_compacted": 0,
             "files_deleted": 0,
@@ -98,7 +108,9 @@ class LakeWriter:
         self._next_upkeep = time.monotonic() + (maintenance.every or 0) if maintenance else 0.0
         self._wrote: set[tuple[str, int, int]] = set()  # (job, tree index, m) written here
         self.last_error: str | None = None
-        self._queue: queue.Queue[RollupSource | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[RollupSource, OnFenced | None] | None] = queue.Queue()
+        # a buffered rollup's fenced callback (in memory: a restart's buffered files have none)
+        self._on_fenced: dict[str, OnFenced] = {}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._busy = 0
@@ -119,11 +131,12 @@ class LakeWriter:
             self._lake = Lake(self.location)
         return self._lake
 
-    def submit(self, rollup: RollupSource) -> None:
-        """Queue a rollup (or a zero-argument callable returning one) for writing."""
+    def submit(self, rollup: RollupSource, fenced: OnFenced | None = None) -> None:
+        """Queue a rollup (or a zero-argument callable returning one) for writing;
+        ``fenced`` is called (in the writer thread) if the lake refuses it as fenced."""
         with self._lock:
             self._busy += 1
-        self._queue.put(rollup)
+        self._queue.put((rollup, fenced))
 
     def pending(self) -> int:
         """Rollups waiting in the buffer directory."""
@@ -175,7 +188,7 @@ class LakeWriter:
                 self._upkeep()
                 continue
             try:
-                self._handle(item)
+                self._handle(*item)
             finally:
                 with self._idle:
                     self._busy -= 1
@@ -210,7 +223,7 @@ class LakeWriter:
         self._next_upkeep = 0.0
         self._queue.put(_WAKE)
 
-    def _handle(self, item: RollupSource) -> None:
+    def _handle(self, item: RollupSource, on_fenced: OnFenced | None) -> None:
         try:
             rollup = item() if callable(item) else item
             table = rollup_table(rollup)
@@ -221,15 +234,28 @@ class LakeWriter:
         if self.pending():
             self._retry_buffer()
         if self.pending():
-            self._buffer(rollup, table)
+            self._buffer(rollup, table, on_fenced)
             return
         try:
-            path = self.lake().write_table(table)
+            path = self.lake().publish(table)
+        except FencedWrite as exc:
+            self._fenced(exc, on_fenced)
+            return
         except LAKE_ERRORS as exc:
             self._failed(exc)
-            self._buffer(rollup, table)
+            self._buffer(rollup, table, on_fenced)
             return
         self._written(rollup, path)
+
+    def _fenced(self, exc: FencedWrite, on_fenced: OnFenced | None) -> None:
+        self._count("fenced")
+        if on_fenced is None:
+            log.warning("lake %s: %s; not written", self.location, exc)
+            return
+        try:
+            on_fenced(exc)
+        except Exception as err:
+            log.warning("lake: fenced callback failed: %r", err)
 
     def _written(self, rollup: Rollup | None, path: str) -> None:
         self._count("written")
@@ -259,7 +285,7 @@ class LakeWriter:
         digest = hashlib.sha1(relative).hexdigest()[:24]
         return self.buffer_dir / f"{digest}.parquet"
 
-    def _buffer(self, rollup: Rollup, table: pa.Table) -> None:
+    def _buffer(self, rollup: Rollup, table: pa.Table, on_fenced: OnFenced | None) -> None:
         target = self._buffer_path(table)
         files = list(self.buffer_dir.glob("*.parquet"))
         replacing = target.exists()
@@ -285,6 +311,8 @@ class LakeWriter:
         stamp = target.stat().st_mtime_ns if replacing else time.time_ns()
         os.replace(tmp, target)
         os.utime(target, ns=(stamp, stamp))
+        if on_fenced is not None:
+            self._on_fenced[target.name] = on_fenced
         if not replacing:
             self._pending += 1
         self._count("buffered")
@@ -305,13 +333,19 @@ class LakeWriter:
                 continue
             self._count("retried")
             try:
-                path = self.lake().write_table(table)
+                path = self.lake().publish(table)
+            except FencedWrite as exc:  # a newer master owns the epoch: drop our copy
+                f.unlink(missing_ok=True)
+                self._pending -= 1
+                self._fenced(exc, self._on_fenced.pop(f.name, None))
+                continue
             except LAKE_ERRORS as exc:
                 self._count("retry_failures")
                 self._failed(exc)
                 return
             f.unlink(missing_ok=True)
             self._pending -= 1
+            self._on_fenced.pop(f.name, None)
             self._written(None, path)
         if self.last_error is not None and not self.pending():
             log.warning("lake %s available again: buffer flushed", self.location)

@@ -5,17 +5,18 @@ Contract (see ``docs/spark-sink.md``; the reader rule is in ``spark_sink/lake.py
 * :func:`compact_hour` merges what a reader sees of one (job, date, hour, tree of m) — the
   epoch files and the current compacted file, each epoch once — into
   ``compact-tree-<i>-of-<m>.parquet``, written atomically (temporary file renamed over the
-  name; one PUT on object stores). Only the highest version of each epoch is folded in (what
-  :meth:`~spark_sink.lake.Lake.files` lists). Its footer records, per epoch, the version of
-  the rows, the epoch file's mtime and its ``elf.result`` (``elf.sources``: ``{"<e>":
-  {"version": k, "mtime_ns": t, "result": {…}}}``), so every epoch file of an older version
-  (or of that version and not newer) is recognisably stale from that instant on,
-  and a version written later (late data, a final result replacing a tentative one) is
-  newer and wins until the next pass folds it in: a reader lists each (epoch, tree) exactly
-  once before, during and after.
+  name; one PUT on object stores). Only the highest (term, version) of each epoch is folded
+  in (what :meth:`~spark_sink.lake.Lake.files` lists). Its footer records, per epoch, the
+  fencing term and version of the rows, the epoch file's mtime and its ``elf.result``
+  (``elf.sources``: ``{"<e>": {"term": t, "version": k, "mtime_ns": n, "result": {…}}}``,
+  ``term`` left out when 0), so every epoch file of a lower (term, version) (or of the same
+  one and not newer) is recognisably stale from that instant on, and a higher one written
+  later (late data, a final result replacing a tentative one, a newer master's term) wins
+  until the next pass folds it in: a reader lists each (epoch, tree) exactly once before,
+  during and after.
   **Idempotent**: with no epoch file fresher than the compacted file's sources there is
   nothing to do and the lake is unchanged; re-running after a crash rewrites the same rows.
-* :func:`sweep` deletes stale epoch files (every version the compacted file's version
+* :func:`sweep` deletes stale epoch files (every (term, version) the compacted file's
   supersedes), but only ``grace`` seconds after the compacted file that replaced them was
   written, so a reader (or a streaming query's replay) that listed them just before the
   compaction can still open them.
@@ -48,19 +49,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from spark_sink.lake import (
-    COMPACT_RE,
-    FILE_RE,
     SOURCES_KEY,
     Lake,
     LakeFile,
-    Source,
-    compact_name,
     conform,
-    parse_sources,
     read_rows,
     result_meta,
     unified_schema,
 )
+from spark_sink.lake_names import COMPACT_RE, Source, compact_name, parse_epoch_name, parse_sources
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +114,9 @@ def compact_hour(lake: Lake, job: str, hour: Hour, tree: int, trees: int) -> int
         table = read_rows(lake, f.path, None)
         _roles(table.schema, keys, values)
         tables.append(table)
-        sources[f.epoch] = Source(f.version, int(f.mtime_ns or 0), result_meta(table.schema))
+        sources[f.epoch] = Source(
+            f.version, int(f.mtime_ns or 0), result_meta(table.schema), term=f.term
+        )
     schema = unified_schema([t.schema.remove_metadata() for t in tables])
     merged = pa.concat_tables([conform(t, schema) for t in tables])
     merged = merged.take(pc.sort_indices(merged, [("epoch", "ascending")]))
@@ -163,16 +162,14 @@ def sweep(lake: Lake, job: str, hour: Hour, grace: float, now: float | None = No
         if m := COMPACT_RE.match(info.base_name):
             compacted[(int(m.group(1)), int(m.group(2)))] = info
     for info in infos:
-        m = FILE_RE.match(info.base_name)
-        if m is None:
+        name = parse_epoch_name(info.base_name)
+        if name is None:
             continue
-        epoch, key = int(m.group(1)), (int(m.group(2)), int(m.group(3)))
-        version = int(m.group(4)) if m.group(4) else 1
-        holder = compacted.get(key)
+        holder = compacted.get((name.tree, name.trees))
         if holder is None or holder.mtime is None or now - holder.mtime.timestamp() < grace:
             continue
-        source = lake.compacted_sources(holder).get(epoch)
-        if source is not None and source.supersedes(version, info.mtime_ns or 0):
+        source = lake.compacted_sources(holder).get(name.epoch)
+        if source is not None and source.supersedes(name.rank, info.mtime_ns or 0):
             with contextlib.suppress(FileNotFoundError):
                 lake.fs.delete_file(info.path)
                 deleted += 1

@@ -8,40 +8,43 @@ Contract (see ``docs/spark-sink.md``)::
 
 * **Options**: the path (``load(path)``, or option ``lake``, or ``ELF_LAKE``) is the lake
   location (a local path or a pyarrow filesystem URI). ``job``: one job (required for
-  streaming; a batch read without it reads every job, with the union of their columns).
-  Batch only: ``startEpoch`` / ``endEpoch`` (inclusive) and ``completeOnly`` (``true``: only
-  epochs that every one of the job's m trees has written). Streaming only:
-  ``startingEpoch`` (``earliest``, default, or ``latest``, or an epoch number: the first
-  epoch delivered), ``incompleteTimeout`` (seconds, default 300) and ``versionWindow``
-  (epochs, default 1024).
+  streaming; a batch read without it reads every job, with the union of their columns). Batch
+  only: ``startEpoch`` / ``endEpoch`` (inclusive) and ``completeOnly`` (``true``: only epochs
+  that every one of the job's m trees has written). Streaming only: ``startingEpoch``
+  (``earliest``, default, or ``latest``, or an epoch number: the first epoch delivered),
+  ``incompleteTimeout`` (seconds, default 300) and ``versionWindow`` (epochs, default 1024).
 * **Schema**: the union of the files' schemas (:func:`spark_sink.lake.unified_schema`), fixed
   columns first; a column whose every value is null is typed string.
-* **Batch**: the selected files, grouped into at most ``maxPartitions`` (16) input
-  partitions of consecutive epochs; each yields Arrow record batches conformed to the schema.
-  Filters are not pushed down (a reader implementing ``pushFilters`` fails on sessions where
+* **Batch**: the selected files, grouped into at most ``maxPartitions`` (16) input partitions
+  of consecutive epochs; each yields Arrow record batches conformed to the schema. Filters are
+  not pushed down (a reader implementing ``pushFilters`` fails on sessions where
   ``spark.sql.python.filterPushdown.enabled`` is off); ``startEpoch`` / ``endEpoch`` prune
   files instead.
-* **Versions**: a batch read sees exactly one row set per (job, tree, epoch), its newest
-  version (:meth:`spark_sink.lake.Lake.files`). A streaming read delivers every new version
-  as new rows (the ``version`` column tells them apart): see Streaming.
-* **Streaming**: the offset is ``{"epoch": n, "versions": {"<e>/<tree>": k}}``: the last
-  epoch delivered (inclusive) and, for the epochs of the last ``versionWindow`` (default
-  1024) up to it, the version of each (epoch, tree) delivered where it is not 1 (0: that tree
-  had written nothing yet). ``latestOffset`` advances over epochs in order while each is
-  *complete* (all m tree files present); an incomplete epoch holds the stream back until it
-  completes or its oldest file is ``incompleteTimeout`` seconds old (a tree whose master died
-  and never wrote), and records the newest version of every (epoch, tree) in the window. A
-  micro-batch holds each (epoch, tree) whose version grew since the previous offset — a new
-  epoch, a tree that wrote after its epoch was passed, or a new version of an epoch already
-  delivered (late data, a tentative result made final) — read at exactly the version its
-  offset names, so a restarted query (Spark replays its checkpointed offsets) delivers each
-  version at most once and every newest version. Versions that followed one another between
-  two micro-batches arrive as the newest only. Not delivered to streams (batch reads see
-  them): a new version of an epoch more than ``versionWindow`` epochs behind the stream's
-  head, and an epoch of which no tree had written anything when the stream passed it. A
-  replay whose version was compacted and swept (after the compaction grace) reads the newer
-  version instead. The offset grows only with the (epoch, tree) of the window whose version
-  is not 1, so it stays bounded.
+* **Versions**: a batch read sees exactly one row set per (job, tree, epoch), its highest
+  (term, version) (:meth:`spark_sink.lake.Lake.files`). A streaming read delivers every higher
+  (term, version) as new rows (the ``term`` and ``version`` columns tell them apart), never a
+  lower one after a higher: see Streaming.
+* **Streaming**: the offset is
+  ``{"epoch": n, "default": [t, k], "versions": {"<e>/<tree>": k | [t, k]}}``: the last epoch
+  delivered (inclusive) and, for the epochs of the last ``versionWindow`` (default 1024) up to
+  it, the (term, version) of each (epoch, tree) delivered (``k`` alone for term 0; 0: that
+  tree had written nothing yet) where it is not ``default`` (the most common one; absent:
+  version 1 of term 0, the form offsets had before terms). ``latestOffset`` advances over
+  epochs in order while each is *complete* (all m tree files present); an incomplete epoch
+  holds the stream back until it completes or its oldest file is ``incompleteTimeout`` seconds
+  old (a tree whose master died and never wrote), and records the highest (term, version) of
+  every (epoch, tree) in the window, never lower than the previous offset's. A micro-batch
+  holds each (epoch, tree) whose (term, version) grew since the previous offset — a new epoch,
+  a tree that wrote after its epoch was passed, or a new version or term of an epoch already
+  delivered (late data, a tentative result made final, a newer master) — read at exactly the
+  one its offset names, so a restarted query (Spark replays its checkpointed offsets) delivers
+  each version at most once and every newest version. Versions that followed one another
+  between two micro-batches arrive as the newest only. Not delivered to streams (batch reads
+  see them): a new version of an epoch more than ``versionWindow`` epochs behind the stream's
+  head, and an epoch of which no tree had written anything when the stream passed it. A replay
+  whose version was compacted and swept (after the compaction grace) reads the higher one
+  instead. The offset grows only with the (epoch, tree) of the window whose (term, version) is
+  not its default, so it stays bounded.
 * **Compacted hours** (``spark_sink/compaction.py``): the lake lists one entry per (epoch,
   tree) whether it lives in an epoch file or in an hour's compacted file, so offsets and
   completeness are unchanged by compaction; a partition reads a compacted file once and keeps
@@ -53,6 +56,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -75,6 +79,7 @@ from spark_sink.lake import (
     read_rows,
     read_schema,
 )
+from spark_sink.lake_names import Rank
 
 NAME = "elf"
 MAX_PARTITIONS = 16  # files of a read are grouped into at most this many tasks
@@ -237,12 +242,32 @@ class ElfBatchReader(DataSourceReader):
             yield from _read_file(self.lake, path, epochs, self.schema)
 
 
-Offset = dict[str, Any]  # {"epoch": n, "versions": {"<epoch>/<tree>": k}}
+Offset = dict[str, Any]  # {"epoch": n, "versions": {"<epoch>/<tree>": k | [t, k]}, …}
+NOT_WRITTEN: Rank = (0, 0)
+FIRST: Rank = (0, 1)  # what an (epoch, tree) an offset does not list was delivered at
 
 
-def _versions(offset: Offset) -> dict[str, int]:
-    """An offset's delivered versions (offsets written before versions have none)."""
-    return {str(k): int(v) for k, v in (offset.get("versions") or {}).items()}
+def _rank(value: Any) -> Rank:
+    """An offset's entry: ``k`` (term 0, version k) or ``[t, k]``."""
+    if isinstance(value, list | tuple):
+        return (int(value[0]), int(value[1]))
+    return (0, int(value))
+
+
+def _entry(rank: Rank) -> int | list[int]:
+    return rank[1] if rank[0] == 0 else [rank[0], rank[1]]
+
+
+def _versions(offset: Offset) -> dict[str, Rank]:
+    """An offset's delivered ranks (offsets written before versions have none)."""
+    return {str(k): _rank(v) for k, v in (offset.get("versions") or {}).items()}
+
+
+def _default(offset: Offset) -> Rank:
+    """The rank of the (epoch, tree) an offset does not list (offsets written before terms:
+    version 1 of term 0)."""
+    raw = offset.get("default")
+    return FIRST if raw is None else _rank(raw)
 
 
 class ElfStreamReader(DataSourceStreamReader):
@@ -295,48 +320,64 @@ class ElfStreamReader(DataSourceStreamReader):
             last = epoch
         return last
 
-    def _offset(self, files: list[LakeFile], head: int) -> Offset:
-        """The offset delivering everything up to epoch ``head``: the newest version of each
-        (epoch, tree) in the version window, listed where it is not 1 (0: not written)."""
+    def _offset(self, files: list[LakeFile], head: int, floor: Offset | None = None) -> Offset:
+        """The offset delivering everything up to epoch ``head``: the highest (term, version)
+        of each (epoch, tree) in the version window — never lower than at ``floor`` (the
+        previous offset), so a stream never goes back — listed where it is not the offset's
+        ``default`` (its most common rank; left out when that is version 1 of term 0)."""
         trees = {f.epoch: f.trees for f in files}
-        newest = {(f.epoch, f.tree): f.version for f in files}
-        versions = {}
-        for epoch, m in trees.items():
+        newest = {(f.epoch, f.tree): f.rank for f in files}
+        ranks: dict[str, Rank] = {}
+        for epoch, m in sorted(trees.items()):
             if head - self.version_window < epoch <= head:
                 for tree in range(m):
-                    v = newest.get((epoch, tree), 0)
-                    if v != 1:
-                        versions[f"{epoch}/{tree}"] = v
-        return {"epoch": head, "versions": versions}
+                    rank = newest.get((epoch, tree), NOT_WRITTEN)
+                    if floor is not None:
+                        rank = max(rank, self._delivered(floor, epoch, tree))
+                    ranks[f"{epoch}/{tree}"] = rank
+        counts = Counter(ranks.values())
+        default = max(counts, key=lambda r: (counts[r], r), default=FIRST)
+        if counts[FIRST] == counts[default]:
+            default = FIRST  # offsets of a lake without terms keep their earlier form
+        out: Offset = {"epoch": head}
+        if default != FIRST:
+            out["default"] = _entry(default)
+        out["versions"] = {k: _entry(r) for k, r in ranks.items() if r != default}
+        return out
 
     def latestOffset(self, start: Offset | None = None, limit: Any = None) -> Offset:
         begin = None if start is None else int(start["epoch"])
         if begin is None:
             begin = self.initialOffset()["epoch"]
         files = self._files()
-        return self._offset(files, self._ready_until(files, begin))
+        return self._offset(files, self._ready_until(files, begin), start)
 
-    def _delivered(self, offset: Offset, epoch: int, tree: int) -> int:
-        """The version of (epoch, tree) a query at ``offset`` has seen (0: none)."""
+    def _delivered(self, offset: Offset, epoch: int, tree: int) -> Rank:
+        """The (term, version) of (epoch, tree) a query at ``offset`` has seen ((0, 0):
+        none)."""
         if epoch > int(offset["epoch"]):
-            return 0
-        return _versions(offset).get(f"{epoch}/{tree}", 1)
+            return NOT_WRITTEN
+        return _versions(offset).get(f"{epoch}/{tree}", _default(offset))
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
-        """The (epoch, tree) whose version at ``end`` is newer than at ``start``, each read
-        at exactly that version (or, if a replay finds it swept after compaction, the newest
-        one, which its ``version`` column shows)."""
+        """The (epoch, tree) whose (term, version) at ``end`` is higher than at ``start``,
+        each read at exactly that rank (or, if a replay finds it swept after compaction, the
+        highest one, which its ``term`` and ``version`` columns show); never one not higher
+        than ``start``'s."""
         hi = int(end["epoch"])
-        by_key: dict[tuple[int, int], dict[int, LakeFile]] = {}
+        by_key: dict[tuple[int, int], dict[Rank, LakeFile]] = {}
         for f in self.lake.versions(self.job):
             if hi - self.version_window < f.epoch <= hi:
-                by_key.setdefault((f.epoch, f.tree), {})[f.version] = f
+                by_key.setdefault((f.epoch, f.tree), {})[f.rank] = f
         chosen = []
-        for (epoch, tree), versions in sorted(by_key.items()):
+        for (epoch, tree), ranks in sorted(by_key.items()):
             want = self._delivered(end, epoch, tree)
-            if want < 1 or want <= self._delivered(start, epoch, tree):
+            seen = self._delivered(start, epoch, tree)
+            if want <= NOT_WRITTEN or want <= seen:
                 continue
-            chosen.append(versions.get(want) or versions[max(versions)])
+            f = ranks.get(want) or ranks[max(ranks)]
+            if f.rank > seen:
+                chosen.append(f)
         return group_files(chosen, self.max_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

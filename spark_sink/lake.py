@@ -3,75 +3,82 @@
 Contract (see ``docs/spark-sink.md``):
 
 * **Layout.**
-  ``<root>/job=<name>/date=YYYY-MM-DD/hour=HH/epoch-<e>-tree-<i>-of-<m>-v<k>.parquet``
+  ``<root>/job=<name>/date=YYYY-MM-DD/hour=HH/epoch-<e>-tree-<i>-of-<m>-t<term>-v<k>.parquet``
   (date and hour of the epoch's start, UTC; ``<name>`` percent-encoded like Hive partition
-  values; ``k`` ≥ 1 the result's **version**). One file per (job, tree index, epoch,
-  version): the path depends on nothing else, so a retried or duplicated push of the same
-  version (a master that dies after writing and before telling its standby) *replaces* the
-  file and never adds rows, while a new version of the epoch (late data, a tentative result
-  made final) is a new file next to the old one. Files named without ``-v<k>`` (written
-  before versions existed) are version 1. Writes are atomic: a hidden temporary file in the
-  same directory (``.tmp-*``, which Spark and pyarrow ignore) renamed over the final name; on
-  object stores (S3, GCS) a single PUT of the final object is already atomic, so it is
-  written directly.
-* **Versions.** A version is the writer's promise that the rows of (job, tree, epoch, version)
-  never change: a newer version supersedes an older one, the same version written twice has the
-  same rows. :meth:`Lake.write` keeps the promise across writers: when the version's file already
-  exists with other content (two masters of one job numbering versions independently: an old
-  master restarted after its standby took over), it writes the next free version instead; when
-  that version (or a later one it probes) already holds this content (``elf.result``'s ``digest``:
-  a retried push), it writes nothing. So a file's rows never change under a reader, and a re-push
-  is never a new version. Readers of the *current* result (:meth:`Lake.files`, batch reads) see
-  exactly one row set per (job, tree, epoch): its **highest version** present;
-  :meth:`Lake.versions` lists every version still in the lake (the streaming source delivers each
-  new one as new rows).
-* **Schema.** Fixed columns :data:`FIXED_FIELDS` (job, tree, trees, epoch, version,
-  epoch_start, epoch_end, tentative, coverage, lacking, written_at, key_json, value_json) on
-  every row — ``lacking`` is a list of strings: the hex ids of the origins a tentative result
-  still lacks (empty for a final one); files without ``version`` / ``lacking`` read as 1 and
-  an empty list — then typed
-  key and value columns (:func:`key_value_columns`): a scalar key is ``key``, a tuple key
-  ``key_0..key_n``, or the names the job gives; a scalar value is ``value``, a tuple value
-  ``value_0..``, a list value one list column ``value``, a dict value one column per dict key
-  (e.g. ``{"clicks": 7}`` → ``clicks``). A column whose values pyarrow cannot type uniformly
-  (mixed types, ints beyond 64 bits, nested dicts) holds JSON text instead; ``key_json`` /
-  ``value_json`` always hold the whole key / value as JSON (tuples and sets as lists, bytes
-  as UTF-8 text) — exactly the rows the results API reports. A job that names its result
-  rows (``Job.result_rows``, e.g. ELF QL: ``{"product": "p1", "clicks": 7}``) gets one column
-  per field instead; ``key_json`` then holds the whole row as a JSON object and
+  values; ``k`` ≥ 1 the result's **version**, ``term`` ≥ 1 the **fencing term** of the master
+  that published it; names and their parsing: ``spark_sink/lake_names.py``). A result of term
+  0 (written before terms) is named without ``-t<term>``, and one named without ``-v<k>``
+  (written before versions) is version 1. One file per (job, tree index, epoch, term,
+  version), written once: a new version of the epoch (late data, a tentative result made
+  final) or a new master's term is a new file next to the old ones. Writes are atomic and, on
+  local file systems, exclusive: a hidden temporary file in the same directory (``.tmp-*``,
+  which Spark and pyarrow ignore) hard-linked to the final name, which fails if the name
+  exists (``spark_sink/fencing.py``; elsewhere a check, then the write: best effort); on
+  object stores (S3, GCS) a single PUT of the final object.
+* **Reader rule.** The *current* result of (job, tree, epoch) is the one of highest **(term,
+  version)**, compared lexicographically: any version of a newer term outranks every version
+  of an older one. Readers of the current result (:meth:`Lake.files`, :meth:`Lake.epoch_file`,
+  batch reads, compaction) see exactly that one row set; :meth:`Lake.versions` lists every
+  (term, version) still in the lake, in that order (the streaming source delivers each higher
+  one as new rows).
+* **Writer's promises** (:meth:`Lake.publish`, which :meth:`Lake.write` uses). The rows of a
+  (job, tree, epoch, term, version) never change: when its file exists with other content
+  (``elf.result``'s ``digest``), the write goes to the next free version of the same term;
+  when that version (or a later one it probes) already holds this content (a retried push), it
+  writes nothing; a version of the term lower than one a compacted file holds is not written
+  again (superseded, its file maybe swept). Same content under another term is written: a new
+  term always gets its own file. **Fenced**: when the hour directory (or its compacted file)
+  already holds the epoch under a higher term than the rollup's, nothing is written and
+  :class:`~spark_sink.fencing.FencedWrite` says which term.
+* **Schema.** Fixed columns :data:`FIXED_FIELDS` (job, tree, trees, epoch, term, version,
+  epoch_start, epoch_end, tentative, partial, coverage, lacking, written_at, key_json,
+  value_json; ``spark_sink/columns.py``) on every row — ``lacking`` is a list of strings: the
+  hex ids of the origins a tentative or partial result lacks (empty for a final one);
+  ``partial``: the result lacks origins that were retired, so it is never exact; files without
+  ``term`` / ``version`` / ``partial`` / ``lacking`` read as 0, 1, false and an empty list —
+  then typed key and value columns (:func:`key_value_columns`): a scalar key is ``key``, a
+  tuple key ``key_0..key_n``, or the names the job gives; a scalar value is ``value``, a tuple
+  value ``value_0..``, a list value one list column ``value``, a dict value one column per
+  dict key (e.g. ``{"clicks": 7}`` → ``clicks``). A column whose values pyarrow cannot type
+  uniformly (mixed types, ints beyond 64 bits, nested dicts) holds JSON text instead;
+  ``key_json`` / ``value_json`` always hold the whole key / value as JSON (tuples and sets as
+  lists, bytes as UTF-8 text) — exactly the rows the results API reports. A job that names its
+  result rows (``Job.result_rows``, e.g. ELF QL: ``{"product": "p1", "clicks": 7}``) gets one
+  column per field instead; ``key_json`` then holds the whole row as a JSON object and
   ``value_json`` is ``null``. The footer names the roles: ``elf.key_columns`` and
   ``elf.value_columns`` (JSON lists; for named rows the numeric fields are the values), and
-  ``elf.result`` describes the result even when it has no row: ``{"rows": "pairs" |
-  "named", "version", "tentative", "coverage", "lacking", "digest"}`` (``rows`` tells the
-  results API's pairs from a job's named rows; ``digest`` hashes the rows and the flags, not
-  the version or the write time). **Top-k jobs** whose accuracy the master estimates
-  (``Rollup.accuracy`` not None: an additive aggregate ranked largest first) get one more
-  column after the fixed ones, ``accuracy`` (float64: the estimated share of this tree's
-  tentative top k that is in the accurate top k; 1.0 when final), and ``"accuracy"`` in
-  ``elf.result`` (and in the digest's flags); other jobs' files are unchanged.
-* **Compacted hours** (``spark_sink/compaction.py``): an hour's epoch files of one tree
-  merged into ``compact-tree-<i>-of-<m>.parquet`` in the same hour directory. Its footer's
-  ``elf.sources`` maps each epoch it holds to ``{"version": k, "mtime_ns": t, "result":
-  {…}}``: the version its rows are, the epoch file's mtime and its ``elf.result``. An epoch
-  file of a lower version is a stale copy (awaiting deletion) and is never listed; a higher
-  version written later wins over the compacted rows of its epoch until the next compaction
-  folds it in. So a reader sees each (epoch, tree) once, before, during and after a
-  compaction. Versions, not modification times, decide: an mtime depends on the clock of the
-  host that wrote the file (two masters of one job on a shared lake), on the file system's
-  granularity, and on copies and restores, and a rollup buffered while the lake was down
-  gets the mtime of its late flush; a version is part of the data. Only between equal
-  versions — which by the writer's promise hold the same rows, so either is right — does the
-  mtime break the tie (a file not newer than ``t`` is stale): a writer that broke the
-  promise still ends with its last write, as before versions. Compacted files written before
-  versions map epochs to a bare ``mtime_ns``: version 1, same rule.
-* **Reading.** :meth:`Lake.files` lists one :class:`LakeFile` per (epoch, tree), its
-  highest version (parsed from file names; a compacted file's footer is read once and
-  cached); :meth:`Lake.epoch_file` finds one (epoch, tree) listing only its hour directory.
-  A compacted entry has ``compacted=True`` and its reader keeps only that epoch's rows
-  (:func:`read_rows`).
-  :func:`read_table` reads a set of files into one table whose schema is the union of theirs
-  (missing columns null, int/float promoted). An empty epoch's file has the fixed columns
-  only; a column whose values are all null is typed string.
+  ``elf.result`` describes the result even when it has no row: ``{"rows": "pairs" | "named",
+  "term", "version", "tentative", "partial", "coverage", "lacking", "digest"}`` (``rows``
+  tells the results API's pairs from a job's named rows; ``digest`` hashes the rows and the
+  flags — ``partial`` among them when set — not the term, the version or the write time; files
+  written before terms lack ``term`` / ``partial``: 0, false). **Top-k jobs** whose accuracy
+  the master estimates (``Rollup.accuracy`` not None: an additive aggregate ranked largest
+  first) get one more column after the fixed ones, ``accuracy`` (float64: the estimated share
+  of this tree's tentative top k that is in the accurate top k; 1.0 when final), and
+  ``"accuracy"`` in ``elf.result`` (and in the digest's flags); other jobs' files are
+  unchanged.
+* **Compacted hours** (``spark_sink/compaction.py``): an hour's epoch files of one tree merged
+  into ``compact-tree-<i>-of-<m>.parquet`` in the same hour directory. Its footer's
+  ``elf.sources`` maps each epoch it holds to ``{"term": t, "version": k, "mtime_ns": n,
+  "result": {…}}``: the (term, version) its rows are, the epoch file's mtime and its
+  ``elf.result``. An epoch file of a lower (term, version) is a stale copy (awaiting deletion)
+  and is never listed; a higher one written later wins over the compacted rows of its epoch
+  until the next compaction folds it in. So a reader sees each (epoch, tree) once, before,
+  during and after a compaction. Versions, not modification times, decide: an mtime depends on
+  the clock of the host that wrote the file (two masters of one job on a shared lake), on the
+  file system's granularity, and on copies and restores, and a rollup buffered while the lake
+  was down gets the mtime of its late flush; a version is part of the data. Only between equal
+  (term, version)s — which by the writer's promise hold the same rows, so either is right —
+  does the mtime break the tie (a file not newer than ``n`` is stale). Compacted files written
+  before terms have no ``term`` (0), before versions they map epochs to a bare ``mtime_ns``
+  (term 0, version 1), same rule.
+* **Reading.** :meth:`Lake.files` lists one :class:`LakeFile` per (epoch, tree), its highest
+  (term, version) (parsed from file names; a compacted file's footer is read once and cached);
+  :meth:`Lake.epoch_file` finds one (epoch, tree) listing only its hour directory. A compacted
+  entry has ``compacted=True`` and its reader keeps only that epoch's rows
+  (:func:`read_rows`). :func:`read_table` reads a set of files into one table whose schema is
+  the union of theirs (missing columns null, int/float promoted). An empty epoch's file has
+  the fixed columns only; a column whose values are all null is typed string.
 
 No pyspark and no agent import here: the agent writes with pyarrow only.
 """
@@ -83,50 +90,45 @@ import datetime as dt
 import hashlib
 import json
 import math
-import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote, unquote
 
-import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-TS = pa.timestamp("us", tz="UTC")
-FIXED_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("job", pa.string(), nullable=False),
-    pa.field("tree", pa.int32(), nullable=False),
-    pa.field("trees", pa.int32(), nullable=False),
-    pa.field("epoch", pa.int64(), nullable=False),
-    pa.field("version", pa.int64(), nullable=False),
-    pa.field("epoch_start", TS, nullable=False),
-    pa.field("epoch_end", TS, nullable=False),
-    pa.field("tentative", pa.bool_(), nullable=False),
-    pa.field("coverage", pa.float64(), nullable=False),
-    pa.field("lacking", pa.list_(pa.string()), nullable=False),
-    pa.field("written_at", TS, nullable=False),
-    pa.field("key_json", pa.string(), nullable=False),
-    pa.field("value_json", pa.string(), nullable=False),
+from spark_sink.columns import (
+    ACCURACY,
+    FIXED_FIELDS,
+    TS,
+    key_value_columns,
+    named_columns,
+    to_json,
 )
-FIXED_NAMES = frozenset(f.name for f in FIXED_FIELDS)
-ACCURACY = pa.field("accuracy", pa.float64(), nullable=True)  # top-k jobs only (module doc)
-PARTITION_NAMES = frozenset({"date", "hour"})
-FILE_RE = re.compile(r"^epoch-(-?\d+)-tree-(\d+)-of-(\d+)(?:-v(\d+))?\.parquet$")
-COMPACT_RE = re.compile(r"^compact-tree-(\d+)-of-(\d+)\.parquet$")
+from spark_sink.columns import FIXED_NAMES as FIXED_NAMES  # re-exported: the lake's API
+from spark_sink.columns import normalize as normalize
+from spark_sink.fencing import OBJECT_STORES, FencedWrite, LakeError, create_exclusive
+from spark_sink.lake_names import (
+    COMPACT_RE,
+    EpochName,
+    Rank,
+    Source,
+    epoch_file_name,
+    hour_path,
+    parse_epoch_name,
+    parse_sources,
+    relative_path,
+)
+
 SOURCES_KEY = b"elf.sources"
-RESULT_KEY = b"elf.result"  # JSON: rows kind, version, tentative, coverage, lacking
-OBJECT_STORES = frozenset({"s3", "gcs"})
+RESULT_KEY = b"elf.result"  # JSON: rows kind, term, version, tentative, partial, coverage, …
 #: versions :meth:`Lake.write` probes past the one asked for before giving up (each probe is
 #: one stat, plus a footer read when the version is taken)
 MAX_VERSION_PROBES = 64
-
-
-class LakeError(Exception):
-    """The lake cannot be opened or a rollup cannot be represented (message says why)."""
 
 
 @dataclass
@@ -155,6 +157,12 @@ class Rollup:
     #: a top-k job's accuracy estimate (1.0 when final); None: not a top-k job, or one the
     #: master cannot estimate (no ``accuracy`` column then)
     accuracy: float | None = None
+    #: the fencing term of the master that publishes it (≥ 0; 0: written before terms): a
+    #: result of a higher term supersedes every version of a lower one (module contract)
+    term: int = 0
+    #: the result lacks origins that were retired (by the operator or by timeout): never
+    #: exact, they stay named in ``lacking`` with coverage < 1 (neither final nor tentative)
+    partial: bool = False
 
     @property
     def epoch_start(self) -> float:
@@ -163,7 +171,9 @@ class Rollup:
         return self.epoch * self.epoch_seconds
 
     def relative_path(self) -> str:
-        return rollup_path(self, self.version)
+        return relative_path(
+            self.job, self.epoch_start, self.tree, self.trees, self.epoch, self.version, self.term
+        )
 
 
 @dataclass(frozen=True)
@@ -181,223 +191,12 @@ class LakeFile:
     compacted: bool = False  # ``path`` holds an hour of epochs: read only this one's rows
     mtime_ns: int | None = None
     version: int = 1
+    term: int = 0
 
-
-def rollup_path(rollup: Rollup, version: int) -> str:
-    """``rollup``'s relative path as version ``version``."""
-    return relative_path(
-        rollup.job, rollup.epoch_start, rollup.tree, rollup.trees, rollup.epoch, version
-    )
-
-
-def compact_name(tree: int, trees: int) -> str:
-    """The file name an hour's compacted epochs of tree ``tree`` of ``trees`` go to."""
-    return f"compact-tree-{tree}-of-{trees}.parquet"
-
-
-def relative_path(
-    job: str, epoch_start: float, tree: int, trees: int, epoch: int, version: int = 1
-) -> str:
-    """``job=<name>/date=…/hour=…/epoch-<e>-tree-<i>-of-<m>-v<k>.parquet`` (module
-    contract)."""
-    return f"{hour_path(job, epoch_start)}/epoch-{epoch}-tree-{tree}-of-{trees}-v{version}.parquet"
-
-
-def hour_path(job: str, epoch_start: float) -> str:
-    """``job=<name>/date=…/hour=…``: the directory an epoch starting then is written to."""
-    when = dt.datetime.fromtimestamp(math.floor(epoch_start), dt.UTC)
-    return f"job={quote(job, safe='')}/date={when:%Y-%m-%d}/hour={when:%H}"
-
-
-class Source(NamedTuple):
-    """What a compacted file records of one epoch: the version of its rows, the ``mtime_ns``
-    of the epoch file they came from (the tie-break between equal versions), and that file's
-    ``elf.result``."""
-
-    version: int
-    mtime_ns: int | None = None
-    result: dict[str, Any] | None = None  # the epoch file's ``elf.result``, when known
-
-    def supersedes(self, version: int, mtime_ns: int) -> bool:
-        """Whether these compacted rows make an epoch file of ``version`` stale."""
-        if version != self.version:
-            return version < self.version
-        return self.mtime_ns is None or mtime_ns <= self.mtime_ns
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"version": self.version}
-        if self.mtime_ns is not None:
-            out["mtime_ns"] = self.mtime_ns
-        if self.result is not None:
-            out["result"] = self.result
-        return out
-
-
-def parse_sources(raw: bytes | None) -> dict[int, Source]:
-    """A compacted footer's ``elf.sources``: ``{"<e>": {"version": k, "mtime_ns": t,
-    "result": {…}}}``, or the older ``{"<e>": mtime_ns}`` (version 1). Raises ``ValueError`` /
-    ``TypeError`` / ``KeyError`` on a malformed footer."""
-    out = {}
-    for e, v in json.loads(raw or b"{}").items():
-        if isinstance(v, dict):
-            ns, result = v.get("mtime_ns"), v.get("result")
-            out[int(e)] = Source(
-                int(v["version"]),
-                None if ns is None else int(ns),
-                result if isinstance(result, dict) else None,
-            )
-        else:
-            out[int(e)] = Source(1, int(v))
-    return out
-
-
-# ---- values → columns ------------------------------------------------------------------------
-
-
-def normalize(value: Any) -> Any:
-    """JSON-ready form: tuples → lists, sets → lists sorted by repr, bytes → UTF-8 text,
-    non-finite floats → None."""
-    if isinstance(value, dict):
-        return {str(normalize(k)): normalize(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [normalize(v) for v in value]
-    if isinstance(value, set | frozenset):
-        return sorted((normalize(v) for v in value), key=repr)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, set | frozenset | bytes):
-        return normalize(value)
-    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalars
-        return value.tolist()
-    raise TypeError(type(value).__name__)
-
-
-def to_json(value: Any) -> str:
-    """Compact JSON of :func:`normalize` (value) (orjson fast path; ints beyond 64 bits and
-    non-text dict keys take the json module's path)."""
-    try:
-        return orjson.dumps(value, default=_json_default).decode()
-    except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(normalize(value), ensure_ascii=False, separators=(",", ":"))
-
-
-def _shape(values: Sequence[Any]) -> tuple[str, int]:
-    """('scalar'|'tuple'|'list'|'dict'|'mixed', arity) of a column of keys or values."""
-    kinds = set()
-    arity = set()
-    for v in values:
-        if isinstance(v, tuple):
-            kinds.add("tuple")
-            arity.add(len(v))
-        elif isinstance(v, list | set | frozenset):
-            kinds.add("list")
-        elif isinstance(v, dict):
-            kinds.add("dict")
-        else:
-            kinds.add("scalar")
-    if len(kinds) != 1 or len(arity) > 1:
-        return ("mixed" if kinds else "scalar", 0)
-    kind = kinds.pop()
-    return kind, (arity.pop() if arity else 1)
-
-
-def _typed(values: list[Any]) -> pa.Array:
-    """A typed Arrow array if pyarrow infers one of the plain types, else JSON text."""
-    prepared = [sorted(v, key=repr) if isinstance(v, set | frozenset) else v for v in values]
-    try:
-        arr = pa.array(prepared)
-    except (pa.ArrowException, OverflowError, TypeError, ValueError):
-        return pa.array([None if v is None else to_json(v) for v in values], pa.string())
-    if pa.types.is_null(arr.type):  # all None: text, so files agree with typed epochs
-        return pa.nulls(len(arr), pa.string())
-    if pa.types.is_list(arr.type) and pa.types.is_null(arr.type.value_type):
-        return arr.cast(pa.list_(pa.string()))
-    if _plain(arr.type):
-        return arr
-    return pa.array([None if v is None else to_json(v) for v in values], pa.string())
-
-
-def _plain(t: pa.DataType) -> bool:
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return _plain(t.value_type) and not pa.types.is_list(t.value_type)
-    return (
-        pa.types.is_null(t)
-        or pa.types.is_boolean(t)
-        or pa.types.is_int64(t)
-        or pa.types.is_float64(t)
-        or pa.types.is_string(t)
-        or pa.types.is_binary(t)
-    )
-
-
-def _column_name(name: str, taken: set[str]) -> str:
-    name = str(name) or "_"
-    while name in taken or name in FIXED_NAMES or name in PARTITION_NAMES or name == ACCURACY.name:
-        name = f"_{name}"
-    taken.add(name)
-    return name
-
-
-def key_value_columns(
-    rows: Sequence[tuple[Any, Any]],
-    key_names: Sequence[str] | None = None,
-    value_names: Sequence[str] | None = None,
-) -> tuple[list[tuple[str, pa.Array]], list[tuple[str, pa.Array]]]:
-    """The typed (key columns, value columns) for ``rows`` (module contract); a
-    ``key_names`` / ``value_names`` of the wrong arity is ignored (default names used)."""
-    if not rows:  # an empty epoch: fixed columns only (no column typed from nothing)
-        return [], []
-    keys = [k for k, _ in rows]
-    values = [v for _, v in rows]
-    taken: set[str] = set()
-    out: list[tuple[str, pa.Array]] = []
-    kind, arity = _shape(keys)
-    if kind == "tuple":
-        names = list(key_names) if key_names and len(key_names) == arity else None
-        for i in range(arity):
-            name = _column_name(names[i] if names else f"key_{i}", taken)
-            out.append((name, _typed([k[i] for k in keys])))
-    elif kind == "scalar":
-        name = key_names[0] if key_names and len(key_names) == 1 else "key"
-        out.append((_column_name(name, taken), _typed(keys)))
-    keys_done = len(out)
-    kind, arity = _shape(values)
-    if kind == "dict":
-        fields: dict[str, None] = {}
-        for v in values:
-            fields.update(dict.fromkeys(str(k) for k in v))
-        for f in fields:
-            col = [next((x for k, x in v.items() if str(k) == f), None) for v in values]
-            out.append((_column_name(f, taken), _typed(col)))
-    elif kind == "tuple":
-        names = list(value_names) if value_names and len(value_names) == arity else None
-        for i in range(arity):
-            name = _column_name(names[i] if names else f"value_{i}", taken)
-            out.append((name, _typed([v[i] for v in values])))
-    elif kind in ("scalar", "list"):
-        name = value_names[0] if value_names and len(value_names) == 1 else "value"
-        out.append((_column_name(name, taken), _typed(values)))
-    return out[:keys_done], out[keys_done:]
-
-
-def named_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, pa.Array]]:
-    """One typed column per field of the job's named rows (union of fields, first-seen
-    order; a field a row lacks is null there)."""
-    fields: dict[str, None] = {}
-    for row in rows:
-        fields.update(dict.fromkeys(str(k) for k in row))
-    taken: set[str] = set()
-    out = []
-    for f in fields:
-        values = [next((v for k, v in row.items() if str(k) == f), None) for row in rows]
-        out.append((_column_name(f, taken), _typed(values)))
-    return out
+    @property
+    def rank(self) -> Rank:
+        """(term, version): the highest is the current result (module contract)."""
+        return (self.term, self.version)
 
 
 def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
@@ -407,6 +206,8 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     n = len(rollup.rows) if named is None else len(named)
     if not isinstance(rollup.version, int) or rollup.version < 1:
         raise LakeError(f"rollup version must be an integer ≥ 1, got {rollup.version!r}")
+    if not isinstance(rollup.term, int) or isinstance(rollup.term, bool) or rollup.term < 0:
+        raise LakeError(f"rollup term must be an integer ≥ 0, got {rollup.term!r}")
     lacking = [str(x) for x in rollup.lacking]
     if named is None:
         key_texts = [to_json(k) for k, _ in rollup.rows]
@@ -420,10 +221,12 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
         "tree": pa.array([rollup.tree] * n, pa.int32()),
         "trees": pa.array([rollup.trees] * n, pa.int32()),
         "epoch": pa.array([rollup.epoch] * n, pa.int64()),
+        "term": pa.array([rollup.term] * n, pa.int64()),
         "version": pa.array([rollup.version] * n, pa.int64()),
         "epoch_start": pa.array([_micros(start)] * n, pa.int64()).cast(TS),
         "epoch_end": pa.array([_micros(start + rollup.epoch_seconds)] * n, pa.int64()).cast(TS),
         "tentative": pa.array([bool(rollup.tentative)] * n, pa.bool_()),
+        "partial": pa.array([bool(rollup.partial)] * n, pa.bool_()),
         "coverage": pa.array([float(rollup.coverage)] * n, pa.float64()),
         "lacking": pa.array([lacking] * n, pa.list_(pa.string())),
         "written_at": pa.array([_micros(written)] * n, pa.int64()).cast(TS),
@@ -451,8 +254,10 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
         RESULT_KEY: json.dumps(
             {
                 "rows": "pairs" if named is None else "named",
+                "term": rollup.term,
                 "version": rollup.version,
                 "tentative": bool(rollup.tentative),
+                "partial": bool(rollup.partial),
                 "coverage": float(rollup.coverage),
                 "lacking": lacking,
                 **({} if rollup.accuracy is None else {"accuracy": float(rollup.accuracy)}),
@@ -467,7 +272,7 @@ def _content_digest(
     key_texts: list[str], value_texts: list[str], rollup: Rollup, lacking: list[str]
 ) -> str:
     """A hash of what a version promises never to change: the rows (as the results API
-    reports them) and the flags; not the version, not the write time."""
+    reports them) and the flags; not the term, not the version, not the write time."""
     h = hashlib.blake2b(digest_size=16)
     for texts in (key_texts, value_texts):
         for text in texts:
@@ -476,6 +281,8 @@ def _content_digest(
     flags: list[Any] = [bool(rollup.tentative), float(rollup.coverage), sorted(lacking)]
     if rollup.accuracy is not None:  # absent for other jobs: their digests are unchanged
         flags.append(float(rollup.accuracy))
+    if rollup.partial:  # absent when not partial: earlier files' digests are unchanged
+        flags.append("partial")
     h.update(json.dumps(flags).encode())
     return h.hexdigest()
 
@@ -519,29 +326,77 @@ class Lake:
         return f"{self.root}/{relative}"
 
     def write(self, rollup: Rollup) -> str:
-        """Write one rollup atomically; returns the file's path. Never replaces a file of
-        other content: a version already taken by other rows moves this write to the next
-        free version; content already held by this version or a later one probed on the way
-        is not written again (module contract). Raises ``OSError`` or ``pyarrow.ArrowException``
-        if the lake is unavailable, :class:`LakeError` past :data:`MAX_VERSION_PROBES`."""
-        table = rollup_table(rollup)
-        digest = (result_meta(table.schema) or {}).get("digest")
-        version = rollup.version
+        """Publish one rollup (:meth:`publish` of its :func:`rollup_table`)."""
+        return self.publish(rollup_table(rollup))
+
+    def publish(self, table: pa.Table) -> str:
+        """Write an epoch table made by :func:`rollup_table` under its (term, version), never
+        replacing a file (module contract); returns the path holding its content. Raises
+        :class:`FencedWrite` if the lake holds the epoch under a higher term, ``OSError`` or
+        ``pyarrow.ArrowException`` if the lake is unavailable, :class:`LakeError` past
+        :data:`MAX_VERSION_PROBES`."""
+        relative = (table.schema.metadata or {}).get(b"elf.path", b"").decode()
+        directory, _, base = relative.rpartition("/")
+        name, result = parse_epoch_name(base), result_meta(table.schema)
+        if name is None or result is None or not directory.startswith("job="):
+            raise LakeError(f"not an epoch table (made by rollup_table): {relative!r}")
+        job = unquote(directory.split("/", 1)[0][4:])
+        held, compacted, (top, top_path) = self._held(self.path(directory), name)
+        if top > name.term:  # a newer master owns the epoch: this writer is fenced
+            raise FencedWrite(job, name.tree, name.trees, name.epoch, name.term, top, top_path)
+        digest = result.get("digest")
+        if compacted is not None:
+            source, holder = compacted
+            superseded = source.term == name.term and source.version > name.version
+            if superseded and name.rank not in held:  # its file maybe swept: not again
+                return holder
+        version = name.version
         for _ in range(MAX_VERSION_PROBES):
-            path = self.path(rollup_path(rollup, version))
-            if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
-                break
+            rank = (name.term, version)
+            path = held.get(rank)
+            if path is None and compacted is not None and compacted[0].rank == rank:
+                kept = (compacted[0].result or {}).get("digest")
+                if digest is not None and kept == digest:
+                    return compacted[1]  # this content, already compacted
+                version += 1
+                continue
+            if path is None:
+                body = table if version == name.version else with_version(table, version)
+                path = self.path((body.schema.metadata or {})[b"elf.path"].decode())
+                self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+                write = lambda p, body=body: pq.write_table(body, p, filesystem=self.fs)  # noqa: E731
+                if create_exclusive(self.fs, path, write):
+                    return path
             if self._holds(path, digest):
-                return path  # already written (a retry), maybe superseded since
+                return path  # already written (a retry, or a racing twin), maybe superseded
             version += 1
-        else:
-            raise LakeError(
-                f"{rollup.job} epoch {rollup.epoch}: no free version within "
-                f"{MAX_VERSION_PROBES} of {rollup.version}"
-            )
-        if version != rollup.version:
-            table = rollup_table(replace(rollup, version=version))
-        return self.write_table(table)
+        raise LakeError(
+            f"{job} epoch {name.epoch} term {name.term}: no free version within "
+            f"{MAX_VERSION_PROBES} of {name.version}"
+        )
+
+    def _held(
+        self, directory: str, name: EpochName
+    ) -> tuple[dict[Rank, str], tuple[Source, str] | None, tuple[int, str]]:
+        """From one listing of the epoch's hour directory: the epoch files of (epoch, tree,
+        m) by rank, the compacted file's record of the epoch and its path, and the highest
+        term held (0 and "" when none) with a path holding it."""
+        infos = self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+        held: dict[Rank, str] = {}
+        compacted: tuple[Source, str] | None = None
+        top: tuple[int, str] = (0, "")
+        for info in infos:
+            other = parse_epoch_name(info.base_name)
+            if other is not None and other[:3] == name[:3]:
+                held[other.rank] = info.path
+                top = max(top, (other.term, info.path))
+            elif (m := COMPACT_RE.match(info.base_name)) and (
+                int(m.group(1)), int(m.group(2))) == (name.tree, name.trees):  # fmt: skip
+                source = self.compacted_sources(info).get(name.epoch)
+                if source is not None:
+                    compacted = (source, info.path)
+                    top = max(top, (source.term, info.path))
+        return held, compacted, top
 
     def _holds(self, path: str, digest: str | None) -> bool:
         """Whether the epoch file at ``path`` holds rows and flags of ``digest``."""
@@ -554,7 +409,8 @@ class Lake:
         return meta is not None and meta.get("digest") == digest
 
     def write_table(self, table: pa.Table) -> str:
-        """Write a table made by :func:`rollup_table` to its own path (atomic replace)."""
+        """Write a table to its own ``elf.path`` (atomic replace: compacted files; epoch
+        files go through :meth:`publish`, which never replaces one)."""
         relative = (table.schema.metadata or {}).get(b"elf.path")
         if not relative:
             raise LakeError("table has no elf.path metadata (not made by rollup_table)")
@@ -635,26 +491,24 @@ class Lake:
                 by_dir.setdefault((parts[0][5:], hour), []).append(info)
             for (date, hour), group in by_dir.items():
                 out.extend(self._hour_files(name, date, hour, group, every_version))
-        out.sort(key=lambda f: (f.job, f.epoch, f.tree, f.version))
+        out.sort(key=lambda f: (f.job, f.epoch, f.tree, f.term, f.version))
         return out
 
     def _hour_files(
         self, job: str, date: str, hour: int, infos: list[pafs.FileInfo], every_version: bool
     ) -> list[LakeFile]:
-        # (epoch, tree, m) → version → the epoch file holding it (a version named both with
-        # and without ``-v1``: the newer file)
-        small: dict[tuple[int, int, int], dict[int, pafs.FileInfo]] = {}
+        # (epoch, tree, m) → (term, version) → the epoch file holding it (a version named
+        # both with and without ``-v1``: the newer file)
+        small: dict[tuple[int, int, int], dict[Rank, pafs.FileInfo]] = {}
         compacted: dict[tuple[int, int], pafs.FileInfo] = {}
         for info in infos:
             if info.type != pafs.FileType.File:
                 continue
-            if m := FILE_RE.match(info.base_name):
-                key = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-                version = int(m.group(4)) if m.group(4) else 1
-                versions = small.setdefault(key, {})
-                held = versions.get(version)
+            if name := parse_epoch_name(info.base_name):
+                ranks = small.setdefault(name[:3], {})
+                held = ranks.get(name.rank)
                 if held is None or _mtime_ns(info) > _mtime_ns(held):
-                    versions[version] = info
+                    ranks[name.rank] = info
             elif m := COMPACT_RE.match(info.base_name):
                 compacted[(int(m.group(1)), int(m.group(2)))] = info
         covered: dict[tuple[int, int, int], Source] = {}
@@ -665,25 +519,23 @@ class Lake:
         for key in set(small) | set(covered):
             epoch, tree, trees = key
             source = covered.get(key)
-            versions = small.get(key, {})
+            ranks = small.get(key, {})
             fresh = {
-                v: info
-                for v, info in versions.items()
-                if source is None or not source.supersedes(v, _mtime_ns(info))
+                r: info
+                for r, info in ranks.items()
+                if source is None or not source.supersedes(r, _mtime_ns(info))
             }
             holder = compacted[(tree, trees)] if source is not None else None
             if every_version:
-                for v, info in versions.items():
-                    out.append(_lake_file(job, date, hour, epoch, tree, trees, info, False, v))
-                if holder is not None and source is not None and source.version not in versions:
-                    out.append(_lake_file(job, date, hour, epoch, tree, trees, holder, True,
-                                          source.version))  # fmt: skip
+                for r, info in ranks.items():
+                    out.append(_lake_file(job, date, hour, key, info, False, r))
+                if holder is not None and source is not None and source.rank not in ranks:
+                    out.append(_lake_file(job, date, hour, key, holder, True, source.rank))
             elif fresh:
-                v = max(fresh)
-                out.append(_lake_file(job, date, hour, epoch, tree, trees, fresh[v], False, v))
+                r = max(fresh)
+                out.append(_lake_file(job, date, hour, key, fresh[r], False, r))
             elif holder is not None and source is not None:
-                out.append(_lake_file(job, date, hour, epoch, tree, trees, holder, True,
-                                      source.version))  # fmt: skip
+                out.append(_lake_file(job, date, hour, key, holder, True, source.rank))
         return out
 
     def compacted_sources(self, info: pafs.FileInfo) -> dict[int, Source]:
@@ -709,9 +561,10 @@ def _mtime_ns(info: pafs.FileInfo) -> int:
 
 
 def _lake_file(
-    job: str, date: str, hour: int, epoch: int, tree: int, trees: int,
-    info: pafs.FileInfo, compacted: bool, version: int,
+    job: str, date: str, hour: int, key: tuple[int, int, int], info: pafs.FileInfo,
+    compacted: bool, rank: Rank,
 ) -> LakeFile:  # fmt: skip
+    epoch, tree, trees = key
     return LakeFile(
         job=job,
         date=date,
@@ -723,8 +576,27 @@ def _lake_file(
         mtime=info.mtime.timestamp() if info.mtime is not None else None,
         compacted=compacted,
         mtime_ns=_mtime_ns(info),
-        version=version,
+        term=rank[0],
+        version=rank[1],
     )
+
+
+def with_version(table: pa.Table, version: int) -> pa.Table:
+    """An epoch table made by :func:`rollup_table` as version ``version`` of its term: the
+    ``version`` column, ``elf.path`` and ``elf.result`` changed (the digest does not cover
+    the version)."""
+    meta = dict(table.schema.metadata or {})
+    directory, _, base = meta[b"elf.path"].decode().rpartition("/")
+    name = parse_epoch_name(base)
+    result = result_meta(table.schema)
+    if name is None or result is None:
+        raise LakeError(f"not an epoch table (made by rollup_table): {base!r}")
+    new = epoch_file_name(name.epoch, name.tree, name.trees, version, name.term)
+    meta[b"elf.path"] = f"{directory}/{new}".encode()
+    meta[RESULT_KEY] = json.dumps({**result, "version": version}).encode()
+    i = table.schema.get_field_index("version")
+    column = pa.array([version] * table.num_rows, pa.int64())
+    return table.set_column(i, table.schema.field(i), column).replace_schema_metadata(meta)
 
 
 def complete_epochs(files: Iterable[LakeFile]) -> dict[int, bool]:
@@ -792,10 +664,12 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _missing(f: pa.Field, n: int) -> pa.Array:
-    """A column a file lacks: ``version`` 1 and ``lacking`` empty for files written before
-    those columns existed, nulls otherwise."""
-    if f.name == "version":
-        return pa.array([1] * n, pa.int64())
+    """A column a file lacks: ``version`` 1, ``term`` 0, ``partial`` false and ``lacking``
+    empty for files written before those columns existed, nulls otherwise."""
+    if f.name in ("version", "term"):
+        return pa.array([int(f.name == "version")] * n, pa.int64())
+    if f.name == "partial":
+        return pa.array([False] * n, pa.bool_())
     if f.name == "lacking":
         return pa.array([[]] * n, pa.list_(pa.string()))
     return pa.nulls(n, f.type)
@@ -861,22 +735,24 @@ def result_meta(schema: pa.Schema) -> dict[str, Any] | None:
 
 def epoch_meta(lake: Lake, f: LakeFile) -> dict[str, Any] | None:
     """One (epoch, tree) entry's ``elf.result`` from footers only (the epoch file's, or the
-    compacted file's ``elf.sources``), its ``version`` the entry's; None for files written
-    before ``elf.result``."""
+    compacted file's ``elf.sources``), its ``term`` and ``version`` the entry's (``partial``
+    false when not recorded); None for files written before ``elf.result``."""
     if f.compacted:
         source = lake.compacted_sources(lake.fs.get_file_info(f.path)).get(f.epoch)
         meta = source.result if source is not None else None
     else:
         meta = result_meta(pq.read_schema(f.path, filesystem=lake.fs))
-    return None if meta is None else {**meta, "version": f.version}
+    if meta is None:
+        return None
+    return {"partial": False, **meta, "term": f.term, "version": f.version}
 
 
 def read_epoch(
     lake: Lake, f: LakeFile, meta: dict[str, Any] | None = None
 ) -> tuple[pa.Table, dict[str, Any]]:
     """One (epoch, tree) entry's rows and its result description (``meta``, else
-    :func:`epoch_meta`; for files written before ``elf.result``, the version from the name
-    and the rest from the first row, ``rows`` unknown (None) when that is not a pair). Reads
+    :func:`epoch_meta`; for files written before ``elf.result``, term and version from the
+    name and the rest from the first row, ``rows`` unknown (None) when that is not a pair). Reads
     that one file only (one tree's compacted hour filtered to the epoch)."""
     if meta is None:
         meta = epoch_meta(lake, f)
@@ -887,7 +763,8 @@ def read_epoch(
         meta = {
             "rows": None if not first else ("pairs" if row.get("value_json") != "null" else None),
             "tentative": bool(row.get("tentative", False)),
+            "partial": bool(row.get("partial", False)),
             "coverage": float(row.get("coverage", 1.0)),
             "lacking": list(row.get("lacking") or []),
         }
-    return table, {**meta, "version": f.version}
+    return table, {**meta, "term": f.term, "version": f.version}

@@ -109,7 +109,8 @@ INNER_LAYERS: dict[str, list[set[str]]] = {
         {"ingest"},  # log lines to records
         {"runtime"},  # the agent and its jobs at run time
         {"server"},  # the process: HTTP API, daemon, local cluster
-        {"api", "cli_common", "top"},  # job author's facade; CLI options; `elf top`'s view
+        # job author's facade; CLI options; `elf top`'s view; the CLI's one-line summaries
+        {"api", "cli_common", "cli_views", "top"},
         {"cli"},  # the `elf` command
     ],
     "srt": [

@@ -57,6 +57,10 @@ Fields (JSON name: type, default):
   stores a tentative preview of what has arrived; 0: no previews.
   ``checkpoint_replicas``: int in [0, ``MAX_CHECKPOINT_REPLICAS`` = 8], default 2 - overlay
   neighbours each agent replicates its uncommitted epoch snapshots to (0: none).
+  ``retire_after``: seconds in [``MIN_RETIRE_AFTER`` = 1, ``MAX_RETIRE_AFTER`` = 30 days],
+  default ``DEFAULT_RETIRE_AFTER`` (900 s: a restart takes seconds, a reboot minutes) - an
+  absent origin (crashed, stopped, cut off: not left) nobody heard of this long is retired:
+  later epochs no longer wait for it, the epochs it missed stay *partial*.
 
 Sizes: ``params`` and ``aggregator_params`` hold JSON only — integers within signed 64 bits
 (what msgpack, Arrow and the lake carry), finite numbers, nesting at most ``MAX_JSON_DEPTH``
@@ -116,6 +120,10 @@ DEFAULT_CHECKPOINT_REPLICAS = 2
 #: a non-zero tentative deadline shorter than this would preview nearly every epoch
 MIN_TENTATIVE_DEADLINE = 0.05
 MAX_TENTATIVE_DEADLINE = 3_600.0
+#: an absent origin is retired after this long (docs/fault-tolerance.md, "Retiring")
+DEFAULT_RETIRE_AFTER = 900.0
+MIN_RETIRE_AFTER = 1.0
+MAX_RETIRE_AFTER = 30 * 86_400.0
 #: the default tentative deadline: max(floor, share x epoch length) - see tentative_deadline_for
 TENTATIVE_DEADLINE_FLOOR = 0.3
 TENTATIVE_DEADLINE_SHARE = 0.1
@@ -166,6 +174,7 @@ class JobSpec:
     straggler_epochs: int = DEFAULT_STRAGGLER_EPOCHS
     tentative_deadline: float | None = None
     checkpoint_replicas: int = DEFAULT_CHECKPOINT_REPLICAS
+    retire_after: float = DEFAULT_RETIRE_AFTER
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -304,6 +313,13 @@ class JobSpec:
             straggler_epochs=stragglers,
             tentative_deadline=deadline,
             checkpoint_replicas=replicas,
+            retire_after=_number(
+                data,
+                "retire_after",
+                DEFAULT_RETIRE_AFTER,
+                low=MIN_RETIRE_AFTER,
+                high=MAX_RETIRE_AFTER,
+            ),
         )
         size_bytes = len(msgpack.packb(spec.to_dict(), use_bin_type=True))
         if size_bytes > MAX_SPEC_BYTES:

@@ -68,6 +68,7 @@ from agent.runtime.job import JobRuntime
 from agent.runtime.lake_sink import lake_target
 from agent.runtime.logs import AGENT, AgentName, job_context
 from agent.runtime.looplag import LoopLag
+from agent.runtime.membership_api import RETIRE_PATH, MembershipRoutes
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.offsets import OffsetKeeper
 from agent.runtime.ops_api import install as install_ops_routes
@@ -224,6 +225,19 @@ class Agent:
         #: this agent's Prometheus registry (``GET /metrics``), read at scrape time
         self.metrics = AgentMetrics(self)
         install_ops_routes(self.api, self, self.metrics, metrics_public=config.metrics_public)
+        #: retiring origins and leaving (agent/runtime/membership_api.py); the daemon sets
+        #: ``on_leave`` to its SIGTERM path, an agent run in-process stops itself
+        self.on_leave: Callable[[], None] | None = None
+        self._leaving: asyncio.Task[None] | None = None
+        self.membership = MembershipRoutes(
+            self.runtimes.get,
+            lambda: sorted(self.runtimes),
+            self.client,
+            lambda: self.data_url,
+            lambda: self.overlay.id,
+            self.leave,
+        )
+        self.membership.install(self.api)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -248,9 +262,11 @@ class Agent:
         self.server.route("POST", "/agent/v1/resend", self._serve_resend)
         self.server.route("POST", "/agent/v1/replica", self._serve_replica)
         self.server.route("POST", "/agent/v1/origin", self._serve_origin)
+        self.server.route("POST", "/agent/v1/leave", self._serve_leave)
         self.server.route("POST", "/agent/v1/checkpoint", self._serve_checkpoint)
         self.server.route("POST", "/agent/v1/checkpoint/fetch", self._serve_checkpoint_fetch)
         self.server.route("POST", "/agent/v1/recv", self._serve_recv)
+        self.server.route("POST", RETIRE_PATH, self.membership.serve_retire)
         self.server.route("POST", SUMMARY_PATH, self._serve_summary)
         self.dashboard.attach()
         self.overlay.handle("agent.where", lambda payload, sender: {"data_url": self.data_url})
@@ -330,6 +346,14 @@ class Agent:
             if self.parse_pool is not None:  # after the record thread: nothing submits now
                 await asyncio.to_thread(self.parse_pool.close)
                 self.parse_pool = None
+
+    def leave(self) -> None:
+        """Stop gracefully as on SIGTERM (``POST /api/v1/leave``): the daemon's stop when it
+        set ``on_leave``, else this agent's own :meth:`stop`."""
+        if self.on_leave is not None:
+            self.on_leave()
+        elif self._leaving is None:
+            self._leaving = asyncio.get_running_loop().create_task(self.stop(), name="elf-leave")
 
     def describe(self) -> dict[str, Any]:
         """What ``elf agent`` prints when ready."""
@@ -1163,6 +1187,21 @@ class Agent:
         runtime.origin_joined(tree, origin, start, body.get("url"))
         return {"ok": True}
 
+    async def _serve_leave(self, request: web.Request) -> dict[str, Any]:
+        """An origin stopping gracefully declares its end to the job's master."""
+        body = await self._json_body(request, "job", "tree", "origin", "through")
+        runtime = self.runtimes.get(body["job"])
+        if runtime is None:
+            raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
+        tree, origin = _tree_and_origin(body)
+        try:
+            left = await runtime.accept_leave(tree, origin, body)
+        except Reject:
+            raise
+        except (TypeError, ValueError, KeyError, OverflowError, SnapshotError) as exc:
+            raise Reject(400, "bad_body", f"leave rejected: {exc}") from None
+        return {"left": left}
+
     async def _serve_checkpoint(self, request: web.Request) -> dict[str, Any]:
         """An origin checkpoints its uncommitted epochs here, one of its hot replicas."""
         body = await self._json_body(request, "job", "tree", "origin", "epochs")
@@ -1229,7 +1268,9 @@ class Agent:
             items = [
                 dict(item, snapshot=base64.b64decode(item["snapshot"])) for item in body["items"]
             ]
-            taken = runtime.absorb(int(body["tree"]), items, body.get("expected"))
+            taken = runtime.absorb(
+                int(body["tree"]), items, body.get("expected"), body.get("term", 0)
+            )
             return {"taken": taken}
         except Reject:  # 409 incompatible, 503 epoch_ahead / unknown_job: nothing taken
             self.count("bad_handover")

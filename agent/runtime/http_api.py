@@ -20,6 +20,9 @@ GET      /api/v1/jobs/{name}/results         latest complete epoch, or ``?epoch=
 POST     /api/v1/jobs/{name}/query           cross-job query, answered by the job's master
 GET      /api/v1/jobs/{name}/local           ``?k=v``: the job's instance on this agent answers
 GET      /api/v1/status                      node id, neighbours, roles and trees per job
+POST     /api/v1/jobs/{name}/retire          retire an origin of a job (``membership_api``)
+POST     /api/v1/retire                      retire an agent from every running job (same)
+POST     /api/v1/leave                       202, then stop as on SIGTERM (same)
 POST     /api/v1/ingest/{input}              JSON lines into a named input
 GET      /api/v1/health                      liveness (no token)
 GET      /healthz, /readyz                   liveness, readiness (no token; ``ops_api``)
@@ -30,7 +33,9 @@ GET      /dashboard/, /api/v1/dashboard/...  the live dashboard (``agent.runtime
 =======  ==================================  ===============================================
 
 The operator's routes and the validation of requests against the OpenAPI document are added by
-:func:`agent.runtime.ops_api.install`; ``public_paths`` are the paths served without a token.
+:func:`agent.runtime.ops_api.install`, the retire and leave routes by
+:class:`agent.runtime.membership_api.MembershipRoutes`; ``public_paths`` are the paths served
+without a token.
 """
 
 from __future__ import annotations

@@ -75,16 +75,18 @@ from agent.jobs.table import RUNNING, JobEntry
 from agent.jsonable import jsonable
 from agent.runtime.checkpoints import CheckpointSender
 from agent.runtime.clock import EpochClock
-from agent.runtime.coverage import ExpectedOrigins
 from agent.runtime.cpu_budget import CpuBudget
+from agent.runtime.fencing import MasterTerms
 from agent.runtime.lake_history import provenance
 from agent.runtime.lake_sink import LakeTarget, sink_for
 from agent.runtime.loss import OriginLoss
+from agent.runtime.membership import Membership
 from agent.runtime.offsets import TreeOutflow, write_atomically
 from agent.runtime.record_thread import InlineRecords
 from agent.runtime.result_spill import ResultSpill
 from agent.runtime.results import ResultStore
 from agent.runtime.retention import RetainedEpochs
+from agent.runtime.retirement import Absence
 from agent.runtime.services import (
     NO_OBSERVER,
     EpochObserver,
@@ -121,6 +123,7 @@ HORIZON_SLACK = 10_000
 REPAIR_BATCH = 16  # epochs asked of one origin per repair request
 REPLICA_BATCH = 32  # epochs sent to the standby per replication request
 HANDOVER_ATTEMPTS = 30  # ~1 min with back-off
+LEAVE_TIMEOUT = 3.0  # a stopping origin's end declaration, per tree
 
 
 def _write_json(path: Path, body: Any) -> None:
@@ -203,10 +206,14 @@ class JobRuntime:
         #: as master of a top-k job: its results' accuracy estimates (agent/runtime/quality.py)
         self.accuracy = AccuracyCache()
         self._estimating: set[tuple[int, int]] = set()  # (tree, epoch) estimates under way
-        seconds = self.spec.schedule.seconds_of(self.spec.start_epoch or 0) or 1.0
-        grace = max(3, math.ceil(self.tunables.origin_grace_seconds / seconds))
-        #: as master: which origins each epoch should cover (tentative vs final)
-        self.expected_origins = ExpectedOrigins(grace)
+        #: as master: which origins each epoch should cover, and who is absent, left or
+        #: retired (tentative vs final vs partial; membership.py, retirement.py)
+        self.membership = Membership()
+        self.absence = Absence(self.membership, self.store, _AbsenceHost(self))
+        #: the fencing term of each tree this agent masters (fencing.py)
+        self.fence = MasterTerms(t.master_settle_seconds)
+        self.store.term_of = self.fence.term
+        self.store.given_up_for = self._given_up_for
         self._data_dir = data_dir
         self._members_dirty = False
         self._members_writing = False
@@ -236,6 +243,7 @@ class JobRuntime:
             loss_timeout=t.loss_timeout,
         )
         self._repairing: set[int] = set()  # trees whose repair loop runs (as master)
+        self._watching_absence = False
         self._was_member: set[int] = set()  # trees in which this agent has had a parent
         #: epochs up to this one may miss records here: other jobs had read them from a
         #: shared input before this job started (see :meth:`started_after_others`)
@@ -284,8 +292,8 @@ class JobRuntime:
             closes_at=lambda epoch: self.spec.schedule.end(epoch) + self.spec.allowed_lateness,
             seconds_of=lambda epoch: self.spec.schedule.seconds_of(epoch),
             expected=lambda epoch: (
-                self.expected_origins.expected(epoch),
-                self.expected_origins.doubt is not None,
+                self.membership.expected(epoch),
+                self.membership.doubt is not None,
             ),
             on_stored=self._preview_stored,
         )
@@ -331,6 +339,8 @@ class JobRuntime:
                 view = trees.view(tid)
                 if view is not None and view.is_root and self.store.epochs(tid):
                     await self._hand_over_to_successor(tid)
+            if self.worker is not None:  # an origin: declare its end (docs/fault-tolerance.md)
+                await asyncio.gather(*(self._declare_leave(t) for t in self.tree_list))
         if trees is not None:
             for tid in self.tree_list:
                 if trees.view(tid) is not None:
@@ -461,16 +471,77 @@ class JobRuntime:
 
     def root_changed(self, tid: int, is_root: bool) -> None:
         self.ensure_tree(tid)
-        if not is_root and self.store.epochs(tid):
-            self.tasks.spawn(self._hand_over(tid), f"hand over {self.name}")
+        if not is_root:
+            self.fence.not_root(tid)  # the new master publishes what it takes over
+            if self.store.epochs(tid):
+                self.tasks.spawn(self._hand_over(tid), f"hand over {self.name}")
         self.parent_changed(tid)
         if is_root:
             self.loss.watch(tid)
             was_member = tid in self._was_member
-            self._take_over(tid)
-            if was_member:  # a member before: others fed this tree; which, it may not know
-                self.expected_origins.doubt_until_told(self.network.node_id)
+            knew = bool(self.membership.members_set())
+            took_over = self._take_over(tid)  # claims its term, settled, if it did
+            if not took_over:
+                self.fence.became_root(tid, time.time(), settled=False)
+                self.tasks.spawn(self._settle(tid), f"{self.name} settle")
+            log.info("job %s tree %x: master under term %d", self.name, tid, self.fence.term(tid))
+            self._members_changed()  # the term is persisted beside the members
+            if was_member or (not knew and not took_over and self._running_before()):
+                # others fed this tree before; which, this master may not know
+                self.membership.doubt_until_told(self.network.node_id)
             self._keep_queued(tid)
+            self._watch_absence()
+
+    def _running_before(self) -> bool:
+        """The job ran before this agent could be its master (its submitted start epoch is
+        past) in a cluster of more than this agent: another master may have held it."""
+        start = self._identity[2]
+        now_epoch = self.spec.schedule.epoch_of(time.time())
+        others = any(n.id != self.network.node_id for n in self.network.neighbours())
+        return others and (start is None or now_epoch > start + 1)
+
+    async def _settle(self, tid: int) -> None:
+        """An unsettled master (fencing.py): publish what waited once it settles, if it is
+        still the root then."""
+        while not self._stopped:
+            wait = self.fence.settle_in(tid, time.time())
+            if wait is None:
+                break
+            await asyncio.sleep(wait)
+        if self._stopped or not self._is_root(tid):
+            return
+        for epoch in sorted(self.fence.settle(tid, time.time())):
+            self.store.assess(tid, epoch)  # stamped with the term it is published under
+            self._publish(tid, epoch)
+
+    def _publish(self, tid: int, epoch: int) -> None:
+        """A version of (tree, epoch) to the lake - once this master has settled."""
+        if self.lake is None:
+            return
+        if self.fence.settled(tid, time.time()):
+            self.lake.epoch(tid, epoch)
+        else:
+            self.fence.defer(tid, epoch)
+
+    def lake_fenced(self, tid: int, epoch: int, newer_term: int) -> None:
+        """The lake holds a newer term's version of (tree, epoch) than ours: a master under
+        that term exists (or existed). Still the root here: claim above it and publish again
+        (the lake keeps the highest; each version says what it lacks)."""
+        if self.fence.hear(tid, newer_term) and self._is_root(tid):
+            term = self.fence.claim(tid)
+            self.count("term_claims_after_fence")
+            self._members_changed()
+            log.warning(
+                "job %s tree %x epoch %d: the lake holds term %d; still the root here, "
+                "claiming term %d",
+                self.name,
+                tid,
+                epoch,
+                newer_term,
+                term,
+            )
+            self.store.assess(tid, epoch)
+            self._publish(tid, epoch)
 
     def _keep_queued(self, tid: int) -> None:
         """This agent became the tree's root (its master died or moved): the epochs it had
@@ -509,8 +580,7 @@ class JobRuntime:
         """A tentative preview was stored (agent/runtime/tentative.py): counted, to the lake
         as any tentative version; no job hook, no replica, no commit."""
         self.count("tentative_previews")
-        if self.lake is not None:
-            self.lake.epoch(tid, epoch)
+        self._publish(tid, epoch)
         self._bound_results()
 
     # ---- the data path -----------------------------------------------------------------------
@@ -642,8 +712,8 @@ class JobRuntime:
         view = self._view(tid)
         lineage = self.combiners[tid].lineage_of(epoch)
         if view is not None and view.is_root:
-            expected = self.expected_origins.expected(epoch)
-            doubtful = self.expected_origins.doubt is not None
+            expected = self.membership.expected(epoch)
+            doubtful = self.membership.doubt is not None
             stored_at = time.time()
             if self.store.put(
                 tid, epoch, snap, stored_at, origins=lineage, expected=expected, doubtful=doubtful
@@ -652,8 +722,7 @@ class JobRuntime:
                 self._observe(epoch, lineage)
                 self._report_missing(tid, epoch)
                 self._replicate(tid)
-                if self.lake is not None:
-                    self.lake.epoch(tid, epoch)
+                self._publish(tid, epoch)
                 self.tasks.spawn(self._master_epoch(tid, epoch, snap), f"{self.name} result")
                 self._bound_results()
                 self.previews.stored(tid, epoch)
@@ -700,31 +769,33 @@ class JobRuntime:
         finally:
             self._spilling = False
 
-    def commit_watermark(self, tid: int) -> int | None:
-        """As master: the highest epoch C such that every stored epoch up to C is final, or
-        tentative and past repair (older than the origins' grace); None if none."""
-        epochs = self.store.epochs(tid)
-        if not epochs:
-            return None
-        give_up = epochs[-1] - self.expected_origins.grace_epochs
-        watermark = None
-        for epoch in epochs:
+    def commit_watermark(self, tid: int) -> tuple[int | None, dict[int, int]]:
+        """As master: the highest epoch C such that every stored epoch up to C is final or
+        partial, or tentative lacking only origins declared absent (None if none) - and,
+        for each such absent origin, the first epoch up to C it lacks: its own commit stays
+        below that, so it re-sends those epochs when it comes back (docs/fault-tolerance.md,
+        "Commit")."""
+        absent = self.membership.absent().keys()
+        watermark: int | None = None
+        held: dict[int, int] = {}
+        for epoch in self.store.epochs(tid):
             result = self.store.peek(tid, epoch)
             if result is not None and result.preview:
                 break  # a preview never commits: the barrier's result replaces it
-            if result is not None and result.tentative and epoch > give_up:
-                # what only a lost origin held died with it (loss.py): past repair too
-                lost = self.expected_origins.past_repair(epoch)
-                if result.doubtful or not result.missing <= lost:
+            if result is not None and result.tentative:
+                waiting = result.missing - result.given_up
+                if result.doubtful or not waiting <= absent:
                     break
+                for origin in waiting:
+                    held.setdefault(origin, epoch)
             watermark = epoch
-        return watermark
+        return watermark, held
 
     def _advance_commit(self, tid: int) -> None:
         """Move the tree's commit watermark and tell the tree (agents then let their read
         positions pass the committed epochs: agent/runtime/offsets.py). With a standby, only
         epochs whose current version it holds can be committed."""
-        watermark = self.commit_watermark(tid)
+        watermark, held = self.commit_watermark(tid)
         if watermark is not None and self._standby(tid) is not None:
             upto = self.replication.replicated_upto(tid, self.store.versions(tid))
             watermark = None if upto is None else min(watermark, upto)
@@ -733,9 +804,13 @@ class JobRuntime:
         self.committed[tid] = watermark
         self.retained.commit(tid, watermark)
         self.count("commits")
-        self.tasks.spawn(
-            self._multicast(tid, {"kind": "commit", "epoch": watermark}), f"{self.name} commit"
-        )
+        message = {
+            "kind": "commit",
+            "epoch": watermark,
+            "term": self.fence.term(tid),
+            "held": {format(o, "x"): e for o, e in held.items() if e <= watermark},
+        }
+        self.tasks.spawn(self._multicast(tid, message), f"{self.name} commit")
 
     def started_after_others(self, newest_read: float, inputs: list[str]) -> None:
         """Other jobs on this agent had already read ``inputs`` up to event time
@@ -799,11 +874,67 @@ class JobRuntime:
         epoch ``start`` on (its data-plane ``url``, if given, is where it is probed)."""
         self._known_tree(tid)
         self.loss.learn_url(origin, url)
-        if self.expected_origins.join(origin, start):
+        if self.membership.join(origin, start, time.time()):
             self.count("origins_announced")
             self._members_changed()
         view = self._view(tid)
         if view is not None and view.is_root:
+            self._replicate(tid)
+
+    def _given_up_for(self, epoch: int) -> Lineage:
+        """Origins retired from a later epoch on: their absence from ``epoch`` is for good."""
+        retired = self.membership.retired_before()
+        return frozenset(o for o, first_out in retired.items() if epoch < first_out)
+
+    def origin_left(self, tid: int, origin: int, through: int) -> bool:
+        """As master (``POST /agent/v1/leave``): ``origin`` stopped gracefully after
+        delivering its epochs up to ``through`` (retirement.py). True if it was expected."""
+        self._known_tree(tid)
+        left = self.absence.left(origin, through)
+        for t in self.tree_list:
+            if self._is_root(t):
+                self._replicate(t)
+        return left
+
+    def retire_origin(self, origin: int, why: str) -> dict[str, Any]:
+        """As master of the job: retire ``origin`` now (``elf retire``; retirement.py).
+        Raises ``KeyError`` if it is not a member, ``LookupError`` if this agent masters
+        none of the job's trees."""
+        if not any(self._is_root(t) for t in self.tree_list):
+            raise LookupError(f"this agent masters none of job {self.name!r}'s trees")
+        return self.absence.retire(origin, why, time.time())
+
+    def membership_status(self) -> dict[str, Any]:
+        """As master: the absent, retired and left origins (empty elsewhere)."""
+        if not any(self._is_root(t) for t in self.tree_list):
+            return {"absent": [], "retired": [], "left": []}
+        return self.membership.status(self.spec.retire_after)
+
+    async def master_urls(self) -> list[str]:
+        """The data-plane URLs of the job's masters (one per tree, deduplicated)."""
+        urls = await asyncio.gather(*(self._master_url(t) for t in self.tree_list))
+        return sorted(set(urls))
+
+    def _watch_absence(self) -> None:
+        """As master: one loop retiring origins silent for ``retire_after`` (retirement.py)."""
+        if not self._watching_absence:
+            self._watching_absence = True
+            self.tasks.spawn(self._absence_loop(), f"{self.name} retire_after")
+
+    async def _absence_loop(self) -> None:
+        try:
+            while not self._stopped and any(self._is_root(t) for t in self.tree_list):
+                await asyncio.sleep(min(1.0, self.spec.retire_after / 4))
+                self.absence.check(time.time())
+        finally:
+            self._watching_absence = False
+
+    def versions_changed(self, changed: list[tuple[int, int]]) -> None:
+        """New versions of stored results (a retirement, a share past repair): publish,
+        replicate, commit."""
+        for tid, epoch in changed:
+            self._publish(tid, epoch)
+        for tid in {t for t, _ in changed}:
             self._replicate(tid)
 
     def _origins_file(self) -> Path | None:
@@ -828,11 +959,12 @@ class JobRuntime:
             log.warning("job %s: origins file %s unreadable (%r); ignored", self.name, path, exc)
             return
         if isinstance(state, dict) and state.get("identity") == self._identity:
-            self.expected_origins.restore_members(state.get("members"))
+            self.membership.restore_members(state.get("members"), time.time())
+            self.fence.restore(state.get("terms"))
 
     def _observe(self, epoch: int, origins: Lineage | None) -> None:
         """As master: note who a result covers; persist the members when they change."""
-        if self.expected_origins.observe(epoch, origins):
+        if self.membership.observe(epoch, origins, time.time()):
             self._members_changed()
 
     def _members_changed(self) -> None:
@@ -851,7 +983,11 @@ class JobRuntime:
         try:
             while self._members_dirty and not self._stopped:
                 self._members_dirty = False
-                body = {"identity": self._identity, "members": self.expected_origins.members()}
+                body = {
+                    "identity": self._identity,
+                    "members": self.membership.members(),
+                    "terms": self.fence.export(),
+                }
                 try:
                     await asyncio.to_thread(_write_json, path, body)
                 except OSError as exc:  # disk full, say: the next change tries again
@@ -909,8 +1045,9 @@ class JobRuntime:
             "tree": tid,
             "master": f"{self.network.node_id:x}",
             "items": items,
-            "expected": {**self.expected_origins.export(), "urls": self.loss.export_urls()},
+            "expected": {**self.membership.export(), "urls": self.loss.export_urls()},
             "committed": self.committed.get(tid),
+            "term": self.fence.term(tid),
         }
         try:
             # the standby's URL is asked over the overlay once, not per epoch (a round trip)
@@ -949,17 +1086,26 @@ class JobRuntime:
             replica = self.replicas[tid] = Replica(master, self.store.retention)
         kept = replica.add(items)
         replica.expected = body.get("expected")
+        term = body.get("term", 0)
+        if type(term) is not int or term < 0:
+            raise ValueError("term must be a non-negative integer")
+        replica.term = max(replica.term, term)
+        self.fence.hear(tid, term)
         if committed is not None:
             replica.committed = max(committed, replica.committed or committed)
         self.count("replica_items_kept", kept)
         return {"kept": kept}
 
-    def _take_over(self, tid: int) -> None:
+    def _take_over(self, tid: int) -> bool:
         """This agent just became the tree's root: if it was the standby, the dead master's
-        replicated state becomes its own (no committed epoch lost, job state replayed)."""
+        replicated state becomes its own (no committed epoch lost, job state replayed), under
+        a term above the dead master's (settled: it publishes at once). False when it held no
+        replica to take over."""
         replica = self.replicas.pop(tid, None)
         if replica is None or not replica.items:
-            return
+            return False
+        self.fence.hear(tid, replica.term)
+        self.fence.became_root(tid, time.time(), settled=True)
         combiner = self.ensure_tree(tid)
         items = list(replica.items.values())
         try:
@@ -969,30 +1115,30 @@ class JobRuntime:
         except Exception as exc:  # a bad replica must not stop the take-over: say so
             self.count("takeover_failed")
             log.warning("job %s: standby replica of tree %x unusable: %r", self.name, tid, exc)
-            return
-        self.expected_origins.restore(replica.expected)
+            return True
+        self.membership.restore(replica.expected)
         self.loss.learn_urls(replica.expected)
         if replica.committed is not None:
             self.committed[tid] = max(replica.committed, self.committed.get(tid, -1))
         epochs = sorted(replica.items)
-        if self.lake is not None:
-            # the dead master may not have written (or buffered) some of them yet; the lake
-            # skips content it already holds (spark_sink.lake.Lake.write), so writing them
-            # all again is safe
-            for epoch in epochs:
-                self.lake.epoch(tid, epoch)
+        # the dead master may not have written (or buffered) some of them yet: each is
+        # published again under this master's term (the lake fences the dead one's)
+        for epoch in epochs:
+            self._publish(tid, epoch)
         self.count("takeovers")
         log.warning(
             "job %s tree %x: took over as master from the standby replica of %x "
-            "(%d epochs, committed up to %s)",
+            "(%d epochs, committed up to %s), term %d",
             self.name,
             tid,
             replica.master,
             taken,
             replica.committed,
+            self.fence.term(tid),
         )
         self.tasks.spawn(self._replay(tid, epochs), f"{self.name} replay")
         self._replicate(tid)
+        return True
 
     async def _replay(self, tid: int, epochs: list[int]) -> None:
         """Rebuild the job instance's result-derived state (``on_epoch_result`` in epoch
@@ -1025,14 +1171,10 @@ class JobRuntime:
         self.tasks.spawn(self._repair(tid), f"{self.name} repair")
 
     def lacking(self, tid: int) -> dict[int, list[int]]:
-        """As master: origin → the tentative epochs (still repairable) that lack it."""
-        epochs = self.store.epochs(tid)
-        if not epochs:
-            return {}
-        give_up = epochs[-1] - self.expected_origins.grace_epochs
+        """As master: origin → the tentative epochs that lack it (its share not given up)."""
         wanted: dict[int, list[int]] = {}
-        for epoch, origins in sorted(self.store.missing(tid, give_up).items()):
-            for origin in origins - self.expected_origins.past_repair(epoch):
+        for epoch, origins in sorted(self.store.missing(tid, -1).items()):
+            for origin in origins:
                 wanted.setdefault(origin, []).append(epoch)
         return wanted
 
@@ -1046,8 +1188,10 @@ class JobRuntime:
                 wanted = self.lacking(tid) if view is not None and view.is_root else {}
                 if not wanted:
                     return
-                for origin, epochs in wanted.items():
-                    await self._pull(tid, origin, epochs[-REPAIR_BATCH:])
+                # concurrently: a dead origin's lookup must not hold up a live one's repair
+                await asyncio.gather(
+                    *(self._pull(tid, o, epochs[-REPAIR_BATCH:]) for o, epochs in wanted.items())
+                )
         finally:
             self._repairing.discard(tid)
 
@@ -1075,6 +1219,8 @@ class JobRuntime:
                 self.loss.refused(origin, "its data-plane port refused a repair pull")
             return
         self.count("repaired", self._fold_own(tid, origin, decoded, counts, epochs))
+        # what a live origin no longer holds is past repair (retirement.py)
+        self.absence.pulled(tid, origin, epochs, set(decoded))
 
     def _fold_own(
         self,
@@ -1125,9 +1271,7 @@ class JobRuntime:
         self.count("tentative_epochs")
         self._schedule_repair(tid)
         # a lacking origin may be dead: probe it now rather than at the first repair round
-        self.loss.suspect(
-            tid, result.missing - self.expected_origins.past_repair(epoch), time.time()
-        )
+        self.loss.suspect(tid, result.missing - result.given_up, time.time())
         self._log.warning(
             "tentative",
             "job %s tree %x epoch %d is tentative: coverage %.3f, lacking origins %s "
@@ -1191,8 +1335,8 @@ class JobRuntime:
                 time.time(),
                 origins=origins,
                 materialize=passed,
-                expected=self.expected_origins.expected(epoch),
-                doubtful=self.expected_origins.doubt is not None,
+                expected=self.membership.expected(epoch),
+                doubtful=self.membership.doubt is not None,
             )
             stored = self.store.peek(tid, epoch)
             if folded and stored is not None and stored.preview:
@@ -1203,8 +1347,7 @@ class JobRuntime:
                 if fresh:
                     self.count("epochs_from_late")
                     self._report_missing(tid, epoch)
-                if self.lake is not None:
-                    self.lake.epoch(tid, epoch)  # a new version of the epoch
+                self._publish(tid, epoch)  # a new version of the epoch
                 self._replicate(tid)
             self._bound_results()
             return "merged" if folded else "duplicate"
@@ -1288,10 +1431,7 @@ class JobRuntime:
             self._on_lost(tid, message.get("origin"))
             return
         if message.get("kind") == "commit":
-            epoch = message.get("epoch")
-            if type(epoch) is int and epoch > self.committed.get(tid, -1):
-                self.committed[tid] = epoch
-                self.retained.commit(tid, epoch)
+            self._on_commit(tid, message)
             return
         if self.worker is not None:
             await maybe_await(await self.records.run(self.worker.on_multicast, message))
@@ -1299,6 +1439,19 @@ class JobRuntime:
             if message.get("kind") == "feedback":
                 self.job.feedback = message.get("value")
             await self.call_job(self.job.on_multicast, message)
+
+    def _on_commit(self, tid: int, message: dict[str, Any]) -> None:
+        """The master committed up to ``epoch`` - except, for an origin it lacks (absent,
+        now back), from the first epoch it lacks: that origin keeps (and re-sends) those."""
+        self.fence.hear(tid, message.get("term"))
+        epoch = message.get("epoch")
+        held = message.get("held")
+        mine = held.get(format(self.network.node_id, "x")) if isinstance(held, dict) else None
+        if type(epoch) is int and type(mine) is int:
+            epoch = min(epoch, mine - 1)
+        if type(epoch) is int and epoch > self.committed.get(tid, -1):
+            self.committed[tid] = epoch
+            self.retained.commit(tid, epoch)
 
     def _on_lost(self, tid: int, origin: Any) -> None:
         """The master declared ``origin`` dead (loss.py): if it is our child, drop it now (the
@@ -1489,6 +1642,74 @@ class JobRuntime:
             tid,
         )
 
+    async def _declare_leave(self, tid: int) -> None:
+        """Stopping gracefully: tell the tree's master (our successor, if we were it) this
+        origin's end - the newest epoch it closed - with its own snapshots of the epochs not
+        committed yet, so the master has every epoch it is told to expect from us. Best
+        effort, bounded: a master that does not hear it sees an absent origin instead."""
+        through = self.retained.newest(tid)
+        if through is None:  # it closed no epoch yet: its end is before its first one
+            if self.spec.start_epoch is None:
+                return
+            through = self.spec.start_epoch - 1
+        held = self.retained.held(tid)
+        body = {
+            "job": self.name,
+            "tree": tid,
+            "origin": f"{self.network.node_id:x}",
+            "through": through,
+            "epochs": await asyncio.to_thread(
+                lambda: {
+                    str(e): base64.b64encode(s.to_bytes()).decode()
+                    for e in held
+                    if (s := self.retained.get(tid, e)) is not None
+                }
+            ),
+            "records": {
+                str(e): n for e in held if (n := self.retained.records(tid, e)) is not None
+            },
+        }
+        try:
+            if self._is_root(tid):
+                others = [n for n in self.network.neighbours() if n.id != self.network.node_id]
+                if not others:
+                    return
+                url = await self.network.data_url_of(min(others, key=lambda n: n.id ^ tid))
+            else:
+                url = await asyncio.wait_for(self._master_url(tid), LEAVE_TIMEOUT)
+            await asyncio.wait_for(
+                self.network.client.post_json(url, "/agent/v1/leave", body), LEAVE_TIMEOUT
+            )
+            self.count("leaves_declared")
+        except Exception as exc:
+            self.count("leave_failed")
+            log.warning(
+                "job %s tree %x: could not declare this origin's end to the master (%r): it "
+                "will see it absent until it comes back or is retired",
+                self.name,
+                tid,
+                exc,
+            )
+
+    async def accept_leave(self, tid: int, origin: int, body: dict[str, Any]) -> bool:
+        """As master (``POST /agent/v1/leave``): fold the leaving origin's own snapshots of
+        its uncommitted epochs, then stop expecting it after its last epoch. Raises
+        ``ValueError`` on a malformed body."""
+        self._known_tree(tid)
+        through = body.get("through")
+        if type(through) is not int or through < 0:
+            raise ValueError("through must be a non-negative integer epoch")
+        raw = body.get("epochs") or {}
+        counts = body.get("records") or {}
+        if not isinstance(raw, dict) or not isinstance(counts, dict) or len(raw) > 4096:
+            raise ValueError("epochs and records must be objects (at most 4096 epochs)")
+        parts = await asyncio.to_thread(
+            lambda: {int(k): _decode_snapshot(v) for k, v in raw.items()}
+        )
+        if parts:
+            self.count("leave_epochs_folded", self._fold_own(tid, origin, parts, counts))
+        return self.origin_left(tid, origin, through)
+
     async def _hand_over_to_successor(self, tid: int) -> None:
         """Stopping master: give the results to the live agent closest to the tree id."""
         others = [n for n in self.network.neighbours() if n.id != self.network.node_id]
@@ -1511,25 +1732,36 @@ class JobRuntime:
             "job": self.name,
             "tree": tid,
             "items": items,
-            "expected": {**self.expected_origins.export(), "urls": self.loss.export_urls()},
+            "expected": {**self.membership.export(), "urls": self.loss.export_urls()},
+            "term": self.fence.term(tid),
         }
         await self.network.client.post_json(url, "/agent/v1/handover", body)
         self.store.drop_tree(tid)
         self.count("handovers_sent")
 
-    def absorb(self, tid: int, items: list[dict[str, Any]], expected: Any = None) -> int:
+    def absorb(
+        self, tid: int, items: list[dict[str, Any]], expected: Any = None, term: Any = 0
+    ) -> int:
         """A previous master's results (``POST /agent/v1/handover``): every item is admitted
-        (tree, epoch bounds, expectation) before any is stored."""
+        (tree, epoch bounds, expectation) before any is stored. As the root, this master
+        claims a term above the previous master's (fencing.py) and publishes at once."""
         self._known_tree(tid)
         combiner = self.ensure_tree(tid)
+        if self._is_root(tid):
+            self.fence.handed_over(tid, term)
+            self._members_changed()
+            for epoch in sorted(self.fence.settle(tid, time.time())):
+                self.store.assess(tid, epoch)  # stamped with the new term
+                self._publish(tid, epoch)
+        else:
+            self.fence.hear(tid, term)
         taken = self.store.absorb(
             tid, items, check=lambda epoch, snap: combiner.check(epoch, snap, "handover")
         )
-        self.expected_origins.restore(expected)  # the previous master's knowledge of origins
+        self.membership.restore(expected)  # the previous master's knowledge of origins
         self.loss.learn_urls(expected)
-        if self.lake is not None:
-            for epoch in {i["epoch"] for i in items if isinstance(i.get("epoch"), int)}:
-                self.lake.epoch(tid, epoch)
+        for epoch in {i["epoch"] for i in items if isinstance(i.get("epoch"), int)}:
+            self._publish(tid, epoch)
         self.count("handovers_received")
         self._bound_results()
         epochs = sorted({i["epoch"] for i in items if isinstance(i.get("epoch"), int)})
@@ -1639,7 +1871,10 @@ class JobRuntime:
             "updated": result.updated,
             "completed_at": result.completed_at,
             "version": result.version,
+            "term": result.term,
             "tentative": result.tentative,
+            "partial": result.partial,
+            "state": result.state,
             "preview": result.preview,
             "coverage": result.coverage,
             "lacking": list(result.lacking),
@@ -1727,7 +1962,10 @@ class JobRuntime:
             "complete": not missing,
             "updated": any(p.get("updated") for p in parts),
             # tentative until every expected origin is in (docs/fault-tolerance.md)
-            "tentative": bool(missing) or any(p.get("tentative") for p in parts),
+            "tentative": (tentative := bool(missing) or any(p.get("tentative") for p in parts)),
+            # partial: lacks only origins given up on (retired, past repair)
+            "partial": (partial := not tentative and any(p.get("partial") for p in parts)),
+            "state": "tentative" if tentative else "partial" if partial else "final",
             "preview": any(p.get("preview") for p in parts),
             "coverage": min((float(p.get("coverage", 1.0)) for p in held), default=0.0),
             "accuracy": (
@@ -1737,6 +1975,7 @@ class JobRuntime:
             ),
             "lacking": sorted({o for p in parts for o in p.get("lacking") or ()}),
             "version": max((int(p.get("version", 1)) for p in held), default=1),
+            "term": max((int(p.get("term", 0)) for p in held), default=0),
             "rows": rows if named is None else named,
             **provenance(parts),
         }
@@ -1826,7 +2065,9 @@ class JobRuntime:
             "losses": self.loss.status(),
             "replication": self.replication.stats(),
             "replicas": {f"{t:040x}": r.stats() for t, r in self.replicas.items()},
-            "origins_expected": self.expected_origins.origins(),
+            "origins_expected": self.membership.origins(),
+            "membership": self.membership_status(),
+            "terms": self.fence.stats(time.time()),
             "lake": self.lake.stats() if self.lake is not None else None,
         }
 
@@ -1912,16 +2153,16 @@ class _LossHost:
         return spec.schedule.end(epoch) + spec.allowed_lateness
 
     def expected(self, epoch: int) -> frozenset[int]:
-        return self._rt.expected_origins.expected(epoch) or frozenset()
+        return self._rt.membership.expected(epoch) or frozenset()
 
     def is_member(self, origin: int) -> bool:
-        return origin in self._rt.expected_origins.members_set()
+        return origin in self._rt.membership.members_set()
 
-    def lose(self, origin: int, from_epoch: int) -> bool:
-        return self._rt.expected_origins.lose(origin, from_epoch)
+    def declare_absent(self, origin: int, why: str) -> bool:
+        return self._rt.membership.declare_absent(origin, why, time.time())
 
-    def first_epoch_after(self, t: float) -> int:
-        return self._rt.spec.schedule.epoch_of(t) + 1
+    def is_absent(self, origin: int) -> bool:
+        return origin in self._rt.membership.absent()
 
     async def fold_origin(
         self, tid: int, origin: int, parts: dict[int, bytes], records: dict[str, Any]
@@ -1931,7 +2172,7 @@ class _LossHost:
         )
         return self._rt._fold_own(tid, origin, decoded, records)
 
-    def after_loss(self, origin: int) -> None:
+    def after_absence(self, origin: int) -> None:
         rt = self._rt
         rt.network.peer_gone(origin)
         rt._members_changed()
@@ -1947,6 +2188,29 @@ class _LossHost:
 
     async def multicast(self, tid: int, message: dict[str, Any]) -> Any:
         return await self._rt._multicast(tid, message)
+
+
+class _AbsenceHost:
+    """The :class:`~agent.runtime.retirement.AbsenceHost` a runtime gives its Absence."""
+
+    def __init__(self, runtime: JobRuntime) -> None:
+        self._rt = runtime
+        self.name = runtime.name
+
+    def retire_after(self) -> float:
+        return self._rt.spec.retire_after
+
+    def first_epoch_after(self, t: float) -> int:
+        return self._rt.spec.schedule.epoch_of(t) + 1
+
+    def versions_changed(self, changed: list[tuple[int, int]]) -> None:
+        self._rt.versions_changed(changed)
+
+    def members_changed(self) -> None:
+        self._rt._members_changed()
+
+    def count(self, what: str, n: int = 1) -> None:
+        self._rt.count(what, n)
 
 
 class _Context:

@@ -3,13 +3,15 @@ change the results API answered 404 for every earlier epoch although the lake st
 
 Contract:
 
-* :func:`read_epoch` — the result of one (job, tree i of m, epoch) as the newest version the
-  lake holds, in the shape a master's ``local_results`` reports a tree's part: ``rows`` (the
-  ``[key, value]`` pairs, from the ``key_json`` / ``value_json`` columns: exactly what the
-  master reported, top-k already applied per tree), ``source: "lake"``, ``version``,
-  ``tentative``, ``coverage``, ``lacking``, ``updated`` (``version > 1``) and, for a top-k
-  job whose files carry it, ``accuracy`` (the tree's estimate). A job that names
-  its result rows (``Job.result_rows``, e.g. ELF QL) is stored as each tree's named rows, from
+* :func:`read_epoch` — the result of one (job, tree i of m, epoch) as the current result the
+  lake holds (its highest (term, version): ``spark_sink/lake.py``), in the shape a master's
+  ``local_results`` reports a tree's part: ``rows`` (the ``[key, value]`` pairs, from the
+  ``key_json`` / ``value_json`` columns: exactly what the master reported, top-k already
+  applied per tree), ``source: "lake"``, ``term`` (the fencing term of the master that
+  published it; 0 before terms), ``version``, ``tentative``, ``partial`` (it lacks retired
+  origins: never exact), ``coverage``, ``lacking``, ``updated`` (``version > 1``) and, for a
+  top-k job whose files carry it, ``accuracy`` (the tree's estimate). A job that names its
+  result rows (``Job.result_rows``, e.g. ELF QL) is stored as each tree's named rows, from
   which the job's rows over all trees cannot be rebuilt exactly (ORDER BY / LIMIT apply to
   the union): that part has ``rows: None`` and ``gone`` says to read the epoch from the lake,
   never an approximation. None when the lake has no file for it.
@@ -22,8 +24,8 @@ Contract:
   the job, tree and epoch, counted (``lake_history_errors``) and answered as absent.
 * :func:`provenance` — what the job's answer says about where its parts came from:
   ``source`` (``master``, ``lake`` or ``master+lake``) and, when the lake answered, ``lake``
-  with the version (highest), tentative (any), coverage (lowest), lacking (union) and the
-  per-tree details.
+  with the term and version (highest of each), tentative and partial (any), coverage
+  (lowest), lacking (union) and the per-tree details.
 
 Which lake: the agent's own (``lake`` in its configuration). A master answers from the lake
 it writes to, so with a lake every agent shares (an object store, a shared file system) a new
@@ -69,8 +71,10 @@ def read_epoch(
     version = int(meta.get("version", f.version))
     out: dict[str, Any] = {
         "source": "lake",
+        "term": int(meta.get("term", f.term)),
         "version": version,
         "tentative": bool(meta.get("tentative", False)),
+        "partial": bool(meta.get("partial", False)),
         "coverage": float(meta.get("coverage", 1.0)),
         "lacking": [str(x) for x in meta.get("lacking") or []],
         "updated": version > 1,
@@ -146,14 +150,17 @@ def provenance(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if not lake:
         return {"source": "master"}
     trees = [
-        {k: p[k] for k in ("version", "tentative", "coverage", "lacking")} | {"tree": i}
+        {k: p[k] for k in ("version", "tentative", "coverage", "lacking")}
+        | {"term": int(p.get("term", 0)), "partial": bool(p.get("partial", False)), "tree": i}
         for i, p in lake
     ]
     return {
         "source": "lake" if len(lake) == len(answered) else "master+lake",
         "lake": {
+            "term": max(t["term"] for t in trees),
             "version": max(t["version"] for t in trees),
             "tentative": any(t["tentative"] for t in trees),
+            "partial": any(t["partial"] for t in trees),
             "coverage": min(t["coverage"] for t in trees),
             "lacking": sorted({x for t in trees for x in t["lacking"]}),
             "trees": trees,

@@ -13,7 +13,8 @@ results on hand-over; it captures the current (immutable) snapshot and the threa
 into rows — the same rows the results API reports (top-k applied per tree; a job's named
 ``result_rows`` applied to this tree's pairs) — and writes them with the stored result's
 ``version``, ``tentative``, ``coverage`` and ``lacking`` (the origins a tentative result still
-lacks) - and, for a top-k job, the tree's ``accuracy`` estimate, computed in that thread
+lacks), its fencing ``term`` and whether it is ``partial`` (it lacks retired origins) - and, for
+a top-k job, the tree's ``accuracy`` estimate, computed in that thread
 (:func:`agent.runtime.quality.snapshot_accuracy`; 1.0 when final). **Versions**: every call
 writes the epoch's current version as a new lake file; the
 lake shows readers the newest version and streaming queries every new one
@@ -21,7 +22,12 @@ lake shows readers the newest version and streaming queries every new one
 master, replicated to its standby with the result), and never less than 1 + the late
 contributions folded into it, so a result changed by late data is a new version even where
 the master does not number versions itself; the same version is written with the same rows
-(a re-push after a master change replaces that version's file, adds no rows).
+(a re-push after a master change writes nothing new, adds no rows). **Fencing**: the stored
+result's ``term`` (the master's, only ever growing) goes with it; the lake refuses a write
+under a lower term than it holds for the epoch (``spark_sink/fencing.py``): that write is not
+retried, it is counted (``lake_fenced_writes``), logged at WARNING (job, tree, epoch, both
+terms; within a log budget) and reported to the runtime's
+:meth:`EpochSource.lake_fenced`, on the event loop when the epoch was handed over from one.
 :meth:`LakeSink.history` reads an epoch this master does not hold back from the lake
 (``agent/runtime/lake_history.py``). The buffer directory is ``<data_dir>/lake-buffer`` (or
 a per-node one under the system temp directory when the agent has no data directory). A
@@ -32,16 +38,18 @@ stopping job's :meth:`LakeSink.flush` waits at most ``stop_flush_seconds``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from agent.runtime import quality
 from agent.runtime.lake_history import LakeHistory
 from agent.tunables import RuntimeTunables
+from overlay.logbudget import LogBudget
 
 if TYPE_CHECKING:  # spark_sink (pyarrow) is imported only when a lake is configured
     from agent.jobs.job import Job
@@ -49,6 +57,7 @@ if TYPE_CHECKING:  # spark_sink (pyarrow) is imported only when a lake is config
     from agent.runtime.results import EpochResult
     from cbt import Snapshot
     from spark_sink.buffer import LakeWriter
+    from spark_sink.fencing import FencedWrite
     from spark_sink.lake import Rollup
     from srt.dataplane.operators import LevelOperator
 
@@ -84,6 +93,9 @@ class EpochSource(Protocol):
     def job(self) -> Job: ...
     def job_for(self, epoch: int) -> Job: ...
     def count(self, what: str, n: int = 1) -> None: ...
+    def lake_fenced(self, tree_id: int, epoch: int, newer_term: int) -> None:
+        """The lake refused this master's result of (tree, epoch): it holds the epoch under
+        ``newer_term``, above the stored result's term (a newer master publishes it)."""
 
 
 class LakeTarget(NamedTuple):
@@ -145,6 +157,7 @@ class LakeSink:
         self.key_names = getattr(job, "lake_key_names", None) or params.get("lake_key_names")
         self.value_names = getattr(job, "lake_value_names", None) or params.get("lake_value_names")
         self._history: LakeHistory | None = None
+        self._log = LogBudget(log)  # a fenced master may be refused every epoch it holds
 
     def epoch(self, tid: int, epoch: int) -> None:
         """Queue the stored result of (tree, epoch) for the lake (no-op if none stored)."""
@@ -154,6 +167,8 @@ class LakeSink:
             return
         held, completed_at = result.snapshot, result.completed_at
         version, tentative, coverage, lacking = result_version(result)
+        term = int(getattr(result, "term", 0) or 0)
+        partial = bool(getattr(result, "partial", False))
         top_k, operator, spec, job = rt.spec.top_k, rt.operator, rt.spec, rt.job_for(epoch)
         store = rt.store
 
@@ -177,8 +192,10 @@ class LakeSink:
                 )
             )
             return Rollup(
+                term=term,
                 version=version,
                 tentative=tentative,
+                partial=partial,
                 coverage=coverage,
                 lacking=lacking,
                 accuracy=accuracy,
@@ -195,8 +212,42 @@ class LakeSink:
                 completed_at=completed_at,
             )
 
-        self.writer.submit(build)
+        self.writer.submit(build, fenced=self._on_fenced(tid, epoch, term))
         rt.count("lake_submitted")
+
+    def _on_fenced(self, tid: int, epoch: int, term: int) -> Callable[[FencedWrite], None]:
+        """The writer thread's callback for a fenced write of (tree, epoch): handled on the
+        event loop this epoch was handed over from (there is none in synchronous use)."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+
+        def fenced(exc: FencedWrite) -> None:
+            if loop is None:
+                self._fenced(tid, epoch, term, exc.newer_term)
+                return
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the agent stopped
+                loop.call_soon_threadsafe(self._fenced, tid, epoch, term, exc.newer_term)
+
+        return fenced
+
+    def _fenced(self, tid: int, epoch: int, term: int, newer_term: int) -> None:
+        rt = self.runtime
+        rt.count("lake_fenced_writes")
+        self._log.warning(
+            f"fenced {rt.name}",
+            "lake: job %s tree %x epoch %d not written: its term %d is fenced by term %d in "
+            "the lake (a newer master publishes this epoch)",
+            rt.name,
+            tid,
+            epoch,
+            term,
+            newer_term,
+        )
+        hook = getattr(rt, "lake_fenced", None)  # optional until the runtime implements it
+        if hook is not None:
+            hook(tid, epoch, newer_term)
 
     async def history(self, tid: int, epoch: int) -> dict[str, Any] | None:
         """Tree ``tid``'s result for ``epoch`` read back from the lake (off the loop,

@@ -1,4 +1,4 @@
-"""OriginLoss: a job's master finds origins that died for good and re-issues their epochs.
+"""OriginLoss: a job's master finds origins that are down and re-issues their epochs.
 
 Contract (``docs/fault-tolerance.md``, "Permanent loss"). At a tree's root (the master):
 
@@ -10,21 +10,21 @@ Contract (``docs/fault-tolerance.md``, "Permanent loss"). At a tree's root (the 
   :data:`MAX_PROBES` origins per round and one probe per origin per second. A refused
   connection proves the origin's process is gone. A probe that times out (a stopped or slow
   agent: the kernel still accepts its connections) proves nothing: the straggler rules apply.
-* **Declared dead** - by such a refusal, by a refused repair pull, or by the overlay's
+* **Declared down** - by such a refusal, by a refused repair pull, or by the overlay's
   failure detector followed by ``loss_timeout`` more seconds of silence (a host that
-  vanished refuses nothing) - an origin is **lost**: the master tells the overlay (the trees
+  vanished refuses nothing) - an origin is **absent**: the master tells the overlay (the trees
   re-form around it at once), multicasts ``{"kind": "lost", "origin"}`` down each tree it
   masters (a node whose child it is drops it from its barrier at once), fetches the origin's
   **checkpoints** from the live agents closest to its id (its hot replicas:
   :mod:`agent.runtime.checkpoints`) and folds each as that origin's own contribution
-  (lineage ``{origin}``: a duplicate of what the master already has is dropped), then stops
-  expecting it from the first epoch that begins after the declaration
-  (:meth:`ExpectedOrigins.lose`). The epochs in between that still lack it - the ones it had
-  open when it died - stay tentative, naming it, and are past repair (the commit watermark
-  passes them), logged at WARNING with job, epochs and origin.
-* **A lost origin that comes back** (it was only cut off, or restarted) contributes again: its
-  re-sent epochs are folded in as late contributions (a new version), and it is expected
-  again from the first epoch it contributes to.
+  (lineage ``{origin}``: a duplicate of what the master already has is dropped), then records
+  it absent (:meth:`Membership.declare_absent`). A process is not its data: the host's logs
+  are still being written and a restarted agent reads them, so the origin **stays expected**:
+  every epoch it misses is tentative, naming it, until it comes back or is retired
+  (:mod:`agent.runtime.retirement`). What its checkpoints held makes epochs final sooner.
+* **An absent origin that comes back** (it was only cut off, or restarted) contributes again:
+  its re-sent epochs are folded in as late contributions (a new version, final once
+  complete).
 
 Every declaration is recorded (:attr:`OriginLoss.events`, the job's status ``losses``: origin,
 why, when, how many epochs were re-issued and when) - what the benchmark reads.
@@ -71,15 +71,15 @@ class LossHost(Protocol):
 
     def is_member(self, origin: int) -> bool: ...
 
-    def lose(self, origin: int, from_epoch: int) -> bool: ...
+    def declare_absent(self, origin: int, why: str) -> bool: ...
 
-    def first_epoch_after(self, t: float) -> int: ...
+    def is_absent(self, origin: int) -> bool: ...
 
     async def fold_origin(
         self, tid: int, origin: int, parts: dict[int, bytes], records: dict[str, Any]
     ) -> int: ...
 
-    def after_loss(self, origin: int) -> None: ...
+    def after_absence(self, origin: int) -> None: ...
 
     def count(self, what: str, n: int = 1) -> None: ...
 
@@ -183,6 +183,8 @@ class OriginLoss:
                 break
             if now - self._probed.get(origin, 0.0) < 1.0 or origin in self._declaring:
                 continue
+            if self.host.is_absent(origin):
+                continue  # known down: it is noticed when it contributes or announces again
             self._probed[origin] = now
             probed.append(origin)
             self.host.spawn(self._probe(tid, origin), f"{self.host.name} probe")
@@ -230,10 +232,10 @@ class OriginLoss:
             self._silent.discard(origin)
 
     def declare(self, origin: int, why: str) -> None:
-        """``origin`` is dead for good: re-issue its checkpoints, then stop expecting it."""
+        """``origin`` is down: re-issue its checkpoints, then record it absent."""
         if origin == self.host.node_id or origin in self._declaring:
             return
-        if not self.host.is_member(origin):
+        if not self.host.is_member(origin) or self.host.is_absent(origin):
             return
         self._declaring.add(origin)
         self.host.spawn(self._declare(origin, why), f"{self.host.name} origin lost")
@@ -257,28 +259,19 @@ class OriginLoss:
             done = await asyncio.gather(*(self._reissue(tid, origin) for tid in trees))
             event["reissued"] = sum(n for n, _ in done)
             event["reissued_at"] = time.time()
-            # records it read from epochs ahead of the clock (a skewed log clock) died with it
-            # too: it is expected (and those epochs lack it) up to the newest it said it read
-            seen = max((s for _, s in done if s is not None), default=None)
-            from_epoch = self.host.first_epoch_after(declared)
-            if seen is not None and seen >= from_epoch:
-                event["seen_epoch"] = seen
-                from_epoch = seen + 1
-            event["from_epoch"] = from_epoch
-            if self.host.lose(origin, from_epoch):
-                self.host.count("origins_lost")
+            if self.host.declare_absent(origin, why):
+                self.host.count("origins_absent_declared")
                 self.events.append(event)
                 log.warning(
-                    "job %s: origin %x declared dead (%s): %d of its epochs re-issued from "
-                    "its replicas; not expected from epoch %d on; the epochs before that "
-                    "which still lack it are tentative and past repair",
+                    "job %s: origin %x is down (%s): %d of its epochs re-issued from its "
+                    "replicas; the epochs it misses stay tentative, naming it, until it comes "
+                    "back or is retired",
                     self.host.name,
                     origin,
                     why,
                     event["reissued"],
-                    from_epoch,
                 )
-                self.host.after_loss(origin)
+                self.host.after_absence(origin)
         finally:
             self._declaring.discard(origin)
 

@@ -264,6 +264,7 @@ class AgentCollector(Collector):
             ("retried", "elf_lake_retried", "Buffered rollups written on a retry."),
             ("retry_failures", "elf_lake_retry_failures", "Retries of buffered rollups failed."),
             ("bad_rollups", "elf_lake_bad_rollups", "Rollups that could not be encoded/read."),
+            ("fenced", "elf_lake_fenced", "Rollups fenced: the lake holds a newer term."),
         ):
             f.counter(name, doc).add_metric([], _num(lake.get(key)))
         f.gauge("elf_lake_pending", "Rollups buffered on disk now, awaiting the lake.").add_metric(
@@ -390,6 +391,18 @@ class AgentCollector(Collector):
             ["job", "kind"],
         )
         origins = f.gauge("elf_origins_expected", "Origins this master expects.", ["job"])
+        absent = f.gauge(
+            "elf_origins_absent",
+            "Origins this master counts absent: their epochs stay tentative until they return "
+            "or are retired.",
+            ["job"],
+        )
+        retired = f.gauge("elf_origins_retired", "Origins this master retired.", ["job"])
+        partial = f.counter(
+            "elf_partial_epochs",
+            "Epochs that became partial for good as master (a retired origin's part missing).",
+            ["job"],
+        )
         cpu = f.gauge("elf_job_cpu_share", "Share of a core the job used over its window.", ["job"])
         throttled = f.gauge("elf_job_throttled", "1 while the job is over its CPU budget.", ["job"])
         backlog = f.gauge("elf_job_backlog_records", "Records waiting for the CPU budget.", ["job"])
@@ -458,6 +471,10 @@ class AgentCollector(Collector):
             ):
                 checkpoints.add_metric([name, kind], _num(ckpt.get(key)))
             origins.add_metric([name], _num(st.get("origins_expected")))
+            membership = st.get("membership") or {}
+            absent.add_metric([name], float(len(membership.get("absent") or ())))
+            retired.add_metric([name], float(len(membership.get("retired") or ())))
+            partial.add_metric([name], counters.get("partial_epochs", 0.0))
             cpu_st = st.get("cpu") or {}
             cpu.add_metric([name], _num(cpu_st.get("share_used")))
             throttled.add_metric([name], _num(cpu_st.get("throttled")))

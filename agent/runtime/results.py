@@ -23,7 +23,7 @@ merges by epoch, never double-counts an epoch it already has from the same origi
 
 **Lineage and completeness** (``docs/fault-tolerance.md``). A result records the origins it
 covers (``origins``; None when some contributor had no lineage) and the origins the master
-expected for it (``expected``, from :class:`agent.runtime.coverage.ExpectedOrigins`). It is
+expected for it (``expected``, from :class:`agent.runtime.membership.Membership`). It is
 **tentative** while an expected origin is missing (``lacking`` names them, ``coverage`` is the
 share covered) and **final** otherwise. A late contribution with lineage is folded only if it
 adds origins the epoch does not hold and none it does (:func:`srt.dataplane.lineage.classify`):
@@ -113,6 +113,11 @@ class EpochResult:
     #: a tentative preview (what had arrived by the tentative deadline), not the barrier's
     #: result: always tentative; the barrier's result replaces it (module docstring)
     preview: bool = False
+    #: expected origins whose share of this epoch will never come (retired, or their repair
+    #: came back empty while they live on): lacking them makes the result *partial*
+    given_up: Lineage = frozenset()
+    #: the fencing term of the master that produced this version (docs/fault-tolerance.md)
+    term: int = 0
 
     @property
     def updated(self) -> bool:
@@ -133,7 +138,19 @@ class EpochResult:
 
     @property
     def tentative(self) -> bool:
-        return bool(self.missing) or self.doubtful or self.preview
+        """Not final, and may still become final: it lacks an origin not given up on."""
+        return bool(self.missing - self.given_up) or self.doubtful or self.preview
+
+    @property
+    def partial(self) -> bool:
+        """Lacks only origins given up on (retired, or past repair): never exact, for good
+        unless one of them comes back after all."""
+        return bool(self.missing) and not self.tentative
+
+    @property
+    def state(self) -> str:
+        """``final``, ``tentative`` or ``partial``."""
+        return "tentative" if self.tentative else "partial" if self.missing else "final"
 
     @property
     def coverage(self) -> float:
@@ -186,6 +203,10 @@ class ResultStore:
         self._early: dict[tuple[int, int], _Held] = {}
         self.lineage: Counter[str] = Counter()  # late folds refused by lineage, by kind
         self._gone: dict[int, tuple[int, str]] = {}  # tree → (newest epoch dropped, reason)
+        #: the master's fencing term for a tree: stamped on every version it produces
+        self.term_of: Callable[[int], int] = lambda tree: 0
+        #: the origins given up on for an epoch (retired before it): stamped likewise
+        self.given_up_for: Callable[[int], Lineage] = lambda epoch: frozenset()
 
     # ---- recording ---------------------------------------------------------------------------
 
@@ -397,7 +418,10 @@ class ResultStore:
         result = epochs.get(epoch)
         if result is None:
             return
+        # every change is a version this master produced: its term, and who is given up on
+        result.term = max(result.term, self.term_of(tree))
         missing = result.missing
+        result.given_up = (result.given_up | self.given_up_for(epoch)) & missing
         if not missing or result.origins is None:
             result.weighted = None
             return
@@ -411,6 +435,31 @@ class ResultStore:
         )
         rates = quality.origin_rates(history, wanted)
         result.weighted = quality.weighted_coverage(have, records, missing, rates)
+
+    def give_up(self, tree: int, epoch: int, origins: Lineage) -> bool:
+        """Never wait for ``origins``' share of (tree, epoch) any more (retired, or past
+        repair): the result turns *partial* if they were all it lacked - a new version, so
+        the lake and a stream see the new state. False when nothing changed."""
+        result = self._trees.get(tree, {}).get(epoch)
+        if result is None or result.preview:
+            return False
+        new = (frozenset(origins) & result.missing) - result.given_up
+        if not new:
+            return False
+        result.given_up = result.given_up | new
+        result.version += 1
+        self.assess(tree, epoch)
+        return True
+
+    def retire(self, origin: int, before: int) -> list[tuple[int, int]]:
+        """``origin`` was retired from epoch ``before`` on: every stored epoch before that
+        lacking it gives it up (:meth:`give_up`); returns the (tree, epoch) changed."""
+        changed = []
+        for tree, epochs in self._trees.items():
+            for epoch in [e for e in epochs if e < before]:
+                if self.give_up(tree, epoch, frozenset({origin})):
+                    changed.append((tree, epoch))
+        return changed
 
     def _admits(
         self,
@@ -495,12 +544,12 @@ class ResultStore:
         return reason if epoch <= newest else None
 
     def missing(self, tree: int, after: int) -> dict[int, Lineage]:
-        """Epochs above ``after`` that lack expected origins: epoch → the origins (no copy
-        of any snapshot: the master's repair loop calls this every round)."""
+        """Epochs above ``after`` that lack expected origins not given up on: epoch → those
+        origins (no copy of any snapshot: the master's repair loop calls this every round)."""
         return {
-            epoch: r.missing
+            epoch: r.missing - r.given_up
             for epoch, r in self._trees.get(tree, {}).items()
-            if epoch > after and r.missing and not r.preview  # a barrier still waits for those
+            if epoch > after and r.missing - r.given_up and not r.preview
         }
 
     def versions(self, tree: int) -> dict[int, int]:
@@ -660,7 +709,8 @@ class ResultStore:
             if r.preview:  # display only: the data it shows travels on its own path
                 continue
             item = {"epoch": epoch, "completed_at": r.completed_at, "version": r.version,
-                    "doubtful": r.doubtful,
+                    "doubtful": r.doubtful, "term": r.term,
+                    "given_up": _ids(r.given_up),
                     "late": [list(n) for n in sorted(r.late_names)],
                     "origins": _ids(r.origins), "expected": _ids(r.expected),
                     "records": _counts(r.records)}  # fmt: skip
@@ -751,6 +801,9 @@ class ResultStore:
                     if stored is not None:
                         stored.late_names |= late
                         stored.version = max(stored.version, int(item.get("version", 1)))
+                        stored.given_up = (
+                            stored.given_up | (_from_ids(item.get("given_up")) or frozenset())
+                        ) & stored.missing
                 taken += 1
             else:  # both masters saw parts of this epoch during the switch
                 mine_origins = None if mine.origins is None else set(mine.origins)

@@ -34,10 +34,12 @@ class RetainedEpochs:
         self.served = 0
         self._held: OrderedDict[tuple[int, int], tuple[Snapshot, int, int | None]] = OrderedDict()
         self._committed: dict[int, int] = {}
+        self._newest: dict[int, int] = {}  # tree -> the newest epoch ever offered to keep
 
     def keep(self, tree: int, epoch: int, snap: Snapshot, records: int | None = None) -> None:
         """Retain this origin's snapshot of (tree, epoch) - and how many input records it
         folded, if known - unless already committed."""
+        self._newest[tree] = max(self._newest.get(tree, epoch), epoch)
         if epoch <= self._committed.get(tree, -1) or (tree, epoch) in self._held:
             return
         size = snap.memory_bytes()
@@ -70,6 +72,14 @@ class RetainedEpochs:
             return None
         self.served += 1
         return held[0]
+
+    def newest(self, tree: int) -> int | None:
+        """The newest epoch this origin closed for ``tree`` (None: none yet)."""
+        return self._newest.get(tree)
+
+    def held(self, tree: int) -> list[int]:
+        """The epochs of ``tree`` retained here, oldest first."""
+        return sorted(e for t, e in self._held if t == tree)
 
     def records(self, tree: int, epoch: int) -> int | None:
         """The retained epoch's record count (None: not retained, or not known)."""

@@ -117,16 +117,19 @@ class Replica:
         self.items: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self.expected: Any = None
         self.committed: int | None = None
+        #: the master's fencing term: the standby that takes over claims above it
+        self.term = 0
         self.bytes = 0
 
     def add(self, items: Iterable[dict[str, Any]]) -> int:
-        """Keep each item unless an equal or newer version of its epoch is held; returns how
-        many were kept. Items must carry ``epoch`` (int), ``version`` and ``snapshot`` bytes."""
+        """Keep each item unless an equal or newer (term, version) of its epoch is held;
+        returns how many were kept. Items must carry ``epoch`` (int), ``version`` and
+        ``snapshot`` bytes (``term``: 0 when absent)."""
         kept = 0
         for item in items:
             epoch = item["epoch"]
             held = self.items.get(epoch)
-            if held is not None and int(held.get("version", 1)) >= int(item.get("version", 1)):
+            if held is not None and _rank(held) >= _rank(item):
                 continue
             if held is not None:
                 self.bytes -= len(held["snapshot"])
@@ -146,4 +149,11 @@ class Replica:
             "epochs": len(self.items),
             "bytes": self.bytes,
             "committed": self.committed,
+            "term": self.term,
         }
+
+
+def _rank(item: dict[str, Any]) -> tuple[int, int]:
+    """An item's (term, version): which of two copies of an epoch is newer."""
+    term, version = item.get("term", 0), item.get("version", 1)
+    return (term if type(term) is int else 0, version if type(version) is int else 1)

@@ -278,6 +278,9 @@ class ChaosCluster:
         self.events: list[FaultEvent] = []
         self.down: set[int] = set()  # killed and not restarted, or partitioned
         self.lost: set[int] = set()  # killed for good (never restarted)
+        #: agent index -> the first epoch it no longer feeds: a graceful leave's declared end
+        #: (the job's master says it); the reference leaves its lines out from there on
+        self.left: dict[int, int] = {}
         self.stalled: set[int] = set()  # SIGSTOPped
         self._ids: dict[int, str] = {}
 
@@ -386,6 +389,20 @@ class ChaosCluster:
                 stored = int(client.results(job)["epoch"])
         ev = FaultEvent(action, index, role, time.time(), stored, detail)
         self.events.append(ev)
+        return ev
+
+    def terminate(
+        self, index: int, writer: LogWriter | None, job: str = "", role: str = ""
+    ) -> FaultEvent:
+        """A graceful stop for good (a host shut down): its file is no longer written
+        (``writer``), then SIGTERM, and the process's exit is awaited (its drain declares
+        its end to the masters). Never restarted."""
+        self.node_ids()
+        if writer is not None:
+            writer.silence(index)
+        ev = self._event("terminate", index, job, role)
+        ev.detail["exit"] = self.cluster.terminate(index)
+        self.down.add(index)
         return ev
 
     def kill(self, index: int, job: str = "", role: str = "") -> FaultEvent:
@@ -557,7 +574,8 @@ def classify(
         res.get("coverage"),
         res.get("version"),
     )
-    if res.get("tentative") or not res.get("complete", True):
+    # partial (lacking only retired origins) is flagged like tentative: never exact
+    if res.get("tentative") or res.get("partial") or not res.get("complete", True):
         check.verdict = TENTATIVE if lacking or not res.get("complete", True) else UNNAMED
         covered = declared(lacking) if declared is not None and lacking else None
         if check.verdict == TENTATIVE and covered is not None:
@@ -604,6 +622,7 @@ def lake_results(lake_dir: Path, plan: JobPlan) -> dict[int, dict[str, Any]]:
             {"rows": [], "tentative": False, "lacking": [], "complete": complete[f.epoch]},
         )
         entry["tentative"] = entry["tentative"] or bool(meta.get("tentative"))
+        entry["partial"] = entry.get("partial", False) or bool(meta.get("partial"))
         entry["lacking"] += list(meta.get("lacking") or ())
         entry["coverage"] = min(entry.get("coverage", 1.0), float(meta.get("coverage", 1.0)))
         entry["version"] = max(entry.get("version", 1), int(meta.get("version", 1)))
@@ -685,8 +704,12 @@ def check(
     lost = frozenset(ids[i] for i in chaos.lost if i in ids)
     reports = []
     for plan in plans:
-        want = reference(plan, records)
         by_agent = [reference(plan, recs) for recs in per_file]
+        want = reference(plan, records)
+        for i, first_out in chaos.left.items():  # a declared end: final without it after
+            for e, share in by_agent[i].items():
+                if e >= first_out:
+                    want[e] = want.get(e, Counter()) - share
         epochs = expected_epochs(plan, last_ts)
 
         def verdict(

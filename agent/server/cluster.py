@@ -241,6 +241,20 @@ class LocalCluster:
         if proc.stdout is not None:
             proc.stdout.close()
 
+    def terminate(self, index: int, timeout: float = 60.0) -> int:
+        """Stop one agent process gracefully (SIGTERM: it drains and leaves); returns its
+        exit code (killed after ``timeout`` seconds)."""
+        proc = self.procs[index].process
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        return code
+
     def signal(self, index: int, sig: int) -> None:
         """Send ``sig`` to agent process ``index`` (SIGSTOP / SIGCONT: a stalled agent)."""
         os.kill(self.procs[index].process.pid, sig)

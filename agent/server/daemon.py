@@ -5,7 +5,8 @@ configured peers, the others from the first as well, so one process is one small
 part of a big one), prints one line ``ELF-READY <json>`` on stdout describing them (node id,
 overlay address, data-plane and API URLs) — launchers wait for that line — and on SIGTERM or
 SIGINT stops them gracefully (each leaves the overlay and hands its tree roles over) before
-returning. A second signal during shutdown exits at once.
+returning. A second signal during shutdown exits at once. ``POST /api/v1/leave`` on any of its
+agents takes the same path as SIGTERM: the process's agents stop gracefully and it exits.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,8 +32,11 @@ READY_PREFIX = "ELF-READY "
 log = logging.getLogger(__name__)
 
 
-async def start_agents(config: AgentConfig) -> list[Agent]:
-    """Start the logical agents of ``config``; stop the started ones if one fails."""
+async def start_agents(
+    config: AgentConfig, on_leave: Callable[[], None] | None = None
+) -> list[Agent]:
+    """Start the logical agents of ``config``; stop the started ones if one fails.
+    ``on_leave``: what each agent's ``POST /api/v1/leave`` calls (None: it stops itself)."""
     agents: list[Agent] = []
     try:
         for index in range(config.logical_agents):
@@ -39,6 +44,7 @@ async def start_agents(config: AgentConfig) -> list[Agent]:
             if index and not cfg.bootstrap:
                 cfg = _with_bootstrap(cfg, agents[0].overlay.info.address)
             agent = Agent(cfg)
+            agent.on_leave = on_leave
             await agent.start()
             agents.append(agent)
     except BaseException:
@@ -96,7 +102,8 @@ async def run(config: AgentConfig, out: TextIO = sys.stdout) -> None:
     keep_chunk_memory()  # before the first chunk: its buffers are reused, not faulted in anew
     if config.runtime.max_cores or config.runtime.nice:
         log.info("CPU cap: cores %s, niceness %s", limits["cores"], limits["nice"])
-    agents = await start_agents(config)
+    # POST /api/v1/leave takes the first SIGTERM's path (a repeated leave is harmless)
+    agents = await start_agents(config, on_leave=stopping.set)
     freeze_heap()
     try:
         info = describe(agents)

@@ -71,7 +71,7 @@ JUDGEMENTS = (EXACT, FLAGGED_OK, UNFLAGGED_WRONG, FLAG_DISHONEST, UNJUDGED)
 #: the most a flagged version's coverage may be off the truth (a share, 0.05 = 5 points)
 COVERAGE_TOLERANCE = 0.05
 UNNAMEABLE = "?"  # a lacking entry: origins the master cannot name
-DOWN_ACTIONS = frozenset({"kill", "lose", "partition", "stall"})
+DOWN_ACTIONS = frozenset({"kill", "lose", "partition", "stall", "terminate"})
 BACK_ACTIONS = frozenset({"restart", "heal", "resume"})
 
 
@@ -152,14 +152,21 @@ class OriginReference:
         files: dict[str, Path],
         lost: Iterable[str] = (),
         last_ts: float | None = None,
+        left: dict[str, int] | None = None,
     ) -> OriginReference:
         """From each origin's input file (origin name → path). ``last_ts``: the newest line's
-        time (default: read from the files), which closes the judged window."""
+        time (default: read from the files), which closes the judged window. ``left``: origin
+        → the first epoch it no longer feeds (a graceful leave's declared end, as
+        :func:`agent.server.chaos.check` takes it): its lines from there on are left out."""
         per = {o: read_records([p]) for o, p in files.items()}
         if last_ts is None:
             last_ts = max((float(r["ts"]) for rs in per.values() for r in rs), default=0.0)
         counts = {origin_name(o): reference(plan, rs) for o, rs in per.items()}
         lines = {origin_name(o): line_counts(plan, rs) for o, rs in per.items()}
+        for o, first_out in (left or {}).items():
+            name = origin_name(o)
+            counts[name] = {e: c for e, c in counts.get(name, {}).items() if e < first_out}
+            lines[name] = {e: n for e, n in lines.get(name, {}).items() if e < first_out}
         return cls(
             plan,
             counts,

@@ -411,7 +411,8 @@ def chaos_figures(
     ids = chaos.node_ids()
     files = {ids.get(i, f"#{i}"): p for i, p in enumerate(chaos.paths)}
     lost = [ids[i] for i in chaos.lost if i in ids]
-    refs = {p.name: OriginReference.from_files(p, files, lost) for p in plans}
+    left = {ids.get(i, f"#{i}"): first_out for i, first_out in chaos.left.items()}
+    refs = {p.name: OriginReference.from_files(p, files, lost, left=left) for p in plans}
     faults = [Fault(e.action, ids.get(e.index, f"#{e.index}"), e.at) for e in chaos.events]
     out = figures(watch.seen(), refs, faults, reports)
     out["watch"] = watch.stats()

@@ -96,15 +96,25 @@ def test_read_epoch_reads_epoch_files_and_compacted_hours_alike(tmp_path: Path) 
         return read_epoch(str(tmp_path), "wc", 0, 1, e, start + (e - first) * step)
 
     def check() -> None:
-        assert part(first) == {"source": "lake", "version": 1, "tentative": False,
-                               "coverage": 1.0, "lacking": [], "updated": False,
+        assert part(first) == {"source": "lake", "term": 0, "version": 1, "tentative": False,
+                               "partial": False, "coverage": 1.0, "lacking": [],
+                               "updated": False,
                                "rows": [[[f"k{first}", first % 2], [first, 1.5]]]}  # fmt: skip
         empty = part(first + 1)
         assert empty is not None
         assert (empty["rows"], empty["version"], empty["tentative"]) == ([], 2, True)
         assert (empty["coverage"], empty["lacking"], empty["updated"]) == (0.25, ["0a"], True)
         assert part(first + 100) is None
+        # a newer master's term outranks the higher version of term 0; partial is said
+        fenced = part(first + 3)
+        assert fenced is not None
+        assert (fenced["term"], fenced["version"], fenced["partial"]) == (2, 1, True)
+        assert (fenced["coverage"], fenced["lacking"]) == (0.5, ["0b"])
+        assert fenced["rows"] == [[["t2", 0], 7]]
 
+    lake.write(Rollup("wc", 0, 1, first + 3, step, [], version=3))
+    lake.write(Rollup("wc", 0, 1, first + 3, step, [(("t2", 0), 7)], term=2, partial=True,
+                      coverage=0.5, lacking=["0b"]))  # fmt: skip
     check()
     counts = maintain(lake, [("wc", 0, 1)], LakeMaintenance(grace=0))
     assert counts["files_compacted"] == 6  # the first hour now lives in one file
@@ -113,3 +123,22 @@ def test_read_epoch_reads_epoch_files_and_compacted_hours_alike(tmp_path: Path) 
     lake.write(Rollup("wc", 0, 1, first + 2, step, [], named_rows=[{"a": 1}], version=2))
     named = read_epoch(str(tmp_path), "wc", 0, 1, first + 2, start + 2 * step)
     assert named is not None and named["rows"] is None and "named result rows" in named["gone"]
+
+
+def test_provenance_names_the_highest_term_and_any_partial_tree() -> None:
+    from agent.runtime.lake_history import provenance
+
+    lake_part = {"source": "lake", "term": 3, "version": 1, "tentative": False,
+                 "partial": True, "coverage": 0.5, "lacking": ["0b"], "rows": []}  # fmt: skip
+    old_part = {"source": "lake", "version": 4, "tentative": False, "coverage": 1.0,
+                "lacking": [], "rows": []}  # fmt: skip  # an answer from before terms
+    master = {"rows": [], "tentative": False}
+    got = provenance([lake_part, master, old_part])
+    assert got["source"] == "master+lake"
+    summary = {k: v for k, v in got["lake"].items() if k != "trees"}
+    assert summary == {"term": 3, "version": 4, "tentative": False, "partial": True,
+                       "coverage": 0.5, "lacking": ["0b"]}  # fmt: skip
+    assert [(t["tree"], t["term"], t["partial"]) for t in got["lake"]["trees"]] == [
+        (0, 3, True),
+        (2, 0, False),
+    ]

@@ -4,6 +4,10 @@ top-k / named rows reach the lake as the results API reports them (pyarrow only)
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +18,7 @@ from agent.runtime.lake_sink import LakeSink
 from agent.runtime.results import ResultStore
 from cbt import CompressedBufferTree
 from spark_sink.buffer import LakeWriter
-from spark_sink.lake import Lake, read_table
+from spark_sink.lake import Lake, Rollup, read_table
 
 EPOCH = 1_795_300_000
 TREES = [111, 222]
@@ -121,3 +125,112 @@ def test_tentative_results_reach_the_lake_with_version_coverage_and_lacking_orig
     assert row["value"] == 3
     assert [f.path.rsplit("-", 1)[1] for f in lake.files("wc")] == ["v3.parquet"]
     writer.close()
+
+
+# ---- fencing terms ----------------------------------------------------------------------------
+
+
+def term_store(term: int) -> ResultStore:
+    """The agent's ResultStore with its master's fencing term (agent/runtime/fencing.py)."""
+    store = ResultStore()
+    store.term_of = lambda tree: term
+    return store
+
+
+def fenced_runtime(store: ResultStore) -> Any:
+    rt = runtime(store, Job())
+    rt.fenced_calls = []
+    rt.lake_fenced = lambda tid, epoch, newer: rt.fenced_calls.append(
+        (tid, epoch, newer, threading.get_ident())
+    )
+    return rt
+
+
+def newer_master_wrote(lake: Lake, term: int) -> None:
+    """Another master, of a higher term, published tree 1's EPOCH."""
+    lake.write(Rollup("wc", 1, len(TREES), EPOCH, 1.0, [("z", 9)], term=term))
+
+
+def test_term_and_partial_reach_the_lake(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path / "lake"))
+    writer = LakeWriter(lake, tmp_path / "buf")
+    store = term_store(3)
+    sink = LakeSink(runtime(store, Job()), writer)
+    store.put(TREES[1], EPOCH, snapshot(["a"]), 0.0, origins=frozenset({1}),
+              expected=frozenset({1, 2}))  # fmt: skip
+    assert store.give_up(TREES[1], EPOCH, frozenset({2}))  # origin 2 retired: partial, v2
+    sink.epoch(TREES[1], EPOCH)
+    assert writer.flush(10)
+    (f,) = lake.files("wc")
+    assert f.rank == (3, 2) and f.path.endswith("-t3-v2.parquet")
+    (row,) = read_table(lake, [f]).to_pylist()
+    assert (row["term"], row["partial"], row["key"]) == (3, True, "a")
+    writer.close()
+
+
+def test_a_fenced_write_is_counted_logged_and_reported(tmp_path: Path, caplog) -> None:
+    lake = Lake(str(tmp_path / "lake"))
+    newer_master_wrote(lake, term=5)
+    writer = LakeWriter(lake, tmp_path / "buf")
+    store = term_store(2)
+    rt = fenced_runtime(store)
+    sink = LakeSink(rt, writer)
+    store.put(TREES[1], EPOCH, snapshot(["a", "b"]), 0.0)
+    with caplog.at_level(logging.WARNING, "agent.runtime.lake_sink"):
+        sink.epoch(TREES[1], EPOCH)
+        assert writer.flush(10)
+    assert rt.counters["lake_fenced_writes"] == 1
+    assert [c[:3] for c in rt.fenced_calls] == [(TREES[1], EPOCH, 5)]
+    assert writer.stats()["fenced"] == 1 and writer.stats()["pending"] == 0  # not retried
+    (record,) = [r for r in caplog.records if "fenced" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    for part in ("wc", f"tree {TREES[1]:x}", f"epoch {EPOCH}", "term 2", "term 5"):
+        assert part in record.getMessage()
+    (f,) = lake.files("wc")  # the newer master's result only
+    assert f.rank == (5, 1)
+    assert read_table(lake, [f]).column("key").to_pylist() == ["z"]
+    writer.close()
+
+
+async def test_a_fenced_write_is_reported_on_the_event_loop(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path / "lake"))
+    newer_master_wrote(lake, term=1)
+    writer = LakeWriter(lake, tmp_path / "buf")
+    store = ResultStore()
+    rt = fenced_runtime(store)
+    sink = LakeSink(rt, writer)
+    store.put(TREES[1], EPOCH, snapshot(["a"]), 0.0)  # term 0: before terms
+    sink.epoch(TREES[1], EPOCH)
+    deadline = time.monotonic() + 10
+    while not rt.fenced_calls:
+        assert time.monotonic() < deadline, "the fenced write was never reported"
+        await asyncio.sleep(0.01)  # yields to the loop the report is scheduled on
+    ((tid, epoch, newer, thread),) = rt.fenced_calls
+    assert (tid, epoch, newer, thread) == (TREES[1], EPOCH, 1, threading.get_ident())
+    assert rt.counters["lake_fenced_writes"] == 1
+    writer.close()
+
+
+def test_a_buffered_rollup_fenced_after_a_restart_is_dropped_and_logged(
+    tmp_path: Path, caplog
+) -> None:
+    blocker = tmp_path / "lake"
+    blocker.write_text("not a directory")  # the lake cannot be created: unavailable
+    store = ResultStore()
+    store.put(TREES[1], EPOCH, snapshot(["a"]), 0.0)
+    first = LakeWriter(Lake(str(blocker)), tmp_path / "buf", retry_initial=3600)
+    LakeSink(runtime(store, Job()), first).epoch(TREES[1], EPOCH)
+    deadline = time.monotonic() + 10
+    while first.stats()["pending"] != 1:
+        assert time.monotonic() < deadline, "the rollup was never buffered"
+        threading.Event().wait(0.01)
+    first.close()  # the agent stops; the buffered rollup stays on disk
+    blocker.unlink()
+    newer_master_wrote(Lake(str(blocker)), term=4)  # meanwhile, a newer master published
+    with caplog.at_level(logging.WARNING, "spark_sink.buffer"):
+        second = LakeWriter(Lake(str(blocker)), tmp_path / "buf")
+        assert second.flush(10)
+    assert second.stats()["fenced"] == 1 and second.stats()["pending"] == 0
+    assert "fenced by term 4" in caplog.text
+    assert [f.rank for f in Lake(str(blocker)).versions("wc")] == [(4, 1)]
+    second.close()

@@ -5,9 +5,11 @@ Contract: :class:`ClusterPicture` asks a bounded set of agents for their summari
 ``POST /agent/v1/summary``) and assembles one snapshot: the agents (alive, unreachable, or
 failed as the overlay declared it; agents known but not asked are counted), and per job its
 trees as nodes with parent links colored by epoch lag, its masters' newest epochs (roll-up
-latency, tentative epochs and coverage), the newest result (at most :data:`RESULT_ROWS` rows,
-fetched once per new epoch), series of throughput and roll-up latency, which agents applied
-which spec version, and a timeline of failures, failovers, recoveries and tentative epochs.
+latency, tentative and partial epochs, coverage, term) and the origins they count absent,
+retired or left (:mod:`agent.runtime.dashboard.membership`), the newest result (at most
+:data:`RESULT_ROWS` rows, fetched once per new epoch), series of throughput and roll-up
+latency, which agents applied which spec version, and a timeline of failures, failovers,
+recoveries and tentative epochs.
 
 Bounds (each documented in docs/dashboard.md): at most ``max_agents`` agents asked per
 refresh (the serving agent first, then the job trees' members it knows, then its overlay
@@ -30,6 +32,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from agent.runtime.dashboard.membership import merge_membership
 from agent.runtime.dashboard.summary import (
     ProcessSampler,
     SummaryError,
@@ -369,6 +372,7 @@ class ClusterPicture:
         versions: dict[str, int] = {}
         records: dict[str, int] = {}
         counters: dict[str, int] = {}
+        memberships: list[dict[str, Any] | None] = []
         for s in summaries:
             job = s.get("jobs", {}).get(name)
             if job is None:
@@ -380,6 +384,7 @@ class ClusterPicture:
             for key, value in job.get("counters", {}).items():
                 counters[key] = counters.get(key, 0) + int(value)
             standbys.update(job.get("standby", {}))
+            memberships.append(job.get("membership"))
             for tree, block in job.get("masters", {}).items():
                 masters[tree] = {"node": nid, **block}
             for t in job.get("trees", []):
@@ -453,6 +458,7 @@ class ClusterPicture:
             "applied_everywhere": bool(versions) and all(v >= version for v in versions.values()),
             "records_in": sum(records.values()),
             "counters": counters,
+            "membership": merge_membership(memberships),
             "series": list(track.series),
             "result": None,  # set by _results
         }
@@ -555,9 +561,12 @@ class ClusterPicture:
                     "epoch",
                     "complete",
                     "tentative",
+                    "partial",
+                    "state",
                     "coverage",
                     "accuracy",
                     "version",
+                    "term",
                     "lacking",
                     "source",
                 )

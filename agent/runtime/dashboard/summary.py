@@ -6,8 +6,9 @@ JSON-ready dict: identity and addresses, process CPU and RSS, loop lag, inputs' 
 rejected counts, and per job this agent's applied spec version, roles, its place in each of the
 job's trees (parent, children, root), the newest epoch it sent upward, its worker's record
 counts, the fault-tolerance counters, its standby or replica role, and — where it is a master —
-its newest :data:`MASTER_EPOCHS` epochs (completion time, roll-up latency, tentative,
-coverage, version, lacking origins). Its size is bounded: at most :data:`MAX_JOBS` jobs, a
+its newest :data:`MASTER_EPOCHS` epochs (completion time, roll-up latency, tentative, partial,
+coverage, version, term, lacking origins) and the job's absent, retired and left origins
+(:mod:`agent.runtime.dashboard.membership`). Its size is bounded: at most :data:`MAX_JOBS` jobs, a
 fixed set of fields per tree and :data:`MAX_CHILDREN` child ids per tree (``children_total``
 says how many there are), never a result row or a secret. Building it is O(jobs × trees) and
 runs on the event loop without awaiting.
@@ -29,6 +30,8 @@ import resource
 import time
 from typing import Any, Protocol
 
+from agent.runtime.dashboard.membership import check_membership, local_membership
+
 MASTER_EPOCHS = 16  # newest epochs per master tree in a summary
 MAX_JOBS = 64  # jobs per summary (the newest names beyond it are counted, not listed)
 MAX_CHILDREN = 64  # child ids per tree view
@@ -41,6 +44,8 @@ FAULT_COUNTERS = (
     "repaired",
     "repair_requests",
     "tentative_epochs",
+    "partial_epochs",
+    "origins_retired",
     "epochs_replayed",
     "changes_applied",
     "changes_refused",
@@ -172,6 +177,7 @@ def _job(agent: SummarySource, runtime: Any) -> dict[str, Any]:
         "replica_of": {_hex(t): r.stats().get("master") for t, r in runtime.replicas.items()},
         "counters": {k: runtime.counters[k] for k in FAULT_COUNTERS if k in runtime.counters},
         "masters": masters,
+        "membership": local_membership(runtime) if masters else None,
     }
 
 
@@ -198,10 +204,13 @@ def _master(runtime: Any, tid: int) -> dict[str, Any]:
                 # from the epoch's end (event time = wall time for live inputs) to the master
                 "latency_s": round(result.completed_at - end, 4),
                 "tentative": result.tentative,
+                # a retired origin's part missing for good (results.py; False before it says)
+                "partial": bool(getattr(result, "partial", False)),
                 "coverage": round(result.coverage, 4),
                 # a top-k job's accuracy estimate, once computed off the loop (else null)
                 "accuracy": runtime.accuracy_now(tid, epoch, result),
                 "version": result.version,
+                "term": getattr(result, "term", None),  # the master's term that stored it
                 "lacking": list(result.lacking)[:8],
             }
         )
@@ -332,6 +341,7 @@ def _check_job(name: str, doc: Any) -> dict[str, Any]:
             _hexid(t, f"{where}.masters"): _check_master(f"{where}.masters", m)
             for t, m in _map(j.get("masters", {}), f"{where}.masters", 64).items()
         },
+        "membership": check_membership(f"{where}.membership", j.get("membership"), _need),
     }
 
 
@@ -365,9 +375,11 @@ def _check_master(where: str, doc: Any) -> dict[str, Any]:
                 "completed_at": _num(e.get("completed_at"), f"{where}.completed_at", none=True),
                 "latency_s": _num(e.get("latency_s"), f"{where}.latency_s"),
                 "tentative": bool(e.get("tentative")),
+                "partial": bool(e.get("partial")),
                 "coverage": _num(e.get("coverage"), f"{where}.coverage"),
                 "accuracy": _num(e.get("accuracy"), f"{where}.accuracy", none=True),
                 "version": _int(e.get("version", 1), f"{where}.version"),
+                "term": _int(e.get("term"), f"{where}.term", none=True),
                 "lacking": [
                     _str(x, f"{where}.lacking", limit=40)
                     for x in _list(e.get("lacking", []), f"{where}.lacking", 8)

@@ -50,8 +50,12 @@ CHECKS = [
 # ingest bodies are lines of text: sent as text/plain as they are (any value is a valid body)
 schemathesis.serializer.alias("application/x-ndjson", "text/plain")
 # the dashboard's event stream never ends by itself (tests/agent/runtime/test_dashboard.py
-# reads it)
-schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(path="/api/v1/dashboard/events")
+# reads it); leave stops the agent (tests/agent/runtime/test_membership_api.py checks it)
+schema = (
+    schemathesis.openapi.from_dict(DOCUMENT)
+    .exclude(path="/api/v1/dashboard/events")
+    .exclude(path="/api/v1/leave")
+)
 schema.config.generation.update(
     modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
     max_examples=MAX_EXAMPLES,

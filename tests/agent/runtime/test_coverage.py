@@ -1,6 +1,7 @@
-"""Expected origins (agent/runtime/coverage.py) and the result store's lineage rules
-(agent/runtime/results.py): what makes an epoch tentative, what a late fold may add, and
-that no sequence of folds counts an origin twice (hypothesis, against a Counter)."""
+"""Membership (agent/runtime/membership.py) and the result store's lineage rules
+(agent/runtime/results.py): what makes an epoch tentative, partial or final, what a late fold
+may add, and that no sequence of folds counts an origin twice (hypothesis, against a
+Counter)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.runtime.coverage import ExpectedOrigins
+from agent.runtime.membership import Membership
 from agent.runtime.results import ResultStore
 from cbt import CompressedBufferTree, Snapshot
 
@@ -25,22 +26,33 @@ def data(origin: int, epoch: int) -> dict[str, int]:
     return {f"k{origin % 3}": origin, "all": 1, f"e{epoch}": 100 * origin}
 
 
-def test_expected_origins_follow_joins_grace_and_leaves() -> None:
-    exp = ExpectedOrigins(grace_epochs=3)
+def test_expected_origins_follow_joins_absence_leaves_and_retirements() -> None:
+    exp = Membership()
     assert exp.expected(10) is None
-    exp.observe(10, frozenset({1, 2}))
-    exp.observe(11, frozenset({1, 2, 3}))  # 3 joins at 11
+    exp.observe(10, frozenset({1, 2}), now=10.0)
+    exp.observe(11, frozenset({1, 2, 3}), now=11.0)  # 3 joins at 11
     assert exp.expected(10) == {1, 2}  # 3 is not missing from an epoch before it joined
     assert exp.expected(12) == {1, 2, 3}
-    exp.observe(12, frozenset({1, 3}))  # 2 crashed after 11
-    assert exp.expected(13) == {1, 2, 3}  # still expected within the grace ...
-    assert exp.expected(15) == {1, 3}  # ... not after it
-    exp.left(3, 14)
-    assert exp.expected(14) == {1, 2}  # 2 still within its grace; 3 left
-    fresh = ExpectedOrigins(grace_epochs=3)
+    exp.observe(12, frozenset({1, 3}), now=12.0)  # 2 crashed after 11: absent, not gone
+    assert exp.declare_absent(2, "refused", now=12.5)
+    assert exp.expected(500) == {1, 2, 3}  # expected for as long as it is not retired
+    exp.leave(3, 14)  # 3 stopped gracefully after epoch 13
+    assert exp.expected(13) == {1, 2, 3} and exp.expected(14) == {1, 2}
+    assert exp.retire_due(now=11.0 + 899.0, retire_after=900.0) == []  # last heard at 11
+    assert exp.retire_due(now=11.0 + 900.0, retire_after=900.0) == [2]
+    assert exp.retire(2, 20, now=920.0, why="operator")
+    assert exp.retired_before() == {2: 20} and exp.absent() == {}
+    assert exp.expected(19) == {1, 2} and exp.expected(20) == {1}
+    fresh = Membership()
     fresh.restore(exp.export())
-    assert fresh.expected(13) == exp.expected(13)
+    for e in (13, 14, 19, 20):
+        assert fresh.expected(e) == exp.expected(e)
+    assert fresh.retired_before() == {2: 20}
     fresh.restore({"origins": {"zz": [1, 2, None], "5": "bad"}})  # malformed: skipped
+    exp.observe(30, frozenset({2}), now=930.0)  # 2 came back after all
+    assert exp.retired_before() == {} and exp.expected(29) == {1} and 2 in exp.expected(30)
+    exp.join(3, 31, now=931.0)  # so did 3
+    assert exp.expected(31) == {1, 2, 3} and exp.expected(20) == {1}
 
 
 def test_a_result_lacking_an_origin_is_tentative_until_it_arrives() -> None:
@@ -98,17 +110,19 @@ def test_no_sequence_of_late_folds_counts_an_origin_twice(
 
 
 def test_a_restarted_master_still_expects_the_origins_it_persisted() -> None:
-    before = ExpectedOrigins(grace_epochs=3)
-    before.observe(10, frozenset({1, 2, 3}))
-    after = ExpectedOrigins(grace_epochs=3)  # the same master after a restart
-    after.restore_members(before.members())
-    after.restore_members({"zz": 1, "4": "x"})  # malformed entries are skipped
-    assert after.expected(20) == {1, 2, 3}  # its first result after the restart ...
-    after.observe(20, frozenset({1}))  # ... holds only its own records: 2 and 3 are lacking
-    assert after.expected(21) == {1, 2, 3}
-    for epoch in range(21, 25):
-        after.observe(epoch, frozenset({1}))
-    assert after.expected(24) == {1}  # no longer expected once the grace has passed
+    before = Membership()
+    before.observe(10, frozenset({1, 2, 3}), now=0.0)
+    before.retire(3, 12, now=5.0, why="operator")
+    after = Membership()  # the same master after a restart
+    after.restore_members(before.members(), now=100.0)
+    after.restore_members({"zz": 1, "4": "x"}, now=100.0)  # malformed entries are skipped
+    assert after.expected(20) == {1, 2}  # its first result after the restart ...
+    after.observe(20, frozenset({1}), now=101.0)  # ... holds only its own records
+    for epoch in range(21, 500):
+        after.observe(epoch, frozenset({1}), now=101.0)
+    assert after.expected(499) == {1, 2}  # 2 is absent, not gone: still expected
+    assert after.retired_before() == {3: 12}
+    assert after.retire_due(now=100.0 + 900.0, retire_after=900.0) == [2]
 
 
 def test_a_handed_over_result_covering_more_replaces_a_restarted_masters_own() -> None:
@@ -130,38 +144,54 @@ def test_a_handed_over_result_covering_more_replaces_a_restarted_masters_own() -
 def test_a_master_that_was_a_member_doubts_until_it_hears_of_another_origin() -> None:
     """A partition's minority side: a former member becomes the root knowing only itself.
     Its results are tentative (lacking "?") until any other origin is heard of."""
-    exp = ExpectedOrigins(grace_epochs=3)
+    exp = Membership()
     exp.doubt_until_told(7)
     assert exp.doubt == 7
-    exp.observe(10, frozenset({7}))  # only its own records: still in doubt
+    exp.observe(10, frozenset({7}), now=0.0)  # only its own records: still in doubt
     assert exp.doubt == 7
     store = ResultStore(job="j")
     store.put(1, 10, snap(data(7, 10)), 0.0, origins=frozenset({7}), expected=exp.expected(10),
               doubtful=exp.doubt is not None)  # fmt: skip
     r = store.get(1, 10)
     assert r is not None and r.tentative and r.lacking == ("?",)
-    exp.join(8, 9)  # another origin announces itself (or contributes, or is handed over)
+    exp.join(8, 9, now=0.0)  # another origin announces itself (or contributes, or is handed over)
     assert exp.doubt is None and exp.expected(11) == {7, 8}
-    informed = ExpectedOrigins(grace_epochs=3)
-    informed.observe(3, frozenset({7, 8}))
+    informed = Membership()
+    informed.observe(3, frozenset({7, 8}), now=0.0)
     informed.doubt_until_told(7)  # it already knows another origin: no doubt
     assert informed.doubt is None
 
 
-def test_a_lost_origin_is_not_expected_after_and_its_gap_is_past_repair() -> None:
-    exp = ExpectedOrigins(grace_epochs=60)
-    for e in range(10, 13):
-        exp.observe(e, frozenset({1, 2, 3}))
-    assert not exp.lose(9, 20)  # never a member: nothing to lose
-    assert exp.lose(2, 15)  # declared dead during epoch 14
-    assert not exp.lose(2, 16)  # once
-    assert exp.expected(14) == {1, 2, 3}  # the epochs it had open still expect it ...
-    assert exp.past_repair(14) == {2}  # ... and what they lack of it died with it
-    assert exp.expected(15) == {1, 3}  # not expected from the first epoch after
-    assert exp.past_repair(15) == frozenset()
-    assert exp.lost() == {2: 15}
-    moved = ExpectedOrigins(grace_epochs=60)  # the state moves with the master role
-    moved.restore(exp.export())
-    assert moved.expected(15) == {1, 3} and moved.past_repair(13) == {2}
-    exp.observe(17, frozenset({1, 2, 3}))  # it came back (it was cut off, or restarted)
-    assert exp.lost() == {} and exp.expected(18) == {1, 2, 3}
+def test_a_retired_origin_makes_the_epochs_it_missed_partial_for_good() -> None:
+    """Retiring (elf retire, retire_after): the stored epochs before it that lack the
+    origin turn partial (a new version), later ones do not wait for it; if it comes back
+    after all, its data folds in and the epoch becomes final."""
+    exp = Membership()
+    exp.observe(10, frozenset({1, 2}), now=0.0)
+    store = ResultStore(job="j")
+    retired_before = exp.retired_before
+    store.given_up_for = lambda e: frozenset(o for o, r in retired_before().items() if e < r)
+    for e in (11, 12):
+        store.put(1, e, snap(data(1, e)), 0.0, origins=frozenset({1}), expected=exp.expected(e))
+    r = store.get(1, 11)
+    assert r is not None and r.tentative and not r.partial and r.state == "tentative"
+    assert exp.retire(2, 13, now=1.0, why="operator")
+    assert store.retire(2, 13) == [(1, 11), (1, 12)]
+    r = store.get(1, 11)
+    assert r is not None and r.partial and not r.tentative and r.state == "partial"
+    assert r.lacking == ("2",) and r.coverage < 1.0 and r.version == 2
+    assert store.missing(1, -1) == {}  # nothing left to repair
+    # an epoch stored after the retirement but before it: partial at once
+    store.put(1, 9, snap(data(1, 9)), 0.0, origins=frozenset({1}), expected=frozenset({1, 2}))
+    assert store.get(1, 9).partial  # type: ignore[union-attr]
+    store.put(1, 13, snap(data(1, 13)), 0.0, origins=frozenset({1}), expected=exp.expected(13))
+    assert store.get(1, 13).state == "final"  # type: ignore[union-attr]
+    # it comes back after all: its share folds in, final and exact
+    assert store.add_late(1, 11, 2, snap(data(2, 11)), 2.0, origins=frozenset({2}))
+    r = store.get(1, 11)
+    assert r is not None and r.state == "final" and r.version == 3
+    assert Counter(r.snapshot.to_dict()) == Counter(data(1, 11)) + Counter(data(2, 11))
+    # the state travels with a hand-over or a standby replica
+    other = ResultStore(job="j")
+    other.absorb(1, store.export(1))
+    assert other.get(1, 12).state == "partial"  # type: ignore[union-attr]

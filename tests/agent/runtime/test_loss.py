@@ -1,5 +1,6 @@
 """OriginLoss (agent/runtime/loss.py): which origins a master probes, what proves a death,
-and what a declaration does (re-issue from the holders, then stop expecting the origin),
+and what a declaration does (re-issue from the holders, then record the origin absent - it
+stays expected: a process is not its data),
 against a fake job runtime and fake peers (the cluster tests run it for real)."""
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agent.runtime.coverage import ExpectedOrigins
 from agent.runtime.loss import OriginLoss
+from agent.runtime.membership import Membership
 from srt.dataplane.client import DataPlaneError
 
 
@@ -26,8 +27,8 @@ class Host:
     node_id = 1
 
     def __init__(self) -> None:
-        self.expected_origins = ExpectedOrigins(grace_epochs=60)
-        self.expected_origins.observe(100, frozenset({1, 2, 3, 4}))
+        self.membership = Membership()
+        self.membership.observe(100, frozenset({1, 2, 3, 4}), now=time.time())
         self.held: tuple[int, frozenset[int]] | None = (101, frozenset({1, 3}))
         self.folded: list[tuple[int, int, dict[int, bytes]]] = []
         self.multicasts: list[dict[str, Any]] = []
@@ -45,16 +46,16 @@ class Host:
         return epoch + 1.0  # 1 s epochs, lateness 0
 
     def expected(self, epoch: int) -> frozenset[int]:
-        return self.expected_origins.expected(epoch) or frozenset()
+        return self.membership.expected(epoch) or frozenset()
 
     def is_member(self, origin: int) -> bool:
-        return origin in self.expected_origins.members_set()
+        return origin in self.membership.members_set()
 
-    def lose(self, origin: int, from_epoch: int) -> bool:
-        return self.expected_origins.lose(origin, from_epoch)
+    def declare_absent(self, origin: int, why: str) -> bool:
+        return self.membership.declare_absent(origin, why, time.time())
 
-    def first_epoch_after(self, t: float) -> int:
-        return int(t) + 1
+    def is_absent(self, origin: int) -> bool:
+        return origin in self.membership.absent()
 
     async def fold_origin(
         self, tid: int, origin: int, parts: dict[int, bytes], records: dict[str, Any]
@@ -63,7 +64,7 @@ class Host:
         self.records = records
         return len(parts)
 
-    def after_loss(self, origin: int) -> None:
+    def after_absence(self, origin: int) -> None:
         self.after.append(origin)
 
     def count(self, what: str, n: int = 1) -> None:
@@ -120,7 +121,7 @@ class Network:
         return f"http://n{getattr(node, 'id', node)}"
 
 
-async def test_a_refused_probe_declares_the_origin_lost_and_re_issues_its_checkpoints() -> None:
+async def test_a_refused_probe_declares_the_origin_absent_and_re_issues_its_checkpoints() -> None:
     host = Host()
     held = {"http://n4": {99: b"a", 100: b"b"}, "http://n5": {100: b"b", 101: b"c"}}
     net = Network(Client(dead={"http://n2"}, stuck={"http://n4"}, held=held))
@@ -141,28 +142,29 @@ async def test_a_refused_probe_declares_the_origin_lost_and_re_issues_its_checkp
     assert host.records == {"100": 1, "101": 1}  # the counts the holders kept travel too
     event = loss.status()[0]
     assert event["origin"] == "2" and event["reissued"] == 2
-    assert host.expected(101) == {1, 2, 3, 4}  # the epochs it had open: still expected ...
-    assert host.expected_origins.past_repair(101) == {2}  # ... but past repair
-    assert 2 not in host.expected(event["from_epoch"])
-    assert host.counters["origins_lost"] == 1
+    # absent, not gone: still expected in the epochs it had open and in every later one,
+    # until it comes back or is retired
+    assert host.expected(101) == {1, 2, 3, 4}
+    assert host.expected(10_000) == {1, 2, 3, 4}
+    assert 2 in host.membership.absent()
+    assert host.counters["origins_absent_declared"] == 1
+    # known absent: not probed again, not declared twice
+    assert loss.check(7, now=200.0) == [4]
 
 
-async def test_records_a_lost_origin_read_ahead_of_the_clock_keep_their_epochs_open() -> None:
-    """A skewed log clock: the origin read records of epochs ahead of the declaration and
-    told its holders; those epochs still expect it (they lack what died with it)."""
+async def test_an_absent_origin_that_comes_back_is_present_again() -> None:
     host = Host()
-    client = Client(dead={"http://n2"}, stuck=set(), held={"http://n5": {101: b"c"}})
-    ahead = int(time.time()) + 100  # epochs of 1 s: read 100 s ahead of the clock
-    client.seen["http://n5"] = ahead
-    net = Network(client)
+    net = Network(Client(dead={"http://n2"}, stuck=set(), held={}))
     loss = OriginLoss(host, net)
     loss.learn_url(2, "http://n2")
     loss.check(7, now=102.2)
     await asyncio.wait_for(host.settle(), 5)
-    event = loss.status()[0]
-    assert event["from_epoch"] == ahead + 1 and event["seen_epoch"] == ahead
-    assert host.expected_origins.past_repair(ahead) == {2}  # those epochs lack it, named
-    assert 2 not in host.expected(ahead + 1)
+    assert 2 in host.membership.absent()
+    # an old epoch re-sent: still absent
+    host.membership.observe(100, frozenset({2}), now=time.time())
+    assert 2 in host.membership.absent()
+    host.membership.observe(103, frozenset({2}), now=time.time())  # a new epoch: back
+    assert 2 not in host.membership.absent()
 
 
 async def test_a_silent_origin_is_lost_only_after_the_loss_timeout_if_still_unreachable() -> None:
@@ -172,7 +174,7 @@ async def test_a_silent_origin_is_lost_only_after_the_loss_timeout_if_still_unre
     loss.overlay_failed(3)  # failed by the overlay, then back before the timeout
     loss.overlay_failed(9)  # not an origin of this job
     await asyncio.wait_for(host.settle(), 5)
-    assert loss.status() == [] and host.expected_origins.lost() == {}
+    assert loss.status() == [] and host.membership.absent() == {}
     net.gone.append(4)  # still unreachable when the timeout ends
     loss.overlay_failed(4)
     await asyncio.wait_for(host.settle(), 5)

@@ -344,9 +344,17 @@ def test_the_collector_maps_every_figure_to_its_metric() -> None:
                                                     "emitted": 9}}},
                     "counters": {"commits": 8, "tentative_epochs": 2, "repair_requests": 3,
                                  "repaired": 2, "takeovers": 1, "takeover_failed": 1,
-                                 "handovers_sent": 1},
+                                 "handovers_sent": 1, "partial_epochs": 6,
+                                 "origins_retired": 2, "origins_absent": 1},
                     "results_now": {"tentative": 1, "coverage": 0.5, "accuracy": 0.9},
                     "origins_expected": 4,
+                    "membership": {
+                        "absent": [{"origin": "ab", "since": 1.0, "last_epoch": 3, "why": None,
+                                    "retire_at": None}],
+                        "retired": [{"origin": "cd", "at": 2.0, "from_epoch": 4, "why": "x"},
+                                    {"origin": "ef", "at": 3.0, "from_epoch": 5, "why": "y"}],
+                        "left": [{"origin": "01", "from_epoch": 2}],
+                    },
                     "cpu": {"share_used": 0.25, "throttled": False, "backlog_records": 0},
                     "memory": {"worker_bytes": 64, "results": {"resident_bytes": 32}},
                     "retained": {"bytes": 16},
@@ -397,6 +405,9 @@ def test_the_collector_maps_every_figure_to_its_metric() -> None:
         ("elf_failovers_total", (("job", "wc"), ("kind", "failed"))): 1,
         ("elf_handovers_total", (("job", "wc"), ("kind", "sent"))): 1,
         ("elf_origins_expected", (("job", "wc"),)): 4,
+        ("elf_origins_absent", (("job", "wc"),)): 1,
+        ("elf_origins_retired", (("job", "wc"),)): 2,
+        ("elf_partial_epochs_total", (("job", "wc"),)): 6,
         ("elf_job_memory_bytes", (("job", "wc"), ("kind", "retained"))): 16,
     }
     got = {k: m.get(k) for k in want}

@@ -42,7 +42,7 @@ async def test_a_lost_contribution_is_pulled_from_its_origin() -> None:
         mrt = master.runtimes["wc"]
         (tid,) = mrt.tree_list
         # a phantom origin the master expects from the start: every epoch lacks it
-        mrt.expected_origins.observe(e, frozenset({GONE}))
+        mrt.membership.observe(e, frozenset({GONE}), now=time.time())
         for a in agents:
             await a.ingest("ingest", lines(e + 0.1, TEXTS) + lines(e + 1.1, TEXTS))
         want = word_counts(TEXTS, 3)

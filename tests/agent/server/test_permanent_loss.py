@@ -1,13 +1,14 @@
 """Permanent loss on a real cluster (``agent.server.chaos``; docs/fault-tolerance.md,
-"Permanent loss"): five agent processes tailing files that are still being written,
-WordCount on them, and agents killed -9 **for good** (never restarted; their files stop
-growing, as a dead host's web server stops logging).
+"The guarantee" and "Permanent loss"): five agent processes tailing files that are still
+being written, WordCount on them, and agents killed -9 **for good** (never restarted; their
+files stop growing, as a dead host's web server stops logging).
 
-Promised: every epoch is final and exact over the live agents' lines, except the epochs the
-dead agent had open when it died, which are tentative, name it, and are exact over the
-origins they cover (``partial``); every epoch it had closed stays exact, re-issued from its
-hot replicas when it never reached the master; none is final and wrong; the master records
-the loss (why, when, how many epochs it re-issued).
+Promised: a dead agent is *absent*, not gone: every epoch it misses is flagged (tentative,
+naming it) until the job's ``retire_after`` retires it; then those epochs are *partial* for
+good (naming it, exact over the origins they cover) and later epochs are final and exact over
+the live agents' lines. Every epoch it had closed stays exact, re-issued from its hot replicas
+when it never reached the master; none is final and wrong; the master records the absence (why,
+when, how many epochs it re-issued) and the retirement.
 
 Every version a reader could see during the run is judged too (issue "Final means final",
 :mod:`agent.server.version_watch`, started before the first fault): exact, or flagged naming
@@ -75,6 +76,18 @@ def losses(chaos: ChaosCluster, job: str) -> list[dict]:  # type: ignore[type-ar
     return out
 
 
+RETIRE_AFTER = 4.0  # seconds: an absent agent is retired this long after it was last heard of
+
+
+def retired(chaos: ChaosCluster, job: str) -> dict[str, dict]:  # type: ignore[type-arg]
+    """Origin → its retirement, as the job's masters report it."""
+    out = {}
+    for i in chaos.live():
+        for r in (chaos.client(i).status()["jobs"][job].get("membership") or {}).get("retired", []):
+            out[r["origin"]] = r
+    return out
+
+
 def direct_leaf(chaos: ChaosCluster, master: int) -> int:
     """A leaf whose parent is the master itself (its epochs then have no other way up), and
     not the master's standby (killing both would leave the next master without the job's
@@ -94,22 +107,24 @@ def direct_leaf(chaos: ChaosCluster, master: int) -> int:
     )
 
 
-def test_a_leaf_lost_for_good_leaves_only_its_open_epochs_tentative(tmp_path: Path) -> None:
+def test_a_leaf_lost_for_good_is_absent_then_retired(tmp_path: Path) -> None:
     chaos = ChaosCluster(AGENTS, tmp_path).start()
     writer = LogWriter(chaos.paths, rate=10).start()
     try:
         start = math.floor(time.time()) + 2
-        wc = JobPlan("wc", "wordcount", start)
+        wc = JobPlan("wc", "wordcount", start, settings=(("retire_after", RETIRE_AFTER),))
         assert chaos.submit(wc)["agents_reached"] == AGENTS
         watch = chaos_watch(chaos, [wc])
         chaos.wait_stored("wc", start + 2)
         leaf = chaos.pick("wc", "leaf")
         ev = chaos.lose(leaf, writer, "wc", "leaf")
         lost_id = chaos.node_ids()[leaf]
-        found = wait_until(lambda: losses(chaos, "wc"), 20, "the master to declare it lost")
+        found = wait_until(lambda: losses(chaos, "wc"), 20, "the master to declare it absent")
         assert [e["origin"] for e in found] == [lost_id]
         assert found[0]["declared_at"] - ev.at < 5.0  # proven by a refused probe, not timeouts
-        chaos.wait_stored("wc", found[0]["from_epoch"] + 2)
+        gone = wait_until(lambda: retired(chaos, "wc"), 30, "retire_after to retire it")
+        assert list(gone) == [lost_id] and "retire_after" in gone[lost_id]["why"]
+        chaos.wait_stored("wc", gone[lost_id]["from_epoch"] + 2)
     finally:
         writer.stop()
     try:
@@ -117,9 +132,9 @@ def test_a_leaf_lost_for_good_leaves_only_its_open_epochs_tentative(tmp_path: Pa
     finally:
         watch.stop()
         chaos.stop()
-    # the epochs it had open: the one it was reading, the one waiting for lateness, and the
-    # one that began before the loss was declared
-    assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=4)
+    # the epochs it had open and those it missed until retire_after retired it (4 s of
+    # silence, from its last contribution): partial, naming it; later ones final and exact
+    assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=9)
     assert_no_visible_violations(watch, chaos, [wc], reports)
 
 
@@ -138,7 +153,7 @@ def test_a_lost_leafs_epochs_that_never_reached_the_master_are_re_issued_from_it
     writer = LogWriter(chaos.paths, rate=10).start()
     try:
         start = math.floor(time.time()) + 2
-        wc = JobPlan("wc", "wordcount", start)
+        wc = JobPlan("wc", "wordcount", start, settings=(("retire_after", RETIRE_AFTER),))
         assert chaos.submit(wc)["agents_reached"] == AGENTS
         watch = chaos_watch(chaos, [wc])
         chaos.wait_stored("wc", start + 2)
@@ -168,7 +183,14 @@ def test_a_lost_leafs_epochs_that_never_reached_the_master_are_re_issued_from_it
             "the new master to declare both lost",
         )
         assert found[ids[leaf]]["reissued"] >= 1, found
-        chaos.wait_stored("wc", max(e["from_epoch"] for e in found.values()) + 2, timeout=60)
+        gone = wait_until(
+            lambda: (
+                retired(chaos, "wc").keys() >= {ids[leaf], ids[master]} and retired(chaos, "wc")
+            ),
+            60,
+            "retire_after to retire both",
+        )
+        chaos.wait_stored("wc", max(r["from_epoch"] for r in gone.values()) + 2, timeout=60)
     finally:
         writer.stop()
     try:
@@ -181,8 +203,8 @@ def test_a_lost_leafs_epochs_that_never_reached_the_master_are_re_issued_from_it
     closed = wc.epoch_of(lost.at) - 2
     lacking = {e.epoch: e.lacking for e in reports[0].epochs if e.epoch <= closed}
     assert all(ids[leaf] not in names for names in lacking.values()), lacking
-    # the stalled master read nothing while stopped: those epochs lack it, named, past repair
-    assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=12)
+    # the stalled master read nothing while stopped: those epochs lack it, named, partial
+    assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=16)
     assert_no_visible_violations(watch, chaos, [wc], reports)
 
 
@@ -195,7 +217,7 @@ def test_both_agents_of_one_failure_domain_lost_together(tmp_path: Path) -> None
     writer = LogWriter(chaos.paths, rate=10).start()
     try:
         start = math.floor(time.time()) + 2
-        wc = JobPlan("wc", "wordcount", start)
+        wc = JobPlan("wc", "wordcount", start, settings=(("retire_after", RETIRE_AFTER),))
         assert chaos.submit(wc)["agents_reached"] == AGENTS
         watch = chaos_watch(chaos, [wc])
         chaos.wait_stored("wc", start + 2)
@@ -225,7 +247,12 @@ def test_both_agents_of_one_failure_domain_lost_together(tmp_path: Path) -> None
             "the master to declare both lost",
         )
         print("losses", found, "killed at", [e.at for e in chaos.events if e.action == "lose"])
-        chaos.wait_stored("wc", max(e["from_epoch"] for e in found.values()) + 2)
+        gone = wait_until(
+            lambda: (rs := retired(chaos, "wc")).keys() >= {ids[i] for i in pair} and rs,
+            30,
+            "retire_after to retire both",
+        )
+        chaos.wait_stored("wc", max(r["from_epoch"] for r in gone.values()) + 2)
     finally:
         writer.stop()
     try:
@@ -233,8 +260,8 @@ def test_both_agents_of_one_failure_domain_lost_together(tmp_path: Path) -> None
     finally:
         watch.stop()
         chaos.stop()
-    # two agents: their open epochs, and one more when their declarations straddle an epoch
-    assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=6)
+    # two agents: the epochs they had open and missed until retired: partial, naming them
+    assert_exact_except_the_lost_open_epochs(chaos, reports, most_partial=9)
     assert_no_visible_violations(watch, chaos, [wc], reports)
 
 

@@ -197,6 +197,9 @@ def test_reference_from_files_counts_per_origin_and_closes_the_window(tmp_path: 
     assert ref.epochs == range(100, 101)  # the newest line's epoch (101) may be cut short
     assert ref.lost == {B}
     assert ref.coverage([B], 100) == 2 / 3
+    # a graceful leave declared from epoch 101 on: a's lines of 101 are not expected
+    gone = OriginReference.from_files(WC, files, left={A: 101})
+    assert gone.counts[A] == {100: Counter({"x": 2, "y": 1})} and gone.lines[A] == {100: 2}
     assert origin_name("00ab") == "ab" and origin_name("?") == "?"
 
 

@@ -211,8 +211,9 @@ function jobCard(name) {
       el("div", {},
         el("div", { class: "chart" }),
         el("table", { class: "epochs" },
-          el("thead", {}, el("tr", {}, ...["epoch", "roll-up latency", "state", "coverage", "result version"].map((h) => el("th", {}, h)))),
+          el("thead", {}, el("tr", {}, ...["epoch", "roll-up latency", "state", "coverage", "result version (term)"].map((h) => el("th", {}, h)))),
           el("tbody")))),
+    el("div", { class: "membership", hidden: true }),
     el("div", { class: "result" }),
     actions(name),
   );
@@ -280,6 +281,7 @@ function renderJob(doc) {
   drawTrees(job.card, doc);
   drawChart(doc);
   drawEpochs(job.card, doc);
+  drawMembership(job.card, doc);
   drawResult(job.card, doc);
 }
 
@@ -391,9 +393,37 @@ function drawEpochs(card, doc) {
   const body = card.querySelector(".epochs tbody");
   body.replaceChildren(...rows.slice(0, 8).map((e) => el("tr", { "data-epoch": e.epoch },
     el("td", {}, String(e.epoch)), el("td", {}, e.latency_s.toFixed(3) + " s"),
-    el("td", { class: e.tentative ? "tentative" : "" }, e.tentative ? "tentative" + (e.lacking.length ? " (lacking " + e.lacking.map(origin).join(", ") + ")" : "") : "final"),
+    el("td", { class: epochState(e) === "final" ? "" : epochState(e) }, epochState(e) + (e.lacking.length ? " (lacking " + e.lacking.map(origin).join(", ") + ")" : "")),
     el("td", {}, (100 * e.coverage).toFixed(0) + " %" + (e.accuracy == null ? "" : " · top-k accuracy ≈ " + (100 * e.accuracy).toFixed(0) + " %")),
-    el("td", {}, String(e.version)))));
+    el("td", {}, versionTerm(e)))));
+}
+
+// final, tentative (waiting for an absent origin) or partial (a retired origin's part is
+// missing for good): the result's own "state" where it says it, else read from its flags
+const epochState = (e) => e.state || (e.partial ? "partial" : e.tentative ? "tentative" : "final");
+const versionTerm = (e) => String(e.version) + (e.term == null ? "" : ` (term ${e.term})`);
+
+// The origins the job's masters count absent (their epochs stay tentative), retired (later
+// epochs no longer wait; missed ones partial) or left (a graceful stop): one row each.
+function drawMembership(card, doc) {
+  const holder = card.querySelector(".membership");
+  const m = doc.membership || {};
+  const rows = [
+    ...(m.absent || []).map((o) => ["absent", o.origin,
+      "since " + (o.since == null ? "?" : when(o.since)) + (o.last_epoch == null ? "" : ` · last epoch ${o.last_epoch}`),
+      o.retire_at == null ? "until it returns or is retired (elf retire)" : "retired at " + when(o.retire_at), o.why]),
+    ...(m.retired || []).map((o) => ["retired", o.origin,
+      "at " + (o.at == null ? "?" : when(o.at)) + ` · from epoch ${o.from_epoch ?? "?"}`, "epochs it missed are partial", o.why]),
+    ...(m.left || []).map((o) => ["left", o.origin, `from epoch ${o.from_epoch ?? "?"}`, "later epochs final without it", null]),
+  ];
+  holder.hidden = rows.length === 0;
+  holder.replaceChildren();
+  if (!rows.length) return;
+  holder.append(el("h4", {}, "origins not contributing"), el("table", { class: "origins" },
+    el("thead", {}, el("tr", {}, ...["origin", "state", "when", "then", "why"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...rows.map(([st, id, at, then, why]) => el("tr", { "data-origin": id, "data-state": st },
+      el("td", { class: "mono", title: id }, origin(id)), el("td", { class: st }, st),
+      el("td", {}, at), el("td", {}, then), el("td", {}, why || ""))))));
 }
 
 function drawResult(card, doc) {
@@ -402,9 +432,11 @@ function drawResult(card, doc) {
   const r = doc.result;
   if (!r) return;
   if (r.error) { holder.append(el("p", { class: "muted" }, "result: " + r.error)); return; }
-  holder.append(el("p", {}, `newest result: epoch ${r.epoch}` +
-    (r.tentative ? ` (tentative, coverage ${(100 * r.coverage).toFixed(0)} %` +
+  const st = epochState(r);
+  holder.append(el("p", { "data-state": st }, `newest result: epoch ${r.epoch}` +
+    (st !== "final" ? ` (${st}, coverage ${(100 * r.coverage).toFixed(0)} %` +
       (r.accuracy == null ? "" : `, top-k accuracy ≈ ${(100 * r.accuracy).toFixed(0)} %`) + ")" : " (final)") +
+    ` · version ${versionTerm(r)}` +
     ` · ${r.rows_total} rows` + (r.rows_total > r.rows.length ? `, first ${r.rows.length} shown` : "")));
   if (!r.rows.length) return;
   const first = r.rows[0];

@@ -1,0 +1,128 @@
+"""MasterTerms: the fencing term a job's master publishes under, per tree.
+
+Contract (``docs/fault-tolerance.md``, "One writer per version"; the lake side is
+``docs/spark-sink.md``). Every version of (job, tree, epoch) a master publishes carries its
+**term**; the lake's reader rule and the ``elf`` Spark source pick the highest (term, version),
+and the lake refuses a write whose term is below one it already holds for that epoch
+(``FencedWrite``). So a deposed master - a stale one, the minority side of a partition, a
+restarted agent that briefly believes it is the root - can never replace a newer term's
+version. Like Kafka's producer epoch and Flink's leader session id, the term only grows:
+
+* a new master **claims** ``max(every term it heard of) + 1``; it hears of terms from the
+  standby replica and the hand-over it takes over (both carry the old master's term), from the
+  commit multicasts of the current master (every member of the tree knows the term), from its
+  own earlier terms (persisted beside the job's members) and from the lake (a fenced write
+  names the newer term: the master claims above it and publishes again);
+* a master that took over from a live predecessor's hand-over, or from its dead predecessor's
+  standby replica, publishes at once (**settled**); one that became the root with nothing
+  handed over (a restarted agent, the job's first master, or one that briefly believes it is
+  the root before the overlay converges) first waits ``settle_seconds``: a real predecessor
+  hands over within that time (and the would-be master that is not the root by then publishes
+  nothing). Until settled, lake writes wait here (:meth:`defer`); the results API still
+  answers, flagged as it must be.
+
+Pure state: times are arguments; the caller runs the settle timer. Bounded by the job's trees.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MasterTerms:
+    """Per job on one agent: its term as master of each tree, the highest term heard of, and
+    the lake writes waiting for this master to settle (module contract)."""
+
+    def __init__(self, settle_seconds: float = 2.0) -> None:
+        self.settle_seconds = settle_seconds
+        self._mine: dict[int, int] = {}  # tree -> the term this agent claimed as its master
+        self._heard: dict[int, int] = {}  # tree -> the highest term heard of
+        self._settle_at: dict[int, float] = {}  # tree -> when an unsettled master settles
+        self._pending: dict[int, set[int]] = {}  # tree -> epochs to publish once settled
+
+    def term(self, tree: int) -> int:
+        """The term this agent stamps on what it produces for ``tree`` (0: never master)."""
+        return self._mine.get(tree, 0)
+
+    def heard_of(self, tree: int) -> int:
+        return max(self._heard.get(tree, 0), self._mine.get(tree, 0))
+
+    def hear(self, tree: int, term: Any) -> bool:
+        """A term seen on the wire or in the lake (malformed: ignored). True when it is at
+        least this agent's own term as master: it must claim above it to publish again."""
+        if type(term) is not int or term < 0:
+            return False
+        if term > self._heard.get(tree, 0):
+            self._heard[tree] = term
+        return tree in self._mine and term >= self._mine[tree]
+
+    def claim(self, tree: int) -> int:
+        """Become (or stay) the tree's master under a new term above every one heard of."""
+        term = self.heard_of(tree) + 1
+        self._mine[tree] = term
+        self._heard[tree] = term
+        return term
+
+    def became_root(self, tree: int, now: float, settled: bool) -> int:
+        """This agent just became the tree's root; returns its new term. Not ``settled``
+        (nothing handed over): its lake writes wait :attr:`settle_seconds`."""
+        term = self.claim(tree)
+        if settled:
+            self._settle_at.pop(tree, None)
+        else:
+            self._settle_at[tree] = now + self.settle_seconds
+        return term
+
+    def handed_over(self, tree: int, term: Any) -> int:
+        """A predecessor handed its results over: claim above its term, settled now."""
+        self.hear(tree, term)
+        self._settle_at.pop(tree, None)
+        return self.claim(tree)
+
+    def not_root(self, tree: int) -> set[int]:
+        """No longer the tree's root: nothing of it is published from here any more (the
+        new master publishes what it took over); returns the writes dropped."""
+        self._settle_at.pop(tree, None)
+        return self._pending.pop(tree, set())
+
+    def settled(self, tree: int, now: float) -> bool:
+        at = self._settle_at.get(tree)
+        return at is None or now >= at
+
+    def settle_in(self, tree: int, now: float) -> float | None:
+        """Seconds until the tree's master settles (None: settled)."""
+        at = self._settle_at.get(tree)
+        return None if at is None or now >= at else at - now
+
+    def defer(self, tree: int, epoch: int) -> None:
+        self._pending.setdefault(tree, set()).add(epoch)
+
+    def settle(self, tree: int, now: float) -> set[int]:
+        """Settle now if due: the deferred epochs to publish (empty if not due)."""
+        if not self.settled(tree, now):
+            return set()
+        self._settle_at.pop(tree, None)
+        return self._pending.pop(tree, set())
+
+    def export(self) -> dict[str, int]:
+        """Tree (hex) -> the highest term heard of: persisted beside the job's members."""
+        return {format(t, "x"): self.heard_of(t) for t in self._heard.keys() | self._mine.keys()}
+
+    def restore(self, state: Any) -> None:
+        """Terms persisted by an earlier run (malformed entries skipped)."""
+        for key, term in state.items() if isinstance(state, dict) else ():
+            try:
+                self.hear(int(key, 16), term)
+            except (TypeError, ValueError):
+                continue
+
+    def stats(self, now: float) -> dict[str, Any]:
+        return {
+            format(t, "040x"): {
+                "term": self._mine.get(t),
+                "heard": self.heard_of(t),
+                "settles_in": self.settle_in(t, now),
+                "deferred": len(self._pending.get(t, ())),
+            }
+            for t in self._heard.keys() | self._mine.keys()
+        }
