@@ -1138,6 +1138,7 @@ class JobRuntime:
         )
         self.tasks.spawn(self._replay(tid, epochs), f"{self.name} replay")
         self._replicate(tid)
+        self._schedule_repair(tid)  # what the replica's epochs lack is pulled from here on
         return True
 
     async def _replay(self, tid: int, epochs: list[int]) -> None:
@@ -1767,6 +1768,10 @@ class JobRuntime:
         epochs = sorted({i["epoch"] for i in items if isinstance(i.get("epoch"), int)})
         self.tasks.spawn(self._replay(tid, epochs), f"{self.name} replay")
         self._replicate(tid)
+        if self._is_root(tid):
+            # a handed-over epoch may lack origins (ours among them, when we were down):
+            # nothing else would ask for them - no new tentative epoch may come
+            self._schedule_repair(tid)
         return taken
 
     async def receive(self, sender: int, paos: Snapshot | Any) -> None:

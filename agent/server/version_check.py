@@ -23,7 +23,12 @@ first and last time it was seen). This module judges each of them:
     ``<= full[k]`` and coverage is not judged; nor is it for an epoch without lines;
   - violations: ``unflagged_wrong`` (not flagged and not equal; the origins whose share is
     missing are named when the shortfall is theirs) and ``flag_dishonest`` (flagged, but a
-    value outside those bounds or coverage off by more than 5 points);
+    value outside those bounds, or a coverage that *overstates* the truth by more than 5
+    points). A coverage that *understates* it by more (``coverage_under``) is counted and
+    reported (``visible_coverage_understated``) but is not a violation: the master weighs a
+    lacking origin by its recent rate because it cannot tell a crashed agent, whose host keeps
+    logging, from a dead host, which logs nothing more - so where the host died the estimate
+    is conservative, never flattering;
   - ``unjudged``: an epoch outside the judged window, one tree of a job of several trees
     (its key range is the job's hash partition, not known here), or rows that do not parse.
 * :func:`figures` sums the judgements up: violation counts with the longest time each was
@@ -507,7 +512,9 @@ def figures(
         for src in ("api", "lake")
     }
     wrong = [(v, j) for v, j in judged if j.verdict == UNFLAGGED_WRONG]
-    dishonest = [(v, j) for v, j in judged if j.verdict == FLAG_DISHONEST]
+    flagged_wrong = [(v, j) for v, j in judged if j.verdict == FLAG_DISHONEST]
+    dishonest = [(v, j) for v, j in flagged_wrong if j.kind != "coverage_under"]
+    understated = [(v, j) for v, j in flagged_wrong if j.kind == "coverage_under"]
     lost = frozenset().union(*(r.lost for r in refs.values())) if refs else frozenset()
     undercounted = [
         (v, j)
@@ -522,6 +529,7 @@ def figures(
         "unjudged_why": dict(unjudged),
         "visible_unflagged_wrong": _violations(wrong, examples),
         "visible_flag_dishonest": _violations(dishonest, examples),
+        "visible_coverage_understated": _violations(understated, examples),
         "two_row_sets": twice,
         "killed_for_good_unflagged_undercounted": _violations(undercounted, examples),
         "crash_to_first_flagged_s": crash_to_first_flagged(seen, faults, refs),
@@ -546,6 +554,7 @@ def headline(figs: dict[str, Any]) -> dict[str, Any]:
             "count": figs["visible_flag_dishonest"]["count"],
             "max_visible_s": figs["visible_flag_dishonest"]["max_visible_s"],
         },
+        "visible_coverage_understated": figs["visible_coverage_understated"]["count"],
         "two_row_sets": figs["two_row_sets"]["count"],
         "epochs_final_exact_at_end": figs.get("epochs_final_exact_at_end"),
         "never_repaired": None if end is None else end["count"],

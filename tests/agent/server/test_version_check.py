@@ -258,3 +258,14 @@ def test_the_watch_reads_every_lake_version_once_and_every_distinct_answer(
     watch.tick()
     current = max((v for v in watch.seen() if v.source == "lake"), key=lambda v: v.last_seen)
     assert (current.term, current.version) == (2, 1)
+
+
+def test_an_understated_coverage_is_reported_not_a_violation() -> None:
+    """Weighing a lacking origin by its recent rate understates coverage where its host died
+    (it logs nothing more): conservative, reported apart; an overstatement is a violation."""
+    versions = [
+        seen(WITHOUT_B, tentative=True, lacking=(B,), coverage=0.1, first=100.0, last=100.1),
+    ]
+    figs = figures(versions, {"wc": REF}, [])
+    assert figs["visible_coverage_understated"]["count"] == 1
+    assert figs["visible_flag_dishonest"]["count"] == 0 and figs["violations"] == 0
