@@ -255,9 +255,9 @@ def test_cli_reads_jobs_results_and_status(cluster: Any) -> None:
     latest = local.client(2).results("wc")
     res = runner.invoke(cli, ["results", "wc", "--epoch", str(latest["epoch"]), *common])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["rows"] == latest["rows"]
+    assert json.loads(res.stdout)["rows"] == latest["rows"]
     status = runner.invoke(cli, ["status", *common])
-    assert status.exit_code == 0 and json.loads(status.output)["jobs"]["wc"]["roles"]
+    assert status.exit_code == 0 and json.loads(status.stdout)["jobs"]["wc"]["roles"]
     bad = runner.invoke(cli, ["results", "nope", *common])
     assert bad.exit_code != 0 and "404" in bad.output
     # submit by flags, change at runtime, stop: the job table follows
