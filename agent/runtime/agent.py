@@ -263,6 +263,7 @@ class Agent:
         self.server.route("POST", "/agent/v1/replica", self._serve_replica)
         self.server.route("POST", "/agent/v1/origin", self._serve_origin)
         self.server.route("POST", "/agent/v1/leave", self._serve_leave)
+        self.server.route("POST", "/agent/v1/members", self._serve_members)
         self.server.route("POST", "/agent/v1/checkpoint", self._serve_checkpoint)
         self.server.route("POST", "/agent/v1/checkpoint/fetch", self._serve_checkpoint_fetch)
         self.server.route("POST", "/agent/v1/recv", self._serve_recv)
@@ -1201,6 +1202,20 @@ class Agent:
         except (TypeError, ValueError, KeyError, OverflowError, SnapshotError) as exc:
             raise Reject(400, "bad_body", f"leave rejected: {exc}") from None
         return {"left": left}
+
+    async def _serve_members(self, request: web.Request) -> dict[str, Any]:
+        """A job's master shares its membership with the tree's likely next masters."""
+        body = await self._json_body(request, "job", "tree", "term", "membership")
+        runtime = self.runtimes.get(body["job"])
+        if runtime is None:
+            raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
+        try:
+            runtime.accept_members(int(body["tree"]), body)
+        except Reject:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise Reject(400, "bad_body", f"members rejected: {exc}") from None
+        return {"ok": True}
 
     async def _serve_checkpoint(self, request: web.Request) -> dict[str, Any]:
         """An origin checkpoints its uncommitted epochs here, one of its hot replicas."""

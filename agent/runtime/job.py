@@ -124,6 +124,8 @@ REPAIR_BATCH = 16  # epochs asked of one origin per repair request
 REPLICA_BATCH = 32  # epochs sent to the standby per replication request
 HANDOVER_ATTEMPTS = 30  # ~1 min with back-off
 LEAVE_TIMEOUT = 3.0  # a stopping origin's end declaration, per tree
+MEMBERS_SHARED = 3  # the tree's closest agents a master shares its membership with
+MEMBERS_SHARE_PERIOD = 5.0  # seconds between those shares (a new successor learns in time)
 
 
 def _write_json(path: Path, body: Any) -> None:
@@ -244,6 +246,11 @@ class JobRuntime:
         )
         self._repairing: set[int] = set()  # trees whose repair loop runs (as master)
         self._watching_absence = False
+        #: as a likely next master: the current master's membership and term, per tree
+        #: (shared with the tree's closest agents: a root that inherits no state learns who
+        #: the origins are from it, even when the master and its standby died together)
+        self._member_copies: dict[int, tuple[Any, int]] = {}
+        self._members_shared_at = 0.0
         self._was_member: set[int] = set()  # trees in which this agent has had a parent
         #: epochs up to this one may miss records here: other jobs had read them from a
         #: shared input before this job started (see :meth:`started_after_others`)
@@ -479,17 +486,25 @@ class JobRuntime:
         if is_root:
             self.loss.watch(tid)
             was_member = tid in self._was_member
-            knew = bool(self.membership.members_set())
             took_over = self._take_over(tid)  # claims its term, settled, if it did
+            copy = None if took_over else self._member_copies.pop(tid, None)
+            if copy is not None:  # the old master's membership, as it shared it
+                self.membership.restore(copy[0])
+                self.fence.hear(tid, copy[1])
+                self.count("member_copies_used")
+            knew = bool(self.membership.members_set())
             if not took_over:
                 self.fence.became_root(tid, time.time(), settled=False)
                 self.tasks.spawn(self._settle(tid), f"{self.name} settle")
             log.info("job %s tree %x: master under term %d", self.name, tid, self.fence.term(tid))
             self._members_changed()  # the term is persisted beside the members
-            if was_member or (not knew and not took_over and self._running_before()):
+            if (was_member and copy is None and not took_over) or (
+                not knew and not took_over and self._running_before()
+            ):
                 # others fed this tree before; which, this master may not know
                 self.membership.doubt_until_told(self.network.node_id)
             self._keep_queued(tid)
+            self._knowledge_gained(tid)
             self._watch_absence()
 
     def _running_before(self) -> bool:
@@ -924,10 +939,63 @@ class JobRuntime:
     async def _absence_loop(self) -> None:
         try:
             while not self._stopped and any(self._is_root(t) for t in self.tree_list):
+                now = time.time()
+                if now - self._members_shared_at >= MEMBERS_SHARE_PERIOD:
+                    self._members_shared_at = now
+                    for tid in self.tree_list:
+                        if self._is_root(tid):
+                            self.tasks.spawn(self._share_members(tid), f"{self.name} members")
                 await asyncio.sleep(min(1.0, self.spec.retire_after / 4))
                 self.absence.check(time.time())
         finally:
             self._watching_absence = False
+
+    async def _share_members(self, tid: int) -> None:
+        """As master: the membership and term to the tree's closest other agents - the next
+        masters if this one and its standby die - so none of them becomes a root that does
+        not know who the origins are (best effort, bounded: MEMBERS_SHARED agents)."""
+        others = [n for n in self.network.neighbours() if n.id != self.network.node_id]
+        body = {
+            "job": self.name,
+            "tree": tid,
+            "term": self.fence.term(tid),
+            "membership": self.membership.export(),
+        }
+
+        async def send(node: Any) -> None:
+            try:
+                url = await asyncio.wait_for(self.network.data_url_of(node), LEAVE_TIMEOUT)
+                await asyncio.wait_for(
+                    self.network.client.post_json(url, "/agent/v1/members", body), LEAVE_TIMEOUT
+                )
+            except Exception as exc:  # it may be down: the next round tries again
+                log.info("job %s: members to %x: %r", self.name, node.id, exc)
+
+        closest = sorted(others, key=lambda n: n.id ^ tid)[:MEMBERS_SHARED]
+        await asyncio.gather(*(send(n) for n in closest))
+
+    def accept_members(self, tid: int, body: dict[str, Any]) -> None:
+        """As a likely next master (``POST /agent/v1/members``): keep the master's membership
+        and term (replacing an older copy). Raises ``ValueError`` on a malformed body."""
+        self._known_tree(tid)
+        term, state = body.get("term"), body.get("membership")
+        if type(term) is not int or term < 0 or not isinstance(state, dict):
+            raise ValueError("term must be a non-negative integer and membership an object")
+        held = self._member_copies.get(tid)
+        if held is None or held[1] <= term:
+            self._member_copies[tid] = (state, term)
+        self.fence.hear(tid, term)
+
+    def _knowledge_gained(self, tid: int) -> None:
+        """This master learnt who the origins are (a hand-over, a replica, a copy): its
+        doubtful results expect them now - new versions, flagged for whom they lack."""
+        if self.membership.doubt is not None or not self._is_root(tid):
+            return
+        changed = self.store.resolve_doubt(tid, self.membership.expected)
+        if changed:
+            self.count("doubts_resolved", len(changed))
+            self.versions_changed([(tid, e) for e in changed])
+            self._schedule_repair(tid)
 
     def versions_changed(self, changed: list[tuple[int, int]]) -> None:
         """New versions of stored results (a retirement, a share past repair): publish,
@@ -969,7 +1037,9 @@ class JobRuntime:
 
     def _members_changed(self) -> None:
         """Persist the members, one write at a time (a change during a write is written
-        after it: concurrent writers would race on the temporary file)."""
+        after it: concurrent writers would race on the temporary file); share them with the
+        likely next masters at the absence loop's next round."""
+        self._members_shared_at = 0.0
         if self._origins_file() is None:
             return
         self._members_dirty = True
@@ -1772,6 +1842,7 @@ class JobRuntime:
             # a handed-over epoch may lack origins (ours among them, when we were down):
             # nothing else would ask for them - no new tentative epoch may come
             self._schedule_repair(tid)
+            self._knowledge_gained(tid)
         return taken
 
     async def receive(self, sender: int, paos: Snapshot | Any) -> None:

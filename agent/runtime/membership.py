@@ -64,7 +64,9 @@ class Membership:
         self._absent: dict[int, dict[str, Any]] = {}
         self._restored: set[int] = set()  # members restored, not heard of since
         #: None, or this master's own id while it doubts it knows every origin (it became
-        #: the root with nothing handed over): cleared by news of any other origin
+        #: the root of a running job with nothing handed over): cleared only by knowledge of
+        #: the members - a hand-over, a standby replica, a successor's copy, its own persisted
+        #: members - never by one origin's news (that one origin is not all of them)
         self.doubt: int | None = None
 
     # ---- news --------------------------------------------------------------------------------
@@ -76,7 +78,6 @@ class Membership:
             return False
         new = False
         ids = plain(origins)
-        self._learned(ids)
         for o in ids:
             new = new or o not in self._first
             self._first[o] = min(self._first.get(o, epoch), epoch)
@@ -91,7 +92,6 @@ class Membership:
         """``origin`` announced it reads the job's input from ``from_epoch`` on: expected from
         then; present again if it was absent, left or retired. True if it was not a member."""
         new = origin not in self._first
-        self._learned((origin,))
         self._first[origin] = min(self._first.get(origin, from_epoch), from_epoch)
         self._last[origin] = max(self._last.get(origin, from_epoch), from_epoch)
         self._heard[origin] = max(self._heard.get(origin, now), now)
@@ -155,7 +155,7 @@ class Membership:
         return True
 
     def doubt_until_told(self, self_id: int) -> None:
-        """This master may not know every origin: doubt until another origin is heard of."""
+        """This master may not know every origin: doubt until it is told who they are."""
         if not any(o != self_id for o in self._first):
             self.doubt = self_id
 

@@ -451,6 +451,24 @@ class ResultStore:
         self.assess(tree, epoch)
         return True
 
+    def resolve_doubt(self, tree: int, expected_for: Callable[[int], Lineage | None]) -> list[int]:
+        """The master now knows the job's members: every doubtful result of ``tree`` expects
+        them (``expected_for(epoch)``) instead of "?" - a new version, tentative naming whom it
+        lacks, or final. Returns the epochs changed."""
+        changed = []
+        for epoch, result in self._trees.get(tree, {}).items():
+            if not result.doubtful:
+                continue
+            result.doubtful = False
+            result.expected = (result.expected or frozenset()) | (
+                expected_for(epoch) or frozenset()
+            )
+            if not result.preview:
+                result.version += 1
+            self.assess(tree, epoch)
+            changed.append(epoch)
+        return changed
+
     def retire(self, origin: int, before: int) -> list[tuple[int, int]]:
         """``origin`` was retired from epoch ``before`` on: every stored epoch before that
         lacking it gives it up (:meth:`give_up`); returns the (tree, epoch) changed."""

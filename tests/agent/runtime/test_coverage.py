@@ -141,9 +141,11 @@ def test_a_handed_over_result_covering_more_replaces_a_restarted_masters_own() -
     assert r is not None and Counter(r.snapshot.to_dict()) == full
 
 
-def test_a_master_that_was_a_member_doubts_until_it_hears_of_another_origin() -> None:
-    """A partition's minority side: a former member becomes the root knowing only itself.
-    Its results are tentative (lacking "?") until any other origin is heard of."""
+def test_a_master_that_inherited_nothing_doubts_until_it_is_told_the_members() -> None:
+    """A partition's minority side, or the third agent when the master and its standby died
+    together: a root knowing only itself. Its results are tentative (lacking "?") until it
+    is told who the members are (a hand-over, a replica, a successor's copy) - one more
+    origin's news is not all of them; then its doubtful results expect the real members."""
     exp = Membership()
     exp.doubt_until_told(7)
     assert exp.doubt == 7
@@ -154,8 +156,16 @@ def test_a_master_that_was_a_member_doubts_until_it_hears_of_another_origin() ->
               doubtful=exp.doubt is not None)  # fmt: skip
     r = store.get(1, 10)
     assert r is not None and r.tentative and r.lacking == ("?",)
-    exp.join(8, 9, now=0.0)  # another origin announces itself (or contributes, or is handed over)
-    assert exp.doubt is None and exp.expected(11) == {7, 8}
+    exp.join(8, 9, now=0.0)  # another origin announces itself: not all of them yet
+    exp.observe(10, frozenset({8}), now=0.0)
+    assert exp.doubt == 7
+    told = Membership()  # what the old master knew, handed over or shared
+    told.observe(3, frozenset({7, 8, 9}), now=0.0)
+    exp.restore(told.export())
+    assert exp.doubt is None and exp.expected(11) == {7, 8, 9}
+    assert store.resolve_doubt(1, exp.expected) == [10]
+    r = store.get(1, 10)
+    assert r is not None and r.tentative and r.lacking == ("8", "9") and r.version == 2
     informed = Membership()
     informed.observe(3, frozenset({7, 8}), now=0.0)
     informed.doubt_until_told(7)  # it already knows another origin: no doubt
