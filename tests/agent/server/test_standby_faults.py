@@ -90,7 +90,14 @@ def kill_master_and_standby(chaos: ChaosCluster, start: int) -> None:
     master, standby = standby_of(chaos, "wc")
     ev = chaos.kill(master, "wc", "master")
     chaos.kill(standby, "wc", "standby")
-    # the third-closest agent takes the root from nothing; a slower way back than one fault
+    # the third-closest agent takes the root without a replica; the scenario is only what it
+    # says if one did (not a restarted pair resuming where it stopped)
+    third = wait_until(
+        lambda: [i for i, r in chaos.roles("wc").items() if r == "master"],
+        60,
+        "a third agent to take job wc's root",
+    )
+    assert not {master, standby} & set(third), third
     chaos.wait_stored("wc", (ev.stored_before or start) + DOWN_EPOCHS, timeout=90)
     chaos.restart(master, "wc")
     ev = chaos.restart(standby, "wc")
