@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -81,9 +82,10 @@ def standby_of(chaos: ChaosCluster, job: str) -> tuple[int, int]:
 def kill_standby(chaos: ChaosCluster, start: int) -> None:
     _, standby = standby_of(chaos, "wc")
     ev = chaos.kill(standby, "wc", "standby")
-    chaos.wait_stored("wc", (ev.stored_before or start) + DOWN_EPOCHS, timeout=60)
+    back = (ev.stored_before or start) + DOWN_EPOCHS
+    chaos.wait_stored("wc", back, timeout=60)
     ev = chaos.restart(standby, "wc")
-    chaos.wait_stored("wc", (ev.stored_before or start) + 3, timeout=60)
+    chaos.wait_stored("wc", max(back, ev.stored_before or 0) + 3, timeout=60)
 
 
 def kill_master_and_standby(chaos: ChaosCluster, start: int) -> None:
@@ -98,15 +100,24 @@ def kill_master_and_standby(chaos: ChaosCluster, start: int) -> None:
         "a third agent to take job wc's root",
     )
     assert not {master, standby} & set(third), third
-    chaos.wait_stored("wc", (ev.stored_before or start) + DOWN_EPOCHS, timeout=90)
+    back = (ev.stored_before or start) + DOWN_EPOCHS
+    chaos.wait_stored("wc", back, timeout=90)
     chaos.restart(master, "wc")
     ev = chaos.restart(standby, "wc")
-    chaos.wait_stored("wc", (ev.stored_before or start) + 3, timeout=60)
+    # a restart's stored epoch is None when no agent answered in time (the root moving back):
+    # progress is then counted from the last one known
+    chaos.wait_stored("wc", max(back, ev.stored_before or 0) + 3, timeout=60)
 
 
-def shape(reports: list[JobReport]) -> dict[str, Any]:
-    """What the results looked like at the end (API and lake verdict counts)."""
-    return {r.job: {"api": r.counts(), "lake": r.counts(r.lake or [])} for r in reports}
+def shape(reports: list[JobReport], watch: VersionWatch) -> dict[str, Any]:
+    """What the results looked like: at the end (API and lake verdict counts), and the
+    distinct versions the reader saw during the run by source and state."""
+    states = Counter(
+        f"{v.source}:{'partial' if v.partial else 'tentative' if v.flagged else 'final'}"
+        for v in watch.seen()
+    )
+    end = {r.job: {"api": r.counts(), "lake": r.counts(r.lake or [])} for r in reports}
+    return {"end": end, "seen": dict(sorted(states.items()))}
 
 
 def run(
@@ -128,7 +139,7 @@ def run(
     reports = check(chaos, [plan], settle_timeout=20)
     figs = chaos_figures(watch, chaos, [plan], reports)
     report(reports, chaos.events)
-    print("end of run:", json.dumps(shape(reports)))
+    print("results:", json.dumps(shape(reports, watch)))
     print("headline:", json.dumps(headline(figs), default=str))
     assert_exact_or_flagged(chaos, reports)
     assert figs["never_repaired"]["count"] == 0, figs["never_repaired"]
