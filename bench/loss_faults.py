@@ -7,7 +7,7 @@
   good, a leaf SIGSTOPped for three epochs then SIGCONTed (a straggler), a leaf CPU-capped
   (SIGSTOP/SIGCONT duty cycle) for ``slow_seconds``. A :class:`ResultWatcher` per job polls the
   results API through the stall and the slow agent. Afterwards every epoch is classified
-  (``exact``, ``partial`` - tentative, lacking only agents lost for good, exact over what it
+  (``exact``, ``partial`` - flagged, lacking only agents lost for good, exact over what it
   covers - ``wrong``, ``misdeclared``...).
 * :func:`checkpoint_cost_runs` - steady state with ``checkpoint_replicas`` 0 and 2,
   interleaved: CPU of all agents, data-plane bytes received, checkpoint bytes sent, roll-up
@@ -16,10 +16,12 @@
 The loss run also runs the every-version reader (:mod:`agent.server.version_watch`) from the
 submits on: ``final_means_final`` and ``every_version`` (see ``bench/fault_bench.py``).
 
-Figures per lost agent: kill → the master declares it lost (``declared_s``) → its
-checkpointed epochs re-issued (``reissued_s``, how many) → the first epoch after the loss
-stored final (``first_final_stored_s`` after the kill, and ``first_final_late_s``: how long
-after its own close - end plus allowed lateness - it was stored).
+Figures per lost agent: kill → the master declares it absent (``declared_s``) → its
+checkpointed epochs re-issued (``reissued_s``, how many) → the jobs' ``retire_after``
+(:data:`RETIRE_AFTER`, 5 s here) retires it (``retired_s``; the epochs it missed are partial
+from then on) → the first epoch after the retirement stored final (``first_final_stored_s``
+after the kill, and ``first_final_late_s``: how long after its own close - end plus allowed
+lateness - it was stored).
 """
 
 from __future__ import annotations
@@ -50,6 +52,22 @@ from agent.server.version_check import headline
 from agent.server.version_watch import VersionWatch, chaos_figures, chaos_watch
 
 LEAD = "wc"
+#: seconds an absent agent stays expected before the master retires it (the jobs' setting:
+#: short here, so the run sees the retirement; the product's default is 900)
+RETIRE_AFTER = 5.0
+
+
+def _retired(chaos: ChaosCluster, job: str) -> dict[str, dict[str, Any]]:
+    """Origin → its retirement, as the job's masters report it."""
+    out: dict[str, dict[str, Any]] = {}
+    for i in chaos.live():
+        try:
+            membership = chaos.client(i).status()["jobs"][job].get("membership") or {}
+        except (ApiError, KeyError):
+            continue
+        for r in membership.get("retired") or []:
+            out.setdefault(r["origin"], r)
+    return out
 
 
 def _losses(chaos: ChaosCluster, job: str) -> dict[str, dict[str, Any]]:
@@ -82,8 +100,8 @@ def lose(
     roles: list[str],
     timeout: float,
 ) -> dict[str, Any]:
-    """Kill ``indices`` for good; time the loss declarations, re-issues and the first final
-    epoch after."""
+    """Kill ``indices`` for good; time the absence declarations, re-issues, the retirements
+    (``retire_after``) and the first final epoch after."""
     ids = chaos.node_ids()
     events = [chaos.lose(i, writer, LEAD, r) for i, r in zip(indices, roles, strict=True)]
     killed = events[0].at
@@ -103,7 +121,17 @@ def lose(
     out["declared_s"] = round(max(e["declared_at"] for e in mine) - killed, 3)
     out["reissued_epochs"] = sum(e.get("reissued") or 0 for e in mine)
     out["reissued_s"] = round(max(e["reissued_at"] for e in mine) - killed, 3)
-    from_epoch = max(e["from_epoch"] for e in mine)
+    try:
+        gone = wait_until(
+            lambda: (rs := _retired(chaos, LEAD)).keys() >= wanted and rs,
+            timeout,
+            "retire_after to retire them",
+        )
+    except TimeoutError:
+        out["retired_s"] = None
+        return out
+    out["retired_s"] = round(max(gone[o]["at"] for o in wanted) - killed, 3)
+    from_epoch = max(gone[o]["from_epoch"] for o in wanted)
     chaos.wait_stored(LEAD, from_epoch + 1, timeout=timeout)
 
     def first_final() -> int | None:
@@ -152,7 +180,7 @@ def loss_run(
             start = math.floor(time.time()) + 2
             # a member one epoch behind is leapt: with 1 s epochs and the default of two, the
             # leap races the overlay's failure detector (3.5 s) in a 3-epoch stall
-            leap = (("straggler_epochs", 1),)
+            leap = (("straggler_epochs", 1), ("retire_after", RETIRE_AFTER))
             plans = [
                 JobPlan("wc", "wordcount", start, settings=leap),
                 JobPlan("ql", "ql", start, settings=leap),
