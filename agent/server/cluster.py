@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,16 @@ def _view_line(view: dict[str, Any] | None) -> str:
     parent = (view.get("parent") or {}).get("id", "-")[:8]
     children = len(view.get("children") or [])
     return f"{view.get('state')}, root={view.get('is_root')}, parent={parent}, children={children}"
+
+
+#: clusters started and not stopped yet (a test that fails before its own stop leaves its
+#: agent processes running: a harness's teardown stops what is left, :func:`running_clusters`)
+_RUNNING: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
+
+
+def running_clusters() -> list[LocalCluster]:
+    """Clusters started in this process and not stopped yet."""
+    return list(_RUNNING)
 
 
 class LocalCluster:
@@ -114,6 +125,7 @@ class LocalCluster:
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
         self.ensure_secret()
+        _RUNNING.add(self)
         try:
             seed = self._spawn(0, bootstrap=None)
             self._wait_ready(seed, timeout)
@@ -220,6 +232,7 @@ class LocalCluster:
             time.sleep(0.2)  # polling other processes' state
 
     def stop(self, timeout: float = 20.0) -> None:
+        _RUNNING.discard(self)
         for proc in self.procs:
             if proc.process.poll() is None:
                 proc.process.send_signal(signal.SIGTERM)
