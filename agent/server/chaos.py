@@ -10,7 +10,13 @@ Contract.
 * :class:`JobPlan` is a job under test: its spec and an independent reference (WordCount:
   the lowercase words split on spaces; QL ``SELECT page, count(*) AS hits ... GROUP BY
   page``: a Counter of ``page``) computed by :func:`reference` from the very files written,
-  one Counter per epoch (the epoch of a line is ``floor(ts / epoch_seconds)``).
+  one Counter per epoch (the epoch of a line is ``floor(ts / epoch_seconds)``); kind
+  ``"status"`` is QL ``SELECT status, sum(bytes) AS bytes, count(*) AS n ... GROUP BY
+  status`` over access-log lines (its Counter keys are ``"<status>:bytes"`` and
+  ``"<status>:n"``). :func:`read_records` reads JSON lines and nginx ``combined`` lines
+  (:func:`agent.server.nginx_lab.access_record`) alike.
+* ``ChaosCluster(..., input_format="nginx")`` has its agents read their files as access
+  logs (a real nginx writes them: :mod:`agent.server.nginx_lab`).
 * :class:`ChaosCluster` starts ``n`` agent processes (one agent each, so a kill takes one
   agent down), one shared lake, optionally each in its own network namespace
   (:mod:`agent.server.netns`); finds roles from the agents' ``/api/v1/status`` (master,
@@ -41,14 +47,16 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.client import ApiClient, ApiError
+from agent.jobs.ql_job import spec_from_query
 from agent.server.cluster import LocalCluster
 from agent.server.netns import NetnsLab
+from agent.server.nginx_lab import access_record
 
 INPUT = "lines"
 WORDS = [f"w{i}" for i in range(60)] + ["alpha", "beta", "gamma", "delta"]
@@ -57,6 +65,7 @@ WORDS = [f"w{i}" for i in range(60)] + ["alpha", "beta", "gamma", "delta"]
 WORD_WEIGHTS = [1 / (rank + 1) ** 1.1 for rank in range(len(WORDS))]
 PAGES = [f"/p/{i}" for i in range(12)]
 QL_QUERY = f"SELECT page, count(*) AS hits FROM {INPUT} GROUP BY page"
+STATUS_QUERY = f"SELECT status, sum(bytes) AS bytes, count(*) AS n FROM {INPUT} GROUP BY status"
 
 EXACT = "exact"
 WRONG = "wrong"
@@ -138,7 +147,8 @@ class LogWriter:
 
 @dataclass(frozen=True)
 class JobPlan:
-    """A job under test: ``kind`` is ``"wordcount"`` or ``"ql"``."""
+    """A job under test: ``kind`` is ``"wordcount"``, ``"ql"`` or ``"status"`` (QL over
+    access logs, :data:`STATUS_QUERY`)."""
 
     name: str
     kind: str
@@ -167,18 +177,33 @@ class JobPlan:
             return {**common, "job_class": "wordcount"}
         if self.kind == "ql":
             return {**common, "job_class": "ql", "params": {"query": QL_QUERY}}
+        if self.kind == "status":
+            # a composite aggregate (sum and count): the spec fields the query implies
+            rest = {k: v for k, v in common.items() if k not in ("name", "creator")}
+            return spec_from_query(self.name, "chaos", STATUS_QUERY, **rest)
         raise ValueError(f"unknown job kind {self.kind!r}")
 
-    def keys(self, record: dict[str, Any]) -> Iterable[str]:
-        """The reference's keys of one written record (independent of the job's code)."""
+    def keys(self, record: dict[str, Any]) -> Iterable[str] | Mapping[str, int]:
+        """The reference's keys of one written record (independent of the job's code); a
+        mapping adds its values (``Counter.update``)."""
         if self.kind == "wordcount":
             return str(record["line"]).lower().split()
+        if self.kind == "status":
+            status = record["status"]
+            return {f"{status}:bytes": int(record["bytes"]), f"{status}:n": 1}
         return [str(record["page"])]
 
     def counter(self, rows: list[Any]) -> Counter[str]:
         """A result's rows as a Counter (``[key, count]`` pairs or QL's named rows)."""
         if self.kind == "wordcount":
             return Counter({str(k): int(v) for k, v in rows})
+        if self.kind == "status":
+            out: Counter[str] = Counter()
+            for r in rows:
+                out.update(
+                    {f"{r['status']}:bytes": int(r["bytes"]), f"{r['status']}:n": int(r["n"])}
+                )
+            return out
         return Counter({str(r["page"]): int(r["hits"]) for r in rows})
 
     def epoch_of(self, ts: float) -> int:
@@ -196,13 +221,20 @@ class JobPlan:
 
 
 def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Every complete JSON line of ``paths`` (a torn last line is not a record)."""
+    """Every complete line of ``paths`` (a torn last line is not a record): a JSON object,
+    or an nginx ``combined`` line read as ``{"ts", "status", "bytes"}``."""
     out = []
     for path in paths:
         with path.open() as f:
             for line in f:
-                if line.endswith("\n"):
+                if not line.endswith("\n"):
+                    continue
+                if line.startswith("{"):
                     out.append(json.loads(line))
+                elif (record := access_record(line)) is not None:
+                    out.append(record)
+                else:
+                    raise ValueError(f"{path}: neither JSON nor an access-log line: {line!r}")
     return out
 
 
@@ -256,12 +288,14 @@ class ChaosCluster:
         log_level: str = "WARNING",
         extra_args: list[str] | None = None,
         domains: list[str] | None = None,
+        input_format: str = "json",
     ) -> None:
         self.n = n
         #: each agent's failure domain (``--domain``; None: all "default")
         self.domains = domains
         self.workdir = Path(workdir)
-        self.paths = [self.workdir / f"access-{i}.jsonl" for i in range(n)]
+        suffix = "jsonl" if input_format == "json" else "log"
+        self.paths = [self.workdir / f"access-{i}.{suffix}" for i in range(n)]
         self.netns = netns
         self.api_timeout = api_timeout
         self.lake_dir = self.workdir / "lake" if lake else None
@@ -269,7 +303,7 @@ class ChaosCluster:
         self.cluster = LocalCluster(
             n,
             self.workdir,
-            inputs={i: {f"{INPUT}:json": str(p)} for i, p in enumerate(self.paths)},
+            inputs={i: {f"{INPUT}:{input_format}": str(p)} for i, p in enumerate(self.paths)},
             extra_args=[*args, *(extra_args or [])],
             wrap=netns.wrap if netns is not None else None,
             hosts=netns.hosts if netns is not None else None,
