@@ -245,6 +245,7 @@ class JobRuntime:
             loss_timeout=t.loss_timeout,
         )
         self._repairing: set[int] = set()  # trees whose repair loop runs (as master)
+        self._rooted: set[int] = set()  # trees whose becoming the root was handled here
         self._watching_absence = False
         #: as a likely next master: the current master's membership and term, per tree
         #: (shared with the tree's closest agents: a root that inherits no state learns who
@@ -335,6 +336,10 @@ class JobRuntime:
                 continue
             self.parent_changed(tid)
             self.children_changed(tid)
+            if self._is_root(tid) and tid not in self._rooted:
+                # root before this runtime existed (a peer's join made this agent the tree's
+                # root while the job was being installed here): the event was missed
+                self.root_changed(tid, True)
 
     async def stop(self, graceful: bool) -> None:
         self._stopped = True
@@ -478,12 +483,16 @@ class JobRuntime:
 
     def root_changed(self, tid: int, is_root: bool) -> None:
         self.ensure_tree(tid)
+        if is_root and tid in self._rooted:
+            return  # already the root here (the missed-event path of start() ran first)
         if not is_root:
+            self._rooted.discard(tid)
             self.fence.not_root(tid)  # the new master publishes what it takes over
             if self.store.epochs(tid):
                 self.tasks.spawn(self._hand_over(tid), f"hand over {self.name}")
         self.parent_changed(tid)
         if is_root:
+            self._rooted.add(tid)
             self.loss.watch(tid)
             was_member = tid in self._was_member
             took_over = self._take_over(tid)  # claims its term, settled, if it did

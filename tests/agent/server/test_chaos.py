@@ -204,7 +204,9 @@ def test_partition_of_an_agent_stays_exact_or_flagged(tmp_path: Path) -> None:
             chaos.wait_stored("wc", start + 1)
             victim = chaos.pick("wc", "leaf")
             ev = chaos.partition(victim, "wc", "leaf")
-            chaos.wait_stored("wc", (ev.stored_before or start) + 3)
+            # cut off for ten epochs (1 s each): past the overlay's failure detection and the
+            # loss timeout, so it is declared absent before it comes back
+            chaos.wait_stored("wc", (ev.stored_before or start) + 10, timeout=90)
             chaos.heal(victim, "wc")
             ev = chaos.events[-1]
             chaos.wait_stored("wc", (ev.stored_before or start) + 2)
