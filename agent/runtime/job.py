@@ -517,12 +517,11 @@ class JobRuntime:
             self._watch_absence()
 
     def _running_before(self) -> bool:
-        """The job ran before this agent could be its master (its submitted start epoch is
-        past) in a cluster of more than this agent: another master may have held it."""
-        start = self._identity[2]
-        now_epoch = self.spec.schedule.epoch_of(time.time())
-        others = any(n.id != self.network.node_id for n in self.network.neighbours())
-        return others and (start is None or now_epoch > start + 1)
+        """This agent ran the job before (its read positions resumed it past the submitted
+        start epoch: a restart): another agent may have been its master meanwhile. A job's
+        first master - even of a job replaying history - resumed nothing."""
+        submitted, resumed = self._identity[2], self.spec.start_epoch
+        return submitted is not None and resumed is not None and resumed > submitted
 
     async def _settle(self, tid: int) -> None:
         """An unsettled master (fencing.py): publish what waited once it settles, if it is
