@@ -533,8 +533,13 @@ class JobRuntime:
             await asyncio.sleep(wait)
         if self._stopped or not self._is_root(tid):
             return
+        self._publish_deferred(tid)
+
+    def _publish_deferred(self, tid: int) -> None:
+        """This master settled: publish the lake writes that waited, each stamped first with
+        the term it is published under (a hand-over may have raised it meanwhile)."""
         for epoch in sorted(self.fence.settle(tid, time.time())):
-            self.store.assess(tid, epoch)  # stamped with the term it is published under
+            self.store.assess(tid, epoch)
             self._publish(tid, epoch)
 
     def _publish(self, tid: int, epoch: int) -> None:
@@ -962,7 +967,6 @@ class JobRuntime:
         """As master: the membership and term to the tree's closest other agents - the next
         masters if this one and its standby die - so none of them becomes a root that does
         not know who the origins are (best effort, bounded: MEMBERS_SHARED agents)."""
-        others = [n for n in self.network.neighbours() if n.id != self.network.node_id]
         body = {
             "job": self.name,
             "tree": tid,
@@ -979,8 +983,7 @@ class JobRuntime:
             except Exception as exc:  # it may be down: the next round tries again
                 log.info("job %s: members to %x: %r", self.name, node.id, exc)
 
-        closest = sorted(others, key=lambda n: n.id ^ tid)[:MEMBERS_SHARED]
-        await asyncio.gather(*(send(n) for n in closest))
+        await asyncio.gather(*(send(n) for n in self._next_roots(tid, MEMBERS_SHARED)))
 
     def accept_members(self, tid: int, body: dict[str, Any]) -> None:
         """As a likely next master (``POST /agent/v1/members``): keep the master's membership
@@ -1750,10 +1753,10 @@ class JobRuntime:
         }
         try:
             if self._is_root(tid):
-                others = [n for n in self.network.neighbours() if n.id != self.network.node_id]
-                if not others:
+                nearest = self._next_roots(tid)
+                if not nearest:
                     return
-                url = await self.network.data_url_of(min(others, key=lambda n: n.id ^ tid))
+                url = await self.network.data_url_of(nearest[0])
             else:
                 url = await asyncio.wait_for(self._master_url(tid), LEAVE_TIMEOUT)
             await asyncio.wait_for(
@@ -1789,12 +1792,18 @@ class JobRuntime:
             self.count("leave_epochs_folded", self._fold_own(tid, origin, parts, counts))
         return self.origin_left(tid, origin, through)
 
+    def _next_roots(self, tid: int, count: int = 1) -> list[Any]:
+        """The live neighbours XOR-closest to the tree id, this agent left out: who becomes
+        the tree's root next if this one goes (the successor first)."""
+        others = [n for n in self.network.neighbours() if n.id != self.network.node_id]
+        return sorted(others, key=lambda n: n.id ^ tid)[:count]
+
     async def _hand_over_to_successor(self, tid: int) -> None:
         """Stopping master: give the results to the live agent closest to the tree id."""
-        others = [n for n in self.network.neighbours() if n.id != self.network.node_id]
-        if not others:
+        nearest = self._next_roots(tid)
+        if not nearest:
             return
-        successor = min(others, key=lambda n: n.id ^ tid)
+        successor = nearest[0]
         try:
             await self._send_results(tid, await self.network.data_url_of(successor))
         except Exception as exc:
@@ -1829,9 +1838,7 @@ class JobRuntime:
         if self._is_root(tid):
             self.fence.handed_over(tid, term)
             self._members_changed()
-            for epoch in sorted(self.fence.settle(tid, time.time())):
-                self.store.assess(tid, epoch)  # stamped with the new term
-                self._publish(tid, epoch)
+            self._publish_deferred(tid)
         else:
             self.fence.hear(tid, term)
         taken = self.store.absorb(
