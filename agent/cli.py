@@ -86,7 +86,7 @@ def cli() -> None:
 )
 def agent(config_path: str | None, log_level: str, log_format: str, **flags: Any) -> None:
     """Run an agent daemon until SIGTERM/SIGINT."""
-    from agent.runtime.logs import configure
+    from agent.runtime.ops.logs import configure
     from agent.server.daemon import run
 
     configure(log_format, log_level, sys.stderr)
@@ -226,7 +226,7 @@ def submit(
                 "spec; edit it, or submit with flags only)"
             )
     if query is not None:
-        from agent.runtime.oneshot import query_spec
+        from agent.runtime.local.oneshot import query_spec
 
         if not name:
             raise click.ClickException("--query needs --name")
@@ -577,9 +577,9 @@ def run_with_progress(
     text: str, path: str, fmt: str | None, epoch_seconds: float | None, *, columnar: bool,
     processes: int = 1,
 ) -> Any:  # fmt: skip
-    """:func:`agent.runtime.oneshot.run_file`, with a progress bar (rich, on stderr) when
+    """:func:`agent.runtime.local.oneshot.run_file`, with a progress bar (rich, on stderr) when
     stderr is a terminal."""
-    from agent.runtime.oneshot import run_file
+    from agent.runtime.local.oneshot import run_file
 
     kw = {"epoch_seconds": epoch_seconds, "columnar": columnar, "processes": processes}
     if not sys.stderr.isatty():

@@ -5,11 +5,11 @@ timing a positive finite number of seconds, every count a positive integer; a ba
 :class:`ValueError` naming the field). ``AgentConfig.runtime`` holds one, read from the TOML
 config's ``[runtime]`` table (``agent/config.py``); tests pass other values with
 ``dataclasses.replace``. The agent hands each value to the component that uses it: the
-:class:`~agent.runtime.agent.Agent` (tick, resync, jobs-tree queries, placement), each
-:class:`~agent.runtime.job.JobRuntime` (multicasts, master lookups, late contributions,
+:class:`~agent.runtime.host.agent.Agent` (tick, resync, jobs-tree queries, placement), each
+:class:`~agent.runtime.job.runtime.JobRuntime` (multicasts, master lookups, late contributions,
 the byte budgets of its results and its worker's buffers), the lake sink (flush on stop,
-compaction, retention), the :class:`~agent.runtime.offsets.OffsetKeeper` and the
-:class:`~agent.runtime.http_api.HttpApi` (its connection limits, ``api_*``).
+compaction, retention), the :class:`~agent.runtime.recovery.offsets.OffsetKeeper` and the
+:class:`~agent.runtime.ops.http_api.HttpApi` (its connection limits, ``api_*``).
 ``lake_retention_days``, ``max_cores``, ``nice`` and ``parse_processes`` may be 0 (off);
 ``columnar`` is a boolean.
 
@@ -29,7 +29,7 @@ _ZERO_MEANS_OFF = frozenset({"lake_retention_days", "max_cores", "nice", "parse_
 class RuntimeTunables:
     """Timings (seconds) and bounds of one agent's runtime."""
 
-    # ---- the agent (agent/runtime/agent.py)
+    # ---- the agent (agent/runtime/host/agent.py)
     tick_seconds: float = 0.1  # inputs are polled (and jobs fed) at least this often
     resync_seconds: float = 10.0  # anti-entropy: the job table is re-fetched this often
     resync_fanout: int = 2  # children a new jobs-tree root pulls the table from
@@ -38,7 +38,7 @@ class RuntimeTunables:
     # a job joining a file input other jobs already read re-reads at most this many bytes of
     # it for its first epochs (agent/ingest/replay.py); more: those epochs are flagged instead
     replay_max_bytes: int = 64 * 2**20
-    # ---- admission of a submitted spec (agent/runtime/admission.py)
+    # ---- admission of a submitted spec (agent/runtime/host/admission.py)
     max_catchup_epochs: int = 3600  # a start_epoch at most this many epochs before now
     max_catchup_seconds: float = 3600.0  # ... and at most this much event time before now
     max_start_ahead_seconds: float = 86_400.0  # a start_epoch at most this far after now
@@ -49,31 +49,34 @@ class RuntimeTunables:
     # ---- the job table (agent/jobs/table.py)
     stopped_job_ttl: float = 600.0  # a stopped job leaves the table this long after its stop
     tombstone_seconds: float = 86_400.0  # a removed job's version is remembered this long
-    # ---- one job (agent/runtime/job.py)
+    # ---- one job (agent/runtime/job/runtime.py)
     multicast_timeout: float = 5.0  # a master's multicast down a job tree
     master_url_ttl: float = 5.0  # a master's data-plane URL is reused this long
     late_attempts: int = 12  # tries to deliver a late contribution (~20 s with back-off)
     # a master that became the root with nothing handed over (a restart, the job's first
     # master, or a brief belief before the overlay converges) waits this long before it
-    # publishes to the lake: a real predecessor hands over meanwhile (agent/runtime/fencing.py)
+    # publishes to the lake: a real predecessor hands over meanwhile
+    # (agent/runtime/recovery/fencing.py)
     master_settle_seconds: float = 2.0
-    # repair by pull (agent/runtime/retention.py): an origin keeps its own snapshots of
+    # repair by pull (agent/runtime/recovery/retention.py): an origin keeps its own snapshots of
     # uncommitted epochs (bytes per job); a master asks lacking origins every repair_interval
     retained_bytes: int = 64 * 2**20
     repair_interval: float = 1.0
-    # hot replicas (agent/runtime/checkpoints.py): an origin sends its closed epochs that are
+    # hot replicas (agent/runtime/recovery/checkpoints.py): an origin sends its closed epochs that
+    # are
     # still uncommitted this long after closing to the job's checkpoint_replicas neighbours
     # (in steady state they are committed by then: nothing is sent); a holder keeps at most
     # checkpoint_store_bytes of other agents' checkpoints
     checkpoint_delay: float = 0.25
     checkpoint_store_bytes: int = 64 * 2**20
-    # permanent loss (agent/runtime/loss.py): a master probes the origins its oldest held epoch
+    # permanent loss (agent/runtime/recovery/loss.py): a master probes the origins its oldest held
+    # epoch
     # lacks this long after the epoch closed (a refused connection = the process is gone);
     # an origin the overlay failed for silence is declared lost loss_timeout later
     laggard_probe_after: float = 0.1
     loss_timeout: float = 10.0
     # a master replicates its results to a standby and commits only what the standby holds
-    # (agent/runtime/standby.py); off: no standby, a master's death loses what it held
+    # (agent/runtime/recovery/standby.py); off: no standby, a master's death loses what it held
     standby_replication: bool = True
     # a job whose record processing used more than cpu_budget_share of one core over the last
     # cpu_budget_window seconds is throttled (its records wait in its backlog) and reported
@@ -82,18 +85,18 @@ class RuntimeTunables:
     # a throttled job's backlog bound: past it the inputs it reads are not polled (they back
     # up: a file stays unread, the ingest queue fills and answers queue_full); nothing dropped
     max_backlog_records: int = 100_000
-    # ---- memory and disk bounds of one job (agent/runtime/results.py, worker.py)
+    # ---- memory and disk bounds of one job (agent/runtime/results/store.py, worker.py)
     result_memory_bytes: int = 256 * 2**20  # a master's resident epoch results, per job
     result_spill_bytes: int = 4 * 2**30  # its older results spilled to the data dir, per job
     worker_memory_bytes: int = 256 * 2**20  # a worker's resident compressed CBT buffers, per job
-    # ---- the lake sink (agent/runtime/lake_sink.py, spark_sink/compaction.py)
+    # ---- the lake sink (agent/runtime/results/lake_sink.py, spark_sink/compaction.py)
     stop_flush_seconds: float = 10.0  # a stopping job waits this long for its rollups
     lake_compact_seconds: float = 60.0  # how often the lake writer compacts complete hours
     lake_compact_grace: float = 300.0  # compacted small files are deleted this much later
     lake_retention_days: float = 0.0  # hour partitions older than this are dropped (0: off)
-    # ---- durable offsets (agent/runtime/offsets.py)
+    # ---- durable offsets (agent/runtime/recovery/offsets.py)
     max_pending: int = 4096  # noted positions per input awaiting acknowledgement
-    # ---- connections of the user HTTP API (agent/runtime/http_api.py, srt.dataplane.guard)
+    # ---- connections of the user HTTP API (agent/runtime/ops/http_api.py, srt.dataplane.guard)
     api_head_timeout: float = 10.0  # a request's head must arrive within this of its first byte
     api_body_timeout: float = 30.0  # ... and its body (at most 8 MB) within this of the head
     api_idle_timeout: float = 60.0  # a keep-alive connection may be silent this long
@@ -101,7 +104,7 @@ class RuntimeTunables:
     # ---- the dashboard (agent/runtime/dashboard; docs/dashboard.md)
     dashboard_max_agents: int = 64  # agents a serving agent asks per picture (itself included)
     dashboard_streams: int = 8  # open dashboard event streams per agent (more: 503)
-    # ---- ingest and CPU (agent/ingest/columnar, agent/runtime/cpu_limits.py; docs/ingest.md)
+    # ---- ingest and CPU (agent/ingest/columnar, agent/runtime/host/cpu_limits.py; docs/ingest.md)
     columnar: bool = True  # inputs whose every job has a batch path parse chunks into Arrow
     max_cores: int = 0  # the agent process runs on at most this many CPUs (0: all it may use)
     nice: int = 0  # raise the agent's niceness by this much, 1-19 (0: unchanged)

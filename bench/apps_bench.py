@@ -39,7 +39,7 @@ import apps.spam_campaign
 import apps.wordcount
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 from apps.bundles import compute_bundles
 from apps.workload import ClickstreamGenerator, TweetGenerator
 

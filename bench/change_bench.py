@@ -55,7 +55,7 @@ from latency import pct, summary
 from agent.config import load_config
 from agent.jobs.ql_job import spec_from_query
 from agent.jobs.spec import JobSpec
-from agent.runtime.agent import Agent, spans_one_tree
+from agent.runtime.host.agent import Agent, spans_one_tree
 from agent.server.daemon import freeze_heap, start_agents, stop_agents
 from overlay import Tunables
 

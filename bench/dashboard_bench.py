@@ -33,9 +33,9 @@ from latency import summary
 
 from agent.config import load_config
 from agent.jobs.ql_job import spec_from_query
-from agent.runtime.agent import Agent, spans_one_tree
-from agent.runtime.dashboard.cluster import ClusterPicture
-from agent.runtime.dashboard.routes import DashboardRoutes
+from agent.runtime.host.agent import Agent, spans_one_tree
+from agent.runtime.ops.dashboard.cluster import ClusterPicture
+from agent.runtime.ops.dashboard.routes import DashboardRoutes
 from agent.server.daemon import start_agents, stop_agents
 from overlay import Tunables
 

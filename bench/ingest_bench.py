@@ -11,7 +11,8 @@ line and its top-10 is the whole file's). Measured, in the same run:
   installs (:mod:`agent.ingest.fastpath`, :mod:`agent.ingest.projection`) → parser →
   ``Worker.process``
   (epoch clock, compiled QL map, CBT) → ``poll``/``finish`` (every epoch's window snapshot).
-* ``elf_fast_2proc`` — the same fast path using both cores (:mod:`agent.runtime.parallel`): chunks
+* ``elf_fast_2proc`` — the same fast path using both cores (:mod:`agent.runtime.local.parallel`):
+chunks
   are prefiltered, parsed and mapped on 2 worker processes; the epoch clock and the CBT run
   here in line order (identical results). The pool is started before timing.
 * ``elf_slow`` — the same without the prefilter (every line parsed).
@@ -88,8 +89,8 @@ from agent.ingest.projection import projected_parser
 from agent.ingest.tail import CHUNK_BYTES, FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
-from agent.runtime.parallel import ParallelFileIngest
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
+from agent.runtime.local.parallel import ParallelFileIngest
 from apps.workload import ClickstreamGenerator, access_line, json_line
 
 START = 1_699_999_800.0  # a multiple of 300 s: one window holds the 250 s of data
@@ -207,7 +208,7 @@ def elf_run(path: Path, fmt: str, fast: bool) -> tuple[float, list[tuple[str, in
 def elf_parallel(
     path: Path, fmt: str, processes: int
 ) -> tuple[float, list[tuple[str, int]], dict[str, Any]]:
-    """The fast path on ``processes`` worker processes (agent.runtime.parallel): parse and map
+    """The fast path on ``processes`` worker processes (agent.runtime.local.parallel): parse and map
     there,
     clock and CBT here in line order. The pool is started and warmed before timing (an agent
     keeps its processes); its start-up time is reported apart."""

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "agent"))
 from agent_helpers import lines, running_agents
 
 from agent.errors import BadRequest
-from agent.runtime.openapi import RequestValidator
+from agent.runtime.ops.openapi import RequestValidator
 
 
 def pct(values: list[float], q: float) -> float:

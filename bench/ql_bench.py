@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent.jobs.job import Job, create_job, parse_spec, register_job
 from agent.jobs.ql_job import spec_from_query
 from agent.ql import compile_query
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 
 MICRO = """
 SELECT product, count(*) AS clicks

@@ -45,7 +45,7 @@ import psutil
 from latency import summary
 
 from agent.config import load_config
-from agent.runtime.agent import JOBS_TREE, Agent, spans_one_tree
+from agent.runtime.host.agent import JOBS_TREE, Agent, spans_one_tree
 from agent.server.cluster import LocalCluster
 from agent.server.daemon import freeze_heap, start_agents, stop_agents
 from cbt import CompressedBufferTree, Snapshot

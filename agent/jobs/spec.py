@@ -23,7 +23,7 @@ Fields (JSON name: type, default):
   dropped, so one bad clock cannot close every epoch up to it; null: no limit);
   ``start_epoch``: int in [0, 2**53] or null (the first epoch every worker reports; null: each
   worker starts at its first record). How far behind or ahead of *now* a submitted
-  ``start_epoch`` may be is checked at submission (``agent/runtime/admission.py``): it depends
+  ``start_epoch`` may be is checked at submission (``agent/runtime/host/admission.py``): it depends
   on the clock, so it is no property of the spec.
 * ``epoch_schedule``: list of ``[first_epoch, seconds]``, default []: runtime changes of the
   epoch length (``agent/jobs/schedule.py``; set by the master on a change, not at submission);

@@ -66,7 +66,7 @@ class RecordThread:
         if self.in_thread():
             return fn(*args)
         loop = asyncio.get_running_loop()
-        # in the caller's context: log records name the agent and job (agent/runtime/logs.py)
+        # in the caller's context: log records name the agent and job (agent/runtime/ops/logs.py)
         call = functools.partial(contextvars.copy_context().run, fn, *args)
         return await loop.run_in_executor(self._pool, call)
 

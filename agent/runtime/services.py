@@ -1,7 +1,7 @@
 """What a job runtime needs from its agent, as narrow protocols (one per concern).
 
-Contract: a :class:`~agent.runtime.job.JobRuntime` is constructed with these services, never
-with the whole :class:`~agent.runtime.agent.Agent`, which implements them (the spawner is the
+Contract: a :class:`~agent.runtime.job.runtime.JobRuntime` is constructed with these services, never
+with the whole :class:`~agent.runtime.host.agent.Agent`, which implements them (the spawner is the
 agent's :class:`~overlay.tasks.BackgroundTasks`). Each protocol lists exactly what the runtime
 uses, so what a job can reach of its agent is visible here and a test can fake one concern
 without the others:
@@ -18,7 +18,7 @@ without the others:
   the agent stops.
 * :class:`RecordExecutor` — the thread per-record work runs on (never the event loop).
 * :class:`EpochObserver` — a read-only hook the runtime tells of what it did (the agent's
-  metrics, ``agent/runtime/metrics.py``): it observes, never changes the runtime.
+  metrics, ``agent/runtime/ops/metrics.py``): it observes, never changes the runtime.
 
 This module imports no runtime module (only types of the layers below), so it sits at the
 bottom of ``agent.runtime`` and closes no import cycle.
@@ -162,7 +162,7 @@ class RecordExecutor(Protocol):
 
 class EpochObserver(Protocol):
     """Told by a job runtime, as master, of each epoch it stored and of each multicast down a
-    job tree (the latency histograms of ``agent/runtime/metrics.py``). Read-only: it must not
+    job tree (the latency histograms of ``agent/runtime/ops/metrics.py``). Read-only: it must not
     raise nor call back into the runtime; the default :data:`NO_OBSERVER` ignores both."""
 
     def epoch_stored(self, job: str, epoch_end: float, stored_at: float) -> None: ...

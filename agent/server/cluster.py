@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from agent.client import ApiClient, ApiError
 from agent.config import derive_api_token
 from agent.private_files import create_private, open_private
-from agent.runtime.agent import spans_one_tree
+from agent.runtime.host.agent import spans_one_tree
 from agent.server.daemon import READY_PREFIX
 
 

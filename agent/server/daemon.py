@@ -25,8 +25,8 @@ from typing import Any, TextIO
 
 from agent.config import AgentConfig
 from agent.ingest.columnar.allocator import keep_chunk_memory
-from agent.runtime.agent import Agent
-from agent.runtime.cpu_limits import apply_cpu_limits
+from agent.runtime.host.agent import Agent
+from agent.runtime.host.cpu_limits import apply_cpu_limits
 
 READY_PREFIX = "ELF-READY "
 log = logging.getLogger(__name__)

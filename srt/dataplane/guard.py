@@ -32,7 +32,7 @@ error). The guard never touches requests that are being handled: a slow handler 
 server's business, not the client's.
 
 It lives in ``srt.dataplane`` because the data plane is the lowest layer serving HTTP; the
-agent's user API (``agent.runtime.http_api``) imports it from here (``srt`` may not import
+agent's user API (``agent.runtime.ops.http_api``) imports it from here (``srt`` may not import
 ``agent``).
 """
 

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from agent.config import load_config
-from agent.runtime.agent import Agent, spans_one_tree
+from agent.runtime.host.agent import Agent, spans_one_tree
 from agent.server.daemon import start_agents, stop_agents
 from agent.tunables import RuntimeTunables
 from overlay import Tunables

@@ -24,7 +24,7 @@ from agent.ingest.records import RecordError
 from agent.jobs.job import UnknownJobClass, job_class
 from agent.jobs.spec import JobSpecError
 from agent.ql import QLError, compile_query
-from agent.runtime.http_api import HttpApi
+from agent.runtime.ops.http_api import HttpApi
 
 STATUS = {
     BadRequest: 400,

@@ -29,7 +29,7 @@ sys.path.append(str(Path(__file__).parents[1] / "agent"))
 
 from app_helpers import AGENTS, DATA_EPOCHS, WINDOW, append_events, wait_until
 
-from agent.runtime.agent import spans_one_tree
+from agent.runtime.host.agent import spans_one_tree
 from agent.server.cluster import LocalCluster
 from apps.micro_promotion import promotion_spec
 from apps.product_bundling import bundling_spec

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.api import JobSpec
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 from apps.micro_promotion import MicroPromotion, promotion_spec
 from apps.wordcount import WordCount
 

@@ -12,7 +12,7 @@ from app_helpers import AGENTS, DATA_EPOCHS, frame, ref_clicks, ref_top, wait_un
 
 from agent.client import ApiError
 from agent.jobs.job import create_job, job_class, parse_spec
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 from apps.micro_promotion import MicroPromotion, promotion_spec
 from apps.workload import ClickstreamGenerator
 from cbt import CompressedBufferTree, Snapshot

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from agent.jobs.job import create_job, job_class, parse_spec
 from agent.jsonable import jsonable
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 from apps.bundles import compute_bundles
 from apps.product_bundling import ProductBundling, bundling_spec
 from apps.workload import ClickstreamGenerator

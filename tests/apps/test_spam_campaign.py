@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.jobs.job import create_job, job_class, parse_spec
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 from apps.spam_campaign import SALES_WORDS, SpamCampaign, spam_spec
 from apps.workload import TweetGenerator
 

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from agent.jobs.job import create_job, job_class, parse_spec
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 from apps.wordcount import WordCount
 
 SPEC = {"name": "wc", "creator": "test", "job_class": "wordcount"}

@@ -79,7 +79,7 @@ async def test_the_results_api_answers_earlier_epochs_from_the_lake(tmp_path: Pa
 
 
 def test_read_epoch_reads_epoch_files_and_compacted_hours_alike(tmp_path: Path) -> None:
-    from agent.runtime.lake_history import epochs, read_epoch
+    from agent.runtime.results.lake_history import epochs, read_epoch
     from spark_sink.compaction import LakeMaintenance, maintain
     from spark_sink.lake import Lake, Rollup
 
@@ -126,7 +126,7 @@ def test_read_epoch_reads_epoch_files_and_compacted_hours_alike(tmp_path: Path) 
 
 
 def test_provenance_names_the_highest_term_and_any_partial_tree() -> None:
-    from agent.runtime.lake_history import provenance
+    from agent.runtime.results.lake_history import provenance
 
     lake_part = {"source": "lake", "term": 3, "version": 1, "tentative": False,
                  "partial": True, "coverage": 0.5, "lacking": ["0b"], "rows": []}  # fmt: skip

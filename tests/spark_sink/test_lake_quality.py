@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from agent.jobs.spec import JobSpec
-from agent.runtime.lake_sink import LakeSink
-from agent.runtime.results import ResultStore
+from agent.runtime.results.lake_sink import LakeSink
+from agent.runtime.results.store import ResultStore
 from cbt import CompressedBufferTree
 from spark_sink.buffer import LakeWriter
 from spark_sink.lake import RESULT_KEY, Lake, Rollup, rollup_table

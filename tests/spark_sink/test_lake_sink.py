@@ -1,4 +1,5 @@
-"""The master's hook (agent/runtime/lake_sink.py) with the agent's real ResultStore: a stored epoch
+"""The master's hook (agent/runtime/results/lake_sink.py) with the agent's real ResultStore: a
+stored epoch
 is written, a late contribution folded into it replaces the file with the merged result, and
 top-k / named rows reach the lake as the results API reports them (pyarrow only)."""
 
@@ -14,8 +15,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from agent.jobs.spec import JobSpec
-from agent.runtime.lake_sink import LakeSink
-from agent.runtime.results import ResultStore
+from agent.runtime.results.lake_sink import LakeSink
+from agent.runtime.results.store import ResultStore
 from cbt import CompressedBufferTree
 from spark_sink.buffer import LakeWriter
 from spark_sink.lake import Lake, Rollup, read_table
@@ -131,7 +132,8 @@ def test_tentative_results_reach_the_lake_with_version_coverage_and_lacking_orig
 
 
 def term_store(term: int) -> ResultStore:
-    """The agent's ResultStore with its master's fencing term (agent/runtime/fencing.py)."""
+    """The agent's ResultStore with its master's fencing term
+    (agent/runtime/recovery/fencing.py)."""
     store = ResultStore()
     store.term_of = lambda tree: term
     return store
@@ -176,7 +178,7 @@ def test_a_fenced_write_is_counted_logged_and_reported(tmp_path: Path, caplog) -
     rt = fenced_runtime(store)
     sink = LakeSink(rt, writer)
     store.put(TREES[1], EPOCH, snapshot(["a", "b"]), 0.0)
-    with caplog.at_level(logging.WARNING, "agent.runtime.lake_sink"):
+    with caplog.at_level(logging.WARNING, "agent.runtime.results.lake_sink"):
         sink.epoch(TREES[1], EPOCH)
         assert writer.flush(10)
     assert rt.counters["lake_fenced_writes"] == 1

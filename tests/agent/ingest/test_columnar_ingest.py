@@ -34,7 +34,7 @@ from agent.ingest.records import Quarantine
 from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 
 WORDS = ["a", "ab", "Ab", "ßa", "☃", "a%b", "x_y", "", "é\u0301", "zz"]
 

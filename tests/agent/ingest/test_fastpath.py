@@ -25,7 +25,7 @@ from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.ql import compile_query
 from agent.ql.pushdown import Needles, line_needles
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 from apps.workload import ClickstreamGenerator, access_line, json_line
 
 MICRO_JSON = (

@@ -13,7 +13,7 @@ from agent.jobs.changes import parse_change
 from agent.jobs.job import create_job
 from agent.jobs.ql_job import spec_from_query
 from agent.jobs.spec import JobSpec
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 
 COUNT = "SELECT line, count(*) AS n FROM ingest GROUP BY line"
 FIRST = "SELECT line, min(ts) AS first FROM ingest GROUP BY line"

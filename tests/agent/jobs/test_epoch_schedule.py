@@ -13,7 +13,7 @@ import apps.wordcount  # noqa: F401  (registers the wordcount job class)
 from agent.jobs.job import create_job
 from agent.jobs.schedule import EpochSchedule
 from agent.jobs.spec import JobSpec, JobSpecError
-from agent.runtime.clock import EpochClock
+from agent.runtime.epochs.clock import EpochClock
 
 lengths = st.sampled_from([0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 60.0])
 
@@ -111,7 +111,7 @@ def wordcount(epoch_seconds: float, changes: list[list[float]] | None = None) ->
 
 
 def test_worker_moves_open_epochs_the_new_lengths_cut_differently() -> None:
-    from agent.runtime.worker import Worker
+    from agent.runtime.epochs.worker import Worker
 
     old = wordcount(1.0)
     worker = Worker(create_job(old), wall_clock=lambda: 2000.0)

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from agent.jobs.job import Job, create_job, parse_spec, register_job
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 from cbt import Snapshot
 
 

@@ -1,5 +1,6 @@
 """The ``ql`` job class end to end on one agent, without network: a spec built with
-spec_from_query runs through agent.runtime.worker.Worker (tumbling, sliding and partitioned), and
+spec_from_query runs through agent.runtime.epochs.worker.Worker (tumbling, sliding and
+partitioned), and
 the
 master-side rows of each epoch equal pandas over the same records; bad queries and specs that
 disagree with their query are clear ValueErrors; ``elf submit --query`` builds the spec."""
@@ -19,7 +20,7 @@ from agent.jobs.job import create_job, job_class, parse_spec
 from agent.jobs.ql_job import QLCountJob, QLJob, spec_from_query
 from agent.jobs.spec import JobSpec, JobSpecError
 from agent.jsonable import jsonable
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 
 QUERY = """
 SELECT product, count(*) AS clicks, sum(price) AS revenue

@@ -2,7 +2,7 @@
 
 Issue 13, findings 2 and 3: every bound of ``JobSpec.from_dict`` names its field; the job
 class's ``setup()`` is dry-run at ``parse_spec`` (a failure names the param); the start epoch is
-bounded around now at submission (``agent/runtime/admission.py``); changes obey the same
+bounded around now at submission (``agent/runtime/host/admission.py``); changes obey the same
 bounds. The hypothesis test checks the contract itself: whatever ``validate`` accepts, the
 runtime objects every agent builds can be built and the spec travels (msgpack, int64).
 """
@@ -26,8 +26,8 @@ from agent.jobs.spec import (
     JobSpec,
     JobSpecError,
 )
-from agent.runtime import admission
-from agent.runtime.admission import check_start_window
+from agent.runtime.host import admission
+from agent.runtime.host.admission import check_start_window
 from agent.tunables import RuntimeTunables
 
 BASE = {"name": "b", "creator": "t", "job_class": "test-bounded"}

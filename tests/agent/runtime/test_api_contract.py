@@ -34,7 +34,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from agent.runtime.openapi import DOCUMENT
+from agent.runtime.ops.openapi import DOCUMENT
 
 MAX_EXAMPLES = int(os.environ.get("ELF_CONTRACT_EXAMPLES", "60"))
 JOB = "contract"

@@ -1,4 +1,4 @@
-"""Hot replicas (agent/runtime/checkpoints.py): holder choice, the holder's bounded store
+"""Hot replicas (agent/runtime/recovery/checkpoints.py): holder choice, the holder's bounded store
 (hypothesis against a dict model), and the origin's sender against real loopback sockets."""
 
 from __future__ import annotations
@@ -11,7 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.runtime.checkpoints import CheckpointSender, CheckpointStore, decode_epochs, pick_holders
+from agent.runtime.recovery.checkpoints import (
+    CheckpointSender,
+    CheckpointStore,
+    decode_epochs,
+    pick_holders,
+)
 from cbt import CompressedBufferTree, Snapshot
 
 

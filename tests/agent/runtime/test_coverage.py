@@ -1,5 +1,5 @@
-"""Membership (agent/runtime/membership.py) and the result store's lineage rules
-(agent/runtime/results.py): what makes an epoch tentative, partial or final, what a late fold
+"""Membership (agent/runtime/recovery/membership.py) and the result store's lineage rules
+(agent/runtime/results/store.py): what makes an epoch tentative, partial or final, what a late fold
 may add, and that no sequence of folds counts an origin twice (hypothesis, against a
 Counter)."""
 
@@ -10,8 +10,8 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.runtime.membership import Membership
-from agent.runtime.results import ResultStore
+from agent.runtime.recovery.membership import Membership
+from agent.runtime.results.store import ResultStore
 from cbt import CompressedBufferTree, Snapshot
 
 

@@ -1,4 +1,5 @@
-"""The per-job CPU budget (agent/runtime/cpu_budget.py, JobRuntime.work): a job over its budget
+"""The per-job CPU budget (agent/runtime/epochs/cpu_budget.py, JobRuntime.work): a job over its
+budget
 processes no new records — they wait in order in its backlog, nothing dropped — and is
 reported (counter, status, a WARNING naming it); back under budget, the backlog is processed
 and the result is exact against a Counter. The sliding window forgets old charges."""
@@ -13,9 +14,9 @@ from test_services import FakeAgent
 
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, JobEntry
-from agent.runtime.agent import load_job_classes
-from agent.runtime.cpu_budget import CpuBudget
-from agent.runtime.job import JobRuntime
+from agent.runtime.epochs.cpu_budget import CpuBudget
+from agent.runtime.host.agent import load_job_classes
+from agent.runtime.job.runtime import JobRuntime
 from agent.tunables import RuntimeTunables
 
 
@@ -55,7 +56,7 @@ async def test_a_job_over_budget_waits_then_catches_up_exactly(
     rt.cpu.charge(6.0)  # as if the job had just used 60 % of a core for 10 s
     first = [{"ts": 105.1, "line": "a b a"}, {"ts": 105.2, "line": "c"}]
     second = [{"ts": 105.3, "line": "b b"} for _ in range(4)]
-    with caplog.at_level(logging.WARNING, logger="agent.runtime.job"):
+    with caplog.at_level(logging.WARNING, logger="agent.runtime.job.runtime"):
         assert rt.work({"web": first}) == []
         assert rt.work({"web": second}) == []
     assert rt.worker is not None and rt.worker.counters["records_in"] == 0  # nothing processed

@@ -18,7 +18,7 @@ from agent.errors import ConfigError
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux CPU affinity")
 def test_limits_apply_to_the_process() -> None:
     code = (
-        "import json, os; from agent.runtime.cpu_limits import apply_cpu_limits; "
+        "import json, os; from agent.runtime.host.cpu_limits import apply_cpu_limits; "
         "r = apply_cpu_limits(1, 3); "
         "print(json.dumps({**r, 'affinity': sorted(os.sched_getaffinity(0))}))"
     )

@@ -29,8 +29,8 @@ from yarl import URL
 from agent.cli import cli
 from agent.client import ApiClient, parse_events
 from agent.config import derive_api_token
-from agent.runtime.dashboard.cluster import ClusterPicture, tree_edges
-from agent.runtime.dashboard.routes import MAX_STREAMS, DashboardRoutes
+from agent.runtime.ops.dashboard.cluster import ClusterPicture, tree_edges
+from agent.runtime.ops.dashboard.routes import MAX_STREAMS, DashboardRoutes
 from agent.top import TopView, render, run_top
 
 TOKEN = derive_api_token(SECRET.encode())
@@ -434,7 +434,7 @@ class _Agent:
     """The least an agent must offer a ClusterPicture (its ClusterSource and SummarySource)."""
 
     def __init__(self) -> None:
-        from agent.runtime.looplag import LoopLag
+        from agent.runtime.ops.looplag import LoopLag
 
         self.overlay = _Overlay()
         self.client = None
@@ -457,7 +457,7 @@ class _Agent:
 
 
 async def test_failed_agents_stay_listed_and_tentative_runs_are_one_event() -> None:
-    from agent.runtime.dashboard.cluster import _JobTrack
+    from agent.runtime.ops.dashboard.cluster import _JobTrack
     from overlay import NodeInfo
 
     agent = _Agent()
@@ -571,7 +571,7 @@ async def test_picture_follows_tree_links_past_the_overlay_contacts() -> None:
 
 def test_summary_counts_file_and_ingest_inputs_alike() -> None:
     """A file input counts ``records``, the ingest queue ``accepted``: both are accepted."""
-    from agent.runtime.dashboard.summary import ProcessSampler, local_summary
+    from agent.runtime.ops.dashboard.summary import ProcessSampler, local_summary
 
     class Source:
         def __init__(self, stats: dict[str, Any]) -> None:
@@ -625,7 +625,7 @@ SUMMARY_FIELDS = ["node_id", "process", "inputs", "jobs", "rejected", "loop_lag"
 def test_a_peers_malformed_summary_is_refused_not_used(junk: Any) -> None:
     """Whatever a peer answers, the picture is built: the peer is marked with the field at
     fault, its data is not used, the refusal is counted."""
-    from agent.runtime.dashboard.summary import SummaryError, check_summary
+    from agent.runtime.ops.dashboard.summary import SummaryError, check_summary
     from overlay import NodeInfo
 
     try:
@@ -656,7 +656,7 @@ def test_a_peers_malformed_summary_is_refused_not_used(junk: Any) -> None:
 
 
 async def test_own_summary_passes_the_peer_check_unchanged() -> None:
-    from agent.runtime.dashboard.summary import check_summary
+    from agent.runtime.ops.dashboard.summary import check_summary
 
     async with running_agents(2) as agents:
         start = math.floor(time.time()) + 1

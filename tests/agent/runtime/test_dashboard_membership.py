@@ -1,5 +1,5 @@
 """The dashboard's section on origins that stopped contributing
-(agent/runtime/dashboard/membership.py): a master's block is bounded and well-formed, a
+(agent/runtime/ops/dashboard/membership.py): a master's block is bounded and well-formed, a
 peer's block is checked field by field, and the job's section joins its masters' blocks."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.runtime.dashboard.membership import (
+from agent.runtime.ops.dashboard.membership import (
     MAX_ORIGINS,
     MAX_WHY,
     check_membership,
     local_membership,
     merge_membership,
 )
-from agent.runtime.dashboard.summary import SummaryError, check_summary
+from agent.runtime.ops.dashboard.summary import SummaryError, check_summary
 
 A, B, C = "0" * 32 + "0d0aea19", "ab" * 20, "c" * 40
 

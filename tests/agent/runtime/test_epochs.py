@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.runtime.clock import EpochClock
+from agent.runtime.epochs.clock import EpochClock
 
 
 class FakeClock:

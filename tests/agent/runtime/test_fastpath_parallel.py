@@ -1,4 +1,5 @@
-"""agent.runtime.parallel: parse and map on worker processes, clock and CBT in order — the results,
+"""agent.runtime.local.parallel: parse and map on worker processes, clock and CBT in order — the
+results,
 counters and quarantined lines equal the single-process FileTail path's (and so a Counter's,
 see test_fastpath)."""
 
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 from test_fastpath import MICRO_JSON, MICRO_NGINX, START, _job, _lines, _run
 
-from agent.runtime.parallel import ParallelFileIngest
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
+from agent.runtime.local.parallel import ParallelFileIngest
 
 
 def _entries(quarantine: object) -> list[tuple[int, int, str]]:
@@ -93,7 +94,7 @@ def test_a_worker_reads_its_chunk_from_the_file_and_refuses_other_bytes(tmp_path
     bytes there (the file was rewritten) says so, and the main process parses the chunk."""
     import xxhash
 
-    from agent.runtime import parallel
+    from agent.runtime.local import parallel
 
     path = tmp_path / "f"
     path.write_bytes(b"one\ntwo\nthree\n")

@@ -1,7 +1,9 @@
 """Final means final: a hypothesis state machine over membership and versions.
 
-The real :class:`~agent.runtime.membership.Membership`, :class:`~agent.runtime.results.
-ResultStore`, :class:`~agent.runtime.retirement.Absence` and :class:`~agent.runtime.fencing.
+The real :class:`~agent.runtime.recovery.membership.Membership`,
+:class:`~agent.runtime.results.store.
+ResultStore`, :class:`~agent.runtime.recovery.absence.Absence` and
+:class:`~agent.runtime.recovery.fencing.
 MasterTerms` of two masters (the current one and a deposed one that may still run: a stale
 master, a partition's minority side) against an independent model of the input: every origin's
 host writes records every epoch whether its agent runs or not, as a web server does.
@@ -30,10 +32,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from agent.runtime.fencing import MasterTerms
-from agent.runtime.membership import Membership
-from agent.runtime.results import ResultStore
-from agent.runtime.retirement import Absence
+from agent.runtime.recovery.absence import Absence
+from agent.runtime.recovery.fencing import MasterTerms
+from agent.runtime.recovery.membership import Membership
+from agent.runtime.results.store import ResultStore
 from cbt import CompressedBufferTree, Snapshot
 
 TREE = 1

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from agent.runtime.http_api import HttpApi
+from agent.runtime.ops.http_api import HttpApi
 from srt.dataplane.guard import ConnectionLimits
 
 TOKEN = "t0ken"

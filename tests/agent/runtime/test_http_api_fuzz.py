@@ -1,7 +1,7 @@
 """A hypothesis fuzzer over the user HTTP API of a real in-process agent.
 
 One agent (real overlay, data plane and API on loopback) runs in a background thread's event
-loop with a WordCount job ``fz``. Every endpoint of ``agent/runtime/http_api.py`` is called with
+loop with a WordCount job ``fz``. Every endpoint of ``agent/runtime/ops/http_api.py`` is called with
 a valid token and hostile input — random JSON of any shape, wrong types, huge and non-finite
 numbers, deep nesting, invalid UTF-8, random names and query strings in the path — over raw
 ``http.client`` (so any bytes can be sent). The contract checked on every answer: never a 5xx;

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from agent.runtime.logs import AGENT, EPOCH, AgentName, configure, job_context
+from agent.runtime.ops.logs import AGENT, EPOCH, AgentName, configure, job_context
 
 FIELDS = {"ts", "time", "level", "logger", "message", "agent", "job", "epoch", "thread"}
 

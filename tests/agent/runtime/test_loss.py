@@ -1,4 +1,4 @@
-"""OriginLoss (agent/runtime/loss.py): which origins a master probes, what proves a death,
+"""OriginLoss (agent/runtime/recovery/loss.py): which origins a master probes, what proves a death,
 and what a declaration does (re-issue from the holders, then record the origin absent - it
 stays expected: a process is not its data),
 against a fake job runtime and fake peers (the cluster tests run it for real)."""
@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agent.runtime.loss import OriginLoss
-from agent.runtime.membership import Membership
+from agent.runtime.recovery.loss import OriginLoss
+from agent.runtime.recovery.membership import Membership
 from srt.dataplane.client import DataPlaneError
 
 

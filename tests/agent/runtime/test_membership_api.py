@@ -1,4 +1,4 @@
-"""Retiring origins and leaving over real sockets (agent/runtime/membership_api.py): the peer
+"""Retiring origins and leaving over real sockets (agent/runtime/ops/membership_api.py): the peer
 route a master answers, the operator's routes forwarding to the job's masters from an agent
 that is not one, their 4xx on malformed or unknown input, and ``POST /api/v1/leave`` answering
 202 before the agent stops. Against the real runtime: the origins retired are real agents
@@ -17,8 +17,8 @@ import pytest
 from agent_helpers import lines, running_agents, wait_for
 
 from agent.errors import NotFound, Unavailable
-from agent.runtime.agent import Agent
-from agent.runtime.membership_api import RETIRE_PATH, agent_outcome, job_outcome
+from agent.runtime.host.agent import Agent
+from agent.runtime.ops.membership_api import RETIRE_PATH, agent_outcome, job_outcome
 from srt import DataPlaneError
 
 JOB = "wc"

@@ -18,9 +18,9 @@ from agent_helpers import running_agents, wait_for
 
 from agent.ingest.tail import FileTail
 from agent.jobs.spec import JobSpec
-from agent.runtime.agent import Agent
-from agent.runtime.clock import EpochClock
-from agent.runtime.offsets import (
+from agent.runtime.epochs.clock import EpochClock
+from agent.runtime.host.agent import Agent
+from agent.runtime.recovery.offsets import (
     OffsetKeeper,
     TreeOutflow,
     acknowledged_epoch,

@@ -23,11 +23,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.config import load_config
 from agent.errors import ConfigError
-from agent.runtime.agent import Agent
-from agent.runtime.http_api import HttpApi
-from agent.runtime.metrics import AgentMetrics
-from agent.runtime.openapi import DOCUMENT, DOCUMENT_BYTES, app_routes, document_routes
-from agent.runtime.ops_api import install
+from agent.runtime.host.agent import Agent
+from agent.runtime.ops.http_api import HttpApi
+from agent.runtime.ops.metrics import AgentMetrics
+from agent.runtime.ops.openapi import DOCUMENT, DOCUMENT_BYTES, app_routes, document_routes
+from agent.runtime.ops.ops_api import install
 
 ROOT = Path(__file__).resolve().parents[3]
 ALLOWED_LABELS = {"job", "input", "reason", "role", "kind", "le"}

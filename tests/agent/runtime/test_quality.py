@@ -1,4 +1,5 @@
-"""The quality of tentative results (agent/runtime/quality.py): rates and rate-weighted coverage
+"""The quality of tentative results (agent/runtime/results/quality.py): rates and rate-weighted
+coverage
 against an independent computation (hypothesis), and the top-k accuracy estimate against the
 real |tentative top-k ∩ final top-k| / k on synthetic Zipf-distributed keys.
 
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.runtime.quality import (
+from agent.runtime.results.quality import (
     WINDOW,
     missing_mass,
     origin_rates,

@@ -24,13 +24,13 @@ from typing import Any
 import jsonschema
 from agent_helpers import lines, running_agents, wait_for
 
-from agent.runtime.dashboard.summary import _master
+from agent.runtime.ops.dashboard.summary import _master
 from agent.tunables import RuntimeTunables
 
 RATES = (6, 12, 24)  # lines per epoch of agents 0, 1, 2; agent 2 is the one missing in X
 EPOCHS = 10  # X is the last: nine measured epochs before it
 K = 5
-OPENAPI = Path(__file__).parents[3] / "agent" / "runtime" / "openapi.json"
+OPENAPI = Path(__file__).parents[3] / "agent" / "runtime" / "ops" / "openapi.json"
 
 
 def check_contract(result: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from agent_helpers import lines, running_agents, wait_for, word_counts
 
-from agent.runtime.retention import RetainedEpochs
+from agent.runtime.recovery.retention import RetainedEpochs
 from agent.tunables import RuntimeTunables
 from cbt import CompressedBufferTree
 

@@ -114,7 +114,7 @@ def test_a_position_from_before_a_restart_is_a_start_for_epochs_after_those_ackn
     """The offset keeper's committed position, loaded after a restart, may start a re-read
     for epochs after the highest epoch acknowledged with it (every record before it belongs
     to an acknowledged epoch), not for earlier ones."""
-    from agent.runtime.offsets import STATE_FILE, OffsetKeeper
+    from agent.runtime.recovery.offsets import STATE_FILE, OffsetKeeper
 
     position = {"path": "/x", "inode": 7, "offset": 120, "line_no": 3}
     doc = {"version": 1, "inputs": {"f": position},

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from agent.jobs.job import Job, register_job
 from agent.jobs.spec import JobSpec
-from agent.runtime.result_spill import ResultSpill
-from agent.runtime.results import MEMORY_BUDGET, RETENTION, SPILL_BUDGET, ResultStore
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
+from agent.runtime.results.spill import ResultSpill
+from agent.runtime.results.store import MEMORY_BUDGET, RETENTION, SPILL_BUDGET, ResultStore
 from cbt import CompressedBufferTree, Snapshot
 
 

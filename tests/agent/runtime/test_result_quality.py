@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.runtime.results import ResultStore
+from agent.runtime.results.store import ResultStore
 from cbt import CompressedBufferTree, Snapshot
 from srt.dataplane.lineage import Counted
 

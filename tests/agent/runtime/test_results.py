@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agent.runtime.results import ResultStore
+from agent.runtime.results.store import ResultStore
 from cbt import CompressedBufferTree, Snapshot
 
 

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from agent.runtime.results import ResultStore
+from agent.runtime.results.store import ResultStore
 from cbt import CompressedBufferTree, Snapshot
 
 T = 1

@@ -17,7 +17,7 @@ from agent.client import ApiClient, ApiError
 from agent.config import load_config
 from agent.errors import BadRequest, Conflict
 from agent.jobs.job import Job, register_job
-from agent.runtime.agent import JOBS_TREE
+from agent.runtime.host.agent import JOBS_TREE
 from agent.server.daemon import start_agents, stop_agents
 from cbt import Snapshot
 

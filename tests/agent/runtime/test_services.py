@@ -17,9 +17,9 @@ import srt
 from agent.config import load_config
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import RUNNING, JobEntry
-from agent.runtime.agent import Agent, load_job_classes
-from agent.runtime.job import JobRuntime
-from agent.runtime.offsets import TreeOutflow, acknowledged_epoch
+from agent.runtime.host.agent import Agent, load_job_classes
+from agent.runtime.job.runtime import JobRuntime
+from agent.runtime.recovery.offsets import TreeOutflow, acknowledged_epoch
 from agent.tunables import RuntimeTunables
 from srt import DataPlaneClient
 
@@ -143,7 +143,7 @@ async def test_agent_background_tasks_count_failures_and_cancel_on_stop(
         raise RuntimeError("boom")
 
     forever = asyncio.Event()
-    with caplog.at_level(logging.WARNING, logger="agent.runtime.agent"):
+    with caplog.at_level(logging.WARNING, logger="agent.runtime.host.agent"):
         agent.spawn(fail(), "doomed")
         agent.spawn(forever.wait(), "waiting")
         for _ in range(5):

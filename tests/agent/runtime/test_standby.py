@@ -1,4 +1,4 @@
-"""The standby's bookkeeping (agent/runtime/standby.py): who the standby is, what is due,
+"""The standby's bookkeeping (agent/runtime/recovery/standby.py): who the standby is, what is due,
 what bounds the commit watermark, and the replica's version and size rules."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.runtime.standby import Replica, ReplicationLog, standby_for
+from agent.runtime.recovery.standby import Replica, ReplicationLog, standby_for
 
 
 def test_the_standby_is_the_next_closest_agent_to_the_tree() -> None:

@@ -1,4 +1,4 @@
-"""The job table on disk (``agent/runtime/table_file.py``): a restarted agent runs its jobs
+"""The job table on disk (``agent/runtime/host/table_file.py``): a restarted agent runs its jobs
 before it reads a line, without waiting for a peer to tell it; a damaged file is logged and
 read as empty; the file is written only when the table changed."""
 
@@ -14,7 +14,7 @@ import pytest
 from agent_helpers import complete_result, lines, running_agents, wait_for, word_counts
 
 from agent.jobs.table import RUNNING, JobEntry, JobTable
-from agent.runtime.table_file import FILE_NAME, JobTableFile
+from agent.runtime.host.table_file import FILE_NAME, JobTableFile
 
 
 def spec(name: str) -> dict:
@@ -43,7 +43,7 @@ def test_a_damaged_file_is_logged_and_read_as_empty(
     tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
     (tmp_path / FILE_NAME).write_bytes(content)
-    with caplog.at_level(logging.WARNING, "agent.runtime.table_file"):
+    with caplog.at_level(logging.WARNING, "agent.runtime.host.table_file"):
         assert JobTableFile(tmp_path).load() == ([], [])
     assert "malformed" in caplog.text
 

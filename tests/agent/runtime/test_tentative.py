@@ -1,4 +1,4 @@
-"""TentativePreviews (agent/runtime/tentative.py) over a real EpochCombiner and ResultStore:
+"""TentativePreviews (agent/runtime/results/previews.py) over a real EpochCombiner and ResultStore:
 an epoch still held at its deadline is previewed (tentative, lacking the late member), an
 epoch emitted in time never is, the barrier's result replaces the preview, a late fold
 refreshes it, no deadline means no preview, and the timeline records each step."""
@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 from agent_helpers import wait_for
 
-from agent.runtime.results import ResultStore
-from agent.runtime.tentative import TentativePreviews
+from agent.runtime.results.previews import TentativePreviews
+from agent.runtime.results.store import ResultStore
 from cbt import CompressedBufferTree, Snapshot
 from srt.dataplane.barrier import EpochCombiner
 

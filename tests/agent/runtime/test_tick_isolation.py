@@ -14,7 +14,7 @@ from agent_helpers import complete_result, lines, running_agents, wait_for, word
 
 
 async def test_a_failing_job_does_not_starve_the_others(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="agent.runtime.agent")
+    caplog.set_level(logging.WARNING, logger="agent.runtime.host.agent")
     async with running_agents(1) as agents:
         agent = agents[0]
         e = math.floor(time.time()) + 2

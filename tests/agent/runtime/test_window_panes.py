@@ -1,4 +1,4 @@
-"""Which snapshots an agent contributes as its whole share (agent/runtime/window_panes.py):
+"""Which snapshots an agent contributes as its whole share (agent/runtime/epochs/window_panes.py):
 a window job resumed or started mid-window never counts a window short of a pane as whole;
 the rule is checked against a brute-force count of the panes each window needs and holds."""
 
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.jobs.spec import JobSpec
-from agent.runtime.window_panes import whole_share
+from agent.runtime.epochs.window_panes import whole_share
 
 
 def spec(start: int | None, *, size: int = 3, slide: int = 1) -> JobSpec:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from agent.jobs.job import Job, register_job
 from agent.jobs.spec import JobSpec
-from agent.runtime.worker import Worker
+from agent.runtime.epochs.worker import Worker
 from cbt import EpochWindows, Snapshot, get_aggregator
 
 

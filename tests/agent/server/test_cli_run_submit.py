@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import agent.cli as cli_module
-from agent.runtime.oneshot import run_file
+from agent.runtime.local.oneshot import run_file
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from agent.config import AgentConfig, derive_api_token, load_config
 from agent.errors import ConfigError
-from agent.runtime.offsets import OffsetKeeper
+from agent.runtime.recovery.offsets import OffsetKeeper
 from agent.tunables import RuntimeTunables
 
 SECRET = "s" * 32

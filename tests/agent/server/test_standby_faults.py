@@ -1,4 +1,5 @@
-"""Faults of a job's standby (the Flux process pair at the root, ``agent.runtime.standby``) on a
+"""Faults of a job's standby (the Flux process pair at the root,
+``agent.runtime.recovery.standby``) on a
 real cluster: the two scenarios of issue "Final means final" no other test covers.
 
 * **kill -9 of the standby**, restarted some six stored epochs later: the master keeps

@@ -95,7 +95,7 @@ class LineageTree(RuleBasedStateMachine):
             self.outbox[i].append((epoch, lineage, snap))
 
     def _fold_at_master(self, epoch: int, lineage: Lineage, snap: Snapshot) -> None:
-        """The master's late fold (agent.runtime.results.ResultStore.add_late's rule)."""
+        """The master's late fold (agent.runtime.results.store.ResultStore.add_late's rule)."""
         held = self.results.get(epoch)
         if held is None:
             return  # the master's own barrier has not emitted it: it is still open there
@@ -108,7 +108,7 @@ class LineageTree(RuleBasedStateMachine):
         p = self.parent[i]
         result = self.combiners[p].offer_child(IDS[i], epoch, snap, lineage)
         if result == "stale":
-            # an inner node forwards it to the master (agent.runtime.job._fold_late)
+            # an inner node forwards it to the master (agent.runtime.job.runtime._fold_late)
             emitted = self.combiners[p].lineage_of(epoch)
             if not (emitted is not None and lineage <= emitted):
                 self._fold_at_master(epoch, lineage, snap)
@@ -126,7 +126,7 @@ class LineageTree(RuleBasedStateMachine):
             own = snap_of(data(i, e), "sum")
             if self.combiners[i].offer_local(e, own) == "stale":
                 # our barrier passed e without our records (it leapt over them): the agent
-                # sends them to the master (agent.runtime.job.JobRuntime.deliver)
+                # sends them to the master (agent.runtime.job.runtime.JobRuntime.deliver)
                 self._fold_at_master(e, frozenset((IDS[i],)), own)
             self.closed[i] = e + 1
 

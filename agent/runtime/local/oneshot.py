@@ -1,0 +1,164 @@
+"""One-shot local mode: an ELF QL query over a finished file, on this machine, no cluster.
+
+Contract: :func:`run_file` reads ``path`` in chunks of whole lines (``chunk_bytes``) through a
+:class:`~agent.ingest.tail.FileTail` with the columnar path installed (bad lines counted and
+kept as samples exactly as an agent does), runs the query's worker with epochs from the
+file's own timestamps and a watermark that never drops a row as late (every epoch stays open
+until the end of the file, so out-of-order lines are kept; CBT buffers past
+``memory_bytes`` spill to a temporary directory), then returns :class:`RunResult`: per epoch
+(in order; window queries: per window end) the query's result rows after HAVING, ORDER BY and
+LIMIT, exactly what the master's results API would give for one agent holding the file. The
+query's FROM is not checked (the file is the input). ``epoch_seconds`` replaces the default
+1 s epochs of a query without WINDOW; with a WINDOW it must agree (``ValueError`` otherwise,
+never ignored). ``progress(done_bytes, total_bytes)`` is called after every chunk.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.ingest.columnar.allocator import keep_chunk_memory
+from agent.ingest.columnar.json_lines import use_arrow_reader
+from agent.ingest.columnar.reader import ChunkReader
+from agent.ingest.formats import make_parser
+from agent.ingest.records import Quarantine
+from agent.ingest.tail import FileTail
+from agent.jobs.job import create_job, parse_spec
+from agent.jobs.ql_job import spec_from_query
+from agent.ql import compile_query
+from agent.runtime.epochs.clock import EpochClock
+from agent.runtime.epochs.worker import Worker
+
+#: event-time lateness that keeps every epoch of a finished file open to its end
+_NEVER_LATE = 1e12
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_file` computed."""
+
+    columns: list[str]
+    epoch_seconds: float
+    epochs: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
+    input: dict[str, Any] = field(default_factory=dict)
+    worker: dict[str, Any] = field(default_factory=dict)
+    rejected_samples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def query_spec(text: str, epoch_seconds: float | None, **overrides: Any) -> dict[str, Any]:
+    """The ql job spec of ``text`` with ``--epoch-seconds`` applied or refused (ValueError
+    saying why): a query without WINDOW takes it; a WINDOW fixes the epochs, so a different
+    value is refused."""
+    compiled = compile_query(text)
+    if epoch_seconds is not None:
+        if compiled.query.window is not None and epoch_seconds != compiled.epoch_seconds:
+            raise ValueError(
+                f"--epoch-seconds {epoch_seconds:g} disagrees with the query's "
+                f"{compiled.query.window.to_sql()}, which makes epochs of "
+                f"{compiled.epoch_seconds:g} s; drop --epoch-seconds or change the WINDOW"
+            )
+        overrides["epoch_seconds"] = epoch_seconds
+    return spec_from_query("elf-run", "elf", text, **overrides)
+
+
+def sniff_format(path: str | Path) -> str:
+    """``json`` when the file's first non-blank line starts with ``{``, else ``nginx``."""
+    with open(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                return "json" if line.lstrip().startswith(b"{") else "nginx"
+    return "json"
+
+
+def run_file(
+    text: str,
+    path: str | Path,
+    fmt: str | None = None,
+    *,
+    epoch_seconds: float | None = None,
+    columnar: bool = True,
+    chunk_bytes: int = 4 << 20,
+    memory_bytes: int = 256 << 20,
+    progress: Callable[[int, int], None] | None = None,
+    processes: int = 1,
+) -> RunResult:
+    """Run query ``text`` over the finished file ``path`` (see module docstring)."""
+    keep_chunk_memory()
+    fmt = fmt or sniff_format(path)
+    spec = parse_spec(query_spec(text, epoch_seconds))
+    job = create_job(spec)
+    clock = EpochClock(spec.epoch_seconds, _NEVER_LATE, None, schedule=spec.schedule)
+    total = Path(path).stat().st_size
+    quarantine = Quarantine()
+    tail = FileTail(
+        path,
+        parser=make_parser(fmt),
+        quarantine=quarantine,
+        read_size=chunk_bytes,
+        max_line_bytes=max(1 << 20, chunk_bytes),
+    )
+    if columnar:
+        use_arrow_reader(True)  # the user's own finished file, in this one-shot process
+        tail.columnar = ChunkReader(fmt, job.batch_projection(), tail.parser.repairs)  # type: ignore[attr-defined]
+    with tempfile.TemporaryDirectory(prefix="elf-run-") as spill:
+        worker = Worker(job, clock=clock, memory_budget_bytes=memory_bytes, spill_dir=spill)
+        if processes > 1:
+            return _run_parallel(job, worker, spec, path, fmt, quarantine, processes,
+                                 columnar, chunk_bytes, total, progress)  # fmt: skip
+        try:
+            while True:
+                batch = tail.poll()
+                worker.process(batch)
+                done = tail.stats()["bytes"]
+                if progress is not None:
+                    progress(min(done, total), total)
+                if not batch and not getattr(batch, "skipped", 0) and done >= total:
+                    break
+            worker.process(tail.drain())  # an unterminated last line
+            result = RunResult(list(job.compiled.columns), spec.epoch_seconds)  # type: ignore[attr-defined]
+            for epoch, snap in worker.finish():
+                if spec.window_bounds(epoch) is None:
+                    continue  # a sliding window's filler epoch: no window ends here
+                result.epochs.append((epoch, job.result_rows(snap)))  # type: ignore[arg-type]
+            result.worker = worker.stats()
+        finally:
+            worker.close()
+            tail.close()
+    result.input = tail.stats()
+    result.rejected_samples = quarantine.entries()
+    return result
+
+
+def _run_parallel(
+    job: Any, worker: Worker, spec: Any, path: str | Path, fmt: str, quarantine: Quarantine,
+    processes: int, columnar: bool, chunk_bytes: int, total: int,
+    progress: Callable[[int, int], None] | None,
+) -> RunResult:  # fmt: skip
+    """:func:`run_file` on ``processes`` worker processes (:mod:`agent.runtime.local.parallel`,
+    columnar: parse and per-chunk aggregation there, the clock and the CBT here)."""
+    from agent.runtime.local.parallel import ParallelFileIngest
+
+    ingest = ParallelFileIngest(
+        path, worker, fmt, processes=processes, prefilter=True, quarantine=quarantine,
+        read_size=chunk_bytes, max_line_bytes=max(1 << 20, chunk_bytes), columnar=columnar,
+    )  # fmt: skip
+    try:
+        ingest.run()
+        if progress is not None:
+            progress(total, total)
+        result = RunResult(list(job.compiled.columns), spec.epoch_seconds)
+        for epoch, snap in worker.finish():
+            if spec.window_bounds(epoch) is not None:
+                result.epochs.append((epoch, job.result_rows(snap)))
+        result.worker = worker.stats()
+    finally:
+        ingest.close()
+        worker.close()
+    counters = ingest.counters
+    result.input = {**counters, "quarantine": quarantine.stats()}
+    result.rejected_samples = quarantine.entries()
+    return result
