@@ -1,11 +1,16 @@
 """The agent runtime: one :class:`Agent` per host and one :class:`JobRuntime` per job.
 
-``agent`` (the overlay node, trees, data plane, inputs and job table of one agent), ``job``
-(a job's worker, forwarder and master roles over its trees), ``services`` (the narrow
-protocols a job runtime is given instead of the agent), ``worker`` and ``clock`` (pure state:
-records to per-epoch snapshots on event time), ``results`` (a master's stored epochs),
-``offsets`` (file offsets persisted once acknowledged), ``lake_sink`` (epochs to the Parquet
-lake), ``http_api`` (the user HTTP API the agent serves, given an ``AgentFacade``) and
-``parallel`` (a file replayed through a worker on several cores). The runtime's timings and
-bounds are :class:`agent.tunables.RuntimeTunables` (``[runtime]`` in the agent config).
+Grouped by concept, lowest layer first (``tests/test_repository.py`` enforces the order):
+
+* ``services``, ``record_thread`` — what a job runtime is given: narrow protocols of its
+  agent, and the one thread per-record work runs on.
+* ``epochs/`` — pure per-epoch state: worker, clock, window panes, CPU budget.
+* ``results/`` — what a master holds and how good it is: store, spill, quality, previews, lake.
+* ``recovery/`` — all fault tolerance behind one facade and its ``host`` protocols.
+* ``job/`` — :class:`JobRuntime` as a facade over its parts; ``local/`` — ``elf run``.
+* ``ops/`` — HTTP API, operator API, OpenAPI, metrics, logs, dashboard.
+* ``host/`` — :class:`Agent` as a facade: job table, ticks, peer API, ports.
+
+The runtime's timings and bounds are :class:`agent.tunables.RuntimeTunables` (``[runtime]`` in
+the agent config).
 """
