@@ -40,7 +40,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from agent.runtime.results.store import EpochResult, ResultStore
+from agent.runtime.results.epoch_result import EpochResult
+from agent.runtime.results.store import ResultStore
 from overlay.logbudget import LogBudget
 from srt import EpochCombiner
 from srt.dataplane.lineage import Lineage
