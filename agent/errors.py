@@ -66,7 +66,7 @@ class Conflict(StatusError):
 
 class Gone(StatusError, LookupError):
     """The answer existed but a documented bound dropped it (e.g. an epoch past the master's
-    result retention); the message names the bound and where else to look."""
+    epoch limit per tree); the message names the bound and where else to look."""
 
     status = 410
 

@@ -7,7 +7,7 @@ lines of the same clicks, syslog RFC 5424 and RFC 3164, raw text) it measures, b
 ``--repeats``:
 
 * ``row`` — the row parser's ``parse`` on every line (split into lines first, as the tail);
-* ``columnar`` — :func:`~agent.ingest.columnar.chunks.iter_chunks` (4 MiB) +
+* ``columnar`` — the file tail's 4 MiB chunks of whole lines (``bench/tail_chunks.py``) +
   :func:`~agent.ingest.columnar.parse.parse_chunk`, every column;
 * ``columnar_projected`` — the same with only the fields a typical query reads
   (``status, bytes`` for access logs; ``directory, action, price`` for JSON lines).
@@ -37,9 +37,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.ingest.columnar.chunks import DEFAULT_CHUNK_BYTES, iter_chunks
+from tail_chunks import tail_chunks  # bench/
+
 from agent.ingest.columnar.parse import parse_chunk
 from agent.ingest.formats import make_parser
+from agent.ingest.tail import CHUNK_BYTES
 from apps.workload import ClickstreamGenerator, access_line, json_line
 
 START = 1_800_000_000
@@ -119,8 +121,8 @@ def row_run(fmt: str, data: bytes) -> tuple[int, int]:
 
 def columnar_run(fmt: str, data: bytes, fields: frozenset[str] | None) -> tuple[int, int]:
     ok = bad = 0
-    for piece in iter_chunks(data, chunk_bytes=DEFAULT_CHUNK_BYTES):
-        got = parse_chunk(fmt, piece.data, fields=fields)  # type: ignore[union-attr]
+    for chunk in tail_chunks(data):
+        got = parse_chunk(fmt, chunk, fields=fields)
         ok += got.table.num_rows
         bad += len(got.rejects)
     return ok, bad
@@ -167,7 +169,7 @@ def main() -> None:
             {
                 "bench": "columnar_parse",
                 "lines_per_input": n,
-                "chunk_bytes": DEFAULT_CHUNK_BYTES,
+                "chunk_bytes": CHUNK_BYTES,
                 "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
                 "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
                 "all_agree": agree,

@@ -75,40 +75,33 @@ import platform
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ingest_workload import (  # bench/: the workload and its reference answers
+    FULL,
+    FULL_EPOCH,
+    QUERIES,
+    START,
+    WINDOW_EPOCH,
+    agrees,
+    full_agrees,
+    generate,
+)
+from tail_chunks import tail_chunks
 
 import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
 from agent.ingest.columnar.allocator import keep_chunk_memory
 from agent.ingest.fastpath import prefilter_for
 from agent.ingest.formats import make_parser
 from agent.ingest.projection import projected_parser
-from agent.ingest.tail import CHUNK_BYTES, FileTail
+from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.runtime.epochs.worker import Worker
 from agent.runtime.local.parallel import ParallelFileIngest
-from apps.workload import ClickstreamGenerator, access_line, json_line
-
-START = 1_699_999_800.0  # a multiple of 300 s: one window holds the 250 s of data
-SPAN = 250.0
-QUERIES = {
-    "json": (
-        "SELECT product_id AS product, count(*) AS clicks FROM clicks "
-        "WHERE directory = 'Video Games' AND action = 'click' "
-        "GROUP BY product_id ORDER BY clicks DESC LIMIT 10 WINDOW 300 s EVERY 30 s"
-    ),
-    "nginx": (
-        "SELECT query.id AS product, count(*) AS clicks FROM clicks "
-        "WHERE query.dir = 'video-games' AND query.action = 'click' "
-        "GROUP BY query.id ORDER BY clicks DESC LIMIT 10 WINDOW 300 s EVERY 30 s"
-    ),
-}
-WINDOW_EPOCH = int(START // 30) + 8  # the last epoch with data: its window holds all of it
-
 
 # ---- CPU time (the machine is shared: lines per CPU-second is the steadier figure) --------
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -125,56 +118,6 @@ def spark_cpu(spark: Any) -> float:
     proc = getattr(spark.sparkContext._gateway, "proc", None)
     jvm = proc_cpu(proc.pid) if proc is not None else 0.0
     return jvm + time.process_time()
-
-
-# ---- data -------------------------------------------------------------------------------------
-def generate(n: int, out: Path, stream_files: int) -> dict[str, Any]:
-    """Write both formats (one file each, plus the same lines split for streaming); return the
-    paths and the reference Counters."""
-    events = ClickstreamGenerator(seed=1, start=START, rate=n / SPAN).take(n)
-    ref = {
-        "json": Counter(
-            e["product_id"]
-            for e in events
-            if e["directory"] == "Video Games" and e["action"] == "click"
-        ),
-        "nginx": Counter(
-            e["product_id"]
-            for e in events
-            if e["directory"] == "Video Games" and e["action"] == "click"
-        ),
-    }
-    paths: dict[str, Any] = {}
-    for fmt, render in (("json", json_line), ("nginx", access_line)):
-        lines = [render(e) + "\n" for e in events]
-        path = out / f"clicks.{fmt}"
-        path.write_text("".join(lines))
-        sdir = out / f"stream-{fmt}"
-        sdir.mkdir()
-        per = -(-len(lines) // stream_files)
-        for i in range(stream_files):
-            (sdir / f"part-{i:04d}.{fmt}").write_text("".join(lines[i * per : (i + 1) * per]))
-        paths[fmt] = {"file": path, "stream_dir": sdir, "bytes": path.stat().st_size}
-    lines = [path_line(e) + "\n" for e in events]
-    path = out / "paths.nginx"
-    path.write_text("".join(lines))
-    sdir = out / "stream-paths"
-    sdir.mkdir()
-    per = -(-len(lines) // stream_files)
-    for i in range(stream_files):
-        (sdir / f"part-{i:04d}.nginx").write_text("".join(lines[i * per : (i + 1) * per]))
-    paths["paths"] = {"file": path, "stream_dir": sdir, "bytes": path.stat().st_size}
-    return {"paths": paths, "ref": ref, "full_ref": full_reference(events)}
-
-
-def top10(counter: Counter[str]) -> list[tuple[str, int]]:
-    return sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
-
-
-def agrees(rows: list[tuple[str, int]], ref: Counter[str]) -> bool:
-    """Same top-10 counts as the reference, and each row's count is its product's."""
-    want = [c for _, c in top10(ref)]
-    return [c for _, c in rows] == want and all(ref[p] == c for p, c in rows)
 
 
 # ---- ELF --------------------------------------------------------------------------------------
@@ -318,79 +261,7 @@ def spark_streaming(spark: Any, fmt: str, sdir: Path, work: Path) -> tuple[float
 
 
 # ---- issue 15: full-parse queries on every engine --------------------------------------------
-FULL = {
-    "micro": {"fmt": ("json", "nginx")},
-    "status_bytes": {
-        "fmt": ("nginx",),
-        "ql": "SELECT status, count(*) AS requests, sum(bytes) AS bytes FROM clicks "
-        "GROUP BY status WINDOW 300 s",
-    },
-    "directory_action": {
-        "fmt": ("json",),
-        "ql": "SELECT directory, action, count(*) AS n, sum(price) AS revenue FROM clicks "
-        "GROUP BY directory, action WINDOW 300 s",
-    },
-    "top_paths": {
-        "fmt": ("paths",),
-        "ql": "SELECT path, count(*) AS requests FROM clicks WHERE path LIKE '/b%/P%' "
-        "GROUP BY path ORDER BY requests DESC LIMIT 20 WINDOW 300 s",
-    },
-}
-FULL_EPOCH = int(START // 300)
 ACCESS_RE = r'^(\S+) \S+ \S+ \[([^\]]*)\] "(\S+) (\S+) (\S+)" (\d{3}) (\d+|-)'
-
-
-def path_line(click: dict[str, Any]) -> str:
-    """An access line whose path names the directory and product (for ``top_paths``)."""
-    line = access_line(click)
-    slug = line.split("&dir=", 1)[1].split("&", 1)[0]
-    return line.replace(
-        f"/product?id={click['product_id']}&dir={slug}&", f"/{slug}/{click['product_id']}?", 1
-    )
-
-
-def full_reference(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each query's answer computed from the events (the engines must all agree with it)."""
-    from apps.workload import directory_slug
-
-    status: Counter[int] = Counter()
-    size: Counter[int] = Counter()
-    dir_action: Counter[tuple[str, str]] = Counter()
-    revenue: dict[tuple[str, str], float] = {}
-    paths: Counter[str] = Counter()
-    for e in events:
-        line = access_line(e)
-        code, nbytes = line.split('" ', 1)[1].split(" ", 2)[:2]
-        status[int(code)] += 1
-        size[int(code)] += int(nbytes)
-        key = (e["directory"], e["action"])
-        dir_action[key] += 1
-        revenue[key] = revenue.get(key, 0.0) + e["price"]
-        path = f"/{directory_slug(e['directory'])}/{e['product_id']}"
-        if path.startswith("/b") and "/P" in path[2:]:
-            paths[path] += 1
-    return {
-        "status_bytes": {(k,): (status[k], size[k]) for k in status},
-        "directory_action": {k: (dir_action[k], revenue[k]) for k in dir_action},
-        "top_paths": sorted(paths.items(), key=lambda kv: (-kv[1], kv[0]))[:20],
-        "top_paths_counts": paths,
-    }
-
-
-def full_agrees(query: str, got: Any, ref: dict[str, Any]) -> bool:
-    """``got``: {key tuple: values tuple} (group queries) or [(path, count)] (top_paths)."""
-    if query == "top_paths":
-        counts = ref["top_paths_counts"]
-        want = [c for _, c in ref["top_paths"]]
-        return [c for _, c in got] == want and all(counts[p] == c for p, c in got)
-    want = ref[query]
-    if got.keys() != want.keys():
-        return False
-    for k, v in got.items():
-        w = want[k]
-        if v[0] != w[0] or abs(v[1] - w[1]) > 1e-6 * max(1.0, abs(w[1])):
-            return False
-    return True
 
 
 def _elf_answer(query: str, rows: list[dict[str, Any]]) -> Any:
@@ -693,14 +564,13 @@ def _parse_file_seconds(fmt: str, path: str, repeats: int) -> float:
     """Wall seconds of parsing every chunk of ``path`` ``repeats`` times with the columnar
     kernel (the fields :data:`_SCALING_QUERY`'s job reads), in this (fresh) process, after a
     warm-up chunk: one probe of the scaling run."""
-    from agent.ingest.columnar.chunks import iter_chunks
     from agent.ingest.columnar.parse import parse_chunk
 
     keep_chunk_memory()
     text = _ql(_SCALING_QUERY[fmt], fmt)
     fields = create_job(parse_spec(spec_from_query("q", "bench", text))).batch_projection()
     data = Path(path).read_bytes()
-    chunks = [p.data for p in iter_chunks(data, chunk_bytes=CHUNK_BYTES)]  # type: ignore[union-attr]
+    chunks = list(tail_chunks(data))  # the chunks the product's FileTail cuts
     parse_chunk(fmt, chunks[0], fields=fields)
     t0 = time.perf_counter()
     for _ in range(repeats):

@@ -35,11 +35,12 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.json as pj
+from tail_chunks import tail_chunks  # bench/
 
 from agent.ingest.columnar import json_msgspec
-from agent.ingest.columnar.chunks import DEFAULT_CHUNK_BYTES, iter_chunks
 from agent.ingest.columnar.lines import split_lines
 from agent.ingest.columnar.parse import parse_chunk
+from agent.ingest.tail import CHUNK_BYTES
 from apps.workload import ClickstreamGenerator, json_line
 
 FIELDS = ("ts", "directory", "action", "price")
@@ -48,7 +49,7 @@ FIELDS = ("ts", "directory", "action", "price")
 def chunks_of(n: int) -> list[bytes]:
     events = ClickstreamGenerator(seed=1, start=1_800_000_000, rate=n / 250).take(n)
     data = "".join(json_line(e) + "\n" for e in events).encode()
-    return [p.data for p in iter_chunks(data, chunk_bytes=DEFAULT_CHUNK_BYTES)]  # type: ignore[union-attr]
+    return list(tail_chunks(data))
 
 
 def best_of(repeats: int, chunks: list[bytes], fn: Callable[[bytes], Any]) -> float:
@@ -112,7 +113,7 @@ def main() -> None:
             {
                 "bench": "json_kernel",
                 "lines": n,
-                "chunk_bytes": DEFAULT_CHUNK_BYTES,
+                "chunk_bytes": CHUNK_BYTES,
                 "fields": list(FIELDS),
                 "lines_per_cpu_s": rates,
             },

@@ -112,7 +112,10 @@ class Snapshot:
         )
 
     @classmethod
-    def _from_run(cls, agg: Aggregator, run: Run, hash_function: HashFunction) -> Snapshot:
+    def from_run(cls, agg: Aggregator, run: Run, hash_function: HashFunction) -> Snapshot:
+        """A snapshot over a sorted, aggregated :class:`Run` whose keys are encoded (what
+        :func:`sort_and_aggregate` and a tree's flush produce): its columns are taken as they
+        are, not copied, and made read-only."""
         assert isinstance(run.keys, EncodedKeys)
         return cls(agg, run.hashes, run.keys, run.values, hash_function)
 
@@ -264,7 +267,7 @@ class Snapshot:
             self.agg,
             owned=False,
         )
-        return Snapshot._from_run(self.agg, run, self._hash_fn)
+        return Snapshot.from_run(self.agg, run, self._hash_fn)
 
     def subtract(self, other: Snapshot) -> Snapshot:
         """A new snapshot ``self ⊖ other`` (invertible aggregators only).
@@ -289,7 +292,7 @@ class Snapshot:
         keep = agg.nonzero_mask(run.values)
         if not keep.all():
             run = Run(run.hashes[keep], run.keys[keep], run.values[keep])
-        return Snapshot._from_run(agg, run, self._hash_fn)
+        return Snapshot.from_run(agg, run, self._hash_fn)
 
     def split_by_hash(self, parts: int) -> list[Snapshot]:
         """Split into ``parts`` snapshots by equal ranges of the 64-bit key hash: part ``i``

@@ -532,7 +532,7 @@ class CompressedBufferTree:
                 return Snapshot.empty(self.agg, self.hash_function)
             keys = list(root)
             run = self._run_of(keys, self.agg.column(root.values(), len(keys)), owned=False)
-            return Snapshot._from_run(self.agg, run, self.hash_function)
+            return Snapshot.from_run(self.agg, run, self.hash_function)
         self._spill_root(everything=True)
         # Draining visits the leaves in hash order; each leaf hands over its uncompressed
         # contents as it goes, so nothing is decompressed twice.

@@ -190,7 +190,7 @@ class OverlayNode:
                 ping=self._ping_address,
                 refresh_interval=t.kademlia_refresh_interval,
             )
-            self.protocol = self.server._create_protocol()
+            self.protocol = self._make_protocol(self.server)  # what the server would build
             self.server.protocol = self.protocol
             return self.protocol
 

@@ -113,7 +113,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         kept = []
         for entry in self._heap:
             timer = entry[2]
-            if timer is not None and timer._cancelled:
+            if timer is not None and timer.cancelled():
                 timer._scheduled = False
             else:
                 kept.append(entry)
@@ -129,7 +129,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         ready = self._ready
         pop = heapq.heappop
         if not ready and not self._stopping:
-            while heap and heap[0][2] is not None and heap[0][2]._cancelled:
+            while heap and heap[0][2] is not None and heap[0][2].cancelled():
                 pop(heap)[2]._scheduled = False
                 self._timer_cancelled_count -= 1
             if not heap:
@@ -144,7 +144,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
                 ready.append(entry)
             else:
                 timer._scheduled = False
-                if timer._cancelled:
+                if timer.cancelled():
                     self._timer_cancelled_count -= 1
                 else:
                     ready.append(timer)
@@ -160,7 +160,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
                     self.call_exception_handler(
                         {"message": f"Exception in callback {handle[3]!r}", "exception": exc}
                     )
-            elif not handle._cancelled:
+            elif not handle.cancelled():
                 handle._run()
         handle = None  # break cycles when an exception occurs
 

@@ -258,3 +258,90 @@ def test_every_module_is_in_the_architecture_module_map() -> None:
         and f"`{path.stem}`" not in doc
     ]
     assert not missing, f"modules missing from docs/architecture.md's module map: {missing}"
+
+
+# Names with a leading underscore that are public by the standard library's own convention:
+# namedtuple's methods are underscored only to avoid clashing with field names, and
+# ``sys._getframe`` / ``os._exit`` are documented interfaces.
+PUBLIC_UNDERSCORE_NAMES = {"_replace", "_asdict", "_fields", "_make", "_getframe", "_exit"}
+
+# Private names of the standard library a product module builds on on purpose, per file, each
+# with no public form: cbt's tree pre-aggregates counts with the C loop behind Counter.update
+# (``collections._count_elements``, on its plain-dict root; docs/cbt.md); the simulator's loop
+# *is* an asyncio event loop, and marks and runs its timer handles through the fields asyncio's
+# own loops use (``Handle._run``, ``TimerHandle._scheduled``).
+FOREIGN_INTERNALS: dict[str, set[str]] = {
+    "cbt/tree.py": {"_count_elements"},
+    "overlay/sim.py": {"_run", "_scheduled"},
+}
+
+# TEMPORARY (issue 23): agent/runtime/job/, recovery/ and host/ are being restructured by other
+# helpers at the same time; their private-name reads are listed in the issue's note and fixed by
+# the integrator after merging, who then removes this exemption.
+PRIVATE_NAME_EXEMPT_DIRS = ("agent/runtime/job/", "agent/runtime/recovery/", "agent/runtime/host/")
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name != "_"
+
+
+def _own_names(tree: ast.Module) -> set[str]:
+    """The underscored names a module defines itself: its functions and classes (at any
+    depth), its module-level and class-level names, and the attributes it sets on
+    ``self``/``cls``."""
+    own: set[str] = set()
+    bodies: list[list[ast.stmt]] = [tree.body]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                bodies.append(node.body)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in {"self", "cls"}
+        ):
+            own.add(node.attr)
+    for body in bodies:
+        for stmt in body:
+            for node in ast.walk(stmt):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    break  # a function's locals are not the module's names
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    own.add(node.id)
+    return {n for n in own if _is_private(n)}
+
+
+def _private_name_reads(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    rel = path.relative_to(ROOT).as_posix()
+    own = _own_names(tree) | PUBLIC_UNDERSCORE_NAMES | FOREIGN_INTERNALS.get(rel, set())
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if _is_private(alias.name) and alias.name not in own:
+                    found.append(f"{rel}:{node.lineno} imports {alias.name}")
+        elif isinstance(node, ast.Attribute) and _is_private(node.attr):
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in {"self", "cls"}:
+                continue
+            if node.attr in own:
+                continue
+            found.append(f"{rel}:{node.lineno} reads .{node.attr}")
+    return found
+
+
+def test_no_module_reads_another_modules_private_names() -> None:
+    """No product module imports another module's ``_name`` or reads ``obj._x`` on an object
+    other than ``self``/``cls`` unless ``_x`` is defined in that same module (so ``other._x``
+    in a class's own ``__eq__`` is fine): privates stay private to the module that owns them."""
+    violations = [
+        v
+        for package in PACKAGES
+        for path in _sources(package)
+        if not path.relative_to(ROOT).as_posix().startswith(PRIVATE_NAME_EXEMPT_DIRS)
+        for v in _private_name_reads(path)
+    ]
+    assert not violations, "private names read across modules:\n" + "\n".join(violations)

@@ -184,15 +184,15 @@ def install_prefilters(
         # A runtime change re-runs setup() on the same job instance with a new spec (a new
         # WHERE): the spec object is part of the key, so the needles follow the change.
         key = jobs_key(jobs)
-        if same_jobs(getattr(source, "_prefilter_jobs", None), key):
+        if same_jobs(getattr(source, "prefilter_jobs", None), key):
             continue
         cfg = configs.get(name)
         fmt = getattr(cfg, "format", None)
         source.prefilter = prefilter_for(jobs, fmt) if jobs and fmt else None
-        source._prefilter_jobs = key
+        source.prefilter_jobs = key
         # projection pushdown: parse only the fields the (QL) jobs read; else the full parser
-        full = getattr(source, "_full_parser", None) or source.parser
+        full = getattr(source, "full_parser", None) or source.parser
         repairs = getattr(full, "repairs", None)  # one count per input, whichever parser
         projected = projected_parser(jobs, fmt, repairs=repairs)
-        source._full_parser = full
+        source.full_parser = full
         source.parser = projected if projected is not None else full

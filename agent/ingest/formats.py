@@ -55,7 +55,10 @@ _DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _TS_CACHE_MAX = 4096
 
 
-def _text(line: bytes | str, repairs: EncodingRepairs | None = None) -> str:
+def line_text(line: bytes | str, repairs: EncodingRepairs | None = None) -> str:
+    """The text of one log line as every parser reads it: bytes decoded (invalid UTF-8
+    replaced and counted in ``repairs``), one trailing ``\\r`` removed; anything but bytes or
+    str is a ``bad_encoding`` :class:`RecordError`."""
     if isinstance(line, str):
         text = line
     else:
@@ -66,7 +69,8 @@ def _text(line: bytes | str, repairs: EncodingRepairs | None = None) -> str:
     return text[:-1] if text.endswith("\r") else text
 
 
-def _short(text: str, n: int = 60) -> str:
+def short_repr(text: str, n: int = 60) -> str:
+    """``text`` quoted for an error message, cut to about ``n`` characters."""
     return repr(text) if len(text) <= n else repr(text[: n - 3]) + "..."
 
 
@@ -109,11 +113,11 @@ def parse_rfc3339(text: str) -> float:
         base = _rfc3339_cache.get(key)
         if base is None:
             y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
-            epoch = _epoch(y, mo, d, h, mi, sec, f"RFC 3339 timestamp {_short(text)}")
+            epoch = _epoch(y, mo, d, h, mi, sec, f"RFC 3339 timestamp {short_repr(text)}")
             if zone != "Z":
                 off = int(zone[1:3]) * 3600 + int(zone[4:6]) * 60
                 if int(zone[1:3]) > 23 or int(zone[4:6]) > 59:
-                    raise RecordError("bad_timestamp", f"bad UTC offset in {_short(text)}")
+                    raise RecordError("bad_timestamp", f"bad UTC offset in {short_repr(text)}")
                 epoch = epoch - off if zone[0] == "+" else epoch + off
             base = float(epoch)
             if len(_rfc3339_cache) >= _TS_CACHE_MAX:
@@ -123,7 +127,9 @@ def parse_rfc3339(text: str) -> float:
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
-        raise RecordError("bad_timestamp", f"not an RFC 3339 timestamp: {_short(text)}") from None
+        raise RecordError(
+            "bad_timestamp", f"not an RFC 3339 timestamp: {short_repr(text)}"
+        ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
@@ -265,7 +271,9 @@ class AccessLogParser:
         self._match = ACCESS_RE.fullmatch
         self.repairs = repairs if repairs is not None else EncodingRepairs()
 
-    def _ts(self, text: str) -> float:
+    def timestamp(self, text: str) -> float:
+        """Epoch seconds of an access-log time (``21/Nov/2026:20:11:10 +0100``), cached per
+        distinct string; a malformed one is a ``bad_timestamp`` :class:`RecordError`."""
         ts = self._ts_cache.get(text)
         if ts is not None:
             return ts
@@ -273,10 +281,11 @@ class AccessLogParser:
         month = MONTHS.get(m.group(2)) if m else None
         if m is None or month is None:
             raise RecordError(
-                "bad_timestamp", f"access-log time {_short(text)} is not dd/Mon/yyyy:HH:MM:SS +zzzz"
+                "bad_timestamp",
+                f"access-log time {short_repr(text)} is not dd/Mon/yyyy:HH:MM:SS +zzzz",
             )
         d, _, y, hh, mm, ss, sign, zh, zm = m.groups()
-        base = _epoch(int(y), month, int(d), int(hh), int(mm), int(ss), f"time {_short(text)}")
+        base = _epoch(int(y), month, int(d), int(hh), int(mm), int(ss), f"time {short_repr(text)}")
         offset = int(zh) * 3600 + int(zm) * 60
         ts = float(base - offset if sign == "+" else base + offset)
         if len(self._ts_cache) >= _TS_CACHE_MAX:
@@ -287,12 +296,12 @@ class AccessLogParser:
     def parse(self, line: bytes | str) -> dict[str, Any]:
         repairs = self.repairs
         before = repairs.lines
-        text = _text(line, repairs)
+        text = line_text(line, repairs)
         m = self._match(text)
         if m is None:
             raise RecordError(
                 "bad_access_line",
-                f"not a combined/common access-log line: {_short(text)}",
+                f"not a combined/common access-log line: {short_repr(text)}",
             )
         ip, ident, user, ts_text, request, status, size, referer, agent, extra = m.groups()
         bad = False  # an escaped byte sequence that is not UTF-8 (counted once per line)
@@ -305,7 +314,7 @@ class AccessLogParser:
         if bad and repairs.lines == before:
             repairs.lines += 1
         event: dict[str, Any] = {
-            "ts": self._ts(ts_text),
+            "ts": self.timestamp(ts_text),
             "source_ip": ip,
             "body": request,
             "ident": _dash(ident),
@@ -390,7 +399,7 @@ def structured_data_and_msg(text: str, pos: int) -> tuple[dict[str, dict[str, st
         if bm is None or text.startswith("[", end):
             raise RecordError(
                 "bad_structured_data",
-                f"malformed structured data at column {end}: {_short(text[end:], 40)}",
+                f"malformed structured data at column {end}: {short_repr(text[end:], 40)}",
             )
         params: dict[str, str] = {}
         for sd_id, name, value in _SD_TOKEN_RE.findall(bm.group()):
@@ -402,7 +411,8 @@ def structured_data_and_msg(text: str, pos: int) -> tuple[dict[str, dict[str, st
     else:
         raise RecordError(
             "bad_structured_data",
-            f"expected '-' or '[' for structured data at column {pos}: {_short(text[pos:], 40)}",
+            "expected '-' or '[' for structured data at column "
+            f"{pos}: {short_repr(text[pos:], 40)}",
         )
     if pos < len(text):
         if text[pos] != " ":
@@ -442,13 +452,13 @@ class SyslogParser:
         self.repairs = repairs if repairs is not None else EncodingRepairs()
 
     def parse(self, line: bytes | str) -> dict[str, Any]:
-        text = _text(line, self.repairs)
+        text = line_text(line, self.repairs)
         pri: int | None = None
         pos = 0
         if text.startswith("<"):
             m = _PRI_RE.match(text)
             if m is None:
-                raise RecordError("bad_syslog_pri", f"bad <PRI> at the start of {_short(text)}")
+                raise RecordError("bad_syslog_pri", f"bad <PRI> at the start of {short_repr(text)}")
             digits = m.group(1)
             pri = int(digits)
             if pri > 191 or (len(digits) > 1 and digits[0] == "0"):
@@ -477,7 +487,7 @@ class SyslogParser:
             raise RecordError(
                 "bad_syslog_line",
                 f"RFC 5424 header (VERSION TIMESTAMP HOST APP PROCID MSGID) malformed in "
-                f"{_short(text)}",
+                f"{short_repr(text)}",
             )
         ts_text, host, app, procid, msgid = m.groups()
         ts = self.clock() if ts_text == "-" else parse_rfc3339(ts_text)
@@ -531,14 +541,14 @@ class SyslogParser:
                 raise RecordError(
                     "bad_timestamp" if pos else "bad_syslog_line",
                     f"expected an RFC 3164 'Mmm dd hh:mm:ss' or RFC 3339 timestamp at column "
-                    f"{pos}: {_short(text[pos:], 40)}",
+                    f"{pos}: {short_repr(text[pos:], 40)}",
                 )
             ts = parse_rfc3339(m.group(1))
         pos = m.end()
         host, sp, rest = text[pos:].partition(" ")
         if not host:
             raise RecordError(
-                "bad_syslog_line", f"no HOSTNAME after the timestamp in {_short(text)}"
+                "bad_syslog_line", f"no HOSTNAME after the timestamp in {short_repr(text)}"
             )
         app = procid = None
         body = rest if sp else ""
@@ -576,7 +586,7 @@ class RawParser:
         self.repairs = repairs if repairs is not None else EncodingRepairs()
 
     def parse(self, line: bytes | str) -> dict[str, Any]:
-        body = _text(line, self.repairs)
+        body = line_text(line, self.repairs)
         return {"ts": self.clock(), "source_ip": None, "priority": None, "body": body}
 
 

@@ -27,7 +27,13 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from agent.ingest.formats import AccessLogParser, _short, _text, decode_escapes, split_request
+from agent.ingest.formats import (
+    AccessLogParser,
+    decode_escapes,
+    line_text,
+    short_repr,
+    split_request,
+)
 from agent.ingest.formats import severity_of_status as _severity
 from agent.ingest.records import EncodingRepairs, RecordError
 from agent.ql import nodes as n
@@ -84,12 +90,12 @@ class ProjectedAccessLogParser(AccessLogParser):
             return {k: full[k] for k in self._want if k in full}
         repairs = self.repairs
         before = repairs.lines
-        text = _text(line, repairs)  # bad bytes replaced and counted, as the full parse
+        text = line_text(line, repairs)  # bad bytes replaced and counted, as the full parse
         m = self._match(text)
         if m is None:
             raise RecordError(
                 "bad_access_line",
-                f"not a combined/common access-log line: {_short(text)}",
+                f"not a combined/common access-log line: {short_repr(text)}",
             )
         want = self.fields
         event: dict[str, Any] = {}
@@ -119,7 +125,7 @@ class ProjectedAccessLogParser(AccessLogParser):
                 event["priority"] = _severity(code)
         if "source_ip" in want:
             event["source_ip"] = m.group(1)
-        event["ts"] = self._ts(m.group(4))
+        event["ts"] = self.timestamp(m.group(4))
         return event
 
 

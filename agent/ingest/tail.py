@@ -100,6 +100,12 @@ class FileTail:
         #: optional :class:`~agent.ingest.columnar.reader.ChunkReader`: chunks parsed into
         #: Arrow tables (the columnar path; the runtime installs it)
         self.columnar: ChunkReader | None = None
+        #: the installers' caches (see :func:`~agent.ingest.fastpath.install_prefilters` and
+        #: :func:`~agent.ingest.columnar.reader.install_columnar`): the jobs the prefilter and
+        #: the columnar reader were built for, and the full parser a projected one replaced
+        self.prefilter_jobs: Any = None
+        self.columnar_jobs: Any = None
+        self.full_parser: LineParser | None = None
         #: optional :class:`~agent.ingest.columnar.pool.ChunkParsePool`: with a backlog,
         #: later chunks of a poll are parsed there (the agent's ``parse_processes``)
         self.parse_pool: ChunkParsePool | None = None

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from agent.ql import nodes as n
 from agent.ql.compiler import ExprCompiler, like_plan, like_regex
-from agent.ql.regex import _python_to_re2, compile_regex
+from agent.ql.regex import compile_regex, re2_spelling
 
 Value = pa.Array | pa.Scalar
 
@@ -167,7 +167,8 @@ class ArrowEval:
         self.table = table
         self.n = table.num_rows
         self._rows: list[dict[str, Any]] | None = None
-        self._closures = ExprCompiler()
+        #: the row path's compiler, for expressions evaluated row by row (the fallback)
+        self.closures = ExprCompiler()
         self.fallbacks = 0  # expressions evaluated row by row (for stats and tests)
 
     # ---- helpers --------------------------------------------------------------------------
@@ -179,20 +180,20 @@ class ArrowEval:
     def _nulls(self, t: pa.DataType | None = None) -> pa.Array:
         return pa.nulls(self.n, t or pa.null())
 
-    def _full(self, x: Value) -> pa.Array:
-        """An array of n values (a scalar repeated)."""
+    def full(self, x: Value) -> pa.Array:
+        """``x`` as an array of the table's n values (a scalar repeated n times)."""
         if isinstance(x, pa.Scalar):
             return pa.array([x.as_py()] * self.n, x.type) if x.is_valid else self._nulls(x.type)
         return x
 
     def _row_value(self, node: n.Node) -> pa.Array:
         self.fallbacks += 1
-        f = self._closures.value(node)
+        f = self.closures.value(node)
         return to_arrow([f(r) for r in self.rows()])
 
     def _row_pred(self, node: n.Node) -> pa.Array:
         self.fallbacks += 1
-        t, f = self._closures.pred(node, True), self._closures.pred(node, False)
+        t, f = self.closures.pred(node, True), self.closures.pred(node, False)
         return pa.array(
             [True if t(r) else (False if f(r) else None) for r in self.rows()], pa.bool_()
         )
@@ -326,7 +327,7 @@ class ArrowEval:
             return self._compare(node)
         if isinstance(node, n.IsNull):
             x = self.value(node.expr)
-            res = pc.is_null(self._full(x))
+            res = pc.is_null(self.full(x))
             return pc.invert(res) if node.negated else res
         if isinstance(node, n.InList):
             acc: Value = pa.scalar(False, pa.bool_())
@@ -360,7 +361,7 @@ class ArrowEval:
         if not same:
             # different kinds: never equal; ordering them is UNKNOWN
             if op in ("=", "!="):
-                valid = pc.and_(pc.is_valid(self._full(a)), pc.is_valid(self._full(b)))
+                valid = pc.and_(pc.is_valid(self.full(a)), pc.is_valid(self.full(b)))
                 const = pa.scalar(op == "!=", pa.bool_())
                 return pc.if_else(valid, const, pa.scalar(None, pa.bool_()))
             return self._nulls(pa.bool_())
@@ -371,7 +372,7 @@ class ArrowEval:
                 return self._row_pred(node)
             a, b = pc.cast(a, _F64), pc.cast(b, _F64)
         if isinstance(a, pa.Scalar) and isinstance(b, pa.Scalar):
-            return self._full(pc.call_function(_CMP[op], [a, b]))
+            return self.full(pc.call_function(_CMP[op], [a, b]))
         return pc.call_function(_CMP[op], [a, b])
 
     def _match(self, node: n.Match) -> Value:
@@ -380,7 +381,7 @@ class ArrowEval:
         x = self.value(node.expr)
         if kind(x) != "str":
             return self._nulls(pa.bool_())  # a non-string operand is UNKNOWN
-        x = self._full(x)
+        x = self.full(x)
         if node.op == "LIKE":
             how, arg = like_plan(pattern.value)
             if how == "eq":
@@ -395,7 +396,7 @@ class ArrowEval:
                 res = pc.match_substring_regex(x, "(?s)\\A(?:" + like_regex(pattern.value) + ")\\z")
         else:
             compile_regex(pattern.value)  # refused at submission already; same engine here
-            res = pc.match_substring_regex(x, _python_to_re2(pattern.value))
+            res = pc.match_substring_regex(x, re2_spelling(pattern.value))
         return pc.invert(res) if node.negated else res
 
 

@@ -97,7 +97,7 @@ class ArrowPlan:
             return []
         if self.where is not None:
             ev = ArrowEval(table)
-            mask = pc.fill_null(ev._full(ev.pred(self.where)), False)
+            mask = pc.fill_null(ev.full(ev.pred(self.where)), False)
             self.fallback_expressions += ev.fallbacks
             table = table.filter(mask)
             if epochs is not None:
@@ -129,7 +129,7 @@ class ArrowPlan:
 
     # ---- columns --------------------------------------------------------------------------
     def _key_column(self, ev: ArrowEval, node: n.Node) -> pa.Array:
-        col = ev._full(ev.value(node))
+        col = ev.full(ev.value(node))
         k = kind(col)
         if k == "other":
             raise Unsupported("a GROUP BY value that is a list or an object")
@@ -145,10 +145,10 @@ class ArrowPlan:
             # folded with the aggregator's own lift/merge (see _topk_states): the row path's
             # (item, weight) values, computed by its closure
             ev.fallbacks += 1
-            f = part_value(spec, ev._closures)
+            f = part_value(spec, ev.closures)
             assert f is not None
             return [f(r) for r in ev.rows()]  # type: ignore[return-value]
-        col = ev._full(ev.value(spec.args[0]))
+        col = ev.full(ev.value(spec.args[0]))
         k = kind(col)
         if name == "count":
             return col

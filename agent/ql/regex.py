@@ -77,7 +77,7 @@ def _boolean(compiled: Any, anchor: Any) -> Callable[[str], bool] | None:
     return test
 
 
-def _python_to_re2(pattern: str) -> str:
+def re2_spelling(pattern: str) -> str:
     """Rewrite the one Python spelling RE2 lacks but means the same: ``\\Z`` -> ``\\z``."""
     if "\\Z" not in pattern:
         return pattern
@@ -104,7 +104,7 @@ def compile_regex(pattern: str, *, dotall: bool = False) -> Regex:
     # RE2 logs every parse error to stderr through absl; the error is ours to report.
     options.log_errors = False
     try:
-        compiled = _re2_pattern(_python_to_re2(pattern), options)
+        compiled = _re2_pattern(re2_spelling(pattern), options)
     except re2.error as exc:
         detail = exc.args[0] if exc.args else exc
         if isinstance(detail, bytes):

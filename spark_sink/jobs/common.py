@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from spark_sink.lake import FIXED_NAMES, Lake
+from spark_sink.lake import Lake
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:
@@ -44,7 +44,3 @@ def column_roles(lake: Lake, job: str) -> tuple[list[str], list[str]]:
             if keys or values:
                 return keys, values
     return [], []
-
-
-def non_fixed(columns: list[str]) -> list[str]:
-    return [c for c in columns if c not in FIXED_NAMES]

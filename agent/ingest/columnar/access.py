@@ -225,7 +225,7 @@ def parse_access(lines: Lines, want: frozenset[str] | None) -> KernelResult:
     ts_values: list[float | None] = []
     for value in enc.dictionary.to_pylist():
         try:
-            ts_values.append(_TS_PARSER._ts(value))
+            ts_values.append(_TS_PARSER.timestamp(value))
         except RecordError:
             ts_values.append(None)  # the row parser rejects these lines with its message
     p["ts"] = pa.array(ts_values, pa.float64()).take(enc.indices)

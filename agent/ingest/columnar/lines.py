@@ -2,7 +2,7 @@
 
 Contract: :func:`split_lines` takes a chunk (whole lines, each ending in ``b"\\n"``) and returns
 :class:`Lines`: ``text`` holds one value per line, its newline removed, then one trailing
-``\\r`` removed (as :func:`agent.ingest.formats._text` does), invalid UTF-8 replaced by U+FFFD
+``\\r`` removed (as :func:`agent.ingest.formats.line_text` does), invalid UTF-8 replaced by U+FFFD
 exactly as :func:`agent.ingest.records.decode_line` replaces it; ``repaired`` flags the lines
 that needed a replacement (None when none did); ``raw(i)`` is line ``i``'s original bytes
 without its newline (what the row path quarantines); ``blank`` flags the lines the row path

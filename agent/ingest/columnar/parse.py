@@ -11,8 +11,8 @@ was replaced (also added to ``repairs`` when given, like the row parsers' counte
 The row parsers (:mod:`agent.ingest.formats`, :mod:`agent.ingest.records`) are the reference:
 the table's columns are the keys their dicts have for the format (a key a row's dict lacks is
 null), with the same values; ``fields`` keeps only those columns (``ts`` always; a field the
-format does not have is a null column). Over-long lines are the chunker's to cut out
-(:mod:`~agent.ingest.columnar.chunks`), as the inputs do before the row parser. A line the
+format does not have is a null column). Over-long lines are the input's to cut out
+(:class:`~agent.ingest.tail.FileTail`), as it does before the row parser. A line the
 row parser refuses is rejected with its reason and message; a blank line (empty or ASCII
 whitespace) it refuses is counted in ``lines`` only, as the inputs skip it. Each format's
 kernel (:mod:`~agent.ingest.columnar.access`, :mod:`~agent.ingest.columnar.syslog`,

@@ -175,11 +175,11 @@ def install_columnar(
             continue
         jobs = readers.get(name, []) if enabled else []
         key = jobs_key(jobs)
-        if same_jobs(getattr(source, "_columnar_jobs", None), key):
+        if same_jobs(getattr(source, "columnar_jobs", None), key):
             continue
         cfg = configs.get(name)
         fmt = getattr(cfg, "format", None)
         ts_field = getattr(cfg, "timestamp_field", "ts")
-        full = getattr(source, "_full_parser", None) or source.parser
+        full = getattr(source, "full_parser", None) or source.parser
         source.columnar = reader_for(jobs, fmt, ts_field, getattr(full, "repairs", None))
-        source._columnar_jobs = key
+        source.columnar_jobs = key

@@ -27,10 +27,3 @@ def apply_cpu_limits(max_cores: int = 0, nice: int = 0) -> dict[str, Any]:
         raise ValueError("max_cores needs CPU affinity (Linux); this platform has none")
     level = os.nice(nice) if nice else os.nice(0)
     return {"cores": cores, "nice": level}
-
-
-def usable_cores() -> int:
-    """How many CPUs this process may run on (its affinity; else the machine's count)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1

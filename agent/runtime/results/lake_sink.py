@@ -54,7 +54,7 @@ from overlay.logbudget import LogBudget
 if TYPE_CHECKING:  # spark_sink (pyarrow) is imported only when a lake is configured
     from agent.jobs.job import Job
     from agent.jobs.spec import JobSpec
-    from agent.runtime.results.store import EpochResult
+    from agent.runtime.results.epoch_result import EpochResult
     from cbt import Snapshot
     from spark_sink.buffer import LakeWriter
     from spark_sink.fencing import FencedWrite

@@ -2,7 +2,7 @@
 on time while recovery runs; ``docs/fault-tolerance.md``, "Stragglers and the tentative
 deadline").
 
-Contract (:class:`TentativePreviews`, one per job runtime, on the event loop):
+Contract (:class:`Previews`, one per job runtime, on the event loop):
 
 * **Deadline.** At a tree's root, epoch e is due a preview ``deadline_for(e)`` seconds (the
   job's ``tentative_deadline``; None: never) after the barrier first learnt e had closed
@@ -40,7 +40,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from agent.runtime.results.store import EpochResult, ResultStore
+from agent.runtime.results.epoch_result import EpochResult
+from agent.runtime.results.store import ResultStore
 from overlay.logbudget import LogBudget
 from srt import EpochCombiner
 from srt.dataplane.lineage import Lineage
@@ -52,7 +53,7 @@ SLACK = 0.001  # a timer may fire this early (clock granularity)
 LIVE_EPOCHS = 2  # epochs past its close (plus the deadline) an epoch counts as live
 
 
-class TentativePreviews:
+class Previews:
     """A job's tentative deadline at the roots of its trees (module contract).
 
     ``combiner(tid)`` is the tree's barrier (None: none yet), ``is_root(tid)`` whether this
@@ -227,3 +228,8 @@ class TentativePreviews:
             handle.cancel()
         self._timers.clear()
         self._armed.clear()
+
+
+# TEMPORARY (issue 23): the class's old name, imported by agent/runtime/job/runtime.py until the
+# integrator switches that import to ``Previews``; then this line goes.
+TentativePreviews = Previews

@@ -49,13 +49,6 @@ MIN_SAMPLES, MAX_SAMPLES = 32, 400
 ADDITIVE = frozenset({"count", "sum"})
 
 
-def recent_rate(counts: Sequence[int]) -> float:
-    """The rate of one origin from its newest counts (the median of the last :data:`WINDOW`)."""
-    if not counts:
-        raise ValueError("no counts")
-    return float(statistics.median(list(counts)[-WINDOW:]))
-
-
 def origin_rates(
     history: Iterable[Mapping[int, int]],
     wanted: Iterable[int],

@@ -10,7 +10,7 @@ merges by epoch, never double-counts an epoch it already has from the same origi
 
 **Bounds** (issue 13, finding 5: a unique-key flood grew a master without bound):
 
-* at most ``retention`` epochs per tree (the oldest are dropped);
+* at most ``max_epochs`` epochs per tree (the oldest are dropped);
 * at most ``budget_bytes`` of *resident* snapshots (``Snapshot.memory_bytes()``, summed over
   the job's trees, late contributions waiting for their epoch included). Past it,
   :meth:`spill_candidates` names the oldest resident epochs; the caller encodes each
@@ -62,10 +62,22 @@ from __future__ import annotations
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from agent.runtime.results import quality
+from agent.runtime.results.epoch_result import (
+    EPOCH_LIMIT,
+    MEMORY_BUDGET,
+    SPILL_BUDGET,
+    SPILL_FAILED,
+    EpochResult,
+    HeldContributions,
+    given_up_of,
+    held_item,
+    parse_item,
+    result_item,
+)
 from agent.runtime.results.spill import ResultSpill
 from cbt import Snapshot
 from srt.dataplane.lineage import (
@@ -82,104 +94,13 @@ from srt.dataplane.lineage import (
 
 log = logging.getLogger(__name__)
 
-RETENTION = "retention"
-MEMORY_BUDGET = "memory budget"
-SPILL_BUDGET = "spill budget"
-SPILL_FAILED = "spill file unreadable"
-
-
-@dataclass
-class EpochResult:
-    """One tree's result for one epoch at its master. ``snapshot`` is None while the epoch
-    is spilled to disk (``spilled`` holds its size there; :meth:`ResultStore.load`)."""
-
-    snapshot: Snapshot | None
-    completed_at: float
-    late_names: set[tuple[int, int]] = field(default_factory=set)  # (origin node, epoch)
-    nbytes: int = 0  # resident bytes accounted for this epoch
-    spilled: int | None = None
-    spilling: bool = False
-    origins: Lineage | None = None  # the origins it covers (None: unknown lineage)
-    expected: Lineage | None = None  # the origins the master expected (None: unknown)
-    version: int = 1  # +1 on every fold after the first store
-    #: the master could not know all of the job's origins when it stored this (it became the
-    #: root after being a member - a partition's minority side, say - with no state handed
-    #: over): tentative until a fuller result replaces it
-    doubtful: bool = False
-    #: covered origin → the input records it folded into this result (where known)
-    records: dict[int, int] | None = None
-    #: the rate-weighted coverage the store computed (None: the share of origins applies)
-    weighted: float | None = None
-    #: a tentative preview (what had arrived by the tentative deadline), not the barrier's
-    #: result: always tentative; the barrier's result replaces it (module docstring)
-    preview: bool = False
-    #: expected origins whose share of this epoch will never come (retired, or their repair
-    #: came back empty while they live on): lacking them makes the result *partial*
-    given_up: Lineage = frozenset()
-    #: the fencing term of the master that produced this version (docs/fault-tolerance.md)
-    term: int = 0
-
-    @property
-    def updated(self) -> bool:
-        return self.version > 1 or bool(self.late_names)
-
-    @property
-    def missing(self) -> Lineage:
-        """Expected origins it does not cover yet (an origin marked absent is missing)."""
-        if self.expected is None or self.origins is None:
-            return frozenset()
-        return self.expected - covered(self.origins)
-
-    @property
-    def lacking(self) -> tuple[str, ...]:
-        """:attr:`missing` as hex ids (results API, lake); ``"?"`` stands for origins a
-        doubtful master cannot name."""
-        return tuple(describe(self.missing)) + (("?",) if self.doubtful else ())
-
-    @property
-    def tentative(self) -> bool:
-        """Not final, and may still become final: it lacks an origin not given up on."""
-        return bool(self.missing - self.given_up) or self.doubtful or self.preview
-
-    @property
-    def partial(self) -> bool:
-        """Lacks only origins given up on (retired, or past repair): never exact, for good
-        unless one of them comes back after all."""
-        return bool(self.missing) and not self.tentative
-
-    @property
-    def state(self) -> str:
-        """``final``, ``tentative`` or ``partial``."""
-        return "tentative" if self.tentative else "partial" if self.missing else "final"
-
-    @property
-    def coverage(self) -> float:
-        """Rate-weighted share of the epoch's input records covered (module docstring); the
-        share of the expected origins covered where no rate or count is known; 1.0 when
-        nothing is missing, nothing was expected or the lineage is unknown."""
-        if not self.expected or self.origins is None or not self.missing:
-            return 1.0
-        if self.weighted is not None:
-            return self.weighted
-        return len(self.expected & covered(self.origins)) / len(self.expected)
-
-
-@dataclass
-class _Held:
-    """Late contributions held for an epoch the barrier has not emitted here yet."""
-
-    snapshot: Snapshot
-    names: set[tuple[int, int]]
-    origins: set[int] | None  # None: something without lineage is held
-    records: dict[int, int] | None = None
-
 
 class ResultStore:
     """Per job on one agent: tree id → epoch → :class:`EpochResult` (module contract)."""
 
     def __init__(
         self,
-        retention: int = 256,
+        max_epochs: int = 256,
         *,
         budget_bytes: int | None = None,
         spill: ResultSpill | None = None,
@@ -187,7 +108,7 @@ class ResultStore:
         spill_factory: Callable[[], ResultSpill] | None = None,
         job: str = "",
     ) -> None:
-        self.retention = retention
+        self.max_epochs = max_epochs
         self.budget_bytes = budget_bytes
         self.spill = spill
         # opens the spill directory when first needed (most agents never master a job)
@@ -200,13 +121,20 @@ class ResultStore:
         self._trees: dict[int, OrderedDict[int, EpochResult]] = {}
         # Late contributions that reached this master before its own barrier emitted their
         # epoch (an inner node emitted early): held here and merged into the barrier's result.
-        self._early: dict[tuple[int, int], _Held] = {}
+        self._early: dict[tuple[int, int], HeldContributions] = {}
         self.lineage: Counter[str] = Counter()  # late folds refused by lineage, by kind
         self._gone: dict[int, tuple[int, str]] = {}  # tree → (newest epoch dropped, reason)
         #: the master's fencing term for a tree: stamped on every version it produces
         self.term_of: Callable[[int], int] = lambda tree: 0
         #: the origins given up on for an epoch (retired before it): stamped likewise
         self.given_up_for: Callable[[int], Lineage] = lambda epoch: frozenset()
+
+    @property
+    def retention(self) -> int:
+        """TEMPORARY (issue 23): :attr:`max_epochs` under its old name, read by
+        ``agent/runtime/job/runtime.py`` (the standby ``Replica``'s bound) until the
+        integrator switches that call site; then this property goes."""
+        return self.max_epochs
 
     # ---- recording ---------------------------------------------------------------------------
 
@@ -261,9 +189,9 @@ class ResultStore:
         if not in_order:
             epochs = self._trees[tree] = OrderedDict(sorted(epochs.items()))
         self.assess(tree, epoch)
-        while len(epochs) > self.retention:
+        while len(epochs) > self.max_epochs:
             old, _ = next(iter(epochs.items()))
-            self._drop(tree, old, RETENTION)
+            self._drop(tree, old, EPOCH_LIMIT)
         if not self._can_spill:
             self._drop_over_budget()
         return True
@@ -356,11 +284,11 @@ class ResultStore:
             held = self._early.get((tree, epoch))
             if held is None:
                 snap = snap.lean()
-                held = _Held(snap, {name}, None if origins is None else set(origins),
+                held = HeldContributions(snap, {name}, None if origins is None else set(origins),
                              dict(records_of(origins) or {}))  # fmt: skip
                 self._early[(tree, epoch)] = held
                 self.resident_bytes += snap.memory_bytes()
-                while len(self._early) > self.retention * 4:
+                while len(self._early) > self.max_epochs * 4:
                     dropped = self._early.pop(next(iter(self._early)))
                     self.resident_bytes -= dropped.snapshot.memory_bytes()
             elif not self._admits(tree, epoch, held.names, held.origins, name, origins):
@@ -670,7 +598,7 @@ class ResultStore:
         if epoch >= newest:
             self._gone[tree] = (epoch, reason)
         self.dropped[reason] += 1
-        if reason != RETENTION:
+        if reason != EPOCH_LIMIT:
             log.warning(
                 "job %s: epoch %d of tree %x dropped from the master (%s); the lake has it",
                 self.job,
@@ -726,12 +654,7 @@ class ResultStore:
         for epoch, r in chosen:
             if r.preview:  # display only: the data it shows travels on its own path
                 continue
-            item = {"epoch": epoch, "completed_at": r.completed_at, "version": r.version,
-                    "doubtful": r.doubtful, "term": r.term,
-                    "given_up": _ids(r.given_up),
-                    "late": [list(n) for n in sorted(r.late_names)],
-                    "origins": _ids(r.origins), "expected": _ids(r.expected),
-                    "records": _counts(r.records)}  # fmt: skip
+            item = result_item(epoch, r)
             if r.snapshot is not None:
                 plan.append((item, r.snapshot.to_bytes))
             else:
@@ -740,10 +663,7 @@ class ResultStore:
                 plan.append((item, lambda e=epoch, s=spill: s.read(tree, e)))
         for (t, epoch), early in self._early.items() if epochs is None else ():
             if t == tree:
-                item = {"epoch": epoch, "late": [list(n) for n in sorted(early.names)],
-                        "early": True, "origins": _ids(early.origins),
-                        "records": _counts(early.records)}  # fmt: skip
-                plan.append((item, early.snapshot.to_bytes))
+                plan.append((held_item(epoch, early), early.snapshot.to_bytes))
         return plan
 
     @staticmethod
@@ -770,29 +690,16 @@ class ResultStore:
         """Merge exported results (from a previous master); returns epochs taken over. Raises
         ``ValueError``/``SnapshotError`` on a malformed item, or whatever ``check(epoch,
         snap)`` (which returns the snapshot to keep) raises, before changing anything."""
-        parsed = []
-        for item in items:
-            epoch = item.get("epoch") if isinstance(item, dict) else None
-            if type(epoch) is not int:
-                raise ValueError("hand-over item without an integer epoch")
-            snap = Snapshot.from_bytes(item["snapshot"])
-            if check is not None:
-                snap = check(epoch, snap)
-            late = {(int(a), int(b)) for a, b in item.get("late", [])}
-            origins = _from_ids(item.get("origins"))
-            if origins is not None:
-                origins = counted(origins, _from_counts(item.get("records")))
-            expected = _from_ids(item.get("expected"))
-            parsed.append(
-                (epoch, snap, float(item.get("completed_at", 0.0)), late, item, origins, expected)
-            )
+        parsed = [parse_item(item, check) for item in items]  # all checked before any change
         taken = 0
-        for epoch, snap, when, late, item, origins, expected in parsed:
+        for p in parsed:
+            epoch, snap, when, late, item = p.epoch, p.snapshot, p.completed_at, p.late, p.item
+            origins, expected = p.origins, p.expected
             if item.get("early") and self._trees.get(tree, {}).get(epoch) is None:
                 # still waiting for its barrier result: keep waiting here
                 held = self._early.get((tree, epoch))
                 if held is None:
-                    self._early[(tree, epoch)] = _Held(
+                    self._early[(tree, epoch)] = HeldContributions(
                         snap, late, None if origins is None else set(origins),
                         dict(records_of(origins) or {}),
                     )  # fmt: skip
@@ -815,13 +722,11 @@ class ResultStore:
                 if self.put(
                     tree, epoch, snap, when, origins=origins, expected=expected, doubtful=doubtful
                 ):
-                    stored = self._trees[tree].get(epoch)  # None if retention dropped it
+                    stored = self._trees[tree].get(epoch)  # None if the epoch limit dropped it
                     if stored is not None:
                         stored.late_names |= late
                         stored.version = max(stored.version, int(item.get("version", 1)))
-                        stored.given_up = (
-                            stored.given_up | (_from_ids(item.get("given_up")) or frozenset())
-                        ) & stored.missing
+                        stored.given_up = (stored.given_up | given_up_of(item)) & stored.missing
                 taken += 1
             else:  # both masters saw parts of this epoch during the switch
                 mine_origins = None if mine.origins is None else set(mine.origins)
@@ -878,36 +783,3 @@ class ResultStore:
         if origins is not None and held is not None:
             return classify(held, origins) == NEW
         return not late & names
-
-
-def _counts(records: dict[int, int] | None) -> dict[str, int] | None:
-    return None if records is None else {format(o, "x"): n for o, n in records.items()}
-
-
-def _from_counts(value: Any) -> dict[int, int] | None:
-    """Record counts from a hand-over item (hex id → count); None when absent, and the
-    malformed entries left out (their counts stay unknown)."""
-    if not isinstance(value, dict):
-        return None
-    out = {}
-    for key, n in value.items():
-        try:
-            if type(n) is int and n >= 0:
-                out[int(key, 16)] = n
-        except (TypeError, ValueError):
-            continue
-    return out
-
-
-def _ids(origins: Lineage | set[int] | None) -> list[str] | None:
-    return None if origins is None else describe(origins)
-
-
-def _from_ids(value: Any) -> Lineage | None:
-    """Origins from a hand-over item (hex ids); None when absent or malformed."""
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        return None
-    try:
-        return frozenset(int(v, 16) for v in value)
-    except ValueError:
-        return None

@@ -7,7 +7,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from agent.ingest.columnar.chunks import Chunk, iter_chunks
 from agent.ingest.columnar.parse import parse_chunk
 from agent.ingest.formats import make_parser
 from agent.ingest.records import EncodingRepairs, rejection
@@ -46,6 +45,24 @@ def row_path(fmt: str, lines: list[bytes]) -> dict[str, Any]:
     return {"rows": rows, "rejects": rejects, "repairs": repairs.lines, "lines": len(lines)}
 
 
+def whole_line_chunks(data: bytes, chunk_bytes: int) -> list[bytes]:
+    """``data`` cut into chunks of whole lines of about ``chunk_bytes`` (a line longer than
+    that is a chunk by itself); an unterminated last line gets its newline, as a finished
+    file's last line is a line."""
+    chunks: list[bytes] = []
+    start = 0
+    while start < len(data):
+        end = data.rfind(b"\n", start, start + chunk_bytes)
+        if end < 0:  # no newline within chunk_bytes: the line is a chunk by itself
+            end = data.find(b"\n", start)
+        if end < 0:
+            chunks.append(data[start:] + b"\n")
+            break
+        chunks.append(data[start : end + 1])
+        start = end + 1
+    return chunks
+
+
 def columnar_path(
     fmt: str, data: bytes, chunk_bytes: int, fields: frozenset[str] | None = None
 ) -> dict[str, Any]:
@@ -54,10 +71,8 @@ def columnar_path(
     rejects: list[tuple[int, str, str, bytes]] = []
     repairs = EncodingRepairs()
     base = 0
-    for piece in iter_chunks(data, chunk_bytes=chunk_bytes, max_line_bytes=1 << 30,
-                             allow_small=True):  # fmt: skip
-        assert isinstance(piece, Chunk)
-        got = parse_chunk(fmt, piece.data, fields=fields, repairs=repairs)
+    for chunk in whole_line_chunks(data, chunk_bytes):
+        got = parse_chunk(fmt, chunk, fields=fields, repairs=repairs)
         assert got.table.schema.field("ts").type == pa.float64()
         index = got.line_index.to_pylist()
         assert index == sorted(index)

@@ -86,7 +86,7 @@ class Master:
         self.machine = machine
         self.clock = lambda: machine.epoch
         self.membership = Membership()
-        self.store = ResultStore(job="wc", retention=10_000)
+        self.store = ResultStore(job="wc", max_epochs=10_000)
         self.fence = MasterTerms(settle_seconds=0.0)
         self.store.term_of = self.fence.term
         retired = self.membership.retired_before

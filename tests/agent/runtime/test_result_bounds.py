@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from agent.jobs.job import Job, register_job
 from agent.jobs.spec import JobSpec
 from agent.runtime.epochs.worker import Worker
+from agent.runtime.results.epoch_result import EPOCH_LIMIT, MEMORY_BUDGET, SPILL_BUDGET
 from agent.runtime.results.spill import ResultSpill
-from agent.runtime.results.store import MEMORY_BUDGET, RETENTION, SPILL_BUDGET, ResultStore
+from agent.runtime.results.store import ResultStore
 from cbt import CompressedBufferTree, Snapshot
 
 
@@ -100,11 +101,11 @@ def test_a_spill_superseded_by_a_late_merge_is_discarded(tmp_path: Path) -> None
 
 
 def test_gone_epochs_are_named_with_their_bound(tmp_path: Path) -> None:
-    # retention by count
-    store = ResultStore(retention=2)
+    # the epoch limit (a count)
+    store = ResultStore(max_epochs=2)
     for e in range(4):
         store.put(1, e, unique_keys(e, 3), float(e))
-    assert store.gone(1, 0) == RETENTION and store.gone(1, 3) is None
+    assert store.gone(1, 0) == EPOCH_LIMIT and store.gone(1, 3) is None
     assert store.gone(1, 9) is None  # not yet: a 404, not a 410
     # no spill directory: the memory budget drops the oldest epochs
     one = unique_keys(0, 1000).memory_bytes()

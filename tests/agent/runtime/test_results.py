@@ -22,7 +22,7 @@ def as_counter(store: ResultStore, tree: int, epoch: int) -> Counter:
 
 
 def test_each_epoch_once_in_order_and_bounded() -> None:
-    store = ResultStore(retention=3)
+    store = ResultStore(max_epochs=3)
     assert store.put(1, 5, snap("a b"), 0.0)
     assert not store.put(1, 5, snap("zzz"), 0.0)
     store.put(1, 7, snap("c"), 0.0)

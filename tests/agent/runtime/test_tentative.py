@@ -1,4 +1,4 @@
-"""TentativePreviews (agent/runtime/results/previews.py) over a real EpochCombiner and ResultStore:
+"""Previews (agent/runtime/results/previews.py) over a real EpochCombiner and ResultStore:
 an epoch still held at its deadline is previewed (tentative, lacking the late member), an
 epoch emitted in time never is, the barrier's result replaces the preview, a late fold
 refreshes it, no deadline means no preview, and the timeline records each step."""
@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from agent_helpers import wait_for
 
-from agent.runtime.results.previews import TentativePreviews
+from agent.runtime.results.previews import Previews
 from agent.runtime.results.store import ResultStore
 from cbt import CompressedBufferTree, Snapshot
 from srt.dataplane.barrier import EpochCombiner
@@ -30,7 +30,7 @@ def snap(words: str) -> Snapshot:
 
 def setup(
     deadline: float | None, closes_at: Callable[[int], float] = lambda epoch: time.time()
-) -> tuple[EpochCombiner, ResultStore, TentativePreviews]:
+) -> tuple[EpochCombiner, ResultStore, Previews]:
     store = ResultStore()
     comb: EpochCombiner
 
@@ -39,7 +39,7 @@ def setup(
         previews.stored(T, epoch)
 
     comb = EpochCombiner(job="j", tree=T, expect_local=True, children=[B], emit=emit, origin=A)
-    previews = TentativePreviews(
+    previews = Previews(
         "j",
         store,
         combiner=lambda tid: comb if tid == T else None,
