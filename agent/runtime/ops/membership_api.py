@@ -4,7 +4,7 @@ Contract: :class:`MembershipRoutes` serves
 
 * the **peer route** ``POST /agent/v1/retire`` ``{"job", "origin", "why"}`` on the data plane
   (authenticated with the cluster secret like every ``/agent/v1`` route): this agent, as a
-  master of the job, retires ``origin`` now (``JobRuntime.retire_origin``) and answers
+  master of the job, retires ``origin`` now (``JobRuntime.recovery.retire_origin``) and answers
   ``{"origin", "from_epoch", "partial_epochs"}``. 400 ``bad_body`` for a malformed body, 404
   ``unknown_job`` when the job does not run here, 404 ``not_a_member`` when the origin is no
   member of it, 503 ``not_master`` when this agent masters none of its trees (the convention
