@@ -56,10 +56,11 @@ class RuntimeTunables:
     # a master that became the root with nothing handed over (a restart, the job's first
     # master, or a brief belief before the overlay converges) waits this long before it
     # publishes to the lake: a real predecessor hands over meanwhile
-    # (agent/runtime/recovery/fencing.py)
+    # (agent/runtime/recovery/master_terms.py)
     master_settle_seconds: float = 2.0
-    # repair by pull (agent/runtime/recovery/retention.py): an origin keeps its own snapshots of
-    # uncommitted epochs (bytes per job); a master asks lacking origins every repair_interval
+    # repair by pull (agent/runtime/recovery/retained_epochs.py): an origin keeps its own
+    # snapshots of uncommitted epochs (bytes per job); a master asks lacking origins every
+    # repair_interval
     retained_bytes: int = 64 * 2**20
     repair_interval: float = 1.0
     # hot replicas (agent/runtime/recovery/checkpoints.py): an origin sends its closed epochs that

@@ -133,7 +133,7 @@ def test_tentative_results_reach_the_lake_with_version_coverage_and_lacking_orig
 
 def term_store(term: int) -> ResultStore:
     """The agent's ResultStore with its master's fencing term
-    (agent/runtime/recovery/fencing.py)."""
+    (agent/runtime/recovery/master_terms.py)."""
     store = ResultStore()
     store.term_of = lambda tree: term
     return store

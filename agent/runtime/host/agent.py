@@ -74,6 +74,7 @@ from agent.runtime.ops.ops_api import install as install_ops_routes
 from agent.runtime.record_thread import InlineRecords, RecordThread
 from agent.runtime.recovery.checkpoints import CheckpointStore, decode_epochs, decode_records
 from agent.runtime.recovery.offsets import OffsetKeeper
+from agent.runtime.recovery.result_items import decode_items
 from agent.runtime.results.lake_sink import lake_target
 from cbt import Snapshot, SnapshotError
 from overlay import NodeInfo, OverlayNode, key_for
@@ -808,7 +809,7 @@ class Agent:
             return []  # nothing of its epochs was read yet
         plan = self._replay_plan(runtime, shared, start)
         if plan is None:
-            runtime.started_after_others(newest, sorted(shared))
+            runtime.recovery.started_after_others(newest, sorted(shared))
             return []
         return self._replay(runtime, plan, newest)
 
@@ -864,7 +865,7 @@ class Agent:
                     name,
                     exc,
                 )
-                runtime.started_after_others(newest, [name])
+                runtime.recovery.started_after_others(newest, [name])
                 continue
             self.count("replays")
             log.info(
@@ -1126,7 +1127,7 @@ class Agent:
             snap = Snapshot.from_bytes(payload)
         except SnapshotError as exc:
             raise Reject(422, "corrupt", str(exc)) from None
-        return {"result": runtime.offer_late(name, snap, origins)}
+        return {"result": runtime.recovery.offer_late(name, snap, origins)}
 
     async def _serve_recv(self, request: web.Request) -> dict[str, Any]:
         body = await self._json_body(request, "job", "from")
@@ -1174,7 +1175,7 @@ class Agent:
         if not isinstance(epochs, list) or not all(type(e) is int for e in epochs):
             raise Reject(400, "bad_body", "epochs must be a list of integers")
         tree, origin = _tree_and_origin(body)
-        return await runtime.resend(tree, origin, epochs)
+        return await runtime.recovery.resend(tree, origin, epochs)
 
     async def _serve_origin(self, request: web.Request) -> dict[str, Any]:
         """An agent that reads a job's input tells the job's master it is an origin."""
@@ -1186,7 +1187,7 @@ class Agent:
         if type(start) is not int or start < 0:
             raise Reject(400, "bad_body", "from must be a non-negative integer epoch")
         tree, origin = _tree_and_origin(body)
-        runtime.origin_joined(tree, origin, start, body.get("url"))
+        runtime.recovery.origin_joined(tree, origin, start, body.get("url"))
         return {"ok": True}
 
     async def _serve_leave(self, request: web.Request) -> dict[str, Any]:
@@ -1197,7 +1198,7 @@ class Agent:
             raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
         tree, origin = _tree_and_origin(body)
         try:
-            left = await runtime.accept_leave(tree, origin, body)
+            left = await runtime.recovery.accept_leave(tree, origin, body)
         except Reject:
             raise
         except (TypeError, ValueError, KeyError, OverflowError, SnapshotError) as exc:
@@ -1211,7 +1212,7 @@ class Agent:
         if runtime is None:
             raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
         try:
-            runtime.accept_members(int(body["tree"]), body)
+            runtime.recovery.accept_members(int(body["tree"]), body)
         except Reject:
             raise
         except (TypeError, ValueError, OverflowError) as exc:
@@ -1260,7 +1261,7 @@ class Agent:
         """The overlay declared a node failed: a job this agent masters may have lost an
         origin (declared lost after the loss timeout, unless it comes back)."""
         for runtime in list(self.runtimes.values()):
-            runtime.loss.overlay_failed(info.id)
+            runtime.recovery.loss.overlay_failed(info.id)
 
     async def _serve_replica(self, request: web.Request) -> dict[str, Any]:
         """A master replicating its state to this agent, its standby."""
@@ -1269,7 +1270,7 @@ class Agent:
         if runtime is None:
             raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
         try:
-            return runtime.accept_replica(int(body["tree"]), body)
+            return runtime.recovery.accept_replica(int(body["tree"]), body)
         except Reject:
             raise
         except (TypeError, ValueError, KeyError, OverflowError, binascii.Error) as exc:
@@ -1281,10 +1282,8 @@ class Agent:
         if runtime is None:
             raise Reject(503, "unknown_job", f"job {body['job']!r} not known here yet")
         try:
-            items = [
-                dict(item, snapshot=base64.b64decode(item["snapshot"])) for item in body["items"]
-            ]
-            taken = runtime.absorb(
+            items = decode_items(body["items"])
+            taken = runtime.recovery.absorb(
                 int(body["tree"]), items, body.get("expected"), body.get("term", 0)
             )
             return {"taken": taken}

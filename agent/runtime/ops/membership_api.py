@@ -4,7 +4,7 @@ Contract: :class:`MembershipRoutes` serves
 
 * the **peer route** ``POST /agent/v1/retire`` ``{"job", "origin", "why"}`` on the data plane
   (authenticated with the cluster secret like every ``/agent/v1`` route): this agent, as a
-  master of the job, retires ``origin`` now (``JobRuntime.retire_origin``) and answers
+  master of the job, retires ``origin`` now (``JobRuntime.recovery.retire_origin``) and answers
   ``{"origin", "from_epoch", "partial_epochs"}``. 400 ``bad_body`` for a malformed body, 404
   ``unknown_job`` when the job does not run here, 404 ``not_a_member`` when the origin is no
   member of it, 503 ``not_master`` when this agent masters none of its trees (the convention
@@ -41,7 +41,8 @@ DEFAULT_WHY = "operator"
 
 
 class RetiringRuntime(Protocol):
-    """What the routes use of a job's runtime (:class:`agent.runtime.job.runtime.JobRuntime`)."""
+    """What the routes use of a job's fault tolerance (``JobRuntime.recovery``,
+    :class:`agent.runtime.recovery.recovery.Recovery`)."""
 
     def retire_origin(self, origin: int, why: str) -> dict[str, Any]: ...
 
@@ -189,7 +190,7 @@ class MembershipRoutes:
         if runtime is None:
             raise Reject(404, "unknown_job", f"job {body['job']!r} does not run here")
         try:
-            return jsonable(retire_here(runtime, origin, why), hex_ids=True)
+            return jsonable(retire_here(runtime.recovery, origin, why), hex_ids=True)
         except NotFound as exc:
             raise Reject(404, "not_a_member", str(exc)) from None
         except Unavailable as exc:
@@ -226,7 +227,7 @@ class MembershipRoutes:
 
     async def retire_in(self, name: str, runtime: Any, origin: int, why: str) -> dict[str, Any]:
         """Ask each master of the job to retire ``origin``; :func:`job_outcome` of the answers."""
-        urls = await master_urls(runtime)
+        urls = await master_urls(runtime.recovery)
         answers = await asyncio.gather(
             *(self._ask(url, name, runtime, origin, why) for url in urls)
         )
@@ -237,7 +238,7 @@ class MembershipRoutes:
     ) -> dict[str, Any]:
         try:
             if url == self._self_url():
-                reply = jsonable(retire_here(runtime, origin, why), hex_ids=True)
+                reply = jsonable(retire_here(runtime.recovery, origin, why), hex_ids=True)
             else:
                 body = {"job": name, "origin": f"{origin:040x}", "why": why}
                 reply = await _within(self._peers.post_json(url, RETIRE_PATH, body), self.timeout)

@@ -203,7 +203,7 @@ class CheckpointStore:
 
 
 class Retained(Protocol):
-    """The origin's own retained snapshots (agent/runtime/recovery/retention.py)."""
+    """The origin's own retained snapshots (agent/runtime/recovery/retained_epochs.py)."""
 
     def get(self, tree: int, epoch: int) -> Any: ...
 

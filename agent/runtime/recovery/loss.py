@@ -52,7 +52,7 @@ FETCH_TIMEOUT = 2.0
 
 
 class LossHost(Protocol):
-    """What :class:`OriginLoss` needs of its job runtime (agent/runtime/job/runtime.py)."""
+    """What :class:`OriginLoss` needs of its job (recovery.py gives an adapter over the job)."""
 
     name: str
 

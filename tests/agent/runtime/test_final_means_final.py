@@ -3,7 +3,7 @@
 The real :class:`~agent.runtime.recovery.membership.Membership`,
 :class:`~agent.runtime.results.store.
 ResultStore`, :class:`~agent.runtime.recovery.absence.Absence` and
-:class:`~agent.runtime.recovery.fencing.
+:class:`~agent.runtime.recovery.master_terms.
 MasterTerms` of two masters (the current one and a deposed one that may still run: a stale
 master, a partition's minority side) against an independent model of the input: every origin's
 host writes records every epoch whether its agent runs or not, as a web server does.
@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from agent.runtime.recovery.absence import Absence
-from agent.runtime.recovery.fencing import MasterTerms
+from agent.runtime.recovery.master_terms import MasterTerms
 from agent.runtime.recovery.membership import Membership
 from agent.runtime.results.store import ResultStore
 from cbt import CompressedBufferTree, Snapshot

@@ -47,7 +47,7 @@ async def a_job_with_members(agents: list[Agent]) -> tuple[Agent, list[Agent]]:
         20,
         "a master",
     )
-    membership = master.runtimes[JOB].membership
+    membership = master.runtimes[JOB].recovery.membership
     await wait_for(
         lambda: all(membership.is_member(a.overlay.id) for a in agents),
         20,

@@ -220,7 +220,9 @@ async def test_restarted_agent_resumes_with_no_loss_and_no_duplicates(tmp_path: 
         victim = agents[victim_index]
         vrt = victim.runtimes["wcr"]
         await wait_for(  # end to end: the master committed epoch e, and the victim heard it
-            lambda: all(vrt.committed.get(t, -1) >= e for t in vrt.tree_list), 15, "commit of e"
+            lambda: all(vrt.recovery.committed.get(t, -1) >= e for t in vrt.tree_list),
+            15,
+            "commit of e",
         )
         await victim.stop()
         state = orjson.loads((Path(victim.config.data_dir) / "offsets.json").read_bytes())

@@ -32,15 +32,15 @@ async def test_every_entry_point_refuses_a_foreign_aggregate_and_records_nothing
     with pytest.raises(Incompatible):
         rt.offer_child(SnapshotName("wc", tid, 110, 9), summed)
     with pytest.raises(Incompatible):
-        rt.offer_late(SnapshotName("wc", tid, 90, 9), summed)
+        rt.recovery.offer_late(SnapshotName("wc", tid, 90, 9), summed)
     with pytest.raises(Incompatible):
-        rt.absorb(tid, [{"epoch": 90, "snapshot": summed.to_bytes()}])
+        rt.recovery.absorb(tid, [{"epoch": 90, "snapshot": summed.to_bytes()}])
     with pytest.raises(Incompatible):
         await rt.receive(9, summed)
     with pytest.raises(RetryLater, match="not a tree"):
-        rt.offer_late(SnapshotName("wc", tid ^ 1, 90, 9), snap({"a": 1}))
+        rt.recovery.offer_late(SnapshotName("wc", tid ^ 1, 90, 9), snap({"a": 1}))
     with pytest.raises(RetryLater):
-        rt.absorb(tid ^ 1, [])
+        rt.recovery.absorb(tid ^ 1, [])
     assert set(rt.combiners) == {tid}  # no barrier for the bogus tree
     assert fake.ticked == []  # refused before the agent read its own inputs for it
     assert comb.pending()["open"] == {105: {"local": False, "received": [],
@@ -49,7 +49,7 @@ async def test_every_entry_point_refuses_a_foreign_aggregate_and_records_nothing
     assert rt.counters["refused_incompatible"] == 1 and rt.counters["refused_unknown_tree"] == 2
     # a count snapshot goes through every path
     assert rt.offer_child(SnapshotName("wc", tid, 110, 9), snap({"a": 1})) == "merged"
-    assert rt.offer_late(SnapshotName("wc", tid, 90, 9), snap({"a": 2})) == "merged"
+    assert rt.recovery.offer_late(SnapshotName("wc", tid, 90, 9), snap({"a": 2})) == "merged"
     await fake.client.close()
 
 
@@ -101,7 +101,7 @@ async def test_a_master_whose_barrier_emits_an_epoch_already_handed_over_folds_i
     other = 9  # the origin the interim master had
     item = {"epoch": epoch, "snapshot": snap({"a": 2, "b": 1}).to_bytes(),
             "origins": [f"{other:x}"], "expected": [f"{other:x}", f"{fake.node_id:x}"]}  # fmt: skip
-    assert rt.absorb(tid, [item]) == 1
+    assert rt.recovery.absorb(tid, [item]) == 1
     assert comb.offer_local(epoch, snap({"a": 1, "c": 4})) == "merged"  # emits: no children
     result = rt.store.peek(tid, epoch)
     assert result is not None
@@ -109,7 +109,7 @@ async def test_a_master_whose_barrier_emits_an_epoch_already_handed_over_folds_i
     assert set(result.origins or ()) == {other, fake.node_id}
     assert rt.counters["emitted_after_handover"] == 1
     # the same contribution again (a re-send) changes nothing
-    rt._fold_late(SnapshotName("wc", tid, epoch, fake.node_id), snap({"a": 1, "c": 4}),
-                  frozenset({fake.node_id}))  # fmt: skip
+    rt.recovery.fold_in(SnapshotName("wc", tid, epoch, fake.node_id), snap({"a": 1, "c": 4}),
+                        frozenset({fake.node_id}))  # fmt: skip
     assert dict(rt.store.peek(tid, epoch).snapshot) == {"a": 3, "b": 1, "c": 4}  # type: ignore[union-attr]
     await fake.client.close()

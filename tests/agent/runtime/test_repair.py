@@ -19,7 +19,7 @@ from typing import Any
 
 from agent_helpers import lines, running_agents, wait_for, word_counts
 
-from agent.runtime.recovery.retention import RetainedEpochs
+from agent.runtime.recovery.retained_epochs import RetainedEpochs
 from agent.tunables import RuntimeTunables
 from cbt import CompressedBufferTree
 
@@ -42,7 +42,7 @@ async def test_a_lost_contribution_is_pulled_from_its_origin() -> None:
         mrt = master.runtimes["wc"]
         (tid,) = mrt.tree_list
         # a phantom origin the master expects from the start: every epoch lacks it
-        mrt.membership.observe(e, frozenset({GONE}), now=time.time())
+        mrt.recovery.membership.observe(e, frozenset({GONE}), now=time.time())
         for a in agents:
             await a.ingest("ingest", lines(e + 0.1, TEXTS) + lines(e + 1.1, TEXTS))
         want = word_counts(TEXTS, 3)
@@ -58,20 +58,20 @@ async def test_a_lost_contribution_is_pulled_from_its_origin() -> None:
         assert res["tentative"] and res["lacking"] == [f"{GONE:x}"]
         assert res["coverage"] == 0.75 and res["version"] == 1
         await wait_for(lambda: mrt.counters.get("repair_unreachable", 0) > 0, 10, "a repair try")
-        assert mrt.committed.get(tid) is None  # nothing final: nothing committed
+        assert mrt.recovery.committed.get(tid) is None  # nothing final: nothing committed
 
         # The contribution of one live origin is lost after its parent acknowledged it: the
         # master holds the epoch without that origin's records (and says so).
         victim = next(a for a in agents if a is not master)
         vrt = victim.runtimes["wc"]
-        own = vrt.retained.get(tid, e)
+        own = vrt.recovery.retained.get(tid, e)
         assert own is not None  # uncommitted: the origin still holds its snapshot
         held = mrt.store._trees[tid][e]  # test-only surgery: the state a parent's death leaves
         assert held.snapshot is not None and held.origins is not None
         held.snapshot = held.snapshot.subtract(own)
         held.origins = held.origins - {victim.overlay.id}
         before = mrt.counters.get("repaired", 0)
-        mrt._schedule_repair(tid)
+        mrt.recovery.schedule_repair(tid)
 
         async def repaired() -> dict[str, Any] | None:
             res = await stored(e)

@@ -83,7 +83,7 @@ async def test_a_job_joining_an_input_others_read_re_reads_its_first_epoch(tmp_p
         assert Counter(dict(first["rows"])) == want
         assert Counter(dict(second["rows"])) == want  # not a record missed, none twice
         assert second["lacking"] == [] and second["coverage"] == 1.0
-        assert all(a.runtimes["second"].incomplete_until is None for a in agents)
+        assert all(a.runtimes["second"].recovery.incomplete_until is None for a in agents)
         assert all(a.status()["counters"].get("replays") == 1 for a in agents)
 
 

@@ -48,7 +48,7 @@ async def test_a_job_started_on_an_input_others_read_says_what_it_lacks() -> Non
         await agents[0].submit(spec("second", start_epoch=e))
         # checked at the job's first tick (its input is HTTP ingest: it cannot be re-read)
         await wait_for(
-            lambda: all(a.runtimes["second"].incomplete_until == e for a in agents),
+            lambda: all(a.runtimes["second"].recovery.incomplete_until == e for a in agents),
             10,
             "the second job's first tick on every agent",
         )
@@ -84,4 +84,4 @@ async def test_a_job_from_now_on_starts_with_a_whole_epoch() -> None:
         start = agents[0].table.get("second").spec["start_epoch"]  # type: ignore[union-attr]
         assert start >= before + 0.5 and start == math.ceil(start)  # 1 s epochs
         assert info["agents_reached"] == 2
-        assert all(a.runtimes["second"].incomplete_until is None for a in agents)
+        assert all(a.runtimes["second"].recovery.incomplete_until is None for a in agents)

@@ -108,7 +108,7 @@ class LineageTree(RuleBasedStateMachine):
         p = self.parent[i]
         result = self.combiners[p].offer_child(IDS[i], epoch, snap, lineage)
         if result == "stale":
-            # an inner node forwards it to the master (agent.runtime.job.runtime._fold_late)
+            # an inner node forwards it to the master (agent.runtime.recovery.repair.Repair.fold_in)
             emitted = self.combiners[p].lineage_of(epoch)
             if not (emitted is not None and lineage <= emitted):
                 self._fold_at_master(epoch, lineage, snap)

@@ -1,6 +1,6 @@
 """The dashboard's picture of a job's origins that stopped contributing: absent, retired, left.
 
-Contract: :func:`local_membership` reads a master's ``JobRuntime.membership_status()`` into a
+Contract: :func:`local_membership` reads a master's ``Recovery.membership_status()`` into a
 bounded, JSON-ready block for this agent's summary (at most :data:`MAX_ORIGINS` origins per
 state, ids as 40 hex digits, reasons cut to :data:`MAX_WHY` characters); None where the runtime
 keeps no membership (not a master, or a runtime without the model). :func:`check_membership`

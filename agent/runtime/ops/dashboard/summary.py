@@ -174,11 +174,13 @@ def _job(agent: SummarySource, runtime: Any) -> dict[str, Any]:
             k: worker.get(k)
             for k in ("records_in", "records_accepted", "bad_records", "late_dropped", "next_epoch")
         },
-        "standby": runtime.replication.stats().get("standbys", {}),
-        "replica_of": {_hex(t): r.stats().get("master") for t, r in runtime.replicas.items()},
+        "standby": runtime.recovery.replication.stats().get("standbys", {}),
+        "replica_of": {
+            _hex(t): r.stats().get("master") for t, r in runtime.recovery.replicas.items()
+        },
         "counters": {k: runtime.counters[k] for k in FAULT_COUNTERS if k in runtime.counters},
         "masters": masters,
-        "membership": local_membership(runtime) if masters else None,
+        "membership": local_membership(runtime.recovery) if masters else None,
     }
 
 
@@ -215,7 +217,7 @@ def _master(runtime: Any, tid: int) -> dict[str, Any]:
                 "lacking": list(result.lacking)[:8],
             }
         )
-    return {"committed": runtime.committed.get(tid), "epochs": epochs}
+    return {"committed": runtime.recovery.committed.get(tid), "epochs": epochs}
 
 
 # ---- a peer's summary, checked before the picture uses it ------------------------------------
