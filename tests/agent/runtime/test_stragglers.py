@@ -102,7 +102,7 @@ async def test_a_held_up_child_is_previewed_on_time_leapt_then_folded_in_exact()
 
         await _final_and_exact(agents, e, fed)
 
-        timeline = {t["epoch"]: t for t in mrt.timings()["epochs"]}
+        timeline = {t["epoch"]: t for t in mrt.report.timings()["epochs"]}
         for i in range(HELD[0]):  # steady state: no preview, stored well before the deadline
             assert "preview_at" not in timeline[e + i], timeline[e + i]
         for i in HELD:
