@@ -407,9 +407,11 @@ class JobRuntime:
         return self.trees.ensure_tree(tid)
 
     def parent_changed(self, tid: int) -> None:
+        """The tree manager's callback (:meth:`TreeLinks.parent_changed`)."""
         self.trees.parent_changed(tid)
 
     def children_changed(self, tid: int) -> None:
+        """The tree manager's callback (:meth:`TreeLinks.children_changed`)."""
         self.trees.children_changed(tid)
 
     def job_for(self, epoch: int) -> Job:
@@ -427,12 +429,15 @@ class JobRuntime:
 
     @property
     def is_master(self) -> bool:
+        """Whether this agent is the root of the job's first tree now."""
         return self.report.is_master
 
     def roles(self) -> list[str]:
+        """This agent's roles in the job: worker, forwarder, master."""
         return self.report.roles()
 
     def status(self) -> dict[str, Any]:
+        """The job's status here (:meth:`JobReport.status`)."""
         return self.report.status()
 
     # ---- bridge: what the fault-tolerance methods below call of the parts (once they live
