@@ -88,11 +88,11 @@ def last_apply(agents: list[Agent], job: str, version: int | None, since: float)
     for agent in agents:
         runtime = agent.runtimes[job]
         if version is not None:
-            stamps.append(runtime.changes_applied[version])
+            stamps.append(runtime.changes.changes_applied[version])
         else:
             got = [
                 m["received_at"]
-                for m in runtime.multicasts
+                for m in runtime.control.multicasts
                 if m.get("kind") == "change" and m["received_at"] >= since
             ]
             stamps.append(max(got))

@@ -143,7 +143,7 @@ async def tree_vs_star(n: int, epochs: int, seed: int) -> dict[str, Any]:
         members = [a for a in agents if "bench" in a.runtimes]
         for epoch in range(first, first + epochs):
             sends = [
-                a.runtimes["bench"].sent_at.get((tid, epoch))
+                a.runtimes["bench"].pipeline.sent_at.get((tid, epoch))
                 for a in members
                 if a is not master and not a.trees.view(tid).children  # type: ignore[union-attr]
             ]
@@ -151,13 +151,13 @@ async def tree_vs_star(n: int, epochs: int, seed: int) -> dict[str, Any]:
             result = runtime.store.get(tid, epoch)
             if sends and result is not None:
                 rollup.append(1000 * (result.completed_at - max(sends)))
-        for stat in runtime.multicast_stats:
+        for stat in runtime.control.multicast_stats:
             if stat.get("epoch") is None or stat["epoch"] < first:
                 continue
             received = [
                 m["received_at"]
                 for a in members
-                for m in a.runtimes["bench"].multicasts
+                for m in a.runtimes["bench"].control.multicasts
                 if m.get("sent_at") == stat["sent_at"]
             ]
             if len(received) == len(members):

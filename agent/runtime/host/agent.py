@@ -777,7 +777,9 @@ class Agent:
                 self.spawn(runtime.start(), f"start job {entry.name}")
         elif entry.state == RUNNING and runtime is not None and entry.version > runtime.version:
             # a runtime change, via the table
-            self.spawn(runtime.apply_spec(entry.spec, entry.version), f"change {entry.name}")
+            self.spawn(
+                runtime.changes.apply_spec(entry.spec, entry.version), f"change {entry.name}"
+            )
         elif entry.state == STOPPED and runtime is not None:
             del self.runtimes[entry.name]
             self.checkpoints.forget_job(entry.name)
@@ -1046,7 +1048,7 @@ class Agent:
         if runtime is None:
             self.count("multicast_unknown_tree")
             return
-        await runtime.on_multicast(tree_id, message)
+        await runtime.control.on_multicast(tree_id, message)
 
     async def _on_query(self, tree_id: int, message: dict[str, Any]) -> dict[str, Any]:
         op = message.get("op")
@@ -1062,12 +1064,12 @@ class Agent:
         if runtime is None:
             return {"error": "no job runs on this tree here", "status": 404}
         if op == "job_query":
-            return await runtime.answer_query(message.get("message"))
+            return await runtime.queries.answer_query(message.get("message"))
         if op == "change":
             if not runtime.is_master:  # a hand-over in progress: the asker retries
                 return {"error": f"not the master of {runtime.name!r} (any more)", "status": 503}
             try:
-                return await runtime.serve_change(message.get("change"))
+                return await runtime.changes.serve_change(message.get("change"))
             except StatusError as exc:
                 return _error_reply(exc)
         return {"error": f"unknown operation {op!r}", "status": 400}
@@ -1115,7 +1117,7 @@ class Agent:
             raise Reject(503, "unknown_job", f"job {name.job!r} tree not known here yet")
         origins, payload = lineage_of(payload)  # LineageError (a SnapshotError) → 422
         snap = Snapshot.from_bytes(payload)  # SnapshotError → 422, the sender resends
-        return runtime.offer_child(name, snap, origins)
+        return runtime.trees.offer_child(name, snap, origins)
 
     async def _serve_late(self, request: web.Request) -> dict[str, Any]:
         name = SnapshotName.from_headers(request.headers)
@@ -1142,7 +1144,7 @@ class Agent:
                 paos = body.get("data")
         except (KeyError, ValueError, TypeError, SnapshotError) as exc:
             raise Reject(400, "bad_recv", f"bad send_to body: {exc}") from None
-        await runtime.receive(sender, paos)  # 409 incompatible, 400 recv_refused
+        await runtime.control.receive(sender, paos)  # 409 incompatible, 400 recv_refused
         return {"result": "delivered"}
 
     @staticmethod
@@ -1161,7 +1163,7 @@ class Agent:
         if runtime is None:
             raise Reject(404, "unknown_job", f"job {body['job']!r} does not run here")
         try:
-            return await runtime.local_results(int(body["tree"]), body.get("epoch"))
+            return await runtime.queries.local_results(int(body["tree"]), body.get("epoch"))
         except (TypeError, ValueError, OverflowError) as exc:  # int(1e400): OverflowError
             raise Reject(400, "bad_body", f"bad tree or epoch: {exc}") from None
 
@@ -1303,14 +1305,18 @@ class Agent:
         return runtime
 
     def job_timings(self, name: str) -> dict[str, Any]:
-        """This agent's epoch and control timings of a job (``JobRuntime.timings``)."""
-        return {"job": name, "node_id": f"{self.overlay.id:040x}", **self._runtime(name).timings()}
+        """This agent's epoch and control timings of a job (``JobReport.timings``)."""
+        return {
+            "job": name,
+            "node_id": f"{self.overlay.id:040x}",
+            **self._runtime(name).report.timings(),
+        }
 
     async def results(self, name: str, epoch: int | None) -> dict[str, Any]:
-        return await self._runtime(name).results(epoch)
+        return await self._runtime(name).queries.results(epoch)
 
     async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]:
-        return await self._runtime(name).query_master(message)
+        return await self._runtime(name).queries.query_master(message)
 
     async def local_query(self, name: str, params: dict[str, str]) -> dict[str, Any]:
         """The job's ``local_query`` hook on this agent (no network hop); a reply with
@@ -1414,7 +1420,7 @@ def _results_now(runtime: JobRuntime, recent: int = 64) -> dict[str, Any]:
         if newest is not None:
             cov = float(newest.coverage)
             coverage = cov if coverage is None else min(coverage, cov)
-            acc = runtime.accuracy_now(tid, epochs[-1], newest)
+            acc = runtime.queries.accuracy_now(tid, epochs[-1], newest)
             if acc is not None:
                 accuracy = acc if accuracy is None else min(accuracy, acc)
     return {"tentative": tentative, "coverage": coverage, "accuracy": accuracy}

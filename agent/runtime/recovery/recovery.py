@@ -30,6 +30,7 @@ import logging
 import time
 from typing import Any
 
+from agent.runtime.epochs.window_panes import whole_share
 from agent.runtime.recovery.absence import Absence
 from agent.runtime.recovery.checkpoints import CheckpointSender
 from agent.runtime.recovery.commit import Commit
@@ -252,6 +253,17 @@ class Recovery:
     def expected(self, epoch: int) -> tuple[Lineage | None, bool]:
         """The origins ``epoch`` should cover, and whether this master doubts it knows them."""
         return self.membership.expected(epoch), self.membership.doubt is not None
+
+    def whole(self, epoch: int) -> bool:
+        """Whether this origin's snapshot of ``epoch`` holds its whole share (window_panes.py):
+        a window needing a pane from before its first whole one, or an epoch other jobs read
+        before this one started (:meth:`started_after_others`), is short here."""
+        return whole_share(
+            self.host.spec,
+            epoch,
+            submitted_start=self._identity[2],
+            incomplete_until=self.incomplete_until,
+        )
 
     def closed(self, tid: int, epoch: int, part: Snapshot, records: int | None) -> None:
         """As origin: this agent's own whole share of ``epoch`` closed: kept for repair and

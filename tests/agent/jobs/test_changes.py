@@ -53,7 +53,9 @@ async def test_new_params_apply_on_every_agent_between_records() -> None:
         assert all(
             [version, at] in [[v, x] for v, x in t["changes_applied"]]
             for t, at in zip(
-                timings, [a.runtimes["wc"].changes_applied[version] for a in agents], strict=True
+                timings,
+                [a.runtimes["wc"].changes.changes_applied[version] for a in agents],
+                strict=True,
             )
         )
         completed = [x for t in timings for x in t["completed_at"]]
@@ -105,7 +107,7 @@ async def test_empty_windows_now_drops_closed_panes_everywhere() -> None:
         reply = await agents[2].change_job("win", {"empty": True})
         assert reply["agents_reached"] == 3
         for a in agents:
-            got = [m for m in a.runtimes["win"].multicasts if m.get("kind") == "change"]
+            got = [m for m in a.runtimes["win"].control.multicasts if m.get("kind") == "change"]
             assert got and got[-1]["empty"] is True
             await a.ingest("ingest", lines(2 * (e + 1) + 0.1, ["new"]))
         # the window ending at e+1 would hold e's pane too; it was emptied

@@ -52,15 +52,15 @@ async def test_a_job_over_budget_waits_then_catches_up_exactly(
         tunables=RuntimeTunables(max_backlog_records=5),
     )
     now = [0.0]
-    rt.cpu = CpuBudget(0.5, 10.0, clock=lambda: now[0])
-    rt.cpu.charge(6.0)  # as if the job had just used 60 % of a core for 10 s
+    rt.pipeline.cpu = CpuBudget(0.5, 10.0, clock=lambda: now[0])
+    rt.pipeline.cpu.charge(6.0)  # as if the job had just used 60 % of a core for 10 s
     first = [{"ts": 105.1, "line": "a b a"}, {"ts": 105.2, "line": "c"}]
     second = [{"ts": 105.3, "line": "b b"} for _ in range(4)]
-    with caplog.at_level(logging.WARNING, logger="agent.runtime.job.runtime"):
+    with caplog.at_level(logging.WARNING, logger="agent.runtime.job.pipeline"):
         assert rt.work({"web": first}) == []
         assert rt.work({"web": second}) == []
     assert rt.worker is not None and rt.worker.counters["records_in"] == 0  # nothing processed
-    cpu = rt.cpu_status()
+    cpu = rt.pipeline.cpu_status()
     assert cpu["throttled"] and cpu["backlog_records"] == 6
     assert rt.counters["cpu_throttled"] == 2 and cpu["throttle_episodes"] == 1
     assert rt.backlog_full()  # the agent stops polling the job's inputs: they back up there
@@ -68,7 +68,7 @@ async def test_a_job_over_budget_waits_then_catches_up_exactly(
     assert len(warnings) == 1 and "job wcb: over its CPU budget" in warnings[0]
     now[0] = 20.0  # the window moved on: back within budget
     rt.work({"web": []})
-    assert rt.worker.counters["records_in"] == 6 and not rt.cpu_status()["throttled"]
+    assert rt.worker.counters["records_in"] == 6 and not rt.pipeline.cpu_status()["throttled"]
     assert not rt.backlog_full()
     snaps = rt.worker.finish()
     got = Counter({k: v for _, snap in snaps for k, v in snap})

@@ -89,7 +89,7 @@ async def test_metrics_count_what_was_sent() -> None:
         assert sum(reasons.values()) == len(bad)
         await wait_for(lambda: result(agents[0], "wc", e), 15, "the first epoch")
         master = next(a for a in agents if "master" in a.runtimes["wc"].roles())
-        await wait_for(lambda: master.runtimes["wc"].multicast_stats, 10, "a multicast")
+        await wait_for(lambda: master.runtimes["wc"].control.multicast_stats, 10, "a multicast")
         for a in agents:
             m = await scrape(a)
             assert value(m, "elf_ingest_lines_total", input="ingest") == len(good) + len(bad)
@@ -98,7 +98,7 @@ async def test_metrics_count_what_was_sent() -> None:
             for reason, n in reasons.items():
                 got = value(m, "elf_ingest_rejected_lines_total", input="ingest", reason=reason)
                 assert got == n, reason
-            worker = a.runtimes["wc"].worker_stats() or {}
+            worker = a.runtimes["wc"].pipeline.worker_stats() or {}
             assert value(m, "elf_job_records_total", job="wc") == worker["records_in"]
             await wait_for(lambda a=a: _closed_agrees(a), 10, "epochs closed = the worker's")
             is_master = a is master
@@ -122,7 +122,7 @@ async def test_metrics_count_what_was_sent() -> None:
 
 async def _closed_agrees(agent: Agent) -> bool:
     m = await scrape(agent)
-    worker = agent.runtimes["wc"].worker_stats() or {}
+    worker = agent.runtimes["wc"].pipeline.worker_stats() or {}
     return value(m, "elf_epochs_closed_total", job="wc") == worker["epochs_emitted"] > 0
 
 
@@ -131,8 +131,8 @@ async def _master_agrees(master: Agent) -> bool:
     fewer than the 64 it lists) and multicasts by kind (fewer than the 64 it keeps)."""
     m = await scrape(master)
     runtime = master.runtimes["wc"]
-    stored = len(runtime.timings()["completed_at"])
-    sent = Counter(x["kind"] for x in runtime.multicast_stats)
+    stored = len(runtime.report.timings()["completed_at"])
+    sent = Counter(x["kind"] for x in runtime.control.multicast_stats)
     return (
         value(m, "elf_rollup_latency_seconds_count", job="wc") == stored > 0
         and all(

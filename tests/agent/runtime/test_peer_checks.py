@@ -30,13 +30,13 @@ async def test_every_entry_point_refuses_a_foreign_aggregate_and_records_nothing
     comb = rt.ensure_tree(tid)
     summed = snap({"a": 5}, "sum")
     with pytest.raises(Incompatible):
-        rt.offer_child(SnapshotName("wc", tid, 110, 9), summed)
+        rt.trees.offer_child(SnapshotName("wc", tid, 110, 9), summed)
     with pytest.raises(Incompatible):
         rt.recovery.offer_late(SnapshotName("wc", tid, 90, 9), summed)
     with pytest.raises(Incompatible):
         rt.recovery.absorb(tid, [{"epoch": 90, "snapshot": summed.to_bytes()}])
     with pytest.raises(Incompatible):
-        await rt.receive(9, summed)
+        await rt.control.receive(9, summed)
     with pytest.raises(RetryLater, match="not a tree"):
         rt.recovery.offer_late(SnapshotName("wc", tid ^ 1, 90, 9), snap({"a": 1}))
     with pytest.raises(RetryLater):
@@ -48,7 +48,7 @@ async def test_every_entry_point_refuses_a_foreign_aggregate_and_records_nothing
     assert rt.store.epochs(tid) == [] and rt.store.export(tid) == []
     assert rt.counters["refused_incompatible"] == 1 and rt.counters["refused_unknown_tree"] == 2
     # a count snapshot goes through every path
-    assert rt.offer_child(SnapshotName("wc", tid, 110, 9), snap({"a": 1})) == "merged"
+    assert rt.trees.offer_child(SnapshotName("wc", tid, 110, 9), snap({"a": 1})) == "merged"
     assert rt.recovery.offer_late(SnapshotName("wc", tid, 90, 9), snap({"a": 2})) == "merged"
     await fake.client.close()
 
@@ -62,7 +62,7 @@ async def test_on_recv_errors_answer_400_not_500() -> None:
 
     rt.job.on_recv = boom  # type: ignore[method-assign]
     with pytest.raises(Reject) as err:
-        await rt.receive(9, {"any": "data"})
+        await rt.control.receive(9, {"any": "data"})
     assert (err.value.status, err.value.reason) == (400, "recv_refused")
     assert rt.counters["recv_errors"] == 1
     await fake.client.close()
@@ -71,13 +71,13 @@ async def test_on_recv_errors_answer_400_not_500() -> None:
 async def test_expectation_follows_a_runtime_change_of_aggregate() -> None:
     fake = FakeAgent()
     rt = runtime(fake, inputs=["web"])
-    assert rt.expectation(200).aggregator == get_aggregator("count")
+    assert rt.trees.expectation(200).aggregator == get_aggregator("count")
     new = rt.spec.with_changes(aggregator="sum", aggregator_since=150)
-    rt._jobs_before.append((150, rt.job))  # what _switch_job records
+    rt.changes.jobs_before.append((150, rt.job))  # what _switch_job records
     rt.job = create_job(new)
-    assert rt.expectation(149).aggregator == get_aggregator("count")
-    assert rt.expectation(150).aggregator == get_aggregator("sum")
-    assert rt.expectation(None).aggregator == get_aggregator("sum")
+    assert rt.trees.expectation(149).aggregator == get_aggregator("count")
+    assert rt.trees.expectation(150).aggregator == get_aggregator("sum")
+    assert rt.trees.expectation(None).aggregator == get_aggregator("sum")
     tid = rt.tree_list[0]
     comb = rt.ensure_tree(tid)
     assert comb.offer_child(9, 160, snap({"a": 4}, "sum")) == "merged"

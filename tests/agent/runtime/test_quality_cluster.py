@@ -93,7 +93,7 @@ async def test_tentative_coverage_matches_the_truth_then_the_final_replaces_it()
         check_contract(res)
         tentative_top, estimate = [k for k, _ in res["rows"]], res["accuracy"]
         # the dashboard's summary (built on the loop) shows the estimate once computed
-        shown = mrt.accuracy_now(tid, x, stored)
+        shown = mrt.queries.accuracy_now(tid, x, stored)
         assert shown == estimate
         epochs = {e["epoch"]: e for e in _master(mrt, tid)["epochs"]}
         assert epochs[x]["accuracy"] == estimate and epochs[x]["coverage"] < 0.5

@@ -80,13 +80,15 @@ async def test_synchronous_batches_roll_up_exactly_and_empty_reaches_every_worke
         master = next(a for a in agents if "master" in a.runtimes["wc"].roles())
 
         def empties() -> list[dict[str, Any]]:
-            stats = master.runtimes["wc"].multicast_stats
+            stats = master.runtimes["wc"].control.multicast_stats
             return [s for s in stats if s["kind"] == "empty" and s["epoch"] in (e, e + 1)]
 
         await wait_for(lambda: len(empties()) == 2, 10, "the empty multicasts")
         assert all(s["reached"] == 4 for s in empties())
         for a in agents:
-            got = {m["epoch"] for m in a.runtimes["wc"].multicasts if m.get("kind") == "empty"}
+            got = {
+                m["epoch"] for m in a.runtimes["wc"].control.multicasts if m.get("kind") == "empty"
+            }
             assert {e, e + 1} <= got
 
 
@@ -152,7 +154,7 @@ async def test_send_to_reaches_on_recv_and_stop_removes_the_job() -> None:
     async with running_agents(3) as agents:
         await agents[0].submit({"name": "rx", "creator": "t", "job_class": "test-recv"})
         await wait_for(lambda: all("rx" in a.runtimes for a in agents), 10, "job everywhere")
-        ctx = agents[0].runtimes["rx"]._context
+        ctx = agents[0].runtimes["rx"].context
         await ctx.send_to(agents[2].overlay.id, {"hello": [1, 2]})
         job = agents[2].runtimes["rx"].job
         assert job.received == [(agents[0].overlay.id, {"hello": [1, 2]})]  # type: ignore[attr-defined]

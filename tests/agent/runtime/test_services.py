@@ -125,7 +125,7 @@ async def test_a_runtime_needs_only_its_services() -> None:
     assert rt.outflow() == [TreeOutflow(105, None, False)] * 2
     assert rt.clock is rt.worker.clock and acknowledged_epoch(rt) is None  # nothing committed
     for tid in rt.tree_list:  # the masters' commit multicasts
-        await rt.on_multicast(tid, {"kind": "commit", "epoch": 110})
+        await rt.control.on_multicast(tid, {"kind": "commit", "epoch": 110})
     assert acknowledged_epoch(rt) == 104  # emitted here up to 104, committed up to 110
     fake.trees.roots.add(rt.tree_list[0])
     assert [t.is_root for t in rt.outflow() or []] == [True, False]

@@ -45,7 +45,7 @@ async def _job(agents: list[Any]) -> tuple[int, Any]:
         for a in agents:
             rt = a.runtimes.get("wc")
             if rt is not None and rt.is_master:
-                view = rt._view(rt.tree_list[0])
+                view = rt.network.trees.view(rt.tree_list[0])
                 if view is not None and len(view.children) == 2:
                     return a
         return None
@@ -102,7 +102,7 @@ async def test_a_held_up_child_is_previewed_on_time_leapt_then_folded_in_exact()
 
         await _final_and_exact(agents, e, fed)
 
-        timeline = {t["epoch"]: t for t in mrt.timings()["epochs"]}
+        timeline = {t["epoch"]: t for t in mrt.report.timings()["epochs"]}
         for i in range(HELD[0]):  # steady state: no preview, stored well before the deadline
             assert "preview_at" not in timeline[e + i], timeline[e + i]
         for i in HELD:

@@ -176,7 +176,7 @@ async def test_slow_map_and_pathological_regex_never_block_the_loop() -> None:
         watch.assert_responsive()
         assert lag.worst < LAG_BOUND, f"the event loop was held {lag.worst:.3f} s"
         assert tree_events(agents) == before, (before, tree_events(agents))
-        assert all(a.runtimes["slow"].cpu_status()["backlog_records"] == 0 for a in agents)
+        assert all(a.runtimes["slow"].pipeline.cpu_status()["backlog_records"] == 0 for a in agents)
 
 
 async def test_a_slow_master_hook_never_blocks_the_loop() -> None:

@@ -550,7 +550,7 @@ class ClusterPicture:
         try:
             async with self._gate:
                 # the epoch the masters listed, so the snapshot agrees with itself
-                res = await runtime.results(epoch)
+                res = await runtime.queries.results(epoch)
         except Exception as exc:  # no complete epoch yet, a master changing: said, not raised
             return {"error": _describe(exc)}
         rows = res.get("rows") or []

@@ -135,7 +135,7 @@ def local_summary(agent: SummarySource, sampler: ProcessSampler) -> dict[str, An
 
 def _job(agent: SummarySource, runtime: Any) -> dict[str, Any]:
     newest_sent: dict[int, int] = {}
-    for tid, epoch in reversed(runtime.sent_at):  # newest last; a bounded OrderedDict
+    for tid, epoch in reversed(runtime.pipeline.sent_at):  # newest last; a bounded OrderedDict
         if tid not in newest_sent:
             newest_sent[tid] = epoch
     trees = []
@@ -162,7 +162,7 @@ def _job(agent: SummarySource, runtime: Any) -> dict[str, Any]:
         )
         if view is not None and view.is_root:
             masters[_hex(tid) or ""] = _master(runtime, tid)
-    worker = runtime.worker_stats()  # the record thread's published copy, never the worker
+    worker = runtime.pipeline.worker_stats()  # the record thread's published copy, never the worker
     return {
         "version": runtime.version,
         "roles": runtime.roles(),
@@ -211,7 +211,7 @@ def _master(runtime: Any, tid: int) -> dict[str, Any]:
                 "partial": bool(getattr(result, "partial", False)),
                 "coverage": round(result.coverage, 4),
                 # a top-k job's accuracy estimate, once computed off the loop (else null)
-                "accuracy": runtime.accuracy_now(tid, epoch, result),
+                "accuracy": runtime.queries.accuracy_now(tid, epoch, result),
                 "version": result.version,
                 "term": getattr(result, "term", None),  # the master's term that stored it
                 "lacking": list(result.lacking)[:8],
