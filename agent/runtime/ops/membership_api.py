@@ -2,13 +2,14 @@
 
 Contract: :class:`MembershipRoutes` serves
 
-* the **peer route** ``POST /agent/v1/retire`` ``{"job", "origin", "why"}`` on the data plane
-  (authenticated with the cluster secret like every ``/agent/v1`` route): this agent, as a
-  master of the job, retires ``origin`` now (``JobRuntime.retire_origin``) and answers
-  ``{"origin", "from_epoch", "partial_epochs"}``. 400 ``bad_body`` for a malformed body, 404
-  ``unknown_job`` when the job does not run here, 404 ``not_a_member`` when the origin is no
-  member of it, 503 ``not_master`` when this agent masters none of its trees (the convention
-  of every "not the master here (any more)" answer: the caller asks the master again);
+* what the **peer route** ``POST /agent/v1/retire`` ``{"job", "origin", "why"}`` does, served
+  with every other ``/agent/v1`` route by ``agent/runtime/host/peer_api.py``: this agent, as a
+  master of the job, retires ``origin`` now (:func:`retire_here`, ``JobRuntime.retire_origin``)
+  and answers ``{"origin", "from_epoch", "partial_epochs"}``. 400 ``bad_body`` for a malformed
+  body, 404 ``unknown_job`` when the job does not run here, 404 ``not_a_member`` when the
+  origin is no member of it, 503 ``not_master`` when this agent masters none of its trees (the
+  convention of every "not the master here (any more)" answer: the caller asks the master
+  again);
 * the **operator's routes** on the token-authenticated API:
   ``POST /api/v1/jobs/{name}/retire`` ``{"origin", "why"?}`` retires an origin of one job,
   ``POST /api/v1/retire`` ``{"agent", "why"?}`` retires an agent from every running job it
@@ -33,7 +34,7 @@ from aiohttp import web
 
 from agent.errors import BadRequest, NotFound, StatusError, Unavailable
 from agent.jsonable import jsonable
-from srt.errors import DataPlaneError, Reject
+from srt.errors import DataPlaneError
 
 RETIRE_PATH = "/agent/v1/retire"
 MAX_WHY = 200  # characters of an operator's reason kept (it reaches logs and status)
@@ -170,30 +171,6 @@ class MembershipRoutes:
         r.add_post("/api/v1/jobs/{name}/retire", self._retire_job)
         r.add_post("/api/v1/retire", self._retire_agent)
         r.add_post("/api/v1/leave", self._leave_now)
-
-    # ---- the peer route --------------------------------------------------------------------
-
-    async def serve_retire(self, request: web.Request) -> dict[str, Any]:
-        """``POST /agent/v1/retire`` (module contract)."""
-        try:
-            body = await request.json()
-        except (ValueError, RecursionError) as exc:
-            raise Reject(400, "bad_json", f"body is not JSON: {str(exc)[:200]}") from None
-        if not isinstance(body, dict) or not isinstance(body.get("job"), str):
-            raise Reject(400, "bad_body", "body must be an object with job, origin and why")
-        try:
-            origin, why = parse_origin(body.get("origin")), parse_why(body)
-        except BadRequest as exc:
-            raise Reject(400, "bad_body", str(exc)) from None
-        runtime = self._lookup(body["job"])
-        if runtime is None:
-            raise Reject(404, "unknown_job", f"job {body['job']!r} does not run here")
-        try:
-            return jsonable(retire_here(runtime, origin, why), hex_ids=True)
-        except NotFound as exc:
-            raise Reject(404, "not_a_member", str(exc)) from None
-        except Unavailable as exc:
-            raise Reject(503, "not_master", str(exc)) from None
 
     # ---- the operator's routes -------------------------------------------------------------
 
