@@ -1,18 +1,19 @@
 """One agent's compact picture for the dashboard: what the peer route ``/agent/v1/summary``
 returns and what the serving agent contributes about itself.
 
-Contract: :func:`local_summary` reads (never changes) the agent's state and returns a small,
-JSON-ready dict: identity and addresses, process CPU and RSS, loop lag, inputs' accepted and
-rejected counts, and per job this agent's applied spec version, roles, its place in each of the
-job's trees (parent, children, root), the newest epoch it sent upward, its worker's record
+Contract: :func:`local_summary` reads (never changes) the agent's state, through the narrow
+:class:`SummarySource` and, per job, :class:`JobSummarySource` (plain dicts and values the host
+adapts from its runtimes: ``agent/runtime/host/views.py``; never a runtime whole), and returns a
+small, JSON-ready dict: identity and addresses, process CPU and RSS, loop lag, inputs' accepted
+and rejected counts, and per job this agent's applied spec version, roles, its place in each of
+the job's trees (parent, children, root), the newest epoch it sent upward, its worker's record
 counts, the fault-tolerance counters, its standby or replica role, and — where it is a master —
 its newest :data:`MASTER_EPOCHS` epochs (completion time, roll-up latency, tentative, partial,
 coverage, version, term, lacking origins) and the job's absent, retired and left origins
 (:mod:`agent.runtime.ops.dashboard.membership`). Its size is bounded: at most :data:`MAX_JOBS`
-jobs, a
-fixed set of fields per tree and :data:`MAX_CHILDREN` child ids per tree (``children_total``
-says how many there are), never a result row or a secret. Building it is O(jobs × trees) and
-runs on the event loop without awaiting.
+jobs, a fixed set of fields per tree and :data:`MAX_CHILDREN` child ids per tree
+(``children_total`` says how many there are), never a result row or a secret. Building it is
+O(jobs × trees) and runs on the event loop without awaiting.
 
 :class:`ProcessSampler` measures the process's CPU share between two calls (all threads, the
 record thread included) and its resident set size (``/proc/self/statm``; where that is missing
