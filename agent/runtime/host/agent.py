@@ -244,7 +244,7 @@ class Agent:
         self.on_leave: Callable[[], None] | None = None
         self._leaving: asyncio.Task[None] | None = None
         self.membership = MembershipRoutes(
-            self.runtimes.get,
+            self.user.job_runtime,
             lambda: sorted(self.runtimes),
             self.client,
             lambda: self.data_url,

@@ -20,8 +20,9 @@ Contract: :class:`MembershipRoutes` serves
   then ``leave()`` is called, which stops the agent exactly as SIGTERM does (a graceful stop
   declares each of its origins' end to the masters).
 
-Nothing here reads the agent whole: it is given a job lookup, a peer poster, its own data
-URL and node id, and the leave callback (narrow :class:`Protocol`\\ s).
+Nothing here reads the agent whole: it is given the user API's job lookup (404 for a job that
+does not run here), a peer poster, its own data URL and node id, and the leave callback (narrow
+:class:`Protocol`\\ s).
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ class MembershipRoutes:
 
     def __init__(
         self,
-        lookup: Callable[[str], Any],
+        runtime_of: Callable[[str], RetiringRuntime],
         names: Callable[[], list[str]],
         peers: PeerPoster,
         self_url: Callable[[], str],
@@ -156,7 +157,7 @@ class MembershipRoutes:
         *,
         timeout: float = 10.0,
     ) -> None:
-        self._lookup = lookup
+        self._runtime_of = runtime_of  # the user API's lookup: 404 for an unknown job
         self._names = names
         self._peers = peers
         self._self_url = self_url
@@ -178,9 +179,7 @@ class MembershipRoutes:
         body = await _object(request)
         origin, why = parse_origin(body.get("origin")), parse_why(body)
         name = request.match_info["name"]
-        runtime = self._lookup(name)
-        if runtime is None:
-            raise NotFound(f"no running job named {name!r}")
+        runtime = self._runtime_of(name)
         return _json(await self.retire_in(name, runtime, origin, why))
 
     async def _retire_agent(self, request: web.Request) -> web.Response:
@@ -193,11 +192,8 @@ class MembershipRoutes:
         return _json(agent_outcome(agent, dict(zip(names, replies, strict=True))))
 
     async def _retire_or_error(self, name: str, origin: int, why: str) -> dict[str, Any]:
-        runtime = self._lookup(name)
         try:
-            if runtime is None:
-                raise NotFound(f"no running job named {name!r}")
-            return await self.retire_in(name, runtime, origin, why)
+            return await self.retire_in(name, self._runtime_of(name), origin, why)
         except StatusError as exc:
             return {"status": exc.status, "error": str(exc)}
 
