@@ -127,7 +127,7 @@ class Agent:
         )
         self.client = DataPlaneClient(config.secret, tunables=self.srt_tunables)
         self.trees: TreeManager | None = None
-        self.table = JobTable(stopped_ttl=t.stopped_job_ttl, tombstone_seconds=t.tombstone_seconds)
+        table = JobTable(stopped_ttl=t.stopped_job_ttl, tombstone_seconds=t.tombstone_seconds)
         self.runtimes: dict[str, JobRuntime] = {}
         # file positions, acked epochs
         self.offsets = OffsetKeeper(config.data_dir, max_pending=t.max_pending)
@@ -154,7 +154,7 @@ class Agent:
         )
         self.inputs = self.ticks.inputs
         self.supervisor = Supervisor(
-            self.table,
+            table,
             self.runtimes,
             new_runtime=self._new_runtime,
             trees=self._tree_manager,
@@ -218,7 +218,7 @@ class Agent:
             parts={
                 "data_plane": self.server,
                 "api": self.api,
-                "job_table": self.table,
+                "job_table": table,
                 "loop_lag": self.loop_lag,
                 "checkpoints_held": self.checkpoints,
             },
@@ -256,10 +256,21 @@ class Agent:
         self.peers = PeerApi(
             self.runtimes,
             checkpoints=self.checkpoints,
-            table=self.table,
+            table=table,
             summary=self.dashboard.summary,
             count=self.count,
         )
+
+    @property
+    def table(self) -> JobTable:
+        """This agent's copy of the replicated job table (the supervisor's)."""
+        return self.supervisor.table
+
+    @table.setter
+    def table(self, table: JobTable) -> None:
+        """Replace the table (a test's cut-off agent): every part reads the new one."""
+        self.supervisor.table = self.peers.table = table
+        self.views.parts = {**self.views.parts, "job_table": table}
 
     def _new_runtime(self, entry: JobEntry) -> JobRuntime:
         """A runtime for a job the table runs (the supervisor's factory): it is given the
