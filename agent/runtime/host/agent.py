@@ -194,6 +194,7 @@ class Agent:
             master_tree=s.master_tree,
         )
         self.input_port = InputPort(self.ticks)
+        #: the user API's answers (ports.UserApi: 404 for a job that does not run here)
         self.user = UserApi(
             self.runtimes,
             s,
@@ -201,6 +202,15 @@ class Agent:
             status=self.status,
             ingest=self.ticks.ingest,
         )
+        #: the daemon sets ``on_leave`` to its SIGTERM path; an agent run in-process stops itself
+        self.on_leave: Callable[[], None] | None = None
+        self._leaving: asyncio.Task[None] | None = None
+        self._install_ops(table)
+
+    def _install_ops(self, table: JobTable) -> None:
+        """The user API, the dashboard, the metrics, the membership routes and the peer wire,
+        each given its narrow port or view (agent/runtime/host/ports.py, views.py)."""
+        config, t, s = self.config, self.tunables, self.supervisor
         limits = ConnectionLimits(
             head_timeout=t.api_head_timeout,
             body_timeout=t.api_body_timeout,
@@ -239,10 +249,7 @@ class Agent:
         #: this agent's Prometheus registry (``GET /metrics``), read at scrape time
         self.metrics = AgentMetrics(self.views)
         install_ops_routes(self.api, self.views, self.metrics, metrics_public=config.metrics_public)
-        #: retiring origins and leaving (agent/runtime/ops/membership_api.py); the daemon sets
-        #: ``on_leave`` to its SIGTERM path, an agent run in-process stops itself
-        self.on_leave: Callable[[], None] | None = None
-        self._leaving: asyncio.Task[None] | None = None
+        #: retiring origins and leaving (agent/runtime/ops/membership_api.py)
         self.membership = MembershipRoutes(
             self.user.job_runtime,
             lambda: sorted(self.runtimes),
