@@ -106,7 +106,7 @@ async def run(n: int, refreshes: int) -> dict[str, Any]:
         summary_bytes = len(orjson.dumps(serving.dashboard.summary(), default=str))
         full = await measure(serving.dashboard, serving, refreshes)
         capped = await measure(
-            ClusterPicture(serving, max_agents=max(2, n // 4)), serving, refreshes
+            ClusterPicture(serving.views, max_agents=max(2, n // 4)), serving, refreshes
         )
         return {"agents": n, "summary_bytes": summary_bytes, "all": full, "capped": capped}
     finally:

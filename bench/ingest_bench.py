@@ -129,7 +129,7 @@ def elf_run(path: Path, fmt: str, fast: bool) -> tuple[float, list[tuple[str, in
     worker = Worker(job, wall_clock=lambda: START)
     c0, t0 = time.process_time(), time.perf_counter()
     tail = FileTail(path, parser=make_parser(fmt))
-    if fast:  # what Agent._tick installs (agent.ingest.fastpath.install_prefilters)
+    if fast:  # what Ticks.tick_work installs (agent.ingest.fastpath.install_prefilters)
         tail.prefilter = prefilter_for([job], fmt)
         assert tail.prefilter is not None
         tail.parser = projected_parser([job], fmt) or tail.parser

@@ -1,10 +1,11 @@
 """What a job runtime needs from its agent, as narrow protocols (one per concern).
 
-Contract: a :class:`~agent.runtime.job.runtime.JobRuntime` is constructed with these services, never
-with the whole :class:`~agent.runtime.host.agent.Agent`, which implements them (the spawner is the
-agent's :class:`~overlay.tasks.BackgroundTasks`). Each protocol lists exactly what the runtime
-uses, so what a job can reach of its agent is visible here and a test can fake one concern
-without the others:
+Contract: a :class:`~agent.runtime.job.runtime.JobRuntime` is constructed with these services,
+never with the whole :class:`~agent.runtime.host.agent.Agent`: the agent's ports implement them
+(``agent/runtime/host/ports.py``; the spawner is the agent's
+:class:`~overlay.tasks.BackgroundTasks`). Each protocol lists exactly what the runtime uses, so
+what a job can reach of its agent is visible here and a test can fake one concern without the
+others:
 
 * :class:`NetworkService` — this agent's place on the network: node id, its job trees
   (:class:`JobTrees`, satisfied by :class:`srt.TreeManager`), its data-plane URL and client,

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 
 class AgentFacade(Protocol):
-    """What the API needs from an agent (implemented by :class:`agent.runtime.host.agent.Agent`)."""
+    """What the API needs from an agent (implemented by ``agent.runtime.host.ports.UserApi``)."""
 
     async def submit(self, spec: dict[str, Any]) -> dict[str, Any]: ...
     def jobs(self) -> list[dict[str, Any]]: ...

@@ -2,13 +2,14 @@
 
 Contract: :class:`MembershipRoutes` serves
 
-* the **peer route** ``POST /agent/v1/retire`` ``{"job", "origin", "why"}`` on the data plane
-  (authenticated with the cluster secret like every ``/agent/v1`` route): this agent, as a
-  master of the job, retires ``origin`` now (``JobRuntime.recovery.retire_origin``) and answers
-  ``{"origin", "from_epoch", "partial_epochs"}``. 400 ``bad_body`` for a malformed body, 404
-  ``unknown_job`` when the job does not run here, 404 ``not_a_member`` when the origin is no
-  member of it, 503 ``not_master`` when this agent masters none of its trees (the convention
-  of every "not the master here (any more)" answer: the caller asks the master again);
+* what the **peer route** ``POST /agent/v1/retire`` ``{"job", "origin", "why"}`` does, served
+  with every other ``/agent/v1`` route by ``agent/runtime/host/peer_api.py``: this agent, as a
+  master of the job, retires ``origin`` now (:func:`retire_here`,
+  ``JobRuntime.recovery.retire_origin``) and answers ``{"origin", "from_epoch",
+  "partial_epochs"}``. 400 ``bad_body`` for a malformed body, 404 ``unknown_job`` when the job
+  does not run here, 404 ``not_a_member`` when the origin is no member of it, 503 ``not_master``
+  when this agent masters none of its trees (the convention of every "not the master here (any
+  more)" answer: the caller asks the master again);
 * the **operator's routes** on the token-authenticated API:
   ``POST /api/v1/jobs/{name}/retire`` ``{"origin", "why"?}`` retires an origin of one job,
   ``POST /api/v1/retire`` ``{"agent", "why"?}`` retires an agent from every running job it
@@ -19,8 +20,9 @@ Contract: :class:`MembershipRoutes` serves
   then ``leave()`` is called, which stops the agent exactly as SIGTERM does (a graceful stop
   declares each of its origins' end to the masters).
 
-Nothing here reads the agent whole: it is given a job lookup, a peer poster, its own data
-URL and node id, and the leave callback (narrow :class:`Protocol`\\ s).
+Nothing here reads the agent whole: it is given the user API's job lookup (404 for a job that
+does not run here), a peer poster, its own data URL and node id, and the leave callback (narrow
+:class:`Protocol`\\ s).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from aiohttp import web
 
 from agent.errors import BadRequest, NotFound, StatusError, Unavailable
 from agent.jsonable import jsonable
-from srt.errors import DataPlaneError, Reject
+from srt.errors import DataPlaneError
 
 RETIRE_PATH = "/agent/v1/retire"
 MAX_WHY = 200  # characters of an operator's reason kept (it reaches logs and status)
@@ -79,26 +81,20 @@ def parse_why(body: dict[str, Any]) -> str:
     return why or DEFAULT_WHY
 
 
-def retire_here(runtime: Any, origin: int, why: str) -> dict[str, Any]:
-    """``runtime.retire_origin`` with its errors as answers: KeyError → 404 (not a member),
+def retire_here(recovery: RetiringRuntime, origin: int, why: str) -> dict[str, Any]:
+    """``recovery.retire_origin`` with its errors as answers: KeyError → 404 (not a member),
     LookupError → 503 (not a master here)."""
-    retire = getattr(runtime, "retire_origin", None)
-    if retire is None:  # a runtime without the membership model (before it lands)
-        raise Unavailable("this agent's job runtime cannot retire origins")
     try:
-        return dict(retire(origin, why))
+        return dict(recovery.retire_origin(origin, why))
     except KeyError as exc:
         raise NotFound(f"origin {origin:x} is not a member of the job: {exc}") from None
     except LookupError as exc:
         raise Unavailable(f"not the master of the job here (any more): {exc}") from None
 
 
-async def master_urls(runtime: Any) -> list[str]:
+async def master_urls(recovery: RetiringRuntime) -> list[str]:
     """The job's masters' data-plane URLs, each once (one agent may master several trees)."""
-    find = getattr(runtime, "master_urls", None)
-    if find is None:
-        raise Unavailable("this agent's job runtime cannot name the job's masters")
-    return list(dict.fromkeys(await find()))
+    return list(dict.fromkeys(await recovery.master_urls()))
 
 
 def job_outcome(job: str, origin: int, answers: list[dict[str, Any]]) -> dict[str, Any]:
@@ -147,7 +143,7 @@ class MembershipRoutes:
 
     def __init__(
         self,
-        lookup: Callable[[str], Any],
+        runtime_of: Callable[[str], RetiringRuntime],
         names: Callable[[], list[str]],
         peers: PeerPoster,
         self_url: Callable[[], str],
@@ -156,7 +152,7 @@ class MembershipRoutes:
         *,
         timeout: float = 10.0,
     ) -> None:
-        self._lookup = lookup
+        self._runtime_of = runtime_of  # the user API's lookup: 404 for an unknown job
         self._names = names
         self._peers = peers
         self._self_url = self_url
@@ -172,39 +168,13 @@ class MembershipRoutes:
         r.add_post("/api/v1/retire", self._retire_agent)
         r.add_post("/api/v1/leave", self._leave_now)
 
-    # ---- the peer route --------------------------------------------------------------------
-
-    async def serve_retire(self, request: web.Request) -> dict[str, Any]:
-        """``POST /agent/v1/retire`` (module contract)."""
-        try:
-            body = await request.json()
-        except (ValueError, RecursionError) as exc:
-            raise Reject(400, "bad_json", f"body is not JSON: {str(exc)[:200]}") from None
-        if not isinstance(body, dict) or not isinstance(body.get("job"), str):
-            raise Reject(400, "bad_body", "body must be an object with job, origin and why")
-        try:
-            origin, why = parse_origin(body.get("origin")), parse_why(body)
-        except BadRequest as exc:
-            raise Reject(400, "bad_body", str(exc)) from None
-        runtime = self._lookup(body["job"])
-        if runtime is None:
-            raise Reject(404, "unknown_job", f"job {body['job']!r} does not run here")
-        try:
-            return jsonable(retire_here(runtime.recovery, origin, why), hex_ids=True)
-        except NotFound as exc:
-            raise Reject(404, "not_a_member", str(exc)) from None
-        except Unavailable as exc:
-            raise Reject(503, "not_master", str(exc)) from None
-
     # ---- the operator's routes -------------------------------------------------------------
 
     async def _retire_job(self, request: web.Request) -> web.Response:
         body = await _object(request)
         origin, why = parse_origin(body.get("origin")), parse_why(body)
         name = request.match_info["name"]
-        runtime = self._lookup(name)
-        if runtime is None:
-            raise NotFound(f"no running job named {name!r}")
+        runtime = self._runtime_of(name)
         return _json(await self.retire_in(name, runtime, origin, why))
 
     async def _retire_agent(self, request: web.Request) -> web.Response:
@@ -217,11 +187,8 @@ class MembershipRoutes:
         return _json(agent_outcome(agent, dict(zip(names, replies, strict=True))))
 
     async def _retire_or_error(self, name: str, origin: int, why: str) -> dict[str, Any]:
-        runtime = self._lookup(name)
         try:
-            if runtime is None:
-                raise NotFound(f"no running job named {name!r}")
-            return await self.retire_in(name, runtime, origin, why)
+            return await self.retire_in(name, self._runtime_of(name), origin, why)
         except StatusError as exc:
             return {"status": exc.status, "error": str(exc)}
 

@@ -51,8 +51,8 @@ MULTICAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 
 
 class MetricsSource(Protocol):
-    """What the collector reads, as plain data (implemented by the Agent): nothing else of
-    the agent is reachable from here."""
+    """What the collector reads, as plain data (implemented by
+    ``agent.runtime.host.views.AgentView``): nothing else of the agent is reachable from here."""
 
     def metrics_node(self) -> Mapping[str, Any]:
         """Agent-wide figures: ``uptime_s``, ``ready``, ``contacts``, ``overlay``

@@ -454,6 +454,11 @@ class Recovery:
     def versions_changed(self, changed: list[tuple[int, int]]) -> None:
         self.origins.versions_changed(changed)
 
+    def node_failed(self, node_id: int) -> None:
+        """The overlay declared ``node_id`` failed: as master, a lagging origin it was may be
+        declared absent after the loss timeout (loss.py)."""
+        self.loss.overlay_failed(node_id)
+
     def status(self) -> dict[str, Any]:
         """Fault tolerance's part of the job's status (the keys the runtime always had)."""
         return {

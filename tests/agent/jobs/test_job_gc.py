@@ -51,7 +51,7 @@ async def test_a_stopped_job_leaves_every_table_and_its_name_can_run_again() -> 
         stale = agents[2]
         stale.table = JobTable(stopped_ttl=TTL, tombstone_seconds=600.0)
         entry = JobEntry("wc", first.spec, RUNNING, first.version)
-        stale._apply_entry(entry)
+        stale.supervisor.apply_entry(entry)
         assert "wc" in stale.runtimes
         # the others pull its table (anti-entropy over the data plane): nothing comes back
         for a in agents[:2]:

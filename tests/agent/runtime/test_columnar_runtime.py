@@ -41,7 +41,7 @@ async def test_full_parse_query_runs_columnar_with_row_path_results(
         ]
         lines = [json.dumps(r) for r in records]
         lines[5:5] = ["not json", '{"action": "click"}', ""]
-        agent._tick()  # installs the columnar reader
+        agent.ticks.tick()  # installs the columnar reader
         tail = agent.inputs["clicks"]
         if columnar:
             tail.columnar.min_rows = 1
@@ -69,7 +69,7 @@ async def test_full_parse_query_runs_columnar_with_row_path_results(
         tail = agent.inputs["clicks"]
         assert (tail.columnar is not None) == columnar
         if parse_processes:  # the helper process parsed some of the chunks
-            assert agent.parse_pool is not None and agent.parse_pool.chunks > 0
+            assert agent.ticks.parse_pool is not None and agent.ticks.parse_pool.chunks > 0
         stats = tail.stats()
         assert stats["quarantine"]["by_reason"] == {"bad_json": 1, "missing_timestamp": 1}
         assert stats["blank_lines"] == 1

@@ -119,7 +119,7 @@ async def test_picture_shows_every_agent_the_tree_and_exact_results() -> None:
 
 async def test_picture_is_bounded_and_shared() -> None:
     async with running_agents(3) as agents:
-        small = ClusterPicture(agents[0], max_agents=2)
+        small = ClusterPicture(agents[0].views, max_agents=2)
         snap = await small.snapshot()
         assert snap["asked"] == 2 and snap["known"] == 3 and snap["truncated"]
         assert len(snap["agents"]) == 2
@@ -454,6 +454,41 @@ class _Agent:
 
     async def data_url_of(self, node: Any) -> str:
         raise AssertionError("no peer to ask")
+
+    # what the picture reads (ClusterSource, SummarySource), from the fields above
+    def loop_lag_stats(self) -> dict[str, Any]:
+        return self.loop_lag.stats()
+
+    def input_stats(self) -> dict[str, dict[str, Any]]:
+        return {name: source.stats() for name, source in self.inputs.items()}
+
+    def job_summaries(self) -> dict[str, Any]:
+        return {}
+
+    def tree_view(self, tree: int) -> Any:
+        return None
+
+    def tree_members(self) -> list[Any]:
+        return []
+
+    def leaf_set(self) -> list[Any]:
+        return self.overlay.leaf_set()
+
+    def contacts(self) -> list[Any]:
+        return self.overlay.contacts()
+
+    def size_estimate(self) -> int:
+        return self.overlay.size_estimate()
+
+    def watch_membership(self, failed: Any, joined: Any) -> None:
+        self.overlay.on_node_failed(failed)
+        self.overlay.on_node_joined(joined)
+
+    async def post_json(self, url: str, path: str, body: dict) -> Any:
+        return await self.client.post_json(url, path, body)  # type: ignore[attr-defined]
+
+    def result_reader(self, name: str) -> Any:
+        return None
 
 
 async def test_failed_agents_stay_listed_and_tentative_runs_are_one_event() -> None:

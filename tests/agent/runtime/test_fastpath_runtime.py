@@ -89,7 +89,7 @@ async def test_a_runtime_where_change_re_derives_the_prefilter(tmp_path: Path) -
             spec_from_query("promo", "t", query, start_epoch=e, allowed_lateness=0.5)
         )
         await wait_for(lambda: "promo" in agent.runtimes, 20, "the job to start")
-        agent._tick()  # installs the prefilter for action = 'click'
+        agent.ticks.tick()  # installs the prefilter for action = 'click'
         assert agent.inputs["clicks"].prefilter is not None
         await agent.change_job("promo", {"query": query.replace("'click'", "'buy'")})
         records = [

@@ -24,6 +24,7 @@ from typing import Any
 import jsonschema
 from agent_helpers import lines, running_agents, wait_for
 
+from agent.runtime.host.views import JobView
 from agent.runtime.ops.dashboard.summary import _master
 from agent.tunables import RuntimeTunables
 
@@ -95,7 +96,7 @@ async def test_tentative_coverage_matches_the_truth_then_the_final_replaces_it()
         # the dashboard's summary (built on the loop) shows the estimate once computed
         shown = mrt.queries.accuracy_now(tid, x, stored)
         assert shown == estimate
-        epochs = {e["epoch"]: e for e in _master(mrt, tid)["epochs"]}
+        epochs = {e["epoch"]: e for e in _master(JobView(mrt), tid)["epochs"]}
         assert epochs[x]["accuracy"] == estimate and epochs[x]["coverage"] < 0.5
 
         want = Counter(w for i in range(3) for t in written[i][EPOCHS - 1] for w in t.split())

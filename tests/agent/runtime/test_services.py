@@ -150,9 +150,9 @@ async def test_agent_background_tasks_count_failures_and_cancel_on_stop(
             await asyncio.sleep(0)
     assert agent.counters == {"task_failed:doomed": 1}
     assert "doomed failed: RuntimeError('boom')" in caplog.text
-    (waiting,) = list(agent._tasks)
-    agent._tasks.cancel_all()  # what stop() does
+    (waiting,) = list(agent.tasks)
+    agent.tasks.cancel_all()  # what stop() does
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    assert len(agent._tasks) == 0 and agent.counters == {"task_failed:doomed": 1}
+    assert len(agent.tasks) == 0 and agent.counters == {"task_failed:doomed": 1}
     await agent.client.close()

@@ -29,13 +29,14 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from agent.runtime.ops.dashboard.membership import merge_membership
 from agent.runtime.ops.dashboard.summary import (
     ProcessSampler,
     SummaryError,
+    SummarySource,
     check_summary,
     local_summary,
 )
@@ -53,19 +54,36 @@ FAILED_TTL = 600.0  # seconds a failed agent stays listed
 ROUNDS = 4  # rounds of asking per picture (each asks the tree neighbours the last one named)
 
 
-class ClusterSource(Protocol):
-    """What :class:`ClusterPicture` needs from the agent (``agent.runtime.host.agent.Agent``)."""
-
-    overlay: Any
-    client: Any
-    runtimes: dict[str, Any]
+class ClusterSource(SummarySource, Protocol):
+    """What :class:`ClusterPicture` reads of its agent (the host adapts it): its own summary
+    source, the job table, the agents it knows of (job-tree neighbours, leaf set, overlay
+    contacts) and membership news, a peer's data-plane URL and summary, and one job's result."""
 
     @property
     def node_id(self) -> int: ...
 
-    async def data_url_of(self, node: Any) -> str: ...
-
     def jobs(self) -> list[dict[str, Any]]: ...
+
+    def tree_members(self) -> list[NodeInfo]:
+        """The parents, roots and children of every job tree this agent is on, in order."""
+        ...
+
+    def leaf_set(self) -> list[NodeInfo]: ...
+    def contacts(self) -> list[NodeInfo]: ...
+    def size_estimate(self) -> int: ...
+
+    def watch_membership(
+        self, failed: Callable[[NodeInfo], None], joined: Callable[[NodeInfo], None]
+    ) -> None:
+        """Call ``failed`` / ``joined`` as the overlay declares agents failed or joined."""
+        ...
+
+    async def data_url_of(self, node: Any) -> str: ...
+    async def post_json(self, url: str, path: str, body: dict) -> dict: ...
+
+    def result_reader(self, name: str) -> Callable[[int], Awaitable[dict[str, Any]]] | None:
+        """How to read job ``name``'s result of an epoch here; None if it does not run here."""
+        ...
 
 
 class _JobTrack:
@@ -126,8 +144,7 @@ class ClusterPicture:
         if self._attached:
             return
         self._attached = True
-        self.agent.overlay.on_node_failed(self._node_failed)
-        self.agent.overlay.on_node_joined(self._node_joined)
+        self.agent.watch_membership(self._node_failed, self._node_joined)
 
     def _node_failed(self, info: Any) -> None:
         self._failed[info.id] = (time.time(), f"{info.host}:{info.port}")
@@ -163,7 +180,7 @@ class ClusterPicture:
 
     def summary(self) -> dict[str, Any]:
         """This agent's own summary (the peer route's answer)."""
-        return local_summary(self.agent, self._sampler)  # type: ignore[arg-type]
+        return local_summary(self.agent, self._sampler)
 
     # ---- refresh -------------------------------------------------------------------------
 
@@ -202,16 +219,11 @@ class ClusterPicture:
         contacts nearest first (all of them: :meth:`_build` applies the cap)."""
         me = self.agent.node_id
         out: dict[int, Any] = {}
-        for runtime in self.agent.runtimes.values():
-            for tid in runtime.tree_list:
-                view = self.agent.trees.view(tid) if self.agent.trees is not None else None
-                if view is not None:
-                    for info in (view.parent, view.root, *view.children.values()):
-                        if info is not None:
-                            out.setdefault(info.id, info)
-        for info in self.agent.overlay.leaf_set():
+        for info in self.agent.tree_members():
             out.setdefault(info.id, info)
-        for info in sorted(self.agent.overlay.contacts(), key=lambda c: c.id ^ me):
+        for info in self.agent.leaf_set():
+            out.setdefault(info.id, info)
+        for info in sorted(self.agent.contacts(), key=lambda c: c.id ^ me):
             out.setdefault(info.id, info)
         out.pop(me, None)
         return list(out.values())
@@ -255,7 +267,7 @@ class ClusterPicture:
         if url is None:
             url = await self.agent.data_url_of(node)  # over the overlay, once per peer
             self._urls[node.id] = url
-        reply = await self.agent.client.post_json(url, SUMMARY_PATH, {})
+        reply = await self.agent.post_json(url, SUMMARY_PATH, {})
         try:
             summary = check_summary(reply)
         except SummaryError as exc:  # a peer of another version, or a broken one: not used
@@ -353,7 +365,7 @@ class ClusterPicture:
             "truncated": len(heard) > self.max_agents,
             # the overlay's own estimate of its size (from the leaf set's spread): a cluster
             # larger than the agents this one heard of shows here
-            "overlay_estimate": self.agent.overlay.size_estimate(),
+            "overlay_estimate": self.agent.size_estimate(),
             "period_s": self.period(),
             "agents": agents,
             "jobs": jobs,
@@ -544,13 +556,13 @@ class ClusterPicture:
             job["result"] = self._jobs[name].result
 
     async def _result(self, name: str, epoch: int) -> dict[str, Any] | None:
-        runtime = self.agent.runtimes.get(name)
-        if runtime is None:
+        read = self.agent.result_reader(name)
+        if read is None:
             return None
         try:
             async with self._gate:
                 # the epoch the masters listed, so the snapshot agrees with itself
-                res = await runtime.queries.results(epoch)
+                res = await read(epoch)
         except Exception as exc:  # no complete epoch yet, a master changing: said, not raised
             return {"error": _describe(exc)}
         rows = res.get("rows") or []

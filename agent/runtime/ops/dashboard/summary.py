@@ -1,18 +1,19 @@
 """One agent's compact picture for the dashboard: what the peer route ``/agent/v1/summary``
 returns and what the serving agent contributes about itself.
 
-Contract: :func:`local_summary` reads (never changes) the agent's state and returns a small,
-JSON-ready dict: identity and addresses, process CPU and RSS, loop lag, inputs' accepted and
-rejected counts, and per job this agent's applied spec version, roles, its place in each of the
-job's trees (parent, children, root), the newest epoch it sent upward, its worker's record
+Contract: :func:`local_summary` reads (never changes) the agent's state, through the narrow
+:class:`SummarySource` and, per job, :class:`JobSummarySource` (plain dicts and values the host
+adapts from its runtimes: ``agent/runtime/host/views.py``; never a runtime whole), and returns a
+small, JSON-ready dict: identity and addresses, process CPU and RSS, loop lag, inputs' accepted
+and rejected counts, and per job this agent's applied spec version, roles, its place in each of
+the job's trees (parent, children, root), the newest epoch it sent upward, its worker's record
 counts, the fault-tolerance counters, its standby or replica role, and — where it is a master —
 its newest :data:`MASTER_EPOCHS` epochs (completion time, roll-up latency, tentative, partial,
 coverage, version, term, lacking origins) and the job's absent, retired and left origins
 (:mod:`agent.runtime.ops.dashboard.membership`). Its size is bounded: at most :data:`MAX_JOBS`
-jobs, a
-fixed set of fields per tree and :data:`MAX_CHILDREN` child ids per tree (``children_total``
-says how many there are), never a result row or a secret. Building it is O(jobs × trees) and
-runs on the event loop without awaiting.
+jobs, a fixed set of fields per tree and :data:`MAX_CHILDREN` child ids per tree
+(``children_total`` says how many there are), never a result row or a secret. Building it is
+O(jobs × trees) and runs on the event loop without awaiting.
 
 :class:`ProcessSampler` measures the process's CPU share between two calls (all threads, the
 record thread included) and its resident set size (``/proc/self/statm``; where that is missing
@@ -29,9 +30,12 @@ import math
 import os
 import resource
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.runtime.ops.dashboard.membership import check_membership, local_membership
+
+if TYPE_CHECKING:
+    from srt import TreeView
 
 MASTER_EPOCHS = 16  # newest epochs per master tree in a summary
 MAX_JOBS = 64  # jobs per summary (the newest names beyond it are counted, not listed)
@@ -83,20 +87,47 @@ def _rss() -> tuple[int, bool]:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, True
 
 
-class SummarySource(Protocol):
-    """What :func:`local_summary` reads from an agent (:class:`agent.runtime.host.agent.Agent`)."""
+class JobSummarySource(Protocol):
+    """One job on this agent as plain values (the host adapts its job runtime)."""
 
-    runtimes: dict[str, Any]
-    inputs: dict[str, Any]
-    data_url: str
-    started_at: float
-    loop_lag: Any
-    trees: Any
+    def summary_state(self) -> dict[str, Any]:
+        """``version``, ``roles``, ``trees`` (its tree ids, in order), ``last_sent`` (tree →
+        the newest epoch sent upward), ``next_epoch`` (tree → its combiner's next epoch, or
+        None), ``worker`` (the worker's published figures, or None), ``standby`` (the
+        replication's ``standbys``), ``replica_of`` (tree → the master it is a replica of)
+        and ``counters``."""
+        ...
+
+    def epoch_seconds(self, epoch: int) -> float:
+        """The length of ``epoch`` (it can change at runtime: docs/job-changes.md)."""
+        ...
+
+    def stored_epochs(self, tree: int, newest: int) -> list[dict[str, Any]]:
+        """As master, the flags of the ``newest`` epochs stored for ``tree``: ``epoch``,
+        ``completed_at``, ``end`` (the epoch's end), ``tentative``, ``partial``, ``coverage``,
+        ``accuracy`` (or None), ``version``, ``term`` (or None), ``lacking``."""
+        ...
+
+    def committed(self, tree: int) -> int | None:
+        """The newest epoch of ``tree`` this master committed, or None."""
+        ...
+
+    def membership_status(self) -> dict[str, Any] | None:
+        """The job's absent, retired and left origins (``JobRuntime.membership_status``)."""
+        ...
+
+
+class SummarySource(Protocol):
+    """What :func:`local_summary` reads of an agent (the host adapts it)."""
 
     @property
-    def node_id(self) -> int: ...
+    def started_at(self) -> float: ...
 
     def describe(self) -> dict[str, Any]: ...
+    def loop_lag_stats(self) -> dict[str, Any]: ...
+    def input_stats(self) -> dict[str, dict[str, Any]]: ...
+    def job_summaries(self) -> dict[str, JobSummarySource]: ...
+    def tree_view(self, tree: int) -> TreeView | None: ...
 
 
 def _hex(n: int | None) -> str | None:
@@ -111,21 +142,21 @@ def local_summary(agent: SummarySource, sampler: ProcessSampler) -> dict[str, An
     """This agent's picture (module contract)."""
     inputs = {}
     rejected = 0
-    for name, source in agent.inputs.items():
-        stats = source.stats()
+    for name, stats in agent.input_stats().items():
         bad = int(stats.get("rejected", 0) or 0)
         rejected += bad
         # the ingest queue counts "accepted", file and stdin inputs "records"
         accepted = stats.get("accepted", stats.get("records", 0))
         inputs[name] = {"accepted": int(accepted or 0), "rejected": bad}
-    names = sorted(agent.runtimes)
-    jobs = {name: _job(agent, agent.runtimes[name]) for name in names[:MAX_JOBS]}
+    summaries = agent.job_summaries()
+    names = sorted(summaries)
+    jobs = {name: _job(agent, summaries[name]) for name in names[:MAX_JOBS]}
     return {
         **agent.describe(),
         "time": time.time(),
         "uptime_s": round(time.time() - agent.started_at, 1),
         "process": sampler.sample(),
-        "loop_lag": agent.loop_lag.stats(),
+        "loop_lag": agent.loop_lag_stats(),
         "inputs": inputs,
         "rejected": rejected,
         "jobs": jobs,
@@ -133,16 +164,13 @@ def local_summary(agent: SummarySource, sampler: ProcessSampler) -> dict[str, An
     }
 
 
-def _job(agent: SummarySource, runtime: Any) -> dict[str, Any]:
-    newest_sent: dict[int, int] = {}
-    for tid, epoch in reversed(runtime.pipeline.sent_at):  # newest last; a bounded OrderedDict
-        if tid not in newest_sent:
-            newest_sent[tid] = epoch
+def _job(agent: SummarySource, job: JobSummarySource) -> dict[str, Any]:
+    state = job.summary_state()
+    newest_sent: dict[int, int] = state["last_sent"]
     trees = []
     masters: dict[str, Any] = {}
-    for tid in runtime.tree_list:
-        view = agent.trees.view(tid) if agent.trees is not None else None
-        combiner = runtime.combiners.get(tid)
+    for tid in state["trees"]:
+        view = agent.tree_view(tid)
         children = sorted(view.children) if view is not None else []
         trees.append(
             {
@@ -157,16 +185,16 @@ def _job(agent: SummarySource, runtime: Any) -> dict[str, Any]:
                 "children_at": [_at(view.children[c]) for c in children[:MAX_CHILDREN]],
                 "children_total": len(children),
                 "last_sent": newest_sent.get(tid),
-                "next_epoch": combiner.next_epoch if combiner is not None else None,
+                "next_epoch": state["next_epoch"].get(tid),
             }
         )
         if view is not None and view.is_root:
-            masters[_hex(tid) or ""] = _master(runtime, tid)
-    worker = runtime.pipeline.worker_stats()  # the record thread's published copy, never the worker
+            masters[_hex(tid) or ""] = _master(job, tid)
+    worker = state["worker"]  # the record thread's published copy, never the worker
     return {
-        "version": runtime.version,
-        "roles": runtime.roles(),
-        "epoch_seconds": runtime.spec.schedule.seconds_of(_current_epoch(worker, newest_sent)),
+        "version": state["version"],
+        "roles": state["roles"],
+        "epoch_seconds": job.epoch_seconds(_current_epoch(worker, newest_sent)),
         "trees": trees,
         "worker": None
         if worker is None
@@ -174,13 +202,11 @@ def _job(agent: SummarySource, runtime: Any) -> dict[str, Any]:
             k: worker.get(k)
             for k in ("records_in", "records_accepted", "bad_records", "late_dropped", "next_epoch")
         },
-        "standby": runtime.recovery.replication.stats().get("standbys", {}),
-        "replica_of": {
-            _hex(t): r.stats().get("master") for t, r in runtime.recovery.replicas.items()
-        },
-        "counters": {k: runtime.counters[k] for k in FAULT_COUNTERS if k in runtime.counters},
+        "standby": state["standby"],
+        "replica_of": {_hex(t): m for t, m in state["replica_of"].items()},
+        "counters": {k: state["counters"][k] for k in FAULT_COUNTERS if k in state["counters"]},
         "masters": masters,
-        "membership": local_membership(runtime.recovery) if masters else None,
+        "membership": local_membership(job) if masters else None,
     }
 
 
@@ -192,32 +218,26 @@ def _current_epoch(worker: dict[str, Any] | None, newest_sent: dict[int, int]) -
     return max(newest_sent.values(), default=0)
 
 
-def _master(runtime: Any, tid: int) -> dict[str, Any]:
-    schedule = runtime.spec.schedule
-    epochs = []
-    for epoch in runtime.store.epochs(tid)[-MASTER_EPOCHS:]:
-        result = runtime.store.peek(tid, epoch)  # flags only, no snapshot copy
-        if result is None:
-            continue
-        end = schedule.start(epoch) + schedule.seconds_of(epoch)
-        epochs.append(
-            {
-                "epoch": epoch,
-                "completed_at": result.completed_at,
-                # from the epoch's end (event time = wall time for live inputs) to the master
-                "latency_s": round(result.completed_at - end, 4),
-                "tentative": result.tentative,
-                # a retired origin's part missing for good (results.py; False before it says)
-                "partial": bool(getattr(result, "partial", False)),
-                "coverage": round(result.coverage, 4),
-                # a top-k job's accuracy estimate, once computed off the loop (else null)
-                "accuracy": runtime.queries.accuracy_now(tid, epoch, result),
-                "version": result.version,
-                "term": getattr(result, "term", None),  # the master's term that stored it
-                "lacking": list(result.lacking)[:8],
-            }
-        )
-    return {"committed": runtime.recovery.committed.get(tid), "epochs": epochs}
+def _master(job: JobSummarySource, tid: int) -> dict[str, Any]:
+    epochs = [
+        {
+            "epoch": e["epoch"],
+            "completed_at": e["completed_at"],
+            # from the epoch's end (event time = wall time for live inputs) to the master
+            "latency_s": round(e["completed_at"] - e["end"], 4),
+            "tentative": e["tentative"],
+            # a retired origin's part missing for good (False before the store says)
+            "partial": bool(e["partial"]),
+            "coverage": round(e["coverage"], 4),
+            # a top-k job's accuracy estimate, once computed off the loop (else null)
+            "accuracy": e["accuracy"],
+            "version": e["version"],
+            "term": e["term"],  # the master's term that stored it
+            "lacking": list(e["lacking"])[:8],
+        }
+        for e in job.stored_epochs(tid, MASTER_EPOCHS)
+    ]
+    return {"committed": job.committed(tid), "epochs": epochs}
 
 
 # ---- a peer's summary, checked before the picture uses it ------------------------------------

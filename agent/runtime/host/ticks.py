@@ -1,0 +1,384 @@
+r"""The agent's inputs and its clock: ingest, the tick loop and the record thread's part of it.
+
+Contract: :class:`Ticks` opens the agent's inputs (file tails, stdin, the ``ingest`` queue),
+serves the input side a job is given (:class:`~agent.runtime.services.InputService`: names,
+timestamp fields, a read-now, durable resume positions) and runs the agent's clock:
+:meth:`Ticks.tick_loop` ticks every ``tick_seconds`` (at once again while inputs have data)
+and whenever :meth:`Ticks.tick_now` asks. **The event loop never runs per-record work**: a
+tick's reading, parsing, every job's ``map`` and epoch closing run on the record thread
+(:meth:`Ticks.tick_work`), then the loop offers the closed epochs to the trees
+(:meth:`Ticks.tick_done`) and notes the offsets. An ingest request is processed before it is
+answered (the request waits for the thread; the loop does not).
+
+A job new on this agent joins the inputs other jobs already read at its first tick
+(:meth:`Ticks.join_inputs`): what they read of its epochs is re-read for it from the file
+(``agent/ingest/replay.py``), or, where that cannot be done, those epochs are flagged
+incomplete here — never counted as whole.
+
+It is given the runtimes by name (read only), the durable offsets, the record thread (a
+callable: the agent swaps it at start and stop), the tunables and the counter; it reaches a
+runtime only through :class:`TickedRuntime`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from agent.config import AgentConfig, InputConfig
+from agent.errors import BadRequest, NotFound
+from agent.ingest.base import Resumable
+from agent.ingest.columnar.pool import ChunkParsePool
+from agent.ingest.columnar.reader import install_columnar
+from agent.ingest.fastpath import install_prefilters
+from agent.ingest.inputs import open_input
+from agent.ingest.replay import ReplayError, replay_range
+from agent.ingest.stream import IngestQueue, StreamInput
+from agent.ingest.tail import FileTail
+from agent.jobs.spec import JobSpec
+from agent.runtime.record_thread import InlineRecords, RecordThread
+from agent.runtime.recovery.offsets import OffsetKeeper
+from agent.tunables import RuntimeTunables
+
+log = logging.getLogger(__name__)
+
+INGEST_INPUT = "ingest"
+
+
+class SharedInputs(Protocol):
+    """A job told that other jobs read its inputs first (``JobRuntime.recovery``)."""
+
+    def started_after_others(self, newest: float, inputs: list[str]) -> None: ...
+
+
+class TickedRuntime(Protocol):
+    """The :class:`~agent.runtime.job.runtime.JobRuntime` members the ticks call."""
+
+    name: str
+    inputs: Any
+    clock: Any
+    spec: JobSpec
+
+    def work(self, batches: dict[str, Any]) -> Any: ...
+    def deliver(self, closed: Any, now: float) -> None: ...
+    def backlog_full(self) -> bool: ...
+    def count(self, what: str, n: int = 1) -> None: ...
+    @property
+    def recovery(self) -> SharedInputs: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Ticked:
+    """What the record thread's part of a tick hands back to the loop."""
+
+    busy: bool  # some input had data
+    polled: set[str]
+    closed: list[tuple[Any, list[Any]]]
+    positions: dict[str, Position]  # resumable inputs' positions right after the poll
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """A resumable input's ``state()`` captured on the record thread (``Resumable``), and
+    where its tail began reading in this run (``FileTail.origin``)."""
+
+    captured: dict[str, Any]
+    origin: dict[str, Any] | None = None
+
+    def state(self) -> dict[str, Any]:
+        return self.captured
+
+
+class Ticks:
+    """The agent's inputs and clock (see the module contract)."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        runtimes: Mapping[str, TickedRuntime],
+        offsets: OffsetKeeper,
+        *,
+        records: Callable[[], RecordThread | InlineRecords],
+        count: Callable[..., None],
+        running: Callable[[], bool],
+    ) -> None:
+        self.config = config
+        self.tunables: RuntimeTunables = config.runtime
+        self.runtimes = runtimes
+        self.offsets = offsets
+        self.records = records
+        self.count = count
+        self.running = running
+        self.inputs: dict[str, FileTail | StreamInput | IngestQueue] = {}
+        self.input_configs: dict[str, InputConfig] = {}
+        self.parse_pool: ChunkParsePool | None = None
+        # the runtimes the record thread has fed at least once (a new one joins the inputs
+        # the others read: join_inputs)
+        self.fed: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.requests: set[str] = set()  # inputs to read at once (tick_now)
+        self.event = asyncio.Event()
+
+    # ---- inputs (InputService) -----------------------------------------------------------------
+
+    def open_inputs(self) -> None:
+        configs = list(self.config.inputs)
+        if not any(c.name == INGEST_INPUT for c in configs):
+            configs.append(InputConfig(name=INGEST_INPUT, type="ingest"))
+        for cfg in configs:
+            self.input_configs[cfg.name] = cfg
+            state = self.offsets.resume_state(cfg.name)
+            self.inputs[cfg.name] = source = open_input(cfg, self.config.data_dir, state=state)
+            if hasattr(source, "parse_pool"):  # file tails: a backlog parsed on both cores
+                source.parse_pool = self.shared_parse_pool()
+
+    def shared_parse_pool(self) -> ChunkParsePool | None:
+        """The agent's parse-ahead processes (``parse_processes``; None: off), started on the
+        first backlog and shared by its file inputs."""
+        if self.tunables.parse_processes and self.parse_pool is None:
+            self.parse_pool = ChunkParsePool(self.tunables.parse_processes)
+        return self.parse_pool
+
+    def input_names(self) -> set[str]:
+        return set(self.inputs)
+
+    def timestamp_field(self, input_name: str) -> str:
+        """The event-time field of ``input_name``'s records (InputService)."""
+        return self.input_configs[input_name].timestamp_field
+
+    def resume_spec(self, spec: JobSpec) -> JobSpec:
+        """``spec`` moved past the epochs passed on before a restart (InputService; see
+        ``agent/runtime/recovery/offsets.py``)."""
+        return self.offsets.resume_spec(spec)
+
+    def close(self) -> None:
+        """Close every input (the agent stopped)."""
+        for source in self.inputs.values():
+            source.close()
+
+    async def ingest(self, input_name: str, lines: Sequence[bytes | str]) -> dict[str, Any]:
+        source = self.inputs.get(input_name)
+        if source is None:
+            raise NotFound(f"no input named {input_name!r} on this agent")
+        if not isinstance(source, IngestQueue):
+            raise BadRequest(f"input {input_name!r} tails a file; ingest into an ingest input")
+        # Parsing the lines and processing them run on the record thread, in one step: the
+        # request is answered once its records are in the jobs (as before), and a runtime
+        # change submitted after this request applies to later records only. A record that
+        # closes an epoch sends that epoch up the tree without a polling delay.
+        runtimes = list(self.runtimes.values())
+        outcome, ticked = await self.records().run(
+            self.ingest_work, source, lines, input_name, runtimes
+        )
+        if ticked is not None:
+            self.tick_done(ticked)
+        return outcome
+
+    def ingest_work(
+        self, source: IngestQueue, lines: list[str], input_name: str, runtimes: list[Any]
+    ) -> tuple[dict[str, Any], Ticked | None]:
+        """Record thread: validate and enqueue ``lines``, then feed the jobs reading them."""
+        outcome = source.put_lines(lines).to_dict()
+        if not outcome["accepted"]:
+            return outcome, None
+        return outcome, self.tick_work({input_name}, runtimes)
+
+    # ---- the clock -----------------------------------------------------------------------------
+
+    async def tick_loop(self) -> None:
+        """Tick every ``tick_seconds`` (at once again while inputs have data: a file tail
+        reads a chunk per poll), and in between whenever :meth:`tick_now` asks."""
+        next_full = 0.0
+        while self.running():
+            now = time.monotonic()
+            if now >= next_full:
+                only: set[str] | None = None
+                next_full = now + self.tunables.tick_seconds
+                self.requests = set()
+            else:
+                only, self.requests = self.requests, set()
+            self.event.clear()
+            busy = False
+            try:
+                busy = await self.tick_async(only)
+            except Exception:  # a bug in one job must not stop the agent's clock
+                self.count("tick_errors")
+                log.exception("agent tick failed")
+            if busy:
+                next_full = 0.0
+                await asyncio.sleep(0)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.event.wait(), max(0.0, next_full - time.monotonic()))
+
+    def tick_now(self, inputs: Sequence[str]) -> None:
+        """Have the jobs reading ``inputs`` run now (read, process, close epochs), between
+        ticks: the tick loop does it next, on the record thread; this returns at once."""
+        self.requests.update(inputs)
+        self.event.set()
+
+    async def tick_async(self, only: set[str] | None = None) -> bool:
+        """One tick: the record thread reads and processes, the loop delivers; True when
+        some input had data."""
+        ticked = await self.records().run(self.tick_work, only, list(self.runtimes.values()))
+        return self.tick_done(ticked)
+
+    def tick(self, only: set[str] | None = None) -> bool:
+        """One tick, blocking the caller until the record thread has done its part (tools and
+        tests; the agent itself ticks through :meth:`tick_async`)."""
+        ticked = self.records().run_blocking(self.tick_work, only, list(self.runtimes.values()))
+        return self.tick_done(ticked)
+
+    def tick_work(self, only: set[str] | None, runtimes: list[Any]) -> Ticked:
+        """Record thread: poll the inputs jobs read, feed the jobs, collect closed epochs."""
+        # Only inputs some job reads are polled: unread file data stays in the file and ingested
+        # records stay queued (bounded) until a job that wants them arrives. Nor are inputs a
+        # job over its CPU budget reads, once its backlog is full: they back up at the source.
+        wanted = {name for runtime in runtimes for name in runtime.inputs}
+        if only is not None:
+            wanted &= only
+        install_prefilters(self.inputs, self.input_configs, runtimes)
+        install_columnar(self.inputs, self.input_configs, runtimes, enabled=self.tunables.columnar)
+        closed = []
+        new = [runtime for runtime in runtimes if runtime not in self.fed]
+        if new:  # a job new here catches up with what the others read
+            readers = [runtime for runtime in runtimes if runtime in self.fed]
+            for runtime in new:
+                closed.extend(self.join_inputs(runtime, readers))
+            self.fed.update(new)
+        held = {name for runtime in runtimes if runtime.backlog_full() for name in runtime.inputs}
+        polled = wanted - held
+        batches = {name: self.inputs[name].poll() for name in polled}
+        for runtime in runtimes:
+            if only is not None and not wanted.intersection(runtime.inputs):
+                continue
+            try:
+                work = runtime.work({name: batches.get(name, []) for name in runtime.inputs})
+            except Exception as exc:
+                # One job's failure is that job's: the jobs after it still get this tick's
+                # records (a failing job used to starve every job behind it). Its records of
+                # this tick may be lost: loud, counted, never silent.
+                runtime.count("tick_errors")
+                log.warning("job %s: its tick failed (other jobs go on): %r", runtime.name, exc)
+                continue
+            closed.append((runtime, work))
+        busy = any(b or getattr(b, "skipped", 0) for b in batches.values())
+        # the read positions as of this poll, for the loop's offset keeping (the live inputs
+        # belong to this thread)
+        positions = {
+            name: Position(source.state(), getattr(source, "origin", None))
+            for name in polled
+            if isinstance(source := self.inputs[name], Resumable)
+        }
+        return Ticked(busy, polled, closed, positions)
+
+    def tick_done(self, ticked: Ticked) -> bool:
+        """Event loop: offer the closed epochs to the trees, note the offsets."""
+        now = time.time()
+        for runtime, closed in ticked.closed:
+            runtime.deliver(closed, now)
+        self.offsets.observe(ticked.positions, ticked.polled, list(self.runtimes.values()))
+        return ticked.busy
+
+    # ---- a job new here: the inputs the others already read ------------------------------------
+
+    def join_inputs(self, runtime: TickedRuntime, readers: list[TickedRuntime]) -> list[Any]:
+        """Record thread, at ``runtime``'s first tick, before the poll: the jobs in ``readers``
+        already read its inputs (up to the shared tails' positions now). Re-read for it what
+        they read of its epochs, or, where that cannot be done, mark those epochs incomplete
+        on this agent (flagged, never counted as whole). Checked here rather than when the job
+        is installed: a tick already under way then still feeds only the other jobs."""
+        start = runtime.spec.start_epoch
+        if runtime.clock is None or start is None:
+            return []
+        shared = {
+            name
+            for name in runtime.inputs
+            if any(name in r.inputs and r.clock is not None for r in readers)
+        }
+        newest = max(
+            (
+                r.clock.max_seen_time
+                for r in readers
+                if r.clock is not None and shared.intersection(r.inputs)
+            ),
+            default=-math.inf,
+        )
+        if newest == -math.inf or runtime.spec.schedule.epoch_of(newest) < start:
+            return []  # nothing of its epochs was read yet
+        plan = self.replay_plan(runtime, shared, start)
+        if plan is None:
+            runtime.recovery.started_after_others(newest, sorted(shared))
+            return []
+        return self.replay(runtime, plan, newest)
+
+    def replay_plan(
+        self, runtime: TickedRuntime, shared: set[str], start: int
+    ) -> dict[str, dict[str, Any]] | None:
+        """Where to re-read each shared input from so that ``runtime`` gets every record of
+        its start epoch on (``agent/ingest/replay.py``), or None if one cannot be re-read:
+        not a file, or no position is known before which nothing of those epochs was read."""
+        plan = {}
+        for name in sorted(shared):
+            cfg = self.input_configs.get(name)
+            if cfg is None or cfg.type == "ingest" or cfg.path in (None, "-"):
+                return None
+            position = self.offsets.replay_from(name, start)
+            if position is None:
+                return None
+            plan[name] = position
+        return plan
+
+    def replay(
+        self, runtime: TickedRuntime, plan: dict[str, dict[str, Any]], newest: float
+    ) -> list[Any]:
+        """Record thread, before the tick's poll: feed ``runtime`` what the other jobs had
+        read of its inputs (from the planned positions up to where the shared tails stand
+        now, so this tick's batches follow on exactly). An input that cannot be re-read
+        makes those epochs incomplete here instead: flagged, never counted as whole."""
+        out: list[Any] = []
+        for name, start in plan.items():
+            source = self.inputs.get(name)
+            lines = 0
+            try:
+                if not isinstance(source, FileTail):
+                    raise ReplayError("not a file tail")
+                now = source.state()
+                if now["inode"] != start.get("inode"):
+                    raise ReplayError("the input moved on to another file")
+                ranged = replay_range(
+                    self.input_configs[name],
+                    start,
+                    now["offset"],
+                    max_bytes=self.tunables.replay_max_bytes,
+                )
+                for batch in ranged:
+                    lines += len(batch)
+                    work = runtime.work({n: batch if n == name else [] for n in runtime.inputs})
+                    out.append((runtime, work))
+            except (ReplayError, OSError) as exc:
+                self.count("replays_failed")
+                log.warning(
+                    "job %s: input %s cannot be re-read for its first epochs (%s)",
+                    runtime.name,
+                    name,
+                    exc,
+                )
+                runtime.recovery.started_after_others(newest, [name])
+                continue
+            self.count("replays")
+            log.info(
+                "job %s: re-read %d records of input %s that other jobs had read before it "
+                "started (from byte %s)",
+                runtime.name,
+                lines,
+                name,
+                start.get("offset"),
+            )
+        return out
