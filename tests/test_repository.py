@@ -275,11 +275,6 @@ FOREIGN_INTERNALS: dict[str, set[str]] = {
     "overlay/sim.py": {"_run", "_scheduled"},
 }
 
-# TEMPORARY (issue 23): agent/runtime/job/, recovery/ and host/ are being restructured by other
-# helpers at the same time; their private-name reads are listed in the issue's note and fixed by
-# the integrator after merging, who then removes this exemption.
-PRIVATE_NAME_EXEMPT_DIRS = ("agent/runtime/job/", "agent/runtime/recovery/", "agent/runtime/host/")
-
 
 def _is_private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__") and name != "_"
@@ -338,10 +333,6 @@ def test_no_module_reads_another_modules_private_names() -> None:
     other than ``self``/``cls`` unless ``_x`` is defined in that same module (so ``other._x``
     in a class's own ``__eq__`` is fine): privates stay private to the module that owns them."""
     violations = [
-        v
-        for package in PACKAGES
-        for path in _sources(package)
-        if not path.relative_to(ROOT).as_posix().startswith(PRIVATE_NAME_EXEMPT_DIRS)
-        for v in _private_name_reads(path)
+        v for package in PACKAGES for path in _sources(package) for v in _private_name_reads(path)
     ]
     assert not violations, "private names read across modules:\n" + "\n".join(violations)

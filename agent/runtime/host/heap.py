@@ -15,12 +15,13 @@ import ctypes.util
 import functools
 import logging
 import sys
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
 
 @functools.cache
-def _malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _malloc_trim() -> Callable[[int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:

@@ -25,7 +25,7 @@ from agent.jobs.job import Job, JobContext
 from agent.jobs.spec import JobSpec
 from agent.runtime.epochs.worker import Worker
 from agent.runtime.results.lake_sink import LakeSink
-from agent.runtime.results.previews import TentativePreviews
+from agent.runtime.results.previews import Previews
 from agent.runtime.results.store import ResultStore
 from agent.runtime.services import (
     EpochObserver,
@@ -140,7 +140,7 @@ class JobHost(Protocol):
     combiners: dict[int, EpochCombiner]
     senders: dict[int, UpstreamSender]
     store: ResultStore
-    previews: TentativePreviews
+    previews: Previews
     lake: LakeSink | None
     observer: EpochObserver
     counters: dict[str, int]

@@ -189,7 +189,7 @@ class JobRuntime:
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] = self.counters.get(what, 0) + n
 
-    def _seen_epoch(self) -> int | None:
+    def seen_epoch(self) -> int | None:
         """The newest epoch of any record offered to this job's worker (None: none yet)."""
         clock = self.clock
         if clock is None or clock.max_seen_time == -math.inf:
@@ -338,7 +338,7 @@ class JobRuntime:
         """The lake holds a newer term's version of (tree, epoch) (results/lake_sink.py)."""
         self.recovery.lake_fenced(tid, epoch, newer_term)
 
-    def _preview_stored(self, tid: int, epoch: int, result: Any) -> None:
+    def preview_stored(self, tid: int, epoch: int, result: Any) -> None:
         """A tentative preview was stored (agent/runtime/results/previews.py): counted, to the
         lake as any tentative version; no job hook, no replica, no commit."""
         self.count("tentative_previews")
@@ -402,7 +402,7 @@ def _previews_for(rt: JobRuntime) -> Previews:
         closes_at=lambda epoch: spec().schedule.end(epoch) + spec().allowed_lateness,
         seconds_of=lambda epoch: spec().schedule.seconds_of(epoch),
         expected=rt.recovery.expected,
-        on_stored=rt._preview_stored,
+        on_stored=rt.preview_stored,
     )
 
 
@@ -475,4 +475,4 @@ class _Host:
             lake.epoch(tid, epoch)
 
     def seen_epoch(self) -> int | None:
-        return self._rt._seen_epoch()
+        return self._rt.seen_epoch()

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from agent.runtime.recovery.membership import Membership
     from agent.runtime.recovery.retained_epochs import RetainedEpochs
     from agent.runtime.recovery.standby import Replica, ReplicationLog
-    from agent.runtime.results.previews import TentativePreviews
+    from agent.runtime.results.previews import Previews
     from agent.runtime.results.store import ResultStore
     from cbt import Snapshot
     from srt import EpochCombiner, SnapshotName
@@ -55,7 +55,7 @@ class RecoveryHost(Protocol):
     def has_lake(self) -> bool: ...
 
     @property
-    def previews(self) -> TentativePreviews: ...
+    def previews(self) -> Previews: ...
 
     def is_root(self, tid: int) -> bool: ...
 

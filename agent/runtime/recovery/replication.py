@@ -125,7 +125,7 @@ class Replication:
             raise ValueError("committed must be an integer or null")
         replica = parts.replicas.get(tid)
         if replica is None or replica.master != master:
-            replica = parts.replicas[tid] = Replica(master, parts.store.retention)
+            replica = parts.replicas[tid] = Replica(master, parts.store.max_epochs)
         kept = replica.add(items)
         replica.expected = body.get("expected")
         term = body.get("term", 0)

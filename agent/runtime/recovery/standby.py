@@ -13,7 +13,7 @@ Contract (``docs/fault-tolerance.md``, "Master standby").
   bounds the commit watermark: an epoch is committed only once its final version is held by
   the standby, so a master's death never loses a committed epoch.
 * **What (standby side, :class:`Replica`).** The replicated items per tree (the same wire items
-  as a hand-over: ``ResultStore.export_plan``), bounded to ``retention`` epochs (oldest
+  as a hand-over: ``ResultStore.export_plan``), bounded to ``max_epochs`` epochs (oldest
   dropped) and replaced per epoch by newer versions; the expected-origins state; the commit
   watermark. When the standby becomes the root it absorbs them into its result store
   (:meth:`agent.runtime.results.store.ResultStore.absorb`, lineage-aware), restores the expected
@@ -111,9 +111,9 @@ class ReplicationLog:
 class Replica:
     """Standby side: one tree's replicated master state (module contract)."""
 
-    def __init__(self, master: int, retention: int = 256) -> None:
+    def __init__(self, master: int, max_epochs: int = 256) -> None:
         self.master = master
-        self.retention = retention
+        self.max_epochs = max_epochs
         self.items: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self.expected: Any = None
         self.committed: int | None = None
@@ -138,7 +138,7 @@ class Replica:
             kept += 1
         if kept:
             self.items = OrderedDict(sorted(self.items.items()))
-        while len(self.items) > self.retention:
+        while len(self.items) > self.max_epochs:
             _, old = self.items.popitem(last=False)
             self.bytes -= len(old["snapshot"])
         return kept

@@ -228,8 +228,3 @@ class Previews:
             handle.cancel()
         self._timers.clear()
         self._armed.clear()
-
-
-# TEMPORARY (issue 23): the class's old name, imported by agent/runtime/job/runtime.py until the
-# integrator switches that import to ``Previews``; then this line goes.
-TentativePreviews = Previews

@@ -129,13 +129,6 @@ class ResultStore:
         #: the origins given up on for an epoch (retired before it): stamped likewise
         self.given_up_for: Callable[[int], Lineage] = lambda epoch: frozenset()
 
-    @property
-    def retention(self) -> int:
-        """TEMPORARY (issue 23): :attr:`max_epochs` under its old name, read by
-        ``agent/runtime/job/runtime.py`` (the standby ``Replica``'s bound) until the
-        integrator switches that call site; then this property goes."""
-        return self.max_epochs
-
     # ---- recording ---------------------------------------------------------------------------
 
     def put(

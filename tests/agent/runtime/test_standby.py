@@ -50,7 +50,7 @@ def test_a_new_standby_gets_everything_again_and_old_acks_are_ignored() -> None:
 
 
 def test_replica_keeps_the_newest_version_within_its_retention() -> None:
-    r = Replica(master=7, retention=2)
+    r = Replica(master=7, max_epochs=2)
     assert r.add([{"epoch": 1, "version": 1, "snapshot": b"a"}]) == 1
     assert r.add([{"epoch": 1, "version": 1, "snapshot": b"zz"}]) == 0  # same version again
     assert r.add([{"epoch": 1, "version": 2, "snapshot": b"bb"}]) == 1
