@@ -6,8 +6,8 @@ Contract (:class:`JobControl`, one per job runtime, on the event loop):
   ``sent_at``), within ``RuntimeTunables.multicast_timeout``; how many agents it reached and
   how long it took are kept (the 64 newest, ``multicast_stats``) and told to the observer.
 * :meth:`~JobControl.on_multicast` takes each message the tree delivers here (the 64 newest are
-  kept, ``multicasts``): a runtime ``change`` goes to the changes part, a ``commit`` or a
-  ``lost`` origin to the job's fault tolerance (:class:`~agent.runtime.job.host.
+  kept, ``multicasts``): a runtime ``change`` goes to the changes part, fault tolerance's own
+  kinds to the job's fault tolerance (:class:`~agent.runtime.job.host.
   RecoveryHooks`), anything else to the job - the worker's instance on the record thread, or
   the job's ``on_multicast`` hook on an agent without input (``feedback`` kept first).
 * :meth:`~JobControl.receive` is a peer's ``send_to``: a snapshot must match the current

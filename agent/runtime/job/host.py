@@ -10,8 +10,8 @@ status (:mod:`~agent.runtime.job.status`) and the job's context
 runtime, never the runtime's module (which imports all of them), and reaches a sibling only
 through the host's named part (typed here by the few calls it makes of it), as
 ``srt/trees/host.py`` does for the tree layer. :class:`RecoveryHooks` lists what the parts ask
-of fault tolerance (folding a late contribution, keeping a closed epoch for repair, a commit
-or loss message, its status), so no part reaches into ``recovery/`` state. All are
+of fault tolerance (folding a late contribution, keeping a closed epoch, a control message
+of its own, its status), so no part reaches into ``recovery/`` state. All are
 structural: nothing needs to inherit from them.
 """
 
@@ -54,7 +54,7 @@ class RecoveryHooks(Protocol):
 
     def closed(self, tid: int, epoch: int, part: Snapshot, records: int | None) -> None:
         """This origin closed ``epoch``'s whole share of ``tid``: keep it for the master's
-        repair and checkpoint it."""
+        keep it until the master no longer needs it."""
 
     def whole(self, epoch: int) -> bool:
         """Whether this origin's records of ``epoch`` are whole here (a job started after
@@ -64,14 +64,13 @@ class RecoveryHooks(Protocol):
         """This agent has a parent in ``tid`` (a member of the tree, for a later master)."""
 
     def on_multicast(self, tid: int, message: dict[str, Any]) -> bool:
-        """A control message of fault tolerance (``commit``, ``lost``): handled, True."""
+        """A control message of fault tolerance's own kinds: handled, True."""
 
     def readable_upto(self, tid: int) -> int | None:
         """The epoch this agent's read positions may pass for ``tid`` (None: none yet)."""
 
     def status(self) -> dict[str, Any]:
-        """The fault-tolerance fields of the job's status (commit, retained epochs, standby,
-        membership, terms), in their order there."""
+        """The fault-tolerance fields of the job's status, in their order there."""
 
 
 class TreeParts(Protocol):

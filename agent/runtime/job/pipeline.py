@@ -12,7 +12,7 @@ Contract (:class:`EpochPipeline`, one per job runtime):
   epochs the worker's watermark closed are returned, each split into the m tree partitions,
   and the worker's stats are published for the loop (:meth:`~EpochPipeline.worker_stats`).
 * **Event loop** (:meth:`~EpochPipeline.deliver`): each closed epoch's partitions are offered to
-  the trees' barriers (an origin's whole share is kept for the master's repair first); a
+  the trees' barriers (an origin's whole share goes to its fault tolerance first); a
   partition whose epoch the barrier already passed is a late contribution, folded in at the
   master by lineage. The master's timer (``Job.timer_interval``) runs from here.
 * **Up or stored**: an epoch a barrier emits below the root is sent to the parent

@@ -223,7 +223,7 @@ class ResultQueries:
             "updated": any(p.get("updated") for p in parts),
             # tentative until every expected origin is in (docs/fault-tolerance.md)
             "tentative": (tentative := bool(missing) or any(p.get("tentative") for p in parts)),
-            # partial: lacks only origins given up on (retired, past repair)
+            # partial: lacks only origins given up on (docs/fault-tolerance.md)
             "partial": (partial := not tentative and any(p.get("partial") for p in parts)),
             "state": "tentative" if tentative else "partial" if partial else "final",
             "preview": any(p.get("preview") for p in parts),

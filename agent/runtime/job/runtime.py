@@ -340,7 +340,7 @@ class JobRuntime:
 
     def preview_stored(self, tid: int, epoch: int, result: Any) -> None:
         """A tentative preview was stored (agent/runtime/results/previews.py): counted, to the
-        lake as any tentative version; no job hook, no replica, no commit."""
+        lake as any tentative version; no job hook."""
         self.count("tentative_previews")
         self.recovery.publish(tid, epoch)
         self.pipeline.bound_results()

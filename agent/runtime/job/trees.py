@@ -136,8 +136,8 @@ class TreeLinks:
 
     def _parent_refused(self, tid: int, url: str) -> None:
         """Our parent's data-plane port refused the snapshot: its process is gone (a master
-        killed, say). Telling the overlay at once lets the tree re-form - and the standby
-        take over - in about one send instead of after heartbeat and probe timeouts."""
+        killed, say). Telling the overlay at once lets the tree re-form in about one send
+        instead of after heartbeat and probe timeouts."""
         view = tree_view(self.host, tid)
         parent = getattr(view, "parent", None)
         if parent is not None and view.parent_url == url:
