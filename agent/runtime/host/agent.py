@@ -18,7 +18,7 @@ bound callables, the pattern of ``srt/trees/``):
   keeps the whole table, so the jobs-tree root is never a single point of state (see
   ``agent/jobs/table.py``);
 * :mod:`~agent.runtime.host.ticks` — the inputs, ingest and the tick loop;
-* :mod:`~agent.runtime.host.control` — tree callbacks, multicasts and queries;
+* :mod:`~agent.runtime.host.control_plane` — tree callbacks, multicasts and queries;
 * :mod:`~agent.runtime.host.peer_api` — every ``/agent/v1`` route (the peer wire);
 * :mod:`~agent.runtime.host.ports` — the services a job runtime is given
   (``agent/runtime/services.py``: network and trees, job table, inputs) and the user API's;
@@ -49,7 +49,7 @@ from agent.config import AgentConfig
 from agent.errors import Unavailable
 from agent.jobs.job import load_entry_points
 from agent.jobs.table import JobEntry, JobTable
-from agent.runtime.host.control import ControlPlane
+from agent.runtime.host.control_plane import ControlPlane
 from agent.runtime.host.peer_api import PeerApi
 from agent.runtime.host.ports import InputPort, JobTablePort, NetworkPort, UserApi
 from agent.runtime.host.supervisor import JOBS_TREE, JOBS_TREE_NAME, Supervisor

@@ -163,7 +163,7 @@ class UserQueries(Protocol):
 
 
 class TimingsReport(Protocol):
-    """A job's timings (:class:`~agent.runtime.job.status.JobReport`)."""
+    """A job's timings (:class:`~agent.runtime.job.report.JobReport`)."""
 
     def timings(self) -> dict[str, Any]: ...
 

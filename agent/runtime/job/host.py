@@ -5,7 +5,7 @@ in its own module of ``agent/runtime/job/`` — the epoch pipeline
 (:mod:`~agent.runtime.job.pipeline`), the trees (:mod:`~agent.runtime.job.trees`), control
 messages (:mod:`~agent.runtime.job.control`), runtime changes
 (:mod:`~agent.runtime.job.spec_changes`), results serving (:mod:`~agent.runtime.job.queries`),
-status (:mod:`~agent.runtime.job.status`) and the job's context
+status (:mod:`~agent.runtime.job.report`) and the job's context
 (:mod:`~agent.runtime.job.context`). A part is given the narrow :class:`JobHost` view of its
 runtime, never the runtime's module (which imports all of them), and reaches a sibling only
 through the host's named part (typed here by the few calls it makes of it), as

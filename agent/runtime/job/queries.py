@@ -28,7 +28,7 @@ from agent.errors import BadRequest, Gone, NotFound, Unavailable
 from agent.jsonable import jsonable
 from agent.runtime.job.host import JobHost
 from agent.runtime.results.lake_history import provenance
-from agent.runtime.results.topk_quality import MISSING, AccuracyCache, merged_accuracy
+from agent.runtime.results.topk_accuracy import MISSING, AccuracyCache, merged_accuracy
 from srt import DataPlaneError
 from srt.dataplane.lineage import covered
 

@@ -38,7 +38,7 @@ view of this runtime: ``pipeline`` (:mod:`~agent.runtime.job.pipeline`), ``trees
 :mod:`~agent.runtime.job.control`), ``changes`` (runtime changes,
 :mod:`~agent.runtime.job.spec_changes`), ``queries`` (results serving,
 :mod:`~agent.runtime.job.queries`), ``report`` (status and timings,
-:mod:`~agent.runtime.job.status`) and ``context`` (the job's
+:mod:`~agent.runtime.job.report`) and ``context`` (the job's
 :class:`~agent.jobs.job.JobContext`, :mod:`~agent.runtime.job.context`). The agent reaches
 them by name (``runtime.queries.results(...)``); this class keeps the life cycle and the core
 calls (``work``, ``deliver``, ``status``, ``roles``, ...); the parts reach fault tolerance
@@ -77,8 +77,8 @@ from agent.runtime.job.control import JobControl
 from agent.runtime.job.host import is_root
 from agent.runtime.job.pipeline import EpochPipeline
 from agent.runtime.job.queries import ResultQueries
+from agent.runtime.job.report import JobReport
 from agent.runtime.job.spec_changes import SpecChanges, operator_for
-from agent.runtime.job.status import JobReport
 from agent.runtime.job.trees import TreeLinks
 from agent.runtime.record_thread import InlineRecords
 from agent.runtime.recovery.offsets import TreeOutflow

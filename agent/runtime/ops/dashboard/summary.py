@@ -113,7 +113,7 @@ class JobSummarySource(Protocol):
         ...
 
     def membership_status(self) -> dict[str, Any] | None:
-        """The job's absent, retired and left origins (``JobRuntime.membership_status``)."""
+        """The job's absent, retired and left origins (``Recovery.membership_status``)."""
         ...
 
 
