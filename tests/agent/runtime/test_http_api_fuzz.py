@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import pytest
 from agent_helpers import running_agents
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 JOB = "fz"
@@ -217,6 +217,10 @@ def test_submit(agent: AgentThread, body: bytes) -> None:
 
 @FUZZ
 @given(name=names, body=bodies)
+# Random bodies pass the change schema only now and then (a CI run drew none that did): these
+# always reach the handlers, an unknown job's and the fuzzed job's.
+@example(name="no-such-job", body=b'{"top_k": 3}')
+@example(name=JOB, body=b'{"epoch_seconds": 2}')
 def test_change(agent: AgentThread, name: str, body: bytes) -> None:
     status, answer = agent.call("POST", f"/api/v1/jobs/{name_path(name)}/change", body)
     check(status, answer, f"change {name!r} {body[:80]!r}")
