@@ -24,7 +24,7 @@ def wait_until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-unt
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+        time.sleep(0.01)  # the poll interval of this condition wait, not a wait itself
 
 
 def lake_rows(lake: Lake) -> Counter:

@@ -111,11 +111,11 @@ class JobView:
                     "completed_at": result.completed_at,
                     "end": schedule.start(epoch) + schedule.seconds_of(epoch),
                     "tentative": result.tentative,
-                    "partial": getattr(result, "partial", False),
+                    "partial": result.partial,
                     "coverage": result.coverage,
                     "accuracy": rt.queries.accuracy_now(tree, epoch, result),
                     "version": result.version,
-                    "term": getattr(result, "term", None),
+                    "term": result.term,  # the master's term that stored it
                     "lacking": result.lacking,
                 }
             )
