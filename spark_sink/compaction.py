@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from spark_sink.fencing import list_directory
 from spark_sink.lake import (
     SOURCES_KEY,
     Lake,
@@ -149,7 +150,7 @@ def sweep(lake: Lake, job: str, hour: Hour, grace: float, now: float | None = No
     returns how many were deleted."""
     now = time.time() if now is None else now
     directory = _hour_dir(lake, job, hour)
-    infos = lake.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+    infos = list_directory(lake.fs, directory)
     deleted = 0
     for info in infos:
         stale = info.mtime is not None and now - info.mtime.timestamp() >= grace
@@ -181,11 +182,11 @@ def drop_before(lake: Lake, job: str, cutoff: float) -> int:
     returns how many. Date directories left empty go too."""
     base = lake.path(f"job={quote(job, safe='')}")
     dropped = 0
-    dates = lake.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    dates = list_directory(lake.fs, base)
     for date_info in dates:
         if date_info.type != pafs.FileType.Directory or not date_info.base_name.startswith("date="):
             continue
-        hours = lake.fs.get_file_info(pafs.FileSelector(date_info.path, allow_not_found=True))
+        hours = list_directory(lake.fs, date_info.path)
         left = 0
         for info in hours:
             try:

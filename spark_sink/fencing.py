@@ -14,6 +14,9 @@ Contract (see ``docs/spark-sink.md``; :meth:`spark_sink.lake.Lake.publish` uses 
   GCS), the check and the write are separate steps (**best effort**): two writers racing
   inside that window can both write the name, the last one winning. On S3 a conditional PUT
   (``If-None-Match: *``) would close the window; pyarrow's S3 filesystem does not offer it.
+* :func:`list_directory` — a directory's entries, empty when it does not exist, also while
+  other writers create or delete it (a twin publishing the hour's first epoch, compaction
+  dropping an old hour).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import pyarrow.fs as pafs
 log = logging.getLogger(__name__)
 
 OBJECT_STORES = frozenset({"s3", "gcs"})
+#: listings :func:`list_directory` retries when the directory appears or vanishes mid-listing
+LISTING_ATTEMPTS = 5
 _NO_LINK_LOGGED: set[str] = set()  # directories whose file system refused a hard link
 
 
@@ -82,3 +87,21 @@ def create_exclusive(fs: pafs.FileSystem, final: str, write: Callable[[str], Non
         with contextlib.suppress(OSError, pa.ArrowException):
             if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
                 fs.delete_file(tmp)
+
+
+def list_directory(
+    fs: pafs.FileSystem, directory: str, recursive: bool = False
+) -> list[pafs.FileInfo]:
+    """The entries of ``directory`` (every level below it when ``recursive``); empty if it
+    does not exist. pyarrow's ``allow_not_found`` checks existence *after* a failed listing,
+    so a directory another process creates in between (or a subdirectory it deletes during
+    a recursive walk) raises ``FileNotFoundError``; the listing is then simply taken again,
+    up to :data:`LISTING_ATTEMPTS` times."""
+    selector = pafs.FileSelector(directory, recursive=recursive, allow_not_found=True)
+    for attempt in range(1, LISTING_ATTEMPTS + 1):
+        try:
+            return fs.get_file_info(selector)
+        except FileNotFoundError:
+            if attempt == LISTING_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")  # the loop returns or raises

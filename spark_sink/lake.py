@@ -111,7 +111,13 @@ from spark_sink.columns import (
 )
 from spark_sink.columns import FIXED_NAMES as FIXED_NAMES  # re-exported: the lake's API
 from spark_sink.columns import normalize as normalize
-from spark_sink.fencing import OBJECT_STORES, FencedWrite, LakeError, create_exclusive
+from spark_sink.fencing import (
+    OBJECT_STORES,
+    FencedWrite,
+    LakeError,
+    create_exclusive,
+    list_directory,
+)
 from spark_sink.lake_names import (
     COMPACT_RE,
     EpochName,
@@ -381,7 +387,7 @@ class Lake:
         """From one listing of the epoch's hour directory: the epoch files of (epoch, tree,
         m) by rank, the compacted file's record of the epoch and its path, and the highest
         term held (0 and "" when none) with a path holding it."""
-        infos = self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+        infos = list_directory(self.fs, directory)
         held: dict[Rank, str] = {}
         compacted: tuple[Source, str] | None = None
         top: tuple[int, str] = (0, "")
@@ -432,7 +438,7 @@ class Lake:
 
     def jobs(self) -> list[str]:
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+            infos = list_directory(self.fs, self.root)
         except (OSError, pa.ArrowException) as exc:
             raise LakeError(f"lake {self.location!r}: {exc}") from None
         return sorted(
@@ -460,7 +466,7 @@ class Lake:
         directory it lives in (``epoch_start``: when the epoch starts); None if absent."""
         directory = self.path(hour_path(job, epoch_start))
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+            infos = list_directory(self.fs, directory)
         except (OSError, pa.ArrowException) as exc:
             raise LakeError(f"lake {self.location!r}: {exc}") from None
         when = dt.datetime.fromtimestamp(math.floor(epoch_start), dt.UTC)
@@ -472,9 +478,8 @@ class Lake:
         out: list[LakeFile] = []
         for name in jobs:
             base = self.path(f"job={quote(name, safe='')}")
-            selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
             try:
-                infos = self.fs.get_file_info(selector)
+                infos = list_directory(self.fs, base, recursive=True)
             except (OSError, pa.ArrowException) as exc:
                 raise LakeError(f"lake {self.location!r}: {exc}") from None
             by_dir: dict[tuple[str, int], list[pafs.FileInfo]] = {}

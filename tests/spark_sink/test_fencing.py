@@ -8,25 +8,28 @@ version) and a stream never goes back."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import multiprocessing
 import os
 import queue
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_sink.compaction import compact_hour, sweep
-from spark_sink.fencing import FencedWrite
+from spark_sink.fencing import FencedWrite, list_directory
 from spark_sink.lake import Lake, Rollup, read_epoch, read_rows, read_table, rollup_table
 from spark_sink.lake_names import parse_epoch_name
 
@@ -429,3 +432,32 @@ def test_spark_stream_delivers_a_higher_term_and_batch_shows_it(spark: Any, tmp_
         {(0, 0, 3): len(content(E, 0, 3)), (1, 1, 1): len(content(E, 1, 1))}
     )
     assert run() == expect((E, 0, 0, 3), (E, 1, 0, 3), (E, 1, 1, 1))  # nothing new
+
+
+def test_a_listing_never_fails_while_a_twin_creates_or_deletes_the_directory(
+    tmp_path: Path,
+) -> None:
+    """pyarrow's ``allow_not_found`` checks existence only after a failed listing, so a hour
+    directory a racing writer creates in between made ``Lake.publish`` raise (a CI run). A
+    thread creates and deletes the directory as fast as it can while it is listed."""
+    hour = tmp_path / "hour=23"
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(FileExistsError):
+                hour.mkdir()
+            with contextlib.suppress(FileNotFoundError):
+                hour.rmdir()
+
+    twin = threading.Thread(target=churn)
+    twin.start()
+    fs = pafs.LocalFileSystem()
+    try:
+        listings = [list_directory(fs, str(hour)) for _ in range(5000)]
+        walks = [list_directory(fs, str(tmp_path), recursive=True) for _ in range(2000)]
+    finally:
+        stop.set()
+        twin.join()
+    assert all(listing == [] for listing in listings)  # nothing is ever written inside it
+    assert {info.base_name for walk in walks for info in walk} <= {"hour=23"}
