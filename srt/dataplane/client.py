@@ -140,15 +140,22 @@ class DataPlaneClient:
 
     # ---- snapshots ----------------------------------------------------------------------
     async def send_snapshot(
-        self, url: str, name: SnapshotName, payload: bytes, *, attempts: int | None = None
+        self,
+        url: str,
+        name: SnapshotName,
+        payload: bytes,
+        *,
+        attempts: int | None = None,
+        path: str = SNAPSHOT_PATH,
     ) -> str:
         """POST one named snapshot; returns "merged" | "duplicate" | "overlap" | "stale"
-        (see module doc)."""
+        (see module doc). ``path``: :data:`~srt.dataplane.name.REPLICA_SNAPSHOT_PATH` for a
+        replica of the parent's position."""
         tries = self.attempts if attempts is None else attempts
         delay = self.backoff
         for attempt in range(1, tries + 1):
             try:
-                status, data = await self.request("POST", url, SNAPSHOT_PATH, payload, name=name)
+                status, data = await self.request("POST", url, path, payload, name=name)
                 if status == 200:
                     try:
                         result = json.loads(data)["result"]

@@ -14,6 +14,12 @@ from urllib.parse import quote, unquote
 from srt.errors import SnapshotNameError
 
 SNAPSHOT_PATH = "/srt/v1/snapshot"
+#: the same named snapshots, addressed to a *replica* of the parent's position rather than
+#: to the parent itself (active redundancy: ``docs/fault-tolerance.md``, "Replicated
+#: masters"); a receiver keeps the two apart because one agent can be both a tree node
+#: and a replica of another node's position in the same tree
+REPLICA_SNAPSHOT_PATH = "/srt/v1/replica-snapshot"
+SNAPSHOT_PATHS = (SNAPSHOT_PATH, REPLICA_SNAPSHOT_PATH)
 H_JOB = "X-Elf-Job"
 H_TREE = "X-Elf-Tree"
 H_EPOCH = "X-Elf-Epoch"

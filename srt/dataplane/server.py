@@ -33,7 +33,13 @@ from cbt.errors import SnapshotError
 from srt.config import DEFAULT_TUNABLES, Tunables
 from srt.dataplane.auth import AuthError, RequestAuth, body_digest
 from srt.dataplane.guard import ConnectionGuard, ConnectionLimits, GuardedHttpServer
-from srt.dataplane.name import ACK_RESULTS, SNAPSHOT_PATH, SnapshotName, name_fields
+from srt.dataplane.name import (
+    ACK_RESULTS,
+    SNAPSHOT_PATH,
+    SNAPSHOT_PATHS,
+    SnapshotName,
+    name_fields,
+)
 from srt.errors import Reject, SnapshotNameError
 
 log = logging.getLogger(__name__)
@@ -69,8 +75,10 @@ class DataPlaneServer:
         self.host = host
         self.port = port
         self.max_body = tunables.max_body
-        self._snapshot_handler: SnapshotHandler | None = None
-        self._routes: dict[tuple[str, str], RouteHandler | None] = {("POST", SNAPSHOT_PATH): None}
+        self._snapshot_handlers: dict[str, SnapshotHandler | None] = dict.fromkeys(SNAPSHOT_PATHS)
+        self._routes: dict[tuple[str, str], RouteHandler | None] = {
+            ("POST", path): None for path in SNAPSHOT_PATHS
+        }
         self.guard = ConnectionGuard(
             ConnectionLimits(
                 head_timeout=tunables.head_timeout,
@@ -88,9 +96,13 @@ class DataPlaneServer:
         self._results: Counter[str] = Counter()
 
     # ---- configuration ------------------------------------------------------------------
-    def on_snapshot(self, handler: SnapshotHandler) -> None:
-        """Set the handler of ``POST /srt/v1/snapshot`` (name, body) → merged|duplicate|stale."""
-        self._snapshot_handler = handler
+    def on_snapshot(self, handler: SnapshotHandler, path: str = SNAPSHOT_PATH) -> None:
+        """Set the handler of ``POST /srt/v1/snapshot`` (name, body) → merged|duplicate|stale;
+        ``path`` :data:`~srt.dataplane.name.REPLICA_SNAPSHOT_PATH`: of snapshots sent to a
+        replica of the parent's position (same checks, same answers)."""
+        if path not in self._snapshot_handlers:
+            raise ValueError(f"not a snapshot path: {path!r}")
+        self._snapshot_handlers[path] = handler
 
     def route(self, method: str, path: str, handler: RouteHandler) -> None:
         """Add an authenticated endpoint. ``handler(request)`` runs only for authenticated,
@@ -98,7 +110,7 @@ class DataPlaneServer:
         body) and returns a ``web.Response`` or a JSON-able value (sent as 200 JSON).
         Responses are signed. Raise :class:`srt.errors.Reject` for a 4xx/5xx answer;
         ``SnapshotNameError`` answers 400 ``bad_name``, ``SnapshotError`` 422 ``corrupt``."""
-        if not path.startswith("/") or path == SNAPSHOT_PATH:
+        if not path.startswith("/") or path in SNAPSHOT_PATHS:
             raise ValueError(f"bad or reserved path {path!r}")
         self._routes[(method.upper(), path)] = handler
 
@@ -159,7 +171,7 @@ class DataPlaneServer:
             if any(p == path for _, p in self._routes):
                 return self._reject(405, "method_not_allowed", f"{method} {path}")
             return self._reject(404, "not_found", path)
-        is_snapshot = path == SNAPSHOT_PATH
+        is_snapshot = path in self._snapshot_handlers
         headers = request.headers
         name = None
         if is_snapshot:
@@ -192,11 +204,13 @@ class DataPlaneServer:
         self.guard.authenticated(request)  # signed, fresh, intact: no longer pre-auth
         if is_snapshot:
             assert name is not None
-            return self._sign(await self._run_snapshot(name, body, nonce), nonce)
+            handler = self._snapshot_handlers[path]
+            return self._sign(await self._run_snapshot(handler, name, body, nonce), nonce)
         return self._sign(await self._run_route(self._routes[key], request, nonce), nonce)
 
-    async def _run_snapshot(self, name: SnapshotName, body: bytes, nonce: str) -> web.Response:
-        handler = self._snapshot_handler
+    async def _run_snapshot(
+        self, handler: SnapshotHandler | None, name: SnapshotName, body: bytes, nonce: str
+    ) -> web.Response:
         if handler is None:
             return self._reject(503, "no_handler", "no snapshot handler registered", nonce)
         try:

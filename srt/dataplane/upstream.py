@@ -15,6 +15,12 @@ node is the root or is re-joining) snapshots wait in the queue. :meth:`pending` 
 queue for status; :meth:`close` stops sending (unacknowledged snapshots stay listed).
 One in flight at a time keeps per-sender delivery ordered, which the parent's barrier relies
 on (:mod:`srt.dataplane.barrier`).
+
+A sender to a **replica** of the parent's position (``path`` =
+:data:`~srt.dataplane.name.REPLICA_SNAPSHOT_PATH`) is a redundant copy of the stream, not
+the authoritative one: it is given ``max_queued``, and past that many unacknowledged epochs
+it drops the oldest (counted ``dropped``) rather than hold memory for a replica that is gone;
+the replica then lacks those epochs and, should it take over, says so (lineage).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from yarl import URL
 from cbt import Snapshot
 from srt.config import DEFAULT_TUNABLES, Tunables
 from srt.dataplane.client import DataPlaneClient
-from srt.dataplane.name import SnapshotName
+from srt.dataplane.name import SNAPSHOT_PATH, SnapshotName
 from srt.errors import DataPlaneError
 
 log = logging.getLogger(__name__)
@@ -49,7 +55,8 @@ class UpstreamSender:
     """Ordered, acknowledged delivery of one (job, tree)'s snapshots (see module docstring).
 
     ``sender`` is this node's id (the names' sender field); if omitted, the first
-    :meth:`send` sets it."""
+    :meth:`send` sets it. ``path`` and ``max_queued``: a sender to a replica of the parent's
+    position (module contract); ``max_queued`` None keeps every epoch until acknowledged."""
 
     def __init__(
         self,
@@ -60,9 +67,15 @@ class UpstreamSender:
         sender: int | None = None,
         parent_url: str | None = None,
         tunables: Tunables = DEFAULT_TUNABLES,
+        path: str = SNAPSHOT_PATH,
+        max_queued: int | None = None,
     ) -> None:
         SnapshotName(job, tree, 0, 0 if sender is None else sender)  # validates the fields
         _check_url(parent_url)
+        if max_queued is not None and max_queued < 1:
+            raise ValueError(f"max_queued must be >= 1 or None, got {max_queued!r}")
+        self.path = path
+        self.max_queued = max_queued
         self.client = client
         self.job = job
         self.tree = tree
@@ -104,6 +117,12 @@ class UpstreamSender:
             return
         self._queue[epoch] = payload.to_bytes() if isinstance(payload, Snapshot) else payload
         self.counters["enqueued"] += 1
+        while self.max_queued is not None and len(self._queue) > self.max_queued:
+            oldest = self._queue.keys()[0]
+            if oldest == self._in_flight:  # its attempt may still be acknowledged
+                oldest = self._queue.keys()[1]
+            del self._queue[oldest]
+            self.counters["dropped"] += 1
         self._kick()
 
     def send(self, name: SnapshotName, payload: bytes | Snapshot) -> None:
@@ -212,7 +231,9 @@ class UpstreamSender:
             self._attempts += 1
             self._retarget.clear()
             try:
-                result = await self.client.send_snapshot(url, name, payload, attempts=1)
+                result = await self.client.send_snapshot(
+                    url, name, payload, attempts=1, path=self.path
+                )
             except DataPlaneError as e:
                 self._in_flight = None
                 self._last_error = str(e)

@@ -7,7 +7,7 @@ import pytest
 from dataplane_helpers import SECRET, Recorder, name, snap_of, wait_for
 
 from srt.config import Tunables
-from srt.dataplane import DataPlaneClient, DataPlaneServer
+from srt.dataplane import REPLICA_SNAPSHOT_PATH, DataPlaneClient, DataPlaneServer
 from srt.dataplane.upstream import UpstreamSender
 
 
@@ -143,6 +143,51 @@ async def test_send_with_full_names_sets_and_checks_the_sender() -> None:
         sender.enqueue(1, snap_of(["b"]))
         assert await sender.flush(timeout=5)
         assert set(rec.merged) == {name(0), name(1)}
+    finally:
+        await sender.close()
+        await client.close()
+        await server.stop()
+
+
+async def test_a_replica_sender_uses_the_replica_path_and_keeps_at_most_its_bound() -> None:
+    """A sender to a replica of the parent's position posts to the replica snapshot path (the
+    parent's own handler never sees it) and, while the replica is down, keeps only the newest
+    ``max_queued`` epochs, counting the ones it dropped."""
+    server = DataPlaneServer(SECRET)
+    primary, replica = Recorder(), Recorder()
+    server.on_snapshot(primary)
+    server.on_snapshot(replica, path=REPLICA_SNAPSHOT_PATH)
+    url = await server.start()
+    port = server.port
+    await server.stop()  # the replica is down while epochs 0..5 are queued
+    client = DataPlaneClient(SECRET, tunables=Tunables(request_timeout=1.0))
+    sender = UpstreamSender(
+        client,
+        job="wordcount",
+        tree=0xABC,
+        sender=7,
+        parent_url=url,
+        tunables=Tunables(upstream_backoff=0.01, upstream_max_backoff=0.05),
+        path=REPLICA_SNAPSHOT_PATH,
+        max_queued=3,
+    )
+    try:
+        for e in range(6):
+            sender.enqueue(e, snap_of([f"w{e}"]))
+        queued = sender.pending()["queued"]
+        assert len(queued) <= 3 and queued[-2:] == [4, 5], queued
+        assert sender.counters["dropped"] == 6 - len(queued)
+        server = DataPlaneServer(SECRET, port=port)
+        server.on_snapshot(primary)
+        server.on_snapshot(replica, path=REPLICA_SNAPSHOT_PATH)
+        assert await server.start() == url
+        assert await sender.flush(timeout=5)
+        assert {n.epoch for n in replica.merged} == set(queued)
+        assert not primary.merged
+        with pytest.raises(ValueError):
+            server.on_snapshot(primary, path="/srt/v1/other")
+        with pytest.raises(ValueError):
+            server.route("POST", REPLICA_SNAPSHOT_PATH, primary)
     finally:
         await sender.close()
         await client.close()
