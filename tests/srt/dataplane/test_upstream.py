@@ -25,7 +25,7 @@ async def start_parent(port: int = 0) -> tuple[DataPlaneServer, Recorder, list, 
     return server, rec, order, url
 
 
-def new_sender(client, url=None) -> UpstreamSender:
+def new_sender(client, url=None, **kw) -> UpstreamSender:
     return UpstreamSender(
         client,
         job="wordcount",
@@ -33,6 +33,7 @@ def new_sender(client, url=None) -> UpstreamSender:
         sender=7,
         parent_url=url,
         tunables=Tunables(upstream_backoff=0.01, upstream_max_backoff=0.05),
+        **kw,
     )
 
 
@@ -161,16 +162,7 @@ async def test_a_replica_sender_uses_the_replica_path_and_keeps_at_most_its_boun
     port = server.port
     await server.stop()  # the replica is down while epochs 0..5 are queued
     client = DataPlaneClient(SECRET, tunables=Tunables(request_timeout=1.0))
-    sender = UpstreamSender(
-        client,
-        job="wordcount",
-        tree=0xABC,
-        sender=7,
-        parent_url=url,
-        tunables=Tunables(upstream_backoff=0.01, upstream_max_backoff=0.05),
-        path=REPLICA_SNAPSHOT_PATH,
-        max_queued=3,
-    )
+    sender = new_sender(client, url, path=REPLICA_SNAPSHOT_PATH, max_queued=3)
     try:
         for e in range(6):
             sender.enqueue(e, snap_of([f"w{e}"]))
