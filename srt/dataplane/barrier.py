@@ -543,12 +543,21 @@ class EpochCombiner:
     def _tentative_start(self) -> int:
         return max(self._next, max(self._open, default=-1) + 1)
 
-    def set_children(self, children: Iterable[int]) -> None:
+    def set_children(self, children: Iterable[int], start: int | None = None) -> None:
         """Replace the child set: removed children stop blocking; new ones start tentatively
-        after every epoch already touched, then from their first delivery (module doc)."""
+        after every epoch already touched, then from their first delivery (module doc).
+        ``start``: new children block every epoch from ``start`` on (confirmed, not
+        tentative; never before the next epoch to emit) - a new root taking over its dead
+        predecessor's members for the epochs still in flight (``docs/fault-tolerance.md``,
+        "Replicated masters")."""
         new = set(children)
-        start = self._tentative_start()
-        self._children = {c: self._children.get(c) or _Member(start, False) for c in new}
+        if start is None:
+            member = _Member(self._tentative_start(), False)
+        else:
+            member = _Member(max(start, self._next), True)
+        self._children = {
+            c: self._children.get(c) or _Member(member.start, member.confirmed) for c in new
+        }
         # leaping evidence only of members (bounded by the child set)
         self._delivered = {m: e for m, e in self._delivered.items() if m in new or m == LOCAL}
         self._advance()

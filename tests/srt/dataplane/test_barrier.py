@@ -164,6 +164,29 @@ def test_removed_child_stops_blocking_and_new_child_starts_tentatively() -> None
     assert comb.waiting_for(5) == ["local", 1, 3]
 
 
+def test_children_added_with_a_start_block_every_epoch_from_it() -> None:
+    """A new root taking over its dead predecessor's members for the epochs in flight: they
+    block from the given start at once (confirmed), even epochs already in progress, and a
+    later delivery does not move that start; without a start they would join after them."""
+    sink = Sink()
+    comb = EpochCombiner(job="j", tree=1, expect_local=True, children=[1], emit=sink)
+    comb.offer_local(0, snap_of(["a"]))
+    comb.offer_local(1, snap_of(["a"]))  # epochs 0 and 1 in progress, waiting for 1
+    comb.set_children([1, 4, 5], start=0)
+    assert comb.pending()["children"][4] == {"from": 0, "confirmed": True}
+    assert comb.waiting_for(0) == [1, 4, 5]
+    comb.offer_child(1, 0, snap_of(["b"]))
+    comb.offer_child(4, 0, snap_of(["c"]))
+    assert sink.out == []
+    comb.offer_child(5, 1, snap_of(["d"]))  # confirmed: epoch 0 still waits for 5
+    assert comb.pending()["children"][5] == {"from": 0, "confirmed": True}
+    comb.offer_child(5, 0, snap_of(["d"]))
+    assert sink.epochs == [0] and sink.result(0) == Counter(a=1, b=1, c=1, d=1)
+    comb.set_children([1, 4, 5, 6], start=0)  # never before the next epoch to emit
+    assert comb.pending()["children"][6] == {"from": 1, "confirmed": True}
+    assert comb.pending()["children"][4] == {"from": 0, "confirmed": True}  # kept as it was
+
+
 def test_new_child_delivering_an_epoch_in_progress_joins_it() -> None:
     sink = Sink()
     comb = EpochCombiner(job="j", tree=1, expect_local=True, children=[], emit=sink)
