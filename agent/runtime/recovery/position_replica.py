@@ -1,0 +1,131 @@
+"""A replica of a tree's master position: it merges every member's epochs as the master does.
+
+Contract (``docs/fault-tolerance.md``, "Replicated masters"; Hwang et al.'s replication
+transparency). Pure state over an :class:`~srt.dataplane.barrier.EpochCombiner`: no I/O.
+
+* **Members.** The master announces its members (its tree children, and itself when it is an
+  origin: its own share is sent here like a child's); :meth:`PositionReplica.set_members`
+  makes them the barrier's children. Every member sends each epoch to the master *and* to
+  each replica (``POST /srt/v1/replica-snapshot``); :meth:`PositionReplica.offer` merges the
+  first arrival of a name and classifies copies by lineage, exactly like the master's barrier.
+  So the replica's epoch e is the master's epoch e: same members, same contributions.
+* **Before a take-over** the barrier's emitted epochs are kept, at most ``max_epochs`` (the
+  oldest dropped, counted): the result this agent would store were it the master.
+* **Take-over** (:meth:`PositionReplica.take_over`): this agent became the root. It gets the
+  kept epochs (to store in epoch order: already-stored ones are duplicates by lineage) and a
+  **hand-over epoch** H: every epoch the dead master may have acknowledged contributions of
+  is at or below H - the epochs this agent's own barrier already emitted upward (below
+  ``own_next``) and every epoch this replica has received anything of - so only this replica
+  holds them whole. Epochs up to H stay this replica's: :meth:`PositionReplica.owns` says
+  where a contribution of epoch e goes (the agent's own barrier's emits of such epochs come
+  here too, as member ``self_id``, from ``own_next``), the dead master stops being waited for
+  (its own share is absent from then on, named by lineage, as a dead leaf's is), and each
+  epoch it emits goes to the ``deliver`` given. From H + 1 on the agent's own barrier is the
+  root's, waiting for the dead master's members (returned, with H + 1 as their start, to be
+  pinned there until they re-join). The replica is done once it emitted H
+  (:attr:`PositionReplica.done`).
+
+Bounds: the barrier's open epochs (its ``max_ahead`` and horizon, as any barrier) and
+``max_epochs`` kept results.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+
+from cbt import Snapshot
+from srt import EpochCombiner
+from srt.dataplane.lineage import Lineage
+
+#: emitted epochs kept for a take-over (the master's result store holds as many)
+DEFAULT_KEPT_EPOCHS = 256
+
+Deliver = Callable[[int, Snapshot, Lineage | None], None]
+
+
+class PositionReplica:
+    """One tree's master position, replicated here (module contract). ``new_barrier(emit)``
+    builds the barrier (the job's operator, expectations and bounds, no local input)."""
+
+    def __init__(
+        self,
+        master: int,
+        new_barrier: Callable[[Callable[[int, Snapshot], None]], EpochCombiner],
+        max_epochs: int = DEFAULT_KEPT_EPOCHS,
+    ) -> None:
+        self.master = master
+        self.max_epochs = max_epochs
+        self.barrier = new_barrier(self._emitted)
+        self.kept: OrderedDict[int, tuple[Snapshot, Lineage | None]] = OrderedDict()
+        self.dropped = 0
+        self.handover: int | None = None  # H, once taken over
+        self._deliver: Deliver | None = None
+
+    # ---- as a replica ---------------------------------------------------------------------
+
+    def set_members(self, master: int, members: Iterable[int]) -> None:
+        """The master's announcement: who it waits for (its id too when it is an origin)."""
+        if self.handover is not None:
+            return  # taken over: membership is this agent's now
+        self.master = master
+        self.barrier.set_children(members)
+
+    @property
+    def members(self) -> frozenset[int]:
+        return self.barrier.children
+
+    def offer(self, sender: int, epoch: int, snap: Snapshot, origins: Lineage | None) -> str:
+        """A member's epoch (checked against the barrier's bounds and expectation first:
+        raises as :meth:`EpochCombiner.check` does)."""
+        snap = self.barrier.check(epoch, snap, sender)
+        return self.barrier.offer_child(sender, epoch, snap, origins)
+
+    def _emitted(self, epoch: int, snap: Snapshot) -> None:
+        lineage = self.barrier.lineage_of(epoch)
+        if self._deliver is not None:
+            self._deliver(epoch, snap, lineage)
+            return
+        self.kept[epoch] = (snap, lineage)
+        while len(self.kept) > self.max_epochs:
+            self.kept.popitem(last=False)
+            self.dropped += 1
+
+    # ---- the take-over -----------------------------------------------------------------------
+
+    def take_over(
+        self, self_id: int, own_next: int, deliver: Deliver
+    ) -> tuple[list[tuple[int, Snapshot, Lineage | None]], int, frozenset[int]]:
+        """This agent became the root (module contract): returns (the kept epochs in epoch
+        order, the hand-over epoch H, the dead master's other members to wait for from H + 1
+        in the agent's own barrier). ``own_next``: the first epoch the agent's own barrier
+        has not emitted; ``deliver`` takes every epoch this replica emits from now on."""
+        kept = [(e, snap, lineage) for e, (snap, lineage) in self.kept.items()]
+        self.kept.clear()
+        touched = max(self.barrier.first_arrivals(), default=-1)  # the newest open epoch
+        self.handover = max(own_next - 1, self.barrier.next_epoch - 1, touched)
+        self._deliver = deliver
+        dead = self.master
+        members = self.barrier.children - {dead, self_id}
+        # the agent's own barrier delivers its epochs from own_next here, as a member
+        self.barrier.set_children(members | {self_id}, start=own_next)
+        return kept, self.handover, frozenset(members)
+
+    def owns(self, epoch: int) -> bool:
+        """After the take-over: whether a contribution of ``epoch`` goes to this replica."""
+        return self.handover is not None and self.barrier.next_epoch <= epoch <= self.handover
+
+    @property
+    def done(self) -> bool:
+        """Taken over and every epoch up to the hand-over emitted."""
+        return self.handover is not None and self.barrier.next_epoch > self.handover
+
+    def status(self) -> dict[str, object]:
+        return {
+            "master": format(self.master, "x"),
+            "members": sorted(format(m, "x") for m in self.members),
+            "next_epoch": self.barrier.next_epoch,
+            "kept_epochs": len(self.kept),
+            "dropped_epochs": self.dropped,
+            "handover": self.handover,
+        }
