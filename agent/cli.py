@@ -152,6 +152,11 @@ def fault_options(fn: Any) -> Any:
                 help="Seconds before an absent agent is retired (its missed epochs partial; "
                 "default 900).",
             ),
+            click.option(
+                "--fault-tolerance",
+                help="passive (default) or replicated[:R]: R active replicas of each tree's "
+                "master position (2-5; default 2).",
+            ),
         )
     ):
         fn = option(fn)
@@ -163,6 +168,7 @@ def _fault_fields(
     tentative_deadline: float | None,
     checkpoint_replicas: int | None,
     retire_after: float | None,
+    fault_tolerance: str | None = None,
 ) -> dict[str, Any]:
     """The fault-tolerance flags given, as spec/change fields (the agent validates them)."""
     given = {
@@ -170,8 +176,23 @@ def _fault_fields(
         "tentative_deadline": tentative_deadline,
         "checkpoint_replicas": checkpoint_replicas,
         "retire_after": retire_after,
+        "fault_tolerance": None if fault_tolerance is None else _policy_flag(fault_tolerance),
     }
     return {k: v for k, v in given.items() if v is not None}
+
+
+def _policy_flag(text: str) -> Any:
+    """``--fault-tolerance``: ``passive``, ``replicated`` or ``replicated:R`` as the spec's
+    ``fault_tolerance`` value (anything else goes as given: the agent says what is wrong)."""
+    policy, _, replicas = text.partition(":")
+    if not replicas:
+        return {"policy": policy}
+    try:
+        return {"policy": policy, "replicas": int(replicas)}
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: R must be an integer", param_hint="--fault-tolerance"
+        ) from None
 
 
 @cli.command()
@@ -196,6 +217,7 @@ def submit(
     tentative_deadline: float | None,
     checkpoint_replicas: int | None,
     retire_after: float | None,
+    fault_tolerance: str | None,
     api: str,
     token_file: str | None,
     secret_file: str | None,
@@ -207,9 +229,11 @@ def submit(
     --epoch-seconds the epochs of a query without WINDOW (a WINDOW fixes them: refused unless
     equal), --param sets params (the ql job accepts ts_field), --job must be ql; a
     SPEC_FILE takes no other job flag. --straggler-epochs, --tentative-deadline,
-    --checkpoint-replicas and --retire-after set those spec fields
+    --checkpoint-replicas, --retire-after and --fault-tolerance set those spec fields
     (docs/fault-tolerance.md)."""
-    faults = _fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas, retire_after)
+    faults = _fault_fields(
+        straggler_epochs, tentative_deadline, checkpoint_replicas, retire_after, fault_tolerance
+    )
     if spec_file is not None:
         given = [
             flag
@@ -322,6 +346,7 @@ def change(
     tentative_deadline: float | None,
     checkpoint_replicas: int | None,
     retire_after: float | None,
+    fault_tolerance: str | None,
     api: str,
     token_file: str | None,
     secret_file: str | None,
@@ -346,13 +371,15 @@ def change(
     if batch:
         body["batch"] = True
     body.update(
-        _fault_fields(straggler_epochs, tentative_deadline, checkpoint_replicas, retire_after)
+        _fault_fields(
+            straggler_epochs, tentative_deadline, checkpoint_replicas, retire_after, fault_tolerance
+        )
     )
     if not body:
         raise click.ClickException(
             "nothing to change: give --set, --query, --top-k, --epoch-seconds, --aggregator, "
             "--straggler-epochs, --tentative-deadline, --checkpoint-replicas, --retire-after, "
-            "--empty or "
+            "--fault-tolerance, --empty or "
             "--batch"
         )
     call(api_client(api, token_file, secret_file).change, name, body)

@@ -18,7 +18,7 @@ Request fields (all optional, at least one):
   running job's except ``top_k`` and the aggregate (a new one is scheduled, below).
 * ``top_k`` / ``top_k_largest`` / ``top_k_approximate``, ``allowed_lateness``,
   ``idle_timeout``, ``max_future``, ``straggler_epochs``, ``tentative_deadline``,
-  ``checkpoint_replicas``, ``retire_after``: those spec fields.
+  ``checkpoint_replicas``, ``retire_after``, ``fault_tolerance``: those spec fields.
 * ``epoch_seconds``: a new epoch length (batch and iterative jobs). The master picks the
   epoch it starts from: the first one starting at least ``max(EPOCH_SWITCH_LEAD, one current
   epoch)`` after its wall clock (or its newest event time, if that is ahead), so no agent's
@@ -65,6 +65,7 @@ SPEC_FIELDS = (
     "tentative_deadline",
     "retire_after",
     "checkpoint_replicas",
+    "fault_tolerance",
 )
 CONTROL_FIELDS = ("empty", "batch")
 #: a new aggregate: scheduled from an epoch ahead, like a new epoch length

@@ -61,6 +61,8 @@ Fields (JSON name: type, default):
   default ``DEFAULT_RETIRE_AFTER`` (900 s: a restart takes seconds, a reboot minutes) - an
   absent origin (crashed, stopped, cut off: not left) nobody heard of this long is retired:
   later epochs no longer wait for it, the epochs it missed stay *partial*.
+  ``fault_tolerance``: ``"passive"`` (default) or ``{"policy": "replicated", "replicas": r}``
+  (:mod:`agent.jobs.fault_policy`).
 
 Sizes: ``params`` and ``aggregator_params`` hold JSON only — integers within signed 64 bits
 (what msgpack, Arrow and the lake carry), finite numbers, nesting at most ``MAX_JSON_DEPTH``
@@ -81,6 +83,7 @@ import msgpack
 import orjson
 
 from agent.errors import AgentError
+from agent.jobs.fault_policy import FaultPolicy, parse_policy
 from agent.jobs.schedule import EpochSchedule
 from cbt import get_aggregator
 
@@ -175,6 +178,7 @@ class JobSpec:
     tentative_deadline: float | None = None
     checkpoint_replicas: int = DEFAULT_CHECKPOINT_REPLICAS
     retire_after: float = DEFAULT_RETIRE_AFTER
+    fault_tolerance: FaultPolicy = field(default_factory=FaultPolicy)
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -320,6 +324,7 @@ class JobSpec:
                 low=MIN_RETIRE_AFTER,
                 high=MAX_RETIRE_AFTER,
             ),
+            fault_tolerance=_policy(data),
         )
         size_bytes = len(msgpack.packb(spec.to_dict(), use_bin_type=True))
         if size_bytes > MAX_SPEC_BYTES:
@@ -346,6 +351,7 @@ class JobSpec:
         out["params"] = orjson.loads(orjson.dumps(self.params))
         out["aggregator_params"] = orjson.loads(orjson.dumps(self.aggregator_params))
         out["epoch_schedule"] = [[first, seconds] for first, seconds in self.epoch_schedule]
+        out["fault_tolerance"] = self.fault_tolerance.to_dict()
         return out
 
     def with_changes(self, **changes: Any) -> JobSpec:
@@ -445,6 +451,13 @@ def _fault_fields(data: dict[str, Any]) -> tuple[int, float | None, int]:
             f"must be an integer in [0, {MAX_CHECKPOINT_REPLICAS}], got {replicas!r}",
         )
     return stragglers, deadline, replicas
+
+
+def _policy(data: dict[str, Any]) -> FaultPolicy:
+    try:
+        return parse_policy(data.get("fault_tolerance"))
+    except ValueError as exc:
+        raise JobSpecError("fault_tolerance", str(exc)) from None
 
 
 def _epoch_index(data: dict[str, Any], key: str) -> int | None:

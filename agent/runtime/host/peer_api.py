@@ -8,7 +8,8 @@ authenticates every request with the cluster secret) the routes other agents cal
 * a job's runtimes talking to one another: results (``/results``), hand-over (``/handover``),
   late contributions (``/late``), repair pulls (``/resend``), standby replication
   (``/replica``), origins joining and leaving (``/origin``, ``/leave``), the master's
-  membership copies (``/members``), hot-replica checkpoints (``/checkpoint``,
+  membership copies (``/members``), a replicated master's position (``/position``, and its
+  members' epochs on ``/srt/v1/replica-snapshot``), hot-replica checkpoints (``/checkpoint``,
   ``/checkpoint/fetch``), a job's ``send_to`` (``/recv``), the operator's retirement relayed to
   a master (``/retire``), and the SRT snapshot push (``/srt/v1/snapshot``).
 
@@ -40,11 +41,13 @@ from agent.errors import BadRequest, NotFound, Unavailable
 from agent.jsonable import jsonable
 from agent.runtime.ops.dashboard.cluster import SUMMARY_PATH
 from agent.runtime.ops.membership_api import RETIRE_PATH, parse_origin, parse_why, retire_here
+from agent.runtime.recovery.active_replicas import POSITION_PATH
 from agent.runtime.recovery.checkpoints import decode_epochs, decode_records
 from agent.runtime.recovery.result_items import decode_items
 from cbt import Snapshot, SnapshotError
 from srt import SnapshotName
 from srt.dataplane.lineage import decode as lineage_of
+from srt.dataplane.name import REPLICA_SNAPSHOT_PATH
 from srt.errors import Reject
 
 #: the error code of the unknown-job rejection (:func:`runtime_or_reject`)
@@ -65,6 +68,8 @@ class PeerRecovery(Protocol):
     ) -> int: ...
     def offer_late(self, name: SnapshotName, snap: Snapshot, origins: Any) -> str: ...
     def retire_origin(self, origin: int, why: str) -> dict[str, Any]: ...
+    def position(self, tid: int, master: int, members: list[int]) -> None: ...
+    def offer_replica(self, name: SnapshotName, snap: Snapshot, origins: Any) -> str: ...
 
 
 class PeerTrees(Protocol):
@@ -135,7 +140,7 @@ class PeerServer(Protocol):
     """Where the routes go (:class:`srt.DataPlaneServer`)."""
 
     def route(self, method: str, path: str, handler: Callable[..., Any]) -> None: ...
-    def on_snapshot(self, handler: Callable[..., Any]) -> None: ...
+    def on_snapshot(self, handler: Callable[..., Any], path: str = ...) -> None: ...
 
 
 R = TypeVar("R")
@@ -171,6 +176,7 @@ class PeerApi:
     def install(self, server: PeerServer) -> None:
         """Register every route of the module contract on ``server``."""
         server.on_snapshot(self.on_snapshot)
+        server.on_snapshot(self.on_replica_snapshot, path=REPLICA_SNAPSHOT_PATH)
         for path, handler in (
             ("/agent/v1/jobs", self.serve_jobs),
             ("/agent/v1/results", self.serve_results),
@@ -178,6 +184,7 @@ class PeerApi:
             ("/agent/v1/late", self.serve_late),
             ("/agent/v1/resend", self.serve_resend),
             ("/agent/v1/replica", self.serve_replica),
+            (POSITION_PATH, self.serve_position),
             ("/agent/v1/origin", self.serve_origin),
             ("/agent/v1/leave", self.serve_leave),
             ("/agent/v1/members", self.serve_members),
@@ -210,6 +217,31 @@ class PeerApi:
         origins, payload = lineage_of(payload)  # LineageError (a SnapshotError) → 422
         snap = Snapshot.from_bytes(payload)  # SnapshotError → 422, the sender resends
         return runtime.trees.offer_child(name, snap, origins)
+
+    async def on_replica_snapshot(self, name: SnapshotName, payload: bytes) -> str:
+        """A member's epoch sent to this agent as a replica of its master's position
+        (``/srt/v1/replica-snapshot``; 503 ``no_position`` before the master's announcement)."""
+        runtime = runtime_or_reject(self.runtimes, name.job)
+        origins, payload = lineage_of(payload)  # LineageError (a SnapshotError) → 422
+        snap = Snapshot.from_bytes(payload)  # SnapshotError → 422, the sender resends
+        return runtime.recovery.offer_replica(name, snap, origins)
+
+    async def serve_position(self, request: web.Request) -> dict[str, Any]:
+        """A replicated master names this agent a replica of its position, with its members."""
+        body = await json_body(request, "job", "tree", "master", "members")
+        runtime = runtime_or_reject(self.runtimes, body["job"])
+        members = body["members"]
+        if not isinstance(members, list):
+            raise Reject(400, "bad_body", "members must be a list of hex ids")
+        try:
+            tree, master = int(body["tree"]), int(str(body["master"]), 16)
+            ids = [int(str(m), 16) for m in members]
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise Reject(400, "bad_body", f"bad tree, master or member: {exc}") from None
+        if not all(0 <= i < 1 << 160 for i in (master, *ids)):
+            raise Reject(400, "bad_body", "master and members must be 160-bit ids")
+        runtime.recovery.position(tree, master, ids)
+        return {"ok": True}
 
     async def serve_late(self, request: web.Request) -> dict[str, Any]:
         name = SnapshotName.from_headers(request.headers)

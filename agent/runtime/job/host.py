@@ -72,6 +72,19 @@ class RecoveryHooks(Protocol):
     def status(self) -> dict[str, Any]:
         """The fault-tolerance fields of the job's status, in their order there."""
 
+    def replicated(self) -> bool:
+        """The job's policy replicates master positions (fault_tolerance "replicated")."""
+
+    def to_replicas(self, tid: int, epoch: int, payload: bytes) -> None:
+        """An epoch this agent sends up (as master: its own share), to the master position's
+        replicas too."""
+
+    def route_replica(
+        self, tid: int, sender: int, epoch: int, snap: Snapshot, origins: Lineage | None
+    ) -> str | None:
+        """After a take-over, a contribution of an epoch this agent's replica of the dead
+        master's position still owns: its answer (None: the root's own barrier takes it)."""
+
 
 class TreeParts(Protocol):
     """The trees part as its siblings use it (:class:`~agent.runtime.job.trees.TreeLinks`)."""

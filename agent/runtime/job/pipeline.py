@@ -31,12 +31,15 @@ import time
 from collections import OrderedDict, deque
 from typing import Any
 
+import numpy as np
+
 from agent.runtime.epochs.cpu_budget import CpuBudget
-from agent.runtime.job.host import JobHost
+from agent.runtime.job.host import JobHost, is_root
 from cbt import Snapshot
 from srt import SnapshotName
-from srt.dataplane.lineage import Lineage, counted
+from srt.dataplane.lineage import Lineage, absent, counted
 from srt.dataplane.lineage import encode as with_lineage
+from srt.dataplane.operators import select
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +152,14 @@ class EpochPipeline:
                 res = host.trees.ensure_tree(tid).offer_local(
                     epoch, part, complete=complete, records=records
                 )
+                if host.recovery.replicated() and is_root(host, tid):
+                    # the master is one of its position's members: its own share goes to
+                    # the replicas as a child's would (empty, with its absence marker, when
+                    # incomplete here - the barrier's own rule)
+                    own = counted((node_id,), None if records is None else {node_id: records})
+                    share = part if complete else select(part, np.empty(0, np.intp))
+                    lineage = own if complete else frozenset((absent(node_id),))
+                    host.recovery.to_replicas(tid, epoch, with_lineage(lineage, share.to_bytes()))
                 if res == "stale" and complete:
                     # our barrier passed the epoch without our own records (it leapt over
                     # our worker, or our input joined after the epoch went up): they go to
@@ -190,7 +201,10 @@ class EpochPipeline:
         host = self.host
         name = SnapshotName(host.name, tid, epoch, host.network.node_id)
         payload = snap.to_bytes()
-        host.senders[tid].send(name, payload if lineage is None else with_lineage(lineage, payload))
+        payload = payload if lineage is None else with_lineage(lineage, payload)
+        host.senders[tid].send(name, payload)
+        if host.recovery.replicated():
+            host.recovery.to_replicas(tid, epoch, payload)
         self.sent_at[(tid, epoch)] = time.time()
         while len(self.sent_at) > 256:
             self.sent_at.popitem(last=False)

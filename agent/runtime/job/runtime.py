@@ -63,7 +63,7 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,7 @@ from agent.runtime.epochs.clock import EpochClock
 from agent.runtime.epochs.worker import Worker
 from agent.runtime.job.context import RuntimeContext
 from agent.runtime.job.control import JobControl
-from agent.runtime.job.host import is_root
+from agent.runtime.job.host import is_root, tree_view
 from agent.runtime.job.pipeline import EpochPipeline
 from agent.runtime.job.queries import ResultQueries
 from agent.runtime.job.report import JobReport
@@ -99,6 +99,7 @@ from agent.runtime.services import (
 from agent.tunables import RuntimeTunables
 from cbt import Snapshot
 from srt import EpochCombiner, SnapshotName, UpstreamSender, app_id, tree_ids
+from srt.dataplane.lineage import Lineage
 from srt.trees.types import JoinTimeout
 
 log = logging.getLogger(__name__)
@@ -352,27 +353,34 @@ class JobRuntime:
             return
         lineage = self.combiners[tid].lineage_of(epoch)
         if is_root(self, tid):
-            expected, doubtful = self.recovery.expected(epoch)
-            stored_at = time.time()
-            if self.store.put(
-                tid, epoch, snap, stored_at, origins=lineage, expected=expected, doubtful=doubtful
-            ):
-                self.observer.epoch_stored(self.name, self.spec.schedule.end(epoch), stored_at)
-                self.recovery.epoch_stored(tid, epoch, lineage)
-                self.tasks.spawn(
-                    self.pipeline.master_epoch(tid, epoch, snap), f"{self.name} result"
-                )
-                self.previews.stored(tid, epoch)
-            else:
-                # The epoch is stored already: a previous master handed it over before our
-                # barrier got here (a restarted master re-reading the epochs it missed while
-                # dead). What we add is a late contribution, folded in by lineage - dropped,
-                # the result would lack our origin for good.
-                self.count("emitted_after_handover")
-                name = SnapshotName(self.name, tid, epoch, self.network.node_id)
-                self.recovery.fold_in(name, snap, lineage)
+            me = self.network.node_id
+            if self.recovery.route_replica(tid, me, epoch, snap, lineage) is None:
+                self.store_root(tid, epoch, snap, lineage)  # else: the replica's, as a member
             return
         self.pipeline.send_up(tid, epoch, snap, lineage)
+
+    def store_root(self, tid: int, epoch: int, snap: Snapshot, lineage: Lineage | None) -> None:
+        """As the root: an epoch's result stored (or folded in, when a previous master handed
+        it over first)."""
+        if self._stopped:
+            return
+        expected, doubtful = self.recovery.expected(epoch)
+        stored_at = time.time()
+        if self.store.put(
+            tid, epoch, snap, stored_at, origins=lineage, expected=expected, doubtful=doubtful
+        ):
+            self.observer.epoch_stored(self.name, self.spec.schedule.end(epoch), stored_at)
+            self.recovery.epoch_stored(tid, epoch, lineage)
+            self.tasks.spawn(self.pipeline.master_epoch(tid, epoch, snap), f"{self.name} result")
+            self.previews.stored(tid, epoch)
+        else:
+            # The epoch is stored already: a previous master handed it over before our
+            # barrier got here (a restarted master re-reading the epochs it missed while
+            # dead). What we add is a late contribution, folded in by lineage - dropped,
+            # the result would lack our origin for good.
+            self.count("emitted_after_handover")
+            name = SnapshotName(self.name, tid, epoch, self.network.node_id)
+            self.recovery.fold_in(name, snap, lineage)
 
 
 def _recovery_for(rt: JobRuntime, submitted: JobSpec, data_dir: str | None) -> Recovery:
@@ -476,3 +484,17 @@ class _Host:
 
     def seen_epoch(self) -> int | None:
         return self._rt.seen_epoch()
+
+    def parent_of(self, tid: int) -> int | None:
+        view = tree_view(self._rt, tid)
+        parent = getattr(view, "parent", None)
+        return None if parent is None else parent.id
+
+    def new_barrier(self, tid: int, emit: Callable[[int, Snapshot], None]) -> EpochCombiner:
+        return self._rt.trees.new_barrier(tid, emit, floating=True)
+
+    def store_root(self, tid: int, epoch: int, snap: Snapshot, origins: Lineage | None) -> None:
+        self._rt.store_root(tid, epoch, snap, origins)
+
+    def pin_children(self, tid: int, members: Iterable[int], seconds: float) -> None:
+        self._rt.trees.pin_children(tid, members, seconds)

@@ -21,9 +21,10 @@ Contract (:class:`TreeLinks`, one per job runtime, on the event loop):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from agent.jobs.job import Job
 from agent.runtime.job.host import JobHost, tree_view
@@ -49,25 +50,18 @@ class TreeLinks:
         self._emit = emit
         #: per job instance (by id, the instance kept alive alongside): what its epochs accept
         self._expectations: dict[int, tuple[Job, Expectation]] = {}
+        #: per tree: members kept as children until a monotonic time (pin_children)
+        self._pins: dict[int, dict[int, float]] = {}
 
     def ensure_tree(self, tid: int) -> EpochCombiner:
         """The barrier of tree ``tid``, built (with its sender) when first needed."""
         host = self.host
         combiner = host.combiners.get(tid)
         if combiner is None:
-            combiner = EpochCombiner(
-                job=host.name,
-                tree=tid,
+            combiner = self.new_barrier(
+                tid,
+                lambda epoch, snap, tid=tid: self._emit(tid, epoch, snap),
                 expect_local=host.worker is not None,
-                children=(),
-                emit=lambda epoch, snap, tid=tid: self._emit(tid, epoch, snap),
-                operator=host.operator,
-                first_epoch=host.spec.start_epoch,
-                expect=self.expectation,
-                horizon=self.horizon,
-                origin=host.network.node_id,
-                straggler_epochs=host.spec.straggler_epochs,
-                straggler_wait=self._straggler_wait,
             )
             host.combiners[tid] = combiner
             host.senders[tid] = UpstreamSender(
@@ -79,6 +73,55 @@ class TreeLinks:
             )
             host.senders[tid].on_refused = lambda url, tid=tid: self._parent_refused(tid, url)
         return combiner
+
+    def new_barrier(
+        self,
+        tid: int,
+        emit: Callable[[int, Snapshot], None],
+        *,
+        expect_local: bool = False,
+        floating: bool = False,
+    ) -> EpochCombiner:
+        """A barrier of tree ``tid`` with the job's operator, checks and straggler rule (the
+        tree's own, or - ``floating``: starting at the first epoch offered, not the job's
+        start - a replica of its master position's: ``recovery/active_replicas.py``)."""
+        host = self.host
+        return EpochCombiner(
+            job=host.name,
+            tree=tid,
+            expect_local=expect_local,
+            children=(),
+            emit=emit,
+            operator=host.operator,
+            first_epoch=None if floating else host.spec.start_epoch,
+            expect=self.expectation,
+            horizon=self.horizon,
+            origin=host.network.node_id,
+            straggler_epochs=host.spec.straggler_epochs,
+            straggler_wait=self._straggler_wait,
+        )
+
+    def pin_children(self, tid: int, members: Iterable[int], seconds: float) -> None:
+        """Keep ``members`` among the barrier's children for ``seconds`` although the tree
+        layer does not list them: a new root waiting for its dead predecessor's members to
+        re-join (``recovery/active_replicas.py``)."""
+        until = time.monotonic() + seconds
+        pins = self._pins.setdefault(tid, {})
+        for member in members:
+            pins[member] = until
+        self.host.tasks.spawn(self._unpin_after(tid, seconds), f"{self.host.name} pins")
+
+    async def _unpin_after(self, tid: int, seconds: float) -> None:
+        """At the pins' end, members that never re-joined stop being waited for."""
+        await asyncio.sleep(seconds + 0.01)
+        if not self.host.stopped:
+            self.children_changed(tid)
+
+    def _pinned(self, tid: int) -> set[int]:
+        now = time.monotonic()
+        pins = {m: t for m, t in self._pins.get(tid, {}).items() if t > now}
+        self._pins[tid] = pins
+        return set(pins)
 
     def expectation(self, epoch: int | None) -> Expectation:
         """What a snapshot of ``epoch`` must be: the aggregator of the job instance that
@@ -149,7 +192,9 @@ class TreeLinks:
         view = tree_view(self.host, tid)
         if view is None:
             return
-        self.ensure_tree(tid).set_children(view.children.keys())
+        combiner = self.ensure_tree(tid)
+        pinned = self._pinned(tid) - set(view.children.keys())
+        combiner.set_children(set(view.children.keys()) | pinned)
 
     def offer_child(
         self, name: SnapshotName, snap: Snapshot, origins: Lineage | None = None
@@ -159,6 +204,9 @@ class TreeLinks:
         folded in at the master when its epoch was already emitted here."""
         host = self.host
         self.known_tree(name.tree)
+        routed = host.recovery.route_replica(name.tree, name.sender, name.epoch, snap, origins)
+        if routed is not None:  # an epoch the replica of a dead master's position still owns
+            return routed
         combiner = self.ensure_tree(name.tree)
         snap = combiner.check(name.epoch, snap, name.sender)
         if host.worker is not None and not host.stopped:

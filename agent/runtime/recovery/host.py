@@ -12,6 +12,7 @@ Both are structural, like :mod:`srt.trees.host`: nothing needs to inherit from t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -95,6 +96,25 @@ class RecoveryHost(Protocol):
         """The newest epoch of any record offered to the job's worker (None: none yet)."""
         ...
 
+    # ---- replicated masters (active_replicas.py) ------------------------------------------
+
+    def parent_of(self, tid: int) -> int | None:
+        """This agent's parent's id in ``tid`` (None: the root, or not on the tree)."""
+        ...
+
+    def new_barrier(self, tid: int, emit: Callable[[int, Snapshot], None]) -> EpochCombiner:
+        """A barrier of the job's tree with no local input (the job's operator and checks)."""
+        ...
+
+    def store_root(self, tid: int, epoch: int, snap: Snapshot, origins: Lineage | None) -> None:
+        """Store an epoch as the root's result, as the root's own barrier would."""
+        ...
+
+    def pin_children(self, tid: int, members: Iterable[int], seconds: float) -> None:
+        """Keep ``members`` among the barrier's children for ``seconds`` although the tree
+        layer does not list them (yet)."""
+        ...
+
 
 class RecoveryParts(Protocol):
     """The :class:`~agent.runtime.recovery.recovery.Recovery` facade as its parts see it: the
@@ -133,6 +153,10 @@ class RecoveryParts(Protocol):
     ) -> None: ...
 
     def fold_in(self, name: SnapshotName, snap: Snapshot, origins: Lineage | None) -> str: ...
+
+    def replica_owns(self, tid: int, epoch: int) -> bool:
+        """A replica of a dead master's position here still owns ``epoch`` of ``tid``."""
+        ...
 
     def fold_own(
         self,

@@ -86,6 +86,8 @@ class PositionReplica:
         if self._deliver is not None:
             self._deliver(epoch, snap, lineage)
             return
+        if lineage is not None and not lineage:
+            return  # nothing of any member (an idle epoch): the master's own result stands
         self.kept[epoch] = (snap, lineage)
         while len(self.kept) > self.max_epochs:
             self.kept.popitem(last=False)

@@ -32,6 +32,7 @@ from typing import Any
 
 from agent.runtime.epochs.window_panes import whole_share
 from agent.runtime.recovery.absence import Absence
+from agent.runtime.recovery.active_replicas import ActiveReplicas
 from agent.runtime.recovery.checkpoints import CheckpointSender
 from agent.runtime.recovery.commit import Commit
 from agent.runtime.recovery.handover import Handover
@@ -119,6 +120,8 @@ class Recovery:
         self.standby = Replication(self, network, tasks, tunables)
         self.commits = Commit(self, network, tasks, self.standby.standby)
         self.handover = Handover(self, network)
+        #: replicated masters (spec fault_tolerance "replicated"): active_replicas.py
+        self.active = ActiveReplicas(host, network, tasks)
         store.term_of = self.fence.term
         store.given_up_for = self.origins.given_up_for
 
@@ -148,6 +151,7 @@ class Recovery:
 
     async def release(self) -> None:
         self.replicas.clear()
+        await self.active.close()
         await self.origins.forget()
 
     # ---- the root role -----------------------------------------------------------------------
@@ -163,6 +167,7 @@ class Recovery:
         """No longer the tree's root: the new master publishes; the results go to it."""
         self._rooted.discard(tid)
         self.fence.not_root(tid)
+        self.active.lost_root(tid)
         if self.store.epochs(tid):
             self.tasks.spawn(self.handover.hand_over(tid), f"hand over {self.name}")
 
@@ -192,6 +197,7 @@ class Recovery:
         self.repair.keep_queued(tid)
         self.knowledge_gained(tid)
         self.origins.watch_absence()
+        self.active.became_root(tid)  # a replica of the dead master's position: its epochs
 
     def _running_before(self) -> bool:
         """This agent ran the job before (its read positions resumed it past the submitted
@@ -281,6 +287,7 @@ class Recovery:
             self.repair.report_missing(tid, epoch)
         self.publish(tid, epoch)
         self.replicate(tid)
+        self.active.announce(tid)
         self.host.bound_results()
 
     def absorb_items(
@@ -354,6 +361,9 @@ class Recovery:
             return True
         if kind == "commit":
             self.commits.on_commit(tid, message)
+            return True
+        if kind == "replicas":
+            self.active.heard_from(tid, message)
             return True
         return False
 
@@ -459,6 +469,37 @@ class Recovery:
         declared absent after the loss timeout (loss.py)."""
         self.loss.overlay_failed(node_id)
 
+    # ---- replicated masters (active_replicas.py) ------------------------------------------
+
+    def replica_owns(self, tid: int, epoch: int) -> bool:
+        """A replica of a dead master's position here still owns ``epoch`` of ``tid``."""
+        return self.active.owns(tid, epoch)
+
+    def replicated(self) -> bool:
+        """The job's policy replicates master positions (members send to replicas too)."""
+        return self.active.wanted() > 1
+
+    def to_replicas(self, tid: int, epoch: int, payload: bytes) -> None:
+        """An epoch this agent sends up (as master: its own share), to the replicas too."""
+        self.active.to_replicas(tid, epoch, payload)
+
+    def route_replica(
+        self, tid: int, sender: int, epoch: int, snap: Snapshot, origins: Lineage | None
+    ) -> str | None:
+        """After a take-over, a contribution of an epoch the replica still owns: its answer
+        (None: the root's own barrier takes it)."""
+        return self.active.route(tid, sender, epoch, snap, origins)
+
+    def position(self, tid: int, master: int, members: list[int]) -> None:
+        """As a replica of ``tid``'s master position: the master's members."""
+        self.host.known_tree(tid)
+        self.active.position(tid, master, members)
+
+    def offer_replica(self, name: SnapshotName, snap: Snapshot, origins: Lineage | None) -> str:
+        """As a replica: a member's epoch (``/srt/v1/replica-snapshot``)."""
+        self.host.known_tree(name.tree)
+        return self.active.offer(name, snap, origins)
+
     def status(self) -> dict[str, Any]:
         """Fault tolerance's part of the job's status (the keys the runtime always had)."""
         return {
@@ -471,6 +512,7 @@ class Recovery:
             "origins_expected": self.membership.origins(),
             "membership": self.membership_status(),
             "terms": self.fence.stats(time.time()),
+            "active_replicas": self.active.status(),
         }
 
 

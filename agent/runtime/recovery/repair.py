@@ -201,6 +201,9 @@ class Repair:
             # it will never store it here, so what arrives late *is* the epoch's result.
             fresh = store.peek(tid, epoch) is None
             passed = fresh and host.ensure_tree(tid).next_epoch > epoch
+            # ... unless a replica of the dead master's position still owns it: its result
+            # comes from there (active_replicas.py), this is held for it meanwhile
+            passed = passed and not parts.replica_owns(tid, epoch)
             folded = store.add_late(
                 tid,
                 epoch,

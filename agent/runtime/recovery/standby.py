@@ -37,8 +37,17 @@ class Neighbour(Protocol):
 
 def standby_for(tree: int, self_id: int, neighbours: Iterable[Neighbour]) -> Neighbour | None:
     """The neighbour that would be the tree's root if this one (the root) disappeared."""
-    others = [n for n in neighbours if n.id != self_id]
-    return min(others, key=lambda n: n.id ^ tree) if others else None
+    found = standbys_for(tree, self_id, neighbours, 1)
+    return found[0] if found else None
+
+
+def standbys_for(
+    tree: int, self_id: int, neighbours: Iterable[Neighbour], n: int
+) -> list[Neighbour]:
+    """The ``n`` neighbours closest to the tree id after this one: the next masters, in
+    order (a replicated master's replicas; the first is the standby)."""
+    others = sorted((x for x in neighbours if x.id != self_id), key=lambda x: x.id ^ tree)
+    return others[:n]
 
 
 class ReplicationLog:

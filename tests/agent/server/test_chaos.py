@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,26 +67,6 @@ def assert_no_visible_violations(figs: dict[str, Any]) -> None:
     dishonestly, or a lake (term, version) with two row sets."""
     print("every-version reader:", json.dumps(figs, default=str)[:6000])
     assert figs["violations"] == 0, violation_message(figs)
-
-
-@pytest.fixture
-def chaos(tmp_path: Path) -> Iterator[ChaosCluster]:
-    cluster = ChaosCluster(AGENTS, tmp_path).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def watch(chaos: ChaosCluster) -> Iterator[VersionWatch]:
-    """The every-version reader, started before any job or fault; jobs are added as they
-    are submitted (:meth:`VersionWatch.watch`)."""
-    reader = chaos_watch(chaos, [])
-    try:
-        yield reader
-    finally:
-        reader.stop()
 
 
 # ---- fault steps: each waits on the cluster's own progress (stored epochs), never a sleep --

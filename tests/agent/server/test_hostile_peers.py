@@ -29,6 +29,7 @@ from agent.server.cluster import LocalCluster
 from cbt import CompressedBufferTree
 from srt import DataPlaneClient, DataPlaneError, SnapshotName
 from srt.config import Tunables
+from srt.dataplane.name import REPLICA_SNAPSHOT_PATH
 
 AGENTS = 3
 TEXTS = {0: ["alpha beta beta", "gamma"], 1: ["beta delta", "alpha alpha"]}
@@ -113,6 +114,30 @@ async def probe(secret: bytes, urls: list[str], tree: int, target: int) -> list[
             await route(
                 "results inf", url, "/agent/v1/results", {"job": "wc", "tree": 1e400}, target
             )
+            await route(
+                "position bad master",
+                url,
+                "/agent/v1/position",
+                {"job": "wc", "tree": tree, "master": "zz", "members": []},
+                target,
+            )
+            await route(
+                "position passive job",
+                url,
+                "/agent/v1/position",
+                {"job": "wc", "tree": tree, "master": "ab", "members": ["cd"]},
+                target,
+            )
+            try:  # a replica's door, for a job that does not replicate its masters
+                await client.send_snapshot(
+                    url,
+                    SnapshotName("wc", tree, target, HOSTILE),
+                    count_bytes,
+                    path=REPLICA_SNAPSHOT_PATH,
+                )
+                answers.append(("replica snapshot", 200, "accepted"))
+            except DataPlaneError as exc:
+                answers.append(("replica snapshot", exc.status, exc.reason))
     finally:
         await client.close()
     return answers
@@ -127,6 +152,9 @@ EXPECTED = {
     "handover sum": (409, "incompatible"),
     "recv sum": (409, "incompatible"),
     "results inf": (400, "bad_body"),
+    "position bad master": (400, "bad_body"),
+    "position passive job": (409, "not_replicated"),
+    "replica snapshot": (409, "not_replicated"),
 }
 
 

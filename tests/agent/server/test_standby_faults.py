@@ -26,11 +26,9 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from test_chaos import assert_exact_or_flagged, report
 
 from agent.server.chaos import EXACT, ChaosCluster, JobPlan, JobReport, LogWriter, check, wait_until
@@ -38,32 +36,12 @@ from agent.server.version_check import headline
 from agent.server.version_watch import (
     VersionWatch,
     chaos_figures,
-    chaos_watch,
     violation_message,
 )
 
 AGENTS = 5
 #: stored epochs (1 s each) between a kill and the restart: the brief's "5-10 s later"
 DOWN_EPOCHS = 6
-
-
-@pytest.fixture
-def chaos(tmp_path: Path) -> Iterator[ChaosCluster]:
-    cluster = ChaosCluster(AGENTS, tmp_path).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def watch(chaos: ChaosCluster) -> Iterator[VersionWatch]:
-    """The every-version reader, started before the job and any fault."""
-    reader = chaos_watch(chaos, [])
-    try:
-        yield reader
-    finally:
-        reader.stop()
 
 
 def standby_of(chaos: ChaosCluster, job: str) -> tuple[int, int]:

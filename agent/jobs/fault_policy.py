@@ -1,0 +1,77 @@
+"""A job's fault-tolerance policy: the spec's ``fault_tolerance`` field.
+
+Contract (``docs/fault-tolerance.md``, "Replicated masters"; changeable at runtime like the
+other fault-tolerance fields):
+
+* ``{"policy": "passive"}`` (the default; also written as the bare string ``"passive"``):
+  recovery after the fact - lineage, commit, the master's standby, checkpoints - with the
+  results tentative, naming what they lack, while an agent is dead or slow.
+* ``{"policy": "replicated", "replicas": r}``, r in [2, :data:`MAX_REPLICAS`]: the master
+  position of each of the job's trees gets r - 1 *active* replicas (the agents closest to
+  the tree id after the master: the next masters), which merge every member's epochs as the
+  master does, so a master's kill -9 loses no epoch in flight.
+
+``budget`` (PPA's budgeted replicas) and ``adaptive`` (mirroring for a latency target) are
+refused by name until they run (a spec accepted is a spec that runs). A violation is a
+``ValueError`` whose message the spec parser reports under the field's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PASSIVE = "passive"
+REPLICATED = "replicated"
+POLICIES = (PASSIVE, REPLICATED)
+NOT_YET = ("budget", "adaptive")
+MIN_REPLICAS = 2
+MAX_REPLICAS = 5
+
+
+@dataclass(frozen=True)
+class FaultPolicy:
+    """One job's policy (module contract); ``replicas`` is 1 for passive."""
+
+    policy: str = PASSIVE
+    replicas: int = 1
+
+    @property
+    def replicated(self) -> bool:
+        return self.policy == REPLICATED
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.policy == PASSIVE:
+            return {"policy": PASSIVE}
+        return {"policy": self.policy, "replicas": self.replicas}
+
+    def label(self) -> str:
+        """A short name for results and the lake: ``passive`` or ``replicated:r``."""
+        return PASSIVE if self.policy == PASSIVE else f"{self.policy}:{self.replicas}"
+
+
+def parse_policy(raw: Any) -> FaultPolicy:
+    """The spec's ``fault_tolerance`` value (None: the default) as a :class:`FaultPolicy`;
+    ``ValueError`` saying what is wrong otherwise."""
+    if raw is None or raw == PASSIVE:
+        return FaultPolicy()
+    if not isinstance(raw, dict):
+        raise ValueError(f'must be "passive" or an object with a "policy", got {raw!r}')
+    policy = raw.get("policy")
+    unknown = set(raw) - {"policy", "replicas"}
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}; known: policy, replicas")
+    if policy in NOT_YET:
+        raise ValueError(f"policy {policy!r} is not available yet; use one of {list(POLICIES)}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
+    if policy == PASSIVE:
+        if "replicas" in raw:
+            raise ValueError('"replicas" applies to the replicated policy only')
+        return FaultPolicy()
+    replicas = raw.get("replicas", MIN_REPLICAS)
+    if type(replicas) is not int or not MIN_REPLICAS <= replicas <= MAX_REPLICAS:
+        raise ValueError(
+            f"replicas must be an integer in [{MIN_REPLICAS}, {MAX_REPLICAS}], got {replicas!r}"
+        )
+    return FaultPolicy(REPLICATED, replicas)

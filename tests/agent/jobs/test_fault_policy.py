@@ -1,0 +1,57 @@
+"""The spec's ``fault_tolerance`` field (agent/jobs/fault_policy.py): every accepted form, the
+refusals naming the field, the round trip through a spec, and a runtime change."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.jobs.fault_policy import FaultPolicy, parse_policy
+from agent.jobs.spec import JobSpec, JobSpecError
+
+BASE = {"name": "wc", "creator": "t", "job_class": "wordcount"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        (None, FaultPolicy()),
+        ("passive", FaultPolicy()),
+        ({"policy": "passive"}, FaultPolicy()),
+        ({"policy": "replicated"}, FaultPolicy("replicated", 2)),
+        ({"policy": "replicated", "replicas": 5}, FaultPolicy("replicated", 5)),
+    ],
+)
+def test_accepted_forms(raw, want) -> None:
+    assert parse_policy(raw) == want
+    spec = JobSpec.from_dict({**BASE, "fault_tolerance": raw} if raw is not None else BASE)
+    assert spec.fault_tolerance == want
+    assert JobSpec.from_dict(spec.to_dict()) == spec  # the round trip
+    assert want.label() in ("passive", f"replicated:{want.replicas}")
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ("replicated", "passive"),
+        ({"policy": "budget", "replicas": 2}, "not available yet"),
+        ({"policy": "adaptive"}, "not available yet"),
+        ({"policy": "quorum"}, "policy must be one of"),
+        ({"policy": "replicated", "replicas": 1}, "replicas must be an integer in [2, 5]"),
+        ({"policy": "replicated", "replicas": 6}, "replicas must be an integer in [2, 5]"),
+        ({"policy": "replicated", "replicas": True}, "replicas must be"),
+        ({"policy": "replicated", "r": 2}, "unknown keys"),
+        ({"policy": "passive", "replicas": 2}, "replicated policy only"),
+        (3, "must be"),
+    ],
+)
+def test_refusals_name_the_field(raw, says) -> None:
+    with pytest.raises(JobSpecError) as info:
+        JobSpec.from_dict({**BASE, "fault_tolerance": raw})
+    assert "fault_tolerance" in str(info.value) and says in str(info.value)
+
+
+def test_a_runtime_change_switches_the_policy() -> None:
+    spec = JobSpec.from_dict(BASE)
+    changed = spec.with_changes(fault_tolerance={"policy": "replicated", "replicas": 3})
+    assert changed.fault_tolerance.replicated and changed.fault_tolerance.replicas == 3
+    assert changed.with_changes(fault_tolerance="passive").fault_tolerance == FaultPolicy()
