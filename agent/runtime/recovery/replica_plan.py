@@ -1,0 +1,369 @@
+"""Budgeted replicas (PPA): which R tree nodes a job replicates actively, and what that buys.
+
+Contract (pure functions and one small state holder; no I/O, no asyncio, no clock;
+``docs/fault-tolerance.md``, "Budgeted replicas: the plan (PPA)"). A job's tree is given as
+``parents``: node → its parent (the root's parent is None; nodes are hashable ids). Every node
+is an agent and an origin: ``rates`` gives each node's **own** input rate (records/s it reads
+itself, a missing node reads 0; rates must be finite and ≥ 0), ``domains`` each node's failure
+domain (``--domain``). A tree that is not one tree (no root, several roots, a parent that is
+not a node, a cycle) raises ValueError, as do a negative budget and a bad rate.
+
+* :func:`plan_structure_aware` — PPA's plan on a tree: a **connected** set of at most
+  ``budget`` nodes **containing the root** that maximises the covered input rate, where an
+  origin is covered iff every strict ancestor of it is in the set: its input still reaches the
+  root when the merging of every unreplicated node fails (PPA's worst correlated failure: a
+  failed task in every path). An origin's own input is its own: no replica reads a leaf's
+  logs, so a dead leaf is absent whatever the plan. Exact: a tree-knapsack dynamic programme,
+  O(n·R) table cells merged in O(n·R) child steps of at most R each (n nodes, R the budget),
+  milliseconds for n = 1,280 and R = 64. Budget 0 → the empty set; budget ≥ 1 always
+  includes the root. Among optimal sets it returns one of the smallest (budget is never spent
+  on a node that adds nothing and leads nowhere, such as a leaf: the plan may be smaller than
+  the budget), ties resolved in a fixed order (children in ascending id order), so the plan
+  depends on the tree and the rates only, never on the mappings' iteration order.
+* :func:`plan_greedy` — the baseline, PPA's "Greedy" (its Algorithm 2) on a tree: rank every
+  node by the covered rate lost if it alone failed - its **flow**, its subtree's total rate,
+  its own input included - and take the first ``budget``; ties go to the shallower node,
+  then the smaller id (the kindest tie rule for greedy: a parent comes before a child of equal
+  flow). It ignores connectivity and that a leaf's replica cannot help.
+  ``inner_only=True`` ranks only the nodes with children: a stronger baseline, reported next
+  to PPA's.
+* :func:`fidelity` — PPA's output fidelity of a plan: the share of the total rate its plan
+  covers (the planner's objective over the total); :func:`planned_origins` — those origins.
+* :func:`coverage` — the share of the total rate still reaching the root when every agent of
+  ``failed_domain`` fails: an origin counts iff it is alive (not in that domain) and each
+  strict ancestor is alive or replicated (a replica is assumed placed in another domain, so it
+  survives). No input at all: 1.0 (nothing is lost). :func:`worst_domain_coverage` — the
+  minimum over the domains named in ``domains``, with the domain that attains it (ties: the
+  smallest domain in sorted order).
+* :func:`topk_quality` — PPA's top-k accuracy of the tentative output: the top k of the
+  covered origins' key counts against the top k of all origins'
+  (:func:`agent.runtime.results.quality.observed_topk_accuracy`).
+* :class:`ReplicaPlanner` — keeps a job's current plan and re-plans when the tree or the budget
+  changes, or when the rates drift (hysteresis: see the class).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agent.runtime.results.quality import observed_topk_accuracy
+
+Node = Hashable
+
+DRIFT = 0.25  # share of the total rate that must move before a re-plan is considered
+GAIN = 0.05  # relative objective gain a new plan needs to replace a valid current one
+
+
+def _ordered(items: Iterable[Any]) -> list[Any]:
+    """``items`` in a fixed order: their natural order, or by repr where they do not compare."""
+    items = list(items)
+    try:
+        return sorted(items)
+    except TypeError:
+        return sorted(items, key=repr)
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A checked tree: its root, each node's children (in id order) and a top-down order."""
+
+    root: Node
+    parent: Mapping[Node, Node | None]
+    children: Mapping[Node, tuple[Node, ...]]
+    top_down: tuple[Node, ...]
+
+    @classmethod
+    def of(cls, parents: Mapping[Node, Node | None]) -> Tree:
+        """The tree of ``parents`` (ValueError if it is not one tree)."""
+        roots = [v for v, p in parents.items() if p is None]
+        if len(roots) != 1:
+            raise ValueError(f"a tree has exactly one root, not {len(roots)}")
+        kids: dict[Node, list[Node]] = {v: [] for v in parents}
+        for v, p in parents.items():
+            if p is not None:
+                if p not in kids:
+                    raise ValueError(f"the parent {p!r} of {v!r} is not a node of the tree")
+                kids[p].append(v)
+        children = {v: tuple(_ordered(c)) for v, c in kids.items()}
+        order = [roots[0]]
+        for v in order:  # breadth first: grows while it is read
+            order.extend(children[v])
+        if len(order) != len(parents):
+            raise ValueError("the parents do not form one tree (a cycle off the root)")
+        return cls(roots[0], dict(parents), children, tuple(order))
+
+
+def _rates(tree: Tree, rates: Mapping[Node, float]) -> dict[Node, float]:
+    out = {v: float(rates.get(v, 0.0)) for v in tree.top_down}
+    for v, r in out.items():
+        if not math.isfinite(r) or r < 0:
+            raise ValueError(f"the rate of {v!r} must be finite and >= 0, not {r!r}")
+    return out
+
+
+def _check_budget(budget: int) -> None:
+    if budget < 0:
+        raise ValueError("the budget must be >= 0")
+
+
+def _flows(tree: Tree, own: Mapping[Node, float]) -> dict[Node, float]:
+    flow = dict(own)
+    for v in reversed(tree.top_down):
+        for c in tree.children[v]:
+            flow[v] += flow[c]
+    return flow
+
+
+def flows(parents: Mapping[Node, Node | None], rates: Mapping[Node, float]) -> dict[Node, float]:
+    """Each node's flow: its subtree's total input rate (its own included)."""
+    tree = Tree.of(parents)
+    return _flows(tree, _rates(tree, rates))
+
+
+def plan_structure_aware(
+    parents: Mapping[Node, Node | None], rates: Mapping[Node, float], budget: int
+) -> frozenset[Node]:
+    """PPA's optimal plan on a tree (module contract)."""
+    _check_budget(budget)
+    tree = Tree.of(parents)
+    own = _rates(tree, rates)
+    if budget == 0:
+        return frozenset()
+    # Replicating v covers exactly its children's own inputs (the root's own input is covered
+    # by any plan): a connected root-containing set's value is the sum of these gains.
+    gain = {v: sum(own[c] for c in tree.children[v]) for v in tree.top_down}
+    # best[v][j]: the best value of a connected set of exactly j nodes, topped by v, inside v's
+    # subtree (j = 0: nothing). share[v]: per child merge, the share given to that child for
+    # each total, to rebuild the set.
+    best: dict[Node, list[float]] = {}
+    share: dict[Node, list[list[int]]] = {}
+    for v in reversed(tree.top_down):
+        acc = [gain[v]]  # acc[i]: v plus i nodes below it
+        steps: list[list[int]] = []
+        for c in tree.children[v]:
+            sub = best[c]
+            size = min(budget - 1, len(acc) - 1 + len(sub) - 1)
+            merged = [-1.0] * (size + 1)
+            pick = [0] * (size + 1)
+            for i, a in enumerate(acc):
+                for b in range(min(len(sub), size - i + 1)):
+                    value = a + sub[b]
+                    if value > merged[i + b]:  # strict: the earlier child keeps less on ties
+                        merged[i + b] = value
+                        pick[i + b] = b
+            acc = merged
+            steps.append(pick)
+        best[v] = [0.0, *acc]
+        share[v] = steps
+    top = best[tree.root]
+    size = max(range(1, len(top)), key=lambda j: (top[j], -j))  # the root, then fewest nodes
+    plan: set[Node] = set()
+    stack = [(tree.root, size)]
+    while stack:
+        v, j = stack.pop()
+        if j == 0:
+            continue
+        plan.add(v)
+        rest = j - 1
+        for c, pick in reversed(list(zip(tree.children[v], share[v], strict=True))):
+            b = pick[rest]
+            stack.append((c, b))
+            rest -= b
+    return frozenset(plan)
+
+
+def plan_greedy(
+    parents: Mapping[Node, Node | None],
+    rates: Mapping[Node, float],
+    budget: int,
+    *,
+    inner_only: bool = False,
+) -> frozenset[Node]:
+    """The greedy baseline (module contract): the ``budget`` nodes of highest flow."""
+    _check_budget(budget)
+    tree = Tree.of(parents)
+    flow = _flows(tree, _rates(tree, rates))
+    depth = {tree.root: 0}
+    for v in tree.top_down:
+        for c in tree.children[v]:
+            depth[c] = depth[v] + 1
+    rank = {v: i for i, v in enumerate(_ordered(tree.top_down))}
+    pool = [v for v in tree.top_down if tree.children[v] or not inner_only]
+    pool.sort(key=lambda v: (-flow[v], depth[v], rank[v]))
+    return frozenset(pool[:budget])
+
+
+def _share(own: Mapping[Node, float], counted: Iterable[Node]) -> float:
+    total = sum(own.values())
+    if total <= 0:
+        return 1.0
+    return sum(own[o] for o in counted) / total
+
+
+def _reaching(tree: Tree, forwards: Callable[[Node], bool]) -> dict[Node, bool]:
+    """Per node: whether every strict ancestor of it ``forwards`` (its input reaches the root
+    if it is itself alive)."""
+    reach = {tree.root: True}
+    for v in tree.top_down:
+        for c in tree.children[v]:
+            reach[c] = reach[v] and forwards(v)
+    return reach
+
+
+def planned_origins(
+    parents: Mapping[Node, Node | None], replicated: Iterable[Node]
+) -> frozenset[Node]:
+    """The origins a plan covers under PPA's worst case: those whose strict ancestors are all
+    replicated (the set whose rate share :func:`fidelity` is)."""
+    tree = Tree.of(parents)
+    chosen = set(replicated)
+    return frozenset(v for v, ok in _reaching(tree, chosen.__contains__).items() if ok)
+
+
+def fidelity(
+    parents: Mapping[Node, Node | None], rates: Mapping[Node, float], replicated: Iterable[Node]
+) -> float:
+    """PPA's output fidelity (module contract): the share of the rate whose strict ancestors
+    are all replicated."""
+    own = _rates(Tree.of(parents), rates)
+    return _share(own, planned_origins(parents, replicated))
+
+
+def covered_origins(
+    parents: Mapping[Node, Node | None],
+    domains: Mapping[Node, Hashable],
+    replicated: Iterable[Node],
+    failed_domain: Hashable,
+) -> frozenset[Node]:
+    """The origins whose input reaches the root when ``failed_domain`` fails: alive, and each
+    strict ancestor alive or replicated (the set whose rate share :func:`coverage` is)."""
+    tree = Tree.of(parents)
+    chosen = set(replicated)
+
+    def alive(v: Node) -> bool:
+        return domains.get(v) != failed_domain
+
+    reach = _reaching(tree, lambda v: alive(v) or v in chosen)
+    return frozenset(v for v in tree.top_down if reach[v] and alive(v))
+
+
+def coverage(
+    parents: Mapping[Node, Node | None],
+    rates: Mapping[Node, float],
+    domains: Mapping[Node, Hashable],
+    replicated: Iterable[Node],
+    failed_domain: Hashable,
+) -> float:
+    """The covered share of the rate when ``failed_domain`` fails (module contract)."""
+    own = _rates(Tree.of(parents), rates)
+    return _share(own, covered_origins(parents, domains, replicated, failed_domain))
+
+
+def domain_coverages(
+    parents: Mapping[Node, Node | None],
+    rates: Mapping[Node, float],
+    domains: Mapping[Node, Hashable],
+    replicated: Iterable[Node],
+) -> dict[Hashable, float]:
+    """:func:`coverage` for each domain named in ``domains``, in sorted domain order."""
+    chosen = frozenset(replicated)
+    names = _ordered(set(domains.values()))
+    return {d: coverage(parents, rates, domains, chosen, d) for d in names}
+
+
+def worst_domain_coverage(
+    parents: Mapping[Node, Node | None],
+    rates: Mapping[Node, float],
+    domains: Mapping[Node, Hashable],
+    replicated: Iterable[Node],
+) -> tuple[float, Hashable | None]:
+    """The lowest :func:`coverage` over the domains, and that domain ((1.0, None): none)."""
+    per = domain_coverages(parents, rates, domains, replicated)
+    if not per:
+        return 1.0, None
+    worst = min(per, key=per.__getitem__)  # first minimum in sorted domain order
+    return per[worst], worst
+
+
+def topk_quality(
+    counts: Mapping[Node, Mapping[Hashable, int]], covered: Iterable[Node], k: int
+) -> float:
+    """|tentative top-k ∩ final top-k| / k for a top-k over ``counts`` (origin → key → count):
+    the tentative result sums the ``covered`` origins, the final one all of them (counts must
+    be ≥ 0; a zero count is no row)."""
+    final: dict[Hashable, int] = {}
+    tentative: dict[Hashable, int] = {}
+    chosen = set(covered)
+    for origin, keys in counts.items():
+        for key, n in keys.items():
+            if n <= 0:
+                continue  # a key counted zero times is not in either result
+            final[key] = final.get(key, 0) + n
+            if origin in chosen:
+                tentative[key] = tentative.get(key, 0) + n
+    return observed_topk_accuracy(tentative, final, k)
+
+
+def _drift(before: Mapping[Node, float], after: Mapping[Node, float]) -> float:
+    """The share of the rate that moved: Σ|after − before| / Σ before (∞ from nothing)."""
+    nodes = set(before) | set(after)
+    moved = sum(abs(after.get(v, 0.0) - before.get(v, 0.0)) for v in nodes)
+    base = sum(before.values())
+    if base <= 0:
+        return 0.0 if moved == 0 else math.inf
+    return moved / base
+
+
+class ReplicaPlanner:
+    """A job's current structure-aware plan, re-planned only when it is worth it.
+
+    :meth:`update` with the current tree and rates:
+
+    * a new or changed tree (any edge), or a new budget, always re-plans: the plan adopted is
+      optimal for the new tree (the current one may not even be valid on it);
+    * otherwise the rates are compared with those of the last re-plan: while less than
+      ``drift`` (default :data:`DRIFT`, 25 %) of the total rate has moved (Σ|r − r₀| / Σ r₀)
+      the plan stays, whatever the noise;
+    * past that, a new optimal plan replaces the current one only if it covers more than
+      ``1 + gain`` (default :data:`GAIN`, 5 %) times what the current plan covers under the
+      new rates; either way the new rates become the reference.
+
+    So noisy rates never flap the plan: a change needs a large move of the rates *and* a
+    clear gain. Each re-plan is one :func:`plan_structure_aware` call."""
+
+    def __init__(self, budget: int, *, drift: float = DRIFT, gain: float = GAIN) -> None:
+        _check_budget(budget)
+        self.budget = budget
+        self.drift = drift
+        self.gain = gain
+        self.plan: frozenset[Node] = frozenset()
+        self.replans = 0  # plans computed
+        self.changes = 0  # plans adopted that differ from the one before
+        self._parents: dict[Node, Node | None] | None = None
+        self._rates: dict[Node, float] = {}
+        self._budget = budget
+
+    def update(self, parents: Mapping[Node, Node | None], rates: Mapping[Node, float]) -> bool:
+        """Take the current tree and rates; True when the plan changed."""
+        _check_budget(self.budget)
+        tree = Tree.of(parents)
+        now = _rates(tree, rates)
+        old = self.plan
+        reshaped = self._parents != dict(parents) or self._budget != self.budget
+        if not reshaped and _drift(self._rates, now) <= self.drift:
+            return False
+        fresh = plan_structure_aware(parents, now, self.budget)
+        self.replans += 1
+        if reshaped:  # the current plan may not even be connected on the new tree
+            self.plan = fresh
+        else:
+            have, could = fidelity(parents, now, old), fidelity(parents, now, fresh)
+            if could > have * (1 + self.gain):
+                self.plan = fresh
+        self._parents, self._rates, self._budget = dict(parents), now, self.budget
+        changed = self.plan != old
+        self.changes += changed
+        return changed
