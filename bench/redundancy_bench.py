@@ -29,14 +29,18 @@ Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and 
     (the same ranking over inner nodes only: a stronger baseline than PPA's), and for
     context ``own_rate`` (structure-blind: the agents that read the most themselves, which is
     what a rate ranking amounts to when a node's rate says nothing of its place in the
-    topology; not the issue's baseline).
+    topology; not the issue's baseline). ``domain_aware``
+    (:func:`agent.runtime.recovery.replica_plan.plan_domain_aware`) is the exact optimum of
+    the worst single-rack coverage, the failure the issue names, for comparison: PPA's plan
+    optimises a different failure (every unreplicated node), see ``docs/fault-tolerance.md``.
   - **scenarios**: ``domain`` - one rack fails (every domain in turn): the worst domain's
     coverage and top-k quality, and the mean coverage over domains; ``ppa_worst`` - PPA's
     worst correlated failure, the merging of every unreplicated node fails (the plan's output
     fidelity: the share of input whose strict ancestors are all replicated) and its top-k
     quality.
 
-  Reported: per R and planner the medians over seeds; per R the ratio structure-aware /
+  Reported: per R and planner the medians over seeds; the ceiling (every agent replicated:
+  a failed rack still loses its own agents' input); per R the ratio structure-aware /
   greedy (the median of the per-seed ratios) for each figure; the tree shapes; checks (every
   plan connected where claimed, within budget, never below greedy on its objective).
 """
@@ -60,6 +64,7 @@ from agent.runtime.recovery.replica_plan import (
     covered_origins,
     domain_coverages,
     fidelity,
+    plan_domain_aware,
     plan_greedy,
     plan_structure_aware,
     planned_origins,
@@ -182,14 +187,17 @@ def workload(ids: list[int], seed: int) -> tuple[dict[int, float], dict[int, dic
 
 
 PLANNERS: dict[str, Callable[..., frozenset[int]]] = {
-    "structure_aware": plan_structure_aware,
-    "greedy": plan_greedy,
-    "greedy_inner": lambda parents, rates, budget: plan_greedy(
+    "structure_aware": lambda parents, rates, domains, budget: plan_structure_aware(
+        parents, rates, budget
+    ),
+    "domain_aware": plan_domain_aware,
+    "greedy": lambda parents, rates, domains, budget: plan_greedy(parents, rates, budget),
+    "greedy_inner": lambda parents, rates, domains, budget: plan_greedy(
         parents, rates, budget, inner_only=True
     ),
     # structure-blind: the agents that read the most themselves (ties by id); what a rate
     # ranking does when a node's rate says nothing of its position (PPA's DAG case)
-    "own_rate": lambda parents, rates, budget: frozenset(
+    "own_rate": lambda parents, rates, domains, budget: frozenset(
         sorted(parents, key=lambda v: (-rates[v], v))[:budget]
     ),
 }
@@ -207,12 +215,13 @@ def evaluate(
     budgets: list[int],
 ) -> dict[str, Any]:
     """Every planner's figures at every budget, for one tree and workload."""
-    out: dict[str, Any] = {}
+    everything = domain_coverages(parents, rates, domains, parents)
+    out: dict[str, Any] = {"ceiling": {"domain_worst_coverage": min(everything.values())}}
     for budget in budgets:
         row: dict[str, Any] = {}
         for name, planner in PLANNERS.items():
             t0 = time.perf_counter()
-            plan = planner(parents, rates, budget)
+            plan = planner(parents, rates, domains, budget)
             took = time.perf_counter() - t0
             per = domain_coverages(parents, rates, domains, plan)
             worst = min(per, key=per.__getitem__)
@@ -258,7 +267,7 @@ def summarize(per_seed: dict[int, dict[str, Any]], budgets: list[int]) -> dict[s
                 f: round(statistics.median(r[name][f] for r in rows), 4) for f in FIGURES
             }
             entry[name]["replicas"] = statistics.median(r[name]["replicas"] for r in rows)
-        for base in ("greedy", "greedy_inner"):  # own_rate: context only, no ratio
+        for base in ("greedy", "greedy_inner", "domain_aware"):  # own_rate: no ratio
             ratios: dict[str, Any] = {}
             for f in FIGURES:
                 vals = [ratio(r["structure_aware"][f], r[base][f]) for r in rows]
@@ -269,6 +278,8 @@ def summarize(per_seed: dict[int, dict[str, Any]], budgets: list[int]) -> dict[s
                 ratios[f + "_max"] = round(max(finite), 3) if finite else None
             entry[f"ratio_structure_over_{base}"] = ratios
         out[f"R={budget}"] = entry
+    ceilings = [r["ceiling"]["domain_worst_coverage"] for r in per_seed.values()]
+    out["ceiling"] = {"domain_worst_coverage": round(statistics.median(ceilings), 4)}
     return out
 
 
@@ -285,6 +296,7 @@ def planner_section(quick: bool, seeds: list[int], agents: int = AGENTS) -> dict
         "plans_within_budget": True,
         "structure_aware_connected": True,
         "structure_aware_fidelity_ge_greedy": True,
+        "domain_aware_worst_rack_ge_others": True,
     }
     for seed in seeds:
         parents = built["trees"][seed]
@@ -301,6 +313,11 @@ def planner_section(quick: bool, seeds: list[int], agents: int = AGENTS) -> dict
             checks["structure_aware_connected"] &= row["structure_aware"]["connected"]
             checks["structure_aware_fidelity_ge_greedy"] &= all(
                 row["structure_aware"]["ppa_worst_fidelity"] >= row[p]["ppa_worst_fidelity"]
+                for p in PLANNERS
+            )
+            checks["domain_aware_worst_rack_ge_others"] &= all(
+                row["domain_aware"]["domain_worst_coverage"]
+                >= row[p]["domain_worst_coverage"] - 1e-12
                 for p in PLANNERS
             )
     return {

@@ -27,6 +27,15 @@ not a node, a cycle) raises ValueError, as do a negative budget and a bad rate.
   flow). It ignores connectivity and that a leaf's replica cannot help.
   ``inner_only=True`` ranks only the nodes with children: a stronger baseline, reported next
   to PPA's.
+* :func:`plan_domain_aware` — the plan for the failure the issue names: at most ``budget``
+  nodes that maximise the **worst single-domain** :func:`coverage` (every agent of one
+  domain fails, replicas survive), then the sum of the domains' coverages. Not PPA's
+  objective: PPA's worst case fails every unreplicated node, while one rack's failure leaves
+  the other racks' inner nodes alive, so a plan need not be connected here. Exact: a node
+  fails only with its own domain, so each domain gets its own tree knapsack over the forest
+  of its nodes (best coverage per replica count), then the highest floor all domains reach
+  within the budget (binary search), then the best sum above that floor (a knapsack over
+  the domains): O(n·R·D) for D domains.
 * :func:`fidelity` — PPA's output fidelity of a plan: the share of the total rate its plan
   covers (the planner's objective over the total); :func:`planned_origins` — those origins.
 * :func:`coverage` — the share of the total rate still reaching the root when every agent of
@@ -44,6 +53,7 @@ not a node, a cycle) raises ValueError, as do a negative budget and a bad rate.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -123,6 +133,55 @@ def flows(parents: Mapping[Node, Node | None], rates: Mapping[Node, float]) -> d
     return _flows(tree, _rates(tree, rates))
 
 
+class _Knapsack:
+    """The tree-knapsack table of ``tree`` with per-node ``gain`` ≥ 0 and sets of at most
+    ``budget`` nodes: ``best[j]`` is the best total gain of a connected set of exactly j
+    nodes containing the root (j ≥ 1; ``best[0]`` = 0); :meth:`rebuild` gives that set."""
+
+    def __init__(self, tree: Tree, gain: Mapping[Node, float], budget: int) -> None:
+        self.tree = tree
+        # table[v][j]: the best gain of a connected set of exactly j nodes topped by v inside
+        # v's subtree (j = 0: nothing). share[v]: per child merge, the share given to that
+        # child for each total, to rebuild the set.
+        table: dict[Node, list[float]] = {}
+        self.share: dict[Node, list[list[int]]] = {}
+        for v in reversed(tree.top_down):
+            acc = [gain[v]]  # acc[i]: v plus i nodes below it
+            steps: list[list[int]] = []
+            for c in tree.children[v]:
+                sub = table.pop(c)
+                size = min(budget - 1, len(acc) - 1 + len(sub) - 1)
+                merged = [-1.0] * (size + 1)
+                pick = [0] * (size + 1)
+                for i, a in enumerate(acc):
+                    for b in range(min(len(sub), size - i + 1)):
+                        value = a + sub[b]
+                        if value > merged[i + b]:  # strict: the earlier child keeps less on ties
+                            merged[i + b] = value
+                            pick[i + b] = b
+                acc = merged
+                steps.append(pick)
+            table[v] = [0.0, *acc]
+            self.share[v] = steps
+        self.best = table[tree.root]
+
+    def rebuild(self, size: int) -> set[Node]:
+        """The set behind ``best[size]``."""
+        plan: set[Node] = set()
+        stack = [(self.tree.root, size)]
+        while stack:
+            v, j = stack.pop()
+            if j == 0:
+                continue
+            plan.add(v)
+            rest = j - 1
+            for c, pick in reversed(list(zip(self.tree.children[v], self.share[v], strict=True))):
+                b = pick[rest]
+                stack.append((c, b))
+                rest -= b
+        return plan
+
+
 def plan_structure_aware(
     parents: Mapping[Node, Node | None], rates: Mapping[Node, float], budget: int
 ) -> frozenset[Node]:
@@ -135,44 +194,10 @@ def plan_structure_aware(
     # Replicating v covers exactly its children's own inputs (the root's own input is covered
     # by any plan): a connected root-containing set's value is the sum of these gains.
     gain = {v: sum(own[c] for c in tree.children[v]) for v in tree.top_down}
-    # best[v][j]: the best value of a connected set of exactly j nodes, topped by v, inside v's
-    # subtree (j = 0: nothing). share[v]: per child merge, the share given to that child for
-    # each total, to rebuild the set.
-    best: dict[Node, list[float]] = {}
-    share: dict[Node, list[list[int]]] = {}
-    for v in reversed(tree.top_down):
-        acc = [gain[v]]  # acc[i]: v plus i nodes below it
-        steps: list[list[int]] = []
-        for c in tree.children[v]:
-            sub = best[c]
-            size = min(budget - 1, len(acc) - 1 + len(sub) - 1)
-            merged = [-1.0] * (size + 1)
-            pick = [0] * (size + 1)
-            for i, a in enumerate(acc):
-                for b in range(min(len(sub), size - i + 1)):
-                    value = a + sub[b]
-                    if value > merged[i + b]:  # strict: the earlier child keeps less on ties
-                        merged[i + b] = value
-                        pick[i + b] = b
-            acc = merged
-            steps.append(pick)
-        best[v] = [0.0, *acc]
-        share[v] = steps
-    top = best[tree.root]
+    table = _Knapsack(tree, gain, budget)
+    top = table.best
     size = max(range(1, len(top)), key=lambda j: (top[j], -j))  # the root, then fewest nodes
-    plan: set[Node] = set()
-    stack = [(tree.root, size)]
-    while stack:
-        v, j = stack.pop()
-        if j == 0:
-            continue
-        plan.add(v)
-        rest = j - 1
-        for c, pick in reversed(list(zip(tree.children[v], share[v], strict=True))):
-            b = pick[rest]
-            stack.append((c, b))
-            rest -= b
-    return frozenset(plan)
+    return frozenset(table.rebuild(size))
 
 
 def plan_greedy(
@@ -194,6 +219,100 @@ def plan_greedy(
     pool = [v for v in tree.top_down if tree.children[v] or not inner_only]
     pool.sort(key=lambda v: (-flow[v], depth[v], rank[v]))
     return frozenset(pool[:budget])
+
+
+class _Top:
+    """The virtual root above the failed nodes' forest (never a caller's node id)."""
+
+    def __repr__(self) -> str:
+        return "<top>"
+
+
+def _domain_table(
+    tree: Tree, own: Mapping[Node, float], failed: set[Node], budget: int
+) -> tuple[list[float], _Knapsack]:
+    """Per replica count b (0 ≤ b ≤ min(budget, |failed|)): the best covered rate when the
+    ``failed`` nodes fail and b of them are replicated (made non-decreasing in b), and the
+    table to rebuild the sets from. An alive origin is covered iff every failed strict
+    ancestor is replicated: those ancestors are its chain in the forest the failed nodes form
+    (each under its nearest failed strict ancestor), so the replicated set must be closed
+    upward in that forest and the problem is the tree knapsack over it, under a virtual root
+    that holds the origins without a failed ancestor."""
+    top = _Top()
+    above: dict[Node, Node] = {tree.root: top}  # nearest failed strict ancestor (or top)
+    for v in tree.top_down:
+        for c in tree.children[v]:
+            above[c] = v if v in failed else above[v]
+    forest: dict[Node, Node | None] = {top: None} | {v: above[v] for v in tree.top_down
+                                                     if v in failed}  # fmt: skip
+    gain: dict[Node, float] = dict.fromkeys(forest, 0.0)
+    for o in tree.top_down:
+        if o not in failed:
+            gain[above[o]] += own[o]
+    table = _Knapsack(Tree.of(forest), gain, min(budget, len(failed)) + 1)
+    curve = list(itertools.accumulate(table.best[1:], max))
+    return curve, table
+
+
+def plan_domain_aware(
+    parents: Mapping[Node, Node | None],
+    rates: Mapping[Node, float],
+    domains: Mapping[Node, Hashable],
+    budget: int,
+) -> frozenset[Node]:
+    """The plan of at most ``budget`` nodes that maximises the worst single-domain
+    :func:`coverage` over the domains named in ``domains`` (module contract), then the sum
+    (mean) of the domains' coverages."""
+    _check_budget(budget)
+    tree = Tree.of(parents)
+    own = _rates(tree, rates)
+    names = _ordered(set(domains.values()))
+    if budget == 0 or not names:
+        return frozenset()
+    # A node only fails with its own domain, so replicas in domain d only change d's coverage:
+    # each domain has its own curve (best coverage per replica count), and the budget is
+    # split between the domains.
+    curves: list[list[float]] = []
+    tables: list[_Knapsack] = []
+    for d in names:
+        failed = {v for v in tree.top_down if domains.get(v) == d}
+        curve, table = _domain_table(tree, own, failed, budget)
+        curves.append(curve)
+        tables.append(table)
+
+    def need(curve: list[float], floor: float) -> int | None:
+        return next((b for b, value in enumerate(curve) if value >= floor), None)
+
+    def cost(floor: float) -> int | None:
+        needs = [need(c, floor) for c in curves]
+        return None if any(n is None for n in needs) else sum(needs)  # type: ignore[arg-type]
+
+    # the highest floor every domain can reach within the budget (feasibility is monotone)
+    floors = sorted({v for c in curves for v in c})
+    lo, hi = 0, len(floors) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        spent = cost(floors[mid])
+        lo, hi = (mid, hi) if spent is not None and spent <= budget else (lo, mid - 1)
+    floor = floors[lo]
+    # then the best sum over the domains, each at or above the floor: a knapsack over domains
+    # (ties: the smaller count); plan[r] = (sum, counts) using r replicas
+    plans: dict[int, tuple[float, list[int]]] = {0: (0.0, [])}
+    for curve in curves:
+        first = need(curve, floor) or 0
+        step: dict[int, tuple[float, list[int]]] = {}
+        for used, (total, counts) in plans.items():
+            for b in range(first, min(len(curve) - 1, budget - used) + 1):
+                entry = (total + curve[b], [*counts, b])
+                if used + b not in step or entry[0] > step[used + b][0]:
+                    step[used + b] = entry
+        plans = step
+    counts = max(sorted(plans.items()), key=lambda kv: kv[1][0])[1][1]
+    chosen: set[Node] = set()
+    for curve, table, b in zip(curves, tables, counts, strict=True):
+        size = curve.index(curve[b])  # the fewest replicas reaching that coverage
+        chosen |= table.rebuild(size + 1) - {table.tree.root}
+    return frozenset(chosen)
 
 
 def _share(own: Mapping[Node, float], counted: Iterable[Node]) -> float:
@@ -232,6 +351,16 @@ def fidelity(
     return _share(own, planned_origins(parents, replicated))
 
 
+def _covered(
+    tree: Tree, domains: Mapping[Node, Hashable], chosen: frozenset[Node], failed: Hashable
+) -> frozenset[Node]:
+    def alive(v: Node) -> bool:
+        return domains.get(v) != failed
+
+    reach = _reaching(tree, lambda v: alive(v) or v in chosen)
+    return frozenset(v for v in tree.top_down if reach[v] and alive(v))
+
+
 def covered_origins(
     parents: Mapping[Node, Node | None],
     domains: Mapping[Node, Hashable],
@@ -240,14 +369,7 @@ def covered_origins(
 ) -> frozenset[Node]:
     """The origins whose input reaches the root when ``failed_domain`` fails: alive, and each
     strict ancestor alive or replicated (the set whose rate share :func:`coverage` is)."""
-    tree = Tree.of(parents)
-    chosen = set(replicated)
-
-    def alive(v: Node) -> bool:
-        return domains.get(v) != failed_domain
-
-    reach = _reaching(tree, lambda v: alive(v) or v in chosen)
-    return frozenset(v for v in tree.top_down if reach[v] and alive(v))
+    return _covered(Tree.of(parents), domains, frozenset(replicated), failed_domain)
 
 
 def coverage(
@@ -258,8 +380,9 @@ def coverage(
     failed_domain: Hashable,
 ) -> float:
     """The covered share of the rate when ``failed_domain`` fails (module contract)."""
-    own = _rates(Tree.of(parents), rates)
-    return _share(own, covered_origins(parents, domains, replicated, failed_domain))
+    tree = Tree.of(parents)
+    covered = _covered(tree, domains, frozenset(replicated), failed_domain)
+    return _share(_rates(tree, rates), covered)
 
 
 def domain_coverages(
@@ -269,9 +392,11 @@ def domain_coverages(
     replicated: Iterable[Node],
 ) -> dict[Hashable, float]:
     """:func:`coverage` for each domain named in ``domains``, in sorted domain order."""
+    tree = Tree.of(parents)
+    own = _rates(tree, rates)
     chosen = frozenset(replicated)
     names = _ordered(set(domains.values()))
-    return {d: coverage(parents, rates, domains, chosen, d) for d in names}
+    return {d: _share(own, _covered(tree, domains, chosen, d)) for d in names}
 
 
 def worst_domain_coverage(

@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 from agent.runtime.recovery.replica_plan import (
     ReplicaPlanner,
     coverage,
+    domain_coverages,
     fidelity,
     flows,
+    plan_domain_aware,
     plan_greedy,
     plan_structure_aware,
     planned_origins,
@@ -103,7 +105,7 @@ def test_structure_aware_plan_is_optimal_and_smallest(tree, budget) -> None:
 @settings(max_examples=100, deadline=None)
 @given(trees(), st.integers(0, 10), st.randoms(use_true_random=False))
 def test_plans_do_not_depend_on_mapping_order(tree, budget, rnd) -> None:
-    parents, rates, _ = tree
+    parents, rates, domains = tree
     items = list(parents.items())
     rnd.shuffle(items)
     shuffled = dict(items)
@@ -112,6 +114,10 @@ def test_plans_do_not_depend_on_mapping_order(tree, budget, rnd) -> None:
         shuffled, rates2, budget
     )
     assert plan_greedy(parents, rates, budget) == plan_greedy(shuffled, rates2, budget)
+    domains2 = dict(reversed(list(domains.items())))
+    assert plan_domain_aware(parents, rates, domains, budget) == plan_domain_aware(
+        shuffled, rates2, domains2, budget
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -287,3 +293,26 @@ def test_the_plan_guarantee_holds_for_any_failure_that_spares_the_replicas(
     total = sum(rates.values())
     floor = sum(rates[o] for o in kept) / total if total else 1.0
     assert coverage(parents, rates, domains, plan, "down") >= floor - 1e-12
+
+
+@settings(max_examples=200, deadline=None)
+@given(trees(max_nodes=8), st.integers(0, 8))
+def test_domain_aware_plan_is_the_best_worst_domain_then_mean(tree, budget) -> None:
+    """Against every subset of at most ``budget`` nodes: the best worst-domain coverage, and
+    among the sets reaching it the best sum over the domains."""
+    parents, rates, domains = tree
+    plan = plan_domain_aware(parents, rates, domains, budget)
+    assert len(plan) <= budget
+
+    def score(chosen):
+        per = domain_coverages(parents, rates, domains, chosen)
+        return min(per.values()), sum(per.values())
+
+    best = max(
+        score(set(chosen))
+        for k in range(min(budget, len(parents)) + 1)
+        for chosen in itertools.combinations(parents, k)
+    )
+    got = score(plan)
+    assert got[0] == pytest.approx(best[0])
+    assert got[1] == pytest.approx(best[1])
