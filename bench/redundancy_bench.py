@@ -267,6 +267,7 @@ def summarize(per_seed: dict[int, dict[str, Any]], budgets: list[int]) -> dict[s
                 f: round(statistics.median(r[name][f] for r in rows), 4) for f in FIGURES
             }
             entry[name]["replicas"] = statistics.median(r[name]["replicas"] for r in rows)
+            entry[name]["plan_ms"] = round(statistics.median(r[name]["plan_ms"] for r in rows), 1)
         for base in ("greedy", "greedy_inner", "domain_aware"):  # own_rate: no ratio
             ratios: dict[str, Any] = {}
             for f in FIGURES:

@@ -443,21 +443,23 @@ def _drift(before: Mapping[Node, float], after: Mapping[Node, float]) -> float:
 
 
 class ReplicaPlanner:
-    """A job's current structure-aware plan, re-planned only when it is worth it.
+    """A job's current plan, re-planned only when it is worth it.
 
-    :meth:`update` with the current tree and rates:
+    :meth:`update` with the current tree and rates, and the agents' domains or None:
 
-    * a new or changed tree (any edge), or a new budget, always re-plans: the plan adopted is
-      optimal for the new tree (the current one may not even be valid on it);
+    * with domains, the plan is :func:`plan_domain_aware` and its value the worst domain's
+      coverage; without, :func:`plan_structure_aware` and its :func:`fidelity`;
+    * a new or changed tree (any edge), new domains or a new budget always re-plan: the plan
+      adopted is optimal for the new input (the current one may not even be valid on it);
     * otherwise the rates are compared with those of the last re-plan: while less than
       ``drift`` (default :data:`DRIFT`, 25 %) of the total rate has moved (Σ|r − r₀| / Σ r₀)
       the plan stays, whatever the noise;
-    * past that, a new optimal plan replaces the current one only if it covers more than
-      ``1 + gain`` (default :data:`GAIN`, 5 %) times what the current plan covers under the
-      new rates; either way the new rates become the reference.
+    * past that, a new optimal plan replaces the current one only if its value beats the
+      current plan's under the new rates by more than ``gain`` (default :data:`GAIN`, 5 %)
+      of the current value; either way the new rates become the reference.
 
     So noisy rates never flap the plan: a change needs a large move of the rates *and* a
-    clear gain. Each re-plan is one :func:`plan_structure_aware` call."""
+    clear gain. Each re-plan is one planner call."""
 
     def __init__(self, budget: int, *, drift: float = DRIFT, gain: float = GAIN) -> None:
         _check_budget(budget)
@@ -467,28 +469,40 @@ class ReplicaPlanner:
         self.plan: frozenset[Node] = frozenset()
         self.replans = 0  # plans computed
         self.changes = 0  # plans adopted that differ from the one before
-        self._parents: dict[Node, Node | None] | None = None
+        self._seen: tuple[Any, ...] | None = None  # (parents, domains, budget) last planned for
         self._rates: dict[Node, float] = {}
-        self._budget = budget
 
-    def update(self, parents: Mapping[Node, Node | None], rates: Mapping[Node, float]) -> bool:
-        """Take the current tree and rates; True when the plan changed."""
+    def update(
+        self,
+        parents: Mapping[Node, Node | None],
+        rates: Mapping[Node, float],
+        domains: Mapping[Node, Hashable] | None = None,
+    ) -> bool:
+        """Take the current tree, rates and domains; True when the plan changed."""
         _check_budget(self.budget)
-        tree = Tree.of(parents)
-        now = _rates(tree, rates)
+        now = _rates(Tree.of(parents), rates)
         old = self.plan
-        reshaped = self._parents != dict(parents) or self._budget != self.budget
+        seen = (dict(parents), None if domains is None else dict(domains), self.budget)
+        reshaped = self._seen != seen
         if not reshaped and _drift(self._rates, now) <= self.drift:
             return False
-        fresh = plan_structure_aware(parents, now, self.budget)
+        if domains is None:
+            fresh = plan_structure_aware(parents, now, self.budget)
+        else:
+            fresh = plan_domain_aware(parents, now, domains, self.budget)
         self.replans += 1
         if reshaped:  # the current plan may not even be connected on the new tree
             self.plan = fresh
         else:
-            have, could = fidelity(parents, now, old), fidelity(parents, now, fresh)
-            if could > have * (1 + self.gain):
+
+            def value(plan: frozenset[Node]) -> float:
+                if domains is None:
+                    return fidelity(parents, now, plan)
+                return worst_domain_coverage(parents, now, domains, plan)[0]
+
+            if value(fresh) > value(old) * (1 + self.gain):
                 self.plan = fresh
-        self._parents, self._rates, self._budget = dict(parents), now, self.budget
+        self._seen, self._rates = seen, now
         changed = self.plan != old
         self.changes += changed
         return changed

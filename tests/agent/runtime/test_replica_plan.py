@@ -316,3 +316,17 @@ def test_domain_aware_plan_is_the_best_worst_domain_then_mean(tree, budget) -> N
     got = score(plan)
     assert got[0] == pytest.approx(best[0])
     assert got[1] == pytest.approx(best[1])
+
+
+def test_planner_with_domains_plans_for_the_worst_domain() -> None:
+    parents = star_of_stars(3)  # root 0, inner 1-3, leaves 4-12
+    rates = {v: (50.0 if parents[v] == 2 else 5.0) for v in parents}
+    domains = {v: ("r0" if v in (0, 2) else "r1") for v in parents}
+    planner = ReplicaPlanner(2)
+    assert planner.update(parents, rates, domains)
+    assert planner.plan == plan_domain_aware(parents, rates, domains, 2) == {0, 2}
+    assert not planner.update(parents, rates, domains)  # nothing moved
+    moved = {v: (50.0 if parents[v] == 3 else 5.0) for v in parents}
+    planner.update(parents, moved, {**domains, 3: "r0"})  # new domains: re-planned
+    assert planner.replans == 2
+    assert planner.plan == plan_domain_aware(parents, moved, {**domains, 3: "r0"}, 2)
