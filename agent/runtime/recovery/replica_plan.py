@@ -16,8 +16,8 @@ not a node, a cycle) raises ValueError, as do a negative budget and a bad rate.
   logs, so a dead leaf is absent whatever the plan. Exact: a tree-knapsack dynamic programme,
   O(n·R) time for n nodes and budget R (each child merge multiplies two tables capped at
   the subtrees' sizes and at R: the classic tree-knapsack bound), about 10 ms for n = 1,280
-  and R = 64. Budget 0 → the empty set; budget ≥ 1 always
-  includes the root. Among optimal sets it returns one of the smallest (budget is never spent
+  and R = 64. Budget 0 → the empty set; budget ≥ 1 always includes the root. Among optimal
+  sets it returns one of the smallest (budget is never spent
   on a node that adds nothing and leads nowhere, such as a leaf: the plan may be smaller than
   the budget), ties resolved in a fixed order (children in ascending id order), so the plan
   depends on the tree and the rates only, never on the mappings' iteration order.
@@ -25,9 +25,10 @@ not a node, a cycle) raises ValueError, as do a negative budget and a bad rate.
   node by the covered rate lost if it alone failed - its **flow**, its subtree's total rate,
   its own input included - and take the first ``budget``; ties go to the shallower node,
   then the smaller id (the kindest tie rule for greedy: a parent comes before a child of equal
-  flow). It ignores connectivity and that a leaf's replica cannot help.
-  ``inner_only=True`` ranks only the nodes with children: a stronger baseline, reported next
-  to PPA's.
+  flow). It does not ask what a replica adds, nor see that a leaf's replica cannot help; its
+  picks are connected anyway (a parent's flow is never below its child's). :func:`flows`
+  gives the flows. ``inner_only=True`` ranks only the nodes with children: a stronger
+  baseline, reported next to PPA's.
 * :func:`plan_domain_aware` — the plan for the failure the issue names: at most ``budget``
   nodes that maximise the **worst single-domain** :func:`coverage` (every agent of one
   domain fails, replicas survive), then the sum of the domains' coverages. Not PPA's
@@ -42,14 +43,16 @@ not a node, a cycle) raises ValueError, as do a negative budget and a bad rate.
 * :func:`coverage` — the share of the total rate still reaching the root when every agent of
   ``failed_domain`` fails: an origin counts iff it is alive (not in that domain) and each
   strict ancestor is alive or replicated (a replica is assumed placed in another domain, so it
-  survives). No input at all: 1.0 (nothing is lost). :func:`worst_domain_coverage` — the
-  minimum over the domains named in ``domains``, with the domain that attains it (ties: the
+  survives). No input at all: 1.0 (nothing is lost). :func:`covered_origins` — those
+  origins; :func:`domain_coverages` — the coverage per domain named in ``domains``;
+  :func:`worst_domain_coverage` — their minimum, with the domain that attains it (ties: the
   smallest domain in sorted order).
 * :func:`topk_quality` — PPA's top-k accuracy of the tentative output: the top k of the
   covered origins' key counts against the top k of all origins'
   (:func:`agent.runtime.results.quality.observed_topk_accuracy`).
-* :class:`ReplicaPlanner` — keeps a job's current plan and re-plans when the tree or the budget
-  changes, or when the rates drift (hysteresis: see the class).
+* :class:`ReplicaPlanner` — keeps a job's current plan (domain-aware when given domains,
+  else PPA's) and re-plans when the tree, the domains or the budget change, or when the rates
+  drift (hysteresis: see the class). :class:`Tree` — the checked tree all of these read.
 """
 
 from __future__ import annotations
