@@ -129,6 +129,7 @@ INNER_LAYERS: dict[str, list[set[str]]] = {
         {"errors", "ids"},  # leaves
         {"config"},  # typed tunables
         {"trees", "dataplane"},  # the control plane and the data plane share only the leaves
+        {"sim"},  # trees on the overlay simulator (tests and benchmarks at scale)
     ],
 }
 

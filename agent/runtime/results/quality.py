@@ -28,6 +28,10 @@ and their quality"):
   is bounded by :data:`SAMPLE_BUDGET` (a few ms of numpy; callers run it off the event loop).
   Values are read as counts for a ``sum`` too (its per-record values are unknown): there it
   is a rougher estimate.
+* :func:`observed_topk_accuracy` — the same accuracy **measured**, where both the tentative
+  and the final counts are known (benchmarks, the replica planner's figures): each top k by
+  count, largest first, ties by key; |tentative ∩ final| / min(k, keys in the final result)
+  (1.0 when the final result is empty).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -150,6 +155,27 @@ def topk_accuracy(
     order = np.argsort(-final, axis=1, kind="stable")[:, :k]
     stay = (order < k).sum(axis=1)
     return float(stay.mean() / k)
+
+
+def _top(counts: Mapping[Any, float], k: int) -> set[Any]:
+    keys = list(counts)
+    try:
+        keys.sort()
+    except TypeError:  # keys of mixed types: a fixed order all the same
+        keys.sort(key=repr)
+    keys.sort(key=counts.__getitem__, reverse=True)  # stable: ties stay in key order
+    return set(keys[:k])
+
+
+def observed_topk_accuracy(
+    tentative: Mapping[Any, float], final: Mapping[Any, float], k: int
+) -> float:
+    """The measured |tentative top-k ∩ final top-k| / k (module contract)."""
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    if not final:
+        return 1.0
+    return len(_top(tentative, k) & _top(final, k)) / min(k, len(final))
 
 
 def candidate_limit(k: int) -> int:

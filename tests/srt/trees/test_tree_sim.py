@@ -9,34 +9,15 @@ import random
 import sys
 import time
 from collections import Counter
-from typing import Any
 
 import pytest
 
-from overlay import OverlayNode
 from overlay.sim import SimNetwork, run, start_cluster
-from srt.config import Tunables
 from srt.ids import app_id
+from srt.sim import SimTreeNode as TreeNode
 from srt.trees.balance import roots_per_agent
-from srt.trees.manager import TreeManager
 
 SECRET = b"sim-cluster-secret-0123456789abcd"
-
-
-class TreeNode(OverlayNode):
-    """An overlay node that carries its TreeManager (started before the node joins)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.trees = TreeManager(
-            self, data_url="", tunables=Tunables(heartbeat_interval=1.0, parent_timeout=3.5)
-        )
-
-    async def start(self, bootstrap: Any = ()) -> None:
-        await self.trees.start()
-        await super().start(bootstrap)
-        # Simulated nodes serve no data plane; the URL only has to be well-formed and distinct.
-        self.trees.data_url = f"http://{self.info.host}:{self.info.port}"
 
 
 def check_all(nodes: list[TreeNode], tids: list[int], members: dict[int, set[int]]) -> dict:

@@ -1,0 +1,385 @@
+"""Active-redundancy benchmark (issue "Active redundancy"). Prints one JSON document on stdout.
+
+    python bench/redundancy_bench.py                  # every section
+    python bench/redundancy_bench.py --quick          # fewer seeds (under a minute)
+    python bench/redundancy_bench.py --only planner   # one section
+
+Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and its JSON is
+``sections[name]``):
+
+* **planner** — budgeted replicas (PPA): tentative quality vs budget R, the structure-aware
+  plan (:func:`agent.runtime.recovery.replica_plan.plan_structure_aware`) against greedy
+  baselines. The overlay simulator (``overlay/sim.py``: the unchanged overlay and tree code
+  on virtual time) runs 1,280 agents; one job per seed joins on every agent and builds its
+  real tree (:class:`srt.trees.manager.TreeManager`), which is read back from the agents'
+  views once every agent's chain reaches the root. Per seed (one tree each, all on one
+  overlay):
+
+  - **failure domains**: 32 racks of 40 agents, by address (agents 0-39 on rack 0, ...), as a
+    data centre would rack them; an agent's tree position comes from its id (a hash of its
+    address), so racks and tree levels are independent.
+  - **rates**: each agent's own input, lognormal (median 100 records/s, σ = 1.5: the top 1 %
+    of agents read about 20 % of the input), seeded.
+  - **top-k workload**: one 2-second epoch; each agent draws rate × 2 records, half from one
+    global Zipf (s = 1.1, 20,000 keys) and half from its own 50 local keys (Zipf s = 1.1: its
+    host's own hot keys); k = 20.
+  - **budgets** R = 0.5 %, 1 %, 2 %, 5 % of the agents (6, 13, 26, 64).
+  - **planners**: ``structure_aware`` (PPA's optimum on a tree), ``greedy`` (PPA's Greedy:
+    highest flow first, flow = the subtree's total rate, leaves included), ``greedy_inner``
+    (the same ranking over inner nodes only: a stronger baseline than PPA's), and for
+    context ``own_rate`` (structure-blind: the agents that read the most themselves, which is
+    what a rate ranking amounts to when a node's rate says nothing of its place in the
+    topology; not the issue's baseline). ``domain_aware``
+    (:func:`agent.runtime.recovery.replica_plan.plan_domain_aware`) is the exact optimum of
+    the worst single-rack coverage, the failure the issue names, for comparison: PPA's plan
+    optimises a different failure (every unreplicated node), see ``docs/fault-tolerance.md``.
+  - **scenarios**: ``domain`` - one rack fails (every domain in turn): the worst domain's
+    coverage and top-k quality, and the mean coverage over domains; ``ppa_worst`` - PPA's
+    worst correlated failure, the merging of every unreplicated node fails (the plan's output
+    fidelity: the share of input whose strict ancestors are all replicated) and its top-k
+    quality.
+
+  Reported: per R and planner the medians over seeds; the ceiling (every agent replicated:
+  a failed rack still loses its own agents' input); per R the ratio structure-aware /
+  greedy (the median of the per-seed ratios) for each figure; the tree shapes; checks (every
+  plan connected where claimed, within budget, never below greedy on its objective).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from agent.runtime.recovery.replica_plan import (
+    covered_origins,
+    domain_coverages,
+    fidelity,
+    plan_domain_aware,
+    plan_greedy,
+    plan_structure_aware,
+    planned_origins,
+    topk_quality,
+)
+from overlay.sim import SimNetwork, run, start_cluster
+from srt.ids import app_id
+from srt.sim import SimTreeNode
+
+SECRET = b"redundancy-bench-secret-0123456789"
+AGENTS = 1280
+DOMAINS = 32
+BUDGET_SHARES = (0.005, 0.01, 0.02, 0.05)
+EPOCH_S = 2.0
+TOP_K = 20
+GLOBAL_KEYS, LOCAL_KEYS, ZIPF_S = 20_000, 50, 1.1
+
+
+# ---- planner: budgeted replicas (PPA) ---------------------------------------------------------
+
+
+def read_tree(nodes: list[SimTreeNode], tid: int) -> dict[int, int | None] | None:
+    """node id → parent id, from every agent's view; None until every chain reaches one root."""
+    parents: dict[int, int | None] = {}
+    for n in nodes:
+        view = n.trees.view(tid)
+        if view is None or (view.parent is None and not view.is_root):
+            return None
+        parents[n.id] = None if view.is_root else view.parent.id  # type: ignore[union-attr]
+    if sum(p is None for p in parents.values()) != 1:
+        return None
+    for v in parents:  # every chain ends at the root, without a loop
+        cur, steps = v, 0
+        while parents[cur] is not None and steps <= len(parents):
+            cur = parents[cur]  # type: ignore[assignment]
+            if cur not in parents:
+                return None
+            steps += 1
+        if steps > len(parents):
+            return None
+    return parents
+
+
+def build_trees(n_agents: int, seeds: list[int], overlay_seed: int) -> dict[str, Any]:
+    """One simulated overlay of ``n_agents``; per seed one job whose tree spans every agent.
+    Returns the agents' ids in address order and each seed's parents (or an error)."""
+
+    async def main() -> dict[str, Any]:
+        t0 = time.monotonic()
+        net = SimNetwork(seed=overlay_seed)
+        nodes = await start_cluster(net, n_agents, SECRET, batch=100, node_factory=SimTreeNode)
+        await asyncio.sleep(10.0)  # virtual seconds: the routing tables converge
+        joined = time.monotonic() - t0
+        trees: dict[int, Any] = {}
+        for seed in seeds:
+            tid = app_id(f"redundancy-bench-{seed}", "sim")
+            for i in range(0, len(nodes), 256):
+                await asyncio.gather(
+                    *(n.trees.join(tid, job=f"job-{seed}") for n in nodes[i : i + 256])
+                )
+            parents = None
+            for _ in range(60):  # virtual seconds: joins confirmed by heartbeats
+                await asyncio.sleep(1.0)
+                if (parents := read_tree(nodes, tid)) is not None:
+                    break
+            trees[seed] = parents or {"error": "the tree did not span every agent in 60 s"}
+        ids = [n.id for n in nodes]
+        for n in nodes:  # overlay first: no graceful hand-offs between dying nodes
+            await n.stop()
+            await n.trees.stop()
+        return {"ids": ids, "trees": trees, "overlay_s": joined, "wall_s": time.monotonic() - t0}
+
+    return run(main())
+
+
+def shape(parents: dict[int, int | None]) -> dict[str, Any]:
+    """Depth, inner nodes and the root's fan-out of one tree."""
+    depth: dict[int, int] = {}
+
+    def depth_of(v: int) -> int:
+        chain = []
+        while v not in depth and parents[v] is not None:
+            chain.append(v)
+            v = parents[v]  # type: ignore[assignment]
+        d = depth.setdefault(v, 0)
+        for u in reversed(chain):
+            d += 1
+            depth[u] = d
+        return depth[chain[0]] if chain else d
+
+    for v in parents:
+        depth_of(v)
+    inner = set(parents.values()) - {None}
+    root = next(v for v, p in parents.items() if p is None)
+    return {
+        "nodes": len(parents),
+        "depth": max(depth.values()),
+        "inner_nodes": len(inner),
+        "root_children": sum(p == root for p in parents.values()),
+    }
+
+
+def workload(ids: list[int], seed: int) -> tuple[dict[int, float], dict[int, dict[int, int]]]:
+    """Each agent's own rate (lognormal) and its key counts in one epoch (module docstring)."""
+    rng = np.random.default_rng(seed)
+    rates = rng.lognormal(np.log(100.0), 1.5, size=len(ids))
+    p_global = 1.0 / np.arange(1, GLOBAL_KEYS + 1) ** ZIPF_S
+    p_global /= p_global.sum()
+    p_local = 1.0 / np.arange(1, LOCAL_KEYS + 1) ** ZIPF_S
+    p_local /= p_local.sum()
+    counts: dict[int, dict[int, int]] = {}
+    for i, (v, rate) in enumerate(zip(ids, rates.tolist(), strict=True)):
+        n = round(rate * EPOCH_S)
+        n_local = rng.binomial(n, 0.5)
+        g = rng.choice(GLOBAL_KEYS, size=n - n_local, p=p_global)
+        loc = GLOBAL_KEYS + i * LOCAL_KEYS + rng.choice(LOCAL_KEYS, size=n_local, p=p_local)
+        keys, c = np.unique(np.concatenate([g, loc]), return_counts=True)
+        counts[v] = dict(zip(keys.tolist(), c.tolist(), strict=True))
+    return dict(zip(ids, rates.tolist(), strict=True)), counts
+
+
+PLANNERS: dict[str, Callable[..., frozenset[int]]] = {
+    "structure_aware": lambda parents, rates, domains, budget: plan_structure_aware(
+        parents, rates, budget
+    ),
+    "domain_aware": plan_domain_aware,
+    "greedy": lambda parents, rates, domains, budget: plan_greedy(parents, rates, budget),
+    "greedy_inner": lambda parents, rates, domains, budget: plan_greedy(
+        parents, rates, budget, inner_only=True
+    ),
+    # structure-blind: the agents that read the most themselves (ties by id); what a rate
+    # ranking does when a node's rate says nothing of its position (PPA's DAG case)
+    "own_rate": lambda parents, rates, domains, budget: frozenset(
+        sorted(parents, key=lambda v: (-rates[v], v))[:budget]
+    ),
+}
+
+
+def connected(parents: dict[int, int | None], plan: frozenset[int]) -> bool:
+    return all(parents[v] is None or parents[v] in plan for v in plan)
+
+
+def evaluate(
+    parents: dict[int, int | None],
+    rates: dict[int, float],
+    domains: dict[int, int],
+    counts: dict[int, dict[int, int]],
+    budgets: list[int],
+) -> dict[str, Any]:
+    """Every planner's figures at every budget, for one tree and workload."""
+    everything = domain_coverages(parents, rates, domains, parents)
+    out: dict[str, Any] = {"ceiling": {"domain_worst_coverage": min(everything.values())}}
+    for budget in budgets:
+        row: dict[str, Any] = {}
+        for name, planner in PLANNERS.items():
+            t0 = time.perf_counter()
+            plan = planner(parents, rates, domains, budget)
+            took = time.perf_counter() - t0
+            per = domain_coverages(parents, rates, domains, plan)
+            worst = min(per, key=per.__getitem__)
+            row[name] = {
+                "replicas": len(plan),
+                "connected": connected(parents, plan),
+                "plan_ms": round(took * 1000, 2),
+                "domain_worst_coverage": per[worst],
+                "domain_mean_coverage": statistics.fmean(per.values()),
+                "domain_worst_topk": topk_quality(
+                    counts, covered_origins(parents, domains, plan, worst), TOP_K
+                ),
+                "ppa_worst_fidelity": fidelity(parents, rates, plan),
+                "ppa_worst_topk": topk_quality(counts, planned_origins(parents, plan), TOP_K),
+            }
+        out[str(budget)] = row
+    return out
+
+
+FIGURES = (
+    "domain_worst_coverage",
+    "domain_mean_coverage",
+    "domain_worst_topk",
+    "ppa_worst_fidelity",
+    "ppa_worst_topk",
+)
+
+
+def ratio(a: float, b: float) -> float | None:
+    if b > 0:
+        return a / b
+    return None if a > 0 else 1.0  # x / 0: unbounded (None); 0 / 0: equal
+
+
+def summarize(per_seed: dict[int, dict[str, Any]], budgets: list[int]) -> dict[str, Any]:
+    """Medians over seeds per budget and planner, and the per-seed ratios' medians."""
+    out: dict[str, Any] = {}
+    for budget in budgets:
+        rows = [r[str(budget)] for r in per_seed.values()]
+        entry: dict[str, Any] = {"replicas_budget": budget}
+        for name in PLANNERS:
+            entry[name] = {
+                f: round(statistics.median(r[name][f] for r in rows), 4) for f in FIGURES
+            }
+            entry[name]["replicas"] = statistics.median(r[name]["replicas"] for r in rows)
+            entry[name]["plan_ms"] = round(statistics.median(r[name]["plan_ms"] for r in rows), 1)
+        for base in ("greedy", "greedy_inner", "domain_aware"):  # own_rate: no ratio
+            ratios: dict[str, Any] = {}
+            for f in FIGURES:
+                vals = [ratio(r["structure_aware"][f], r[base][f]) for r in rows]
+                finite = [v for v in vals if v is not None]
+                ratios[f] = (
+                    round(statistics.median(finite), 3) if len(finite) == len(vals) else None
+                )
+                ratios[f + "_max"] = round(max(finite), 3) if finite else None
+            entry[f"ratio_structure_over_{base}"] = ratios
+        out[f"R={budget}"] = entry
+    ceilings = [r["ceiling"]["domain_worst_coverage"] for r in per_seed.values()]
+    out["ceiling"] = {"domain_worst_coverage": round(statistics.median(ceilings), 4)}
+    return out
+
+
+def planner_section(quick: bool, seeds: list[int], agents: int = AGENTS) -> dict[str, Any]:
+    """The planner figure (module docstring)."""
+    budgets = [max(1, round(share * agents)) for share in BUDGET_SHARES]
+    built = build_trees(agents, seeds, overlay_seed=seeds[0])
+    ids = built["ids"]
+    per_rack = agents // DOMAINS
+    domains = {v: min(i // per_rack, DOMAINS - 1) for i, v in enumerate(ids)}
+    per_seed: dict[int, dict[str, Any]] = {}
+    shapes: dict[str, Any] = {}
+    checks = {
+        "plans_within_budget": True,
+        "structure_aware_connected": True,
+        "structure_aware_fidelity_ge_greedy": True,
+        "domain_aware_worst_rack_ge_others": True,
+    }
+    for seed in seeds:
+        parents = built["trees"][seed]
+        if "error" in parents:
+            shapes[str(seed)] = parents
+            continue
+        shapes[str(seed)] = shape(parents)
+        rates, counts = workload(ids, seed)
+        res = evaluate(parents, rates, domains, counts, budgets)
+        per_seed[seed] = res
+        for budget in budgets:
+            row = res[str(budget)]
+            checks["plans_within_budget"] &= all(row[p]["replicas"] <= budget for p in PLANNERS)
+            checks["structure_aware_connected"] &= row["structure_aware"]["connected"]
+            checks["structure_aware_fidelity_ge_greedy"] &= all(
+                row["structure_aware"]["ppa_worst_fidelity"] >= row[p]["ppa_worst_fidelity"]
+                for p in PLANNERS
+            )
+            checks["domain_aware_worst_rack_ge_others"] &= all(
+                row["domain_aware"]["domain_worst_coverage"]
+                >= row[p]["domain_worst_coverage"] - 1e-12
+                for p in PLANNERS
+            )
+    return {
+        "agents": agents,
+        "domains": f"{DOMAINS} racks of {per_rack} agents, by address",
+        "rates": "lognormal, median 100 records/s, sigma 1.5",
+        "topk": {
+            "k": TOP_K,
+            "global_keys": GLOBAL_KEYS,
+            "local_keys_per_agent": LOCAL_KEYS,
+            "zipf_s": ZIPF_S,
+            "epoch_s": EPOCH_S,
+            "local_share": 0.5,
+        },
+        "budgets": budgets,
+        "budget_shares": list(BUDGET_SHARES),
+        "seeds": seeds,
+        "sim": {
+            "overlay_build_wall_s": round(built["overlay_s"], 1),
+            "wall_s": round(built["wall_s"], 1),
+        },
+        "trees": shapes,
+        "checks": checks,
+        "medians": summarize(per_seed, budgets),
+    }
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
+    "planner": lambda args: planner_section(
+        args.quick, list(range(args.seed, args.seed + (args.seeds or (3 if args.quick else 7))))
+    ),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer seeds and runs")
+    parser.add_argument(
+        "--only", action="append", choices=sorted(SECTIONS), help="run only this section"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="the first seed")
+    parser.add_argument("--seeds", type=int, help="how many seeds (planner: 3 quick, 7 full)")
+    args = parser.parse_args()
+    out: dict[str, Any] = {
+        "benchmark": "redundancy",
+        "quick": args.quick,
+        "python": sys.version.split()[0],
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "goals": {"planner": "structure-aware / greedy >= PPA's ratio (up to 10x) at R <= 5 %"},
+        "sections": {},
+    }
+    for name in args.only or list(SECTIONS):
+        t0 = time.monotonic()
+        try:
+            out["sections"][name] = SECTIONS[name](args)
+        except Exception as exc:  # report what broke, keep the other sections' figures
+            out["sections"][name] = {"error": f"{type(exc).__name__}: {exc}"}
+        out["sections"][name]["section_wall_s"] = round(time.monotonic() - t0, 1)
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
