@@ -48,7 +48,8 @@ Contract (see ``docs/spark-sink.md``):
   ``value_json`` is ``null``. The footer names the roles: ``elf.key_columns`` and
   ``elf.value_columns`` (JSON lists; for named rows the numeric fields are the values), and
   ``elf.result`` describes the result even when it has no row: ``{"rows": "pairs" | "named",
-  "term", "version", "tentative", "partial", "coverage", "lacking", "digest"}`` (``rows``
+  "term", "version", "tentative", "partial", "coverage", "lacking", "policy", "digest"}``
+  (``policy``: the job's fault-tolerance policy that produced the result, when known; ``rows``
   tells the results API's pairs from a job's named rows; ``digest`` hashes the rows and the
   flags — ``partial`` among them when set — not the term, the version or the write time; files
   written before terms lack ``term`` / ``partial``: 0, false). **Top-k jobs** whose accuracy
@@ -169,6 +170,9 @@ class Rollup:
     #: the result lacks origins that were retired (by the operator or by timeout): never
     #: exact, they stay named in ``lacking`` with coverage < 1 (neither final nor tentative)
     partial: bool = False
+    #: the job's fault-tolerance policy that produced it (``passive``, ``replicated:r``;
+    #: None: not known), in ``elf.result`` only: not part of the rows or the digest
+    policy: str | None = None
 
     @property
     def epoch_start(self) -> float:
@@ -267,6 +271,7 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
                 "coverage": float(rollup.coverage),
                 "lacking": lacking,
                 **({} if rollup.accuracy is None else {"accuracy": float(rollup.accuracy)}),
+                **({} if rollup.policy is None else {"policy": rollup.policy}),
                 "digest": _content_digest(key_texts, value_texts, rollup, lacking),
             }
         ).encode(),

@@ -54,6 +54,23 @@ def test_duplicate_pushes_replace_the_file_and_a_new_version_is_a_new_file(tmp_p
     assert [f.version for f in lake.files("wc")] == [2]
 
 
+def test_the_footer_names_the_policy_that_produced_the_result_outside_the_digest() -> None:
+    """``elf.result`` says which fault-tolerance policy produced the result; rows and flags
+    alone make the digest, so the same rows under another policy are the same content."""
+    rows = [("a", 1), ("b", 2)]
+    passive = rollup_table(Rollup("wc", 0, 1, EPOCH, 1.0, rows, policy="passive"))
+    replicated = rollup_table(Rollup("wc", 0, 1, EPOCH, 1.0, rows, policy="replicated:2"))
+    unknown = rollup_table(Rollup("wc", 0, 1, EPOCH, 1.0, rows))
+
+    def meta(table):
+        return json.loads(table.schema.metadata[b"elf.result"])
+
+    assert meta(passive)["policy"] == "passive"
+    assert meta(replicated)["policy"] == "replicated:2"
+    assert "policy" not in meta(unknown)
+    assert len({meta(t)["digest"] for t in (passive, replicated, unknown)}) == 1
+
+
 def test_files_without_a_version_read_as_version_one(tmp_path: Path):
     """A lake written before versions: unversioned names and no version / lacking columns."""
     lake = Lake(str(tmp_path))

@@ -127,6 +127,7 @@ class ResultQueries:
             "completed_at": result.completed_at,
             "version": result.version,
             "term": result.term,
+            "policy": result.policy,
             "tentative": result.tentative,
             "partial": result.partial,
             "state": result.state,
@@ -234,6 +235,8 @@ class ResultQueries:
             "lacking": sorted({o for p in parts for o in p.get("lacking") or ()}),
             "version": max((int(p.get("version", 1)) for p in held), default=1),
             "term": max((int(p.get("term", 0)) for p in held), default=0),
+            # the fault-tolerance policy that produced the trees' results (one per policy)
+            "policy": sorted({str(p["policy"]) for p in held if p.get("policy")}),
             "rows": rows if named is None else named,
             **provenance(parts),
         }

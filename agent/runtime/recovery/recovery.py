@@ -123,6 +123,7 @@ class Recovery:
         #: replicated masters (spec fault_tolerance "replicated"): active_replicas.py
         self.active = ActiveReplicas(host, network, tasks)
         store.term_of = self.fence.term
+        store.policy_of = lambda: host.spec.fault_tolerance.label()
         store.given_up_for = self.origins.given_up_for
 
     # ---- the job's life cycle ----------------------------------------------------------------

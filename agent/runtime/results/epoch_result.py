@@ -65,6 +65,9 @@ class EpochResult:
     given_up: Lineage = frozenset()
     #: the fencing term of the master that produced this version (docs/fault-tolerance.md)
     term: int = 0
+    #: the job's fault-tolerance policy when this version was produced (``passive``,
+    #: ``replicated:r``; agent/jobs/fault_policy.py)
+    policy: str = "passive"
 
     @property
     def updated(self) -> bool:
@@ -125,7 +128,7 @@ class HeldContributions:
 def result_item(epoch: int, r: EpochResult) -> dict[str, Any]:
     """The wire item of a stored result, without its ``snapshot`` bytes."""
     return {"epoch": epoch, "completed_at": r.completed_at, "version": r.version,
-            "doubtful": r.doubtful, "term": r.term,
+            "doubtful": r.doubtful, "term": r.term, "policy": r.policy,
             "given_up": _ids(r.given_up),
             "late": [list(n) for n in sorted(r.late_names)],
             "origins": _ids(r.origins), "expected": _ids(r.expected),

@@ -72,6 +72,7 @@ def read_epoch(
     out: dict[str, Any] = {
         "source": "lake",
         "term": int(meta.get("term", f.term)),
+        **({"policy": str(meta["policy"])} if meta.get("policy") else {}),
         "version": version,
         "tentative": bool(meta.get("tentative", False)),
         "partial": bool(meta.get("partial", False)),

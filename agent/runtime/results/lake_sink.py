@@ -168,6 +168,7 @@ class LakeSink:
         held, completed_at = result.snapshot, result.completed_at
         version, tentative, coverage, lacking = result_version(result)
         term = int(getattr(result, "term", 0) or 0)
+        policy = result.policy
         partial = bool(getattr(result, "partial", False))
         top_k, operator, spec, job = rt.spec.top_k, rt.operator, rt.spec, rt.job_for(epoch)
         store = rt.store
@@ -192,6 +193,7 @@ class LakeSink:
                 )
             )
             return Rollup(
+                policy=policy,
                 term=term,
                 version=version,
                 tentative=tentative,

@@ -126,6 +126,8 @@ class ResultStore:
         self._gone: dict[int, tuple[int, str]] = {}  # tree → (newest epoch dropped, reason)
         #: the master's fencing term for a tree: stamped on every version it produces
         self.term_of: Callable[[int], int] = lambda tree: 0
+        #: the job's fault-tolerance policy now (its label), stamped on each version
+        self.policy_of: Callable[[], str] = lambda: "passive"
         #: the origins given up on for an epoch (retired before it): stamped likewise
         self.given_up_for: Callable[[int], Lineage] = lambda epoch: frozenset()
 
@@ -341,6 +343,7 @@ class ResultStore:
             return
         # every change is a version this master produced: its term, and who is given up on
         result.term = max(result.term, self.term_of(tree))
+        result.policy = self.policy_of()
         missing = result.missing
         result.given_up = (result.given_up | self.given_up_for(epoch)) & missing
         if not missing or result.origins is None:
