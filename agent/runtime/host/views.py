@@ -91,6 +91,7 @@ class JobView:
             "worker": rt.pipeline.worker_stats(),  # the record thread's published copy
             "standby": rt.recovery.replication.stats().get("standbys", {}),
             "replica_of": {t: r.stats().get("master") for t, r in rt.recovery.replicas.items()},
+            "active_replica_of": rt.recovery.active_positions(),
             "counters": rt.counters,
         }
 

@@ -472,6 +472,10 @@ class Recovery:
 
     # ---- replicated masters (active_replicas.py) ------------------------------------------
 
+    def active_positions(self) -> dict[int, int]:
+        """Tree → the master whose position this agent replicates (replicated masters)."""
+        return {tid: p.master for tid, p in self.active.positions.items()}
+
     def replica_owns(self, tid: int, epoch: int) -> bool:
         """A replica of a dead master's position here still owns ``epoch`` of ``tid``."""
         return self.active.owns(tid, epoch)

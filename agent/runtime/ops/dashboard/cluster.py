@@ -410,6 +410,8 @@ class ClusterPicture:
                     "last_sent": t["last_sent"],
                     "roles": job["roles"],
                     "replica_of": job.get("replica_of", {}),
+                    # an active replica of the tree's master position (replicated masters)
+                    "replica": t["tree"] in job.get("active_replica_of", {}),
                 }
         newest_by_tree = {
             tree: max((e["epoch"] for e in m["epochs"]), default=None)
@@ -441,6 +443,7 @@ class ClusterPicture:
                         "roles": [],
                         "lag": None,
                         "replica_of": {},
+                        "replica": False,
                         "standby": standbys.get(node["tree"]) == child,
                     }
         self._note_changes(name, track, masters, counters, now)

@@ -11,7 +11,7 @@ GET      /api/v1/dashboard/events        the same as Server-Sent Events: ``clust
                                          newest epoch, version, tree or applied state
                                          changed: at most one per epoch), ``gone`` (a job
                                          stopped)
-POST     /api/v1/dashboard/query         ``{name, query, epoch_seconds?}``: an ELF QL query
+POST     /api/v1/dashboard/query         ``{name, query, epoch_seconds?, fault_tolerance?}``: an ELF QL query
                                          submitted as a ``ql`` job (400 naming the field)
 =======  ==============================  ==================================================
 
@@ -222,7 +222,7 @@ class DashboardRoutes:
             raise BadRequest(f"request body is not valid JSON: {exc}") from None
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
-        unknown = set(body) - {"name", "query", "epoch_seconds"}
+        unknown = set(body) - {"name", "query", "epoch_seconds", "fault_tolerance"}
         if unknown:
             raise BadRequest(f"unknown field {sorted(unknown)[0]!r}", field=sorted(unknown)[0])
         name, text = body.get("name"), body.get("query")
@@ -238,6 +238,8 @@ class DashboardRoutes:
             if type(seconds) not in (int, float):
                 raise BadRequest("epoch_seconds must be a number", field="epoch_seconds")
             overrides["epoch_seconds"] = float(seconds)
+        if body.get("fault_tolerance") is not None:  # validated with the spec (400 naming it)
+            overrides["fault_tolerance"] = body["fault_tolerance"]
         try:
             spec = spec_from_query(name, "dashboard", text, **overrides)
         except QLError as exc:

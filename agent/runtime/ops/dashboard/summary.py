@@ -94,8 +94,9 @@ class JobSummarySource(Protocol):
         """``version``, ``roles``, ``trees`` (its tree ids, in order), ``last_sent`` (tree →
         the newest epoch sent upward), ``next_epoch`` (tree → its combiner's next epoch, or
         None), ``worker`` (the worker's published figures, or None), ``standby`` (the
-        replication's ``standbys``), ``replica_of`` (tree → the master it is a replica of)
-        and ``counters``."""
+        replication's ``standbys``), ``replica_of`` (tree → the master it is a replica of),
+        ``active_replica_of`` (tree → the master whose position it actively replicates:
+        replicated masters) and ``counters``."""
         ...
 
     def epoch_seconds(self, epoch: int) -> float:
@@ -204,6 +205,9 @@ def _job(agent: SummarySource, job: JobSummarySource) -> dict[str, Any]:
         },
         "standby": state["standby"],
         "replica_of": {_hex(t): m for t, m in state["replica_of"].items()},
+        "active_replica_of": {
+            _hex(t): _hex(m) for t, m in state.get("active_replica_of", {}).items()
+        },
         "counters": {k: state["counters"][k] for k in FAULT_COUNTERS if k in state["counters"]},
         "masters": masters,
         "membership": local_membership(job) if masters else None,
@@ -355,6 +359,12 @@ def _check_job(name: str, doc: Any) -> dict[str, Any]:
         "replica_of": {
             _hexid(t, f"{where}.replica_of"): _hexid(n, f"{where}.replica_of", none=True)
             for t, n in _map(j.get("replica_of", {}), f"{where}.replica_of", 64).items()
+        },
+        "active_replica_of": {
+            _hexid(t, f"{where}.active_replica_of"): _hexid(n, f"{where}.active_replica_of")
+            for t, n in _map(
+                j.get("active_replica_of", {}), f"{where}.active_replica_of", 64
+            ).items()
         },
         "counters": {
             k: _int(v, f"{where}.counters.{k}")

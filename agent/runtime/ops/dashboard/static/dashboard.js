@@ -226,6 +226,11 @@ function actions(name) {
   const query = el("input", { size: 50, placeholder: "new ELF QL text (ql jobs)" });
   const params = el("input", { size: 24, placeholder: '{"k": 10}' });
   const epoch = el("input", { type: "number", step: "0.1", min: "0.1", size: 6 });
+  const policy = el("select", { class: "policy" },
+    el("option", { value: "" }, "fault tolerance: unchanged"),
+    el("option", { value: "passive" }, "passive"),
+    el("option", { value: "replicated:2" }, "replicated masters, 2 replicas"),
+    el("option", { value: "replicated:3" }, "replicated masters, 3 replicas"));
   const change = el("button", { type: "button" }, "apply change");
   const stop = el("button", { type: "button", class: "stop" }, "stop job");
   const path = "/api/v1/jobs/" + encodeURIComponent(name);
@@ -236,6 +241,7 @@ function actions(name) {
       try { body.params = JSON.parse(params.value); } catch (e) { say(reply, false, "params: not JSON"); return; }
     }
     if (epoch.value) body.epoch_seconds = Number(epoch.value);
+    if (policy.value) body.fault_tolerance = policyValue(policy.value);
     if (!Object.keys(body).length) { say(reply, false, "nothing to change"); return; }
     say(reply, null, "sent; waiting for every agent to apply it ...");
     try {
@@ -254,7 +260,7 @@ function actions(name) {
   };
   return el("div", { class: "actions" },
     el("label", {}, "filter / query", query), el("label", {}, "parameters (JSON)", params),
-    el("label", {}, "epoch seconds", epoch), change, stop, reply);
+    el("label", {}, "epoch seconds", epoch), policy, change, stop, reply);
 }
 
 function say(node, ok, text) {
@@ -349,18 +355,23 @@ function treeSvg(tree, nodes, doc) {
     const p = pos.get(n.node);
     if (!p) continue;
     const failed = state.failed.has(n.node);
-    const classes = ["node", n.is_root ? "master" : "", n.standby ? "standby" : "", failed ? "failed" : ""];
+    const classes = ["node", n.is_root ? "master" : "", n.standby ? "standby" : "",
+      n.replica ? "replica" : "", failed ? "failed" : ""];
     const g = svg("g", { class: classes.join(" ").trim(), "data-node": n.node,
       "data-lag": n.lag == null ? "" : n.lag, "data-role": n.is_root ? "master" : (n.children.length ? "inner" : "leaf") });
     const cx = p.x * W + W / 2, cy = p.y * H + 24;
+    if (n.replica) { // an active replica of the master's position: a ring around it
+      g.append(svg("circle", { cx, cy, r: 15, class: "replica-ring", fill: "none" }));
+    }
     g.append(svg("circle", { cx, cy, r: n.is_root ? 13 : 10, fill: lagColor(n.lag, failed) }));
     const label = svg("text", { x: cx, y: cy + 26, "text-anchor": "middle" });
-    label.textContent = short(n.node) + (n.is_root ? " M" : n.standby ? " S" : "");
+    label.textContent = short(n.node) + (n.is_root ? " M" : n.replica ? " R" : n.standby ? " S" : "");
     g.append(label);
     const tip = svg("title", {});
     tip.textContent = `${n.node}\n${n.is_root ? "master" : n.state}; roles ${n.roles.join(", ") || "-"}` +
       `; epoch lag ${n.lag ?? "unknown"}; last sent ${n.last_sent ?? "-"}` +
-      (n.standby ? "; standby of the master" : "") + (failed ? "; FAILED" : "");
+      (n.standby ? "; standby of the master" : "") +
+      (n.replica ? "; active replica of the master's position" : "") + (failed ? "; FAILED" : "");
     g.append(tip);
     root.append(g);
   }
@@ -448,6 +459,12 @@ function drawResult(card, doc) {
       ...(Array.isArray(row) ? row : cols.map((c) => row[c])).map(cell))))));
 }
 
+// "passive" or "replicated:R" (the select's values) as the spec's fault_tolerance field
+function policyValue(text) {
+  const [policy, replicas] = text.split(":");
+  return replicas ? { policy, replicas: Number(replicas) } : { policy };
+}
+
 // ---- actions outside a job -----------------------------------------------------------------
 document.getElementById("query-form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
@@ -459,6 +476,7 @@ document.getElementById("query-form").addEventListener("submit", async (ev) => {
       name: document.getElementById("q-name").value,
       query: document.getElementById("q-text").value,
       epoch_seconds: epoch ? Number(epoch) : null,
+      fault_tolerance: policyValue(document.getElementById("q-policy").value),
     });
     say(reply, true, `job ${r.job} ${r.state}: version ${r.version} reached ${r.agents_reached} agents in ${r.multicast_ms} ms`);
   } catch (e) { say(reply, false, "refused: " + e.message); }
