@@ -251,8 +251,9 @@ class ActiveReplicas:
 
     def _replicated(self) -> None:
         """409 ``not_replicated`` unless the job's policy replicates master positions (a
-        replica's state is kept only for such jobs)."""
+        replica's state is kept only for such jobs: a change to passive drops it here)."""
         if self.wanted() <= 1:
+            self.positions.clear()
             raise Reject(
                 409, "not_replicated", f"job {self.host.name!r} does not replicate its masters"
             )
@@ -276,6 +277,9 @@ class ActiveReplicas:
     def became_root(self, tid: int) -> None:
         """This agent became ``tid``'s root: its replica of the dead master's position keeps
         the epochs in flight whole (module contract)."""
+        if self.wanted() <= 1:  # changed to passive since: the standby's path alone
+            self.positions.clear()
+            return
         replica = self.positions.get(tid)
         me = self.network.node_id
         if replica is None or replica.handover is not None or replica.master == me:

@@ -11,8 +11,9 @@ GET      /api/v1/dashboard/events        the same as Server-Sent Events: ``clust
                                          newest epoch, version, tree or applied state
                                          changed: at most one per epoch), ``gone`` (a job
                                          stopped)
-POST     /api/v1/dashboard/query         ``{name, query, epoch_seconds?, fault_tolerance?}``: an ELF QL query
-                                         submitted as a ``ql`` job (400 naming the field)
+POST     /api/v1/dashboard/query         ``{name, query, epoch_seconds?, fault_tolerance?}``:
+                                         an ELF QL query submitted as a ``ql`` job (400
+                                         naming the field)
 =======  ==============================  ==================================================
 
 The ``/api/v1/dashboard/*`` routes need the API token like every other API route (the
