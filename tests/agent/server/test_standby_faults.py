@@ -2,7 +2,8 @@
 ``agent.runtime.recovery.standby``) on a
 real cluster: the two scenarios of issue "Final means final" no other test covers.
 
-* **kill -9 of the standby**, restarted some six stored epochs later: the master keeps
+* **kill -9 of the standby** (under both policies: with replicated masters it is the active
+  replica too), restarted some six stored epochs later: the master keeps
   publishing (the standby is also an origin: its epochs stay tentative naming it until it is
   back), retargets its replication to the next-closest agent, and when the standby returns
   every epoch ends final and exact.
@@ -29,6 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from test_chaos import assert_exact_or_flagged, report
 
 from agent.server.chaos import EXACT, ChaosCluster, JobPlan, JobReport, LogWriter, check, wait_until
@@ -105,15 +107,18 @@ def shape(reports: list[JobReport], watch: VersionWatch) -> dict[str, Any]:
 
 
 def run(
-    chaos: ChaosCluster, watch: VersionWatch, fault: Callable[[ChaosCluster, int], None]
+    chaos: ChaosCluster,
+    watch: VersionWatch,
+    fault: Callable[[ChaosCluster, int], None],
+    settings: tuple[tuple[str, Any], ...] = (),
 ) -> tuple[list[JobReport], dict[str, Any]]:
-    """WordCount from an epoch 2 s ahead, ``fault``, the end-of-run check and the reader's
-    figures; asserts the end-of-run promise (exact or flagged) and no epoch never repaired.
-    The every-version assertion is the caller's, last."""
+    """WordCount from an epoch 2 s ahead (more spec fields: ``settings``), ``fault``, the
+    end-of-run check and the reader's figures; asserts the end-of-run promise (exact or
+    flagged) and no epoch never repaired. The every-version assertion is the caller's, last."""
     writer = LogWriter(chaos.paths, rate=10).start()
     try:
         start = math.floor(time.time()) + 2
-        plan = JobPlan("wc", "wordcount", start)
+        plan = JobPlan("wc", "wordcount", start, settings=settings)
         assert chaos.submit(plan)["agents_reached"] == AGENTS
         watch.watch(plan.name, start)
         chaos.wait_stored("wc", start + 2)
@@ -131,10 +136,15 @@ def run(
     return reports, figs
 
 
+@pytest.mark.parametrize(
+    "policy", ["passive", {"policy": "replicated", "replicas": 2}], ids=["passive", "replicated"]
+)
 def test_kill_9_of_the_standby_and_its_restart_end_final_and_exact(
-    chaos: ChaosCluster, watch: VersionWatch
+    chaos: ChaosCluster, watch: VersionWatch, policy: Any
 ) -> None:
-    reports, figs = run(chaos, watch, kill_standby)
+    """Passive: the standby; replicated masters: the master's active replica (the same agent,
+    the next master), whose members' epochs then queue, bounded, until it is back."""
+    reports, figs = run(chaos, watch, kill_standby, (("fault_tolerance", policy),))
     # the master never died: nothing was lost, so every epoch ends final and exact
     for r in reports:
         not_exact = [vars(e) for e in [*r.epochs, *(r.lake or [])] if e.verdict != EXACT]
