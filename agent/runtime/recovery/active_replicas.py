@@ -38,6 +38,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from yarl import URL
+
+from agent.jobs.fault_policy import MAX_REPLICAS
 from agent.runtime.recovery.position_replica import PositionReplica
 from agent.runtime.recovery.standby import standbys_for
 from agent.runtime.services import NetworkService, Spawner
@@ -55,6 +58,15 @@ ANNOUNCE_SECONDS = 2.0  # a master re-announces its replicas and members this of
 REPLICA_QUEUE = 64  # epochs a member's sender to a replica keeps while it is unreachable
 PIN_SECONDS = 10.0  # how long a new root waits for the dead master's members to re-join
 MAX_MEMBERS = 4096
+
+
+def _http_url(url: str) -> bool:
+    """An absolute http(s) URL with a host (what a replica's data plane is)."""
+    try:
+        u = URL(url)
+    except ValueError:
+        return False
+    return u.absolute and u.scheme in ("http", "https") and bool(u.host)
 
 
 class ReplicaHost(Protocol):
@@ -184,6 +196,8 @@ class ActiveReplicas:
         try:
             master = int(str(message.get("master")), 16)
             replicas = {int(str(r), 16): str(url) for r, url in message.get("replicas") or []}
+            if len(replicas) >= MAX_REPLICAS or not all(map(_http_url, replicas.values())):
+                raise ValueError("too many replicas, or a URL that is not http(s)://host:port")
         except (TypeError, ValueError):
             self.host.count("bad_replicas_message")
             return

@@ -129,7 +129,12 @@ async def test_only_the_masters_members_send_to_its_replicas() -> None:
         await asyncio.sleep(0)  # let the closing task run (nothing is waited on by time)
         assert [(n.epoch, n.sender) for n in got] == [(2, ME)]
         active.heard_from(TREE, {"kind": "replicas", "master": "zz"})
-        assert host.counters["bad_replicas_message"] == 1
+        bad_url = {"kind": "replicas", "master": "1", "replicas": [["2", "file:///etc/passwd"]]}
+        active.heard_from(TREE, bad_url)
+        many = [[format(i, "x"), url] for i in range(1, 7)]
+        active.heard_from(TREE, {"kind": "replicas", "master": "1", "replicas": many})
+        assert host.counters["bad_replicas_message"] == 3
+        assert active.heard[TREE][0] == MASTER  # what was heard before stands
     finally:
         await active.close()
         await client.close()
