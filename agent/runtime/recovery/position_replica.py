@@ -25,8 +25,12 @@ transparency). Pure state over an :class:`~srt.dataplane.barrier.EpochCombiner`:
   pinned there until they re-join). The replica is done once it emitted H
   (:attr:`PositionReplica.done`).
 
-Bounds: the barrier's open epochs (its ``max_ahead`` and horizon, as any barrier) and
-``max_epochs`` kept results.
+Bounds: ``max_epochs`` kept results, and at most ``max_open`` open epochs before a take-over:
+a member whose epochs stopped reaching the replica (its bounded sender dropped some while the
+replica was unreachable) would otherwise hold every later epoch open; past the bound the
+members the oldest epoch waits for stop being waited for (counted ``unblocked``) until the
+master's next announcement names them again. Those epochs then lack them here - the master
+has them, and should it die the lineage says what its replica lacks.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from srt.dataplane.lineage import Lineage
 
 #: emitted epochs kept for a take-over (the master's result store holds as many)
 DEFAULT_KEPT_EPOCHS = 256
+#: open epochs a replica holds before it stops waiting for the members holding them back
+DEFAULT_MAX_OPEN = 16
 
 Deliver = Callable[[int, Snapshot, Lineage | None], None]
 
@@ -53,9 +59,12 @@ class PositionReplica:
         master: int,
         new_barrier: Callable[[Callable[[int, Snapshot], None]], EpochCombiner],
         max_epochs: int = DEFAULT_KEPT_EPOCHS,
+        max_open: int = DEFAULT_MAX_OPEN,
     ) -> None:
         self.master = master
         self.max_epochs = max_epochs
+        self.max_open = max_open
+        self.unblocked = 0
         self.barrier = new_barrier(self._emitted)
         self.kept: OrderedDict[int, tuple[Snapshot, Lineage | None]] = OrderedDict()
         self.dropped = 0
@@ -79,7 +88,12 @@ class PositionReplica:
         """A member's epoch (checked against the barrier's bounds and expectation first:
         raises as :meth:`EpochCombiner.check` does)."""
         snap = self.barrier.check(epoch, snap, sender)
-        return self.barrier.offer_child(sender, epoch, snap, origins)
+        result = self.barrier.offer_child(sender, epoch, snap, origins)
+        while self.handover is None and len(self.barrier.first_arrivals()) > self.max_open:
+            waiting = set(self.barrier.waiting_for(self.barrier.next_epoch))
+            self.barrier.set_children(self.barrier.children - waiting)
+            self.unblocked += len(waiting)
+        return result
 
     def _emitted(self, epoch: int, snap: Snapshot) -> None:
         lineage = self.barrier.lineage_of(epoch)
@@ -129,5 +143,6 @@ class PositionReplica:
             "next_epoch": self.barrier.next_epoch,
             "kept_epochs": len(self.kept),
             "dropped_epochs": self.dropped,
+            "unblocked": self.unblocked,
             "handover": self.handover,
         }

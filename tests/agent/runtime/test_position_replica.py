@@ -166,3 +166,24 @@ def test_after_the_master_dies_every_epoch_is_exact_but_for_its_own_share(run) -
     p_sent = sent.get((P, "R"), 0) if kill_at >= len(order) else order[:kill_at].count((P, "R"))
     assert got_p == set(range(p_sent))
     assert replica.done
+
+
+def test_a_member_that_stopped_reaching_the_replica_holds_at_most_max_open_epochs() -> None:
+    """Member 2's epochs stop reaching the replica (its bounded sender dropped them): past
+    ``max_open`` open epochs the replica stops waiting for it, emits what it holds, and waits
+    for it again once the master's next announcement names it."""
+    emitted: list[int] = []
+    replica = PositionReplica(
+        P, lambda emit: barrier(lambda e, s: emit(e, s), local=False), max_open=3
+    )
+    replica.set_members(P, [1, 2])
+    replica.offer(2, 0, snap_of(Counter(b=1)), lineage(2))
+    for e in range(6):
+        replica.offer(1, e, snap_of(Counter(a=1)), lineage(1))
+    emitted = sorted(replica.kept)
+    assert emitted and len(replica.barrier.first_arrivals()) <= 3
+    assert replica.unblocked == 1 and 2 not in replica.members
+    assert replica.kept[0][1] == {1, 2}  # what both delivered is whole
+    assert all(replica.kept[e][1] == {1} for e in emitted[1:])  # then it lacks member 2
+    replica.set_members(P, [1, 2])  # the next announcement
+    assert 2 in replica.members
