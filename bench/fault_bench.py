@@ -60,15 +60,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import psutil
-from latency import summary
 from loss_faults import (
     checkpoint_cost_run,
     cost_ratios,
     loss_run,
     medians_and_ratio,
-    rollup_ms,
 )
+from steady_window import measure_window
 
 from agent.server.chaos import (
     EXACT,
@@ -313,20 +311,8 @@ def steady_run(
             for plan in plans:
                 chaos.submit(plan)
             chaos.wait_stored(LEAD, start + 2, timeout=timeout)
-            procs = [psutil.Process(pid) for pid in chaos.pids()]
-            cpu0 = [p.cpu_times() for p in procs]
-            t0, first = time.monotonic(), now_epoch() + 1
-            chaos.wait_stored(LEAD, first + math.ceil(seconds), timeout=timeout + seconds)
-            cpu1 = [p.cpu_times() for p in procs]
-            wall = time.monotonic() - t0
-            used = sum(
-                b.user - a.user + b.system - a.system for a, b in zip(cpu0, cpu1, strict=True)
-            )
-            last = chaos.stored(LEAD) or first
-            out["measured_s"] = round(wall, 2)
-            out["cpu_cores_all_agents"] = round(used / wall, 3)
-            out["cpu_percent_per_agent"] = round(100 * used / wall / len(procs), 2)
-            out["rollup_ms"] = summary(rollup_ms(chaos, LEAD, range(first, last + 1)))
+            window = measure_window(chaos, LEAD, seconds, timeout)
+            out.update({k: v for k, v in window.items() if k != "counter_rates"})
             writer.stop()
             reports = check(chaos, plans, settle_timeout=timeout)
             out.update(totals(reports))

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 from latency import summary
+from steady_window import measure_window
 
 from agent.client import ApiError
 from agent.server.chaos import (
@@ -288,22 +288,6 @@ def leaps(chaos: ChaosCluster, jobs: list[str]) -> dict[str, Any]:
     return {"count": len(times), "detected_to_emitted_ms": summary(times) if times else None}
 
 
-def rollup_ms(chaos: ChaosCluster, job: str, epochs: range) -> list[float]:
-    """Per epoch: the master's stored time minus the last other agent's send (ms)."""
-    timings = chaos.timings(job)
-    tid = chaos.any_client().status()["jobs"][job]["tree_ids"][0]
-    done: dict[int, float] = {}
-    sends: dict[int, list[float]] = {}
-    for t in timings:
-        mine = {e: at for t_, e, at in t["completed_at"] if t_ == tid}
-        done.update(mine)
-        if not mine:
-            for t_, e, at in t["sent_at"]:
-                if t_ == tid:
-                    sends.setdefault(e, []).append(at)
-    return [1000 * (done[e] - max(sends[e])) for e in epochs if e in done and sends.get(e)]
-
-
 def checkpoint_cost_run(
     n: int, rate: float, seconds: float, timeout: float, k: int
 ) -> dict[str, Any]:
@@ -323,23 +307,9 @@ def checkpoint_cost_run(
             for plan in plans:
                 chaos.submit(plan)
             chaos.wait_stored(LEAD, start + 2, timeout=timeout)
-            procs = [psutil.Process(pid) for pid in chaos.pids()]
-            bytes0 = _bytes(chaos)
-            cpu0 = [p.cpu_times() for p in procs]
-            t0, first = time.monotonic(), math.floor(time.time()) + 1
-            chaos.wait_stored(LEAD, first + math.ceil(seconds), timeout=timeout + seconds)
-            cpu1 = [p.cpu_times() for p in procs]
-            bytes1 = _bytes(chaos)
-            wall = time.monotonic() - t0
-            used = sum(
-                b.user - a.user + b.system - a.system for a, b in zip(cpu0, cpu1, strict=True)
-            )
-            last = chaos.stored(LEAD) or first
-            out["measured_s"] = round(wall, 2)
-            out["cpu_cores_all_agents"] = round(used / wall, 3)
-            out["data_plane_bytes_per_s"] = round((bytes1[0] - bytes0[0]) / wall)
-            out["checkpoint_bytes_per_s"] = round((bytes1[1] - bytes0[1]) / wall)
-            out["rollup_ms"] = summary(rollup_ms(chaos, LEAD, range(first, last + 1)))
+            window = measure_window(chaos, LEAD, seconds, timeout, _bytes)
+            received, sent = window.pop("counter_rates")
+            out.update(window, data_plane_bytes_per_s=received, checkpoint_bytes_per_s=sent)
         except Exception as exc:
             out["error"] = f"{type(exc).__name__}: {exc}"
         finally:

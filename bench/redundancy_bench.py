@@ -1,8 +1,9 @@
 """Active-redundancy benchmark (issue "Active redundancy"). Prints one JSON document on stdout.
 
     python bench/redundancy_bench.py                  # every section
-    python bench/redundancy_bench.py --quick          # fewer seeds (under a minute)
+    python bench/redundancy_bench.py --quick          # fewer seeds and runs (a few minutes)
     python bench/redundancy_bench.py --only planner   # one section
+    python bench/redundancy_bench.py --only replicated --agents 8   # a real cluster of 8
 
 Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and its JSON is
 ``sections[name]``):
@@ -43,6 +44,33 @@ Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and 
   a failed rack still loses its own agents' input); per R the ratio structure-aware /
   greedy (the median of the per-seed ratios) for each figure; the tree shapes; checks (every
   plan connected where claimed, within budget, never below greedy on its objective).
+
+* **replicated** — replicated masters (Hwang) on a real multi-process cluster
+  (:class:`agent.server.chaos.ChaosCluster`, one agent process per agent, loopback), the
+  policies ``passive`` and ``{"policy": "replicated", "replicas": 2}`` in interleaved runs,
+  each on a fresh cluster (``--runs`` each: 3 full, 1 quick; ``--agents``: 16 full, 5 quick):
+
+  - **transparency**: :func:`agent.server.replica_scenarios.kill_during_a_stall` - WordCount
+    on 1 s epochs, a member of the master's barrier stalled (SIGSTOP) until the master holds
+    two epochs waiting for it alone, kill -9 of the master, the member resumed, the master
+    restarted six stored epochs later; the every-version reader reads the lake and the
+    results API every 0.5 s. Per policy the medians of: the distinct epochs with a version
+    (first seen between the kill and the restart) flagged lacking an origin other than the
+    killed master and the stalled member (the goal for replicated: 0), those versions, the
+    reader's violations (goal 0) and the end-of-run share of epochs final and exact. In the
+    full run 16 agents are tried first; when that run fails (the cluster's timeouts on the
+    machine's cores), the JSON says so (``tried``, with its error and wall time) and the
+    runs use 8.
+  - **steady-state cost** (goal: replicated / passive <= 1.5): the same WordCount workload
+    (10 lines/s per agent) without faults; over a measured window (``--seconds``: 20 full,
+    10 quick) the CPU of all agent processes (psutil user + system, in cores), the bytes on
+    the wire - the sum over agents of the data plane's request bytes received
+    (``status()["data_plane"]["bytes_in"]``: request bodies - snapshots to parents and to
+    replicas, standby replication, announcements, pulls - not responses nor HTTP headers)
+    and of the overlay's UDP bytes sent (``status()["overlay"]["sent_bytes"]``: the replicas'
+    multicast travels there), and their sum (``wire_bytes_per_s``) - and the roll-up
+    latency (the last member's send to the master's stored result, ``/timings``); medians
+    and the ratios replicated / passive.
 """
 
 from __future__ import annotations
@@ -50,15 +78,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from loss_faults import medians_and_ratio
+from steady_window import measure_window
 
 from agent.runtime.recovery.replica_plan import (
     covered_origins,
@@ -70,6 +103,9 @@ from agent.runtime.recovery.replica_plan import (
     planned_origins,
     topk_quality,
 )
+from agent.server.chaos import EXACT, ChaosCluster, JobPlan, LogWriter, check
+from agent.server.replica_scenarios import kill_during_a_stall
+from agent.server.version_watch import VersionWatch, chaos_watch
 from overlay.sim import SimNetwork, run, start_cluster
 from srt.ids import app_id
 from srt.sim import SimTreeNode
@@ -346,10 +382,170 @@ def planner_section(quick: bool, seeds: list[int], agents: int = AGENTS) -> dict
     }
 
 
+# ---- replicated: replicated masters on a real cluster (Hwang) ---------------------------------
+
+POLICIES: dict[str, Any] = {
+    "passive": "passive",
+    "replicated": {"policy": "replicated", "replicas": 2},
+}
+RATE = 10.0  # lines/s per agent file (the scenario's writer too)
+
+
+def transparency_run(n: int, policy: str) -> dict[str, Any]:
+    """One kill-during-a-stall run on a fresh cluster of ``n`` agents."""
+    out: dict[str, Any] = {"policy": policy, "agents": n}
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="redundancy-bench-kill-") as tmp:
+        chaos = ChaosCluster(n, Path(tmp))
+        watch: VersionWatch | None = None
+        try:
+            chaos.start(timeout=180)
+            watch = chaos_watch(chaos, [])
+            out.update(kill_during_a_stall(chaos, watch, POLICIES[policy]).figures())
+        except Exception as exc:  # the run's figures say what broke
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            if watch is not None:
+                watch.stop()
+            chaos.stop()
+    out["wall_s"] = round(time.monotonic() - t0, 1)
+    return out
+
+
+def exact_share(r: dict[str, Any]) -> float | None:
+    end = r.get("epochs_final_exact_at_end") or {}
+    return round(end["exact"] / end["of"], 4) if end.get("of") else None
+
+
+def transparency_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per policy the medians over its runs without an error (module docstring)."""
+    out: dict[str, Any] = {}
+    for policy in POLICIES:
+        ok = [r for r in runs if r["policy"] == policy and "error" not in r]
+        figs = {
+            "lacking_others_epochs": [r["lacking_others_epochs"] for r in ok],
+            "lacking_others_versions": [r["lacking_others_versions"] for r in ok],
+            "violations": [r["violations"] for r in ok],
+            "final_exact_share_at_end": [x for r in ok if (x := exact_share(r)) is not None],
+        }
+        out[policy] = {"runs": len(ok)} | {
+            k: statistics.median(v) if v else None for k, v in figs.items()
+        }
+        out[policy]["lacking_others_epochs_per_run"] = figs["lacking_others_epochs"]
+    return out
+
+
+def data_plane_bytes(chaos: ChaosCluster) -> tuple[int, int]:
+    """(data-plane request bytes received, overlay bytes sent), summed over the agents."""
+    dp = ov = 0
+    for i in chaos.live():
+        st = chaos.client(i).status()
+        dp += int(st["data_plane"]["bytes_in"])
+        ov += sum(int(b) for b in (st["overlay"].get("sent_bytes") or {}).values())
+    return dp, ov
+
+
+def steady_run(n: int, policy: str, seconds: float, timeout: float) -> dict[str, Any]:
+    """WordCount without faults under ``policy``: CPU, bytes and roll-up over a window."""
+    out: dict[str, Any] = {"policy": policy, "agents": n}
+    with tempfile.TemporaryDirectory(prefix="redundancy-bench-steady-") as tmp:
+        chaos = ChaosCluster(n, Path(tmp))
+        writer: LogWriter | None = None
+        try:
+            chaos.start(timeout=180)
+            writer = LogWriter(chaos.paths, rate=RATE).start()
+            start = math.floor(time.time()) + 2
+            plan = JobPlan(
+                "wc", "wordcount", start, settings=(("fault_tolerance", POLICIES[policy]),)
+            )
+            chaos.submit(plan)
+            chaos.wait_stored("wc", start + 3, timeout=timeout)
+            window = measure_window(chaos, "wc", seconds, timeout, data_plane_bytes)
+            dp, ov = window.pop("counter_rates")
+            out.update(window, data_plane_bytes_in_per_s=dp, overlay_bytes_sent_per_s=ov)
+            out["wire_bytes_per_s"] = dp + ov
+            writer.stop()
+            reports = check(chaos, [plan], settle_timeout=timeout)
+            epochs = [e for r in reports for e in r.epochs]
+            out["final_exact"] = {
+                "exact": sum(e.verdict == EXACT for e in epochs),
+                "of": len(epochs),
+            }
+        except Exception as exc:
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            if writer is not None:
+                writer.stop()
+            chaos.stop()
+    return out
+
+
+def cost_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per policy and the ratios replicated / passive (goal <= 1.5)."""
+    return medians_and_ratio(
+        runs,
+        "policy",
+        ("replicated", "passive"),
+        ("replicated", "passive", "replicated_over_passive"),
+        (
+            ("cpu_cores_all_agents", "cpu_cores_all_agents", None),
+            ("data_plane_bytes_in_per_s", "data_plane_bytes_in_per_s", None),
+            ("overlay_bytes_sent_per_s", "overlay_bytes_sent_per_s", None),
+            ("wire_bytes_per_s", "wire_bytes_per_s", None),
+            ("rollup_p50_ms", "rollup_ms", "p50_ms"),
+            ("rollup_p99_ms", "rollup_ms", "p99_ms"),
+        ),
+    )
+
+
+def replicated_section(args: argparse.Namespace) -> dict[str, Any]:
+    """Transparency and steady-state cost of replicated masters (module docstring)."""
+    runs = args.runs or (1 if args.quick else 3)
+    seconds = args.seconds or (10.0 if args.quick else 20.0)
+    candidates = [args.agents] if args.agents else ([5] if args.quick else [16, 8])
+    tried: list[dict[str, Any]] = []
+    kills: list[dict[str, Any]] = []
+    n = candidates[-1]
+    for n in candidates:  # the first count whose replicated run completes
+        probe = transparency_run(n, "replicated")
+        print(json.dumps(probe, default=str), file=sys.stderr)
+        if "error" not in probe or n == candidates[-1]:
+            kills.append(probe)
+            break
+        tried.append({k: probe[k] for k in ("agents", "error", "wall_s")})
+    order = ["passive", "replicated"] * runs
+    for policy in order[: 2 * runs - len(kills)]:  # interleaved, the probe counted
+        kills.append(transparency_run(n, policy))
+        print(json.dumps(kills[-1], default=str), file=sys.stderr)
+    steady: list[dict[str, Any]] = []
+    for policy in order:
+        steady.append(steady_run(n, policy, seconds, timeout=90.0))
+        print(json.dumps(steady[-1], default=str), file=sys.stderr)
+    return {
+        "agents": n,
+        "tried": tried,
+        "runs_per_policy": runs,
+        "policies": POLICIES,
+        "transparency": {
+            "goal": "replicated: 0 epochs with versions lacking others, 0 violations",
+            "medians": transparency_medians(kills),
+            "runs": kills,
+        },
+        "steady_state_cost": {
+            "goal": "replicated / passive <= 1.5",
+            "lines_per_second_per_agent": RATE,
+            "measured_s": seconds,
+            "medians": cost_medians(steady),
+            "runs": steady,
+        },
+    }
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "planner": lambda args: planner_section(
         args.quick, list(range(args.seed, args.seed + (args.seeds or (3 if args.quick else 7))))
     ),
+    "replicated": replicated_section,
 }
 
 
@@ -361,13 +557,20 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=1, help="the first seed")
     parser.add_argument("--seeds", type=int, help="how many seeds (planner: 3 quick, 7 full)")
+    parser.add_argument("--agents", type=int, help="replicated: agent processes (16, else 8; 5)")
+    parser.add_argument("--runs", type=int, help="replicated: runs per policy (3 full, 1 quick)")
+    parser.add_argument("--seconds", type=float, help="replicated: measured window (20; 10)")
     args = parser.parse_args()
     out: dict[str, Any] = {
         "benchmark": "redundancy",
         "quick": args.quick,
         "python": sys.version.split()[0],
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "goals": {"planner": "structure-aware / greedy >= PPA's ratio (up to 10x) at R <= 5 %"},
+        "goals": {
+            "planner": "structure-aware / greedy >= PPA's ratio (up to 10x) at R <= 5 %",
+            "replicated": "r = 2, kill -9 of the master: 0 tentative / 0 missed epochs, exact;"
+            " steady-state cost <= 1.5x passive",
+        },
         "sections": {},
     }
     for name in args.only or list(SECTIONS):

@@ -34,6 +34,7 @@ import pytest
 from test_chaos import assert_exact_or_flagged, report
 
 from agent.server.chaos import EXACT, ChaosCluster, JobPlan, JobReport, LogWriter, check, wait_until
+from agent.server.replica_scenarios import standby_of
 from agent.server.version_check import headline
 from agent.server.version_watch import (
     VersionWatch,
@@ -44,25 +45,6 @@ from agent.server.version_watch import (
 AGENTS = 5
 #: stored epochs (1 s each) between a kill and the restart: the brief's "5-10 s later"
 DOWN_EPOCHS = 6
-
-
-def standby_of(chaos: ChaosCluster, job: str) -> tuple[int, int]:
-    """(master, standby) agent indexes of ``job``'s first tree, from the master's own status
-    (its replication target), once the master has one."""
-
-    def found() -> tuple[int, int] | None:
-        master = chaos.pick(job, "master")
-        st = chaos.client(master).status()["jobs"][job]
-        tree = int(st["tree_ids"][0], 16)
-        standbys = {int(t, 16): int(s, 16) for t, s in st["replication"]["standbys"].items()}
-        if tree not in standbys:
-            return None
-        by_id = {int(h, 16): i for i, h in chaos.node_ids().items()}
-        return master, by_id[standbys[tree]]
-
-    pair: tuple[int, int] = wait_until(found, 30, f"job {job}'s master to name its standby")
-    assert pair[0] != pair[1], pair
-    return pair
 
 
 def kill_standby(chaos: ChaosCluster, start: int) -> None:
