@@ -27,9 +27,6 @@ from pathlib import Path
 import pytest
 from test_chaos import assert_exact_or_flagged, report
 
-# the every-version reader on this module's cluster, started before the job and the fault
-from test_standby_faults import watch  # noqa: F401
-
 from agent.server.chaos import ChaosCluster, JobPlan, check
 from agent.server.nginx_lab import NginxLab, Traffic, nginx_available
 from agent.server.version_check import headline
@@ -69,7 +66,7 @@ def nginx(chaos: ChaosCluster, tmp_path: Path) -> Iterator[NginxLab]:
 def test_kill_9_of_a_leaf_under_real_nginx_ends_final_and_exact_and_never_lies(
     chaos: ChaosCluster,
     nginx: NginxLab,
-    watch: VersionWatch,  # noqa: F811 (the fixture imported above)
+    watch: VersionWatch,  # conftest's: the every-version reader on this module's cluster
 ) -> None:
     traffic = Traffic(nginx.urls, rate=30).start()
     try:
