@@ -29,6 +29,7 @@ from agent.server.chaos import ChaosCluster
 from agent.server.replica_scenarios import kill_during_a_stall
 from agent.server.version_check import headline
 from agent.server.version_watch import VersionWatch, violation_message
+from spark_sink.lake import Lake, epoch_meta
 
 REPLICATED = {"policy": "replicated", "replicas": 2}
 
@@ -47,3 +48,9 @@ def test_kill_9_of_a_replicated_master_loses_no_epoch_in_flight(
     others = run.others
     print(f"{run.policy}: flagged versions {len(run.flagged)}, lacking others {len(others)}")
     assert not others, json.dumps(others[:20])
+    # the results API and the lake say which policy produced each epoch
+    assert chaos.any_client().results("wc")["policy"] == ["replicated:2"]
+    assert chaos.lake_dir is not None
+    lake = Lake(str(chaos.lake_dir))
+    policies = {(epoch_meta(lake, f) or {}).get("policy") for f in lake.files("wc")}
+    assert policies == {"replicated:2"}, policies
