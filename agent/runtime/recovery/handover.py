@@ -6,8 +6,9 @@ Contract (``docs/fault-tolerance.md``, "Hand-over" and "Absence, leaving and ret
 * :meth:`Handover.hand_over` - no longer the root: send the stored results (result items,
   :mod:`agent.runtime.recovery.result_items`) with the expected origins and the term to the
   new master (``POST /agent/v1/handover``), retried with back-off until it took them, this
-  agent is the root again, or the job stops; :meth:`to_successor` - a stopping master sends
-  them to the live agent closest to the tree id (:meth:`next_roots`);
+  agent is the root again, or the job stops (a master lookup that still answers this agent,
+  mid-transition, is retried too, never taken as "nothing to send"); :meth:`to_successor` - a
+  stopping master sends them to the live agent closest to the tree id (:meth:`next_roots`);
 * :meth:`absorb` - the receiving side: every item admitted before any is stored; as the root
   this master claims a term above the previous one and publishes at once, then the shared
   absorb sequence publishes, replays and re-replicates;
@@ -54,7 +55,10 @@ class Handover:
             try:
                 url = await host.master_url(tid)
                 if url == self.network.data_url:
-                    return
+                    # the tree still routes to us (the new root's JOIN is in flight, or the
+                    # lookup was answered from before): ask again - never keep the results
+                    # silently, the new master would hold the epochs in flight alone
+                    raise LookupError("the master lookup answered this agent")
                 await self.send_results(tid, url)
                 return
             except Exception as exc:
