@@ -66,7 +66,7 @@ from loss_faults import (
     loss_run,
     medians_and_ratio,
 )
-from steady_window import measure_window
+from steady_window import measure_window, steady_cluster
 
 from agent.server.chaos import (
     EXACT,
@@ -298,14 +298,9 @@ def steady_run(
     n: int, rate: float, seconds: float, timeout: float, standby: bool = True
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"agents": n, "lines_per_second_per_agent": rate, "standby": standby}
-    with tempfile.TemporaryDirectory(prefix="fault-bench-steady-") as tmp:
-        config = Path(tmp) / "agent.toml"
-        config.write_text(f"[runtime]\nstandby_replication = {'true' if standby else 'false'}\n")
-        chaos = ChaosCluster(n, Path(tmp), extra_args=["--config", str(config)])
-        writer: LogWriter | None = None
-        try:
-            chaos.start(timeout=180)
-            writer = LogWriter(chaos.paths, rate=rate).start()
+    config = f"[runtime]\nstandby_replication = {'true' if standby else 'false'}\n"
+    try:
+        with steady_cluster(n, "fault-bench-steady-", rate, config) as (chaos, writer):
             start = now_epoch() + 2
             plans = [JobPlan("wc", "wordcount", start), JobPlan("ql", "ql", start)]
             for plan in plans:
@@ -316,12 +311,8 @@ def steady_run(
             writer.stop()
             reports = check(chaos, plans, settle_timeout=timeout)
             out.update(totals(reports))
-        except Exception as exc:
-            out["error"] = f"{type(exc).__name__}: {exc}"
-        finally:
-            if writer is not None:
-                writer.stop()
-            chaos.stop()
+    except Exception as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
     return out
 
 

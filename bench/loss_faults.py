@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from latency import summary
-from steady_window import measure_window
+from steady_window import measure_window, steady_cluster
 
 from agent.client import ApiError
 from agent.server.chaos import (
@@ -292,12 +292,8 @@ def checkpoint_cost_run(
     n: int, rate: float, seconds: float, timeout: float, k: int
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"agents": n, "checkpoint_replicas": k}
-    with tempfile.TemporaryDirectory(prefix="fault-bench-ckpt-") as tmp:
-        chaos = ChaosCluster(n, Path(tmp))
-        writer: LogWriter | None = None
-        try:
-            chaos.start(timeout=180)
-            writer = LogWriter(chaos.paths, rate=rate).start()
+    try:
+        with steady_cluster(n, "fault-bench-ckpt-", rate) as (chaos, _writer):
             start = math.floor(time.time()) + 2
             settings = (("checkpoint_replicas", k),)
             plans = [
@@ -310,12 +306,8 @@ def checkpoint_cost_run(
             window = measure_window(chaos, LEAD, seconds, timeout, _bytes)
             received, sent = window.pop("counter_rates")
             out.update(window, data_plane_bytes_per_s=received, checkpoint_bytes_per_s=sent)
-        except Exception as exc:
-            out["error"] = f"{type(exc).__name__}: {exc}"
-        finally:
-            if writer is not None:
-                writer.stop()
-            chaos.stop()
+    except Exception as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
     return out
 
 

@@ -91,7 +91,7 @@ from typing import Any
 
 import numpy as np
 from loss_faults import medians_and_ratio
-from steady_window import measure_window
+from steady_window import measure_window, steady_cluster
 
 from agent.runtime.recovery.replica_plan import (
     covered_origins,
@@ -103,7 +103,7 @@ from agent.runtime.recovery.replica_plan import (
     planned_origins,
     topk_quality,
 )
-from agent.server.chaos import EXACT, ChaosCluster, JobPlan, LogWriter, check
+from agent.server.chaos import EXACT, ChaosCluster, JobPlan, check
 from agent.server.replica_scenarios import kill_during_a_stall
 from agent.server.version_watch import VersionWatch, chaos_watch
 from overlay.sim import SimNetwork, run, start_cluster
@@ -448,12 +448,8 @@ def data_plane_bytes(chaos: ChaosCluster) -> tuple[int, int]:
 def steady_run(n: int, policy: str, seconds: float, timeout: float) -> dict[str, Any]:
     """WordCount without faults under ``policy``: CPU, bytes and roll-up over a window."""
     out: dict[str, Any] = {"policy": policy, "agents": n}
-    with tempfile.TemporaryDirectory(prefix="redundancy-bench-steady-") as tmp:
-        chaos = ChaosCluster(n, Path(tmp))
-        writer: LogWriter | None = None
-        try:
-            chaos.start(timeout=180)
-            writer = LogWriter(chaos.paths, rate=RATE).start()
+    try:
+        with steady_cluster(n, "redundancy-bench-steady-", RATE) as (chaos, writer):
             start = math.floor(time.time()) + 2
             plan = JobPlan(
                 "wc", "wordcount", start, settings=(("fault_tolerance", POLICIES[policy]),)
@@ -471,12 +467,8 @@ def steady_run(n: int, policy: str, seconds: float, timeout: float) -> dict[str,
                 "exact": sum(e.verdict == EXACT for e in epochs),
                 "of": len(epochs),
             }
-        except Exception as exc:
-            out["error"] = f"{type(exc).__name__}: {exc}"
-        finally:
-            if writer is not None:
-                writer.stop()
-            chaos.stop()
+    except Exception as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
     return out
 
 

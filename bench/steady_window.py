@@ -8,20 +8,27 @@ per second (``counter_rates``, in the order ``counters`` returns them, sampled b
 and the roll-up latency of the epochs stored in it (:func:`rollup_ms`, summarised by
 :func:`latency.summary`). It never sleeps: it waits on the job's stored epochs.
 
+:func:`steady_cluster` is the cluster those windows run on: ``n`` started agent processes (an
+``agent.toml`` text as ``config``, if given) with a :class:`~agent.server.chaos.LogWriter`
+writing ``rate`` lines/s to each, both stopped on leaving it, even on an error.
+
 Bounds: one wait of at most ``timeout + seconds``; the counters are read twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import psutil
 from latency import summary
 
-from agent.server.chaos import ChaosCluster
+from agent.server.chaos import ChaosCluster, LogWriter
 
 
 def rollup_ms(chaos: ChaosCluster, job: str, epochs: range) -> list[float]:
@@ -65,3 +72,26 @@ def measure_window(
         "counter_rates": [round((b - a) / wall) for a, b in zip(before, after, strict=True)],
         "rollup_ms": summary(rollup_ms(chaos, job, range(first, last + 1))),
     }
+
+
+@contextlib.contextmanager
+def steady_cluster(
+    n: int, prefix: str, rate: float, config: str | None = None
+) -> Iterator[tuple[ChaosCluster, LogWriter]]:
+    """A started cluster and its log writer, both stopped on exit (module contract)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        extra: list[str] = []
+        if config is not None:
+            path = Path(tmp) / "agent.toml"
+            path.write_text(config)
+            extra = ["--config", str(path)]
+        chaos = ChaosCluster(n, Path(tmp), extra_args=extra)
+        writer: LogWriter | None = None
+        try:
+            chaos.start(timeout=180)
+            writer = LogWriter(chaos.paths, rate=rate).start()
+            yield chaos, writer
+        finally:
+            if writer is not None:
+                writer.stop()
+            chaos.stop()
