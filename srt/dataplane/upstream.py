@@ -44,7 +44,8 @@ from srt.errors import DataPlaneError
 log = logging.getLogger(__name__)
 
 
-def _check_url(url: str | None) -> None:
+def check_url(url: str | None) -> None:
+    """Raise ``ValueError`` unless ``url`` is None or an absolute ``http(s)://host:port``."""
     if url is not None:
         u = URL(url)
         if not u.absolute or u.scheme not in ("http", "https"):
@@ -71,7 +72,7 @@ class UpstreamSender:
         max_queued: int | None = None,
     ) -> None:
         SnapshotName(job, tree, 0, 0 if sender is None else sender)  # validates the fields
-        _check_url(parent_url)
+        check_url(parent_url)
         if max_queued is not None and max_queued < 1:
             raise ValueError(f"max_queued must be >= 1 or None, got {max_queued!r}")
         self.path = path
@@ -142,7 +143,7 @@ class UpstreamSender:
         """Send every unacknowledged snapshot to ``url`` from now on (None: hold them)."""
         if url == self._parent:
             return
-        _check_url(url)
+        check_url(url)
         self._parent = url
         self.counters["retargets"] += 1
         self._kick()

@@ -192,9 +192,7 @@ class TreeLinks:
         view = tree_view(self.host, tid)
         if view is None:
             return
-        combiner = self.ensure_tree(tid)
-        pinned = self._pinned(tid) - set(view.children.keys())
-        combiner.set_children(set(view.children.keys()) | pinned)
+        self.ensure_tree(tid).set_children(set(view.children) | self._pinned(tid))
 
     def offer_child(
         self, name: SnapshotName, snap: Snapshot, origins: Lineage | None = None

@@ -38,8 +38,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from yarl import URL
-
 from agent.jobs.fault_policy import MAX_REPLICAS
 from agent.runtime.recovery.position_replica import PositionReplica
 from agent.runtime.recovery.standby import standbys_for
@@ -49,6 +47,7 @@ from srt import EpochCombiner, SnapshotName, UpstreamSender
 from srt.dataplane.lineage import Lineage
 from srt.dataplane.lineage import decode as lineage_of
 from srt.dataplane.name import REPLICA_SNAPSHOT_PATH
+from srt.dataplane.upstream import check_url
 from srt.errors import Reject, RetryLater
 
 log = logging.getLogger(__name__)
@@ -58,15 +57,6 @@ ANNOUNCE_SECONDS = 2.0  # a master re-announces its replicas and members this of
 REPLICA_QUEUE = 64  # epochs a member's sender to a replica keeps while it is unreachable
 PIN_SECONDS = 10.0  # how long a new root waits for the dead master's members to re-join
 MAX_MEMBERS = 4096
-
-
-def _http_url(url: str) -> bool:
-    """An absolute http(s) URL with a host (what a replica's data plane is)."""
-    try:
-        u = URL(url)
-    except ValueError:
-        return False
-    return u.absolute and u.scheme in ("http", "https") and bool(u.host)
 
 
 class ReplicaHost(Protocol):
@@ -196,8 +186,10 @@ class ActiveReplicas:
         try:
             master = int(str(message.get("master")), 16)
             replicas = {int(str(r), 16): str(url) for r, url in message.get("replicas") or []}
-            if len(replicas) >= MAX_REPLICAS or not all(map(_http_url, replicas.values())):
-                raise ValueError("too many replicas, or a URL that is not http(s)://host:port")
+            if len(replicas) >= MAX_REPLICAS:
+                raise ValueError(f"{len(replicas)} replicas: a policy has fewer")
+            for url in replicas.values():
+                check_url(url)  # a bad one would raise in a member's send path
         except (TypeError, ValueError):
             self.host.count("bad_replicas_message")
             return

@@ -26,6 +26,7 @@ from typing import Any
 from agent.runtime.recovery.backoff import backoff
 from agent.runtime.recovery.host import RecoveryParts
 from agent.runtime.recovery.result_items import decode_snapshots, encode_items, encode_snapshots
+from agent.runtime.recovery.standby import standbys_for
 from agent.runtime.services import NetworkService
 
 log = logging.getLogger(__name__)
@@ -76,9 +77,7 @@ class Handover:
     def next_roots(self, tid: int, count: int = 1) -> list[Any]:
         """The live neighbours XOR-closest to the tree id, this agent left out: who becomes
         the tree's root next if this one goes (the successor first)."""
-        me = self.network.node_id
-        others = [n for n in self.network.neighbours() if n.id != me]
-        return sorted(others, key=lambda n: n.id ^ tid)[:count]
+        return standbys_for(tid, self.network.node_id, self.network.neighbours(), count)
 
     async def to_successor(self, tid: int) -> None:
         """Stopping master: give the results to the live agent closest to the tree id."""
