@@ -19,7 +19,34 @@ SNAPSHOT_PATH = "/srt/v1/snapshot"
 #: masters"); a receiver keeps the two apart because one agent can be both a tree node
 #: and a replica of another node's position in the same tree
 REPLICA_SNAPSHOT_PATH = "/srt/v1/replica-snapshot"
-SNAPSHOT_PATHS = (SNAPSHOT_PATH, REPLICA_SNAPSHOT_PATH)
+#: a replicated *inner* position's epochs, sent to the position holder's parent by a replica
+#: of the position, named as the holder (the parent takes the first arrival of the name)
+POSITION_SNAPSHOT_PATH = "/srt/v1/position-snapshot"
+SNAPSHOT_PATHS = (SNAPSHOT_PATH, REPLICA_SNAPSHOT_PATH, POSITION_SNAPSHOT_PATH)
+#: the query parameter of :data:`REPLICA_SNAPSHOT_PATH` naming the position's holder (hex id;
+#: signed with the path)
+POSITION_QUERY = "position"
+
+
+def replica_path(holder: int) -> str:
+    """The replica door's path for a member of ``holder``'s position."""
+    return f"{REPLICA_SNAPSHOT_PATH}?{POSITION_QUERY}={holder:x}"
+
+
+def parse_position(raw: str | None) -> int | None:
+    """The holder named by a replica door's query (None: not given); raises
+    :class:`SnapshotNameError` unless it is a canonical lowercase hex 160-bit id."""
+    if raw is None:
+        return None
+    try:
+        value = int(raw, 16)
+    except ValueError:
+        raise SnapshotNameError(f"bad position {raw[:50]!r}: not a hex id") from None
+    if raw != format(value, "x") or value > MAX_ID:
+        raise SnapshotNameError(f"bad position {raw[:50]!r}: not a canonical 160-bit hex id")
+    return value
+
+
 H_JOB = "X-Elf-Job"
 H_TREE = "X-Elf-Tree"
 H_EPOCH = "X-Elf-Epoch"

@@ -20,6 +20,7 @@ without a traceback.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -35,16 +36,20 @@ from srt.dataplane.auth import AuthError, RequestAuth, body_digest
 from srt.dataplane.guard import ConnectionGuard, ConnectionLimits, GuardedHttpServer
 from srt.dataplane.name import (
     ACK_RESULTS,
+    POSITION_QUERY,
+    REPLICA_SNAPSHOT_PATH,
     SNAPSHOT_PATH,
     SNAPSHOT_PATHS,
     SnapshotName,
     name_fields,
+    parse_position,
 )
 from srt.errors import Reject, SnapshotNameError
 
 log = logging.getLogger(__name__)
 
-SnapshotHandler = Callable[[SnapshotName, bytes], Awaitable[str]]
+#: (name, body) → result; the replica door's handler also takes ``position=`` (see on_snapshot)
+SnapshotHandler = Callable[..., Awaitable[str]]
 RouteHandler = Callable[[web.Request], Awaitable[Any]]
 
 
@@ -99,7 +104,11 @@ class DataPlaneServer:
     def on_snapshot(self, handler: SnapshotHandler, path: str = SNAPSHOT_PATH) -> None:
         """Set the handler of ``POST /srt/v1/snapshot`` (name, body) → merged|duplicate|stale;
         ``path`` :data:`~srt.dataplane.name.REPLICA_SNAPSHOT_PATH`: of snapshots sent to a
-        replica of the parent's position (same checks, same answers)."""
+        replica of the parent's position (same checks, same answers; the handler gets a
+        third argument, the position's holder named by the ``position`` query parameter, or
+        None - a malformed one is 400 ``bad_name``);
+        :data:`~srt.dataplane.name.POSITION_SNAPSHOT_PATH`: of a replicated inner position's
+        epochs, sent by a replica of it as the holder."""
         if path not in self._snapshot_handlers:
             raise ValueError(f"not a snapshot path: {path!r}")
         self._snapshot_handlers[path] = handler
@@ -174,9 +183,12 @@ class DataPlaneServer:
         is_snapshot = path in self._snapshot_handlers
         headers = request.headers
         name = None
+        position: int | None = None
         if is_snapshot:
             try:
                 name = SnapshotName.from_headers(headers)
+                if path == REPLICA_SNAPSHOT_PATH:
+                    position = parse_position(request.query.get(POSITION_QUERY))
             except SnapshotNameError as e:
                 return self._reject(400, "bad_name", str(e))
         try:
@@ -205,6 +217,8 @@ class DataPlaneServer:
         if is_snapshot:
             assert name is not None
             handler = self._snapshot_handlers[path]
+            if path == REPLICA_SNAPSHOT_PATH and handler is not None:
+                handler = functools.partial(handler, position=position)
             return self._sign(await self._run_snapshot(handler, name, body, nonce), nonce)
         return self._sign(await self._run_route(self._routes[key], request, nonce), nonce)
 

@@ -49,9 +49,11 @@ class Recorder:
     def __init__(self) -> None:
         self.merged: dict[SnapshotName, Snapshot] = {}
         self.calls = 0
+        self.position: int | None = None
 
-    async def __call__(self, n: SnapshotName, body: bytes) -> str:
+    async def __call__(self, n: SnapshotName, body: bytes, position: int | None = None) -> str:
         self.calls += 1
+        self.position = position  # the replica door's holder (None elsewhere)
         snap = Snapshot.from_bytes(body)
         if n in self.merged:
             return "duplicate"

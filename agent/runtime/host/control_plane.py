@@ -66,6 +66,7 @@ class ControlledRuntime(Protocol):
 
     def parent_changed(self, tree_id: int) -> None: ...
     def children_changed(self, tree_id: int) -> None: ...
+    def child_moved(self, tree_id: int, child_id: int) -> None: ...
     def root_changed(self, tree_id: int, is_root: bool) -> None: ...
 
 
@@ -124,6 +125,8 @@ class ControlPlane:
     def tree_child_removed(self, tree_id: int, child_id: int, reason: str) -> None:
         runtime = self.runtime_for_tree(tree_id)
         if runtime is not None:
+            if reason != "failed":
+                runtime.child_moved(tree_id, child_id)
             runtime.children_changed(tree_id)
 
     def tree_root_changed(self, tree_id: int, is_root: bool, new_root: NodeInfo | None) -> None:

@@ -41,15 +41,19 @@ from agent.errors import BadRequest, NotFound, Unavailable
 from agent.jsonable import jsonable
 from agent.runtime.ops.dashboard.cluster import SUMMARY_PATH
 from agent.runtime.ops.membership_api import RETIRE_PATH, parse_origin, parse_why, retire_here
-from agent.runtime.recovery.active_replicas import POSITION_PATH
+from agent.runtime.recovery.active_replicas import EVENTS, POSITION_PATH, REPLICAS_PATH
 from agent.runtime.recovery.checkpoints import decode_epochs, decode_records
+from agent.runtime.recovery.position_forward import EVENT_PATH
 from agent.runtime.recovery.result_items import decode_items
 from cbt import Snapshot, SnapshotError
 from srt import SnapshotName
 from srt.dataplane.lineage import decode as lineage_of
-from srt.dataplane.name import REPLICA_SNAPSHOT_PATH
+from srt.dataplane.name import POSITION_SNAPSHOT_PATH, REPLICA_SNAPSHOT_PATH
+from srt.dataplane.upstream import check_url
 from srt.errors import Reject
 
+#: replicas an inner holder's parent may name (a policy has at most 5 per position)
+MAX_PARENT_REPLICAS = 8
 #: the error code of the unknown-job rejection (:func:`runtime_or_reject`)
 UNKNOWN_JOB = "unknown_job"
 
@@ -68,14 +72,23 @@ class PeerRecovery(Protocol):
     ) -> int: ...
     def offer_late(self, name: SnapshotName, snap: Snapshot, origins: Any) -> str: ...
     def retire_origin(self, origin: int, why: str) -> dict[str, Any]: ...
-    def position(self, tid: int, master: int, members: list[int]) -> None: ...
-    def offer_replica(self, name: SnapshotName, snap: Snapshot, origins: Any) -> str: ...
+    def position(
+        self, tid: int, holder: int, members: list[int], parent: dict[str, Any] | None = None
+    ) -> None: ...
+    def offer_replica(
+        self, name: SnapshotName, snap: Snapshot, origins: Any, position: int | None = None
+    ) -> str: ...
+    def position_event(
+        self, tid: int, holder: int, event: str, member: int | None
+    ) -> dict[str, Any]: ...
+    def heard_replicas(self, tid: int, message: dict[str, Any]) -> None: ...
 
 
 class PeerTrees(Protocol):
     """A child's snapshot into the job's barrier (:class:`~agent.runtime.job.trees.TreeLinks`)."""
 
     def offer_child(self, name: SnapshotName, snap: Snapshot, origins: Any) -> str: ...
+    def offer_position(self, name: SnapshotName, snap: Snapshot, origins: Any) -> str: ...
 
 
 class PeerControl(Protocol):
@@ -177,6 +190,7 @@ class PeerApi:
         """Register every route of the module contract on ``server``."""
         server.on_snapshot(self.on_snapshot)
         server.on_snapshot(self.on_replica_snapshot, path=REPLICA_SNAPSHOT_PATH)
+        server.on_snapshot(self.on_position_snapshot, path=POSITION_SNAPSHOT_PATH)
         for path, handler in (
             ("/agent/v1/jobs", self.serve_jobs),
             ("/agent/v1/results", self.serve_results),
@@ -185,6 +199,8 @@ class PeerApi:
             ("/agent/v1/resend", self.serve_resend),
             ("/agent/v1/replica", self.serve_replica),
             (POSITION_PATH, self.serve_position),
+            (REPLICAS_PATH, self.serve_replicas),
+            (EVENT_PATH, self.serve_position_event),
             ("/agent/v1/origin", self.serve_origin),
             ("/agent/v1/leave", self.serve_leave),
             ("/agent/v1/members", self.serve_members),
@@ -218,30 +234,64 @@ class PeerApi:
         snap = Snapshot.from_bytes(payload)  # SnapshotError → 422, the sender resends
         return runtime.trees.offer_child(name, snap, origins)
 
-    async def on_replica_snapshot(self, name: SnapshotName, payload: bytes) -> str:
-        """A member's epoch sent to this agent as a replica of its master's position
-        (``/srt/v1/replica-snapshot``; 503 ``no_position`` before the master's announcement)."""
+    async def on_replica_snapshot(
+        self, name: SnapshotName, payload: bytes, position: int | None = None
+    ) -> str:
+        """A member's epoch sent to this agent as a replica of ``position``'s holder
+        (``/srt/v1/replica-snapshot``; 503 ``no_position`` before the holder's
+        announcement)."""
         runtime = runtime_or_reject(self.runtimes, name.job)
         origins, payload = lineage_of(payload)  # LineageError (a SnapshotError) → 422
         snap = Snapshot.from_bytes(payload)  # SnapshotError → 422, the sender resends
-        return runtime.recovery.offer_replica(name, snap, origins)
+        return runtime.recovery.offer_replica(name, snap, origins, position)
+
+    async def on_position_snapshot(self, name: SnapshotName, payload: bytes) -> str:
+        """A dead child's replicated position's epoch, sent by its replica as the child
+        (``/srt/v1/position-snapshot``)."""
+        runtime = runtime_or_reject(self.runtimes, name.job)
+        origins, payload = lineage_of(payload)  # LineageError (a SnapshotError) → 422
+        snap = Snapshot.from_bytes(payload)  # SnapshotError → 422, the sender resends
+        return runtime.trees.offer_position(name, snap, origins)
 
     async def serve_position(self, request: web.Request) -> dict[str, Any]:
-        """A replicated master names this agent a replica of its position, with its members."""
+        """A replicated position's holder names this agent a replica of it, with its
+        members (and, an inner holder, its parent: ``{"id", "url", "replicas"}``)."""
         body = await json_body(request, "job", "tree", "master", "members")
         runtime = runtime_or_reject(self.runtimes, body["job"])
         members = body["members"]
         if not isinstance(members, list):
             raise Reject(400, "bad_body", "members must be a list of hex ids")
-        try:
-            tree, master = int(body["tree"]), int(str(body["master"]), 16)
-            ids = [int(str(m), 16) for m in members]
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise Reject(400, "bad_body", f"bad tree, master or member: {exc}") from None
-        if not all(0 <= i < 1 << 160 for i in (master, *ids)):
-            raise Reject(400, "bad_body", "master and members must be 160-bit ids")
-        runtime.recovery.position(tree, master, ids)
+        tree, master = int_tree(body), hex_id(body["master"], "master")
+        ids = [hex_id(m, "member") for m in members]
+        parent = body.get("parent")
+        if parent is not None:
+            parent = parent_of_position(parent)
+        runtime.recovery.position(tree, master, ids, parent)
         return {"ok": True}
+
+    async def serve_replicas(self, request: web.Request) -> dict[str, Any]:
+        """An inner holder tells this agent, its child, where its position's replicas are."""
+        body = await json_body(request, "job", "tree", "master", "replicas")
+        runtime = runtime_or_reject(self.runtimes, body["job"])
+        if not isinstance(body["replicas"], list):
+            raise Reject(400, "bad_body", "replicas must be a list of [id, url] pairs")
+        runtime.recovery.heard_replicas(int_tree(body), body)
+        return {"ok": True}
+
+    async def serve_position_event(self, request: web.Request) -> dict[str, Any]:
+        """A replicated position's event: ``leave`` (a member moved), ``standby`` /
+        ``release`` / ``done`` (its replica, to the holder's parent)."""
+        body = await json_body(request, "job", "tree", "position", "event")
+        runtime = runtime_or_reject(self.runtimes, body["job"])
+        event = body["event"]
+        if event not in EVENTS:
+            raise Reject(400, "bad_body", f"event must be one of {', '.join(EVENTS)}")
+        member = body.get("member")
+        member_id = None if member is None else hex_id(member, "member")
+        if event == "leave" and member_id is None:
+            raise Reject(400, "bad_body", "a leave names its member")
+        holder = hex_id(body["position"], "position")
+        return runtime.recovery.position_event(int_tree(body), holder, event, member_id)
 
     async def serve_late(self, request: web.Request) -> dict[str, Any]:
         name = SnapshotName.from_headers(request.headers)
@@ -432,3 +482,50 @@ def tree_and_origin(body: dict[str, Any]) -> tuple[int, int]:
     if not 0 <= origin < 1 << 160:
         raise Reject(400, "bad_body", "origin must be a 160-bit id")
     return tree, origin
+
+
+def hex_id(raw: Any, what: str) -> int:
+    """A 160-bit node id given as hex (400 ``bad_body`` otherwise)."""
+    try:
+        value = int(str(raw), 16)
+    except (TypeError, ValueError):
+        raise Reject(400, "bad_body", f"bad {what} id {str(raw)[:50]!r}") from None
+    if not 0 <= value < 1 << 160:
+        raise Reject(400, "bad_body", f"{what} must be a 160-bit id")
+    return value
+
+
+def int_tree(body: dict[str, Any]) -> int:
+    """The body's ``tree`` (an integer id; 400 ``bad_body`` otherwise)."""
+    tree = body["tree"]
+    if type(tree) is not int or not 0 <= tree < 1 << 160:
+        raise Reject(400, "bad_body", "tree must be a 160-bit integer id")
+    return tree
+
+
+def parent_of_position(raw: Any) -> dict[str, Any]:
+    """An inner holder's ``parent``: ``{"id": hex, "url": str, "replicas": [[hex, url]]}``
+    with each URL a data-plane URL (400 ``bad_body`` otherwise)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
+        raise Reject(400, "bad_body", "parent must be {id, url, replicas}")
+    replicas = raw.get("replicas") or []
+    if not isinstance(replicas, list) or len(replicas) > MAX_PARENT_REPLICAS:
+        raise Reject(400, "bad_body", "parent replicas must be a short list of [id, url]")
+    pairs = []
+    for pair in [raw["url"], *replicas]:
+        url = (
+            pair
+            if isinstance(pair, str)
+            else (pair[1] if isinstance(pair, list) and len(pair) == 2 else None)
+        )
+        try:
+            check_url(url)
+        except (TypeError, ValueError) as exc:
+            raise Reject(400, "bad_body", f"bad url in parent: {exc}") from None
+        if isinstance(pair, list):
+            pairs.append([format(hex_id(pair[0], "parent replica"), "x"), url])
+    return {
+        "id": format(hex_id(raw.get("id"), "parent"), "x"),
+        "url": raw["url"],
+        "replicas": pairs,
+    }

@@ -73,11 +73,15 @@ class RecoveryHooks(Protocol):
         """The fault-tolerance fields of the job's status, in their order there."""
 
     def replicated(self) -> bool:
-        """The job's policy replicates master positions (fault_tolerance "replicated")."""
+        """The job's policy replicates tree positions (fault_tolerance "replicated")."""
 
-    def to_replicas(self, tid: int, epoch: int, payload: bytes) -> None:
-        """An epoch this agent sends up (as master: its own share), to the master position's
-        replicas too."""
+    def to_replicas(self, tid: int, epoch: int, payload: bytes, *, own: bool = False) -> None:
+        """An epoch this agent sends up (``own``: its own share, as a position's holder), to
+        the replicas of the position it is a member of too."""
+
+    def hand_off(self, tid: int, parent: int | None) -> bool:
+        """This agent's parent changed: True when the epochs queued for the old (dead)
+        parent are its position's replicas' (the caller drops them from its queue)."""
 
     def route_replica(
         self, tid: int, sender: int, epoch: int, snap: Snapshot, origins: Lineage | None

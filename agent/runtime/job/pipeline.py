@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from agent.runtime.epochs.cpu_budget import CpuBudget
-from agent.runtime.job.host import JobHost, is_root
+from agent.runtime.job.host import JobHost
 from cbt import Snapshot
 from srt import SnapshotName
 from srt.dataplane.lineage import Lineage, absent, counted
@@ -152,14 +152,17 @@ class EpochPipeline:
                 res = host.trees.ensure_tree(tid).offer_local(
                     epoch, part, complete=complete, records=records
                 )
-                if host.recovery.replicated() and is_root(host, tid):
-                    # the master is one of its position's members: its own share goes to
-                    # the replicas as a child's would (empty, with its absence marker, when
-                    # incomplete here - the barrier's own rule)
+                if host.recovery.replicated():
+                    # a position's holder is one of its members: its own share goes to the
+                    # position's replicas as a child's would (empty, with its absence marker,
+                    # when incomplete here - the barrier's own rule); a no-op unless this
+                    # agent holds a replicated position of the tree
                     own = counted((node_id,), None if records is None else {node_id: records})
                     share = part if complete else select(part, np.empty(0, np.intp))
                     lineage = own if complete else frozenset((absent(node_id),))
-                    host.recovery.to_replicas(tid, epoch, with_lineage(lineage, share.to_bytes()))
+                    host.recovery.to_replicas(
+                        tid, epoch, with_lineage(lineage, share.to_bytes()), own=True
+                    )
                 if res == "stale" and complete:
                     # our barrier passed the epoch without our own records (it leapt over
                     # our worker, or our input joined after the epoch went up): they go to

@@ -296,6 +296,11 @@ class JobRuntime:
         """The tree manager's callback (:meth:`TreeLinks.children_changed`)."""
         self.trees.children_changed(tid)
 
+    def child_moved(self, tid: int, child: int) -> None:
+        """A child left or moved to another parent (alive): a pin kept for it while its
+        replicated position was served ends (:meth:`TreeLinks.unpin_child`)."""
+        self.trees.unpin_child(tid, child)
+
     def job_for(self, epoch: int) -> Job:
         """The job instance whose aggregate ``epoch`` was reduced with (:class:`SpecChanges`)."""
         return self.changes.job_for(epoch)
@@ -490,6 +495,14 @@ class _Host:
         parent = getattr(view, "parent", None)
         return None if parent is None else parent.id
 
+    def parent_url_of(self, tid: int) -> str | None:
+        view = tree_view(self._rt, tid)
+        return None if view is None else view.parent_url
+
+    def child_urls(self, tid: int) -> dict[int, str]:
+        view = tree_view(self._rt, tid)
+        return {} if view is None else dict(view.child_urls)
+
     def new_barrier(self, tid: int, emit: Callable[[int, Snapshot], None]) -> EpochCombiner:
         return self._rt.trees.new_barrier(tid, emit, floating=True)
 
@@ -498,3 +511,6 @@ class _Host:
 
     def pin_children(self, tid: int, members: Iterable[int], seconds: float) -> None:
         self._rt.trees.pin_children(tid, members, seconds)
+
+    def unpin_child(self, tid: int, member: int) -> None:
+        self._rt.trees.unpin_child(tid, member)

@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 #: epochs of clock skew a peer may be ahead of this agent's ``max_future`` horizon (as the
 #: barrier's ``max_ahead``)
 HORIZON_SLACK = 10_000
+#: a dead child whose replicated position a replica serves stays a child this long after
+#: each epoch the replica sent (it says when it is done)
+POSITION_PIN_SECONDS = 10.0
 
 
 class TreeLinks:
@@ -52,6 +55,7 @@ class TreeLinks:
         self._expectations: dict[int, tuple[Job, Expectation]] = {}
         #: per tree: members kept as children until a monotonic time (pin_children)
         self._pins: dict[int, dict[int, float]] = {}
+        self._pin_watch: set[int] = set()  # trees whose pins a task watches
 
     def ensure_tree(self, tid: int) -> EpochCombiner:
         """The barrier of tree ``tid``, built (with its sender) when first needed."""
@@ -102,20 +106,38 @@ class TreeLinks:
         )
 
     def pin_children(self, tid: int, members: Iterable[int], seconds: float) -> None:
-        """Keep ``members`` among the barrier's children for ``seconds`` although the tree
-        layer does not list them: a new root waiting for its dead predecessor's members to
-        re-join (``recovery/active_replicas.py``)."""
+        """Keep ``members`` among the barrier's children for ``seconds`` (at least; a later
+        pin extends it) although the tree layer does not list them: a new root waiting for
+        its dead predecessor's members to re-join, or a parent waiting for a dead child whose
+        replicated position a replica serves (``recovery/active_replicas.py``)."""
         until = time.monotonic() + seconds
         pins = self._pins.setdefault(tid, {})
+        added = False
         for member in members:
-            pins[member] = until
-        self.host.tasks.spawn(self._unpin_after(tid, seconds), f"{self.host.name} pins")
-
-    async def _unpin_after(self, tid: int, seconds: float) -> None:
-        """At the pins' end, members that never re-joined stop being waited for."""
-        await asyncio.sleep(seconds + 0.01)
-        if not self.host.stopped:
+            added = added or member not in pins
+            pins[member] = max(until, pins.get(member, 0.0))
+        if added:
             self.children_changed(tid)
+        if tid not in self._pin_watch:
+            self._pin_watch.add(tid)
+            self.host.tasks.spawn(self._unpin_when_due(tid), f"{self.host.name} pins")
+
+    def unpin_child(self, tid: int, member: int) -> None:
+        """``member`` stops being kept among the children (its replica is done, or it
+        moved to another parent)."""
+        if self._pins.get(tid, {}).pop(member, None) is not None:
+            self.children_changed(tid)
+
+    async def _unpin_when_due(self, tid: int) -> None:
+        """As pins end, members that never re-joined stop being waited for."""
+        try:
+            while not self.host.stopped and self._pins.get(tid):
+                due = min(self._pins[tid].values()) - time.monotonic()
+                await asyncio.sleep(max(0.0, due) + 0.01)
+                if self._pinned(tid) != set(self._pins.get(tid, {})) or due <= 0:
+                    self.children_changed(tid)
+        finally:
+            self._pin_watch.discard(tid)
 
     def _pinned(self, tid: int) -> set[int]:
         now = time.monotonic()
@@ -172,9 +194,13 @@ class TreeLinks:
         view = tree_view(self.host, tid)
         if view is None:
             return
-        if getattr(view, "parent", None) is not None:
+        parent = getattr(view, "parent", None)
+        if parent is not None:
             self.host.recovery.parent_seen(tid)
         self.ensure_tree(tid)
+        if parent is not None and self.host.recovery.replicated():
+            # the old position's replicas hold what was queued for a dead parent (counted)
+            self.host.recovery.hand_off(tid, parent.id)
         self.host.senders[tid].set_parent(view.parent_url)
 
     def _parent_refused(self, tid: int, url: str) -> None:
@@ -193,6 +219,16 @@ class TreeLinks:
         if view is None:
             return
         self.ensure_tree(tid).set_children(set(view.children) | self._pinned(tid))
+
+    def offer_position(
+        self, name: SnapshotName, snap: Snapshot, origins: Lineage | None = None
+    ) -> str:
+        """A replica of the dead child ``name.sender``'s position sends the position's epoch
+        as the child (``POST /srt/v1/position-snapshot``): the child stays pinned while it
+        does, and the epoch is the child's."""
+        self.known_tree(name.tree)
+        self.pin_children(name.tree, [name.sender], POSITION_PIN_SECONDS)
+        return self.offer_child(name, snap, origins)
 
     def offer_child(
         self, name: SnapshotName, snap: Snapshot, origins: Lineage | None = None

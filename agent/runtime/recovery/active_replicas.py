@@ -1,34 +1,56 @@
-"""Replicated masters on a running agent: who the replicas are, what members send them, and
-the take-over (the state itself is :mod:`agent.runtime.recovery.position_replica`).
+"""Replicated tree positions on a running agent: who the replicas are, what members send
+them, the master's take-over and an inner position's release (the state itself is
+:mod:`agent.runtime.recovery.position_replica`).
 
-Contract (``docs/fault-tolerance.md``, "Replicated masters"), for a job whose spec's
+Contract (``docs/fault-tolerance.md``, "Replicated tree nodes"), for a job whose spec's
 ``fault_tolerance`` is ``{"policy": "replicated", "replicas": r}``; nothing happens for a
-passive one:
+passive one. A **position** is a tree node that has members: the root (the master), or an
+inner node (a non-root agent with children); its **holder** is the agent at it.
 
-* **As master** of a tree: its replicas are the r - 1 live agents closest to the tree id
-  after itself (:func:`~agent.runtime.recovery.standby.standbys_for`: the next masters, the
-  first of them the passive standby). After each stored epoch, when the replicas or the
-  members changed or every :data:`ANNOUNCE_SECONDS`, :meth:`ActiveReplicas.announce` tells
-  each replica the members it waits for (``POST /agent/v1/position``: its barrier's
-  children, and itself when it is an origin) and multicasts the replicas' ids and URLs down
-  the tree (kind ``replicas``).
-* **As member** (a child of the master, or the master itself for its own share):
-  :meth:`ActiveReplicas.to_replicas` sends each epoch it sends up also to every replica
-  (``POST /srt/v1/replica-snapshot``, bounded senders: :data:`REPLICA_QUEUE` epochs); to
-  itself, when it is one of them, directly.
+* **As holder**: its replicas are r - 1 live agents - the master's, the r - 1 agents
+  closest to the tree id after itself (:func:`~agent.runtime.recovery.standby.standbys_for`:
+  the next masters, the first of them the passive standby); an inner holder's, the r - 1
+  live agents closest to its own id other than its parent (:func:`inner_replicas`, other
+  failure domains first). After each epoch stored (the root) or sent up (an inner holder),
+  when the replicas, the members or the parent changed or every :data:`ANNOUNCE_SECONDS`,
+  :meth:`ActiveReplicas.announce` tells each replica the members it waits for
+  (``POST /agent/v1/position``: its barrier's children, and itself when it is an origin;
+  an inner holder adds its parent, the parent's URL and the parent's replicas) and tells
+  its members where the replicas are (the root: a multicast of kind ``replicas`` down the
+  tree; an inner holder: ``POST /agent/v1/position/replicas`` to each child).
+* **As member** (a child of a holder, or the holder itself for its own share):
+  :meth:`ActiveReplicas.to_replicas` sends each epoch it sends up also to every replica of
+  its parent's position (``POST /srt/v1/replica-snapshot?position=<holder>``, bounded
+  senders: :data:`REPLICA_QUEUE` epochs); to itself, when it is one of them, directly.
+  When its parent changes (:meth:`ActiveReplicas.hand_off`), it waits until the old
+  position's replicas acknowledged everything it sent them and tells them it left
+  (``POST /agent/v1/position/event``, ``leave``); when the old parent is dead and the
+  replicas hold every epoch it had queued for it, those epochs are the replicas' to send
+  up: its main queue drops them instead of sending them to the new parent (else the
+  subtree's epoch would reach the master twice, by two paths).
 * **As replica**: :meth:`position` and :meth:`offer` keep a
-  :class:`~agent.runtime.recovery.position_replica.PositionReplica` per tree (a snapshot
-  before the master's first announcement: 503 ``no_position``, the member retries; either
-  for a job that does not replicate its masters: 409 ``not_replicated``; more than
-  :data:`MAX_MEMBERS` members: 413).
-* **Take-over**: when this agent becomes the root, :meth:`became_root` hands its replica's
-  epochs to the root's store and pins the dead master's members in its own barrier from
-  the hand-over epoch on (for :data:`PIN_SECONDS`, time to re-join here);
+  :class:`~agent.runtime.recovery.position_replica.PositionReplica` per (tree, holder) (a
+  snapshot before the holder's first announcement: 503 ``no_position``, the member
+  retries; either for a job that does not replicate its positions: 409 ``not_replicated``;
+  more than :data:`MAX_MEMBERS` members: 413). For an inner position it registers with the
+  holder's parent as the position's standby at each announcement (event ``standby``: the
+  parent keeps waiting for the holder, should it die, for :data:`STANDBY_SECONDS`).
+* **The master's take-over**: when this agent becomes the root, :meth:`became_root` hands
+  its replica's epochs to the root's store and pins the dead master's members in its own
+  barrier from the hand-over epoch on (for :data:`PIN_SECONDS`, time to re-join here);
   :meth:`route` sends contributions of the epochs the replica still owns to it - a peer's
   and this agent's own barrier's alike.
+* **An inner position's release**: when the overlay declares the holder failed
+  (:meth:`node_failed`, or a member's epoch arriving after it is unroutable), its own share
+  stops being waited for, the replica asks the parent which epoch it waits for (event
+  ``release``) and sends every epoch from there up as the holder
+  (:class:`~agent.runtime.recovery.position_forward.PositionForward`); once the members
+  all left, it tells the parent it is done (event ``done``).
 
-Bounds: one replica state per tree of the job; each member's replica senders keep at most
-:data:`REPLICA_QUEUE` epochs; an announcement names at most :data:`MAX_MEMBERS` members.
+Bounds: one replica state per (tree, holder); each member's replica senders keep at most
+:data:`REPLICA_QUEUE` epochs; an announcement names at most :data:`MAX_MEMBERS` members; an
+inner position keeps at most :data:`INNER_KEPT` epochs; a member remembers the replicas of
+at most its parent's and its own position per tree.
 """
 
 from __future__ import annotations
@@ -39,28 +61,45 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from agent.jobs.fault_policy import MAX_REPLICAS
+from agent.runtime.recovery.position_forward import EVENT_PATH, PositionForward
 from agent.runtime.recovery.position_replica import PositionReplica
 from agent.runtime.recovery.standby import standbys_for
 from agent.runtime.services import NetworkService, Spawner
 from cbt import Snapshot
+from overlay import NodeInfo
 from srt import EpochCombiner, SnapshotName, UpstreamSender
 from srt.dataplane.lineage import Lineage
 from srt.dataplane.lineage import decode as lineage_of
-from srt.dataplane.name import REPLICA_SNAPSHOT_PATH
+from srt.dataplane.name import replica_path
 from srt.dataplane.upstream import check_url
 from srt.errors import Reject, RetryLater
 
 log = logging.getLogger(__name__)
 
 POSITION_PATH = "/agent/v1/position"
-ANNOUNCE_SECONDS = 2.0  # a master re-announces its replicas and members this often
+REPLICAS_PATH = "/agent/v1/position/replicas"
+ANNOUNCE_SECONDS = 2.0  # a holder re-announces its replicas and members this often
 REPLICA_QUEUE = 64  # epochs a member's sender to a replica keeps while it is unreachable
 PIN_SECONDS = 10.0  # how long a new root waits for the dead master's members to re-join
+STANDBY_SECONDS = 10.0  # how long a parent keeps waiting for a dead holder with a standby
+INNER_KEPT = 64  # epochs an inner position's replica keeps for its release
+LEAVE_FLUSH_SECONDS = 10.0  # a moving member waits this long for its replica senders
 MAX_MEMBERS = 4096
+EVENTS = ("leave", "standby", "release", "done")
+
+
+def inner_replicas(
+    me: int, parent: int | None, candidates: Iterable[NodeInfo], n: int, domain: str
+) -> list[NodeInfo]:
+    """An inner holder's ``n`` replicas: live agents other than itself and its parent,
+    closest to its id, those of another failure domain first."""
+    others = [c for c in candidates if c.id not in (me, parent)]
+    others.sort(key=lambda c: (c.domain == domain, c.id ^ me))
+    return others[:n]
 
 
 class ReplicaHost(Protocol):
-    """The job as replicated masters see it (the recovery host gives it)."""
+    """The job as replicated positions see it (the recovery host gives it)."""
 
     name: str
 
@@ -76,7 +115,19 @@ class ReplicaHost(Protocol):
         """This agent's parent's id in ``tid`` (None: the root, or not on the tree)."""
         ...
 
+    def parent_url_of(self, tid: int) -> str | None:
+        """This agent's parent's data-plane URL in ``tid`` (None: none known)."""
+        ...
+
+    def child_urls(self, tid: int) -> dict[int, str]:
+        """This agent's tree children in ``tid`` and their data-plane URLs."""
+        ...
+
     def ensure_tree(self, tid: int) -> EpochCombiner: ...
+
+    def take_queued(self, tid: int) -> list[tuple[int, bytes]]:
+        """Remove every unacknowledged epoch of this agent's sender to its parent."""
+        ...
 
     def new_barrier(self, tid: int, emit: Callable[[int, Snapshot], None]) -> EpochCombiner:
         """A barrier of the job's tree with no local input (the job's operator and checks)."""
@@ -91,56 +142,78 @@ class ReplicaHost(Protocol):
         layer does not list them (yet)."""
         ...
 
+    def unpin_child(self, tid: int, member: int) -> None:
+        """Stop keeping ``member`` among the barrier's children (it is done, or moved)."""
+        ...
+
     def count(self, what: str, n: int = 1) -> None: ...
 
     async def multicast(self, tid: int, message: dict[str, Any]) -> Any: ...
 
 
+Key = tuple[int, int]  # (tree, holder)
+
+
 class ActiveReplicas:
-    """The replicated-master side of one job on one agent (module contract)."""
+    """The replicated-position side of one job on one agent (module contract)."""
 
     def __init__(self, host: ReplicaHost, network: NetworkService, tasks: Spawner) -> None:
         self.host = host
         self.network = network
         self.tasks = tasks
-        self.positions: dict[int, PositionReplica] = {}  # as replica: per tree
-        #: as member: per tree, the master's replicas as last heard (master, {id: url})
-        self.heard: dict[int, tuple[int, dict[int, str]]] = {}
-        self.senders: dict[int, dict[int, UpstreamSender]] = {}
-        self._announced: dict[int, tuple[float, tuple[int, ...], tuple[int, ...]]] = {}
+        self.positions: dict[Key, PositionReplica] = {}  # as replica
+        self.upstream: dict[Key, tuple[int, str, dict[int, str]]] = {}  # inner: parent
+        self.forwards: dict[Key, PositionForward] = {}  # released inner positions
+        #: as member: per tree, per holder, the holder's replicas as last heard {id: url}
+        self.heard: dict[int, dict[int, dict[int, str]]] = {}
+        self.senders: dict[Key, dict[int, UpstreamSender]] = {}
+        self._parents: dict[int, int] = {}  # as member: the parent last sent to, per tree
+        self._announced: dict[int, tuple[float, tuple[Any, ...]]] = {}
         self._urls: dict[int, str] = {}
 
     def wanted(self) -> int:
-        """The job's replicas per master position (1: passive)."""
+        """The job's replicas per position (1: passive)."""
         policy = self.host.spec.fault_tolerance
         return policy.replicas if policy.replicated else 1
 
-    # ---- as master -----------------------------------------------------------------------
+    # ---- as holder ---------------------------------------------------------------------------
 
     def replica_ids(self, tid: int) -> list[int]:
-        """The agents that replicate this master's position of ``tid`` now."""
+        """The agents that replicate this agent's position of ``tid`` now."""
         n = self.wanted() - 1
         if n <= 0:
             return []
         me = self.network.node_id
-        return [node.id for node in standbys_for(tid, me, self.network.neighbours(), n)]
+        if self.host.is_root(tid):
+            return [node.id for node in standbys_for(tid, me, self.network.neighbours(), n)]
+        parent = self.host.parent_of(tid)
+        candidates = self.network.near(me, n + 2 + len(self.network.neighbours()))
+        return [c.id for c in inner_replicas(me, parent, candidates, n, self.network.domain)]
 
     def announce(self, tid: int) -> None:
-        """After a stored epoch (module contract): tell replicas and members, when due."""
-        if self.wanted() <= 1 or not self.host.is_root(tid):
+        """After an epoch stored or sent up (module contract): tell replicas and members,
+        when due."""
+        if self.wanted() <= 1:
             return
+        root = self.host.is_root(tid)
+        upstream: tuple[Any, ...] = ()
+        if not root:
+            parent, url = self.host.parent_of(tid), self.host.parent_url_of(tid)
+            if parent is None or url is None or not self.host.ensure_tree(tid).children:
+                return  # a leaf (or joining): no position to replicate
+            parent_replicas = self.heard.get(tid, {}).get(parent, {})
+            upstream = (parent, url, tuple(sorted(parent_replicas.items())))
         replicas = tuple(self.replica_ids(tid))
         members = tuple(sorted(self._members(tid)))
+        state = (replicas, members, upstream)
         last = self._announced.get(tid)
         now = time.monotonic()
-        if (
-            last is not None
-            and last[1:] == (replicas, members)
-            and now - last[0] < ANNOUNCE_SECONDS
-        ):
+        if last is not None and last[1] == state and now - last[0] < ANNOUNCE_SECONDS:
             return
-        self._announced[tid] = (now, replicas, members)
-        self.tasks.spawn(self._announce(tid, replicas, members), f"{self.host.name} replicas")
+        self._announced[tid] = (now, state)
+        self.tasks.spawn(
+            self._announce(tid, replicas, members, upstream), f"{self.host.name} replicas"
+        )
 
     def _members(self, tid: int) -> set[int]:
         members = set(self.host.ensure_tree(tid).children)
@@ -148,22 +221,40 @@ class ActiveReplicas:
             members.add(self.network.node_id)
         return members
 
+    async def _url(self, node: int) -> str:
+        url = self._urls.get(node) or await self.network.data_url_of(node)
+        self._urls[node] = url
+        return url
+
     async def _announce(
-        self, tid: int, replicas: tuple[int, ...], members: tuple[int, ...]
+        self,
+        tid: int,
+        replicas: tuple[int, ...],
+        members: tuple[int, ...],
+        upstream: tuple[Any, ...],
     ) -> None:
         me = self.network.node_id
-        body = {
+        body: dict[str, Any] = {
             "job": self.host.name,
             "tree": tid,
             "master": format(me, "x"),
             "members": [format(m, "x") for m in members],
         }
+        if upstream:
+            parent, url, parent_replicas = upstream
+            body["parent"] = {
+                "id": format(parent, "x"),
+                "url": url,
+                "replicas": [[format(r, "x"), u] for r, u in parent_replicas],
+            }
         urls: dict[int, str] = {}
         for rid in replicas:
             try:
-                url = self._urls.get(rid) or await self.network.data_url_of(rid)
-                self._urls[rid] = url
-                await self.network.client.post_json(url, POSITION_PATH, body)
+                url = await self._url(rid)
+                if rid == me:
+                    self.position(tid, me, list(members), body.get("parent"))
+                else:
+                    await self.network.client.post_json(url, POSITION_PATH, body)
                 urls[rid] = url
             except Exception as exc:  # a replica down: the next announcement retries it
                 self._urls.pop(rid, None)
@@ -176,15 +267,27 @@ class ActiveReplicas:
             "master": format(me, "x"),
             "replicas": [[format(rid, "x"), url] for rid, url in urls.items()],
         }
-        self.heard_from(tid, message)  # the master's own share goes to them too
-        await self.host.multicast(tid, message)
+        self.heard_from(tid, message)  # the holder's own share goes to them too
+        if not upstream:
+            await self.host.multicast(tid, message)
+            return
+        for child, url in self.host.child_urls(tid).items():
+            try:
+                await self.network.client.post_json(
+                    url, REPLICAS_PATH, {"job": self.host.name, "tree": tid, **message}
+                )
+            except Exception as exc:  # the next announcement tells it again
+                self.host.count("replica_tell_failed")
+                log.info(
+                    "job %s: child %x of tree %x not told: %r", self.host.name, child, tid, exc
+                )
 
-    # ---- as member -------------------------------------------------------------------------
+    # ---- as member ---------------------------------------------------------------------------
 
     def heard_from(self, tid: int, message: dict[str, Any]) -> None:
-        """The master's ``replicas`` multicast: where members send their epochs too."""
+        """A holder's ``replicas`` message: where its members send their epochs too."""
         try:
-            master = int(str(message.get("master")), 16)
+            holder = int(str(message.get("master")), 16)
             replicas = {int(str(r), 16): str(url) for r, url in message.get("replicas") or []}
             if len(replicas) >= MAX_REPLICAS:
                 raise ValueError(f"{len(replicas)} replicas: a policy has fewer")
@@ -193,25 +296,33 @@ class ActiveReplicas:
         except (TypeError, ValueError):
             self.host.count("bad_replicas_message")
             return
-        self.heard[tid] = (master, replicas)
+        heard = self.heard.setdefault(tid, {})
+        heard[holder] = replicas
+        keep = {self.network.node_id, self.host.parent_of(tid), holder}
+        for other in [h for h in heard if h not in keep]:
+            del heard[other]
 
-    def to_replicas(self, tid: int, epoch: int, payload: bytes) -> None:
-        """An epoch this agent sends up (or, as master, its own share): to every replica of
-        the master's position too, when this agent is one of the master's members."""
-        heard = self.heard.get(tid)
+    def to_replicas(self, tid: int, epoch: int, payload: bytes, *, own: bool = False) -> None:
+        """An epoch this agent sends up (``own``: its own share, as a holder) to every
+        replica of the position it is a member of."""
         me = self.network.node_id
-        if heard is None or self.wanted() <= 1:
-            self._close(tid, set())
+        holder = me if own else self.host.parent_of(tid)
+        if holder is None or self.wanted() <= 1:
             return
-        master, replicas = heard
-        member = master == me if self.host.is_root(tid) else self.host.parent_of(tid) == master
-        targets = {r: url for r, url in replicas.items() if member and r != master}
-        self._close(tid, set(targets) - {me})
+        if not own and self._parents.get(tid) != holder:
+            self.hand_off(tid, holder, drop=False)  # (the tree callback ran before us)
+        replicas = self.heard.get(tid, {}).get(holder)
+        if not replicas:
+            return
         name = SnapshotName(self.host.name, tid, epoch, me)
-        senders = self.senders.setdefault(tid, {})
-        for rid, url in targets.items():
+        senders = self.senders.setdefault((tid, holder), {})
+        for rid in [r for r in senders if r not in replicas]:
+            self.tasks.spawn(senders.pop(rid).close(), f"{self.host.name} replica sender")
+        for rid, url in replicas.items():
+            if rid == holder:
+                continue
             if rid == me:  # this agent replicates the position: no network hop
-                self._offer_own(name, payload)
+                self._offer_own((tid, holder), name, payload)
                 continue
             sender = senders.get(rid)
             if sender is None:
@@ -221,64 +332,259 @@ class ActiveReplicas:
                     tree=tid,
                     sender=me,
                     tunables=self.network.srt_tunables,
-                    path=REPLICA_SNAPSHOT_PATH,
+                    path=replica_path(holder),
                     max_queued=REPLICA_QUEUE,
                 )
             sender.set_parent(url)
             sender.send(name, payload)
 
-    def _offer_own(self, name: SnapshotName, payload: bytes) -> None:
-        position = self.positions.get(name.tree)
+    def _offer_own(self, key: Key, name: SnapshotName, payload: bytes) -> None:
+        position = self.positions.get(key)
         if position is None or position.handover is not None:
             self.host.count("replica_own_skipped")
             return
         origins, raw = lineage_of(payload)
         position.offer(name.sender, name.epoch, Snapshot.from_bytes(raw), origins)
 
-    def _close(self, tid: int, keep: set[int]) -> None:
-        senders = self.senders.get(tid, {})
-        for rid in [r for r in senders if r not in keep]:
-            sender = senders.pop(rid)
-            self.tasks.spawn(sender.close(), f"{self.host.name} replica sender")
+    def hand_off(self, tid: int, parent: int | None, *, drop: bool = True) -> bool:
+        """This agent's parent in ``tid`` is now ``parent`` (module contract): the old
+        position's replicas are told it left, once they acknowledged what it sent them.
+        True when the epochs queued for the old (dead) parent are theirs: the caller drops
+        them from its main queue."""
+        old = self._parents.get(tid)
+        if parent is not None:
+            self._parents[tid] = parent
+        if old is None or old == parent or parent is None:
+            return False
+        senders = self.senders.pop((tid, old), {})
+        replicas = self.heard.get(tid, {}).pop(old, None)
+        dead = not self.network.routable(old)
+        held = bool(replicas) and all(not s.counters["dropped"] for s in senders.values())
+        if replicas:
+            self.tasks.spawn(
+                self._leave(tid, old, replicas, senders), f"{self.host.name} position leave"
+            )
+        if drop and dead and held:
+            dropped = self.host.take_queued(tid)
+            self.host.count("handed_to_replicas", len(dropped))
+            log.info(
+                "job %s tree %x: parent %x dead; its replicas hold the %d epochs queued for it",
+                self.host.name,
+                tid,
+                old,
+                len(dropped),
+            )
+            return True
+        return False
 
-    # ---- as replica ------------------------------------------------------------------------
+    async def _leave(
+        self, tid: int, holder: int, replicas: dict[int, str], senders: dict[int, UpstreamSender]
+    ) -> None:
+        me = self.network.node_id
+        body = {
+            "job": self.host.name,
+            "tree": tid,
+            "position": format(holder, "x"),
+            "event": "leave",
+            "member": format(me, "x"),
+        }
+        for rid, url in replicas.items():
+            sender = senders.get(rid)
+            try:
+                if sender is not None and not await sender.flush(LEAVE_FLUSH_SECONDS):
+                    self.host.count("replica_leave_unflushed")
+                    continue  # the replica stops waiting by its own bound
+                if rid == me:
+                    self.event(tid, holder, "leave", me)
+                elif rid != holder:
+                    await self.network.client.post_json(url, EVENT_PATH, body)
+            except Exception as exc:
+                self.host.count("replica_leave_failed")
+                log.info(
+                    "job %s: leave of %x at replica %x failed: %r", self.host.name, holder, rid, exc
+                )
+            finally:
+                if sender is not None:
+                    await sender.close()
 
-    def position(self, tid: int, master: int, members: list[int]) -> None:
-        """The master's announcement (``POST /agent/v1/position``)."""
+    # ---- as replica --------------------------------------------------------------------------
+
+    def position(
+        self, tid: int, holder: int, members: list[int], parent: dict[str, Any] | None = None
+    ) -> None:
+        """The holder's announcement (``POST /agent/v1/position``); ``parent``: an inner
+        holder's parent ``{"id", "url", "replicas"}`` (checked by the caller)."""
         self._replicated()
         if len(members) > MAX_MEMBERS:
             raise Reject(413, "too_many_members", f"{len(members)} > {MAX_MEMBERS} members")
-        replica = self.positions.get(tid)
+        key = (tid, holder)
+        replica = self.positions.get(key)
         if replica is None:
-            replica = self.positions[tid] = PositionReplica(
-                master, lambda emit: self.host.new_barrier(tid, emit)
+            replica = self.positions[key] = PositionReplica(
+                holder,
+                lambda emit: self.host.new_barrier(tid, emit),
+                max_epochs=INNER_KEPT if parent is not None else 256,
+                inner=parent is not None,
             )
-        replica.set_members(master, members)
+        if replica.holder_dead:
+            return
+        replica.set_members(holder, members)
+        if parent is None:
+            return
+        pid = int(str(parent["id"]), 16)
+        preps = {int(str(r), 16): str(u) for r, u in parent.get("replicas") or []}
+        self.upstream[key] = (pid, str(parent["url"]), preps)
+        self.tasks.spawn(self._standby(key, "standby"), f"{self.host.name} standby")
+
+    async def _standby(self, key: Key, event: str) -> int | None:
+        """Register as the inner position's standby at its parent (``standby``) or take the
+        position over (``release``): the parent's answer, the first epoch it waits for."""
+        tid, holder = key
+        up = self.upstream.get(key)
+        if up is None:
+            return None
+        body = {"job": self.host.name, "tree": tid, "position": format(holder, "x"), "event": event}
+        try:
+            reply = await self.network.client.post_json(up[1], EVENT_PATH, body)
+        except Exception as exc:
+            self.host.count(f"replica_{event}_failed")
+            log.info(
+                "job %s: %s of position %x at its parent failed: %r",
+                self.host.name,
+                event,
+                holder,
+                exc,
+            )
+            return None
+        nxt = reply.get("next")
+        return nxt if type(nxt) is int else None
 
     def _replicated(self) -> None:
-        """409 ``not_replicated`` unless the job's policy replicates master positions (a
-        replica's state is kept only for such jobs: a change to passive drops it here)."""
+        """409 ``not_replicated`` unless the job's policy replicates positions (a replica's
+        state is kept only for such jobs: a change to passive drops it here)."""
         if self.wanted() <= 1:
             self.positions.clear()
             raise Reject(
-                409, "not_replicated", f"job {self.host.name!r} does not replicate its masters"
+                409, "not_replicated", f"job {self.host.name!r} does not replicate its positions"
             )
 
-    def offer(self, name: SnapshotName, snap: Snapshot, origins: Lineage | None) -> str:
-        """A member's epoch sent to this agent as a replica of its master's position."""
+    def _key_of(self, name: SnapshotName, position: int | None) -> Key | None:
+        if position is not None:
+            return (name.tree, position)
+        # an older member names no position: the one of the tree it is a member of
+        for key, replica in self.positions.items():
+            if key[0] == name.tree and (name.sender in replica.members or key[1] == name.sender):
+                return key
+        return None
+
+    def offer(
+        self,
+        name: SnapshotName,
+        snap: Snapshot,
+        origins: Lineage | None,
+        position: int | None = None,
+    ) -> str:
+        """A member's epoch sent to this agent as a replica of ``position``'s holder."""
         self._replicated()
-        replica = self.positions.get(name.tree)
-        if replica is None:
+        key = self._key_of(name, position)
+        replica = None if key is None else self.positions.get(key)
+        if replica is None or key is None:
             raise RetryLater(
-                "no_position", f"tree {name.tree:x}: no announcement from its master yet"
+                "no_position", f"tree {name.tree:x}: no announcement from the position's holder yet"
             )
         if replica.handover is not None and not replica.owns(name.epoch):
             # taken over: the member's own stream to this (now root) agent carries it
             self.host.count("replica_after_handover")
             return "duplicate"
-        return replica.offer(name.sender, name.epoch, snap, origins)
+        result = replica.offer(name.sender, name.epoch, snap, origins)
+        if replica.inner and not replica.holder_dead and not self.network.routable(key[1]):
+            self._holder_died(key)
+        self._check_finished(key)
+        return result
 
-    # ---- the take-over ---------------------------------------------------------------------
+    def event(self, tid: int, holder: int, event: str, member: int | None) -> dict[str, Any]:
+        """``POST /agent/v1/position/event``: a member left a position replicated here
+        (``leave``); a replica of this agent's child's position registers (``standby``),
+        takes over (``release``: the answer names the first epoch still waited for) or is
+        done (``done``)."""
+        if event == "leave":
+            replica = self.positions.get((tid, holder))
+            if replica is not None and member is not None and replica.member_left(member):
+                self.host.count("replica_members_left")
+                self._check_finished((tid, holder))
+            return {"ok": True}
+        if event == "done":
+            self.host.unpin_child(tid, holder)
+            self.host.count("positions_done")
+            return {"ok": True}
+        seconds = STANDBY_SECONDS if event == "standby" else PIN_SECONDS
+        self.host.pin_children(tid, [holder], seconds)
+        if event == "release":
+            self.host.count("positions_released")
+        return {"ok": True, "next": self.host.ensure_tree(tid).next_epoch}
+
+    def node_failed(self, node: int) -> None:
+        """The overlay declared ``node`` failed: inner positions it held are released."""
+        for key, replica in list(self.positions.items()):
+            if key[1] == node and replica.inner and not replica.holder_dead:
+                self._holder_died(key)
+
+    def _holder_died(self, key: Key) -> None:
+        replica = self.positions[key]
+        replica.holder_gone()
+        log.warning(
+            "job %s tree %x: holder %x of a replicated position died; its replica sends "
+            "the position's epochs up",
+            self.host.name,
+            key[0],
+            key[1],
+        )
+        self.tasks.spawn(self._release(key), f"{self.host.name} position release")
+
+    async def _release(self, key: Key) -> None:
+        replica = self.positions.get(key)
+        up = self.upstream.get(key)
+        if replica is None or up is None:
+            return
+        first = await self._standby(key, "release")
+        if first is None:
+            first = replica.barrier.next_epoch - len(replica.kept)  # every kept epoch
+        tid, holder = key
+        forward = self.forwards[key] = PositionForward(
+            self.network.client,
+            self.network.srt_tunables,
+            job=self.host.name,
+            tree=tid,
+            holder=holder,
+            self_id=self.network.node_id,
+            offer_local=lambda parent, name, payload: self._offer_own((tid, parent), name, payload),
+            max_queued=REPLICA_QUEUE,
+        )
+        forward.retarget(*up)
+        sent = replica.release(first, forward.send)
+        self.host.count("replica_releases")
+        log.warning(
+            "job %s tree %x: released position %x to parent %x from epoch %d (%d kept epochs sent)",
+            self.host.name,
+            tid,
+            holder,
+            up[0],
+            first,
+            sent,
+        )
+        self._check_finished(key)
+
+    def _check_finished(self, key: Key) -> None:
+        replica = self.positions.get(key)
+        if replica is None or not replica.finished:
+            return
+        del self.positions[key]
+        self.upstream.pop(key, None)
+        forward = self.forwards.pop(key, None)
+        if forward is not None:
+            self.tasks.spawn(forward.finish(), f"{self.host.name} position done")
+
+    # ---- the master's take-over ----------------------------------------------------------------
 
     def became_root(self, tid: int) -> None:
         """This agent became ``tid``'s root: its replica of the dead master's position keeps
@@ -286,8 +592,9 @@ class ActiveReplicas:
         if self.wanted() <= 1:  # changed to passive since: the standby's path alone
             self.positions.clear()
             return
-        replica = self.positions.get(tid)
         me = self.network.node_id
+        masters = [k for k, p in self.positions.items() if k[0] == tid and not p.inner]
+        replica = self.positions.get(masters[0]) if masters else None
         if replica is None or replica.handover is not None or replica.master == me:
             return
         own = self.host.ensure_tree(tid)
@@ -311,49 +618,77 @@ class ActiveReplicas:
             handover,
             len(members),
         )
-        self._retire(tid)
+        self._retire(masters[0])
+
+    def _master_position(self, tid: int) -> tuple[Key, PositionReplica] | None:
+        for key, replica in self.positions.items():
+            if key[0] == tid and replica.handover is not None:
+                return key, replica
+        return None
 
     def route(
         self, tid: int, sender: int, epoch: int, snap: Snapshot, origins: Lineage | None
     ) -> str | None:
         """After a take-over: a contribution of an epoch the replica still owns goes to it
         (its answer); None otherwise (the root's own barrier takes it)."""
-        replica = self.positions.get(tid)
-        if replica is None or not replica.owns(epoch):
+        found = self._master_position(tid)
+        if found is None or not found[1].owns(epoch):
             return None
-        result = replica.offer(sender, epoch, snap, origins)
-        self._retire(tid)
+        result = found[1].offer(sender, epoch, snap, origins)
+        self._retire(found[0])
         return result
 
     def owns(self, tid: int, epoch: int) -> bool:
         """After a take-over: whether the replica still owns ``epoch`` of ``tid``."""
-        replica = self.positions.get(tid)
-        return replica is not None and replica.owns(epoch)
+        found = self._master_position(tid)
+        return found is not None and found[1].owns(epoch)
 
-    def _retire(self, tid: int) -> None:
-        replica = self.positions.get(tid)
+    def _retire(self, key: Key) -> None:
+        replica = self.positions.get(key)
         if replica is not None and replica.done:
-            del self.positions[tid]
+            del self.positions[key]
 
     def lost_root(self, tid: int) -> None:
         self._announced.pop(tid, None)
 
+    def held(self) -> dict[int, list[int]]:
+        """Tree → the holders whose positions this agent replicates."""
+        out: dict[int, list[int]] = {}
+        for tid, holder in self.positions:
+            out.setdefault(tid, []).append(holder)
+        return out
+
     def status(self) -> dict[str, Any]:
         return {
             "replicas": self.wanted(),
-            "positions": {format(t, "x"): p.status() for t, p in self.positions.items()},
+            "positions": {
+                f"{t:x}/{h:x}": {
+                    **p.status(),
+                    **(
+                        {"forward": self.forwards[(t, h)].status()}
+                        if (t, h) in self.forwards
+                        else {}
+                    ),
+                }
+                for (t, h), p in self.positions.items()
+            },
             "heard": {
-                format(t, "x"): {"master": format(m, "x"), "replicas": [format(r, "x") for r in rs]}
-                for t, (m, rs) in self.heard.items()
+                format(t, "x"): {
+                    format(h, "x"): [format(r, "x") for r in rs] for h, rs in hs.items()
+                }
+                for t, hs in self.heard.items()
             },
             "senders": {
-                format(t, "x"): {format(r, "x"): s.pending()["queued"] for r, s in ss.items()}
-                for t, ss in self.senders.items()
+                f"{t:x}/{h:x}": {format(r, "x"): s.pending()["queued"] for r, s in ss.items()}
+                for (t, h), ss in self.senders.items()
             },
         }
 
     async def close(self) -> None:
-        for tid in list(self.senders):
-            for sender in self.senders.pop(tid).values():
+        for key in list(self.senders):
+            for sender in self.senders.pop(key).values():
                 await sender.close()
+        for forward in self.forwards.values():
+            await forward.close()
+        self.forwards.clear()
         self.positions.clear()

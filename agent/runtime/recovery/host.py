@@ -102,6 +102,14 @@ class RecoveryHost(Protocol):
         """This agent's parent's id in ``tid`` (None: the root, or not on the tree)."""
         ...
 
+    def parent_url_of(self, tid: int) -> str | None:
+        """This agent's parent's data-plane URL in ``tid`` (None: none known)."""
+        ...
+
+    def child_urls(self, tid: int) -> dict[int, str]:
+        """This agent's tree children in ``tid`` and their data-plane URLs."""
+        ...
+
     def new_barrier(self, tid: int, emit: Callable[[int, Snapshot], None]) -> EpochCombiner:
         """A barrier of the job's tree with no local input (the job's operator and checks)."""
         ...
@@ -113,6 +121,10 @@ class RecoveryHost(Protocol):
     def pin_children(self, tid: int, members: Iterable[int], seconds: float) -> None:
         """Keep ``members`` among the barrier's children for ``seconds`` although the tree
         layer does not list them (yet)."""
+        ...
+
+    def unpin_child(self, tid: int, member: int) -> None:
+        """Stop keeping ``member`` among the barrier's children (it is done, or moved)."""
         ...
 
 

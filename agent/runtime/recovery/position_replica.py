@@ -25,6 +25,18 @@ transparency). Pure state over an :class:`~srt.dataplane.barrier.EpochCombiner`:
   pinned there until they re-join). The replica is done once it emitted H
   (:attr:`PositionReplica.done`).
 
+**An inner position** (a non-root tree node with children; ``inner=True``) is an active
+standby (Hwang et al.): the replica merges every epoch as the holder does and keeps it
+(empty ones too: the holder's parent waits for the position every epoch) while the holder
+sends the position's epochs up itself. When the holder dies
+(:meth:`PositionReplica.holder_gone`) its own share stops being waited for, and
+:meth:`PositionReplica.release` hands every kept epoch from the one the parent still waits
+for to ``deliver`` (the agent sends them to the holder's parent as the holder), then every
+epoch emitted later. When a member moves to another parent it says so
+(:meth:`PositionReplica.member_left`, after every epoch it sent here was acknowledged). The
+replica has served its last epoch (:attr:`PositionReplica.finished`) once the holder is
+gone, no member is left and no epoch is open.
+
 Bounds: ``max_epochs`` kept results, and at most ``max_open`` open epochs before a take-over:
 a member whose epochs stopped reaching the replica (its bounded sender dropped some while the
 replica was unreachable) would otherwise hold every later epoch open; past the bound the
@@ -60,8 +72,10 @@ class PositionReplica:
         new_barrier: Callable[[Callable[[int, Snapshot], None]], EpochCombiner],
         max_epochs: int = DEFAULT_KEPT_EPOCHS,
         max_open: int = DEFAULT_MAX_OPEN,
+        inner: bool = False,
     ) -> None:
         self.master = master
+        self.holder_dead = False
         self.max_epochs = max_epochs
         self.max_open = max_open
         self.unblocked = 0
@@ -70,15 +84,58 @@ class PositionReplica:
         self.dropped = 0
         self.handover: int | None = None  # H, once taken over
         self._deliver: Deliver | None = None
+        self.inner = inner
 
     # ---- as a replica ---------------------------------------------------------------------
 
     def set_members(self, master: int, members: Iterable[int]) -> None:
         """The master's announcement: who it waits for (its id too when it is an origin)."""
-        if self.handover is not None:
-            return  # taken over: membership is this agent's now
+        if self.handover is not None or self.holder_dead:
+            return  # taken over, or an orphaned inner position: no holder to listen to
         self.master = master
         self.barrier.set_children(members)
+
+    def member_left(self, member: int) -> bool:
+        """An inner position's member moved to another parent, every epoch it sent here
+        acknowledged: it stops being waited for (what it delivered stays). True if it was
+        a member."""
+        if member not in self.barrier.children:
+            return False
+        self.barrier.set_children(self.barrier.children - {member})
+        return True
+
+    def holder_gone(self) -> None:
+        """The holder died: its own share stops being waited for (absent from now on, named
+        by lineage, as a dead leaf's is); its members go on sending until they moved."""
+        self.holder_dead = True
+        self.barrier.set_children(self.barrier.children - {self.master})
+
+    def release(self, first: int, deliver: Deliver) -> int:
+        """An inner position whose holder died: every kept epoch from ``first`` (the first
+        one the holder's parent still waits for) goes to ``deliver``, in epoch order, and so
+        does every epoch emitted from now on. Returns how many kept epochs went."""
+        sent = 0
+        for epoch, (snap, lineage) in list(self.kept.items()):
+            if epoch >= first:
+                deliver(epoch, snap, lineage)
+                sent += 1
+        self.kept.clear()
+        self._deliver = deliver
+        return sent
+
+    @property
+    def released(self) -> bool:
+        return self.inner and self._deliver is not None
+
+    @property
+    def finished(self) -> bool:
+        """An inner position whose holder died, with no member left and no epoch open."""
+        return (
+            self.inner
+            and self.released
+            and not self.barrier.children
+            and not self.barrier.first_arrivals()
+        )
 
     @property
     def members(self) -> frozenset[int]:
@@ -89,7 +146,11 @@ class PositionReplica:
         raises as :meth:`EpochCombiner.check` does)."""
         snap = self.barrier.check(epoch, snap, sender)
         result = self.barrier.offer_child(sender, epoch, snap, origins)
-        while self.handover is None and len(self.barrier.first_arrivals()) > self.max_open:
+        while (
+            self.handover is None
+            and not self.holder_dead
+            and len(self.barrier.first_arrivals()) > self.max_open
+        ):
             waiting = set(self.barrier.waiting_for(self.barrier.next_epoch))
             self.barrier.set_children(self.barrier.children - waiting)
             self.unblocked += len(waiting)
@@ -100,7 +161,7 @@ class PositionReplica:
         if self._deliver is not None:
             self._deliver(epoch, snap, lineage)
             return
-        if lineage is not None and not lineage:
+        if lineage is not None and not lineage and not self.inner:
             return  # nothing of any member (an idle epoch): the master's own result stands
         self.kept[epoch] = (snap, lineage)
         while len(self.kept) > self.max_epochs:
@@ -145,4 +206,6 @@ class PositionReplica:
             "dropped_epochs": self.dropped,
             "unblocked": self.unblocked,
             "handover": self.handover,
+            "inner": self.inner,
+            "holder_dead": self.holder_dead,
         }

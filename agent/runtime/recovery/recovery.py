@@ -469,24 +469,33 @@ class Recovery:
         """The overlay declared ``node_id`` failed: as master, a lagging origin it was may be
         declared absent after the loss timeout (loss.py)."""
         self.loss.overlay_failed(node_id)
+        self.active.node_failed(node_id)
 
-    # ---- replicated masters (active_replicas.py) ------------------------------------------
+    # ---- replicated positions (active_replicas.py) ----------------------------------------
 
     def active_positions(self) -> dict[int, int]:
-        """Tree → the master whose position this agent replicates (replicated masters)."""
-        return {tid: p.master for tid, p in self.active.positions.items()}
+        """Tree → a holder whose position this agent replicates (replicated positions)."""
+        return {tid: holders[0] for tid, holders in self.active.held().items()}
 
     def replica_owns(self, tid: int, epoch: int) -> bool:
         """A replica of a dead master's position here still owns ``epoch`` of ``tid``."""
         return self.active.owns(tid, epoch)
 
     def replicated(self) -> bool:
-        """The job's policy replicates master positions (members send to replicas too)."""
+        """The job's policy replicates tree positions (members send to replicas too)."""
         return self.active.wanted() > 1
 
-    def to_replicas(self, tid: int, epoch: int, payload: bytes) -> None:
-        """An epoch this agent sends up (as master: its own share), to the replicas too."""
-        self.active.to_replicas(tid, epoch, payload)
+    def to_replicas(self, tid: int, epoch: int, payload: bytes, *, own: bool = False) -> None:
+        """An epoch this agent sends up (``own``: its own share as a position's holder), to
+        the replicas of the position it is a member of too; an inner holder announces."""
+        self.active.to_replicas(tid, epoch, payload, own=own)
+        if not own:
+            self.active.announce(tid)
+
+    def hand_off(self, tid: int, parent: int | None) -> bool:
+        """This agent's parent changed: True when the epochs queued for the old (dead)
+        parent are its position's replicas' (the caller drops them from its queue)."""
+        return self.active.hand_off(tid, parent)
 
     def route_replica(
         self, tid: int, sender: int, epoch: int, snap: Snapshot, origins: Lineage | None
@@ -495,15 +504,35 @@ class Recovery:
         (None: the root's own barrier takes it)."""
         return self.active.route(tid, sender, epoch, snap, origins)
 
-    def position(self, tid: int, master: int, members: list[int]) -> None:
-        """As a replica of ``tid``'s master position: the master's members."""
+    def position(
+        self, tid: int, holder: int, members: list[int], parent: dict[str, Any] | None = None
+    ) -> None:
+        """As a replica of a position of ``tid``: its holder's members (and parent)."""
         self.host.known_tree(tid)
-        self.active.position(tid, master, members)
+        self.active.position(tid, holder, members, parent)
 
-    def offer_replica(self, name: SnapshotName, snap: Snapshot, origins: Lineage | None) -> str:
+    def offer_replica(
+        self,
+        name: SnapshotName,
+        snap: Snapshot,
+        origins: Lineage | None,
+        position: int | None = None,
+    ) -> str:
         """As a replica: a member's epoch (``/srt/v1/replica-snapshot``)."""
         self.host.known_tree(name.tree)
-        return self.active.offer(name, snap, origins)
+        return self.active.offer(name, snap, origins, position)
+
+    def position_event(
+        self, tid: int, holder: int, event: str, member: int | None
+    ) -> dict[str, Any]:
+        """``POST /agent/v1/position/event`` (active_replicas.py)."""
+        self.host.known_tree(tid)
+        return self.active.event(tid, holder, event, member)
+
+    def heard_replicas(self, tid: int, message: dict[str, Any]) -> None:
+        """An inner holder told this agent, its child, where its replicas are."""
+        self.host.known_tree(tid)
+        self.active.heard_from(tid, message)
 
     def status(self) -> dict[str, Any]:
         """Fault tolerance's part of the job's status (the keys the runtime always had)."""
