@@ -4,6 +4,7 @@
     python bench/redundancy_bench.py --quick          # fewer seeds and runs (a few minutes)
     python bench/redundancy_bench.py --only planner   # one section
     python bench/redundancy_bench.py --only replicated --agents 8   # a real cluster of 8
+    python bench/redundancy_bench.py --only inner --runs 2          # an inner node killed
 
 Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and its JSON is
 ``sections[name]``):
@@ -71,6 +72,19 @@ Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and 
     multicast travels there), and their sum (``wire_bytes_per_s``) - and the roll-up
     latency (the last member's send to the master's stored result, ``/timings``); medians
     and the ratios replicated / passive.
+
+* **inner** - kill -9 of an inner node (a non-root agent with children in the job's tree),
+  the policies ``passive`` and ``{"policy": "replicated", "replicas": 2}`` in interleaved
+  runs (``--runs`` each: 3 full, 1 quick), each on a fresh cluster of the six agents of
+  :func:`agent.server.inner_scenarios.inner_cluster`, whose fixed node ids give the job's
+  first tree an inner node with two children (``--agents`` does not apply):
+  :func:`agent.server.inner_scenarios.kill_an_inner_node` - WordCount on 1 s epochs, the
+  inner node killed once three epochs are stored (replicated: once a replica of its position
+  holds it) and restarted six stored epochs later. Per policy the medians of the same
+  figures as ``replicated``'s transparency, over the whole run: the distinct epochs with a
+  version flagged lacking an origin other than the killed inner node (goal for replicated:
+  0), those versions, the reader's violations and the end-of-run share final and exact; each
+  run's JSON splits the versions by phase (before the kill, while down, after the restart).
 """
 
 from __future__ import annotations
@@ -104,6 +118,13 @@ from agent.runtime.recovery.replica_plan import (
     topk_quality,
 )
 from agent.server.chaos import EXACT, ChaosCluster, JobPlan, check
+from agent.server.inner_scenarios import (
+    INNER,
+    NODE_IDS,
+    check_design,
+    inner_cluster,
+    kill_an_inner_node,
+)
 from agent.server.replica_scenarios import kill_during_a_stall
 from agent.server.version_watch import VersionWatch, chaos_watch
 from overlay.sim import SimNetwork, run, start_cluster
@@ -391,17 +412,23 @@ POLICIES: dict[str, Any] = {
 RATE = 10.0  # lines/s per agent file (the scenario's writer too)
 
 
-def transparency_run(n: int, policy: str) -> dict[str, Any]:
-    """One kill-during-a-stall run on a fresh cluster of ``n`` agents."""
-    out: dict[str, Any] = {"policy": policy, "agents": n}
+def scenario_run(
+    policy: str,
+    cluster: Callable[[Path], ChaosCluster],
+    scenario: Callable[[ChaosCluster, VersionWatch, Any], Any],
+) -> dict[str, Any]:
+    """One run of ``scenario`` (its result's ``figures()``) under ``policy`` on a fresh
+    cluster made by ``cluster`` in a temporary directory."""
+    out: dict[str, Any] = {"policy": policy}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="redundancy-bench-kill-") as tmp:
-        chaos = ChaosCluster(n, Path(tmp))
+        chaos = cluster(Path(tmp))
+        out["agents"] = chaos.n
         watch: VersionWatch | None = None
         try:
             chaos.start(timeout=180)
             watch = chaos_watch(chaos, [])
-            out.update(kill_during_a_stall(chaos, watch, POLICIES[policy]).figures())
+            out.update(scenario(chaos, watch, POLICIES[policy]).figures())
         except Exception as exc:  # the run's figures say what broke
             out["error"] = f"{type(exc).__name__}: {exc}"
         finally:
@@ -410,6 +437,11 @@ def transparency_run(n: int, policy: str) -> dict[str, Any]:
             chaos.stop()
     out["wall_s"] = round(time.monotonic() - t0, 1)
     return out
+
+
+def transparency_run(n: int, policy: str) -> dict[str, Any]:
+    """One kill-during-a-stall run on a fresh cluster of ``n`` agents."""
+    return scenario_run(policy, lambda tmp: ChaosCluster(n, tmp), kill_during_a_stall)
 
 
 def exact_share(r: dict[str, Any]) -> float | None:
@@ -533,11 +565,35 @@ def replicated_section(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# ---- inner: kill -9 of an inner node (replicated inner positions) ----------------------------
+
+
+def inner_section(args: argparse.Namespace) -> dict[str, Any]:
+    """Transparency for an inner position under both policies (module docstring)."""
+    runs = args.runs or (1 if args.quick else 3)
+    results: list[dict[str, Any]] = []
+    for policy in ["passive", "replicated"] * runs:
+        results.append(scenario_run(policy, inner_cluster, kill_an_inner_node))
+        print(json.dumps(results[-1], default=str), file=sys.stderr)
+    return {
+        "agents": len(NODE_IDS),
+        "node_ids": list(NODE_IDS),
+        "tree_children": {str(k): v for k, v in check_design().items() if v},
+        "inner": INNER,
+        "runs_per_policy": runs,
+        "policies": POLICIES,
+        "goal": "replicated: 0 epochs with versions lacking others, 0 violations",
+        "medians": transparency_medians(results),
+        "runs": results,
+    }
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "planner": lambda args: planner_section(
         args.quick, list(range(args.seed, args.seed + (args.seeds or (3 if args.quick else 7))))
     ),
     "replicated": replicated_section,
+    "inner": inner_section,
 }
 
 
@@ -550,7 +606,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1, help="the first seed")
     parser.add_argument("--seeds", type=int, help="how many seeds (planner: 3 quick, 7 full)")
     parser.add_argument("--agents", type=int, help="replicated: agent processes (16, else 8; 5)")
-    parser.add_argument("--runs", type=int, help="replicated: runs per policy (3 full, 1 quick)")
+    parser.add_argument(
+        "--runs", type=int, help="replicated, inner: runs per policy (3 full, 1 quick)"
+    )
     parser.add_argument("--seconds", type=float, help="replicated: measured window (20; 10)")
     args = parser.parse_args()
     out: dict[str, Any] = {
@@ -562,6 +620,7 @@ def main() -> None:
             "planner": "structure-aware / greedy >= PPA's ratio (up to 10x) at R <= 5 %",
             "replicated": "r = 2, kill -9 of the master: 0 tentative / 0 missed epochs, exact;"
             " steady-state cost <= 1.5x passive",
+            "inner": "r = 2, kill -9 of an inner node: no version lacks a live origin",
         },
         "sections": {},
     }

@@ -16,7 +16,8 @@ Contract.
   ``"<status>:n"``). :func:`read_records` reads JSON lines and nginx ``combined`` lines
   (:func:`agent.server.nginx_lab.access_record`) alike.
 * ``ChaosCluster(..., input_format="nginx")`` has its agents read their files as access
-  logs (a real nginx writes them: :mod:`agent.server.nginx_lab`).
+  logs (a real nginx writes them: :mod:`agent.server.nginx_lab`); ``agent_args`` adds
+  arguments to one agent's command line (e.g. its ``--node-id``: a tree shape by design).
 * :class:`ChaosCluster` starts ``n`` agent processes (one agent each, so a kill takes one
   agent down), one shared lake, optionally each in its own network namespace
   (:mod:`agent.server.netns`); finds roles from the agents' ``/api/v1/status`` (master,
@@ -289,6 +290,7 @@ class ChaosCluster:
         extra_args: list[str] | None = None,
         domains: list[str] | None = None,
         input_format: str = "json",
+        agent_args: dict[int, list[str]] | None = None,
     ) -> None:
         self.n = n
         #: each agent's failure domain (``--domain``; None: all "default")
@@ -300,6 +302,9 @@ class ChaosCluster:
         self.api_timeout = api_timeout
         self.lake_dir = self.workdir / "lake" if lake else None
         args = ["--log-level", log_level, "--lake", str(self.lake_dir) if lake else "off"]
+        per_agent = {i: ["--domain", d] for i, d in enumerate(domains or [])}
+        for i, more in (agent_args or {}).items():  # e.g. --node-id
+            per_agent[i] = [*per_agent.get(i, []), *more]
         self.cluster = LocalCluster(
             n,
             self.workdir,
@@ -307,7 +312,7 @@ class ChaosCluster:
             extra_args=[*args, *(extra_args or [])],
             wrap=netns.wrap if netns is not None else None,
             hosts=netns.hosts if netns is not None else None,
-            agent_args={i: ["--domain", d] for i, d in enumerate(domains or [])},
+            agent_args=per_agent,
         )
         self.events: list[FaultEvent] = []
         self.down: set[int] = set()  # killed and not restarted, or partitioned

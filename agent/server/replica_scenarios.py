@@ -168,26 +168,30 @@ class StallKill:
         }
 
 
+def start_wordcount(
+    chaos: ChaosCluster, watch: VersionWatch, policy: Any, *more: tuple[str, Any]
+) -> tuple[JobPlan, int]:
+    """WordCount :data:`JOB` on 1 s epochs from two seconds on under ``policy``, previews and
+    leaping off (and the settings ``more``), submitted (:class:`ScenarioError` unless every
+    agent got it), watched by ``watch``; returns (plan, agents reached) once three epochs
+    are stored."""
+    start = math.floor(time.time()) + 2
+    settings = (("fault_tolerance", policy), ("tentative_deadline", 0), ("straggler_epochs", 0))
+    plan = JobPlan(JOB, "wordcount", start, settings=(*settings, *more))
+    reached = chaos.submit(plan)["agents_reached"]
+    if reached != chaos.n:
+        raise ScenarioError(f"the submit reached {reached} of {chaos.n} agents")
+    watch.watch(plan.name, start)
+    chaos.wait_stored(JOB, start + 3)
+    return plan, reached
+
+
 def kill_during_a_stall(chaos: ChaosCluster, watch: VersionWatch, policy: Any) -> StallKill:
     """The scenario (module contract) under ``policy``; stops ``watch``."""
     writer = LogWriter(chaos.paths, rate=10).start()
     try:
-        start = math.floor(time.time()) + 2
-        plan = JobPlan(
-            JOB,
-            "wordcount",
-            start,
-            settings=(
-                ("fault_tolerance", policy),
-                ("tentative_deadline", 0),
-                ("straggler_epochs", 0),
-            ),
-        )
-        reached = chaos.submit(plan)["agents_reached"]
-        if reached != chaos.n:
-            raise ScenarioError(f"the submit reached {reached} of {chaos.n} agents")
-        watch.watch(plan.name, start)
-        chaos.wait_stored(JOB, start + 3)
+        plan, reached = start_wordcount(chaos, watch, policy)
+        start = plan.start_epoch
         master, replica = standby_of(chaos, JOB)
         if policy != "passive":
             wait_until(
