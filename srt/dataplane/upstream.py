@@ -99,6 +99,8 @@ class UpstreamSender:
         self.on_refused: Callable[[str], None] | None = None
         self._closed = False
         self.counters: Counter[str] = Counter()
+        #: the newest epoch a receiver acknowledged (None: none yet)
+        self.acked_epoch: int | None = None
 
     # ---- API ----------------------------------------------------------------------------
     @property
@@ -191,6 +193,21 @@ class UpstreamSender:
                 await asyncio.wait_for(self._progress.wait(), left)
         return True
 
+    async def acked_past(self, epoch: int, timeout: float) -> bool:
+        """Wait until a receiver acknowledged an epoch after ``epoch``; False if ``timeout``
+        passed first."""
+        deadline = time.monotonic() + timeout
+        while self.acked_epoch is None or self.acked_epoch <= epoch:
+            self._ensure_loop_objects()
+            assert self._progress is not None
+            self._progress.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), left)
+        return True
+
     async def close(self) -> None:
         """Stop sending; unacknowledged snapshots stay in :meth:`pending`."""
         self._closed = True
@@ -272,6 +289,7 @@ class UpstreamSender:
             self._attempts = 0
             self._last_error = None
             self._last_ack = time.monotonic()
+            self.acked_epoch = epoch if self.acked_epoch is None else max(self.acked_epoch, epoch)
             self.counters[result] += 1
             delay = self.backoff
             assert self._progress is not None

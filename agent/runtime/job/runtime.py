@@ -503,6 +503,9 @@ class _Host:
         view = tree_view(self._rt, tid)
         return {} if view is None else dict(view.child_urls)
 
+    async def acked_up(self, tid: int, epoch: int, timeout: float) -> bool:
+        return await self._rt.senders[tid].acked_past(epoch, timeout)
+
     def new_barrier(self, tid: int, emit: Callable[[int, Snapshot], None]) -> EpochCombiner:
         return self._rt.trees.new_barrier(tid, emit, floating=True)
 

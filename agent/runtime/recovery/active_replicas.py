@@ -129,6 +129,10 @@ class ReplicaHost(Protocol):
         """Remove every unacknowledged epoch of this agent's sender to its parent."""
         ...
 
+    async def acked_up(self, tid: int, epoch: int, timeout: float) -> bool:
+        """Wait until this agent's parent acknowledged an epoch after ``epoch``."""
+        ...
+
     def new_barrier(self, tid: int, emit: Callable[[int, Snapshot], None]) -> EpochCombiner:
         """A barrier of the job's tree with no local input (the job's operator and checks)."""
         ...
@@ -168,6 +172,7 @@ class ActiveReplicas:
         self.heard: dict[int, dict[int, dict[int, str]]] = {}
         self.senders: dict[Key, dict[int, UpstreamSender]] = {}
         self._parents: dict[int, int] = {}  # as member: the parent last sent to, per tree
+        self._last_sent: dict[Key, int] = {}  # as member: the newest epoch sent to a position
         self._announced: dict[int, tuple[float, tuple[Any, ...]]] = {}
         self._urls: dict[int, str] = {}
 
@@ -315,6 +320,8 @@ class ActiveReplicas:
         if not replicas:
             return
         name = SnapshotName(self.host.name, tid, epoch, me)
+        if not own:
+            self._last_sent[(tid, holder)] = epoch
         senders = self.senders.setdefault((tid, holder), {})
         for rid in [r for r in senders if r not in replicas]:
             self.tasks.spawn(senders.pop(rid).close(), f"{self.host.name} replica sender")
@@ -360,9 +367,10 @@ class ActiveReplicas:
         replicas = self.heard.get(tid, {}).pop(old, None)
         dead = not self.network.routable(old)
         held = bool(replicas) and all(not s.counters["dropped"] for s in senders.values())
+        last = self._last_sent.pop((tid, old), None)
         if replicas:
             self.tasks.spawn(
-                self._leave(tid, old, replicas, senders), f"{self.host.name} position leave"
+                self._leave(tid, old, replicas, senders, last), f"{self.host.name} position leave"
             )
         if drop and dead and held:
             dropped = self.host.take_queued(tid)
@@ -378,9 +386,20 @@ class ActiveReplicas:
         return False
 
     async def _leave(
-        self, tid: int, holder: int, replicas: dict[int, str], senders: dict[int, UpstreamSender]
+        self,
+        tid: int,
+        holder: int,
+        replicas: dict[int, str],
+        senders: dict[int, UpstreamSender],
+        last: int | None,
     ) -> None:
         me = self.network.node_id
+        if last is not None and not await self.host.acked_up(tid, last, LEAVE_FLUSH_SECONDS):
+            # The leave lets the replica emit the epochs after ``last`` without this member;
+            # its epoch last + 1 must be at the new parent first, else the parent (whose
+            # barrier took this member on tentatively, after the epochs in progress) may
+            # emit that epoch before it arrives: a tentative version lacking this member.
+            self.host.count("replica_leave_before_new_parent")
         body = {
             "job": self.host.name,
             "tree": tid,

@@ -110,6 +110,10 @@ class RecoveryHost(Protocol):
         """This agent's tree children in ``tid`` and their data-plane URLs."""
         ...
 
+    async def acked_up(self, tid: int, epoch: int, timeout: float) -> bool:
+        """Wait until this agent's parent acknowledged an epoch after ``epoch``."""
+        ...
+
     def new_barrier(self, tid: int, emit: Callable[[int, Snapshot], None]) -> EpochCombiner:
         """A barrier of the job's tree with no local input (the job's operator and checks)."""
         ...

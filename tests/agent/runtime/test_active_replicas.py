@@ -89,6 +89,9 @@ class Host:
     def child_urls(self, tid: int) -> dict[int, str]:
         return dict(self.children)
 
+    async def acked_up(self, tid: int, epoch: int, timeout: float) -> bool:
+        return True  # (the new parent's acknowledgement: not what these tests are about)
+
     def take_queued(self, tid: int) -> list[tuple[int, bytes]]:
         taken, self.queued = self.queued, []
         return taken

@@ -63,13 +63,7 @@ def test_the_planned_tree_has_an_inner_node_that_is_not_the_standby() -> None:
     "policy",
     [
         pytest.param("passive", id="passive"),
-        pytest.param(
-            REPLICATED,
-            id="replicated",
-            marks=pytest.mark.xfail(
-                reason="inner-position replication not landed yet", strict=False
-            ),
-        ),
+        pytest.param(REPLICATED, id="replicated"),
     ],
 )
 def test_kill_9_of_an_inner_node(chaos: ChaosCluster, watch: VersionWatch, policy: object) -> None:
