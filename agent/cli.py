@@ -154,8 +154,9 @@ def fault_options(fn: Any) -> Any:
             ),
             click.option(
                 "--fault-tolerance",
-                help="passive (default) or replicated[:R]: R active replicas of each tree's "
-                "master position (2-5; default 2).",
+                help="passive (default), replicated[:R]: R active replicas of each tree "
+                "position (2-5; default 2), or budget:R: one active replica for each of at "
+                "most R positions the master plans (1-64).",
             ),
         )
     ):
@@ -182,13 +183,15 @@ def _fault_fields(
 
 
 def _policy_flag(text: str) -> Any:
-    """``--fault-tolerance``: ``passive``, ``replicated`` or ``replicated:R`` as the spec's
-    ``fault_tolerance`` value (anything else goes as given: the agent says what is wrong)."""
+    """``--fault-tolerance``: ``passive``, ``replicated``, ``replicated:R`` or ``budget:R`` as
+    the spec's ``fault_tolerance`` value (anything else goes as given: the agent says what is
+    wrong)."""
     policy, _, replicas = text.partition(":")
     if not replicas:
         return {"policy": policy}
+    key = "replica_budget" if policy == "budget" else "replicas"
     try:
-        return {"policy": policy, "replicas": int(replicas)}
+        return {"policy": policy, key: int(replicas)}
     except ValueError:
         raise click.BadParameter(
             f"{text!r}: R must be an integer", param_hint="--fault-tolerance"

@@ -23,31 +23,49 @@ from typing import Any
 
 PASSIVE = "passive"
 REPLICATED = "replicated"
-POLICIES = (PASSIVE, REPLICATED)
-NOT_YET = ("budget", "adaptive")
+BUDGET = "budget"
+POLICIES = (PASSIVE, REPLICATED, BUDGET)
+NOT_YET = ("adaptive",)
 MIN_REPLICAS = 2
 MAX_REPLICAS = 5
+MAX_BUDGET = 64  # positions a budget may name (the plan travels in one multicast datagram)
 
 
 @dataclass(frozen=True)
 class FaultPolicy:
-    """One job's policy (module contract); ``replicas`` is 1 for passive."""
+    """One job's policy (module contract); ``replicas`` is the replicas per replicated
+    position (1 for passive, 2 for a budget's planned positions), ``budget`` the positions a
+    budget policy may replicate (0 otherwise)."""
 
     policy: str = PASSIVE
     replicas: int = 1
+    budget: int = 0
 
     @property
     def replicated(self) -> bool:
-        return self.policy == REPLICATED
+        """Positions have active replicas: every one (replicated) or the planned (budget)."""
+        return self.policy in (REPLICATED, BUDGET)
+
+    @property
+    def planned(self) -> bool:
+        """Only the positions of the master's plan are replicated (budget)."""
+        return self.policy == BUDGET
 
     def to_dict(self) -> dict[str, Any]:
         if self.policy == PASSIVE:
             return {"policy": PASSIVE}
+        if self.policy == BUDGET:
+            return {"policy": BUDGET, "replica_budget": self.budget}
         return {"policy": self.policy, "replicas": self.replicas}
 
     def label(self) -> str:
-        """A short name for results and the lake: ``passive`` or ``replicated:r``."""
-        return PASSIVE if self.policy == PASSIVE else f"{self.policy}:{self.replicas}"
+        """A short name for results and the lake: ``passive``, ``replicated:r``,
+        ``budget:R``."""
+        if self.policy == PASSIVE:
+            return PASSIVE
+        return (
+            f"{BUDGET}:{self.budget}" if self.policy == BUDGET else f"{self.policy}:{self.replicas}"
+        )
 
 
 def parse_policy(raw: Any) -> FaultPolicy:
@@ -58,17 +76,31 @@ def parse_policy(raw: Any) -> FaultPolicy:
     if not isinstance(raw, dict):
         raise ValueError(f'must be "passive" or an object with a "policy", got {raw!r}')
     policy = raw.get("policy")
-    unknown = set(raw) - {"policy", "replicas"}
+    unknown = set(raw) - {"policy", "replicas", "replica_budget"}
     if unknown:
-        raise ValueError(f"unknown keys {sorted(unknown)}; known: policy, replicas")
+        raise ValueError(f"unknown keys {sorted(unknown)}; known: policy, replicas, replica_budget")
     if policy in NOT_YET:
         raise ValueError(f"policy {policy!r} is not available yet; use one of {list(POLICIES)}")
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
+    if policy != BUDGET and "replica_budget" in raw:
+        raise ValueError('"replica_budget" applies to the budget policy only')
     if policy == PASSIVE:
         if "replicas" in raw:
             raise ValueError('"replicas" applies to the replicated policy only')
         return FaultPolicy()
+    if policy == BUDGET:
+        if "replicas" in raw:
+            raise ValueError(
+                '"replicas" applies to the replicated policy only (a budget '
+                "gives each planned position one replica)"
+            )
+        budget = raw.get("replica_budget")
+        if type(budget) is not int or not 1 <= budget <= MAX_BUDGET:
+            raise ValueError(
+                f"replica_budget must be an integer in [1, {MAX_BUDGET}], got {budget!r}"
+            )
+        return FaultPolicy(BUDGET, MIN_REPLICAS, budget)
     replicas = raw.get("replicas", MIN_REPLICAS)
     if type(replicas) is not int or not MIN_REPLICAS <= replicas <= MAX_REPLICAS:
         raise ValueError(

@@ -41,7 +41,12 @@ from agent.errors import BadRequest, NotFound, Unavailable
 from agent.jsonable import jsonable
 from agent.runtime.ops.dashboard.cluster import SUMMARY_PATH
 from agent.runtime.ops.membership_api import RETIRE_PATH, parse_origin, parse_why, retire_here
-from agent.runtime.recovery.active_replicas import EVENTS, POSITION_PATH, REPLICAS_PATH
+from agent.runtime.recovery.active_replicas import (
+    EVENTS,
+    POSITION_PATH,
+    REPLICAS_PATH,
+    REPORT_PATH,
+)
 from agent.runtime.recovery.checkpoints import decode_epochs, decode_records
 from agent.runtime.recovery.position_forward import EVENT_PATH
 from agent.runtime.recovery.result_items import decode_items
@@ -54,6 +59,7 @@ from srt.errors import Reject
 
 #: replicas an inner holder's parent may name (a policy has at most 5 per position)
 MAX_PARENT_REPLICAS = 8
+MAX_DOMAIN = 64  # characters of a failure-domain label kept from a report
 #: the error code of the unknown-job rejection (:func:`runtime_or_reject`)
 UNKNOWN_JOB = "unknown_job"
 
@@ -82,6 +88,9 @@ class PeerRecovery(Protocol):
         self, tid: int, holder: int, event: str, member: int | None
     ) -> dict[str, Any]: ...
     def heard_replicas(self, tid: int, message: dict[str, Any]) -> None: ...
+    def position_report(
+        self, tid: int, holder: int, parent: int | None, domain: str, children: dict[int, str]
+    ) -> None: ...
 
 
 class PeerTrees(Protocol):
@@ -201,6 +210,7 @@ class PeerApi:
             (POSITION_PATH, self.serve_position),
             (REPLICAS_PATH, self.serve_replicas),
             (EVENT_PATH, self.serve_position_event),
+            (REPORT_PATH, self.serve_position_report),
             ("/agent/v1/origin", self.serve_origin),
             ("/agent/v1/leave", self.serve_leave),
             ("/agent/v1/members", self.serve_members),
@@ -276,6 +286,26 @@ class PeerApi:
         if not isinstance(body["replicas"], list):
             raise Reject(400, "bad_body", "replicas must be a list of [id, url] pairs")
         runtime.recovery.heard_replicas(int_tree(body), body)
+        return {"ok": True}
+
+    async def serve_position_report(self, request: web.Request) -> dict[str, Any]:
+        """A position holder's place in the tree, to the master of a job with a replica
+        budget (``{holder, parent, domain, children: [[id, domain]]}``)."""
+        body = await json_body(request, "job", "tree", "holder", "parent", "domain", "children")
+        runtime = runtime_or_reject(self.runtimes, body["job"])
+        children = body["children"]
+        if not isinstance(children, list) or not isinstance(body["domain"], str):
+            raise Reject(
+                400, "bad_body", "children must be a list of [id, domain]; domain a string"
+            )
+        kids: dict[int, str] = {}
+        for pair in children:
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], str)):
+                raise Reject(400, "bad_body", "each child is [hex id, domain]")
+            kids[hex_id(pair[0], "child")] = pair[1][:MAX_DOMAIN]
+        holder, parent = hex_id(body["holder"], "holder"), hex_id(body["parent"], "parent")
+        tree = int_tree(body)
+        runtime.recovery.position_report(tree, holder, parent, body["domain"][:MAX_DOMAIN], kids)
         return {"ok": True}
 
     async def serve_position_event(self, request: web.Request) -> dict[str, Any]:

@@ -503,6 +503,10 @@ class _Host:
         view = tree_view(self._rt, tid)
         return {} if view is None else dict(view.child_urls)
 
+    def child_domains(self, tid: int) -> dict[int, str]:
+        view = tree_view(self._rt, tid)
+        return {} if view is None else {c: n.domain for c, n in view.children.items()}
+
     async def acked_up(self, tid: int, epoch: int, timeout: float) -> bool:
         return await self._rt.senders[tid].acked_past(epoch, timeout)
 

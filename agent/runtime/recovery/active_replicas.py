@@ -60,15 +60,16 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from agent.jobs.fault_policy import MAX_REPLICAS
+from agent.jobs.fault_policy import MAX_BUDGET, MAX_REPLICAS
 from agent.runtime.recovery.position_forward import EVENT_PATH, PositionForward
 from agent.runtime.recovery.position_replica import PositionReplica
+from agent.runtime.recovery.replica_budget import BudgetPlans
 from agent.runtime.recovery.standby import standbys_for
 from agent.runtime.services import NetworkService, Spawner
 from cbt import Snapshot
 from overlay import NodeInfo
 from srt import EpochCombiner, SnapshotName, UpstreamSender
-from srt.dataplane.lineage import Lineage
+from srt.dataplane.lineage import Lineage, records_of
 from srt.dataplane.lineage import decode as lineage_of
 from srt.dataplane.name import replica_path
 from srt.dataplane.upstream import check_url
@@ -78,6 +79,7 @@ log = logging.getLogger(__name__)
 
 POSITION_PATH = "/agent/v1/position"
 REPLICAS_PATH = "/agent/v1/position/replicas"
+REPORT_PATH = "/agent/v1/position/report"
 ANNOUNCE_SECONDS = 2.0  # a holder re-announces its replicas and members this often
 REPLICA_QUEUE = 64  # epochs a member's sender to a replica keeps while it is unreachable
 PIN_SECONDS = 10.0  # how long a new root waits for the dead master's members to re-join
@@ -121,6 +123,14 @@ class ReplicaHost(Protocol):
 
     def child_urls(self, tid: int) -> dict[int, str]:
         """This agent's tree children in ``tid`` and their data-plane URLs."""
+        ...
+
+    def child_domains(self, tid: int) -> dict[int, str]:
+        """This agent's tree children in ``tid`` and their failure domains."""
+        ...
+
+    async def master_url(self, tid: int) -> str:
+        """The data-plane URL of ``tid``'s master."""
         ...
 
     def ensure_tree(self, tid: int) -> EpochCombiner: ...
@@ -174,18 +184,31 @@ class ActiveReplicas:
         self._parents: dict[int, int] = {}  # as member: the parent last sent to, per tree
         self._last_sent: dict[Key, int] = {}  # as member: the newest epoch sent to a position
         self._announced: dict[int, tuple[float, tuple[Any, ...]]] = {}
+        self._reported: dict[int, tuple[float, tuple[Any, ...]]] = {}
+        #: budget: the plan per tree (as master: made here; elsewhere: as the master said)
+        self.plans: dict[int, frozenset[int]] = {}
+        self.budgets: dict[int, BudgetPlans] = {}  # as master: per tree
         self._urls: dict[int, str] = {}
 
     def wanted(self) -> int:
-        """The job's replicas per position (1: passive)."""
+        """The job's replicas per replicated position (1: passive)."""
         policy = self.host.spec.fault_tolerance
         return policy.replicas if policy.replicated else 1
+
+    def replicas_for(self, tid: int) -> int:
+        """The replicas this agent's position of ``tid`` gets: every position's (replicated);
+        under a budget, only the root's and the planned positions' (1: none)."""
+        policy = self.host.spec.fault_tolerance
+        if not policy.replicated:
+            return 1
+        planned = self.host.is_root(tid) or self.network.node_id in self.plans.get(tid, ())
+        return policy.replicas if planned or not policy.planned else 1
 
     # ---- as holder ---------------------------------------------------------------------------
 
     def replica_ids(self, tid: int) -> list[int]:
         """The agents that replicate this agent's position of ``tid`` now."""
-        n = self.wanted() - 1
+        n = self.replicas_for(tid) - 1
         if n <= 0:
             return []
         me = self.network.node_id
@@ -197,28 +220,97 @@ class ActiveReplicas:
 
     def announce(self, tid: int) -> None:
         """After an epoch stored or sent up (module contract): tell replicas and members,
-        when due."""
-        if self.wanted() <= 1:
+        when due; under a budget, report the position to the master, and plan as master."""
+        policy = self.host.spec.fault_tolerance
+        if not policy.replicated:
             return
         root = self.host.is_root(tid)
         upstream: tuple[Any, ...] = ()
+        plan: tuple[int, ...] = ()
         if not root:
             parent, url = self.host.parent_of(tid), self.host.parent_url_of(tid)
             if parent is None or url is None or not self.host.ensure_tree(tid).children:
                 return  # a leaf (or joining): no position to replicate
+            if policy.planned:
+                self._report(tid, parent)
             parent_replicas = self.heard.get(tid, {}).get(parent, {})
             upstream = (parent, url, tuple(sorted(parent_replicas.items())))
+        elif policy.planned:
+            plan = tuple(sorted(self._plan(tid, policy.budget)))
         replicas = tuple(self.replica_ids(tid))
         members = tuple(sorted(self._members(tid)))
-        state = (replicas, members, upstream)
+        state = (replicas, members, upstream, plan)
         last = self._announced.get(tid)
         now = time.monotonic()
         if last is not None and last[1] == state and now - last[0] < ANNOUNCE_SECONDS:
             return
+        if not replicas and not plan and (last is None or not last[1][0]):
+            return  # an unplanned position that never had replicas: nothing to retract
         self._announced[tid] = (now, state)
         self.tasks.spawn(
-            self._announce(tid, replicas, members, upstream), f"{self.host.name} replicas"
+            self._announce(tid, replicas, members, upstream, plan), f"{self.host.name} replicas"
         )
+
+    # ---- budgeted replicas (replica_budget.py) -------------------------------------------------
+
+    def _report(self, tid: int, parent: int) -> None:
+        """An inner holder under a budget: its place in the tree, to the master, when due."""
+        children = self.host.child_domains(tid)
+        state = (parent, tuple(sorted(children.items())))
+        last = self._reported.get(tid)
+        now = time.monotonic()
+        if last is not None and last[1] == state and now - last[0] < ANNOUNCE_SECONDS:
+            return
+        self._reported[tid] = (now, state)
+        body = {
+            "job": self.host.name,
+            "tree": tid,
+            "holder": format(self.network.node_id, "x"),
+            "parent": format(parent, "x"),
+            "domain": self.network.domain,
+            "children": [[format(c, "x"), d] for c, d in sorted(children.items())],
+        }
+        self.tasks.spawn(self._send_report(tid, body), f"{self.host.name} position report")
+
+    async def _send_report(self, tid: int, body: dict[str, Any]) -> None:
+        try:
+            url = await self.host.master_url(tid)
+            await self.network.client.post_json(url, REPORT_PATH, body)
+        except Exception as exc:  # the next round reports again
+            self._reported.pop(tid, None)
+            self.host.count("position_report_failed")
+            log.info("job %s: position report of tree %x failed: %r", self.host.name, tid, exc)
+
+    def report(
+        self, tid: int, holder: int, parent: int | None, domain: str, children: dict[int, str]
+    ) -> None:
+        """As master: a holder's place in the tree (``POST /agent/v1/position/report``)."""
+        policy = self.host.spec.fault_tolerance
+        if not policy.planned:
+            raise Reject(409, "not_budgeted", f"job {self.host.name!r} has no replica budget")
+        if not self.host.is_root(tid):
+            raise RetryLater("not_master", f"this agent is not tree {tid:x}'s master")
+        plans = self.budgets.setdefault(tid, BudgetPlans(policy.budget))
+        if not plans.report(holder, parent, domain, children, time.monotonic()):
+            raise Reject(413, "too_many_positions", "past the master's bound on reports")
+
+    def observe(self, tid: int, origins: Lineage | None) -> None:
+        """As master under a budget: a stored epoch's records per origin (the rates)."""
+        policy = self.host.spec.fault_tolerance
+        if policy.planned and self.host.is_root(tid):
+            plans = self.budgets.setdefault(tid, BudgetPlans(policy.budget))
+            plans.observe(records_of(origins))
+
+    def _plan(self, tid: int, budget: int) -> frozenset[int]:
+        plans = self.budgets.setdefault(tid, BudgetPlans(budget))
+        me = self.network.node_id
+        plan = plans.plan(
+            me, self.network.domain, self.host.child_domains(tid), budget, time.monotonic()
+        )
+        if plan != self.plans.get(tid):
+            log.info("job %s tree %x: replica plan %s", self.host.name, tid, sorted(plan))
+        self.plans[tid] = plan
+        return plan
 
     def _members(self, tid: int) -> set[int]:
         members = set(self.host.ensure_tree(tid).children)
@@ -237,6 +329,7 @@ class ActiveReplicas:
         replicas: tuple[int, ...],
         members: tuple[int, ...],
         upstream: tuple[Any, ...],
+        plan: tuple[int, ...] = (),
     ) -> None:
         me = self.network.node_id
         body: dict[str, Any] = {
@@ -267,11 +360,13 @@ class ActiveReplicas:
                 log.info(
                     "job %s: replica %x of tree %x unreachable: %r", self.host.name, rid, tid, exc
                 )
-        message = {
+        message: dict[str, Any] = {
             "kind": "replicas",
             "master": format(me, "x"),
             "replicas": [[format(rid, "x"), url] for rid, url in urls.items()],
         }
+        if plan:
+            message["plan"] = [format(n, "x") for n in plan]
         self.heard_from(tid, message)  # the holder's own share goes to them too
         if not upstream:
             await self.host.multicast(tid, message)
@@ -298,6 +393,11 @@ class ActiveReplicas:
                 raise ValueError(f"{len(replicas)} replicas: a policy has fewer")
             for url in replicas.values():
                 check_url(url)  # a bad one would raise in a member's send path
+            plan = message.get("plan")
+            if plan is not None:
+                if not isinstance(plan, list) or len(plan) > MAX_BUDGET + 1:
+                    raise ValueError("a plan is a short list of hex ids")
+                self.plans[tid] = frozenset(int(str(n), 16) for n in plan)
         except (TypeError, ValueError):
             self.host.count("bad_replicas_message")
             return
@@ -312,7 +412,7 @@ class ActiveReplicas:
         replica of the position it is a member of."""
         me = self.network.node_id
         holder = me if own else self.host.parent_of(tid)
-        if holder is None or self.wanted() <= 1:
+        if holder is None or not self.host.spec.fault_tolerance.replicated:
             return
         if not own and self._parents.get(tid) != holder:
             self.hand_off(tid, holder, drop=False)  # (the tree callback ran before us)
@@ -481,7 +581,7 @@ class ActiveReplicas:
     def _replicated(self) -> None:
         """409 ``not_replicated`` unless the job's policy replicates positions (a replica's
         state is kept only for such jobs: a change to passive drops it here)."""
-        if self.wanted() <= 1:
+        if not self.host.spec.fault_tolerance.replicated:
             self.positions.clear()
             raise Reject(
                 409, "not_replicated", f"job {self.host.name!r} does not replicate its positions"
@@ -608,7 +708,7 @@ class ActiveReplicas:
     def became_root(self, tid: int) -> None:
         """This agent became ``tid``'s root: its replica of the dead master's position keeps
         the epochs in flight whole (module contract)."""
-        if self.wanted() <= 1:  # changed to passive since: the standby's path alone
+        if not self.host.spec.fault_tolerance.replicated:  # passive since: the standby's path
             self.positions.clear()
             return
         me = self.network.node_id
@@ -680,6 +780,10 @@ class ActiveReplicas:
     def status(self) -> dict[str, Any]:
         return {
             "replicas": self.wanted(),
+            "plans": {
+                format(t, "x"): sorted(format(n, "x") for n in p) for t, p in self.plans.items()
+            },
+            "budgets": {format(t, "x"): b.status() for t, b in self.budgets.items()},
             "positions": {
                 f"{t:x}/{h:x}": {
                     **p.status(),

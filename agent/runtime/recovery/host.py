@@ -110,6 +110,10 @@ class RecoveryHost(Protocol):
         """This agent's tree children in ``tid`` and their data-plane URLs."""
         ...
 
+    def child_domains(self, tid: int) -> dict[int, str]:
+        """This agent's tree children in ``tid`` and their failure domains."""
+        ...
+
     async def acked_up(self, tid: int, epoch: int, timeout: float) -> bool:
         """Wait until this agent's parent acknowledged an epoch after ``epoch``."""
         ...

@@ -284,6 +284,7 @@ class Recovery:
         """As master: a result of (tree, epoch) was stored, or got a new version: note whom
         it covers, report it if it is new and tentative, publish, replicate, bound."""
         self.origins.observe(epoch, origins)
+        self.active.observe(tid, origins)
         if new:
             self.repair.report_missing(tid, epoch)
         self.publish(tid, epoch)
@@ -528,6 +529,13 @@ class Recovery:
         """``POST /agent/v1/position/event`` (active_replicas.py)."""
         self.host.known_tree(tid)
         return self.active.event(tid, holder, event, member)
+
+    def position_report(
+        self, tid: int, holder: int, parent: int | None, domain: str, children: dict[int, str]
+    ) -> None:
+        """As master under a replica budget: a holder's place in the tree."""
+        self.host.known_tree(tid)
+        self.active.report(tid, holder, parent, domain, children)
 
     def heard_replicas(self, tid: int, message: dict[str, Any]) -> None:
         """An inner holder told this agent, its child, where its replicas are."""

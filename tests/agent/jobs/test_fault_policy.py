@@ -19,6 +19,8 @@ BASE = {"name": "wc", "creator": "t", "job_class": "wordcount"}
         ({"policy": "passive"}, FaultPolicy()),
         ({"policy": "replicated"}, FaultPolicy("replicated", 2)),
         ({"policy": "replicated", "replicas": 5}, FaultPolicy("replicated", 5)),
+        ({"policy": "budget", "replica_budget": 1}, FaultPolicy("budget", 2, 1)),
+        ({"policy": "budget", "replica_budget": 64}, FaultPolicy("budget", 2, 64)),
     ],
 )
 def test_accepted_forms(raw, want) -> None:
@@ -26,14 +28,19 @@ def test_accepted_forms(raw, want) -> None:
     spec = JobSpec.from_dict({**BASE, "fault_tolerance": raw} if raw is not None else BASE)
     assert spec.fault_tolerance == want
     assert JobSpec.from_dict(spec.to_dict()) == spec  # the round trip
-    assert want.label() in ("passive", f"replicated:{want.replicas}")
+    assert want.label() in ("passive", f"replicated:{want.replicas}", f"budget:{want.budget}")
 
 
 @pytest.mark.parametrize(
     ("raw", "says"),
     [
         ("replicated", "passive"),
-        ({"policy": "budget", "replicas": 2}, "not available yet"),
+        ({"policy": "budget", "replicas": 2}, "replicated policy only"),
+        ({"policy": "budget"}, "replica_budget must be an integer in [1, 64]"),
+        ({"policy": "budget", "replica_budget": 0}, "replica_budget must be an integer"),
+        ({"policy": "budget", "replica_budget": 65}, "replica_budget must be an integer"),
+        ({"policy": "budget", "replica_budget": 2.0}, "replica_budget must be an integer"),
+        ({"policy": "replicated", "replica_budget": 2}, "budget policy only"),
         ({"policy": "adaptive"}, "not available yet"),
         ({"policy": "quorum"}, "policy must be one of"),
         ({"policy": "replicated", "replicas": 1}, "replicas must be an integer in [2, 5]"),
@@ -55,3 +62,6 @@ def test_a_runtime_change_switches_the_policy() -> None:
     changed = spec.with_changes(fault_tolerance={"policy": "replicated", "replicas": 3})
     assert changed.fault_tolerance.replicated and changed.fault_tolerance.replicas == 3
     assert changed.with_changes(fault_tolerance="passive").fault_tolerance == FaultPolicy()
+    budget = changed.with_changes(fault_tolerance={"policy": "budget", "replica_budget": 3})
+    assert budget.fault_tolerance.planned and budget.fault_tolerance.budget == 3
+    assert budget.fault_tolerance.label() == "budget:3"

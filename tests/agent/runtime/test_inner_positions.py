@@ -203,3 +203,29 @@ async def test_an_inner_holder_announces_its_parent_and_tells_its_children() -> 
         await client.close()
         await replica.server.stop()
         await child.stop()
+
+
+async def test_a_budget_replicates_the_planned_positions_only() -> None:
+    from test_active_replicas import Spec
+
+    from agent.jobs.fault_policy import FaultPolicy
+
+    client = DataPlaneClient(SECRET)
+    host = Host(parent=PARENT, spec=Spec(FaultPolicy("budget", 2, 2)))
+    network = Network(HOLDER, client)
+    active = ActiveReplicas(host, network, Tasks())  # type: ignore[arg-type]
+    try:
+        assert active.replicas_for(TREE) == 1  # no plan heard: passive here
+        plan = {"kind": "replicas", "master": f"{PARENT:x}", "replicas": [],
+                "plan": [f"{PARENT:x}", f"{HOLDER:x}"]}  # fmt: skip
+        active.heard_from(TREE, plan)
+        assert active.plans[TREE] == {PARENT, HOLDER} and active.replicas_for(TREE) == 2
+        active.heard_from(TREE, {**plan, "plan": [f"{PARENT:x}"]})  # re-planned without it
+        assert active.replicas_for(TREE) == 1
+        host.root = True  # the root is always replicated under a budget
+        assert active.replicas_for(TREE) == 2
+        active.heard_from(TREE, {**plan, "plan": ["zz"]})
+        assert host.counters["bad_replicas_message"] == 1
+    finally:
+        await active.close()
+        await client.close()

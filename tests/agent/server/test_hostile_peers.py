@@ -128,6 +128,64 @@ async def probe(secret: bytes, urls: list[str], tree: int, target: int) -> list[
                 {"job": "wc", "tree": tree, "master": "ab", "members": ["cd"]},
                 target,
             )
+            for what, path, body in (
+                (
+                    "position event unknown",
+                    "/agent/v1/position/event",
+                    {"job": "wc", "tree": tree, "position": "ab", "event": "explode"},
+                ),
+                (
+                    "position leave no member",
+                    "/agent/v1/position/event",
+                    {"job": "wc", "tree": tree, "position": "ab", "event": "leave"},
+                ),
+                (
+                    "position event string tree",
+                    "/agent/v1/position/event",
+                    {"job": "wc", "tree": "1", "position": "ab", "event": "done"},
+                ),
+                (
+                    "position report bad child",
+                    "/agent/v1/position/report",
+                    {
+                        "job": "wc",
+                        "tree": tree,
+                        "holder": "ab",
+                        "parent": "cd",
+                        "domain": "d",
+                        "children": [["zz", "d"]],
+                    },
+                ),
+                (
+                    "position report passive job",
+                    "/agent/v1/position/report",
+                    {
+                        "job": "wc",
+                        "tree": tree,
+                        "holder": "ab",
+                        "parent": "cd",
+                        "domain": "d",
+                        "children": [["ef", "d"]],
+                    },
+                ),
+                (
+                    "replicas bad url",
+                    "/agent/v1/position/replicas",
+                    {"job": "wc", "tree": tree, "master": "ab", "replicas": "x"},
+                ),
+                (
+                    "position bad parent url",
+                    "/agent/v1/position",
+                    {
+                        "job": "wc",
+                        "tree": tree,
+                        "master": "ab",
+                        "members": ["cd"],
+                        "parent": {"id": "ef", "url": "file:///etc/passwd", "replicas": []},
+                    },
+                ),
+            ):
+                await route(what, url, path, body, target)
             try:  # a replica's door, for a job that does not replicate its masters
                 await client.send_snapshot(
                     url,
@@ -155,6 +213,13 @@ EXPECTED = {
     "position bad master": (400, "bad_body"),
     "position passive job": (409, "not_replicated"),
     "replica snapshot": (409, "not_replicated"),
+    "position event unknown": (400, "bad_body"),
+    "position leave no member": (400, "bad_body"),
+    "position event string tree": (400, "bad_body"),
+    "position report bad child": (400, "bad_body"),
+    "position report passive job": (409, "not_budgeted"),
+    "replicas bad url": (400, "bad_body"),
+    "position bad parent url": (400, "bad_body"),
 }
 
 

@@ -1,6 +1,7 @@
 """Replicated inner positions on a real cluster (issue "Active redundancy"): kill -9 of an
 inner node - a non-root agent with children in the job's tree - under ``fault_tolerance``
-``passive`` and ``{"policy": "replicated", "replicas": 2}``.
+``passive``, ``{"policy": "replicated", "replicas": 2}`` and ``{"policy": "budget",
+"replica_budget": 2}`` (the master's plan: the root and the inner node).
 
 Six agent processes with fixed node ids (``agent/server/inner_scenarios.py``: the job's
 first tree is root 0 with children 1 (the standby), 2 and 5, and agent 2 has children 3 and
@@ -41,6 +42,9 @@ from agent.server.version_check import headline
 from agent.server.version_watch import VersionWatch, violation_message
 
 REPLICATED = {"policy": "replicated", "replicas": 2}
+#: a budget of two positions: the master's plan is the root and the inner node (its
+#: children's input is what an unreplicated inner node's death cuts off)
+BUDGET = {"policy": "budget", "replica_budget": 2}
 
 
 @pytest.fixture
@@ -64,6 +68,7 @@ def test_the_planned_tree_has_an_inner_node_that_is_not_the_standby() -> None:
     [
         pytest.param("passive", id="passive"),
         pytest.param(REPLICATED, id="replicated"),
+        pytest.param(BUDGET, id="budget"),
     ],
 )
 def test_kill_9_of_an_inner_node(chaos: ChaosCluster, watch: VersionWatch, policy: object) -> None:

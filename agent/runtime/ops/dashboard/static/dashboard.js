@@ -229,8 +229,9 @@ function actions(name) {
   const policy = el("select", { class: "policy" },
     el("option", { value: "" }, "fault tolerance: unchanged"),
     el("option", { value: "passive" }, "passive"),
-    el("option", { value: "replicated:2" }, "replicated masters, 2 replicas"),
-    el("option", { value: "replicated:3" }, "replicated masters, 3 replicas"));
+    el("option", { value: "replicated:2" }, "replicated positions, 2 replicas"),
+    el("option", { value: "replicated:3" }, "replicated positions, 3 replicas"),
+    el("option", { value: "budget:4" }, "budgeted replicas, 4 positions"));
   const change = el("button", { type: "button" }, "apply change");
   const stop = el("button", { type: "button", class: "stop" }, "stop job");
   const path = "/api/v1/jobs/" + encodeURIComponent(name);
@@ -459,10 +460,14 @@ function drawResult(card, doc) {
       ...(Array.isArray(row) ? row : cols.map((c) => row[c])).map(cell))))));
 }
 
-// "passive" or "replicated:R" (the select's values) as the spec's fault_tolerance field
+// "passive", "replicated:R" or "budget:R" (the select's values) as the spec's
+// fault_tolerance field
 function policyValue(text) {
-  const [policy, replicas] = text.split(":");
-  return replicas ? { policy, replicas: Number(replicas) } : { policy };
+  const [policy, count] = text.split(":");
+  if (!count) return { policy };
+  return policy === "budget"
+    ? { policy, replica_budget: Number(count) }
+    : { policy, replicas: Number(count) };
 }
 
 // ---- actions outside a job -----------------------------------------------------------------
