@@ -74,16 +74,17 @@ Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and 
     and the ratios replicated / passive.
 
 * **inner** - kill -9 of an inner node (a non-root agent with children in the job's tree),
-  the policies ``passive`` and ``{"policy": "replicated", "replicas": 2}`` in interleaved
-  runs (``--runs`` each: 3 full, 1 quick), each on a fresh cluster of the six agents of
+  the policies ``passive``, ``{"policy": "replicated", "replicas": 2}`` and ``{"policy":
+  "budget", "replica_budget": 2}`` (the master's plan: the root and the inner node) in
+  interleaved runs (``--runs`` each: 3 full, 1 quick), each on a fresh cluster of the six agents of
   :func:`agent.server.inner_scenarios.inner_cluster`, whose fixed node ids give the job's
   first tree an inner node with two children (``--agents`` does not apply):
   :func:`agent.server.inner_scenarios.kill_an_inner_node` - WordCount on 1 s epochs, the
   inner node killed once three epochs are stored (replicated: once a replica of its position
   holds it) and restarted six stored epochs later. Per policy the medians of the same
   figures as ``replicated``'s transparency, over the whole run: the distinct epochs with a
-  version flagged lacking an origin other than the killed inner node (goal for replicated:
-  0), those versions, the reader's violations and the end-of-run share final and exact; each
+  version flagged lacking an origin other than the killed inner node (goal for replicated
+  and budget: 0), those versions, the reader's violations and the end-of-run share final and exact; each
   run's JSON splits the versions by phase (before the kill, while down, after the restart).
 """
 
@@ -408,6 +409,8 @@ def planner_section(quick: bool, seeds: list[int], agents: int = AGENTS) -> dict
 POLICIES: dict[str, Any] = {
     "passive": "passive",
     "replicated": {"policy": "replicated", "replicas": 2},
+    # the inner section only: the root and one planned position (the inner node, by plan)
+    "budget": {"policy": "budget", "replica_budget": 2},
 }
 RATE = 10.0  # lines/s per agent file (the scenario's writer too)
 
@@ -452,7 +455,7 @@ def exact_share(r: dict[str, Any]) -> float | None:
 def transparency_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per policy the medians over its runs without an error (module docstring)."""
     out: dict[str, Any] = {}
-    for policy in POLICIES:
+    for policy in dict.fromkeys(r["policy"] for r in runs):
         ok = [r for r in runs if r["policy"] == policy and "error" not in r]
         figs = {
             "lacking_others_epochs": [r["lacking_others_epochs"] for r in ok],
@@ -551,7 +554,8 @@ def replicated_section(args: argparse.Namespace) -> dict[str, Any]:
         "runs_per_policy": runs,
         "policies": POLICIES,
         "transparency": {
-            "goal": "replicated: 0 epochs with versions lacking others, 0 violations",
+            "goal": "replicated and budget (its plan: the root and the inner node): 0 epochs "
+        "with versions lacking others, 0 violations",
             "medians": transparency_medians(kills),
             "runs": kills,
         },
@@ -569,10 +573,10 @@ def replicated_section(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def inner_section(args: argparse.Namespace) -> dict[str, Any]:
-    """Transparency for an inner position under both policies (module docstring)."""
+    """Transparency for an inner position under each policy (module docstring)."""
     runs = args.runs or (1 if args.quick else 3)
     results: list[dict[str, Any]] = []
-    for policy in ["passive", "replicated"] * runs:
+    for policy in ["passive", "replicated", "budget"] * runs:
         results.append(scenario_run(policy, inner_cluster, kill_an_inner_node))
         print(json.dumps(results[-1], default=str), file=sys.stderr)
     return {
@@ -582,7 +586,8 @@ def inner_section(args: argparse.Namespace) -> dict[str, Any]:
         "inner": INNER,
         "runs_per_policy": runs,
         "policies": POLICIES,
-        "goal": "replicated: 0 epochs with versions lacking others, 0 violations",
+        "goal": "replicated and budget (its plan: the root and the inner node): 0 epochs "
+        "with versions lacking others, 0 violations",
         "medians": transparency_medians(results),
         "runs": results,
     }
