@@ -84,8 +84,9 @@ Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and 
   holds it) and restarted six stored epochs later. Per policy the medians of the same
   figures as ``replicated``'s transparency, over the whole run: the distinct epochs with a
   version flagged lacking an origin other than the killed inner node (goal for replicated
-  and budget: 0), those versions, the reader's violations and the end-of-run share final and exact; each
-  run's JSON splits the versions by phase (before the kill, while down, after the restart).
+  and budget: 0), those versions, the reader's violations and the end-of-run share final
+  and exact; each run's JSON splits the versions by phase (before the kill, while down,
+  after the restart).
 """
 
 from __future__ import annotations
@@ -555,7 +556,7 @@ def replicated_section(args: argparse.Namespace) -> dict[str, Any]:
         "policies": POLICIES,
         "transparency": {
             "goal": "replicated and budget (its plan: the root and the inner node): 0 epochs "
-        "with versions lacking others, 0 violations",
+            "with versions lacking others, 0 violations",
             "medians": transparency_medians(kills),
             "runs": kills,
         },

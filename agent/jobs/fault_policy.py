@@ -18,14 +18,18 @@ refused by name until they run (a spec accepted is a spec that runs). A violatio
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 PASSIVE = "passive"
 REPLICATED = "replicated"
 BUDGET = "budget"
-POLICIES = (PASSIVE, REPLICATED, BUDGET)
-NOT_YET = ("adaptive",)
+ADAPTIVE = "adaptive"
+POLICIES = (PASSIVE, REPLICATED, BUDGET, ADAPTIVE)
+NOT_YET: tuple[str, ...] = ()
+MIN_TARGET_MS = 50.0
+MAX_TARGET_MS = 3_600_000.0
 MIN_REPLICAS = 2
 MAX_REPLICAS = 5
 MAX_BUDGET = 64  # positions a budget may name (the plan travels in one multicast datagram)
@@ -40,11 +44,19 @@ class FaultPolicy:
     policy: str = PASSIVE
     replicas: int = 1
     budget: int = 0
+    target_ms: float = 0.0
+    mirror_ratio: float | None = None
 
     @property
     def replicated(self) -> bool:
-        """Positions have active replicas: every one (replicated) or the planned (budget)."""
-        return self.policy in (REPLICATED, BUDGET)
+        """Positions have active replicas: every one (replicated), the planned (budget), or
+        every inner one's mirror (adaptive)."""
+        return self.policy in (REPLICATED, BUDGET, ADAPTIVE)
+
+    @property
+    def mirrored(self) -> bool:
+        """Inner positions have mirrors fed a fraction of the epochs (adaptive)."""
+        return self.policy == ADAPTIVE
 
     @property
     def planned(self) -> bool:
@@ -56,6 +68,11 @@ class FaultPolicy:
             return {"policy": PASSIVE}
         if self.policy == BUDGET:
             return {"policy": BUDGET, "replica_budget": self.budget}
+        if self.policy == ADAPTIVE:
+            out: dict[str, Any] = {"policy": ADAPTIVE, "latency_target_ms": self.target_ms}
+            if self.mirror_ratio is not None:
+                out["mirror_ratio"] = self.mirror_ratio
+            return out
         return {"policy": self.policy, "replicas": self.replicas}
 
     def label(self) -> str:
@@ -63,6 +80,9 @@ class FaultPolicy:
         ``budget:R``."""
         if self.policy == PASSIVE:
             return PASSIVE
+        if self.policy == ADAPTIVE:
+            fixed = "" if self.mirror_ratio is None else f":rho={self.mirror_ratio:g}"
+            return f"{ADAPTIVE}:{self.target_ms:g}ms{fixed}"
         return (
             f"{BUDGET}:{self.budget}" if self.policy == BUDGET else f"{self.policy}:{self.replicas}"
         )
@@ -76,13 +96,18 @@ def parse_policy(raw: Any) -> FaultPolicy:
     if not isinstance(raw, dict):
         raise ValueError(f'must be "passive" or an object with a "policy", got {raw!r}')
     policy = raw.get("policy")
-    unknown = set(raw) - {"policy", "replicas", "replica_budget"}
+    known = {"policy", "replicas", "replica_budget", "latency_target_ms", "mirror_ratio"}
+    unknown = set(raw) - known
     if unknown:
-        raise ValueError(f"unknown keys {sorted(unknown)}; known: policy, replicas, replica_budget")
+        raise ValueError(f"unknown keys {sorted(unknown)}; known: {', '.join(sorted(known))}")
     if policy in NOT_YET:
         raise ValueError(f"policy {policy!r} is not available yet; use one of {list(POLICIES)}")
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
+    if policy != ADAPTIVE and ({"latency_target_ms", "mirror_ratio"} & set(raw)):
+        raise ValueError('"latency_target_ms" and "mirror_ratio" apply to the adaptive policy only')
+    if policy == ADAPTIVE:
+        return _adaptive(raw)
     if policy != BUDGET and "replica_budget" in raw:
         raise ValueError('"replica_budget" applies to the budget policy only')
     if policy == PASSIVE:
@@ -107,3 +132,26 @@ def parse_policy(raw: Any) -> FaultPolicy:
             f"replicas must be an integer in [{MIN_REPLICAS}, {MAX_REPLICAS}], got {replicas!r}"
         )
     return FaultPolicy(REPLICATED, replicas)
+
+
+def _adaptive(raw: dict[str, Any]) -> FaultPolicy:
+    if "replicas" in raw or "replica_budget" in raw:
+        raise ValueError('the adaptive policy takes "latency_target_ms" (and "mirror_ratio")')
+    target = raw.get("latency_target_ms")
+    if (
+        type(target) not in (int, float)
+        or not math.isfinite(target)
+        or not MIN_TARGET_MS <= target <= MAX_TARGET_MS
+    ):
+        raise ValueError(
+            f"latency_target_ms must be a number in [{MIN_TARGET_MS:.0f}, {MAX_TARGET_MS:.0f}], "
+            f"got {target!r}"
+        )
+    ratio = raw.get("mirror_ratio")
+    if ratio is not None and (
+        type(ratio) not in (int, float) or not math.isfinite(ratio) or not 0 <= ratio <= 1
+    ):
+        raise ValueError(f"mirror_ratio must be a number in [0, 1], got {ratio!r}")
+    return FaultPolicy(
+        ADAPTIVE, MIN_REPLICAS, 0, float(target), None if ratio is None else float(ratio)
+    )

@@ -510,8 +510,10 @@ class _Host:
     async def acked_up(self, tid: int, epoch: int, timeout: float) -> bool:
         return await self._rt.senders[tid].acked_past(epoch, timeout)
 
-    def new_barrier(self, tid: int, emit: Callable[[int, Snapshot], None]) -> EpochCombiner:
-        return self._rt.trees.new_barrier(tid, emit, floating=True)
+    def new_barrier(
+        self, tid: int, emit: Callable[[int, Snapshot], None], first_epoch: int | None = None
+    ) -> EpochCombiner:
+        return self._rt.trees.new_barrier(tid, emit, floating=True, first_epoch=first_epoch)
 
     def store_root(self, tid: int, epoch: int, snap: Snapshot, origins: Lineage | None) -> None:
         self._rt.store_root(tid, epoch, snap, origins)

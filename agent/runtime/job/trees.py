@@ -85,10 +85,12 @@ class TreeLinks:
         *,
         expect_local: bool = False,
         floating: bool = False,
+        first_epoch: int | None = None,
     ) -> EpochCombiner:
         """A barrier of tree ``tid`` with the job's operator, checks and straggler rule (the
         tree's own, or - ``floating``: starting at the first epoch offered, not the job's
-        start - a replica of its master position's: ``recovery/active_replicas.py``)."""
+        start - a replica of its master position's: ``recovery/active_replicas.py``; or
+        ``first_epoch``: from that epoch - one epoch of a mirror, ``mirror_position.py``)."""
         host = self.host
         return EpochCombiner(
             job=host.name,
@@ -97,7 +99,9 @@ class TreeLinks:
             children=(),
             emit=emit,
             operator=host.operator,
-            first_epoch=None if floating else host.spec.start_epoch,
+            first_epoch=first_epoch
+            if first_epoch is not None
+            else (None if floating else host.spec.start_epoch),
             expect=self.expectation,
             horizon=self.horizon,
             origin=host.network.node_id,

@@ -55,14 +55,21 @@ at most its parent's and its own position per tree.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from agent.jobs.fault_policy import MAX_BUDGET, MAX_REPLICAS
+from agent.runtime.recovery.mirror_position import MirrorPosition
 from agent.runtime.recovery.position_forward import EVENT_PATH, PositionForward
 from agent.runtime.recovery.position_replica import PositionReplica
+from agent.runtime.recovery.redundancy_control import (
+    LatencyWindow,
+    RedundancyController,
+    mirrored_siblings,
+)
 from agent.runtime.recovery.replica_budget import BudgetPlans
 from agent.runtime.recovery.standby import standbys_for
 from agent.runtime.services import NetworkService, Spawner
@@ -71,7 +78,7 @@ from overlay import NodeInfo
 from srt import EpochCombiner, SnapshotName, UpstreamSender
 from srt.dataplane.lineage import Lineage, records_of
 from srt.dataplane.lineage import decode as lineage_of
-from srt.dataplane.name import replica_path
+from srt.dataplane.name import POSITION_SNAPSHOT_PATH, SNAPSHOT_PATH, replica_path
 from srt.dataplane.upstream import check_url
 from srt.errors import Reject, RetryLater
 
@@ -87,6 +94,7 @@ STANDBY_SECONDS = 10.0  # how long a parent keeps waiting for a dead holder with
 INNER_KEPT = 64  # epochs an inner position's replica keeps for its release
 LEAVE_FLUSH_SECONDS = 10.0  # a moving member waits this long for its replica senders
 MAX_MEMBERS = 4096
+HEDGE_SHARE = 0.5  # a mirror's epoch goes up without missing members after T times this
 EVENTS = ("leave", "standby", "release", "done")
 
 
@@ -143,8 +151,11 @@ class ReplicaHost(Protocol):
         """Wait until this agent's parent acknowledged an epoch after ``epoch``."""
         ...
 
-    def new_barrier(self, tid: int, emit: Callable[[int, Snapshot], None]) -> EpochCombiner:
-        """A barrier of the job's tree with no local input (the job's operator and checks)."""
+    def new_barrier(
+        self, tid: int, emit: Callable[[int, Snapshot], None], first_epoch: int | None = None
+    ) -> EpochCombiner:
+        """A barrier of the job's tree with no local input (the job's operator and checks),
+        from the first epoch offered, or from ``first_epoch``."""
         ...
 
     def store_root(self, tid: int, epoch: int, snap: Snapshot, origins: Lineage | None) -> None:
@@ -188,6 +199,10 @@ class ActiveReplicas:
         #: budget: the plan per tree (as master: made here; elsewhere: as the master said)
         self.plans: dict[int, frozenset[int]] = {}
         self.budgets: dict[int, BudgetPlans] = {}  # as master: per tree
+        #: adaptive: the mirrored ratio per tree (as master: the controller's; else heard)
+        self.rho: dict[int, float] = {}
+        self.mirrors: dict[Key, tuple[MirrorPosition, PositionForward]] = {}  # as mirror
+        self.controllers: dict[int, tuple[LatencyWindow, RedundancyController]] = {}
         self._urls: dict[int, str] = {}
 
     def wanted(self) -> int:
@@ -201,6 +216,8 @@ class ActiveReplicas:
         policy = self.host.spec.fault_tolerance
         if not policy.replicated:
             return 1
+        if policy.mirrored:  # a mirror for each inner position; the root has none
+            return 1 if self.host.is_root(tid) else 2
         planned = self.host.is_root(tid) or self.network.node_id in self.plans.get(tid, ())
         return policy.replicas if planned or not policy.planned else 1
 
@@ -237,18 +254,20 @@ class ActiveReplicas:
             upstream = (parent, url, tuple(sorted(parent_replicas.items())))
         elif policy.planned:
             plan = tuple(sorted(self._plan(tid, policy.budget)))
+        rho = round(self.rho.get(tid, 0.0), 3) if root and policy.mirrored else None
         replicas = tuple(self.replica_ids(tid))
         members = tuple(sorted(self._members(tid)))
-        state = (replicas, members, upstream, plan)
+        state = (replicas, members, upstream, plan, rho)
         last = self._announced.get(tid)
         now = time.monotonic()
         if last is not None and last[1] == state and now - last[0] < ANNOUNCE_SECONDS:
             return
-        if not replicas and not plan and (last is None or not last[1][0]):
+        if not replicas and not plan and rho is None and (last is None or not last[1][0]):
             return  # an unplanned position that never had replicas: nothing to retract
         self._announced[tid] = (now, state)
         self.tasks.spawn(
-            self._announce(tid, replicas, members, upstream, plan), f"{self.host.name} replicas"
+            self._announce(tid, replicas, members, upstream, plan, rho),
+            f"{self.host.name} replicas",
         )
 
     # ---- budgeted replicas (replica_budget.py) -------------------------------------------------
@@ -330,6 +349,7 @@ class ActiveReplicas:
         members: tuple[int, ...],
         upstream: tuple[Any, ...],
         plan: tuple[int, ...] = (),
+        rho: float | None = None,
     ) -> None:
         me = self.network.node_id
         body: dict[str, Any] = {
@@ -367,6 +387,8 @@ class ActiveReplicas:
         }
         if plan:
             message["plan"] = [format(n, "x") for n in plan]
+        if rho is not None:
+            message["rho"] = rho
         self.heard_from(tid, message)  # the holder's own share goes to them too
         if not upstream:
             await self.host.multicast(tid, message)
@@ -393,6 +415,11 @@ class ActiveReplicas:
                 raise ValueError(f"{len(replicas)} replicas: a policy has fewer")
             for url in replicas.values():
                 check_url(url)  # a bad one would raise in a member's send path
+            rho = message.get("rho")
+            if rho is not None:
+                if type(rho) not in (int, float) or not 0.0 <= rho <= 1.0:
+                    raise ValueError("rho is a number in [0, 1]")
+                self.rho[tid] = float(rho)
             plan = message.get("plan")
             if plan is not None:
                 if not isinstance(plan, list) or len(plan) > MAX_BUDGET + 1:
@@ -419,6 +446,11 @@ class ActiveReplicas:
         replicas = self.heard.get(tid, {}).get(holder)
         if not replicas:
             return
+        policy = self.host.spec.fault_tolerance
+        if policy.mirrored and not mirrored_siblings(
+            self.host.name, tid, epoch, format(holder, "x"), self.rho.get(tid, 0.0)
+        ):
+            return  # not one of the epochs mirrored at the ratio the master set
         name = SnapshotName(self.host.name, tid, epoch, me)
         if not own:
             self._last_sent[(tid, holder)] = epoch
@@ -537,6 +569,10 @@ class ActiveReplicas:
         if len(members) > MAX_MEMBERS:
             raise Reject(413, "too_many_members", f"{len(members)} > {MAX_MEMBERS} members")
         key = (tid, holder)
+        if self.host.spec.fault_tolerance.mirrored:
+            if parent is not None:
+                self._mirror(key, members, parent)
+            return
         replica = self.positions.get(key)
         if replica is None:
             replica = self.positions[key] = PositionReplica(
@@ -554,6 +590,62 @@ class ActiveReplicas:
         preps = {int(str(r), 16): str(u) for r, u in parent.get("replicas") or []}
         self.upstream[key] = (pid, str(parent["url"]), preps)
         self.tasks.spawn(self._standby(key, "standby"), f"{self.host.name} standby")
+
+    # ---- as a mirror (adaptive; mirror_position.py) -------------------------------------------
+
+    def _mirror(self, key: Key, members: list[int], parent: dict[str, Any]) -> None:
+        """An inner holder's announcement to its mirror: its members and its parent."""
+        tid, holder = key
+        found = self.mirrors.get(key)
+        if found is None:
+            # the holder's name at its parent's own door (no pin: the holder lives)
+            forward = self._forward(key, SNAPSHOT_PATH)
+            mirror = MirrorPosition(
+                holder,
+                lambda epoch, emit: self.host.new_barrier(tid, emit, first_epoch=epoch),
+                forward.send,
+            )
+            found = self.mirrors[key] = (mirror, forward)
+        found[0].set_members(members)
+        found[1].retarget(int(str(parent["id"]), 16), str(parent["url"]), {})
+
+    def _offer_mirror(
+        self, key: Key, name: SnapshotName, snap: Snapshot, origins: Lineage | None
+    ) -> str:
+        mirror = self.mirrors[key][0]
+        opened = name.epoch not in mirror.open and name.epoch not in mirror.sent
+        result = mirror.offer(name.sender, name.epoch, snap, origins)
+        if opened and name.epoch in mirror.open:
+            self.tasks.spawn(self._hedge_later(key, name.epoch), f"{self.host.name} hedge")
+        return result
+
+    async def _hedge_later(self, key: Key, epoch: int) -> None:
+        """After the hedge delay (:data:`HEDGE_SHARE` of the latency target) an epoch still
+        open at the mirror goes up without the members missing (mirror_position.py)."""
+        await asyncio.sleep(HEDGE_SHARE * self.host.spec.fault_tolerance.target_ms / 1000.0)
+        found = self.mirrors.get(key)
+        if found is not None and found[0].hedge(epoch):
+            self.host.count("mirror_hedged")
+
+    # ---- the controller (adaptive, redundancy_control.py) --------------------------------------
+
+    def observe_latency(self, tid: int, epoch: int) -> None:
+        """As master under the adaptive policy: a new epoch stored - its completion latency
+        feeds the window, and the controller sets rho for the next announcement."""
+        policy = self.host.spec.fault_tolerance
+        if not policy.mirrored or not self.host.is_root(tid):
+            return
+        if policy.mirror_ratio is not None:  # static redundancy: the ratio is the spec's
+            self.rho[tid] = policy.mirror_ratio
+            return
+        window, controller = self.controllers.setdefault(
+            tid, (LatencyWindow(), RedundancyController())
+        )
+        now = time.monotonic()
+        latency_ms = max(0.0, (time.time() - self.host.spec.schedule.end(epoch)) * 1000.0)
+        window.record(latency_ms, now)
+        controller.update(window.p99(now), policy.target_ms, int(latency_ms > policy.target_ms))
+        self.rho[tid] = controller.rho
 
     async def _standby(self, key: Key, event: str) -> int | None:
         """Register as the inner position's standby at its parent (``standby``) or take the
@@ -594,6 +686,9 @@ class ActiveReplicas:
         for key, replica in self.positions.items():
             if key[0] == name.tree and (name.sender in replica.members or key[1] == name.sender):
                 return key
+        for key, (mirror, _) in self.mirrors.items():
+            if key[0] == name.tree and name.sender in mirror.members:
+                return key
         return None
 
     def offer(
@@ -606,6 +701,8 @@ class ActiveReplicas:
         """A member's epoch sent to this agent as a replica of ``position``'s holder."""
         self._replicated()
         key = self._key_of(name, position)
+        if key is not None and key in self.mirrors:
+            return self._offer_mirror(key, name, snap, origins)
         replica = None if key is None else self.positions.get(key)
         if replica is None or key is None:
             raise RetryLater(
@@ -669,16 +766,7 @@ class ActiveReplicas:
         if first is None:
             first = replica.barrier.next_epoch - len(replica.kept)  # every kept epoch
         tid, holder = key
-        forward = self.forwards[key] = PositionForward(
-            self.network.client,
-            self.network.srt_tunables,
-            job=self.host.name,
-            tree=tid,
-            holder=holder,
-            self_id=self.network.node_id,
-            offer_local=lambda parent, name, payload: self._offer_own((tid, parent), name, payload),
-            max_queued=REPLICA_QUEUE,
-        )
+        forward = self.forwards[key] = self._forward(key, POSITION_SNAPSHOT_PATH)
         forward.retarget(*up)
         sent = replica.release(first, forward.send)
         self.host.count("replica_releases")
@@ -692,6 +780,21 @@ class ActiveReplicas:
             sent,
         )
         self._check_finished(key)
+
+    def _forward(self, key: Key, parent_path: str) -> PositionForward:
+        """The upward senders of a released position or a mirror (position_forward.py)."""
+        tid, holder = key
+        return PositionForward(
+            self.network.client,
+            self.network.srt_tunables,
+            job=self.host.name,
+            tree=tid,
+            holder=holder,
+            self_id=self.network.node_id,
+            offer_local=lambda parent, name, payload: self._offer_own((tid, parent), name, payload),
+            max_queued=REPLICA_QUEUE,
+            parent_path=parent_path,
+        )
 
     def _check_finished(self, key: Key) -> None:
         replica = self.positions.get(key)
@@ -784,6 +887,12 @@ class ActiveReplicas:
                 format(t, "x"): sorted(format(n, "x") for n in p) for t, p in self.plans.items()
             },
             "budgets": {format(t, "x"): b.status() for t, b in self.budgets.items()},
+            "rho": {format(t, "x"): r for t, r in self.rho.items()},
+            "mirrors": {
+                f"{t:x}/{h:x}": {**m.status(), "forward": f.status()}
+                for (t, h), (m, f) in self.mirrors.items()
+            },
+            "controllers": {format(t, "x"): c.status() for t, (_, c) in self.controllers.items()},
             "positions": {
                 f"{t:x}/{h:x}": {
                     **p.status(),
@@ -814,4 +923,7 @@ class ActiveReplicas:
         for forward in self.forwards.values():
             await forward.close()
         self.forwards.clear()
+        for _, forward in self.mirrors.values():
+            await forward.close()
+        self.mirrors.clear()
         self.positions.clear()

@@ -118,8 +118,11 @@ class RecoveryHost(Protocol):
         """Wait until this agent's parent acknowledged an epoch after ``epoch``."""
         ...
 
-    def new_barrier(self, tid: int, emit: Callable[[int, Snapshot], None]) -> EpochCombiner:
-        """A barrier of the job's tree with no local input (the job's operator and checks)."""
+    def new_barrier(
+        self, tid: int, emit: Callable[[int, Snapshot], None], first_epoch: int | None = None
+    ) -> EpochCombiner:
+        """A barrier of the job's tree with no local input (the job's operator and checks),
+        from the first epoch offered, or from ``first_epoch``."""
         ...
 
     def store_root(self, tid: int, epoch: int, snap: Snapshot, origins: Lineage | None) -> None:

@@ -55,6 +55,7 @@ class PositionForward:
         offer_local: OfferLocal,
         max_queued: int,
         flush_seconds: float = FLUSH_SECONDS,
+        parent_path: str = POSITION_SNAPSHOT_PATH,
     ) -> None:
         self.client = client
         self.tunables = tunables
@@ -65,6 +66,7 @@ class PositionForward:
         self.offer_local = offer_local
         self.max_queued = max_queued
         self.flush_seconds = flush_seconds
+        self.parent_path = parent_path  # a mirror's: the parent's own snapshot door
         self.parent: int | None = None
         self.parent_url: str | None = None
         self.sent = 0
@@ -88,7 +90,7 @@ class PositionForward:
     def retarget(self, parent: int, url: str, replicas: dict[int, str]) -> None:
         """The holder's parent and that parent's replicas, as last announced."""
         self.parent, self.parent_url = parent, url
-        self._sender(None, POSITION_SNAPSHOT_PATH).set_parent(url)
+        self._sender(None, self.parent_path).set_parent(url)
         self._replicas = {r: u for r, u in replicas.items() if r != parent}
         for rid, rurl in self._replicas.items():
             if rid != self.self_id:
@@ -99,7 +101,7 @@ class PositionForward:
         payload = snap.to_bytes()
         payload = payload if origins is None else with_lineage(origins, payload)
         name = SnapshotName(self.job, self.tree, epoch, self.holder)
-        self._sender(None, POSITION_SNAPSHOT_PATH).send(name, payload)
+        self._sender(None, self.parent_path).send(name, payload)
         for rid in self._replicas:
             if rid == self.self_id and self.parent is not None:
                 self.offer_local(self.parent, name, payload)

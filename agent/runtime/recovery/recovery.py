@@ -286,6 +286,7 @@ class Recovery:
         self.origins.observe(epoch, origins)
         self.active.observe(tid, origins)
         if new:
+            self.active.observe_latency(tid, epoch)
             self.repair.report_missing(tid, epoch)
         self.publish(tid, epoch)
         self.replicate(tid)

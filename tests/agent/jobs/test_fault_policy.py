@@ -21,6 +21,14 @@ BASE = {"name": "wc", "creator": "t", "job_class": "wordcount"}
         ({"policy": "replicated", "replicas": 5}, FaultPolicy("replicated", 5)),
         ({"policy": "budget", "replica_budget": 1}, FaultPolicy("budget", 2, 1)),
         ({"policy": "budget", "replica_budget": 64}, FaultPolicy("budget", 2, 64)),
+        (
+            {"policy": "adaptive", "latency_target_ms": 1500},
+            FaultPolicy("adaptive", 2, 0, 1500.0),
+        ),
+        (
+            {"policy": "adaptive", "latency_target_ms": 800.5, "mirror_ratio": 1},
+            FaultPolicy("adaptive", 2, 0, 800.5, 1.0),
+        ),
     ],
 )
 def test_accepted_forms(raw, want) -> None:
@@ -28,7 +36,13 @@ def test_accepted_forms(raw, want) -> None:
     spec = JobSpec.from_dict({**BASE, "fault_tolerance": raw} if raw is not None else BASE)
     assert spec.fault_tolerance == want
     assert JobSpec.from_dict(spec.to_dict()) == spec  # the round trip
-    assert want.label() in ("passive", f"replicated:{want.replicas}", f"budget:{want.budget}")
+    assert want.label() in (
+        "passive",
+        f"replicated:{want.replicas}",
+        f"budget:{want.budget}",
+        "adaptive:1500ms",
+        "adaptive:800.5ms:rho=1",
+    )
 
 
 @pytest.mark.parametrize(
@@ -41,7 +55,15 @@ def test_accepted_forms(raw, want) -> None:
         ({"policy": "budget", "replica_budget": 65}, "replica_budget must be an integer"),
         ({"policy": "budget", "replica_budget": 2.0}, "replica_budget must be an integer"),
         ({"policy": "replicated", "replica_budget": 2}, "budget policy only"),
-        ({"policy": "adaptive"}, "not available yet"),
+        ({"policy": "adaptive"}, "latency_target_ms must be a number in [50, 3600000]"),
+        ({"policy": "adaptive", "latency_target_ms": 10}, "latency_target_ms must be"),
+        ({"policy": "adaptive", "latency_target_ms": True}, "latency_target_ms must be"),
+        (
+            {"policy": "adaptive", "latency_target_ms": 900, "mirror_ratio": 1.5},
+            "mirror_ratio must be a number in [0, 1]",
+        ),
+        ({"policy": "adaptive", "latency_target_ms": 900, "replicas": 2}, "adaptive policy takes"),
+        ({"policy": "replicated", "latency_target_ms": 900}, "adaptive policy only"),
         ({"policy": "quorum"}, "policy must be one of"),
         ({"policy": "replicated", "replicas": 1}, "replicas must be an integer in [2, 5]"),
         ({"policy": "replicated", "replicas": 6}, "replicas must be an integer in [2, 5]"),

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from agent.jobs.fault_policy import FaultPolicy
+from agent.jobs.schedule import EpochSchedule
 from agent.runtime.recovery.active_replicas import ActiveReplicas
 from cbt import CompressedBufferTree, Snapshot
 from srt import DataPlaneClient, DataPlaneServer, EpochCombiner, SnapshotName
@@ -39,6 +40,7 @@ def snap_of(words: Iterable[str]) -> Snapshot:
 @dataclass
 class Spec:
     fault_tolerance: FaultPolicy
+    schedule: Any = field(default_factory=lambda: EpochSchedule(1.0))
 
 
 @dataclass

@@ -34,7 +34,10 @@ def _no_cluster_left_running() -> Iterator[None]:
 
 @pytest.fixture
 def chaos(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChaosCluster]:
-    cluster = ChaosCluster(request.module.AGENTS, tmp_path).start()
+    """The module's ``AGENTS`` agent processes, or the cluster its ``CLUSTER(workdir)``
+    builds (e.g. fixed node ids)."""
+    build = getattr(request.module, "CLUSTER", None)
+    cluster = (build(tmp_path) if build else ChaosCluster(request.module.AGENTS, tmp_path)).start()
     try:
         yield cluster
     finally:

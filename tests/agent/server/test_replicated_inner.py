@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from test_chaos import assert_exact_or_flagged, report
@@ -47,14 +45,8 @@ REPLICATED = {"policy": "replicated", "replicas": 2}
 BUDGET = {"policy": "budget", "replica_budget": 2}
 
 
-@pytest.fixture
-def chaos(tmp_path: Path) -> Iterator[ChaosCluster]:
-    """The conftest's fixture, with the scenario's node ids (``watch`` uses this one)."""
-    cluster = inner_cluster(tmp_path).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+#: the conftest's ``chaos`` fixture builds this cluster (the scenario's node ids)
+CLUSTER = inner_cluster
 
 
 def test_the_planned_tree_has_an_inner_node_that_is_not_the_standby() -> None:

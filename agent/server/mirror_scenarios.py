@@ -1,0 +1,143 @@
+"""Mirroring scenario on a chaos cluster: an inner node paused (SIGSTOP) for a few seconds,
+shared by the cluster test and the benchmark.
+
+Contract (``docs/fault-tolerance.md``, "Adaptive redundancy"; issue "Active redundancy").
+On the six agents of :func:`agent.server.inner_scenarios.inner_cluster` (agent 2 is an inner
+node with children 3 and 4), for one ``fault_tolerance`` policy and an every-version reader
+started before the job:
+
+* a :class:`~agent.server.chaos.LogWriter` (10 lines/s per agent) and WordCount ``wc`` on 1 s
+  epochs, previews and leaping off (only results as stored are judged: without a mirror the
+  master waits for the paused node), placement salt 0 (the planned tree);
+* once three epochs are stored, the shape checked and - adaptive - a mirror of the inner
+  node's position has sent an epoch up, the inner node is paused (SIGSTOP) for
+  ``pause_s`` seconds (the fault's length: a pause is a duration), then resumed; five more
+  stored epochs, the writer stops and the end-of-run check settles.
+
+It returns a :class:`Pause`: the end-of-run reports, the every-version figures, and from the
+master's timings each epoch's **completion latency** (its first stored version's time minus
+its close, ms) for the epochs around the pause, their p99 and how many exceeded the target
+``target_ms`` - the figure adaptive redundancy is about (Tran: deadline misses) - and the
+versions flagged lacking an origin other than the paused node. Nothing here asserts.
+
+Bounds: every wait has a timeout (30 s for the shape and the mirror, 60 s after the resume,
+20 s to settle) and raises ``TimeoutError`` (or ``ScenarioError``) naming what it waited for.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.server.chaos import ChaosCluster, JobPlan, JobReport, LogWriter, check, wait_until
+from agent.server.inner_scenarios import INNER, NODE_IDS, wait_for_the_planned_tree
+from agent.server.replica_scenarios import JOB, start_wordcount
+from agent.server.version_check import Seen
+from agent.server.version_watch import VersionWatch, chaos_figures
+
+#: seconds the inner node is paused
+PAUSE_SECONDS = 5.0
+
+
+def mirror_sent(chaos: ChaosCluster, holder_hex: str, job: str = JOB) -> bool:
+    """Whether some agent mirrors ``holder_hex``'s position and has sent an epoch up."""
+    for i in range(chaos.n):
+        if i in chaos.stalled or i in chaos.lost:
+            continue
+        st = chaos.client(i).status()["jobs"].get(job) or {}
+        mirrors = (st.get("active_replicas") or {}).get("mirrors") or {}
+        for key, m in mirrors.items():
+            if key.endswith("/" + holder_hex) and m.get("sent", 0) > 0:
+                return True
+    return False
+
+
+@dataclass
+class Pause:
+    """One run of :func:`pause_an_inner_node` (module contract)."""
+
+    policy: Any
+    plan: JobPlan
+    paused_at: float
+    resumed_at: float
+    latencies_ms: dict[int, float]
+    target_ms: float
+    reports: list[JobReport]
+    figs: dict[str, Any]
+    others: list[dict[str, Any]] = field(default_factory=list)
+    flagged: list[Seen] = field(default_factory=list)
+
+    def figures(self) -> dict[str, Any]:
+        lat = sorted(self.latencies_ms.values())
+        p99 = lat[min(len(lat) - 1, max(0, math.ceil(0.99 * len(lat)) - 1))] if lat else None
+        return {
+            "paused_s": round(self.resumed_at - self.paused_at, 2),
+            "epochs": len(lat),
+            "p99_ms": p99,
+            "max_ms": lat[-1] if lat else None,
+            "over_target": sum(x > self.target_ms for x in lat),
+            "target_ms": self.target_ms,
+            "latencies_ms": {str(e): round(x) for e, x in sorted(self.latencies_ms.items())},
+            "flagged_versions": len(self.flagged),
+            "lacking_others_versions": len(self.others),
+            "violations": self.figs.get("violations"),
+            "never_repaired": (self.figs.get("never_repaired") or {}).get("count"),
+            "epochs_final_exact_at_end": self.figs.get("epochs_final_exact_at_end"),
+        }
+
+
+def pause_an_inner_node(
+    chaos: ChaosCluster,
+    watch: VersionWatch,
+    policy: Any,
+    target_ms: float,
+    pause_s: float = PAUSE_SECONDS,
+) -> Pause:
+    """The scenario (module contract) under ``policy``; stops ``watch``."""
+    writer = LogWriter(chaos.paths, rate=10).start()
+    holder = NODE_IDS[INNER]
+    try:
+        plan, _ = start_wordcount(chaos, watch, policy, ("placement", 0))
+        wait_for_the_planned_tree(chaos)
+        if isinstance(policy, dict) and policy.get("policy") == "adaptive":
+            wait_until(
+                lambda: mirror_sent(chaos, holder), 30, f"a mirror of {holder} sending an epoch"
+            )
+        master = chaos.pick(JOB, "master")
+        paused_at = chaos.stall(INNER, JOB, "inner").at
+        time.sleep(pause_s)  # the fault's length (a pause is a duration), not a wait on state
+        chaos.resume(INNER, JOB)
+        resumed_at = time.time()
+        first = plan.start_epoch + 3
+        last = math.floor(resumed_at) + 3
+        chaos.wait_stored(JOB, last + 2, timeout=60)
+    finally:
+        writer.stop()
+    reports = check(chaos, [plan], settle_timeout=20)
+    figs = chaos_figures(watch, chaos, [plan], reports)
+    timings = {t["epoch"]: t for t in chaos.client(master).timings(JOB)["epochs"]}
+    latencies = {
+        e: (t["stored_at"] - t["closes_at"]) * 1000.0
+        for e, t in timings.items()
+        if first <= e <= last and t.get("stored_at") and t.get("closes_at")
+    }
+    flagged = [v for v in watch.seen() if v.flagged]
+    others = [
+        {"source": v.source, "epoch": v.epoch, "lacking": v.lacking}
+        for v in flagged
+        if not v.lacking or {str(x) for x in v.lacking} - {holder}
+    ]
+    return Pause(
+        policy=policy,
+        plan=plan,
+        paused_at=paused_at,
+        resumed_at=resumed_at,
+        latencies_ms=latencies,
+        target_ms=target_ms,
+        reports=reports,
+        figs=figs,
+        others=others,
+        flagged=flagged,
+    )

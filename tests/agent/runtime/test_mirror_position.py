@@ -1,0 +1,85 @@
+"""MirrorPosition (agent/runtime/recovery/mirror_position.py) and the adaptive policy's wiring
+(active_replicas.py): a mirrored epoch goes up as the holder once every member delivered it,
+or - hedged - without the members still missing; each epoch once; members send only the
+epochs ``mirrored_siblings`` chooses at the master's rho; the master's controller raises rho
+when epochs complete past the target."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from test_active_replicas import SECRET, TREE, Host, Network, Spec, Tasks, snap_of
+
+from agent.jobs.fault_policy import FaultPolicy
+from agent.runtime.recovery.active_replicas import ActiveReplicas
+from agent.runtime.recovery.mirror_position import MirrorPosition
+from agent.runtime.recovery.redundancy_control import mirrored_siblings
+from cbt import Snapshot
+from srt import DataPlaneClient, EpochCombiner
+
+HOLDER, C1, C2, PARENT = 0x400, 0x500, 0x600, 0x100
+
+
+def barrier(epoch: int, emit: Any) -> EpochCombiner:
+    return EpochCombiner(
+        job="wc", tree=TREE, expect_local=False, children=(), emit=emit, first_epoch=epoch
+    )
+
+
+def test_a_whole_epoch_goes_up_at_once_and_a_hedged_one_without_the_missing() -> None:
+    sent: list[tuple[int, Counter, Any]] = []
+
+    def deliver(epoch: int, snap: Snapshot, lineage: Any) -> None:
+        sent.append((epoch, Counter(snap.to_dict()), lineage))
+
+    mirror = MirrorPosition(HOLDER, barrier, deliver, max_open=2)
+    mirror.set_members([HOLDER, C1, C2])
+    for sender, word in ((C1, "a"), (C2, "b"), (HOLDER, "h")):
+        mirror.offer(sender, 10, snap_of([word]), frozenset({sender}))
+    assert sent == [(10, Counter(a=1, b=1, h=1), frozenset({HOLDER, C1, C2}))]
+    assert mirror.offer(C1, 10, snap_of(["a"]), frozenset({C1})) == "stale"  # sent once
+    # the holder is slow in epoch 12: the hedge sends its children's part alone
+    mirror.offer(C1, 12, snap_of(["a"]), frozenset({C1}))
+    mirror.offer(C2, 12, snap_of(["b"]), frozenset({C2}))
+    assert len(sent) == 1 and mirror.hedge(12)
+    assert sent[1] == (12, Counter(a=1, b=1), frozenset({C1, C2}))
+    assert not mirror.hedge(12) and mirror.offer(HOLDER, 12, snap_of(["h"]), None) == "stale"
+    # past max_open the oldest open epoch is hedged to make room
+    for epoch in (13, 14, 15):
+        mirror.offer(C1, epoch, snap_of(["a"]), frozenset({C1}))
+    assert [e for e, _, _ in sent] == [10, 12, 13]
+    assert (mirror.whole, mirror.hedged) == (1, 2)
+
+
+async def test_members_send_the_mirrored_epochs_only_and_the_master_sets_rho() -> None:
+    client = DataPlaneClient(SECRET)
+    policy = FaultPolicy("adaptive", 2, 0, 500.0)
+    host = Host(parent=HOLDER, spec=Spec(policy))
+    active = ActiveReplicas(host, Network(C1, client), Tasks())  # type: ignore[arg-type]
+    try:
+        assert active.replicas_for(TREE) == 2  # an inner position has a mirror
+        message = {"kind": "replicas", "master": f"{HOLDER:x}", "replicas": [[f"{C1:x}", "x"]]}
+        active.heard_from(TREE, {**message, "replicas": [[f"{C2:x}", "http://127.0.0.1:1"]]})
+        active.heard_from(TREE, {"kind": "replicas", "master": f"{PARENT:x}", "replicas": [],
+                                 "rho": 0.5})  # fmt: skip
+        assert active.rho[TREE] == 0.5
+        chosen = [e for e in range(100) if mirrored_siblings("wc", TREE, e, f"{HOLDER:x}", 0.5)]
+        for epoch in range(100):
+            active.to_replicas(TREE, epoch, b"")
+        queued = active.senders[(TREE, HOLDER)][C2].pending()["queued"]
+        assert queued == chosen and 30 < len(chosen) < 70
+        # the master: epochs completing past the target raise rho
+        host.root = True
+        assert active.replicas_for(TREE) == 1  # the root has no mirror
+        host.spec = Spec(FaultPolicy("adaptive", 2, 0, 500.0))
+        active.rho.clear()
+        for epoch in range(5):  # epoch 0 of the schedule ended decades ago: all late
+            active.observe_latency(TREE, epoch)
+        assert active.rho[TREE] > 0
+        host.spec = Spec(FaultPolicy("adaptive", 2, 0, 500.0, 1.0))
+        active.observe_latency(TREE, 6)
+        assert active.rho[TREE] == 1.0  # a static ratio is the spec's
+    finally:
+        await active.close()
+        await client.close()
