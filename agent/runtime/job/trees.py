@@ -42,6 +42,10 @@ HORIZON_SLACK = 10_000
 #: a dead child whose replicated position a replica serves stays a child this long after
 #: each epoch the replica sent (it says when it is done)
 POSITION_PIN_SECONDS = 10.0
+#: a mirror's copy (adaptive) pins its holder for this share of the latency target plus the
+#: slack: the mirror's hedge (half the target) and the copy's way here
+MIRROR_PIN_SHARE = 0.5
+MIRROR_PIN_SLACK = 1.0
 
 
 class TreeLinks:
@@ -227,11 +231,15 @@ class TreeLinks:
     def offer_position(
         self, name: SnapshotName, snap: Snapshot, origins: Lineage | None = None
     ) -> str:
-        """A replica of the dead child ``name.sender``'s position sends the position's epoch
-        as the child (``POST /srt/v1/position-snapshot``): the child stays pinned while it
-        does, and the epoch is the child's."""
+        """A replica of the dead child ``name.sender``'s position - or a mirror of a live one -
+        sends the position's epoch as the child (``POST /srt/v1/position-snapshot``): the
+        child stays pinned while it does, and the epoch is the child's."""
         self.known_tree(name.tree)
-        self.pin_children(name.tree, [name.sender], POSITION_PIN_SECONDS)
+        policy = self.host.spec.fault_tolerance
+        seconds = POSITION_PIN_SECONDS
+        if policy.mirrored:  # a mirror's hedged copy: a hedge window (it never says done)
+            seconds = MIRROR_PIN_SHARE * policy.target_ms / 1000.0 + MIRROR_PIN_SLACK
+        self.pin_children(name.tree, [name.sender], seconds)
         return self.offer_child(name, snap, origins)
 
     def offer_child(

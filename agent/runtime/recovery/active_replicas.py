@@ -78,7 +78,7 @@ from overlay import NodeInfo
 from srt import EpochCombiner, SnapshotName, UpstreamSender
 from srt.dataplane.lineage import Lineage, records_of
 from srt.dataplane.lineage import decode as lineage_of
-from srt.dataplane.name import POSITION_SNAPSHOT_PATH, SNAPSHOT_PATH, replica_path
+from srt.dataplane.name import POSITION_SNAPSHOT_PATH, replica_path
 from srt.dataplane.upstream import check_url
 from srt.errors import Reject, RetryLater
 
@@ -598,8 +598,10 @@ class ActiveReplicas:
         tid, holder = key
         found = self.mirrors.get(key)
         if found is None:
-            # the holder's name at its parent's own door (no pin: the holder lives)
-            forward = self._forward(key, SNAPSHOT_PATH)
+            # the holder's name at its parent's position door: the parent keeps waiting for
+            # the holder a hedge window after each copy, should the overlay declare it failed
+            # meanwhile (else it would emit an epoch whose copy is on its way without it)
+            forward = self._forward(key, POSITION_SNAPSHOT_PATH)
             mirror = MirrorPosition(
                 holder,
                 lambda epoch, emit: self.host.new_barrier(tid, emit, first_epoch=epoch),
