@@ -10,9 +10,12 @@ started before the job:
   epochs, previews and leaping off (only results as stored are judged: without a mirror the
   master waits for the paused node), placement salt 0 (the planned tree);
 * once three epochs are stored, the shape checked and - adaptive - a mirror of the inner
-  node's position has sent an epoch up, the inner node is paused (SIGSTOP) for
-  ``pause_s`` seconds (the fault's length: a pause is a duration), then resumed; five more
-  stored epochs, the writer stops and the end-of-run check settles.
+  node's position exists (with a static ratio: has sent an epoch up), the inner node is
+  paused (SIGSTOP) for ``pause_s`` seconds (the fault's length: a pause is a duration),
+  then resumed - ``bursts`` times, ``gap_s`` seconds apart; five more stored epochs, the writer stops and the
+  end-of-run check settles. ``on_window("start")`` and ``on_window("end")`` are called
+  right before the first pause and after the last burst's gap (a benchmark measures its
+  CPU and bytes between them).
 
 It returns a :class:`Pause`: the end-of-run reports, the every-version figures, and from the
 master's timings each epoch's **completion latency** (its first stored version's time minus
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,15 +45,16 @@ from agent.server.version_watch import VersionWatch, chaos_figures
 PAUSE_SECONDS = 5.0
 
 
-def mirror_sent(chaos: ChaosCluster, holder_hex: str, job: str = JOB) -> bool:
-    """Whether some agent mirrors ``holder_hex``'s position and has sent an epoch up."""
+def mirror_ready(chaos: ChaosCluster, holder_hex: str, sent: bool, job: str = JOB) -> bool:
+    """Whether some agent mirrors ``holder_hex``'s position (and, ``sent``, has sent an
+    epoch up: a static ratio mirrors from the start; the controller's starts at 0)."""
     for i in range(chaos.n):
         if i in chaos.stalled or i in chaos.lost:
             continue
         st = chaos.client(i).status()["jobs"].get(job) or {}
         mirrors = (st.get("active_replicas") or {}).get("mirrors") or {}
         for key, m in mirrors.items():
-            if key.endswith("/" + holder_hex) and m.get("sent", 0) > 0:
+            if key.endswith("/" + holder_hex) and (m.get("sent", 0) > 0 or not sent):
                 return True
     return False
 
@@ -73,7 +78,7 @@ class Pause:
         lat = sorted(self.latencies_ms.values())
         p99 = lat[min(len(lat) - 1, max(0, math.ceil(0.99 * len(lat)) - 1))] if lat else None
         return {
-            "paused_s": round(self.resumed_at - self.paused_at, 2),
+            "fault_window_s": round(self.resumed_at - self.paused_at, 2),
             "epochs": len(lat),
             "p99_ms": p99,
             "max_ms": lat[-1] if lat else None,
@@ -94,6 +99,9 @@ def pause_an_inner_node(
     policy: Any,
     target_ms: float,
     pause_s: float = PAUSE_SECONDS,
+    bursts: int = 1,
+    gap_s: float = 0.0,
+    on_window: Callable[[str], None] | None = None,
 ) -> Pause:
     """The scenario (module contract) under ``policy``; stops ``watch``."""
     writer = LogWriter(chaos.paths, rate=10).start()
@@ -102,14 +110,25 @@ def pause_an_inner_node(
         plan, _ = start_wordcount(chaos, watch, policy, ("placement", 0))
         wait_for_the_planned_tree(chaos)
         if isinstance(policy, dict) and policy.get("policy") == "adaptive":
+            static = policy.get("mirror_ratio") is not None
             wait_until(
-                lambda: mirror_sent(chaos, holder), 30, f"a mirror of {holder} sending an epoch"
+                lambda: mirror_ready(chaos, holder, static),
+                30,
+                f"a mirror of {holder}" + (" sending an epoch" if static else ""),
             )
         master = chaos.pick(JOB, "master")
-        paused_at = chaos.stall(INNER, JOB, "inner").at
-        time.sleep(pause_s)  # the fault's length (a pause is a duration), not a wait on state
-        chaos.resume(INNER, JOB)
+        if on_window is not None:
+            on_window("start")
+        paused_at = time.time()
+        for burst in range(bursts):
+            chaos.stall(INNER, JOB, "inner")
+            time.sleep(pause_s)  # the fault's length (a pause is a duration), not a wait
+            chaos.resume(INNER, JOB)
+            if burst < bursts - 1 or gap_s:
+                time.sleep(gap_s)  # the fault schedule: the gap between two bursts
         resumed_at = time.time()
+        if on_window is not None:
+            on_window("end")
         first = plan.start_epoch + 3
         last = math.floor(resumed_at) + 3
         chaos.wait_stored(JOB, last + 2, timeout=60)
