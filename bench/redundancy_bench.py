@@ -433,9 +433,10 @@ def scenario_run(
     policy: str,
     cluster: Callable[[Path], ChaosCluster],
     scenario: Callable[[ChaosCluster, VersionWatch, Any], Any],
+    policies: dict[str, Any] = POLICIES,
 ) -> dict[str, Any]:
-    """One run of ``scenario`` (its result's ``figures()``) under ``policy`` on a fresh
-    cluster made by ``cluster`` in a temporary directory."""
+    """One run of ``scenario`` (its result's ``figures()``, or a dict) under
+    ``policies[policy]`` on a fresh cluster made by ``cluster`` in a temporary directory."""
     out: dict[str, Any] = {"policy": policy}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="redundancy-bench-kill-") as tmp:
@@ -445,7 +446,8 @@ def scenario_run(
         try:
             chaos.start(timeout=180)
             watch = chaos_watch(chaos, [])
-            out.update(scenario(chaos, watch, POLICIES[policy]).figures())
+            result = scenario(chaos, watch, policies[policy])
+            out.update(result if isinstance(result, dict) else result.figures())
         except Exception as exc:  # the run's figures say what broke
             out["error"] = f"{type(exc).__name__}: {exc}"
         finally:
@@ -618,11 +620,10 @@ MIRROR_POLICIES: dict[str, Any] = {
 
 
 def mirror_run(policy: str) -> dict[str, Any]:
-    """One paused-inner-node run under ``policy`` on a fresh six-agent cluster."""
-    out: dict[str, Any] = {"policy": policy}
-    with tempfile.TemporaryDirectory(prefix="redundancy-bench-mirror-") as tmp:
-        chaos = inner_cluster(Path(tmp))
-        watch: VersionWatch | None = None
+    """One paused-inner-node run under ``policy`` on a fresh six-agent cluster, with the
+    agents' CPU and data-plane bytes over the fault window."""
+
+    def paused(chaos: ChaosCluster, watch: VersionWatch, spec: Any) -> dict[str, Any]:
         marks: dict[str, tuple[float, float, int]] = {}
 
         def on_window(mark: str) -> None:
@@ -630,30 +631,16 @@ def mirror_run(policy: str) -> dict[str, Any]:
             cpu = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
             marks[mark] = (time.monotonic(), cpu, data_plane_bytes(chaos)[0])
 
-        try:
-            chaos.start(timeout=180)
-            watch = chaos_watch(chaos, [])
-            run = pause_an_inner_node(
-                chaos,
-                watch,
-                MIRROR_POLICIES[policy],
-                MIRROR_TARGET_MS,
-                pause_s=3.0,
-                bursts=3,
-                gap_s=8.0,
-                on_window=on_window,
-            )
-            out.update(run.figures())
-            (t0, c0, b0), (t1, c1, b1) = marks["start"], marks["end"]
-            out["cpu_cores_all_agents"] = round((c1 - c0) / (t1 - t0), 3)
-            out["data_plane_bytes_per_s"] = round((b1 - b0) / (t1 - t0))
-        except Exception as exc:  # the run's figures say what broke
-            out["error"] = f"{type(exc).__name__}: {exc}"
-        finally:
-            if watch is not None:
-                watch.stop()
-            chaos.stop()
-    return out
+        run = pause_an_inner_node(
+            chaos, watch, spec, MIRROR_TARGET_MS, 3.0, bursts=3, gap_s=8.0, on_window=on_window
+        )
+        (t0, c0, b0), (t1, c1, b1) = marks["start"], marks["end"]
+        return run.figures() | {
+            "cpu_cores_all_agents": round((c1 - c0) / (t1 - t0), 3),
+            "data_plane_bytes_per_s": round((b1 - b0) / (t1 - t0)),
+        }
+
+    return scenario_run(policy, inner_cluster, paused, MIRROR_POLICIES)
 
 
 def mirror_section(args: argparse.Namespace) -> dict[str, Any]:

@@ -12,10 +12,10 @@ started before the job:
 * once three epochs are stored, the shape checked and - adaptive - a mirror of the inner
   node's position exists (with a static ratio: has sent an epoch up), the inner node is
   paused (SIGSTOP) for ``pause_s`` seconds (the fault's length: a pause is a duration),
-  then resumed - ``bursts`` times, ``gap_s`` seconds apart; five more stored epochs, the writer stops and the
-  end-of-run check settles. ``on_window("start")`` and ``on_window("end")`` are called
-  right before the first pause and after the last burst's gap (a benchmark measures its
-  CPU and bytes between them).
+  then resumed - ``bursts`` times, ``gap_s`` seconds apart; five more stored epochs, the
+  writer stops and the end-of-run check settles. ``on_window("start")`` and
+  ``on_window("end")`` are called right before the first pause and after the last burst's
+  gap (a benchmark measures its CPU and bytes between them).
 
 It returns a :class:`Pause`: the end-of-run reports, the every-version figures, and from the
 master's timings each epoch's **completion latency** (its first stored version's time minus

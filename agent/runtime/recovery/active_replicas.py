@@ -95,6 +95,7 @@ INNER_KEPT = 64  # epochs an inner position's replica keeps for its release
 LEAVE_FLUSH_SECONDS = 10.0  # a moving member waits this long for its replica senders
 MAX_MEMBERS = 4096
 HEDGE_SHARE = 0.5  # a mirror's epoch goes up without missing members after T times this
+CONTROL_SECONDS = 1.0  # the adaptive controller's period at a master
 EVENTS = ("leave", "standby", "release", "done")
 
 
@@ -115,6 +116,9 @@ class ReplicaHost(Protocol):
 
     @property
     def spec(self) -> Any: ...
+
+    @property
+    def stopped(self) -> bool: ...
 
     @property
     def is_origin(self) -> bool: ...
@@ -203,6 +207,9 @@ class ActiveReplicas:
         self.rho: dict[int, float] = {}
         self.mirrors: dict[Key, tuple[MirrorPosition, PositionForward]] = {}  # as mirror
         self.controllers: dict[int, tuple[LatencyWindow, RedundancyController]] = {}
+        self._fresh: dict[int, int] = {}  # misses since the last control period, per tree
+        self._missed: dict[int, int] = {}  # the newest epoch counted as a miss, per tree
+        self._loops: set[int] = set()  # trees whose control loop runs
         self._urls: dict[int, str] = {}
 
     def wanted(self) -> int:
@@ -633,21 +640,60 @@ class ActiveReplicas:
 
     def observe_latency(self, tid: int, epoch: int) -> None:
         """As master under the adaptive policy: a new epoch stored - its completion latency
-        feeds the window, and the controller sets rho for the next announcement."""
+        feeds the window (a miss, unless already counted while it was open); the control
+        loop (:meth:`control_period`) starts with the first one."""
         policy = self.host.spec.fault_tolerance
         if not policy.mirrored or not self.host.is_root(tid):
             return
         if policy.mirror_ratio is not None:  # static redundancy: the ratio is the spec's
             self.rho[tid] = policy.mirror_ratio
             return
-        window, controller = self.controllers.setdefault(
-            tid, (LatencyWindow(), RedundancyController())
-        )
-        now = time.monotonic()
+        window, _ = self._controller(tid)
         latency_ms = max(0.0, (time.time() - self.host.spec.schedule.end(epoch)) * 1000.0)
-        window.record(latency_ms, now)
-        controller.update(window.p99(now), policy.target_ms, int(latency_ms > policy.target_ms))
+        window.record(latency_ms, time.monotonic())
+        if latency_ms > policy.target_ms and epoch > self._missed.get(tid, -1):
+            self._fresh[tid] = self._fresh.get(tid, 0) + 1
+            self._missed[tid] = epoch
+        if tid not in self._loops:
+            self._loops.add(tid)
+            self.tasks.spawn(self._control_loop(tid), f"{self.host.name} redundancy control")
+
+    def _controller(self, tid: int) -> tuple[LatencyWindow, RedundancyController]:
+        return self.controllers.setdefault(tid, (LatencyWindow(), RedundancyController()))
+
+    async def _control_loop(self, tid: int) -> None:
+        """Every :data:`CONTROL_SECONDS` while this agent masters the tree under the adaptive
+        policy: one control period (:meth:`control_period`)."""
+        try:
+            while not self.host.stopped:
+                await asyncio.sleep(CONTROL_SECONDS)
+                policy = self.host.spec.fault_tolerance
+                if not policy.mirrored or policy.mirror_ratio is not None:
+                    return
+                if not self.host.is_root(tid):
+                    return
+                self.control_period(tid, policy.target_ms)
+        finally:
+            self._loops.discard(tid)
+
+    def control_period(self, tid: int, target_ms: float) -> None:
+        """One control period: the misses since the last one - epochs stored past the target
+        and epochs **still open** past it (a paused node holds them: nothing is stored, yet
+        the tail is missing now) - and the window's p99 to the controller; its ratio goes
+        out with the next announcement (now, when it changed)."""
+        schedule = self.host.spec.schedule
+        overdue = schedule.epoch_of(time.time() - target_ms / 1000.0) - 1  # closed past T
+        first = max(self.host.ensure_tree(tid).next_epoch, self._missed.get(tid, -1) + 1)
+        if overdue >= first:
+            self._fresh[tid] = self._fresh.get(tid, 0) + overdue - first + 1
+            self._missed[tid] = overdue
+        window, controller = self._controller(tid)
+        now = time.monotonic()
+        before = self.rho.get(tid, 0.0)
+        controller.update(window.p99(now), target_ms, self._fresh.pop(tid, 0))
         self.rho[tid] = controller.rho
+        if controller.rho != before:
+            self.announce(tid)
 
     async def _standby(self, key: Key, event: str) -> int | None:
         """Register as the inner position's standby at its parent (``standby``) or take the

@@ -50,6 +50,7 @@ class Host:
     name: str = "wc"
     spec: Spec = field(default_factory=lambda: Spec(FaultPolicy("replicated", 2)))
     is_origin: bool = True
+    stopped: bool = False
     root: bool = False
     parent: int | None = MASTER
     stored: dict[int, tuple[Counter, frozenset[int] | None]] = field(default_factory=dict)

@@ -76,7 +76,13 @@ async def test_members_send_the_mirrored_epochs_only_and_the_master_sets_rho() -
         active.rho.clear()
         for epoch in range(5):  # epoch 0 of the schedule ended decades ago: all late
             active.observe_latency(TREE, epoch)
+        host.own = EpochCombiner(
+            job="wc", tree=TREE, expect_local=True, children=(), emit=lambda e, s: None,
+            first_epoch=5,
+        )  # fmt: skip
+        active.control_period(TREE, 500.0)  # five misses stored, and epochs 5.. still open
         assert active.rho[TREE] > 0
+        host.stopped = True  # (the control loop ends)
         host.spec = Spec(FaultPolicy("adaptive", 2, 0, 500.0, 1.0))
         active.observe_latency(TREE, 6)
         assert active.rho[TREE] == 1.0  # a static ratio is the spec's
