@@ -142,7 +142,8 @@ class TreeLinks:
             while not self.host.stopped and self._pins.get(tid):
                 due = min(self._pins[tid].values()) - time.monotonic()
                 await asyncio.sleep(max(0.0, due) + 0.01)
-                if self._pinned(tid) != set(self._pins.get(tid, {})) or due <= 0:
+                held = set(self._pins.get(tid, {}))
+                if self._pinned(tid) != held:  # some pin ended (a later pin may extend one)
                     self.children_changed(tid)
         finally:
             self._pin_watch.discard(tid)
