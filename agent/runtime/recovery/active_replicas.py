@@ -197,6 +197,7 @@ class ActiveReplicas:
         self.heard: dict[int, dict[int, dict[int, str]]] = {}
         self.senders: dict[Key, dict[int, UpstreamSender]] = {}
         self._parents: dict[int, int] = {}  # as member: the parent last sent to, per tree
+        self._inner: dict[int, set[int]] = {}  # as member: holders heard as inner positions
         self._last_sent: dict[Key, int] = {}  # as member: the newest epoch sent to a position
         self._announced: dict[int, tuple[float, tuple[Any, ...]]] = {}
         self._reported: dict[int, tuple[float, tuple[Any, ...]]] = {}
@@ -400,6 +401,7 @@ class ActiveReplicas:
         if not upstream:
             await self.host.multicast(tid, message)
             return
+        message["inner"] = True  # its replicas release (send up) whatever they got
         for child, url in self.host.child_urls(tid).items():
             try:
                 await self.network.client.post_json(
@@ -437,9 +439,15 @@ class ActiveReplicas:
             return
         heard = self.heard.setdefault(tid, {})
         heard[holder] = replicas
+        inner = self._inner.setdefault(tid, set())
+        if message.get("inner") is True:
+            inner.add(holder)
+        else:
+            inner.discard(holder)
         keep = {self.network.node_id, self.host.parent_of(tid), holder}
         for other in [h for h in heard if h not in keep]:
             del heard[other]
+            inner.discard(other)
 
     def to_replicas(self, tid: int, epoch: int, payload: bytes, *, own: bool = False) -> None:
         """An epoch this agent sends up (``own``: its own share, as a holder) to every
@@ -504,7 +512,12 @@ class ActiveReplicas:
             return False
         senders = self.senders.pop((tid, old), {})
         replicas = self.heard.get(tid, {}).pop(old, None)
-        dead = not self.network.routable(old)
+        # an inner position's replica sends up whatever it got; a master's replica owns
+        # only the epochs up to its hand-over epoch (decided at the take-over, unknown
+        # here): the member's own stream to the new root carries the rest
+        inner = old in self._inner.get(tid, set())
+        self._inner.get(tid, set()).discard(old)
+        dead = not self.network.routable(old) and inner
         held = bool(replicas) and all(not s.counters["dropped"] for s in senders.values())
         last = self._last_sent.pop((tid, old), None)
         if replicas:
@@ -773,7 +786,12 @@ class ActiveReplicas:
         done (``done``)."""
         if event == "leave":
             replica = self.positions.get((tid, holder))
-            if replica is not None and member is not None and replica.member_left(member):
+            if (
+                replica is not None
+                and replica.inner
+                and member is not None
+                and replica.member_left(member)
+            ):
                 self.host.count("replica_members_left")
                 self._check_finished((tid, holder))
             return {"ok": True}

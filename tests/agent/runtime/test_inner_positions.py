@@ -127,7 +127,12 @@ async def test_a_member_of_a_dead_holder_hands_its_queue_to_the_replicas() -> No
     network = Network(C1, client)
     host = Host(parent=HOLDER)
     active = ActiveReplicas(host, network, Tasks())  # type: ignore[arg-type]
-    message = {"kind": "replicas", "master": f"{HOLDER:x}", "replicas": [[f"{ME:x}", replica.url]]}
+    message = {
+        "kind": "replicas",
+        "master": f"{HOLDER:x}",
+        "replicas": [[f"{ME:x}", replica.url]],
+        "inner": True,  # an inner holder's message (a master's replica owns less)
+    }
     try:
         active.heard_from(TREE, message)
         payload = with_lineage(frozenset({C1}), snap_of(["a"]).to_bytes())
@@ -148,6 +153,14 @@ async def test_a_member_of_a_dead_holder_hands_its_queue_to_the_replicas() -> No
         assert active.hand_off(TREE, HOLDER) is False
         assert host.queued == [(6, payload)]
         await async_wait_until(lambda: replica.kinds() == ["leave"] * 2, 5, "the second leave")
+        # a dead *master*: its replica owns only the epochs up to its hand-over epoch, so the
+        # queue stays for the new root (which routes what the replica owns to it)
+        host.parent = HOLDER
+        active.hand_off(TREE, HOLDER)
+        active.heard_from(TREE, {**message, "inner": False})
+        network.dead.add(HOLDER)
+        host.queued = [(7, payload)]
+        assert active.hand_off(TREE, NEW_PARENT) is False and host.queued == [(7, payload)]
     finally:
         await active.close()
         await client.close()
