@@ -49,16 +49,16 @@ down epochs, 60 s after the restart, 20 s to settle) and raises ``TimeoutError``
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.server.chaos import ChaosCluster, JobPlan, JobReport, LogWriter, check, wait_until
 from agent.server.replica_scenarios import (
-    DOWN_EPOCHS,
     JOB,
     ScenarioError,
+    kill_and_restart,
+    lacking_others,
     standby_of,
     start_wordcount,
 )
@@ -116,14 +116,6 @@ def inner_cluster(workdir: Path, **kw: Any) -> ChaosCluster:
     """A (not started) chaos cluster of :data:`AGENTS` agents with the ids of :data:`NODE_IDS`."""
     args = {i: ["--node-id", h] for i, h in enumerate(NODE_IDS)}
     return ChaosCluster(AGENTS, workdir, agent_args=args, **kw)
-
-
-def _origin(name: str) -> int | str:
-    """An origin as results name it (hex, with or without leading zeros; ``"?"``: unknown)."""
-    try:
-        return int(name, 16)
-    except ValueError:
-        return name
 
 
 def _job_status(chaos: ChaosCluster, index: int, job: str) -> dict[str, Any]:
@@ -259,33 +251,13 @@ def kill_an_inner_node(chaos: ChaosCluster, watch: VersionWatch, policy: Any) ->
                 f"jobs[{JOB}].active_replicas.positions names {NODE_IDS[INNER]} as master and "
                 "has merged an epoch (none: inner-position replication is not running)",
             )
-        ev = chaos.kill(INNER, JOB, "inner")
-        killed_at = ev.at
-        back = (ev.stored_before or plan.start_epoch) + DOWN_EPOCHS
-        chaos.wait_stored(JOB, back, timeout=90)
-        restarted_at = time.time()
-        ev = chaos.restart(INNER, JOB)
-        chaos.wait_stored(JOB, max(back, ev.stored_before or 0) + 3, timeout=60)
+        killed_at, restarted_at = kill_and_restart(chaos, plan, INNER, "inner")
     finally:
         writer.stop()
     reports = check(chaos, [plan], settle_timeout=20)
     figs = chaos_figures(watch, chaos, [plan], reports)
     flagged = [v for v in watch.seen() if v.flagged]
-
-    def phase(at: float) -> str:
-        return "before_kill" if at < killed_at else "down" if at < restarted_at else "after_restart"
-
-    others = [
-        {
-            "source": v.source,
-            "epoch": v.epoch,
-            "lacking": v.lacking,
-            "partial": v.partial,
-            "phase": phase(v.first_seen),
-        }
-        for v in flagged
-        if not v.lacking or {_origin(x) for x in v.lacking} - {_origin(NODE_IDS[INNER])}
-    ]
+    others = lacking_others(flagged, NODE_IDS[INNER], killed_at, restarted_at)
     return InnerKill(
         policy=policy,
         plan=plan,

@@ -253,3 +253,48 @@ def kill_during_a_stall(chaos: ChaosCluster, watch: VersionWatch, policy: Any) -
         others=others,
         flagged_total=sum(v.flagged for v in seen),
     )
+
+
+def kill_and_restart(
+    chaos: ChaosCluster, plan: JobPlan, victim: int, role: str
+) -> tuple[float, float]:
+    """kill -9 of agent ``victim``, its restart :data:`DOWN_EPOCHS` stored epochs later, and
+    three more stored epochs; returns (killed at, restarted at)."""
+    ev = chaos.kill(victim, plan.name, role)
+    killed_at = ev.at
+    back = (ev.stored_before or plan.start_epoch) + DOWN_EPOCHS
+    chaos.wait_stored(plan.name, back, timeout=90)
+    restarted_at = time.time()
+    ev = chaos.restart(victim, plan.name)
+    chaos.wait_stored(plan.name, max(back, ev.stored_before or 0) + 3, timeout=60)
+    return killed_at, restarted_at
+
+
+def lacking_others(
+    flagged: list[Seen], victim_hex: str, killed_at: float, restarted_at: float
+) -> list[dict[str, Any]]:
+    """The flagged versions lacking an origin other than ``victim_hex`` (or naming none),
+    each with its phase: ``before_kill``, ``down`` or ``after_restart``."""
+
+    def phase(at: float) -> str:
+        return "before_kill" if at < killed_at else "down" if at < restarted_at else "after_restart"
+
+    return [
+        {
+            "source": v.source,
+            "epoch": v.epoch,
+            "lacking": v.lacking,
+            "partial": v.partial,
+            "phase": phase(v.first_seen),
+        }
+        for v in flagged
+        if not v.lacking or {origin_of(x) for x in v.lacking} - {origin_of(victim_hex)}
+    ]
+
+
+def origin_of(name: str) -> int | str:
+    """An origin as results name it (hex, with or without leading zeros; ``"?"``: unknown)."""
+    try:
+        return int(name, 16)
+    except ValueError:
+        return name
