@@ -58,6 +58,13 @@ class RuntimeTunables:
     # publishes to the lake: a real predecessor hands over meanwhile
     # (agent/runtime/recovery/master_terms.py)
     master_settle_seconds: float = 2.0
+    # ... and a master that *ran the job before* (a restarted agent taking its root back)
+    # waits up to this long: its predecessor - the agent that was master while it was down -
+    # is alive and hands over once the overlay tells it, which on a loaded host takes longer
+    # than master_settle_seconds; published before, the restarted master's own re-read share
+    # of the epochs it missed would be a version lacking every other origin. It settles at
+    # once when the hand-over arrives.
+    master_restart_settle_seconds: float = 15.0
     # repair by pull (agent/runtime/recovery/retained_epochs.py): an origin keeps its own
     # snapshots of uncommitted epochs (bytes per job); a master asks lacking origins every
     # repair_interval

@@ -69,6 +69,9 @@ class RecoveryHooks(Protocol):
     def readable_upto(self, tid: int) -> int | None:
         """The epoch this agent's read positions may pass for ``tid`` (None: none yet)."""
 
+    def unpublished(self, tid: int, epoch: int) -> bool:
+        """This master holds (tree, epoch) but waits to settle before publishing it."""
+
     def status(self) -> dict[str, Any]:
         """The fault-tolerance fields of the job's status, in their order there."""
 

@@ -8,8 +8,9 @@ Contract (:class:`ResultQueries`, one per job runtime, on the event loop):
   :meth:`~ResultQueries.forget_master_url` drops a stale answer, and tells the overlay when
   that master's port refused us (its process is gone).
 * :meth:`~ResultQueries.local_results` answers, as a master, for one (tree, epoch): a spilled
-  epoch is read back in a thread, an epoch this master no longer holds is asked of the lake,
-  and a dropped one is answered with the bound that dropped it (``gone``), never guessed.
+  epoch is read back in a thread, an epoch this master no longer holds - or holds but has not
+  published, not having settled (a restarted master) - is asked of the lake, and a dropped
+  one is answered with the bound that dropped it (``gone``), never guessed.
 * :meth:`~ResultQueries.results` is the job's result for an epoch: every tree's master is
   asked, the parts merged (top k re-cut), and the answer says whether it is final, partial
   or tentative (docs/fault-tolerance.md); an epoch a bound dropped is 410 ``Gone``.
@@ -101,6 +102,17 @@ class ResultQueries:
         if epoch is None:
             return {"epochs": epochs}
         result = store.get(tid, int(epoch))
+        if (
+            result is not None
+            and host.lake is not None
+            and host.recovery.unpublished(tid, int(epoch))
+        ):
+            # not settled yet (a restarted master waiting for its predecessor's hand-over):
+            # its own version may hold only its own re-read share of an epoch the
+            # predecessor published whole but for it - the lake's version is the better one
+            found = await host.lake.history(tid, int(epoch))
+            if found is not None and found["rows"] is not None:
+                return {"epochs": epochs, **found}
         if result is None:  # an epoch before this master, or dropped: the lake may have it
             found = await host.lake.history(tid, int(epoch)) if host.lake is not None else None
             if found is not None and found["rows"] is not None:

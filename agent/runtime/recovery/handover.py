@@ -117,13 +117,16 @@ class Handover:
         parts, host = self.parts, self.parts.host
         host.known_tree(tid)
         host.ensure_tree(tid)
+        taken = parts.absorb_items(tid, items, expected, "handover")
+        # settled only now, with the hand-over in the store: settling first published the
+        # writes that waited - a restarted master's own re-read share of the epochs it missed,
+        # lacking every other origin - under the new term, before the merged versions
         if host.is_root(tid):
             parts.fence.handed_over(tid, term)
             parts.members_changed()
             parts.publish_deferred(tid)
         else:
             parts.fence.hear(tid, term)
-        taken = parts.absorb_items(tid, items, expected, "handover")
         host.count("handovers_received")
         host.bound_results()
         # a handed-over epoch may lack origins (ours among them, when we were down): as the

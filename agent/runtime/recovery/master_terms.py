@@ -18,8 +18,11 @@ version. Like Kafka's producer epoch and Flink's leader session id, the term onl
   handed over (a restarted agent, the job's first master, or one that briefly believes it is
   the root before the overlay converges) first waits ``settle_seconds``: a real predecessor
   hands over within that time (and the would-be master that is not the root by then publishes
-  nothing). Until settled, lake writes wait here (:meth:`defer`); the results API still
-  answers, flagged as it must be.
+  nothing). A restarted master (it ran the job before) waits longer,
+  ``restart_settle_seconds``: its predecessor is usually alive and hands over as soon as the
+  overlay tells it. Until settled, lake writes wait here (:meth:`defer`); the results API
+  answers a deferred epoch (:meth:`deferred`) with what the lake holds, else with this
+  master's version, flagged as it must be.
 
 Pure state: times are arguments; the caller runs the settle timer. Bounded by the job's trees.
 """
@@ -33,12 +36,14 @@ class MasterTerms:
     """Per job on one agent: its term as master of each tree, the highest term heard of, and
     the lake writes waiting for this master to settle (module contract)."""
 
-    def __init__(self, settle_seconds: float = 2.0) -> None:
+    def __init__(self, settle_seconds: float = 2.0, restart_settle_seconds: float = 15.0) -> None:
         self.settle_seconds = settle_seconds
+        self.restart_settle_seconds = restart_settle_seconds
         self._mine: dict[int, int] = {}  # tree -> the term this agent claimed as its master
         self._heard: dict[int, int] = {}  # tree -> the highest term heard of
         self._settle_at: dict[int, float] = {}  # tree -> when an unsettled master settles
         self._pending: dict[int, set[int]] = {}  # tree -> epochs to publish once settled
+        self._restored: set[int] = set()  # trees with a term persisted by an earlier run
 
     def term(self, tree: int) -> int:
         """The term this agent stamps on what it produces for ``tree`` (0: never master)."""
@@ -63,14 +68,16 @@ class MasterTerms:
         self._heard[tree] = term
         return term
 
-    def became_root(self, tree: int, now: float, settled: bool) -> int:
+    def became_root(self, tree: int, now: float, settled: bool, restarted: bool = False) -> int:
         """This agent just became the tree's root; returns its new term. Not ``settled``
-        (nothing handed over): its lake writes wait :attr:`settle_seconds`."""
+        (nothing handed over): its lake writes wait :attr:`settle_seconds`, or
+        :attr:`restart_settle_seconds` when it ran the job before (``restarted``)."""
         term = self.claim(tree)
         if settled:
             self._settle_at.pop(tree, None)
         else:
-            self._settle_at[tree] = now + self.settle_seconds
+            wait = self.restart_settle_seconds if restarted else self.settle_seconds
+            self._settle_at[tree] = now + wait
         return term
 
     def handed_over(self, tree: int, term: Any) -> int:
@@ -97,6 +104,10 @@ class MasterTerms:
     def defer(self, tree: int, epoch: int) -> None:
         self._pending.setdefault(tree, set()).add(epoch)
 
+    def deferred(self, tree: int, epoch: int) -> bool:
+        """Whether the lake write of (tree, epoch) waits for this master to settle."""
+        return epoch in self._pending.get(tree, ())
+
     def settle(self, tree: int, now: float) -> set[int]:
         """Settle now if due: the deferred epochs to publish (empty if not due)."""
         if not self.settled(tree, now):
@@ -112,9 +123,17 @@ class MasterTerms:
         """Terms persisted by an earlier run (malformed entries skipped)."""
         for key, term in state.items() if isinstance(state, dict) else ():
             try:
-                self.hear(int(key, 16), term)
+                tree = int(key, 16)
             except (TypeError, ValueError):
                 continue
+            self.hear(tree, term)
+            if type(term) is int and term > 0:
+                self._restored.add(tree)
+
+    def ran_before(self, tree: int) -> bool:
+        """Whether an earlier run of this agent knew a master of ``tree`` (a term persisted):
+        after a restart, that master - or the one that took over meanwhile - may be alive."""
+        return tree in self._restored
 
     def stats(self, now: float) -> dict[str, Any]:
         return {

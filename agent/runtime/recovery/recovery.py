@@ -81,7 +81,9 @@ class Recovery:
         self.membership = Membership()
         self.absence = Absence(self.membership, store, _AbsenceHost(self))
         #: the fencing term of each tree this agent masters (master_terms.py)
-        self.fence = MasterTerms(tunables.master_settle_seconds)
+        self.fence = MasterTerms(
+            tunables.master_settle_seconds, tunables.master_restart_settle_seconds
+        )
         #: per tree: the master's commit watermark as last heard (as master: our own)
         self.committed: dict[int, int] = {}
         #: as origin: our own snapshots of uncommitted epochs, for the master's repair
@@ -186,7 +188,12 @@ class Recovery:
             self.host.count("member_copies_used")
         knew = bool(self.membership.members_set())
         if not took_over:
-            self.fence.became_root(tid, time.time(), settled=False)
+            self.fence.became_root(
+                tid,
+                time.time(),
+                settled=False,
+                restarted=self._running_before() or self.fence.ran_before(tid),
+            )
             self.tasks.spawn(self._settle(tid), f"{self.name} settle")
         log.info("job %s tree %x: master under term %d", self.name, tid, self.fence.term(tid))
         self.members_changed()  # the term is persisted beside the members
@@ -225,6 +232,11 @@ class Recovery:
         for epoch in sorted(self.fence.settle(tid, time.time())):
             self.store.assess(tid, epoch)
             self.publish(tid, epoch)
+
+    def unpublished(self, tid: int, epoch: int) -> bool:
+        """Whether this master holds (tree, epoch) unpublished: it has not settled (it waits
+        for a predecessor's hand-over), so the lake's version may know more than ours."""
+        return self.fence.deferred(tid, epoch)
 
     def publish(self, tid: int, epoch: int) -> None:
         """A version of (tree, epoch) to the lake - once this master has settled."""
