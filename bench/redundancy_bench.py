@@ -7,6 +7,7 @@
     python bench/redundancy_bench.py --only inner --runs 2          # an inner node killed
     python bench/redundancy_bench.py --only mirror --quick          # an inner node paused
     python bench/redundancy_bench.py --only any --quick             # a random node killed
+    python bench/redundancy_bench.py --only domain --quick          # a failure domain killed
 
 Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and its JSON is
 ``sections[name]``):
@@ -99,14 +100,21 @@ Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and 
   origin other than the paused node, and the agents' CPU (cores) and data-plane bytes over
   the fault window; per policy the medians, and the static and adaptive policies' extra CPU
   over passive's (goal: adaptive's p99 within 10 % of static's at <= 30 % of its extra CPU).
-* **any** - kill -9 of one random agent per run, whatever its role (master, inner node or
-  leaf), on a fresh cluster of ``--agents`` (8) with ids as they come, under ``passive`` and
-  ``replicated`` (r = 2) for the same victim (``--runs`` victims: 8 full, 3 quick; drawn
-  from ``--seed``): :func:`agent.server.any_node_scenarios.kill_one_node` - the victim
+* **any** - kill -9 of one agent per run, whatever its role (master, inner node or leaf),
+  on a fresh cluster of ``--agents`` (8) with ids as they come, under ``passive`` and
+  ``replicated`` (r = 2) for the same victim (``--runs`` victims: 8 full, 3 quick - the
+  master, an inner node when the tree has one, then random agents drawn from ``--seed``):
+  :func:`agent.server.any_node_scenarios.kill_one_node` - the victim
   restarted six stored epochs later. Per run the victim's role and the epochs with a
   version lacking an origin other than the victim while it was down (goal for replicated:
-  0) and over the whole run (a restarted master's take-back adds some: a documented
-  limit); per policy and role the runs and those counts.
+  0) and over the whole run, the restart included (goal for replicated: 0 too); per
+  policy and role the runs and those counts. A role the fresh cluster's tree lacks (its ids
+  are new each time) is tried on up to two more clusters.
+* **domain** - the same with ``--agents`` (16) in failure domains of two (``--domain
+  rack-<i // 2>``), the victim killed and restarted **with its domain mate**: the worst
+  correlated failure. Counted: versions lacking an origin outside the domain. Inner
+  positions' replicas are placed in another domain; the master's are the next masters,
+  whatever their domain (``docs/fault-tolerance.md``, limits).
 """
 
 from __future__ import annotations
@@ -705,17 +713,38 @@ def mirror_section(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def any_section(args: argparse.Namespace) -> dict[str, Any]:
-    """kill -9 of one random agent (any role) per run, passive and replicated interleaved
-    (module docstring)."""
-    n = args.agents or 8
+    """kill -9 of one agent (any role) per run, passive and replicated interleaved (module
+    docstring)."""
+    return kill_runs(args, args.agents or 8, whole_domain=False)
+
+
+def domain_section(args: argparse.Namespace) -> dict[str, Any]:
+    """kill -9 of a whole failure domain (two agents) per run (module docstring)."""
+    return kill_runs(args, args.agents or 16, whole_domain=True)
+
+
+def kill_runs(args: argparse.Namespace, n: int, whole_domain: bool) -> dict[str, Any]:
+    """The runs of ``any`` and ``domain``: per victim, passive then replicated, each on a
+    fresh cluster (a role the fresh cluster's tree lacks - its ids are new - is tried on
+    up to two more clusters)."""
     runs = args.runs or (3 if args.quick else 8)
     rng = random.Random(args.seed)
-    victims = [rng.randrange(n) for _ in range(runs)]
+    # the master and an inner node (when the tree has one) first: random victims are
+    # mostly leaves, which no policy can replicate
+    victims: list[int | str] = ["master", "inner"][:runs]
+    victims += [rng.randrange(n) for _ in range(max(0, runs - 2))]
+    domains = [f"rack-{i // 2}" for i in range(n)] if whole_domain else None
     results = []
     for victim in victims:
-        scenario = functools.partial(kill_one_node, victim=victim)
+        scenario = functools.partial(kill_one_node, victim=victim, whole_domain=whole_domain)
         for policy in ("passive", "replicated"):
-            results.append(scenario_run(policy, lambda tmp: ChaosCluster(n, tmp), scenario))
+            for _attempt in range(3):
+                result = scenario_run(
+                    policy, lambda tmp: ChaosCluster(n, tmp, domains=domains), scenario
+                )
+                if not str(result.get("error", "")).startswith("LookupError"):
+                    break
+            results.append(result)
             print(json.dumps(results[-1], default=str), file=sys.stderr)
     by_role: dict[str, dict[str, Any]] = {}
     for r in results:
@@ -727,11 +756,14 @@ def any_section(args: argparse.Namespace) -> dict[str, Any]:
         row["runs"] += 1
         row["lacking_down"].append(r["lacking_others_epochs_down"])
         row["lacking_all"].append(r["lacking_others_epochs"])
+    killed = "the victim's domain" if whole_domain else "the victim"
     return {
         "agents": n,
+        "domains": domains,
         "victims": victims,
-        "goal": "replicated: 0 epochs with versions lacking an origin other than the victim "
-        "while it is down (lacking_down); lacking_all adds the restart's",
+        "goal": f"replicated: 0 epochs with versions lacking an origin outside {killed} "
+        "while it is down (lacking_down) and over the run, the restart's included "
+        "(lacking_all)",
         "by_policy_and_role": by_role,
         "runs": results,
     }
@@ -745,6 +777,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "inner": inner_section,
     "mirror": mirror_section,
     "any": any_section,
+    "domain": domain_section,
 }
 
 

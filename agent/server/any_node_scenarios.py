@@ -8,7 +8,8 @@ policy and one **victim** agent index:
 * a :class:`~agent.server.chaos.LogWriter` (10 lines/s per agent) and WordCount ``wc`` on 1 s
   epochs, previews and leaping off (only results as stored are judged), submitted to every
   agent; three epochs stored;
-* the victim's **role** in the job's first tree is read from the agents' status - ``master``
+* the victim - an agent index, or a role resolved on the running job (:func:`with_role`) -
+  and its **role** in the job's first tree are read from the agents' status - ``master``
   (the root), ``inner`` (a barrier with children) or ``leaf`` - and, under a replicated
   policy, a position the victim holds (master or inner) must have a replica that merged an
   epoch before the fault (a leaf holds none: its own input is its own, and a dead leaf is
@@ -20,9 +21,9 @@ policy and one **victim** agent index:
 It returns an :class:`AnyKill`: the role, the every-version figures and the versions flagged
 lacking an origin other than the victim (``others``, each with its phase: ``before_kill``,
 ``down`` - the kill to the restart, what replication guarantees: none - or
-``after_restart``: a restarted master taking its root back stores its own share alone for
-the epochs in flight until the interim master's hand-over reaches it, flagged - a limit of
-``docs/fault-tolerance.md``). Nothing here asserts.
+``after_restart``: a restarted master taking its root back must wait for the interim
+master's hand-over before it publishes, ``master_restart_settle_seconds``). Nothing here
+asserts.
 
 Bounds: every wait has a timeout (30 s for the replica, 90 s for the down epochs, 60 s after
 the restart, 20 s to settle) and raises ``TimeoutError`` naming what it waited for.
@@ -78,10 +79,13 @@ class AnyKill:
     figs: dict[str, Any]
     flagged: list[Seen] = field(default_factory=list)
     others: list[dict[str, Any]] = field(default_factory=list)
+    #: the victim's domain mates killed with it (``whole_domain``)
+    mates: list[int] = field(default_factory=list)
 
     def figures(self) -> dict[str, Any]:
         return {
             "victim": self.victim,
+            "domain_mates": self.mates,
             "role": self.role,
             "flagged_versions": len(self.flagged),
             "lacking_others_versions": len(self.others),
@@ -100,11 +104,32 @@ class AnyKill:
         }
 
 
-def kill_one_node(chaos: ChaosCluster, watch: VersionWatch, policy: Any, victim: int) -> AnyKill:
-    """The scenario (module contract) under ``policy``; stops ``watch``."""
+def with_role(chaos: ChaosCluster, role: str, job: str = JOB) -> int:
+    """The first agent (by index) whose place in ``job``'s first tree is ``role``; raises
+    ``LookupError`` when none is (eight agents with ids as they come have no inner node)."""
+    for i in chaos.live():
+        if role_of(chaos, i, job) == role:
+            return i
+    raise LookupError(f"no agent is {role!r} in {job}'s first tree")
+
+
+def kill_one_node(
+    chaos: ChaosCluster,
+    watch: VersionWatch,
+    policy: Any,
+    victim: int | str,
+    whole_domain: bool = False,
+) -> AnyKill:
+    """The scenario (module contract) under ``policy``; stops ``watch``. ``victim`` is an
+    agent index, or a role (``master``, ``inner``) resolved once the job runs;
+    ``whole_domain``: every agent of the victim's ``--domain`` is killed and restarted with
+    it (the worst correlated failure), and the versions judged are those lacking an origin
+    outside that domain."""
     writer = LogWriter(chaos.paths, rate=10).start()
     try:
         plan, _ = start_wordcount(chaos, watch, policy)
+        if isinstance(victim, str):
+            victim = with_role(chaos, victim)
         holder = chaos.node_ids()[victim]
         role = role_of(chaos, victim)
         if policy != "passive" and role != "leaf":
@@ -112,11 +137,21 @@ def kill_one_node(chaos: ChaosCluster, watch: VersionWatch, policy: Any, victim:
                 lambda: replicated_here(chaos, holder), 30, f"a replica of {holder}'s position"
             )
             role = role_of(chaos, victim)  # (re-read: the tree may have settled meanwhile)
-        killed_at, restarted_at = kill_and_restart(chaos, plan, victim, role)
+        mates = domain_mates(chaos, victim) if whole_domain else []
+        killed_at, restarted_at = kill_and_restart(chaos, plan, victim, role, mates)
     finally:
         writer.stop()
     reports = check(chaos, [plan], settle_timeout=20)
     figs = chaos_figures(watch, chaos, [plan], reports)
     flagged = [v for v in watch.seen() if v.flagged]
-    others = lacking_others(flagged, holder, killed_at, restarted_at)
-    return AnyKill(policy, plan, victim, role, reports, figs, flagged, others)
+    ids = chaos.node_ids()
+    others = lacking_others(flagged, [holder, *(ids[m] for m in mates)], killed_at, restarted_at)
+    return AnyKill(policy, plan, victim, role, reports, figs, flagged, others, mates)
+
+
+def domain_mates(chaos: ChaosCluster, victim: int) -> list[int]:
+    """The other agents of ``victim``'s ``--domain`` (none without domains)."""
+    domains = chaos.domains or []
+    if victim >= len(domains):
+        return []
+    return [i for i, d in enumerate(domains) if d == domains[victim] and i != victim]

@@ -257,7 +257,7 @@ def kill_an_inner_node(chaos: ChaosCluster, watch: VersionWatch, policy: Any) ->
     reports = check(chaos, [plan], settle_timeout=20)
     figs = chaos_figures(watch, chaos, [plan], reports)
     flagged = [v for v in watch.seen() if v.flagged]
-    others = lacking_others(flagged, NODE_IDS[INNER], killed_at, restarted_at)
+    others = lacking_others(flagged, [NODE_IDS[INNER]], killed_at, restarted_at)
     return InnerKill(
         policy=policy,
         plan=plan,

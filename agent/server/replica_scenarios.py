@@ -22,9 +22,10 @@ runs the scenario of ``tests/agent/server/test_replicated_masters.py`` and
 It returns a :class:`StallKill`: the end-of-run reports, the every-version figures
 (:func:`~agent.server.version_watch.chaos_figures`, which stops the watch), and the versions
 the reader saw flagged **lacking an origin other than the killed master and the stalled
-member** (or flagged naming none) - under replication transparency there are none: the
-replica merged every other member's epochs. :meth:`StallKill.figures` is its JSON summary.
-Nothing here asserts: the caller judges.
+member** (or flagged naming none), the restart's included - under replication
+transparency there are none: the replica merged every other member's epochs, and the
+restarted master waits for the interim master's hand-over before it publishes.
+:meth:`StallKill.figures` is its JSON summary. Nothing here asserts: the caller judges.
 
 Bounds: every wait has a timeout (30 s for the position, the stall and the take-over; 90 s
 for the down epochs; 60 s after the restart; 20 s to settle) and raises ``TimeoutError``
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,23 +144,27 @@ class StallKill:
     restarted_at: float
     reports: list[JobReport]
     figs: dict[str, Any]
-    #: flagged versions first seen before the restart
+    #: flagged versions, the restart's included
     flagged: list[Seen] = field(default_factory=list)
     #: of those, the ones lacking an origin but the killed master's and the stalled
-    #: member's, or naming none (the test's list; ``before_kill`` marks the earlier ones)
+    #: member's, or naming none (the test's list; ``before_kill`` and ``after_restart``
+    #: mark the versions first seen outside the kill-to-restart window)
     others: list[dict[str, Any]] = field(default_factory=list)
     flagged_total: int = 0
 
     def figures(self) -> dict[str, Any]:
         """JSON: the counts of the contract, the reader's violations and headline, the
         end-of-run exact/of."""
-        during = [o for o in self.others if not o["before_kill"]]
+        during = [o for o in self.others if not o["before_kill"] and not o["after_restart"]]
         return {
             "flagged_versions_total": self.flagged_total,
-            "flagged_versions_before_restart": len(self.flagged),
+            "flagged_versions_before_restart": sum(
+                v.first_seen < self.restarted_at for v in self.flagged
+            ),
             "lacking_others_versions": len(during),
             "lacking_others_epochs": len({o["epoch"] for o in during}),
-            "lacking_others_before_kill": len(self.others) - len(during),
+            "lacking_others_before_kill": sum(o["before_kill"] for o in self.others),
+            "lacking_others_after_restart": sum(o["after_restart"] for o in self.others),
             "violations": self.figs["violations"],
             "never_repaired": self.figs["never_repaired"]["count"],
             "epochs_final_exact_at_end": self.figs["epochs_final_exact_at_end"],
@@ -223,9 +229,9 @@ def kill_during_a_stall(chaos: ChaosCluster, watch: VersionWatch, policy: Any) -
     figs = chaos_figures(watch, chaos, [plan], reports)
     allowed = {ids[master], ids[stalled]}
     seen = watch.seen()
-    # the kill's versions: a restarted master taking its root back before the hand-over
-    # reached it shows its own share alone meanwhile (docs/fault-tolerance.md, limits)
-    flagged = [v for v in seen if v.flagged and v.first_seen < restarted_at]
+    # every version, the restart's included: a restarted master taking its root back waits
+    # for the interim master's hand-over before it publishes (master_restart_settle_seconds)
+    flagged = [v for v in seen if v.flagged]
     others = [
         {
             "source": v.source,
@@ -233,6 +239,7 @@ def kill_during_a_stall(chaos: ChaosCluster, watch: VersionWatch, policy: Any) -
             "lacking": v.lacking,
             "partial": v.partial,
             "before_kill": v.first_seen < killed_at,
+            "after_restart": v.first_seen >= restarted_at,
         }
         for v in flagged
         if set(v.lacking) - allowed or not v.lacking
@@ -256,29 +263,35 @@ def kill_during_a_stall(chaos: ChaosCluster, watch: VersionWatch, policy: Any) -
 
 
 def kill_and_restart(
-    chaos: ChaosCluster, plan: JobPlan, victim: int, role: str
+    chaos: ChaosCluster, plan: JobPlan, victim: int, role: str, mates: Sequence[int] = ()
 ) -> tuple[float, float]:
-    """kill -9 of agent ``victim``, its restart :data:`DOWN_EPOCHS` stored epochs later, and
-    three more stored epochs; returns (killed at, restarted at)."""
+    """kill -9 of agent ``victim`` (and of ``mates`` with it: the rest of its failure
+    domain), their restart :data:`DOWN_EPOCHS` stored epochs later, and three more stored
+    epochs; returns (killed at, restarted at)."""
     ev = chaos.kill(victim, plan.name, role)
+    for mate in mates:
+        chaos.kill(mate, plan.name, "domain mate")
     killed_at = ev.at
     back = (ev.stored_before or plan.start_epoch) + DOWN_EPOCHS
     chaos.wait_stored(plan.name, back, timeout=90)
     restarted_at = time.time()
     ev = chaos.restart(victim, plan.name)
+    for mate in mates:
+        chaos.restart(mate, plan.name)
     chaos.wait_stored(plan.name, max(back, ev.stored_before or 0) + 3, timeout=60)
     return killed_at, restarted_at
 
 
 def lacking_others(
-    flagged: list[Seen], victim_hex: str, killed_at: float, restarted_at: float
+    flagged: list[Seen], victims_hex: Collection[str], killed_at: float, restarted_at: float
 ) -> list[dict[str, Any]]:
-    """The flagged versions lacking an origin other than ``victim_hex`` (or naming none),
-    each with its phase: ``before_kill``, ``down`` or ``after_restart``."""
+    """The flagged versions lacking an origin other than the ``victims_hex`` (or naming
+    none), each with its phase: ``before_kill``, ``down`` or ``after_restart``."""
 
     def phase(at: float) -> str:
         return "before_kill" if at < killed_at else "down" if at < restarted_at else "after_restart"
 
+    victims = {origin_of(x) for x in victims_hex}
     return [
         {
             "source": v.source,
@@ -288,7 +301,7 @@ def lacking_others(
             "phase": phase(v.first_seen),
         }
         for v in flagged
-        if not v.lacking or {origin_of(x) for x in v.lacking} - {origin_of(victim_hex)}
+        if not v.lacking or {origin_of(x) for x in v.lacking} - victims
     ]
 
 

@@ -10,8 +10,8 @@ epochs whose other contributions it has acknowledged; then the master is killed 
 reader polls the lake and the results API every 0.5 s throughout (the scenario is
 :func:`agent.server.replica_scenarios.kill_during_a_stall`; the benchmark runs it too).
 Asserted: the end-of-run check (exact or flagged), no epoch never repaired, no version final
-and wrong - and **replication transparency**: no version seen from the kill until the
-restart is flagged for any origin but the killed master's own (its input is its own: while
+and wrong - and **replication transparency**: no version seen at any time, the restart's
+included, is flagged for any origin but the killed master's own (its input is its own: while
 it is dead its share is absent, as a dead leaf's is) and the stalled member's, because the
 replica merged every other member's epochs itself. Under the passive policy the
 contributions the dead master had acknowledged are gone with it, and those epochs are
