@@ -806,10 +806,18 @@ class ActiveReplicas:
         return {"ok": True, "next": self.host.ensure_tree(tid).next_epoch}
 
     def node_failed(self, node: int) -> None:
-        """The overlay declared ``node`` failed: inner positions it held are released."""
+        """The overlay declared ``node`` failed: inner positions it held are released, and
+        inner positions it was a member of stop waiting for it (a holder and its child dying
+        together - one failure domain - else left the replica waiting for the dead child,
+        its epochs never sent up: seen as epochs the master gave up on)."""
         for key, replica in list(self.positions.items()):
-            if key[1] == node and replica.inner and not replica.holder_dead:
+            if not replica.inner:
+                continue
+            if key[1] == node and not replica.holder_dead:
                 self._holder_died(key)
+            elif replica.member_failed(node):
+                self.host.count("replica_members_failed")
+                self._check_finished(key)
 
     def _holder_died(self, key: Key) -> None:
         replica = self.positions[key]

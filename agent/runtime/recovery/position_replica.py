@@ -104,6 +104,13 @@ class PositionReplica:
         self.barrier.set_children(self.barrier.children - {member})
         return True
 
+    def member_failed(self, member: int) -> bool:
+        """The overlay declared a member failed (a holder and a child of it in one failure
+        domain die together): it stops being waited for, as the holder's own barrier stops
+        waiting for a dead child - its share is absent, named by lineage, and the master's
+        repair pulls it when it is back. True if it was a member."""
+        return self.member_left(member)
+
     def holder_gone(self) -> None:
         """The holder died: its own share stops being waited for (absent from now on, named
         by lineage, as a dead leaf's is); its members go on sending until they moved."""

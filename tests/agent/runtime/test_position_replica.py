@@ -187,3 +187,21 @@ def test_a_member_that_stopped_reaching_the_replica_holds_at_most_max_open_epoch
     assert all(replica.kept[e][1] == {1} for e in emitted[1:])  # then it lacks member 2
     replica.set_members(P, [1, 2])  # the next announcement
     assert 2 in replica.members
+
+
+def test_an_inner_replica_stops_waiting_for_a_member_that_died_with_the_holder() -> None:
+    """A holder and one of its children die together (one failure domain): the released
+    replica must not wait for the dead child for good - it sends up what the live members
+    delivered, the dead child absent (named by lineage), and finishes once they left."""
+    sent: list[tuple[int, frozenset[int] | None]] = []
+    replica = PositionReplica(
+        P, lambda emit: barrier(lambda e, s: emit(e, s), local=False), inner=True
+    )
+    replica.set_members(P, [P, 1, 2])
+    replica.offer(1, 0, snap_of(Counter(a=1)), lineage(1))
+    replica.holder_gone()
+    replica.release(0, lambda e, s, lin: sent.append((e, lin)))
+    assert sent == []  # epoch 0 still waits for member 2
+    assert replica.member_failed(2) and not replica.member_failed(2)
+    assert sent == [(0, frozenset({1}))]
+    assert replica.member_left(1) and replica.finished
