@@ -123,11 +123,16 @@ def test_sustained_misses_or_slack_move_rho_monotonically_to_its_end_in_bounded_
     p99 = data.draw(st.floats(251, 5000) if miss else st.floats(0, 199))
     bound = law.periods_to_max() * (1 if miss else law.dwell)
     before = ctl.rho
+    # slack descends to the floor in force: a learnt floor that expires meanwhile (its
+    # memory ends) restarts the descent from the finest step, so count from its last change
+    since, floor = 0, ctl.floor()
     for i in range(1, n + 1):
         ctl.update(p99, 250.0, int(miss))
         assert (ctl.rho >= before) if miss else (ctl.rho <= before)
         before = ctl.rho
-        if i >= bound:
+        if ctl.floor() != floor:
+            since, floor = i - 1, ctl.floor()
+        if i >= bound + (0 if miss else since):
             assert ctl.rho == pytest.approx(law.rho_max if miss else ctl.floor())
 
 
@@ -304,3 +309,22 @@ def test_closed_loop_holds_rho_at_zero_when_nothing_is_slow() -> None:
     run = simulate(cfg, "adaptive", 3)
     assert max(run.rhos) == 0.0 and run.extra_sends == 0
     assert summarize(run, cfg.target_ms)["p99_ms"] < cfg.target_ms
+
+
+def test_a_learnt_floor_that_expires_during_slack_restarts_the_descent() -> None:
+    """Hypothesis's counterexample (CI): a floor learnt by a miss after a decrease holds ρ for
+    ``memory`` periods; when it expires mid-slack, ρ descends again from the finest step and
+    reaches ``rho_min`` within ``dwell × periods_to_max`` periods of the expiry."""
+    law = ControlLaw(rho_min=0.0, rho_max=0.5, dwell=1, memory=4)
+    ctl = RedundancyController(law)
+    for p99, fresh in [(None, 1), (0.0, 0), (None, 1)]:  # raise, lower, miss: a floor
+        ctl.update(p99, 250.0, fresh, 0.0)
+    assert ctl.floor() > 0 and ctl.rho == pytest.approx(ctl.floor())
+    expired = None
+    for i in range(1, 40):
+        ctl.update(0.0, 250.0, 0)
+        if expired is None and ctl.floor() == 0.0:
+            expired = i
+        if expired is not None and i >= expired - 1 + law.periods_to_max():
+            assert ctl.rho == 0.0
+    assert expired is not None and expired <= 5
