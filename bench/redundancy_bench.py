@@ -8,6 +8,7 @@
     python bench/redundancy_bench.py --only mirror --quick          # an inner node paused
     python bench/redundancy_bench.py --only any --quick             # a random node killed
     python bench/redundancy_bench.py --only domain --quick          # a failure domain killed
+    python bench/redundancy_bench.py --only domain --quick --fault partition   # cut off
 
 Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and its JSON is
 ``sections[name]``):
@@ -114,13 +115,16 @@ Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and 
   rack-<i // 2>``), the victim killed and restarted **with its domain mate**: the worst
   correlated failure. Counted: versions lacking an origin outside the domain. Inner
   positions' replicas are placed in another domain; the master's are the next masters,
-  whatever their domain (``docs/fault-tolerance.md``, limits).
+  whatever their domain (``docs/fault-tolerance.md``, limits). ``--fault partition``: every
+  agent in its own network namespace (root only; skipped, saying why, elsewhere), the
+  domain's links taken down and brought up again instead: alive but cut off.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import math
@@ -160,6 +164,7 @@ from agent.server.inner_scenarios import (
     kill_an_inner_node,
 )
 from agent.server.mirror_scenarios import pause_an_inner_node
+from agent.server.netns import NetnsLab, netns_available
 from agent.server.replica_scenarios import kill_during_a_stall
 from agent.server.version_watch import VersionWatch, chaos_watch
 from overlay.sim import SimNetwork, run, start_cluster
@@ -719,14 +724,21 @@ def any_section(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def domain_section(args: argparse.Namespace) -> dict[str, Any]:
-    """kill -9 of a whole failure domain (two agents) per run (module docstring)."""
-    return kill_runs(args, args.agents or 16, whole_domain=True)
+    """kill -9 (or a partition) of a whole failure domain (two agents) per run (module
+    docstring)."""
+    if args.fault == "partition":
+        available, why = netns_available()
+        if not available:
+            return {"skipped": f"partitions need network namespaces: {why}"}
+    return kill_runs(args, args.agents or 16, whole_domain=True, fault=args.fault)
 
 
-def kill_runs(args: argparse.Namespace, n: int, whole_domain: bool) -> dict[str, Any]:
+def kill_runs(
+    args: argparse.Namespace, n: int, whole_domain: bool, fault: str = "kill"
+) -> dict[str, Any]:
     """The runs of ``any`` and ``domain``: per victim, passive then replicated, each on a
     fresh cluster (a role the fresh cluster's tree lacks - its ids are new - is tried on
-    up to two more clusters)."""
+    up to two more clusters); ``fault="partition"``: each cluster in network namespaces."""
     runs = args.runs or (3 if args.quick else 8)
     rng = random.Random(args.seed)
     # the master and an inner node (when the tree has one) first: random victims are
@@ -736,12 +748,17 @@ def kill_runs(args: argparse.Namespace, n: int, whole_domain: bool) -> dict[str,
     domains = [f"rack-{i // 2}" for i in range(n)] if whole_domain else None
     results = []
     for victim in victims:
-        scenario = functools.partial(kill_one_node, victim=victim, whole_domain=whole_domain)
+        scenario = functools.partial(
+            kill_one_node, victim=victim, whole_domain=whole_domain, fault=fault
+        )
         for policy in ("passive", "replicated"):
             for _attempt in range(3):
-                result = scenario_run(
-                    policy, lambda tmp: ChaosCluster(n, tmp, domains=domains), scenario
-                )
+                with NetnsLab(n) if fault == "partition" else contextlib.nullcontext() as lab:
+                    result = scenario_run(
+                        policy,
+                        lambda tmp, lab=lab: ChaosCluster(n, tmp, domains=domains, netns=lab),
+                        scenario,
+                    )
                 if not str(result.get("error", "")).startswith("LookupError"):
                     break
             results.append(result)
@@ -759,6 +776,7 @@ def kill_runs(args: argparse.Namespace, n: int, whole_domain: bool) -> dict[str,
     killed = "the victim's domain" if whole_domain else "the victim"
     return {
         "agents": n,
+        "fault": fault,
         "domains": domains,
         "victims": victims,
         "goal": f"replicated: 0 epochs with versions lacking an origin outside {killed} "
@@ -794,6 +812,12 @@ def main() -> None:
         "--runs", type=int, help="replicated, inner: runs per policy (3 full, 1 quick)"
     )
     parser.add_argument("--seconds", type=float, help="replicated: measured window (20; 10)")
+    parser.add_argument(
+        "--fault",
+        choices=("kill", "partition"),
+        default="kill",
+        help="domain: kill -9 and restart, or a partition in network namespaces (root)",
+    )
     args = parser.parse_args()
     out: dict[str, Any] = {
         "benchmark": "redundancy",

@@ -119,12 +119,14 @@ def kill_one_node(
     policy: Any,
     victim: int | str,
     whole_domain: bool = False,
+    fault: str = "kill",
 ) -> AnyKill:
     """The scenario (module contract) under ``policy``; stops ``watch``. ``victim`` is an
     agent index, or a role (``master``, ``inner``) resolved once the job runs;
     ``whole_domain``: every agent of the victim's ``--domain`` is killed and restarted with
     it (the worst correlated failure), and the versions judged are those lacking an origin
-    outside that domain."""
+    outside that domain. ``fault="partition"``: their links are taken down and up instead
+    of kill -9 and restart (a cluster in network namespaces)."""
     writer = LogWriter(chaos.paths, rate=10).start()
     try:
         plan, _ = start_wordcount(chaos, watch, policy)
@@ -138,7 +140,7 @@ def kill_one_node(
             )
             role = role_of(chaos, victim)  # (re-read: the tree may have settled meanwhile)
         mates = domain_mates(chaos, victim) if whole_domain else []
-        killed_at, restarted_at = kill_and_restart(chaos, plan, victim, role, mates)
+        killed_at, restarted_at = kill_and_restart(chaos, plan, victim, role, mates, fault)
     finally:
         writer.stop()
     reports = check(chaos, [plan], settle_timeout=20)

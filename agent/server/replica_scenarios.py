@@ -263,21 +263,29 @@ def kill_during_a_stall(chaos: ChaosCluster, watch: VersionWatch, policy: Any) -
 
 
 def kill_and_restart(
-    chaos: ChaosCluster, plan: JobPlan, victim: int, role: str, mates: Sequence[int] = ()
+    chaos: ChaosCluster,
+    plan: JobPlan,
+    victim: int,
+    role: str,
+    mates: Sequence[int] = (),
+    fault: str = "kill",
 ) -> tuple[float, float]:
     """kill -9 of agent ``victim`` (and of ``mates`` with it: the rest of its failure
     domain), their restart :data:`DOWN_EPOCHS` stored epochs later, and three more stored
-    epochs; returns (killed at, restarted at)."""
-    ev = chaos.kill(victim, plan.name, role)
+    epochs; returns (killed at, restarted at). ``fault="partition"``: their network links
+    are taken down and brought up again instead (the cluster needs a
+    :class:`~agent.server.netns.NetnsLab`): alive, but cut off."""
+    down, up = (chaos.kill, chaos.restart) if fault == "kill" else (chaos.partition, chaos.heal)
+    ev = down(victim, plan.name, role)
     for mate in mates:
-        chaos.kill(mate, plan.name, "domain mate")
+        down(mate, plan.name, "domain mate")
     killed_at = ev.at
     back = (ev.stored_before or plan.start_epoch) + DOWN_EPOCHS
     chaos.wait_stored(plan.name, back, timeout=90)
     restarted_at = time.time()
-    ev = chaos.restart(victim, plan.name)
+    ev = up(victim, plan.name)
     for mate in mates:
-        chaos.restart(mate, plan.name)
+        up(mate, plan.name)
     chaos.wait_stored(plan.name, max(back, ev.stored_before or 0) + 3, timeout=60)
     return killed_at, restarted_at
 
