@@ -299,7 +299,9 @@ def lacking_others(
     def phase(at: float) -> str:
         return "before_kill" if at < killed_at else "down" if at < restarted_at else "after_restart"
 
-    victims = {origin_of(x) for x in victims_hex}
+    # one id given as a plain string is one victim, not its characters
+    names = [victims_hex] if isinstance(victims_hex, str) else victims_hex
+    victims = {origin_of(x) for x in names}
     return [
         {
             "source": v.source,

@@ -111,7 +111,11 @@ class ResultQueries:
             # its own version may hold only its own re-read share of an epoch the
             # predecessor published whole but for it - the lake's version is the better one
             found = await host.lake.history(tid, int(epoch))
-            if found is not None and found["rows"] is not None:
+            if (
+                found is not None
+                and found["rows"] is not None
+                and len(found.get("lacking") or ()) < len(result.lacking)
+            ):  # only when it knows more: a repair here meanwhile may know more than both
                 return {"epochs": epochs, **found}
         if result is None:  # an epoch before this master, or dropped: the lake may have it
             found = await host.lake.history(tid, int(epoch)) if host.lake is not None else None

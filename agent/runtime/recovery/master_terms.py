@@ -21,8 +21,9 @@ version. Like Kafka's producer epoch and Flink's leader session id, the term onl
   nothing). A restarted master (it ran the job before) waits longer,
   ``restart_settle_seconds``: its predecessor is usually alive and hands over as soon as the
   overlay tells it. Until settled, lake writes wait here (:meth:`defer`); the results API
-  answers a deferred epoch (:meth:`deferred`) with what the lake holds, else with this
-  master's version, flagged as it must be.
+  answers a deferred epoch (:meth:`deferred`) with what the lake holds when that lacks
+  fewer origins, else with this master's version, flagged as it must be. The long wait is
+  taken once per tree and process.
 
 Pure state: times are arguments; the caller runs the settle timer. Bounded by the job's trees.
 """
@@ -44,6 +45,7 @@ class MasterTerms:
         self._settle_at: dict[int, float] = {}  # tree -> when an unsettled master settles
         self._pending: dict[int, set[int]] = {}  # tree -> epochs to publish once settled
         self._restored: set[int] = set()  # trees with a term persisted by an earlier run
+        self._restart_waited: set[int] = set()  # trees whose restarted master waited once
 
     def term(self, tree: int) -> int:
         """The term this agent stamps on what it produces for ``tree`` (0: never master)."""
@@ -71,12 +73,18 @@ class MasterTerms:
     def became_root(self, tree: int, now: float, settled: bool, restarted: bool = False) -> int:
         """This agent just became the tree's root; returns its new term. Not ``settled``
         (nothing handed over): its lake writes wait :attr:`settle_seconds`, or
-        :attr:`restart_settle_seconds` when it ran the job before (``restarted``)."""
+        :attr:`restart_settle_seconds` the first time it becomes the root after it ran the
+        job before (``restarted``)."""
         term = self.claim(tree)
         if settled:
             self._settle_at.pop(tree, None)
         else:
-            wait = self.restart_settle_seconds if restarted else self.settle_seconds
+            # the long wait once per tree and process: a root that flaps while the overlay
+            # converges after the restart must not push its lake writes back each time
+            long = restarted and tree not in self._restart_waited
+            if long:
+                self._restart_waited.add(tree)
+            wait = self.restart_settle_seconds if long else self.settle_seconds
             self._settle_at[tree] = now + wait
         return term
 

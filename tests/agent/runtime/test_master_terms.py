@@ -44,3 +44,14 @@ def test_terms_persisted_by_an_earlier_run_say_it_ran_before() -> None:
     assert terms.ran_before(TREE) and not terms.ran_before(0xCD) and not terms.ran_before(0xEF)
     assert terms.heard_of(TREE) == 3
     assert terms.became_root(TREE, 0.0, settled=False, restarted=True) == 4
+
+
+def test_a_restarted_master_waits_long_once_per_tree() -> None:
+    """A root that flaps while the overlay converges after the restart must not push its
+    lake writes back by the long wait each time it becomes the root again."""
+    terms = MasterTerms(settle_seconds=2.0, restart_settle_seconds=15.0)
+    terms.became_root(TREE, 100.0, settled=False, restarted=True)
+    assert terms.settle_in(TREE, 100.0) == 15.0
+    terms.not_root(TREE)
+    terms.became_root(TREE, 104.0, settled=False, restarted=True)
+    assert terms.settle_in(TREE, 104.0) == 2.0
