@@ -102,25 +102,21 @@ class ResultQueries:
         if epoch is None:
             return {"epochs": epochs}
         result = store.get(tid, int(epoch))
-        if (
-            result is not None
-            and host.lake is not None
-            and host.recovery.unpublished(tid, int(epoch))
-        ):
-            # not settled yet (a restarted master waiting for its predecessor's hand-over):
-            # its own version may hold only its own re-read share of an epoch the
-            # predecessor published whole but for it - the lake's version is the better one
+        # the lake answers an epoch this master no longer holds (before it, or dropped), and
+        # one it holds unpublished - not settled, a restarted master waiting for its
+        # predecessor's hand-over - when the lake's version lacks fewer origins than ours
+        # (ours may be our own re-read share alone; a repair here may know more than both)
+        waiting = result is not None and host.recovery.unpublished(tid, int(epoch))
+        found = None
+        if host.lake is not None and (result is None or waiting):
             found = await host.lake.history(tid, int(epoch))
             if (
                 found is not None
                 and found["rows"] is not None
-                and len(found.get("lacking") or ()) < len(result.lacking)
-            ):  # only when it knows more: a repair here meanwhile may know more than both
+                and (result is None or len(found.get("lacking") or ()) < len(result.lacking))
+            ):
                 return {"epochs": epochs, **found}
-        if result is None:  # an epoch before this master, or dropped: the lake may have it
-            found = await host.lake.history(tid, int(epoch)) if host.lake is not None else None
-            if found is not None and found["rows"] is not None:
-                return {"epochs": epochs, **found}
+        if result is None:
             gone = store.gone(tid, int(epoch)) or (found or {}).get("gone")
             return {"epochs": epochs, "rows": None, "gone": gone}
         snap = result.snapshot
