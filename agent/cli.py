@@ -155,8 +155,9 @@ def fault_options(fn: Any) -> Any:
             click.option(
                 "--fault-tolerance",
                 help="passive (default), replicated[:R]: R active replicas of each tree "
-                "position (2-5; default 2), or budget:R: one active replica for each of at "
-                "most R positions the master plans (1-64).",
+                "position (2-5; default 2), budget:R: one active replica for each of at "
+                "most R positions the master plans (1-64), or adaptive:T: mirrors of the "
+                "inner positions for a p99 target of T ms (50-3600000).",
             ),
         )
     ):
@@ -183,18 +184,18 @@ def _fault_fields(
 
 
 def _policy_flag(text: str) -> Any:
-    """``--fault-tolerance``: ``passive``, ``replicated``, ``replicated:R`` or ``budget:R`` as
-    the spec's ``fault_tolerance`` value (anything else goes as given: the agent says what is
-    wrong)."""
+    """``--fault-tolerance``: ``passive``, ``replicated``, ``replicated:R``, ``budget:R`` or
+    ``adaptive:T`` as the spec's ``fault_tolerance`` value (anything else goes as given: the
+    agent says what is wrong)."""
     policy, _, replicas = text.partition(":")
     if not replicas:
         return {"policy": policy}
-    key = "replica_budget" if policy == "budget" else "replicas"
+    key = {"budget": "replica_budget", "adaptive": "latency_target_ms"}.get(policy, "replicas")
     try:
         return {"policy": policy, key: int(replicas)}
     except ValueError:
         raise click.BadParameter(
-            f"{text!r}: R must be an integer", param_hint="--fault-tolerance"
+            f"{text!r}: the number after ':' must be an integer", param_hint="--fault-tolerance"
         ) from None
 
 

@@ -110,3 +110,27 @@ def test_submit_and_change_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert q["straggler_epochs"] == 0 and "tentative_deadline" not in q
     assert change == ("w", {"tentative_deadline": 0.0})
     JobSpec.from_dict(w)  # what the flags produce is a valid spec
+
+
+@pytest.mark.parametrize(
+    ("flag", "policy"),
+    [
+        ("passive", {"policy": "passive"}),
+        ("replicated:3", {"policy": "replicated", "replicas": 3}),
+        ("budget:4", {"policy": "budget", "replica_budget": 4}),
+        ("adaptive:2000", {"policy": "adaptive", "latency_target_ms": 2000}),
+    ],
+)
+def test_the_fault_tolerance_flag_gives_a_valid_policy(
+    monkeypatch: pytest.MonkeyPatch, flag: str, policy: dict[str, Any]
+) -> None:
+    client = _Client()
+    monkeypatch.setattr(cli_module, "api_client", lambda *a: client)
+    r = CliRunner().invoke(
+        cli_module.cli,
+        ["submit", "--name", "w", "--job", "wordcount", "--fault-tolerance", flag],
+    )
+    assert r.exit_code == 0, r.output
+    ((_, spec),) = client.sent
+    assert spec["fault_tolerance"] == policy
+    JobSpec.from_dict(spec)  # the agent accepts it

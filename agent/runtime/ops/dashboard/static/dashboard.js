@@ -460,14 +460,13 @@ function drawResult(card, doc) {
       ...(Array.isArray(row) ? row : cols.map((c) => row[c])).map(cell))))));
 }
 
-// "passive", "replicated:R" or "budget:R" (the select's values) as the spec's
+// "passive", "replicated:R", "budget:R" or "adaptive:T" (the select's values) as the spec's
 // fault_tolerance field
 function policyValue(text) {
   const [policy, count] = text.split(":");
   if (!count) return { policy };
-  return policy === "budget"
-    ? { policy, replica_budget: Number(count) }
-    : { policy, replicas: Number(count) };
+  const key = { budget: "replica_budget", adaptive: "latency_target_ms" }[policy] || "replicas";
+  return { policy, [key]: Number(count) };
 }
 
 // ---- actions outside a job -----------------------------------------------------------------
