@@ -404,7 +404,11 @@ class PeerApi:
         try:
             items = decode_items(body["items"])
             taken = runtime.recovery.absorb(
-                int(body["tree"]), items, body.get("expected"), body.get("term", 0)
+                int(body["tree"]),
+                items,
+                body.get("expected"),
+                body.get("term", 0),
+                body.get("committed"),
             )
             return {"taken": taken}
         except Reject:  # 409 incompatible, 503 epoch_ahead / unknown_job: nothing taken

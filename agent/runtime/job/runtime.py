@@ -369,6 +369,10 @@ class JobRuntime:
         it over first)."""
         if self._stopped:
             return
+        if self.store.peek(tid, epoch) is None and self.recovery.committed_duplicate(
+            SnapshotName(self.name, tid, epoch, self.network.node_id), lineage
+        ):
+            return  # a restart re-read an epoch a master committed: the lake's version stands
         expected, doubtful = self.recovery.expected(epoch)
         stored_at = time.time()
         if self.store.put(

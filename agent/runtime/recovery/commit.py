@@ -63,11 +63,13 @@ class Commit:
         parts.committed[tid] = watermark
         parts.retained.commit(tid, watermark)
         parts.host.count("commits")
+        held_hex = {format(o, "x"): e for o, e in held.items() if e <= watermark}
+        parts.committed_epochs.hear(tid, watermark, held_hex)
         message = {
             "kind": "commit",
             "epoch": watermark,
             "term": parts.fence.term(tid),
-            "held": {format(o, "x"): e for o, e in held.items() if e <= watermark},
+            "held": held_hex,
         }
         self.tasks.spawn(parts.host.multicast(tid, message), f"{parts.name} commit")
 
@@ -78,6 +80,7 @@ class Commit:
         parts.fence.hear(tid, message.get("term"))
         epoch = message.get("epoch")
         held = message.get("held")
+        parts.committed_epochs.hear(tid, epoch, held)  # the master's, not held back for us
         mine = held.get(format(self.network.node_id, "x")) if isinstance(held, dict) else None
         if type(epoch) is int and type(mine) is int:
             epoch = min(epoch, mine - 1)

@@ -28,6 +28,7 @@ from agent.runtime.recovery.host import RecoveryParts
 from agent.runtime.recovery.result_items import decode_snapshots, encode_items, encode_snapshots
 from agent.runtime.recovery.standby import standbys_for
 from agent.runtime.services import NetworkService
+from srt.dataplane.lineage import covered, describe
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +103,21 @@ class Handover:
             "items": encode_items(exported),
             "expected": {**parts.membership.export(), "urls": parts.loss.export_urls()},
             "term": parts.fence.term(tid),
+            # what this tree's masters committed, as we heard it: a re-read share of a
+            # committed epoch the new master holds alone is a duplicate (committed_epochs.py)
+            "committed": parts.committed_epochs.export(tid),
         }
         await self.network.client.post_json(url, "/agent/v1/handover", body)
         store.drop_tree(tid)
         parts.host.count("handovers_sent")
 
     def absorb(
-        self, tid: int, items: list[dict[str, Any]], expected: Any = None, term: Any = 0
+        self,
+        tid: int,
+        items: list[dict[str, Any]],
+        expected: Any = None,
+        term: Any = 0,
+        committed: Any = None,
     ) -> int:
         """A previous master's results (``POST /agent/v1/handover``, items decoded by
         :func:`~agent.runtime.recovery.result_items.decode_items`): every item is admitted
@@ -118,6 +127,9 @@ class Handover:
         host.known_tree(tid)
         host.ensure_tree(tid)
         taken = parts.absorb_items(tid, items, expected, "handover")
+        if isinstance(committed, dict):
+            parts.committed_epochs.hear(tid, committed.get("epoch"), committed.get("held"))
+        self._drop_committed_duplicates(tid, items)
         # settled only now, with the hand-over in the store: settling first published the
         # writes that waited - a restarted master's own re-read share of the epochs it missed,
         # lacking every other origin - under the new term, before the merged versions
@@ -137,6 +149,36 @@ class Handover:
         if root:
             parts.knowledge_gained(tid)
         return taken
+
+    def _drop_committed_duplicates(self, tid: int, items: list[dict[str, Any]]) -> None:
+        """Epochs this (restarted) master holds unpublished that the predecessor did not hand
+        over and a master committed with a share of every origin ours has: ours is a re-read
+        duplicate of part of the lake's committed version - published, it would replace that
+        version (a newer term) with one lacking every other origin. Forgotten here; the
+        results API answers them from the lake."""
+        parts = self.parts
+        handed = {i.get("epoch") for i in items}
+        for epoch in parts.store.epochs(tid):
+            result = parts.store.peek(tid, epoch)
+            if (
+                epoch in handed
+                or result is None
+                or result.origins is None
+                or not parts.fence.deferred(tid, epoch)
+                or not parts.committed_epochs.covers(tid, epoch, covered(result.origins))
+            ):
+                continue
+            parts.fence.undefer(tid, epoch)
+            parts.store.forget(tid, epoch)
+            parts.host.count("committed_duplicates")
+            log.info(
+                "job %s tree %x epoch %d: committed by an earlier master with every share held "
+                "here (origins %s); our re-read copy is dropped, the lake's version stands",
+                parts.name,
+                tid,
+                epoch,
+                ", ".join(describe(covered(result.origins))[:8]),
+            )
 
     async def declare_leave(self, tid: int) -> None:
         """Stopping gracefully: tell the tree's master (our successor, if we were it) this

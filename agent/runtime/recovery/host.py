@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from agent.jobs.spec import JobSpec
     from agent.runtime.recovery.absence import Absence
     from agent.runtime.recovery.checkpoints import CheckpointSender
+    from agent.runtime.recovery.committed_epochs import CommittedEpochs
     from agent.runtime.recovery.loss import OriginLoss
     from agent.runtime.recovery.master_terms import MasterTerms
     from agent.runtime.recovery.membership import Membership
@@ -156,6 +157,7 @@ class RecoveryParts(Protocol):
     replication: ReplicationLog
     replicas: dict[int, Replica]
     committed: dict[int, int]
+    committed_epochs: CommittedEpochs
 
     def publish(self, tid: int, epoch: int) -> None: ...
 

@@ -112,6 +112,10 @@ class MasterTerms:
     def defer(self, tree: int, epoch: int) -> None:
         self._pending.setdefault(tree, set()).add(epoch)
 
+    def undefer(self, tree: int, epoch: int) -> None:
+        """The lake write of (tree, epoch) waits no more: it is not to be published."""
+        self._pending.get(tree, set()).discard(epoch)
+
     def deferred(self, tree: int, epoch: int) -> bool:
         """Whether the lake write of (tree, epoch) waits for this master to settle."""
         return epoch in self._pending.get(tree, ())

@@ -35,6 +35,7 @@ from agent.runtime.recovery.absence import Absence
 from agent.runtime.recovery.active_replicas import ActiveReplicas
 from agent.runtime.recovery.checkpoints import CheckpointSender
 from agent.runtime.recovery.commit import Commit
+from agent.runtime.recovery.committed_epochs import CommittedEpochs
 from agent.runtime.recovery.handover import Handover
 from agent.runtime.recovery.host import RecoveryHost
 from agent.runtime.recovery.loss import OriginLoss
@@ -86,6 +87,9 @@ class Recovery:
         )
         #: per tree: the master's commit watermark as last heard (as master: our own)
         self.committed: dict[int, int] = {}
+        #: per tree: the highest commit any master of it made that we heard of, and who it
+        #: held back (a re-read share of a committed epoch is a duplicate: committed_epochs.py)
+        self.committed_epochs = CommittedEpochs()
         #: as origin: our own snapshots of uncommitted epochs, for the master's repair
         self.retained = RetainedEpochs(self.name, tunables.retained_bytes)
         #: as origin: hot replicas of those snapshots on overlay neighbours (checkpoints.py)
@@ -206,6 +210,10 @@ class Recovery:
         self.knowledge_gained(tid)
         self.origins.watch_absence()
         self.active.became_root(tid)  # a replica of the dead master's position: its epochs
+        # what this agent stored before (as root until a flap, or absorbed) may lack origins:
+        # the repair loop ends whenever the agent is not the root, and nothing new may be
+        # tentative to start it again
+        self.schedule_repair(tid)
 
     def _running_before(self) -> bool:
         """This agent ran the job before (its read positions resumed it past the submitted
@@ -458,11 +466,21 @@ class Recovery:
         """``POST /agent/v1/replica`` (replication.py)."""
         return self.standby.accept_replica(tid, body)
 
+    def committed_duplicate(self, name: SnapshotName, origins: Lineage | None) -> bool:
+        """As master, of an epoch it does not hold: ``origins``' contribution is a duplicate
+        of a committed version (repair.py; committed_epochs.py) - counted, logged, dropped."""
+        return self.repair.committed_duplicate(name, origins)
+
     def absorb(
-        self, tid: int, items: list[dict[str, Any]], expected: Any = None, term: Any = 0
+        self,
+        tid: int,
+        items: list[dict[str, Any]],
+        expected: Any = None,
+        term: Any = 0,
+        committed: Any = None,
     ) -> int:
         """``POST /agent/v1/handover`` (handover.py)."""
-        return self.handover.absorb(tid, items, expected, term)
+        return self.handover.absorb(tid, items, expected, term, committed)
 
     def retire_origin(self, origin: int, why: str) -> dict[str, Any]:
         """``elf retire`` at a master (origins.py)."""

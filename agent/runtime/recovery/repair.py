@@ -31,7 +31,7 @@ from agent.tunables import RuntimeTunables
 from cbt import Snapshot
 from overlay.logbudget import LogBudget
 from srt import DataPlaneError, SnapshotName
-from srt.dataplane.lineage import Lineage, counted, describe
+from srt.dataplane.lineage import Lineage, counted, covered, describe
 from srt.dataplane.lineage import decode as lineage_of
 from srt.dataplane.lineage import encode as with_lineage
 from srt.errors import Reject
@@ -200,6 +200,8 @@ class Repair:
             # Our barrier already passed this epoch as a child (we became the master since):
             # it will never store it here, so what arrives late *is* the epoch's result.
             fresh = store.peek(tid, epoch) is None
+            if fresh and self.committed_duplicate(name, origins):
+                return "duplicate"
             passed = fresh and host.ensure_tree(tid).next_epoch > epoch
             # ... unless a replica of the dead master's position still owns it: its result
             # comes from there (active_replicas.py), this is held for it meanwhile
@@ -229,6 +231,29 @@ class Repair:
             return "merged" if folded else "duplicate"
         self.tasks.spawn(self._forward(name, snap, origins), f"{parts.name} late epoch")
         return "merged"
+
+    def committed_duplicate(self, name: SnapshotName, origins: Lineage | None) -> bool:
+        """As master, of an epoch it does not hold: a contribution (late, or its own
+        barrier's) whose origins each have a share in a version a master of the tree
+        committed is a re-read duplicate (its sender restarted behind a commit it had not
+        persisted), never a result of its own - stored alone it would lack every other origin
+        and be published above the lake's committed version (committed_epochs.py)."""
+        parts = self.parts
+        mine = covered(origins) if origins is not None else frozenset()
+        if not parts.committed_epochs.covers(name.tree, name.epoch, mine):
+            return False
+        parts.host.count("committed_duplicates")
+        self._log.info(
+            "committed_duplicate",
+            "job %s tree %x epoch %d: a contribution of origins %s (from %x) was committed "
+            "already by a master of the tree; a duplicate, dropped (the lake's version holds it)",
+            parts.name,
+            name.tree,
+            name.epoch,
+            ", ".join(describe(mine)[:8]),
+            name.sender,
+        )
+        return True
 
     async def _forward(self, name: SnapshotName, snap: Snapshot, origins: Lineage | None) -> None:
         """Deliver a late contribution to the master, retrying (with a fresh master lookup)

@@ -241,6 +241,11 @@ class ResultStore:
         self.assess(tree, epoch)  # the rate-weighted coverage, as for any stored result
         return result
 
+    def forget(self, tree: int, epoch: int) -> None:
+        """Forget a stored result that is not this master's to answer (a duplicate of a
+        version the lake holds, ``recovery/committed_epochs.py``): the lake answers it."""
+        self._discard(tree, epoch)
+
     def _discard(self, tree: int, epoch: int) -> None:
         """Forget a stored result without marking it gone (a preview being replaced)."""
         result = self._trees.get(tree, {}).pop(epoch, None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from agent.runtime.recovery.committed_epochs import CommittedEpochs
 from agent.runtime.recovery.handover import Handover
 
 TREE = 0xABC
@@ -55,14 +56,18 @@ class Host:
 class Client:
     def __init__(self) -> None:
         self.posts: list[tuple[str, str]] = []
+        self.bodies: list[dict[str, Any]] = []
 
     async def post_json(self, url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.posts.append((url, path))
+        self.bodies.append(body)
         return {"taken": 2}
 
 
 async def test_a_lookup_answering_itself_is_asked_again_not_taken_for_done() -> None:
     host, store, client = Host([OWN, OWN, NEW]), Store(), Client()
+    committed = CommittedEpochs()
+    committed.hear(TREE, 4, {"9": 3})
     parts = SimpleNamespace(
         name="wc",
         host=host,
@@ -70,9 +75,12 @@ async def test_a_lookup_answering_itself_is_asked_again_not_taken_for_done() -> 
         membership=SimpleNamespace(export=lambda: {}),
         loss=SimpleNamespace(export_urls=lambda: {}),
         fence=SimpleNamespace(term=lambda tid: 2),
+        committed_epochs=committed,
     )
     network = SimpleNamespace(data_url=OWN, client=client)
     await Handover(parts, network).hand_over(TREE)  # type: ignore[arg-type]
     assert client.posts == [(NEW, "/agent/v1/handover")]
+    # what the tree's masters committed goes along (the new master's duplicates test)
+    assert client.bodies[0]["committed"] == {"epoch": 4, "held": {"9": 3}}
     assert store.dropped == [TREE] and host.forgotten == 2
     assert host.counters == {"handover_retries": 2, "handovers_sent": 1}
