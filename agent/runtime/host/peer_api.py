@@ -41,12 +41,8 @@ from agent.errors import BadRequest, NotFound, Unavailable
 from agent.jsonable import jsonable
 from agent.runtime.ops.dashboard.cluster import SUMMARY_PATH
 from agent.runtime.ops.membership_api import RETIRE_PATH, parse_origin, parse_why, retire_here
-from agent.runtime.recovery.active_replicas import (
-    EVENTS,
-    POSITION_PATH,
-    REPLICAS_PATH,
-    REPORT_PATH,
-)
+from agent.runtime.recovery.active_replicas import EVENTS, POSITION_PATH, REPLICAS_PATH
+from agent.runtime.recovery.budget_positions import REPORT_PATH
 from agent.runtime.recovery.checkpoints import decode_epochs, decode_records
 from agent.runtime.recovery.position_forward import EVENT_PATH
 from agent.runtime.recovery.result_items import decode_items

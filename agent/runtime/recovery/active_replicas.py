@@ -35,11 +35,10 @@ inner node (a non-root agent with children); its **holder** is the agent at it.
   more than :data:`MAX_MEMBERS` members: 413). For an inner position it registers with the
   holder's parent as the position's standby at each announcement (event ``standby``: the
   parent keeps waiting for the holder, should it die, for :data:`STANDBY_SECONDS`).
-* **The master's take-over**: when this agent becomes the root, :meth:`became_root` hands
-  its replica's epochs to the root's store and pins the dead master's members in its own
-  barrier from the hand-over epoch on (for :data:`PIN_SECONDS`, time to re-join here);
-  :meth:`route` sends contributions of the epochs the replica still owns to it - a peer's
-  and this agent's own barrier's alike.
+* **The master's take-over**: :mod:`agent.runtime.recovery.master_takeover` (sharing the
+  replicas' table). The budget policy's reports and plan are
+  :mod:`agent.runtime.recovery.budget_positions`; the adaptive policy's mirrors and
+  controller :mod:`agent.runtime.recovery.adaptive_mirrors`.
 * **An inner position's release**: when the overlay declares the holder failed
   (:meth:`node_failed`, or a member's epoch arriving after it is unroutable), its own share
   stops being waited for, the replica asks the parent which epoch it waits for (event
@@ -55,28 +54,24 @@ at most its parent's and its own position per tree.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Any
 
 from agent.jobs.fault_policy import MAX_BUDGET, MAX_REPLICAS
-from agent.runtime.recovery.mirror_position import MirrorPosition
+from agent.runtime.recovery.adaptive_mirrors import AdaptiveMirrors
+from agent.runtime.recovery.budget_positions import BudgetPositions
+from agent.runtime.recovery.host import ReplicaHost
+from agent.runtime.recovery.master_takeover import MasterTakeover
 from agent.runtime.recovery.position_forward import EVENT_PATH, PositionForward
 from agent.runtime.recovery.position_replica import PositionReplica
-from agent.runtime.recovery.redundancy_control import (
-    LatencyWindow,
-    RedundancyController,
-    mirrored_siblings,
-)
-from agent.runtime.recovery.replica_budget import BudgetPlans
 from agent.runtime.recovery.standby import standbys_for
 from agent.runtime.services import NetworkService, Spawner
 from cbt import Snapshot
 from overlay import NodeInfo
-from srt import EpochCombiner, SnapshotName, UpstreamSender
-from srt.dataplane.lineage import Lineage, records_of
+from srt import SnapshotName, UpstreamSender
+from srt.dataplane.lineage import Lineage
 from srt.dataplane.lineage import decode as lineage_of
 from srt.dataplane.name import POSITION_SNAPSHOT_PATH, replica_path
 from srt.dataplane.upstream import check_url
@@ -86,7 +81,6 @@ log = logging.getLogger(__name__)
 
 POSITION_PATH = "/agent/v1/position"
 REPLICAS_PATH = "/agent/v1/position/replicas"
-REPORT_PATH = "/agent/v1/position/report"
 ANNOUNCE_SECONDS = 2.0  # a holder re-announces its replicas and members this often
 REPLICA_QUEUE = 64  # epochs a member's sender to a replica keeps while it is unreachable
 PIN_SECONDS = 10.0  # how long a new root waits for the dead master's members to re-join
@@ -94,8 +88,6 @@ STANDBY_SECONDS = 10.0  # how long a parent keeps waiting for a dead holder with
 INNER_KEPT = 64  # epochs an inner position's replica keeps for its release
 LEAVE_FLUSH_SECONDS = 10.0  # a moving member waits this long for its replica senders
 MAX_MEMBERS = 4096
-HEDGE_SHARE = 0.5  # a mirror's epoch goes up without missing members after T times this
-CONTROL_SECONDS = 1.0  # the adaptive controller's period at a master
 EVENTS = ("leave", "standby", "release", "done")
 
 
@@ -109,77 +101,6 @@ def inner_replicas(
     return others[:n]
 
 
-class ReplicaHost(Protocol):
-    """The job as replicated positions see it (the recovery host gives it)."""
-
-    name: str
-
-    @property
-    def spec(self) -> Any: ...
-
-    @property
-    def stopped(self) -> bool: ...
-
-    @property
-    def is_origin(self) -> bool: ...
-
-    def is_root(self, tid: int) -> bool: ...
-
-    def parent_of(self, tid: int) -> int | None:
-        """This agent's parent's id in ``tid`` (None: the root, or not on the tree)."""
-        ...
-
-    def parent_url_of(self, tid: int) -> str | None:
-        """This agent's parent's data-plane URL in ``tid`` (None: none known)."""
-        ...
-
-    def child_urls(self, tid: int) -> dict[int, str]:
-        """This agent's tree children in ``tid`` and their data-plane URLs."""
-        ...
-
-    def child_domains(self, tid: int) -> dict[int, str]:
-        """This agent's tree children in ``tid`` and their failure domains."""
-        ...
-
-    async def master_url(self, tid: int) -> str:
-        """The data-plane URL of ``tid``'s master."""
-        ...
-
-    def ensure_tree(self, tid: int) -> EpochCombiner: ...
-
-    def take_queued(self, tid: int) -> list[tuple[int, bytes]]:
-        """Remove every unacknowledged epoch of this agent's sender to its parent."""
-        ...
-
-    async def acked_up(self, tid: int, epoch: int, timeout: float) -> bool:
-        """Wait until this agent's parent acknowledged an epoch after ``epoch``."""
-        ...
-
-    def new_barrier(
-        self, tid: int, emit: Callable[[int, Snapshot], None], first_epoch: int | None = None
-    ) -> EpochCombiner:
-        """A barrier of the job's tree with no local input (the job's operator and checks),
-        from the first epoch offered, or from ``first_epoch``."""
-        ...
-
-    def store_root(self, tid: int, epoch: int, snap: Snapshot, origins: Lineage | None) -> None:
-        """Store an epoch as the root's result (as the root's own barrier would)."""
-        ...
-
-    def pin_children(self, tid: int, members: Iterable[int], seconds: float) -> None:
-        """Keep ``members`` among the barrier's children for ``seconds`` although the tree
-        layer does not list them (yet)."""
-        ...
-
-    def unpin_child(self, tid: int, member: int) -> None:
-        """Stop keeping ``member`` among the barrier's children (it is done, or moved)."""
-        ...
-
-    def count(self, what: str, n: int = 1) -> None: ...
-
-    async def multicast(self, tid: int, message: dict[str, Any]) -> Any: ...
-
-
 Key = tuple[int, int]  # (tree, holder)
 
 
@@ -191,6 +112,7 @@ class ActiveReplicas:
         self.network = network
         self.tasks = tasks
         self.positions: dict[Key, PositionReplica] = {}  # as replica
+        self.takeover = MasterTakeover(host, self.positions, network.node_id, PIN_SECONDS)
         self.upstream: dict[Key, tuple[int, str, dict[int, str]]] = {}  # inner: parent
         self.forwards: dict[Key, PositionForward] = {}  # released inner positions
         #: as member: per tree, per holder, the holder's replicas as last heard {id: url}
@@ -200,17 +122,10 @@ class ActiveReplicas:
         self._inner: dict[int, set[int]] = {}  # as member: holders heard as inner positions
         self._last_sent: dict[Key, int] = {}  # as member: the newest epoch sent to a position
         self._announced: dict[int, tuple[float, tuple[Any, ...]]] = {}
-        self._reported: dict[int, tuple[float, tuple[Any, ...]]] = {}
-        #: budget: the plan per tree (as master: made here; elsewhere: as the master said)
-        self.plans: dict[int, frozenset[int]] = {}
-        self.budgets: dict[int, BudgetPlans] = {}  # as master: per tree
-        #: adaptive: the mirrored ratio per tree (as master: the controller's; else heard)
-        self.rho: dict[int, float] = {}
-        self.mirrors: dict[Key, tuple[MirrorPosition, PositionForward]] = {}  # as mirror
-        self.controllers: dict[int, tuple[LatencyWindow, RedundancyController]] = {}
-        self._fresh: dict[int, int] = {}  # misses since the last control period, per tree
-        self._missed: dict[int, int] = {}  # the newest epoch counted as a miss, per tree
-        self._loops: set[int] = set()  # trees whose control loop runs
+        #: budget: reports, rates and the plan (budget_positions.py)
+        self.budget = BudgetPositions(host, network, tasks, ANNOUNCE_SECONDS)
+        #: adaptive: what members mirror, the mirrors, the controller (adaptive_mirrors.py)
+        self.adaptive = AdaptiveMirrors(host, tasks, self._forward, self.announce)
         self._urls: dict[int, str] = {}
 
     def wanted(self) -> int:
@@ -226,7 +141,7 @@ class ActiveReplicas:
             return 1
         if policy.mirrored:  # a mirror for each inner position; the root has none
             return 1 if self.host.is_root(tid) else 2
-        planned = self.host.is_root(tid) or self.network.node_id in self.plans.get(tid, ())
+        planned = self.host.is_root(tid) or self.budget.planned(tid)
         return policy.replicas if planned or not policy.planned else 1
 
     # ---- as holder ---------------------------------------------------------------------------
@@ -257,12 +172,12 @@ class ActiveReplicas:
             if parent is None or url is None or not self.host.ensure_tree(tid).children:
                 return  # a leaf (or joining): no position to replicate
             if policy.planned:
-                self._report(tid, parent)
+                self.budget.report_place(tid, parent)
             parent_replicas = self.heard.get(tid, {}).get(parent, {})
             upstream = (parent, url, tuple(sorted(parent_replicas.items())))
         elif policy.planned:
-            plan = tuple(sorted(self._plan(tid, policy.budget)))
-        rho = round(self.rho.get(tid, 0.0), 3) if root and policy.mirrored else None
+            plan = tuple(sorted(self.budget.plan(tid, policy.budget)))
+        rho = self.adaptive.announced_ratio(tid)
         replicas = tuple(self.replica_ids(tid))
         members = tuple(sorted(self._members(tid)))
         state = (replicas, members, upstream, plan, rho)
@@ -278,66 +193,17 @@ class ActiveReplicas:
             f"{self.host.name} replicas",
         )
 
-    # ---- budgeted replicas (replica_budget.py) -------------------------------------------------
-
-    def _report(self, tid: int, parent: int) -> None:
-        """An inner holder under a budget: its place in the tree, to the master, when due."""
-        children = self.host.child_domains(tid)
-        state = (parent, tuple(sorted(children.items())))
-        last = self._reported.get(tid)
-        now = time.monotonic()
-        if last is not None and last[1] == state and now - last[0] < ANNOUNCE_SECONDS:
-            return
-        self._reported[tid] = (now, state)
-        body = {
-            "job": self.host.name,
-            "tree": tid,
-            "holder": format(self.network.node_id, "x"),
-            "parent": format(parent, "x"),
-            "domain": self.network.domain,
-            "children": [[format(c, "x"), d] for c, d in sorted(children.items())],
-        }
-        self.tasks.spawn(self._send_report(tid, body), f"{self.host.name} position report")
-
-    async def _send_report(self, tid: int, body: dict[str, Any]) -> None:
-        try:
-            url = await self.host.master_url(tid)
-            await self.network.client.post_json(url, REPORT_PATH, body)
-        except Exception as exc:  # the next round reports again
-            self._reported.pop(tid, None)
-            self.host.count("position_report_failed")
-            log.info("job %s: position report of tree %x failed: %r", self.host.name, tid, exc)
+    # ---- budgeted replicas (budget_positions.py) ----------------------------------------------
 
     def report(
         self, tid: int, holder: int, parent: int | None, domain: str, children: dict[int, str]
     ) -> None:
         """As master: a holder's place in the tree (``POST /agent/v1/position/report``)."""
-        policy = self.host.spec.fault_tolerance
-        if not policy.planned:
-            raise Reject(409, "not_budgeted", f"job {self.host.name!r} has no replica budget")
-        if not self.host.is_root(tid):
-            raise RetryLater("not_master", f"this agent is not tree {tid:x}'s master")
-        plans = self.budgets.setdefault(tid, BudgetPlans(policy.budget))
-        if not plans.report(holder, parent, domain, children, time.monotonic()):
-            raise Reject(413, "too_many_positions", "past the master's bound on reports")
+        self.budget.report(tid, holder, parent, domain, children)
 
     def observe(self, tid: int, origins: Lineage | None) -> None:
         """As master under a budget: a stored epoch's records per origin (the rates)."""
-        policy = self.host.spec.fault_tolerance
-        if policy.planned and self.host.is_root(tid):
-            plans = self.budgets.setdefault(tid, BudgetPlans(policy.budget))
-            plans.observe(records_of(origins))
-
-    def _plan(self, tid: int, budget: int) -> frozenset[int]:
-        plans = self.budgets.setdefault(tid, BudgetPlans(budget))
-        me = self.network.node_id
-        plan = plans.plan(
-            me, self.network.domain, self.host.child_domains(tid), budget, time.monotonic()
-        )
-        if plan != self.plans.get(tid):
-            log.info("job %s tree %x: replica plan %s", self.host.name, tid, sorted(plan))
-        self.plans[tid] = plan
-        return plan
+        self.budget.observe(tid, origins)
 
     def _members(self, tid: int) -> set[int]:
         members = set(self.host.ensure_tree(tid).children)
@@ -428,12 +294,12 @@ class ActiveReplicas:
             if rho is not None:
                 if type(rho) not in (int, float) or not 0.0 <= rho <= 1.0:
                     raise ValueError("rho is a number in [0, 1]")
-                self.rho[tid] = float(rho)
+                self.adaptive.rho[tid] = float(rho)
             plan = message.get("plan")
             if plan is not None:
                 if not isinstance(plan, list) or len(plan) > MAX_BUDGET + 1:
                     raise ValueError("a plan is a short list of hex ids")
-                self.plans[tid] = frozenset(int(str(n), 16) for n in plan)
+                self.budget.heard(tid, plan)
         except (TypeError, ValueError):
             self.host.count("bad_replicas_message")
             return
@@ -461,11 +327,32 @@ class ActiveReplicas:
         replicas = self.heard.get(tid, {}).get(holder)
         if not replicas:
             return
-        policy = self.host.spec.fault_tolerance
-        if policy.mirrored and not mirrored_siblings(
-            self.host.name, tid, epoch, format(holder, "x"), self.rho.get(tid, 0.0)
-        ):
-            return  # not one of the epochs mirrored at the ratio the master set
+        mirrored = self.host.spec.fault_tolerance.mirrored
+        if mirrored and not self.adaptive.chosen(tid, epoch, holder):
+            # not one of the epochs mirrored at the ratio the master set: mirrored all the
+            # same if the parent is slow to acknowledge it (a member's own suspicion)
+            if not own:
+                self.adaptive.suspect(
+                    tid, epoch, lambda: self._send(tid, holder, epoch, payload, own=own)
+                )
+            return
+        self._send(tid, holder, epoch, payload, own=own, replicas=replicas)
+
+    def _send(
+        self,
+        tid: int,
+        holder: int,
+        epoch: int,
+        payload: bytes,
+        *,
+        own: bool,
+        replicas: dict[int, str] | None = None,
+    ) -> None:
+        """``epoch`` to every replica (or the mirror) of ``holder``'s position."""
+        me = self.network.node_id
+        replicas = replicas or self.heard.get(tid, {}).get(holder)
+        if not replicas:
+            return
         name = SnapshotName(self.host.name, tid, epoch, me)
         if not own:
             self._last_sent[(tid, holder)] = epoch
@@ -591,7 +478,8 @@ class ActiveReplicas:
         key = (tid, holder)
         if self.host.spec.fault_tolerance.mirrored:
             if parent is not None:
-                self._mirror(key, members, parent)
+                up = (int(str(parent["id"]), 16), str(parent["url"]))
+                self.adaptive.position(key, members, up)
             return
         replica = self.positions.get(key)
         if replica is None:
@@ -611,102 +499,9 @@ class ActiveReplicas:
         self.upstream[key] = (pid, str(parent["url"]), preps)
         self.tasks.spawn(self._standby(key, "standby"), f"{self.host.name} standby")
 
-    # ---- as a mirror (adaptive; mirror_position.py) -------------------------------------------
-
-    def _mirror(self, key: Key, members: list[int], parent: dict[str, Any]) -> None:
-        """An inner holder's announcement to its mirror: its members and its parent."""
-        tid, holder = key
-        found = self.mirrors.get(key)
-        if found is None:
-            # the holder's name at its parent's position door: the parent keeps waiting for
-            # the holder a hedge window after each copy, should the overlay declare it failed
-            # meanwhile (else it would emit an epoch whose copy is on its way without it)
-            forward = self._forward(key, POSITION_SNAPSHOT_PATH)
-            mirror = MirrorPosition(
-                holder,
-                lambda epoch, emit: self.host.new_barrier(tid, emit, first_epoch=epoch),
-                forward.send,
-            )
-            found = self.mirrors[key] = (mirror, forward)
-        found[0].set_members(members)
-        found[1].retarget(int(str(parent["id"]), 16), str(parent["url"]), {})
-
-    def _offer_mirror(
-        self, key: Key, name: SnapshotName, snap: Snapshot, origins: Lineage | None
-    ) -> str:
-        mirror = self.mirrors[key][0]
-        opened = name.epoch not in mirror.open and name.epoch not in mirror.sent
-        result = mirror.offer(name.sender, name.epoch, snap, origins)
-        if opened and name.epoch in mirror.open:
-            self.tasks.spawn(self._hedge_later(key, name.epoch), f"{self.host.name} hedge")
-        return result
-
-    async def _hedge_later(self, key: Key, epoch: int) -> None:
-        """After the hedge delay (:data:`HEDGE_SHARE` of the latency target) an epoch still
-        open at the mirror goes up without the members missing (mirror_position.py)."""
-        await asyncio.sleep(HEDGE_SHARE * self.host.spec.fault_tolerance.target_ms / 1000.0)
-        found = self.mirrors.get(key)
-        if found is not None and found[0].hedge(epoch):
-            self.host.count("mirror_hedged")
-
-    # ---- the controller (adaptive, redundancy_control.py) --------------------------------------
-
     def observe_latency(self, tid: int, epoch: int) -> None:
-        """As master under the adaptive policy: a new epoch stored - its completion latency
-        feeds the window (a miss, unless already counted while it was open); the control
-        loop (:meth:`control_period`) starts with the first one."""
-        policy = self.host.spec.fault_tolerance
-        if not policy.mirrored or not self.host.is_root(tid):
-            return
-        if policy.mirror_ratio is not None:  # static redundancy: the ratio is the spec's
-            self.rho[tid] = policy.mirror_ratio
-            return
-        window, _ = self._controller(tid)
-        latency_ms = max(0.0, (time.time() - self.host.spec.schedule.end(epoch)) * 1000.0)
-        window.record(latency_ms, time.monotonic())
-        if latency_ms > policy.target_ms and epoch > self._missed.get(tid, -1):
-            self._fresh[tid] = self._fresh.get(tid, 0) + 1
-            self._missed[tid] = epoch
-        if tid not in self._loops:
-            self._loops.add(tid)
-            self.tasks.spawn(self._control_loop(tid), f"{self.host.name} redundancy control")
-
-    def _controller(self, tid: int) -> tuple[LatencyWindow, RedundancyController]:
-        return self.controllers.setdefault(tid, (LatencyWindow(), RedundancyController()))
-
-    async def _control_loop(self, tid: int) -> None:
-        """Every :data:`CONTROL_SECONDS` while this agent masters the tree under the adaptive
-        policy: one control period (:meth:`control_period`)."""
-        try:
-            while not self.host.stopped:
-                await asyncio.sleep(CONTROL_SECONDS)
-                policy = self.host.spec.fault_tolerance
-                if not policy.mirrored or policy.mirror_ratio is not None:
-                    return
-                if not self.host.is_root(tid):
-                    return
-                self.control_period(tid, policy.target_ms)
-        finally:
-            self._loops.discard(tid)
-
-    def control_period(self, tid: int, target_ms: float) -> None:
-        """One control period: the misses since the last one - epochs stored past the target
-        and epochs **still open** past it (a paused node holds them: nothing is stored, yet
-        the tail is missing now) - and the window's p99 to the controller; its ratio goes
-        out with the next announcement (now, when it changed)."""
-        schedule = self.host.spec.schedule
-        overdue = schedule.epoch_of(time.time() - target_ms / 1000.0) - 1  # closed past T
-        first = max(self.host.ensure_tree(tid).next_epoch, self._missed.get(tid, -1) + 1)
-        if overdue >= first:
-            self._fresh[tid] = self._fresh.get(tid, 0) + overdue - first + 1
-            self._missed[tid] = overdue
-        window, controller = self._controller(tid)
-        now = time.monotonic()
-        before = self.rho.get(tid, 0.0)
-        controller.update(window.p99(now), target_ms, self._fresh.pop(tid, 0))
-        self.rho[tid] = controller.rho
-        if controller.rho != before:
-            self.announce(tid)
+        """As master: a new epoch stored (the adaptive controller's input)."""
+        self.adaptive.observe_latency(tid, epoch)
 
     async def _standby(self, key: Key, event: str) -> int | None:
         """Register as the inner position's standby at its parent (``standby``) or take the
@@ -747,10 +542,7 @@ class ActiveReplicas:
         for key, replica in self.positions.items():
             if key[0] == name.tree and (name.sender in replica.members or key[1] == name.sender):
                 return key
-        for key, (mirror, _) in self.mirrors.items():
-            if key[0] == name.tree and name.sender in mirror.members:
-                return key
-        return None
+        return self.adaptive.key_of(name)
 
     def offer(
         self,
@@ -762,8 +554,8 @@ class ActiveReplicas:
         """A member's epoch sent to this agent as a replica of ``position``'s holder."""
         self._replicated()
         key = self._key_of(name, position)
-        if key is not None and key in self.mirrors:
-            return self._offer_mirror(key, name, snap, origins)
+        if key is not None and key in self.adaptive.mirrors:
+            return self.adaptive.offer(key, name, snap, origins)
         replica = None if key is None else self.positions.get(key)
         if replica is None or key is None:
             raise RetryLater(
@@ -880,69 +672,23 @@ class ActiveReplicas:
         if forward is not None:
             self.tasks.spawn(forward.finish(), f"{self.host.name} position done")
 
-    # ---- the master's take-over ----------------------------------------------------------------
+    # ---- the master's take-over (master_takeover.py) --------------------------------------------
 
     def became_root(self, tid: int) -> None:
         """This agent became ``tid``'s root: its replica of the dead master's position keeps
-        the epochs in flight whole (module contract)."""
-        if not self.host.spec.fault_tolerance.replicated:  # passive since: the standby's path
-            self.positions.clear()
-            return
-        me = self.network.node_id
-        masters = [k for k, p in self.positions.items() if k[0] == tid and not p.inner]
-        replica = self.positions.get(masters[0]) if masters else None
-        if replica is None or replica.handover is not None or replica.master == me:
-            return
-        own = self.host.ensure_tree(tid)
-
-        def deliver(epoch: int, snap: Snapshot, origins: Lineage | None) -> None:
-            self.host.store_root(tid, epoch, snap, origins)
-
-        kept, handover, members = replica.take_over(me, own.next_epoch, deliver)
-        for epoch, snap, origins in kept:
-            self.host.store_root(tid, epoch, snap, origins)
-        own.set_children(own.children | members, start=handover + 1)
-        self.host.pin_children(tid, members, PIN_SECONDS)
-        self.host.count("replica_takeovers")
-        log.warning(
-            "job %s tree %x: took over from master %x with its replicated position: %d "
-            "epochs kept, the replica owns epochs up to %d, %d members pinned",
-            self.host.name,
-            tid,
-            replica.master,
-            len(kept),
-            handover,
-            len(members),
-        )
-        self._retire(masters[0])
-
-    def _master_position(self, tid: int) -> tuple[Key, PositionReplica] | None:
-        for key, replica in self.positions.items():
-            if key[0] == tid and replica.handover is not None:
-                return key, replica
-        return None
+        the epochs in flight whole."""
+        self.takeover.became_root(tid)
 
     def route(
         self, tid: int, sender: int, epoch: int, snap: Snapshot, origins: Lineage | None
     ) -> str | None:
         """After a take-over: a contribution of an epoch the replica still owns goes to it
         (its answer); None otherwise (the root's own barrier takes it)."""
-        found = self._master_position(tid)
-        if found is None or not found[1].owns(epoch):
-            return None
-        result = found[1].offer(sender, epoch, snap, origins)
-        self._retire(found[0])
-        return result
+        return self.takeover.route(tid, sender, epoch, snap, origins)
 
     def owns(self, tid: int, epoch: int) -> bool:
         """After a take-over: whether the replica still owns ``epoch`` of ``tid``."""
-        found = self._master_position(tid)
-        return found is not None and found[1].owns(epoch)
-
-    def _retire(self, key: Key) -> None:
-        replica = self.positions.get(key)
-        if replica is not None and replica.done:
-            del self.positions[key]
+        return self.takeover.owns(tid, epoch)
 
     def lost_root(self, tid: int) -> None:
         self._announced.pop(tid, None)
@@ -957,16 +703,8 @@ class ActiveReplicas:
     def status(self) -> dict[str, Any]:
         return {
             "replicas": self.wanted(),
-            "plans": {
-                format(t, "x"): sorted(format(n, "x") for n in p) for t, p in self.plans.items()
-            },
-            "budgets": {format(t, "x"): b.status() for t, b in self.budgets.items()},
-            "rho": {format(t, "x"): r for t, r in self.rho.items()},
-            "mirrors": {
-                f"{t:x}/{h:x}": {**m.status(), "forward": f.status()}
-                for (t, h), (m, f) in self.mirrors.items()
-            },
-            "controllers": {format(t, "x"): c.status() for t, (_, c) in self.controllers.items()},
+            **self.budget.status(),
+            **self.adaptive.status(),
             "positions": {
                 f"{t:x}/{h:x}": {
                     **p.status(),
@@ -997,7 +735,5 @@ class ActiveReplicas:
         for forward in self.forwards.values():
             await forward.close()
         self.forwards.clear()
-        for _, forward in self.mirrors.values():
-            await forward.close()
-        self.mirrors.clear()
+        await self.adaptive.close()
         self.positions.clear()

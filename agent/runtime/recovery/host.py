@@ -7,7 +7,9 @@ the runtime, so nothing in ``recovery/`` imports ``job/`` (the layer test enforc
 :class:`RecoveryParts` is the narrow view of the facade its parts (commit, origins, repair,
 replication, hand-over) are given: the shared state and the few actions one part asks of
 another, so no part imports another part's module or the facade (which imports them all).
-Both are structural, like :mod:`srt.trees.host`: nothing needs to inherit from them.
+:class:`ReplicaHost` is the job as replicated positions
+(:mod:`agent.runtime.recovery.active_replicas`) see it; the recovery host gives it.
+All are structural, like :mod:`srt.trees.host`: nothing needs to inherit from them.
 """
 
 from __future__ import annotations
@@ -201,3 +203,74 @@ class RecoveryParts(Protocol):
     def origin_left(self, tid: int, origin: int, through: int) -> bool: ...
 
     def next_roots(self, tid: int, count: int = 1) -> list[Any]: ...
+
+
+class ReplicaHost(Protocol):
+    """The job as replicated positions see it (the recovery host gives it)."""
+
+    name: str
+
+    @property
+    def spec(self) -> Any: ...
+
+    @property
+    def stopped(self) -> bool: ...
+
+    @property
+    def is_origin(self) -> bool: ...
+
+    def is_root(self, tid: int) -> bool: ...
+
+    def parent_of(self, tid: int) -> int | None:
+        """This agent's parent's id in ``tid`` (None: the root, or not on the tree)."""
+        ...
+
+    def parent_url_of(self, tid: int) -> str | None:
+        """This agent's parent's data-plane URL in ``tid`` (None: none known)."""
+        ...
+
+    def child_urls(self, tid: int) -> dict[int, str]:
+        """This agent's tree children in ``tid`` and their data-plane URLs."""
+        ...
+
+    def child_domains(self, tid: int) -> dict[int, str]:
+        """This agent's tree children in ``tid`` and their failure domains."""
+        ...
+
+    async def master_url(self, tid: int) -> str:
+        """The data-plane URL of ``tid``'s master."""
+        ...
+
+    def ensure_tree(self, tid: int) -> EpochCombiner: ...
+
+    def take_queued(self, tid: int) -> list[tuple[int, bytes]]:
+        """Remove every unacknowledged epoch of this agent's sender to its parent."""
+        ...
+
+    async def acked_up(self, tid: int, epoch: int, timeout: float) -> bool:
+        """Wait until this agent's parent acknowledged an epoch after ``epoch``."""
+        ...
+
+    def new_barrier(
+        self, tid: int, emit: Callable[[int, Snapshot], None], first_epoch: int | None = None
+    ) -> EpochCombiner:
+        """A barrier of the job's tree with no local input (the job's operator and checks),
+        from the first epoch offered, or from ``first_epoch``."""
+        ...
+
+    def store_root(self, tid: int, epoch: int, snap: Snapshot, origins: Lineage | None) -> None:
+        """Store an epoch as the root's result (as the root's own barrier would)."""
+        ...
+
+    def pin_children(self, tid: int, members: Iterable[int], seconds: float) -> None:
+        """Keep ``members`` among the barrier's children for ``seconds`` although the tree
+        layer does not list them (yet)."""
+        ...
+
+    def unpin_child(self, tid: int, member: int) -> None:
+        """Stop keeping ``member`` among the barrier's children (it is done, or moved)."""
+        ...
+
+    def count(self, what: str, n: int = 1) -> None: ...
+
+    async def multicast(self, tid: int, message: dict[str, Any]) -> Any: ...

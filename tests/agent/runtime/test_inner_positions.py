@@ -232,7 +232,7 @@ async def test_a_budget_replicates_the_planned_positions_only() -> None:
         plan = {"kind": "replicas", "master": f"{PARENT:x}", "replicas": [],
                 "plan": [f"{PARENT:x}", f"{HOLDER:x}"]}  # fmt: skip
         active.heard_from(TREE, plan)
-        assert active.plans[TREE] == {PARENT, HOLDER} and active.replicas_for(TREE) == 2
+        assert active.budget.plans[TREE] == {PARENT, HOLDER} and active.replicas_for(TREE) == 2
         active.heard_from(TREE, {**plan, "plan": [f"{PARENT:x}"]})  # re-planned without it
         assert active.replicas_for(TREE) == 1
         host.root = True  # the root is always replicated under a budget

@@ -6,6 +6,8 @@ when epochs complete past the target."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 from typing import Any
 
@@ -13,10 +15,11 @@ from test_active_replicas import SECRET, TREE, Host, Network, Spec, Tasks, snap_
 
 from agent.jobs.fault_policy import FaultPolicy
 from agent.runtime.recovery.active_replicas import ActiveReplicas
+from agent.runtime.recovery.adaptive_mirrors import HEDGE_SHARE, SUSPECT_SHARE
 from agent.runtime.recovery.mirror_position import MirrorPosition
 from agent.runtime.recovery.redundancy_control import mirrored_siblings
 from cbt import Snapshot
-from srt import DataPlaneClient, EpochCombiner
+from srt import DataPlaneClient, EpochCombiner, SnapshotName
 
 HOLDER, C1, C2, PARENT = 0x400, 0x500, 0x600, 0x100
 
@@ -63,7 +66,7 @@ async def test_members_send_the_mirrored_epochs_only_and_the_master_sets_rho() -
         active.heard_from(TREE, {**message, "replicas": [[f"{C2:x}", "http://127.0.0.1:1"]]})
         active.heard_from(TREE, {"kind": "replicas", "master": f"{PARENT:x}", "replicas": [],
                                  "rho": 0.5})  # fmt: skip
-        assert active.rho[TREE] == 0.5
+        assert active.adaptive.rho[TREE] == 0.5
         chosen = [e for e in range(100) if mirrored_siblings("wc", TREE, e, f"{HOLDER:x}", 0.5)]
         for epoch in range(100):
             active.to_replicas(TREE, epoch, b"")
@@ -73,19 +76,95 @@ async def test_members_send_the_mirrored_epochs_only_and_the_master_sets_rho() -
         host.root = True
         assert active.replicas_for(TREE) == 1  # the root has no mirror
         host.spec = Spec(FaultPolicy("adaptive", 2, 0, 500.0))
-        active.rho.clear()
+        active.adaptive.rho.clear()
         for epoch in range(5):  # epoch 0 of the schedule ended decades ago: all late
             active.observe_latency(TREE, epoch)
         host.own = EpochCombiner(
             job="wc", tree=TREE, expect_local=True, children=(), emit=lambda e, s: None,
             first_epoch=5,
         )  # fmt: skip
-        active.control_period(TREE, 500.0)  # five misses stored, and epochs 5.. still open
-        assert active.rho[TREE] > 0
+        active.adaptive.control_period(TREE, 500.0)  # five misses stored, and epochs 5.. still open
+        assert active.adaptive.rho[TREE] > 0
         host.stopped = True  # (the control loop ends)
         host.spec = Spec(FaultPolicy("adaptive", 2, 0, 500.0, 1.0))
         active.observe_latency(TREE, 6)
-        assert active.rho[TREE] == 1.0  # a static ratio is the spec's
+        assert active.adaptive.rho[TREE] == 1.0  # a static ratio is the spec's
+    finally:
+        await active.close()
+        await client.close()
+
+
+async def test_a_member_mirrors_the_epochs_its_parent_is_slow_to_acknowledge() -> None:
+    """Not chosen at rho 0, yet mirrored: the epochs the parent (the holder) has not
+    acknowledged SUSPECT_SHARE of T after they went up - its siblings see the same paused
+    holder and mirror the same epochs; nothing while the parent acknowledges in time."""
+    client = DataPlaneClient(SECRET)
+    host = Host(parent=HOLDER, spec=Spec(FaultPolicy("adaptive", 2, 0, 500.0)))
+    acked_through = 4  # the holder stops acknowledging after epoch 4 (SIGSTOP)
+
+    async def acked_up(tid: int, epoch: int, timeout: float) -> bool:
+        assert timeout == SUSPECT_SHARE * 0.5
+        return epoch < acked_through
+
+    host.acked_up = acked_up  # type: ignore[method-assign]
+    active = ActiveReplicas(host, Network(C1, client), Tasks())  # type: ignore[arg-type]
+    try:
+        active.heard_from(
+            TREE,
+            {"kind": "replicas", "master": f"{HOLDER:x}",
+             "replicas": [[f"{C2:x}", "http://127.0.0.1:1"]]},
+        )  # fmt: skip
+        assert not any(active.adaptive.chosen(TREE, e, HOLDER) for e in range(10))  # rho 0
+        for epoch in range(10):
+            active.to_replicas(TREE, epoch, b"")
+
+        def queued() -> list[int]:
+            senders = active.senders.get((TREE, HOLDER)) or {}
+            return senders[C2].pending()["queued"] if C2 in senders else []
+
+        async def until_five() -> None:
+            while len(queued()) < 5:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(until_five(), 5.0)
+        assert queued() == [5, 6, 7, 8, 9]
+        assert host.counters["mirror_suspect_sends"] == 5
+        assert active.status()["suspected"] == 5
+    finally:
+        await active.close()
+        await client.close()
+
+
+async def test_a_mirror_hedges_an_epoch_half_the_target_after_it_closed() -> None:
+    """The hedge deadline counts from the epoch's close, not its first arrival: a suspected
+    epoch, mirrored late by design, goes up when a chosen one would."""
+    host = Host(parent=PARENT, spec=Spec(FaultPolicy("adaptive", 2, 0, 400.0)))
+    host.new_barrier = lambda tid, emit, first_epoch=None: barrier(first_epoch, emit)  # type: ignore[method-assign,assignment,misc]
+    sent: list[int] = []
+    client = DataPlaneClient(SECRET)
+    active = ActiveReplicas(host, Network(C2, client), Tasks())  # type: ignore[arg-type]
+    try:
+        active.adaptive.position((TREE, HOLDER), [HOLDER, C1], (PARENT, "http://127.0.0.1:1"))
+        mirror, _ = active.adaptive.mirrors[(TREE, HOLDER)]
+        mirror.deliver = lambda epoch, snap, lineage: sent.append(epoch)
+        schedule = host.spec.schedule
+        now = time.time()
+        closed_long_ago = schedule.epoch_of(now) - 5
+        closing = schedule.epoch_of(now) + 1  # closes within 1 s from now
+        for epoch in (closed_long_ago, closing):
+            active.adaptive.offer(
+                (TREE, HOLDER), SnapshotName("wc", TREE, epoch, C1), snap_of(["a"]), None
+            )
+
+        async def until(n: int) -> None:
+            while len(sent) < n:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(until(1), 0.5)  # past its deadline already: at once
+        assert sent == [closed_long_ago]
+        await asyncio.wait_for(until(2), 3.0)
+        assert sent == [closed_long_ago, closing]
+        assert time.time() >= schedule.end(closing) + HEDGE_SHARE * 0.4 - 0.01
     finally:
         await active.close()
         await client.close()
