@@ -702,6 +702,16 @@ def mirror_section(args: argparse.Namespace) -> dict[str, Any]:
         ratios["adaptive_extra_cpu_over_static"] = round(
             adaptive["extra_cpu_cores"] / static["extra_cpu_cores"], 3
         )
+    # the wire: extra data-plane bytes over passive (CPU differences of a few thousandths of
+    # a core, at this load, are within the machine's noise)
+    wire = medians["passive"].get("data_plane_bytes_per_s")
+    extra = {
+        p: None if wire is None or medians[p].get("data_plane_bytes_per_s") is None
+        else medians[p]["data_plane_bytes_per_s"] - wire
+        for p in ("static", "adaptive")
+    }  # fmt: skip
+    if extra["static"] and extra["adaptive"] is not None:
+        ratios["adaptive_extra_bytes_over_static"] = round(extra["adaptive"] / extra["static"], 3)
     return {
         "target_ms": MIRROR_TARGET_MS,
         "pauses": {"seconds": 3.0, "bursts": 3, "gap_s": 8.0},

@@ -17,10 +17,13 @@ which owns the member's senders and calls in here).
   no controller round trip - siblings of a paused holder all see it). A suspicion costs one
   extra send, and nothing while the parent acknowledges in time.
 * **As mirror** (:meth:`position`, :meth:`offer`): one :class:`MirrorPosition` per (tree,
-  holder); an epoch still open :data:`HEDGE_SHARE` of T after it **closed** goes up without
-  the members missing (hedged). The deadline counts from the epoch's close, not its first
-  arrival at the mirror, so a suspected epoch (sent late by design) goes up when a chosen one
-  would.
+  holder); an epoch still open :data:`HEDGE_SHARE` of T after the members sent it goes up
+  without the members missing (hedged): counted from its first arrival at the mirror, less
+  :data:`SUSPECT_SHARE` of T for an epoch not chosen at ρ (a suspected one, sent that late
+  by design; the mirror heard ρ too), so a suspected epoch goes up when a chosen one would.
+  A suspected epoch goes up at once when every member but the holder sent it: they all found
+  the holder slow, and waiting for its own share would only delay the epoch (it lacks the
+  holder, named, until the master's repair folds its share in).
 * **As master** (:meth:`observe_latency`, :meth:`control_period`): the controller's window of
   completion latencies and its misses (epochs stored past T, and epochs still open past T),
   every :data:`CONTROL_SECONDS`; a changed ρ is announced (the ``replicas`` multicast).
@@ -160,17 +163,30 @@ class AdaptiveMirrors:
 
     def offer(self, key: Key, name: SnapshotName, snap: Snapshot, origins: Lineage | None) -> str:
         mirror = self.mirrors[key][0]
+        tid, holder = key
         opened = name.epoch not in mirror.open and name.epoch not in mirror.sent
         result = mirror.offer(name.sender, name.epoch, snap, origins)
         if opened and name.epoch in mirror.open:
             self.tasks.spawn(self._hedge_later(key, name.epoch), f"{self.host.name} hedge")
+        # a suspected epoch that every member but the holder sent: they all found the holder
+        # slow - waiting longer for its own share only delays the epoch
+        suspected = not self.chosen(tid, name.epoch, holder)
+        if suspected and mirror.missing(name.epoch) == {holder} and mirror.hedge(name.epoch):
+            self.host.count("mirror_hedged")
+            self.host.count("mirror_hedged_suspected")
         return result
 
+    def hedge_delay(self, tid: int, epoch: int, holder: int) -> float:
+        """Seconds from an epoch's first arrival here to its hedge: :data:`HEDGE_SHARE` of
+        the target after the members sent it - for an epoch not chosen at ρ (a suspected
+        one, sent :data:`SUSPECT_SHARE` of the target late by design), that much less."""
+        share = HEDGE_SHARE if self.chosen(tid, epoch, holder) else HEDGE_SHARE - SUSPECT_SHARE
+        return share * self._target_s()
+
     async def _hedge_later(self, key: Key, epoch: int) -> None:
-        """:data:`HEDGE_SHARE` of the latency target after ``epoch`` closed, an epoch still
-        open at the mirror goes up without the members missing (mirror_position.py)."""
-        due = self.host.spec.schedule.end(epoch) + HEDGE_SHARE * self._target_s()
-        await asyncio.sleep(max(0.0, due - time.time()))
+        """After :meth:`hedge_delay`, an epoch still open at the mirror goes up without the
+        members missing (mirror_position.py)."""
+        await asyncio.sleep(self.hedge_delay(key[0], epoch, key[1]))
         found = self.mirrors.get(key)
         if found is not None and found[0].hedge(epoch):
             self.host.count("mirror_hedged")

@@ -91,6 +91,13 @@ class MirrorPosition:
 
         return emitted
 
+    def missing(self, epoch: int) -> frozenset[int] | None:
+        """The members ``epoch`` still waits for (None: not open)."""
+        barrier = self.open.get(epoch)
+        if barrier is None:
+            return None
+        return frozenset(m for m in barrier.waiting_for(epoch) if isinstance(m, int))
+
     def hedge(self, epoch: int) -> bool:
         """The hedge delay passed: send ``epoch`` up as it is, without the members still
         missing. False when it was sent already (or never opened)."""

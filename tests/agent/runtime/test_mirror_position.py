@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import pytest
 from test_active_replicas import SECRET, TREE, Host, Network, Spec, Tasks, snap_of
 
 from agent.jobs.fault_policy import FaultPolicy
@@ -135,36 +136,52 @@ async def test_a_member_mirrors_the_epochs_its_parent_is_slow_to_acknowledge() -
         await client.close()
 
 
-async def test_a_mirror_hedges_an_epoch_half_the_target_after_it_closed() -> None:
-    """The hedge deadline counts from the epoch's close, not its first arrival: a suspected
-    epoch, mirrored late by design, goes up when a chosen one would."""
+async def test_a_suspected_epoch_is_hedged_when_a_chosen_one_would_be() -> None:
+    """A mirror hedges a chosen epoch HEDGE_SHARE of T after its first arrival, and one not
+    chosen at rho (a suspected one: its members sent it SUSPECT_SHARE of T late by design)
+    that much sooner, so both go up HEDGE_SHARE of T after the members sent them; a suspected
+    epoch every member but the holder sent goes up at once."""
     host = Host(parent=PARENT, spec=Spec(FaultPolicy("adaptive", 2, 0, 400.0)))
     host.new_barrier = lambda tid, emit, first_epoch=None: barrier(first_epoch, emit)  # type: ignore[method-assign,assignment,misc]
-    sent: list[int] = []
+    sent: list[tuple[int, float]] = []
     client = DataPlaneClient(SECRET)
     active = ActiveReplicas(host, Network(C2, client), Tasks())  # type: ignore[arg-type]
+    adaptive = active.adaptive
+    key = (TREE, HOLDER)
     try:
-        active.adaptive.position((TREE, HOLDER), [HOLDER, C1], (PARENT, "http://127.0.0.1:1"))
-        mirror, _ = active.adaptive.mirrors[(TREE, HOLDER)]
-        mirror.deliver = lambda epoch, snap, lineage: sent.append(epoch)
-        schedule = host.spec.schedule
-        now = time.time()
-        closed_long_ago = schedule.epoch_of(now) - 5
-        closing = schedule.epoch_of(now) + 1  # closes within 1 s from now
-        for epoch in (closed_long_ago, closing):
-            active.adaptive.offer(
-                (TREE, HOLDER), SnapshotName("wc", TREE, epoch, C1), snap_of(["a"]), None
-            )
+        adaptive.rho[TREE] = 0.5
+        chosen = next(e for e in range(100) if adaptive.chosen(TREE, e, HOLDER))
+        suspected = [e for e in range(100) if not adaptive.chosen(TREE, e, HOLDER)][:2]
+        assert adaptive.hedge_delay(TREE, chosen, HOLDER) == pytest.approx(HEDGE_SHARE * 0.4)
+        assert adaptive.hedge_delay(TREE, suspected[0], HOLDER) == pytest.approx(
+            (HEDGE_SHARE - SUSPECT_SHARE) * 0.4
+        )
+        adaptive.position(key, [HOLDER, C1, C2], (PARENT, "http://127.0.0.1:1"))
+        mirror, _ = adaptive.mirrors[key]
+        mirror.deliver = lambda epoch, snap, lineage: sent.append((epoch, time.monotonic()))
 
-        async def until(n: int) -> None:
-            while len(sent) < n:
+        def offer(epoch: int, member: int) -> None:
+            adaptive.offer(key, SnapshotName("wc", TREE, epoch, member), snap_of(["a"]), None)
+
+        start = time.monotonic()
+        for epoch in (chosen, suspected[0]):  # C2 and the holder's own share never come
+            offer(epoch, C1)
+        assert mirror.missing(chosen) == {HOLDER, C2}
+        offer(suspected[1], C1)
+        offer(suspected[1], C2)  # every member but the holder: at once
+        assert [e for e, _ in sent] == [suspected[1]] and mirror.missing(suspected[1]) is None
+
+        async def three() -> None:
+            while len(sent) < 3:
                 await asyncio.sleep(0.01)
 
-        await asyncio.wait_for(until(1), 0.5)  # past its deadline already: at once
-        assert sent == [closed_long_ago]
-        await asyncio.wait_for(until(2), 3.0)
-        assert sent == [closed_long_ago, closing]
-        assert time.time() >= schedule.end(closing) + HEDGE_SHARE * 0.4 - 0.01
+        await asyncio.wait_for(three(), 3.0)
+        assert [e for e, _ in sent] == [suspected[1], suspected[0], chosen]
+        at = dict(sent)
+        assert at[suspected[0]] - start >= (HEDGE_SHARE - SUSPECT_SHARE) * 0.4 - 0.01
+        assert at[chosen] - start >= HEDGE_SHARE * 0.4 - 0.01
+        assert host.counters["mirror_hedged"] == 3
+        assert host.counters["mirror_hedged_suspected"] == 1
     finally:
         await active.close()
         await client.close()
