@@ -60,6 +60,7 @@ class MirrorPosition:
         self.sent: OrderedDict[int, bool] = OrderedDict()  # epoch -> whole when sent
         self.whole = 0
         self.hedged = 0
+        self.received = 0  # member snapshots offered (stale ones included): the work
         self._hedging: int | None = None
 
     def set_members(self, members: Iterable[int]) -> None:
@@ -69,6 +70,7 @@ class MirrorPosition:
     def offer(self, sender: int, epoch: int, snap: Snapshot, origins: Lineage | None) -> str:
         """A member's mirrored epoch (checked against the barrier's bounds first: raises as
         :meth:`EpochCombiner.check` does)."""
+        self.received += 1
         if epoch in self.sent:
             return "stale"
         barrier = self.open.get(epoch)
@@ -129,4 +131,5 @@ class MirrorPosition:
             "sent": len(self.sent),
             "whole": self.whole,
             "hedged": self.hedged,
+            "received": self.received,
         }
