@@ -112,7 +112,9 @@ class ActiveReplicas:
         self.network = network
         self.tasks = tasks
         self.positions: dict[Key, PositionReplica] = {}  # as replica
-        self.takeover = MasterTakeover(host, self.positions, network.node_id, PIN_SECONDS)
+        self.takeover = MasterTakeover(
+            host, self.positions, lambda: self.network.node_id, PIN_SECONDS
+        )
         self.upstream: dict[Key, tuple[int, str, dict[int, str]]] = {}  # inner: parent
         self.forwards: dict[Key, PositionForward] = {}  # released inner positions
         #: as member: per tree, per holder, the holder's replicas as last heard {id: url}

@@ -18,7 +18,7 @@ it); bounded by it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from agent.runtime.recovery.position_replica import PositionReplica
@@ -55,12 +55,12 @@ class MasterTakeover:
         self,
         host: TakeoverHost,
         positions: dict[Key, PositionReplica],
-        node_id: int,
+        node_id: Callable[[], int],
         pin_seconds: float,
     ) -> None:
         self.host = host
         self.positions = positions  # the replicas this agent keeps (active_replicas.py)
-        self.node_id = node_id
+        self.node_id = node_id  # read when needed: known once the overlay runs
         self.pin_seconds = pin_seconds
 
     def became_root(self, tid: int) -> None:
@@ -69,7 +69,7 @@ class MasterTakeover:
         if not self.host.spec.fault_tolerance.replicated:  # passive since: the standby's path
             self.positions.clear()
             return
-        me = self.node_id
+        me = self.node_id()
         masters = [k for k, p in self.positions.items() if k[0] == tid and not p.inner]
         replica = self.positions.get(masters[0]) if masters else None
         if replica is None or replica.handover is not None or replica.master == me:
