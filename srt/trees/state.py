@@ -29,6 +29,10 @@ class TreeState:
     parent_url: str | None = None
     parent_ok: float = 0.0  # last time the parent confirmed us (attach or heartbeat reply)
     parent_since: float = 0.0  # when we took the current parent
+    #: the parent a re-join left (silent, failed or refusing us): told ``moved`` once we
+    #: attach elsewhere - a paused parent reads that when it resumes, instead of waiting a
+    #: child timeout (widened by its own pause) for children that went
+    left_parent: NodeInfo | None = None
     announced_parent: int | None = None  # parent last reported to listeners
     announced_root: bool = False  # listeners were told we are the root (and not since told not)
     root: NodeInfo | None = None

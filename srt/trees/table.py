@@ -146,9 +146,12 @@ class TreeTable:
             raise LoopRefused(f"next hop {parent} is not closer to the tree id")
         if parent.id in tree.children:  # cannot happen with the invariant; belt and braces
             self.remove_child(tree, parent.id, "moved")
-        if tree.parent is not None and tree.parent.id != parent.id:
-            # a replacement next hop, or a hand-off: the old parent may count us, tell it
-            self.effects.spawn_leave(tree.parent, tree.tree_id, "moved")
+        old = tree.parent or tree.left_parent
+        tree.left_parent = None
+        if old is not None and old.id != parent.id:
+            # a replacement next hop, a hand-off, or a re-join away from a silent parent:
+            # the old parent may count us, tell it
+            self.effects.spawn_leave(old, tree.tree_id, "moved")
         if not tree.has_parent(parent.id):
             tree.parent_url = None
         tree.parent = parent
@@ -181,7 +184,8 @@ class TreeTable:
     def become_root(self, tree: TreeState) -> None:
         if tree.state == ROOT:
             return
-        old = tree.parent
+        old = tree.parent or tree.left_parent
+        tree.left_parent = None
         self.lose_parent(tree)
         tree.state = ROOT
         tree.root = self.host.me
@@ -200,6 +204,8 @@ class TreeTable:
             return
         self.host.events["rejoins"] += 1
         log.debug("re-joining tree %x: %s", tree.tree_id, why)
+        if tree.parent is not None:
+            tree.left_parent = tree.parent
         self.lose_parent(tree)
         tree.state = JOINING
         if tree.own_jid is not None:  # an attempt in flight is superseded
