@@ -91,16 +91,20 @@ Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and 
   and budget: 0), those versions, the reader's violations and the end-of-run share final
   and exact; each run's JSON splits the versions by phase (before the kill, while down,
   after the restart).
-* **mirror** - adaptive redundancy (Tran; ELF's mirroring) on the same six agents: the inner
-  node paused (SIGSTOP) for 3 s, three times, 8 s apart
-  (:func:`agent.server.mirror_scenarios.pause_an_inner_node`), WordCount on 1 s epochs with
-  a 2 s target, under ``passive`` (none), ``static`` (``adaptive`` with ``mirror_ratio: 1``:
-  every epoch mirrored) and ``adaptive`` (the controller sets the ratio), interleaved
-  (``--runs`` each: 3 full, 1 quick). Per run: each epoch's completion latency at the master
-  (stored minus closed), its p99, the epochs over the target, the versions lacking an
-  origin other than the paused node, and the agents' CPU (cores) and data-plane bytes over
-  the fault window; per policy the medians, and the static and adaptive policies' extra CPU
-  over passive's (goal: adaptive's p99 within 10 % of static's at <= 30 % of its extra CPU).
+* **mirror** - adaptive redundancy (Tran; ELF's mirroring) on twelve agents with fixed ids
+  (:data:`agent.server.tree_layouts.TWELVE`: three inner nodes, one of them inside
+  another's subtree): SIGSTOP bursts on random inner nodes - four bursts of 3 s, 8 s apart,
+  each on an inner node drawn from the run's seed (the same victims for every policy of a
+  round) (:func:`agent.server.mirror_scenarios.pause_an_inner_node`), WordCount on 1 s
+  epochs with a 2 s target, under ``passive`` (none), ``static`` (``adaptive`` with
+  ``mirror_ratio: 1``: every epoch mirrored) and ``adaptive`` (the controller sets the
+  ratio; members mirror the epochs their parent is slow to acknowledge), interleaved
+  (``--runs`` rounds: 3 full, 1 quick). Per run: each epoch's completion latency at the
+  master (stored minus closed), its p99, the epochs over the target, the versions lacking an
+  origin other than the paused nodes, the member snapshots the mirrors received, and the
+  agents' CPU (cores) and data-plane bytes over the fault window; per policy the medians,
+  and the static and adaptive policies' extra CPU, bytes and mirrored snapshots over
+  passive's (goal: adaptive's p99 within 10 % of static's at <= 30 % of its extra CPU).
 * **any** - kill -9 of one agent per run, whatever its role (master, inner node or leaf),
   on a fresh cluster of ``--agents`` (8) with ids as they come, under ``passive`` and
   ``replicated`` (r = 2) for the same victim (``--runs`` victims: 8 full, 3 quick - the
@@ -166,6 +170,7 @@ from agent.server.inner_scenarios import (
 from agent.server.mirror_scenarios import pause_an_inner_node
 from agent.server.netns import NetnsLab, netns_available
 from agent.server.replica_scenarios import kill_during_a_stall
+from agent.server.tree_layouts import TWELVE
 from agent.server.version_watch import VersionWatch, chaos_watch
 from overlay.sim import SimNetwork, run, start_cluster
 from srt.ids import app_id
@@ -365,15 +370,19 @@ def summarize(per_seed: dict[int, dict[str, Any]], budgets: list[int]) -> dict[s
             }
             entry[name]["replicas"] = statistics.median(r[name]["replicas"] for r in rows)
             entry[name]["plan_ms"] = round(statistics.median(r[name]["plan_ms"] for r in rows), 1)
-        for base in ("greedy", "greedy_inner", "domain_aware"):  # own_rate: no ratio
+        for base in ("greedy", "greedy_inner", "domain_aware", "own_rate"):
             ratios: dict[str, Any] = {}
             for f in FIGURES:
                 vals = [ratio(r["structure_aware"][f], r[base][f]) for r in rows]
+                # x / 0 (the baseline covers nothing) ranks above every finite ratio
+                ranked = sorted(math.inf if v is None else v for v in vals)
+                mid = statistics.median(ranked) if ranked else None
+                if mid is not None:
+                    mid = "unbounded" if math.isinf(mid) else round(mid, 3)
+                ratios[f] = mid
                 finite = [v for v in vals if v is not None]
-                ratios[f] = (
-                    round(statistics.median(finite), 3) if len(finite) == len(vals) else None
-                )
                 ratios[f + "_max"] = round(max(finite), 3) if finite else None
+                ratios[f + "_unbounded_seeds"] = len(vals) - len(finite)
             entry[f"ratio_structure_over_{base}"] = ratios
         out[f"R={budget}"] = entry
     ceilings = [r["ceiling"]["domain_worst_coverage"] for r in per_seed.values()]
@@ -644,9 +653,12 @@ MIRROR_POLICIES: dict[str, Any] = {
 }
 
 
-def mirror_run(policy: str) -> dict[str, Any]:
-    """One paused-inner-node run under ``policy`` on a fresh six-agent cluster, with the
-    agents' CPU and data-plane bytes over the fault window."""
+MIRROR_PAUSE = {"seconds": 3.0, "bursts": 4, "gap_s": 8.0}
+
+
+def mirror_run(policy: str, seed: int) -> dict[str, Any]:
+    """One run under ``policy`` on a fresh :data:`TWELVE` cluster: pause bursts on inner nodes
+    drawn from ``seed``, with the agents' CPU and data-plane bytes over the fault window."""
 
     def paused(chaos: ChaosCluster, watch: VersionWatch, spec: Any) -> dict[str, Any]:
         marks: dict[str, tuple[float, float, int]] = {}
@@ -659,7 +671,16 @@ def mirror_run(policy: str) -> dict[str, Any]:
             mirrored[mark] = mirrored_snapshots(chaos)
 
         run = pause_an_inner_node(
-            chaos, watch, spec, MIRROR_TARGET_MS, 3.0, bursts=3, gap_s=8.0, on_window=on_window
+            chaos,
+            watch,
+            spec,
+            MIRROR_TARGET_MS,
+            MIRROR_PAUSE["seconds"],
+            bursts=int(MIRROR_PAUSE["bursts"]),
+            gap_s=MIRROR_PAUSE["gap_s"],
+            on_window=on_window,
+            layout=TWELVE,
+            rng=random.Random(seed),
         )
         (t0, c0, b0), (t1, c1, b1) = marks["start"], marks["end"]
         return run.figures() | {
@@ -669,7 +690,7 @@ def mirror_run(policy: str) -> dict[str, Any]:
             "mirrored_snapshots": mirrored["end"] - mirrored["start"],
         }
 
-    return scenario_run(policy, inner_cluster, paused, MIRROR_POLICIES)
+    return scenario_run(policy, TWELVE.cluster, paused, MIRROR_POLICIES) | {"seed": seed}
 
 
 def mirrored_snapshots(chaos: ChaosCluster) -> int:
@@ -686,8 +707,9 @@ def mirror_section(args: argparse.Namespace) -> dict[str, Any]:
     """Adaptive redundancy under pause bursts (module docstring)."""
     runs = args.runs or (1 if args.quick else 3)
     results = []
-    for policy in list(MIRROR_POLICIES) * runs:
-        results.append(mirror_run(policy))
+    for seed in range(args.seed, args.seed + runs):
+        for policy in MIRROR_POLICIES:
+            results.append(mirror_run(policy, seed))
         print(json.dumps(results[-1], default=str), file=sys.stderr)
     medians: dict[str, Any] = {}
     for policy in MIRROR_POLICIES:
@@ -733,7 +755,8 @@ def mirror_section(args: argparse.Namespace) -> dict[str, Any]:
         ratios["adaptive_extra_bytes_over_static"] = round(extra["adaptive"] / extra["static"], 3)
     return {
         "target_ms": MIRROR_TARGET_MS,
-        "pauses": {"seconds": 3.0, "bursts": 3, "gap_s": 8.0},
+        "layout": {"agents": TWELVE.agents, "inner": list(TWELVE.inner)},
+        "pauses": MIRROR_PAUSE,
         "runs_per_policy": runs,
         "policies": MIRROR_POLICIES,
         "goal": "adaptive p99 within 10 % of static's, at <= 30 % of its extra CPU",

@@ -2,12 +2,10 @@
 shared by the cluster test and the benchmark.
 
 Contract (``docs/fault-tolerance.md``, "Replicated inner positions"; issue "Active
-redundancy"). An *inner* node is a non-root agent with children in the job's tree. Trees are
-Pastry-style prefix routes (``overlay/routing.py``), so with complete routing tables a tree's
-shape is a function of the node ids and the tree id (:func:`srt.trees.shape.predicted_parents`).
-:data:`NODE_IDS` fixes the ids of :data:`AGENTS` agents (``--node-id``, one per process
-index: :func:`inner_cluster`) so that tree 0 of job ``wc`` (creator ``chaos``, placement
-salt 0) is, by agent index::
+redundancy"). An *inner* node is a non-root agent with children in the job's tree. The
+layout :data:`agent.server.tree_layouts.SIX` fixes the ids of :data:`AGENTS` agents
+(:data:`NODE_IDS`; :func:`inner_cluster`) so that tree 0 of job ``wc`` (creator ``chaos``,
+placement salt 0) is, by agent index::
 
     0 (root, the id XOR-closest to the tree id)
     |- 1 (the master's standby: the next closest, its first replica)
@@ -62,94 +60,29 @@ from agent.server.replica_scenarios import (
     standby_of,
     start_wordcount,
 )
+from agent.server.tree_layouts import SIX, job_status, wait_for_the_planned_tree
 from agent.server.version_check import Seen, headline
 from agent.server.version_watch import VersionWatch, chaos_figures
-from srt.ids import app_id, tree_ids
-from srt.trees.shape import children_of, predicted_parents
 
-CREATOR = "chaos"  # JobPlan's creator: part of the job's app id, so of its tree ids
-#: agent index -> node id (hex). Found by a seeded search over ids sharing 4, 2, 1 and 0
-#: leading digits with tree 0 of ``wc`` (ad2e9240...): root, standby, inner node, the rest.
-NODE_IDS = (
-    "ad2e6e5bcb86a1633a7f66bbd53b21a05d4e6c33",  # 0: the root (4 digits shared)
-    "ad88e75082417a62c83f3e8cf3e5626bee5339a1",  # 1: the standby (2 digits)
-    "a1bae2d55ba5e1cf15d1f5a71330ad0c552cdd21",  # 2: the inner node (1 digit)
-    "f5fd16a95b75433973c022b7ecd47b62d787641b",  # 3: the inner node's child
-    "3ce2fd9569e798e7907991e978a6b64f72dc8cf8",  # 4: the inner node's child
-    "07d0586484dea77929bc288c1bc521c408a2a7e7",  # 5: the root's child
-)
-AGENTS = len(NODE_IDS)
-ROOT, STANDBY, INNER = 0, 1, 2
-SHAPE_TIMEOUT = 30.0
+NODE_IDS = SIX.ids  # agent index -> node id (hex)
+AGENTS = SIX.agents
+ROOT, STANDBY, INNER = SIX.root, SIX.standby, SIX.inner[0]
 
 
-def first_tree(job: str = JOB) -> int:
-    """Tree 0's id of ``job`` as :class:`JobPlan` submits it (placement salt 0)."""
-    return tree_ids(app_id(job, CREATOR), 1, 0)[0]
-
-
-def planned_parents(job: str = JOB) -> dict[int, int | None]:
-    """agent index -> its parent's index in ``job``'s first tree (None: the root), with
-    complete routing tables."""
-    ids = [int(h, 16) for h in NODE_IDS]
-    index = {v: i for i, v in enumerate(ids)}
-    parents = predicted_parents(ids, first_tree(job))
-    return {index[v]: None if p is None else index[p] for v, p in parents.items()}
+def inner_cluster(workdir: Path, **kw: Any) -> ChaosCluster:
+    """A (not started) chaos cluster of :data:`AGENTS` agents with the ids of :data:`NODE_IDS`."""
+    return SIX.cluster(workdir, **kw)
 
 
 def check_design(job: str = JOB) -> dict[int, list[int]]:
     """The plan's children per agent index; :class:`ScenarioError` unless agent
     :data:`ROOT` is the root, :data:`STANDBY` the next closest to the tree id (the master's
-    standby) and :data:`INNER` a child of the root with two or more children of its own."""
-    tree = first_tree(job)
-    parents = planned_parents(job)
-    kids = children_of(parents)
-    by_distance = sorted(range(AGENTS), key=lambda i: int(NODE_IDS[i], 16) ^ tree)
-    if by_distance[:2] != [ROOT, STANDBY] or parents[ROOT] is not None:
-        raise ScenarioError(f"job {job}: not root {ROOT}, standby {STANDBY}: {by_distance}")
-    if parents[INNER] != ROOT or len(kids[INNER]) < 2:
-        raise ScenarioError(f"job {job}: agent {INNER} is not an inner node: {parents}")
+    standby) and :data:`INNER` a child of the root with two or more children."""
+    kids = SIX.check(job)
+    parents = SIX.planned_parents(job)
+    if parents[INNER] != ROOT:
+        raise ScenarioError(f"job {job}: agent {INNER} is not the root's child: {parents}")
     return kids
-
-
-def inner_cluster(workdir: Path, **kw: Any) -> ChaosCluster:
-    """A (not started) chaos cluster of :data:`AGENTS` agents with the ids of :data:`NODE_IDS`."""
-    args = {i: ["--node-id", h] for i, h in enumerate(NODE_IDS)}
-    return ChaosCluster(AGENTS, workdir, agent_args=args, **kw)
-
-
-def _job_status(chaos: ChaosCluster, index: int, job: str) -> dict[str, Any]:
-    return chaos.client(index).status()["jobs"].get(job) or {}
-
-
-def observed_parents(chaos: ChaosCluster, job: str = JOB) -> dict[int, int | str | None]:
-    """agent index -> its parent's index in ``job``'s first tree as its own tree view says
-    (None: the root; ``"?"``: no view yet, or a parent that is no agent of the cluster)."""
-    tree = f"{first_tree(job):040x}"
-    index = {int(h, 16): i for i, h in enumerate(NODE_IDS)}
-    out: dict[int, int | str | None] = {}
-    for i in chaos.live():
-        view = next(
-            (t for t in _job_status(chaos, i, job).get("trees") or [] if t["tree_id"] == tree), None
-        )
-        if view is None or view["state"] not in ("member", "root"):
-            out[i] = "?"
-        elif view["is_root"]:
-            out[i] = None
-        else:
-            out[i] = index.get(int((view["parent"] or {}).get("id") or "0", 16), "?")
-    return out
-
-
-def barrier_children(chaos: ChaosCluster, index: int, job: str = JOB) -> set[int]:
-    """The agent indexes agent ``index``'s barrier of ``job``'s first tree waits for."""
-    barrier = (_job_status(chaos, index, job).get("barrier") or {}).get(f"{first_tree(job):040x}")
-    index_of = {int(h, 16): i for i, h in enumerate(NODE_IDS)}
-    out = set()
-    for c in (barrier or {}).get("children") or {}:
-        if c != "local" and (i := index_of.get(int(str(c), 16))) is not None:
-            out.add(i)
-    return out
 
 
 def inner_replica_holders(chaos: ChaosCluster, inner: int, job: str = JOB) -> list[int]:
@@ -158,35 +91,12 @@ def inner_replica_holders(chaos: ChaosCluster, inner: int, job: str = JOB) -> li
     want = int(NODE_IDS[inner], 16)
     holders = []
     for i in chaos.live():
-        positions = (_job_status(chaos, i, job).get("active_replicas") or {}).get("positions")
+        positions = (job_status(chaos, i, job).get("active_replicas") or {}).get("positions")
         for p in (positions or {}).values():
             if int(str(p.get("master") or "0"), 16) == want and (p.get("next_epoch") or 0) > 0:
                 holders.append(i)
                 break
     return holders
-
-
-def wait_for_the_planned_tree(chaos: ChaosCluster, job: str = JOB) -> dict[int, list[int]]:
-    """Wait until every agent's view is the planned tree and the inner node's barrier waits
-    for its planned children; :class:`ScenarioError` naming what was seen otherwise."""
-    kids = check_design(job)
-    want = planned_parents(job)
-    last: dict[str, Any] = {}
-
-    def matches() -> bool:
-        last["parents"] = observed_parents(chaos, job)
-        last["inner_barrier"] = sorted(barrier_children(chaos, INNER, job))
-        return last["parents"] == want and set(kids[INNER]) <= set(last["inner_barrier"])
-
-    try:
-        wait_until(matches, SHAPE_TIMEOUT, f"job {job}'s first tree to take its planned shape")
-    except TimeoutError:
-        raise ScenarioError(
-            f"job {job}'s first tree is not the planned one after {SHAPE_TIMEOUT}s: "
-            f"planned parents {want}, inner node {INNER}'s children {kids[INNER]}; "
-            f"seen {last}"
-        ) from None
-    return kids
 
 
 @dataclass
@@ -238,7 +148,8 @@ def kill_an_inner_node(chaos: ChaosCluster, watch: VersionWatch, policy: Any) ->
     writer = LogWriter(chaos.paths, rate=10).start()
     try:
         plan, reached = start_wordcount(chaos, watch, policy, ("placement", 0))
-        kids = wait_for_the_planned_tree(chaos)
+        check_design()
+        kids = wait_for_the_planned_tree(chaos, SIX)
         master, standby = standby_of(chaos, JOB)
         if (master, standby) != (ROOT, STANDBY):
             raise ScenarioError(f"master {master} and standby {standby}: not the planned ones")

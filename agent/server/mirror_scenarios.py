@@ -2,18 +2,19 @@
 shared by the cluster test and the benchmark.
 
 Contract (``docs/fault-tolerance.md``, "Adaptive redundancy"; issue "Active redundancy").
-On the six agents of :func:`agent.server.inner_scenarios.inner_cluster` (agent 2 is an inner
-node with children 3 and 4), for one ``fault_tolerance`` policy and an every-version reader
-started before the job:
+On a cluster of a :class:`~agent.server.tree_layouts.Layout` (default ``SIX``: agent 2 is an
+inner node with children 3 and 4; ``TWELVE`` has three inner nodes), for one
+``fault_tolerance`` policy and an every-version reader started before the job:
 
 * a :class:`~agent.server.chaos.LogWriter` (10 lines/s per agent) and WordCount ``wc`` on 1 s
   epochs, previews and leaping off (only results as stored are judged: without a mirror the
   master waits for the paused node), placement salt 0 (the planned tree);
-* once three epochs are stored, the shape checked and - adaptive - a mirror of the inner
-  node's position exists (with a static ratio: has sent an epoch up), the inner node is
-  paused (SIGSTOP) for ``pause_s`` seconds (the fault's length: a pause is a duration),
-  then resumed - ``bursts`` times, ``gap_s`` seconds apart; five more stored epochs, the
-  writer stops and the end-of-run check settles. ``on_window("start")`` and
+* once three epochs are stored and the shape checked, ``bursts`` times, ``gap_s`` seconds
+  apart: one of the layout's inner nodes - the first, or a random one drawn from ``rng``
+  (seeded by the caller) - is paused (SIGSTOP) for ``pause_s`` seconds (the fault's length:
+  a pause is a duration), then resumed; under the adaptive policy only once a mirror of
+  its position exists (with a static ratio: has sent an epoch up). Then five more stored
+  epochs, the writer stops and the end-of-run check settles. ``on_window("start")`` and
   ``on_window("end")`` are called right before the first pause and after the last burst's
   gap (a benchmark measures its CPU and bytes between them).
 
@@ -21,7 +22,7 @@ It returns a :class:`Pause`: the end-of-run reports, the every-version figures, 
 master's timings each epoch's **completion latency** (its first stored version's time minus
 its close, ms) for the epochs around the pause, their p99 and how many exceeded the target
 ``target_ms`` - the figure adaptive redundancy is about (Tran: deadline misses) - and the
-versions flagged lacking an origin other than the paused node. Nothing here asserts.
+versions flagged lacking an origin other than the paused nodes. Nothing here asserts.
 
 Bounds: every wait has a timeout (30 s for the shape and the mirror, 60 s after the resume,
 20 s to settle) and raises ``TimeoutError`` (or ``ScenarioError``) naming what it waited for.
@@ -30,14 +31,15 @@ Bounds: every wait has a timeout (30 s for the shape and the mirror, 60 s after 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent.server.chaos import ChaosCluster, JobPlan, JobReport, LogWriter, check, wait_until
-from agent.server.inner_scenarios import INNER, NODE_IDS, wait_for_the_planned_tree
 from agent.server.replica_scenarios import JOB, start_wordcount
+from agent.server.tree_layouts import SIX, Layout, wait_for_the_planned_tree
 from agent.server.version_check import Seen
 from agent.server.version_watch import VersionWatch, chaos_figures
 
@@ -65,6 +67,8 @@ class Pause:
 
     policy: Any
     plan: JobPlan
+    #: the agent index paused in each burst
+    victims: list[int]
     paused_at: float
     resumed_at: float
     latencies_ms: dict[int, float]
@@ -78,6 +82,7 @@ class Pause:
         lat = sorted(self.latencies_ms.values())
         p99 = lat[min(len(lat) - 1, max(0, math.ceil(0.99 * len(lat)) - 1))] if lat else None
         return {
+            "paused": self.victims,
             "fault_window_s": round(self.resumed_at - self.paused_at, 2),
             "epochs": len(lat),
             "p99_ms": p99,
@@ -102,28 +107,37 @@ def pause_an_inner_node(
     bursts: int = 1,
     gap_s: float = 0.0,
     on_window: Callable[[str], None] | None = None,
+    layout: Layout = SIX,
+    rng: random.Random | None = None,
 ) -> Pause:
-    """The scenario (module contract) under ``policy``; stops ``watch``."""
+    """The scenario (module contract) under ``policy`` on a cluster of ``layout``; each burst
+    pauses one of its inner nodes, chosen by ``rng`` (None: the first); stops ``watch``."""
     writer = LogWriter(chaos.paths, rate=10).start()
-    holder = NODE_IDS[INNER]
+    adaptive = isinstance(policy, dict) and policy.get("policy") == "adaptive"
+    static = adaptive and policy.get("mirror_ratio") is not None
+    victims: list[int] = []
     try:
         plan, _ = start_wordcount(chaos, watch, policy, ("placement", 0))
-        wait_for_the_planned_tree(chaos)
-        if isinstance(policy, dict) and policy.get("policy") == "adaptive":
-            static = policy.get("mirror_ratio") is not None
-            wait_until(
-                lambda: mirror_ready(chaos, holder, static),
-                30,
-                f"a mirror of {holder}" + (" sending an epoch" if static else ""),
-            )
+        wait_for_the_planned_tree(chaos, layout)
         master = chaos.pick(JOB, "master")
-        if on_window is not None:
-            on_window("start")
-        paused_at = time.time()
+        paused_at = 0.0
         for burst in range(bursts):
-            chaos.stall(INNER, JOB, "inner")
+            victim = layout.inner[0] if rng is None else rng.choice(layout.inner)
+            holder = layout.ids[victim]
+            if adaptive:
+                wait_until(
+                    lambda h=holder: mirror_ready(chaos, h, static),
+                    30,
+                    f"a mirror of {holder}" + (" sending an epoch" if static else ""),
+                )
+            if burst == 0:
+                if on_window is not None:
+                    on_window("start")
+                paused_at = time.time()
+            victims.append(victim)
+            chaos.stall(victim, JOB, "inner")
             time.sleep(pause_s)  # the fault's length (a pause is a duration), not a wait
-            chaos.resume(INNER, JOB)
+            chaos.resume(victim, JOB)
             if burst < bursts - 1 or gap_s:
                 time.sleep(gap_s)  # the fault schedule: the gap between two bursts
         resumed_at = time.time()
@@ -143,14 +157,16 @@ def pause_an_inner_node(
         if first <= e <= last and t.get("stored_at") and t.get("closes_at")
     }
     flagged = [v for v in watch.seen() if v.flagged]
+    paused = {layout.ids[v] for v in victims}
     others = [
         {"source": v.source, "epoch": v.epoch, "lacking": v.lacking}
         for v in flagged
-        if not v.lacking or {str(x) for x in v.lacking} - {holder}
+        if not v.lacking or {str(x) for x in v.lacking} - paused
     ]
     return Pause(
         policy=policy,
         plan=plan,
+        victims=victims,
         paused_at=paused_at,
         resumed_at=resumed_at,
         latencies_ms=latencies,
