@@ -710,7 +710,7 @@ def mirror_section(args: argparse.Namespace) -> dict[str, Any]:
     for seed in range(args.seed, args.seed + runs):
         for policy in MIRROR_POLICIES:
             results.append(mirror_run(policy, seed))
-        print(json.dumps(results[-1], default=str), file=sys.stderr)
+            print(json.dumps(results[-1], default=str), file=sys.stderr)
     medians: dict[str, Any] = {}
     for policy in MIRROR_POLICIES:
         ok = [r for r in results if r["policy"] == policy and "error" not in r]
