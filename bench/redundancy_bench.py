@@ -33,9 +33,10 @@ Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and 
   - **planners**: ``structure_aware`` (PPA's optimum on a tree), ``greedy`` (PPA's Greedy:
     highest flow first, flow = the subtree's total rate, leaves included), ``greedy_inner``
     (the same ranking over inner nodes only: a stronger baseline than PPA's), and for
-    context ``own_rate`` (structure-blind: the agents that read the most themselves, which is
-    what a rate ranking amounts to when a node's rate says nothing of its place in the
-    topology; not the issue's baseline). ``domain_aware``
+    context ``own_rate`` (structure-blind: the agents that read the most themselves - the
+    issue's "highest rate first" read with each origin's own rate, and what a rate ranking
+    amounts to when a node's rate says nothing of its place in the topology; PPA's Greedy
+    is ``greedy``). ``domain_aware``
     (:func:`agent.runtime.recovery.replica_plan.plan_domain_aware`) is the exact optimum of
     the worst single-rack coverage, the failure the issue names, for comparison: PPA's plan
     optimises a different failure (every unreplicated node), see ``docs/fault-tolerance.md``.
@@ -46,8 +47,10 @@ Sections (``--only``, repeatable; each is one function in :data:`SECTIONS`, and 
     quality.
 
   Reported: per R and planner the medians over seeds; the ceiling (every agent replicated:
-  a failed rack still loses its own agents' input); per R the ratio structure-aware /
-  greedy (the median of the per-seed ratios) for each figure; the tree shapes; checks (every
+  a failed rack still loses its own agents' input); per R the ratio structure-aware / each
+  baseline (``greedy``, ``greedy_inner``, ``domain_aware``, ``own_rate``: the median of the
+  per-seed ratios, ``"unbounded"`` where the baseline covers nothing) for each figure; the
+  tree shapes; checks (every
   plan connected where claimed, within budget, never below greedy on its objective).
 
 * **replicated** — replicated masters (Hwang) on a real multi-process cluster
