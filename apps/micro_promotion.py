@@ -37,14 +37,14 @@ Job class ``"micro-promotion"`` over clickstream records (``apps.workload`` sche
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from agent.api import EpochWindows, Job, register_job
 from apps.params import MAX_K, MAX_WINDOW, int_param, ranked, str_list_param, str_param
 from cbt import Snapshot
+
+if TYPE_CHECKING:  # pyarrow loads with the first columnar batch (map_batch), not the class
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,9 @@ class MicroPromotion(Job):
     def map_batch(self, table: pa.Table) -> pa.Table:
         """``map_keys`` on a whole table: the product ids of the rows in the directory with
         one of the actions (a column of another type than string matches no row)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         names = ("directory", "action", "product_id")
         cols = [table.column(c) if c in table.column_names else None for c in names]
         if any(c is None or not pa.types.is_string(c.type) for c in cols):

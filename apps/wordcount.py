@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from agent.api import Job, register_job
 from cbt import Snapshot
+
+if TYPE_CHECKING:  # pyarrow loads with the first columnar batch (map_batch), not the class
+    import pyarrow as pa
 
 RETAINED_EPOCHS = 64
 
@@ -65,6 +65,9 @@ class WordCount(Job):
         """``map_keys`` on a whole table. ASCII texts are lowercased and split by Arrow
         kernels (for ASCII, Python's ``[^\\W_]+`` is ``[A-Za-z0-9]+``); other texts take
         ``map_keys``'s Python (its Unicode case mapping and word classes), row by row."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         text: pa.Array | None = None
         for name in self.fields:  # per row: the first of the fields holding a string
             if name in table.column_names:

@@ -3,6 +3,7 @@ the idle cost of an agent. Prints one JSON document on stdout.
 
     python bench/srt_bench.py            # 64 and 256 logical agents, 1,280 simulated ids
     python bench/srt_bench.py --quick    # 64 logical agents, fewer epochs
+    python bench/srt_bench.py --only idle   # one idle agent: RSS, CPU, heavy libraries mapped
 
 * **Roll-up** (goal p99 < 100 ms, the paper's "under 100 ms"): N logical agents in this
   process, each a real agent (overlay over UDP, data plane over HTTP, real trees), run
@@ -456,9 +457,14 @@ def sample(proc: psutil.Process, seconds: float) -> dict[str, float]:
     time.sleep(seconds)
     cpu1 = proc.cpu_times()
     used = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    maps = [m.path for m in proc.memory_maps(grouped=True)]
     return {
         "rss_mb": round(proc.memory_info().rss / 2**20, 1),
         "cpu_percent_of_one_core": round(100 * used / (time.monotonic() - t0), 2),
+        # heavy libraries the process has loaded (they should load where used)
+        "heavy_mapped": sorted(
+            h for h in ("pyarrow", "pandas", "pyspark") if any(f"/{h}/" in p for p in maps)
+        ),
     }
 
 
@@ -477,6 +483,9 @@ def main() -> None:
         default=0,
         help="also run each size across this many agent processes (0: cpu count)",
     )
+    parser.add_argument(
+        "--only", choices=["idle"], help="idle: only the idle agent's RSS, CPU and heavy maps"
+    )
     args = parser.parse_args()
     sizes = args.agents or ([64] if args.quick else [64, 256])
     epochs = args.epochs or (5 if args.quick else 20)
@@ -487,6 +496,11 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "goals": {"rollup_p99_ms": 100, "multicast_ms_256_agents": 10},
     }
+    if args.only == "idle":
+        out["idle_agent"] = idle_agent(3.0 if args.quick else 10.0)
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
     out["balance"] = balance(1280, [500, 1000, 2000], args.seed)
     out["idle_agent"] = idle_agent(3.0 if args.quick else 10.0)
     out["runs"] = []

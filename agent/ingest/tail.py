@@ -44,7 +44,7 @@ from agent.ingest.records import (
     rejection,
     repairs_of,
 )
-from agent.ql.arrow_eval import Unsupported
+from agent.ql.fallback import Unsupported
 
 if TYPE_CHECKING:
     from agent.ingest.columnar.pool import ChunkParsePool

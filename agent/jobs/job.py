@@ -43,15 +43,16 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import fields as dataclass_fields
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
-import pyarrow as pa
 
 from agent.errors import AgentError
 from agent.jobs.spec import JobSpec, JobSpecError
-from agent.ql.arrow_plan import pair_partials
 from cbt import Aggregator, Snapshot, get_aggregator
+
+if TYPE_CHECKING:  # the Arrow stack loads with the first columnar batch, not with the class
+    import pyarrow as pa
 
 ENTRY_POINT_GROUP = "elf.jobs"
 
@@ -174,8 +175,10 @@ class Job:
         """Partial states of ``agg`` per key over ``table``'s rows (one epoch's): what
         inserting every pair of ``map`` would build, one state per key. The default
         pre-aggregates ``map_batch``'s pairs natively (``agent.ql.arrow_plan.pair_partials``);
-        :class:`~agent.ql.arrow_eval.Unsupported` makes the worker map those rows with
+        :class:`~agent.ql.fallback.Unsupported` makes the worker map those rows with
         ``map`` instead."""
+        from agent.ql.arrow_plan import pair_partials  # (pyarrow: loaded by the caller's table)
+
         return pair_partials(self.map_batch(table), agg)
 
     def aggregate_epochs(
@@ -183,6 +186,8 @@ class Job:
     ) -> list[tuple[int, list[Any], list[Any]]]:
         """``[(epoch, keys, states)]`` for rows spanning several epochs (``epochs``: each
         row's): ``aggregate_batch`` per epoch by default; a job may do it in one pass."""
+        import pyarrow as pa  # (loaded already: ``table`` is one)
+
         return [
             (int(e), *self.aggregate_batch(table.filter(pa.array(epochs == e)), agg))
             for e in np.unique(epochs).tolist()

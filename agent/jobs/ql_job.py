@@ -18,15 +18,17 @@ runtime's results use it), ``on_epoch_result`` keeps the last rows this agent ma
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.jobs.job import Job, register_job
 from agent.jobs.spec import JobSpec, JobSpecError
 from agent.ql import CompiledQuery, QLError, compile_query
-from agent.ql.arrow_plan import ArrowPlan
 from agent.ql.checker import analyze
 from agent.ql.keys import keys_problem
 from cbt import Snapshot
+
+if TYPE_CHECKING:  # the Arrow plan (pyarrow) loads when the job first needs it
+    from agent.ql.arrow_plan import ArrowPlan
 
 _CHECKED = (
     "aggregator",
@@ -107,6 +109,8 @@ class QLJob(Job):
     def plan(self) -> ArrowPlan:
         """The query on Arrow tables (built on first use, per instance)."""
         if self._plan is None:
+            from agent.ql.arrow_plan import ArrowPlan  # pyarrow: with the first columnar batch
+
             self._plan = ArrowPlan(analyze(self.compiled.query), self.make_aggregator())
         return self._plan
 

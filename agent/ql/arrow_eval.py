@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from agent.ql import nodes as n
 from agent.ql.compiler import ExprCompiler, like_plan, like_regex
+from agent.ql.fallback import Unsupported
 from agent.ql.regex import compile_regex, re2_spelling
 
 Value = pa.Array | pa.Scalar
@@ -76,10 +77,6 @@ _PY_SPACE = "".join(chr(c) for c in range(0x3001) if chr(c).isspace())
 _CMP = {"=": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater",
         ">=": "greater_equal"}  # fmt: skip
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
-
-
-class Unsupported(Exception):
-    """This chunk cannot be evaluated exactly on Arrow; run it on the row path."""
 
 
 def kind(x: Value) -> str:

@@ -13,7 +13,7 @@ arguments are evaluated by :mod:`agent.ql.arrow_eval`; the grouping is Arrow's h
 
 Exactness: where the row path would count a map error (a ``sum`` over strings, a composite
 value the CBT refuses) or where a column cannot say exactly what each row held, ``partials``
-raises :class:`~agent.ql.arrow_eval.Unsupported` and the caller runs the chunk on the row path.
+raises :class:`~agent.ql.fallback.Unsupported` and the caller runs the chunk on the row path.
 
 Also :func:`pair_partials`: a ``(key, value)`` table (a job class's ``map_batch``) to partial
 states of any aggregator, pre-aggregated natively for ``count``, ``sum``, ``avg``, ``min`` and
@@ -32,9 +32,10 @@ import pyarrow.compute as pc
 
 from agent.ql import keys as qkeys
 from agent.ql import nodes as n
-from agent.ql.arrow_eval import ArrowEval, Unsupported, has_nan, kind, max_abs
+from agent.ql.arrow_eval import ArrowEval, has_nan, kind, max_abs
 from agent.ql.checker import AggSpec, Analysis
 from agent.ql.compiler import part_value
+from agent.ql.fallback import Unsupported
 from cbt import Aggregator
 from cbt import hll as _hll
 

@@ -236,3 +236,30 @@ def test_a_buffered_rollup_fenced_after_a_restart_is_dropped_and_logged(
     assert "fenced by term 4" in caplog.text
     assert [f.rank for f in Lake(str(blocker)).versions("wc")] == [(4, 1)]
     second.close()
+
+
+def test_a_sink_opens_its_writer_with_the_first_write_or_for_a_left_buffer(
+    tmp_path: Path,
+) -> None:
+    """``sink_for`` defers the writer (and pyarrow) to the first write - an agent that never
+    masters the job never opens it - unless rollups an earlier run left buffered wait to be
+    drained."""
+    from agent.runtime.results.lake_sink import LakeTarget, sink_for
+
+    target = LakeTarget(str(tmp_path / "lake"), str(tmp_path / "buf"))
+    store = ResultStore()
+    sink = sink_for(runtime(store, Job()), target)
+    assert sink is not None and sink.stats()["opened"] is False
+    asyncio.run(sink.flush())  # nothing handed over: returns at once, opens nothing
+    assert sink.stats()["opened"] is False and sink.location == target.location
+    store.put(TREES[0], EPOCH, snapshot(["a"]), 0.0)
+    sink.epoch(TREES[0], EPOCH)
+    assert sink.stats()["opened"] is True
+    assert sink.writer.flush(10)
+    assert lake_counter(Lake(target.location)) == Counter({(0, "a"): 1})
+
+    left = tmp_path / "left-buf"
+    left.mkdir()
+    (left / "rollup-1.parquet").write_bytes(b"")  # what a crashed run left
+    again = sink_for(runtime(ResultStore(), Job()), LakeTarget(target.location, str(left)))
+    assert again is not None and again.stats()["opened"] is True

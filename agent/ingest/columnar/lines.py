@@ -16,8 +16,12 @@ newline always ends an invalid sequence).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pyarrow as pa
+
+if TYPE_CHECKING:  # pyarrow loads with the first text array built (the tailer imports this)
+    import pyarrow as pa
 
 
 class Lines:
@@ -102,6 +106,8 @@ def split_lines(chunk: bytes, ends: np.ndarray | None = None) -> Lines:
 
 
 def _text_array(chunk: bytes, ends: np.ndarray, invalid: bool) -> pa.StringArray:
+    import pyarrow as pa
+
     text_bytes = chunk.decode("utf-8", "replace").encode("utf-8") if invalid else chunk
     # find(b"\r") is a memchr; ``b"\r\n" in`` scans a newline-dense chunk ~30x slower
     if text_bytes.find(b"\r") >= 0 and b"\r\n" in text_bytes:

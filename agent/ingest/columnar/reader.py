@@ -17,21 +17,24 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent.ingest.columnar.base import UnsupportedChunk
-from agent.ingest.columnar.chunk import ParsedChunk
-from agent.ingest.columnar.rowparse import parse_chunk_rows
 from agent.ingest.fastpath import jobs_key, same_jobs
 from agent.ingest.formats import FORMATS
 from agent.ingest.records import EncodingRepairs
-from agent.ql.arrow_eval import Unsupported
+from agent.ql.fallback import Unsupported
 
-ParseFn = Callable[..., ParsedChunk]
+if TYPE_CHECKING:  # the parsers (and pyarrow) load with the first chunk parsed, not before
+    from agent.ingest.columnar.chunk import ParsedChunk
+
+ParseFn = Callable[..., "ParsedChunk"]
 
 
 def _kernel() -> tuple[ParseFn, str]:
-    """The vectorized ``parse_chunk`` when installed, else the row-parser reference."""
+    """The vectorized ``parse_chunk`` when installed, else the row-parser reference (either
+    loads the Arrow stack: called when a chunk is parsed, or a format's choice needs it)."""
+    from agent.ingest.columnar.rowparse import parse_chunk_rows
+
     try:
         module = importlib.import_module("agent.ingest.columnar.parse")
     except ImportError:
@@ -65,7 +68,7 @@ class ChunkReader:
         self.fmt = fmt
         self.fields = fields
         self.repairs = repairs
-        self._parse, self.kernel = _kernel()
+        self._kernel: tuple[ParseFn, str] | None = None  # loaded with the first chunk
         self._declined = 0
         self._skip = 0
         self.min_rows = MIN_ROWS
@@ -79,6 +82,16 @@ class ChunkReader:
             self._skip -= 1
             return False
         return True
+
+    @property
+    def kernel(self) -> str:
+        """``"vectorized"`` or ``"rows"`` (loads the parsers when not loaded yet)."""
+        return self._loaded()[1]
+
+    def _loaded(self) -> tuple[ParseFn, str]:
+        if self._kernel is None:
+            self._kernel = _kernel()
+        return self._kernel
 
     @property
     def backing_off(self) -> bool:
@@ -105,13 +118,16 @@ class ChunkReader:
         return self._counted(lambda: self._parse_here(chunk, ends))
 
     def _parse_here(self, chunk: bytes, ends: Any) -> ParsedChunk:
-        if self.kernel == "rows":
-            return self._parse(self.fmt, chunk, self.fields, self.repairs)
-        return self._parse(self.fmt, chunk, fields=self.fields, repairs=self.repairs, ends=ends)
+        parse, kernel = self._loaded()
+        if kernel == "rows":
+            return parse(self.fmt, chunk, self.fields, self.repairs)
+        return parse(self.fmt, chunk, fields=self.fields, repairs=self.repairs, ends=ends)
 
     def _counted(self, produce: Callable[[], ParsedChunk | None]) -> ParsedChunk | None:
         """``produce()``'s chunk; a decline (``Unsupported``, or the kernels'
         ``UnsupportedChunk`` turned into it) counts toward the back-off, a table resets it."""
+        from agent.ingest.columnar.base import UnsupportedChunk  # (loaded with the parsers)
+
         try:
             try:
                 parsed = produce()
@@ -128,7 +144,9 @@ class ChunkReader:
 
     def describe(self) -> dict[str, Any]:
         fields = None if self.fields is None else sorted(self.fields)
-        return {"format": self.fmt, "fields": fields, "kernel": self.kernel}
+        # (None: no chunk parsed yet - reading the status does not load the parsers)
+        kernel = None if self._kernel is None else self._kernel[1]
+        return {"format": self.fmt, "fields": fields, "kernel": kernel}
 
 
 def reader_for(

@@ -8,7 +8,7 @@ row path's by construction. ``fields`` (None: all) projects the columns (``ts`` 
 ``ts`` is float64 when its values mix ints and floats. Any other projected column whose
 values are not all of one kind (``int`` and ``float`` mixed, a nested object or array)
 cannot say exactly what each row held: the chunk raises
-:class:`~agent.ql.arrow_eval.Unsupported` and the caller takes the row path for it. It is
+:class:`~agent.ql.fallback.Unsupported` and the caller takes the row path for it. It is
 the stand-in until the vectorized kernels land and stays the reference they are tested
 against.
 """
@@ -22,7 +22,7 @@ import pyarrow as pa
 from agent.ingest.columnar.chunk import ParsedChunk
 from agent.ingest.formats import make_parser
 from agent.ingest.records import EncodingRepairs, rejection
-from agent.ql.arrow_eval import Unsupported
+from agent.ql.fallback import Unsupported
 
 _SCALARS = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 

@@ -62,18 +62,20 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 from agent.ingest.base import ColumnarBatch
 from agent.jobs.job import Job
 from agent.jobs.schedule import EpochSchedule
 from agent.jobs.spec import SNAPSHOT_FIELDS, JobSpec
-from agent.ql.arrow_eval import Unsupported
+from agent.ql.fallback import Unsupported
 from agent.runtime.epochs.clock import EpochClock
 from cbt import Aggregator, CompressedBufferTree, EpochWindows, Snapshot
+
+if TYPE_CHECKING:  # the Arrow stack loads with the first columnar batch (agent/ql/fallback.py)
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +212,8 @@ class Worker:
 
     def _process_parts(self, batch: ColumnarBatch, ts_field: str | None, skipped: int) -> int:
         """A columnar poll: its tables and row parts in input order."""
+        import pyarrow as pa  # (loaded: a columnar batch came with it)
+
         accepted = 0
         for i, part in enumerate(batch.parts):
             extra = skipped if i == 0 else 0
@@ -233,6 +237,8 @@ class Worker:
         batch path, a change of aggregate is pending, or ``aggregate_batch`` raises
         ``Unsupported``, those rows take the row path (``map``; counted in
         ``columnar_fallback_rows``); the result is the same either way."""
+        import pyarrow as pa  # (loaded: a columnar batch came with it)
+
         ts_field = ts_field or self.ts_field
         if self._before is not None or not self.job.has_batch_path():
             self.counters["columnar_fallback_rows"] += table.num_rows
@@ -281,6 +287,8 @@ class Worker:
         :meth:`process_table` does); when it accepts every row the partials are merged as
         they are, else ``table()`` (the chunk's rows, parsed again) is aggregated for the
         accepted rows only. Same results and counts as :meth:`process_table`."""
+        import pyarrow as pa  # (loaded: a columnar batch came with it)
+
         n = len(ts)
         good = np.isfinite(ts)
         bad = n - int(good.sum())
@@ -325,6 +333,8 @@ class Worker:
     def _aggregate_epochs(self, rows: pa.Table, epochs: np.ndarray) -> int:
         """Rows of several epochs (``epochs``: each row's) in one pass of the job's
         ``aggregate_epochs``; per epoch through ``_aggregate_part`` when it declines."""
+        import pyarrow as pa  # (loaded: a columnar batch came with it)
+
         try:
             parts = self.job.aggregate_epochs(rows, epochs, self.agg)
         except Exception:  # Unsupported, or a job's bug: epoch by epoch (and its fallbacks)

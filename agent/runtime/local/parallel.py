@@ -233,7 +233,7 @@ def _chunk_columnar(task: Task) -> ColumnarResult:
     import numpy as np
     import pyarrow as pa
 
-    from agent.ql.arrow_eval import Unsupported
+    from agent.ql.fallback import Unsupported
 
     data = _read(task)
     if data is None:  # not what the main process read: it parses the chunk itself

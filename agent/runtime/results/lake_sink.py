@@ -31,8 +31,10 @@ terms; within a log budget) and reported to the runtime's
 :meth:`LakeSink.history` reads an epoch this master does not hold back from the lake
 (``agent/runtime/results/lake_history.py``). The buffer directory is ``<data_dir>/lake-buffer`` (or
 a per-node one under the system temp directory when the agent has no data directory). A
-stopping job's :meth:`LakeSink.flush` waits at most ``stop_flush_seconds``
-(``RuntimeTunables``).
+sink opens the writer - and with it pyarrow - with its first write or read-back, or at once
+when the buffer directory holds rollups an earlier run left (the writer drains them); its
+``stats()`` say ``opened: False`` until then. A stopping job's :meth:`LakeSink.flush` waits at
+most ``stop_flush_seconds`` (``RuntimeTunables``).
 """
 
 from __future__ import annotations
@@ -145,12 +147,18 @@ class LakeSink:
     def __init__(
         self,
         runtime: EpochSource,
-        writer: LakeWriter,
+        writer: LakeWriter | Callable[[], LakeWriter],
         *,
         stop_flush_seconds: float = _DEFAULTS.stop_flush_seconds,
+        location: str | None = None,
     ) -> None:
         self.runtime = runtime
-        self.writer = writer
+        # a callable opens the writer (and loads pyarrow) with the first write or read-back:
+        # an agent that never masters the job never loads the Arrow stack for it
+        self._writer: LakeWriter | None = None if callable(writer) else writer
+        self._open_writer = writer if callable(writer) else None
+        #: the lake's location (reading back does not need the writer)
+        self.location = location if self._writer is None else self._writer.location
         self.stop_flush_seconds = stop_flush_seconds
         job = runtime.job
         params = runtime.spec.params or {}
@@ -258,13 +266,23 @@ class LakeSink:
         if tid not in rt.tree_list:
             return None
         if self._history is None:
-            self._history = LakeHistory(self.writer.location, rt.name, count=rt.count)
+            self._history = LakeHistory(str(self.location), rt.name, count=rt.count)
         return await self._history.tree_epoch(
             rt.tree_list.index(tid), len(rt.tree_list), epoch, rt.spec.schedule.start(epoch)
         )
 
+    @property
+    def writer(self) -> LakeWriter:
+        """The process-wide writer, opened on first use (:func:`sink_for`)."""
+        if self._writer is None:
+            assert self._open_writer is not None
+            self._writer = self._open_writer()
+        return self._writer
+
     async def flush(self) -> None:
         """Wait (off the loop, bounded) for queued rollups to be written or buffered."""
+        if self._writer is None:
+            return  # nothing was ever handed to it
         done = await asyncio.to_thread(self.writer.flush, self.stop_flush_seconds)
         if not done:
             log.warning(
@@ -274,7 +292,9 @@ class LakeSink:
             )
 
     def stats(self) -> dict[str, Any]:
-        return self.writer.stats()
+        if self._writer is None:
+            return {"opened": False, "queued": 0, "pending": 0, "last_error": None}
+        return {"opened": True, **self._writer.stats()}
 
 
 def result_version(result: EpochResult) -> tuple[int, bool, float, tuple[str, ...]]:
@@ -297,5 +317,17 @@ def sink_for(
     """The job's lake sink on ``target`` (the process-wide writer), or None without a lake."""
     if target is None:
         return None
-    writer = writer_for(target.location, target.buffer_dir, tunables)
-    return LakeSink(runtime, writer, stop_flush_seconds=tunables.stop_flush_seconds)
+
+    def open_writer() -> LakeWriter:
+        return writer_for(target.location, target.buffer_dir, tunables)
+
+    # rollups an earlier run left buffered are written now (the writer drains them); else
+    # the writer opens with this agent's first lake write for the job
+    buffered = Path(target.buffer_dir)
+    writer = open_writer() if buffered.is_dir() and any(buffered.glob("*.parquet")) else None
+    return LakeSink(
+        runtime,
+        writer or open_writer,
+        stop_flush_seconds=tunables.stop_flush_seconds,
+        location=target.location,
+    )

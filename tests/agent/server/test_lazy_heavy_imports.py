@@ -1,0 +1,49 @@
+"""Heavy libraries load where they are used (issue "A lightweight agent"): a real agent
+process with nothing to do maps no pyarrow (nor pandas), and the job classes it loads at
+start - every ``elf.jobs`` entry point - import it only with their first columnar batch.
+
+Observable: the agent process's memory maps (``/proc/<pid>/maps`` via psutil), and a fresh
+interpreter's ``sys.modules`` after the imports an agent makes at start.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from agent.server.chaos import wait_until
+from agent.server.cluster import LocalCluster
+
+HEAVY = ("pyarrow", "pandas")
+
+
+def mapped(pid: int) -> set[str]:
+    """The heavy packages whose files the process maps."""
+    paths = [m.path for m in psutil.Process(pid).memory_maps(grouped=True)]
+    return {h for h in HEAVY for p in paths if f"/site-packages/{h}/" in p}
+
+
+def test_an_idle_agent_maps_no_arrow(tmp_path: Path) -> None:
+    cluster = LocalCluster(1, tmp_path).start()
+    try:
+        client = cluster.client(0)
+        wait_until(lambda: client.status().get("node_id") is not None, 30, "the agent's status")
+        assert mapped(cluster.procs[0].process.pid) == set()
+    finally:
+        cluster.stop()
+
+
+def test_loading_the_job_classes_imports_no_arrow() -> None:
+    probe = (
+        "import sys, json\n"
+        "import agent.server.daemon, agent.runtime.host.agent, agent.runtime.epochs.worker\n"
+        "from agent.jobs.job import load_entry_points\n"
+        "load_entry_points()\n"
+        f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
