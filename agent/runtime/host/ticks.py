@@ -3,10 +3,11 @@ r"""The agent's inputs and its clock: ingest, the tick loop and the record threa
 Contract: :class:`Ticks` opens the agent's inputs (file tails, stdin, the ``ingest`` queue),
 serves the input side a job is given (:class:`~agent.runtime.services.InputService`: names,
 timestamp fields, a read-now, durable resume positions) and runs the agent's clock:
-:meth:`Ticks.tick_loop` ticks every ``tick_seconds`` (at once again while inputs have data)
-and whenever :meth:`Ticks.tick_now` asks. **The event loop never runs per-record work**: a
-tick's reading, parsing, every job's ``map`` and epoch closing run on the record thread
-(:meth:`Ticks.tick_work`), then the loop offers the closed epochs to the trees
+:meth:`Ticks.tick_loop` ticks every ``tick_seconds`` (at once again while inputs have data;
+every :data:`IDLE_TICK_SECONDS` while the agent runs no job, so the first job's first tick
+comes within that) and whenever :meth:`Ticks.tick_now` asks. **The event loop never runs
+per-record work**: a tick's reading, parsing, every job's ``map`` and epoch closing run on the
+record thread (:meth:`Ticks.tick_work`), then the loop offers the closed epochs to the trees
 (:meth:`Ticks.tick_done`) and notes the offsets. An ingest request is processed before it is
 answered (the request waits for the thread; the loop does not).
 
@@ -48,6 +49,9 @@ from agent.runtime.recovery.offsets import OffsetKeeper
 from agent.tunables import RuntimeTunables
 
 log = logging.getLogger(__name__)
+
+#: the tick period while this agent runs no job (``tick_seconds`` as soon as one arrives)
+IDLE_TICK_SECONDS = 1.0
 
 INGEST_INPUT = "ingest"
 
@@ -195,11 +199,17 @@ class Ticks:
         """Tick every ``tick_seconds`` (at once again while inputs have data: a file tail
         reads a chunk per poll), and in between whenever :meth:`tick_now` asks."""
         next_full = 0.0
+        idle = False
         while self.running():
             now = time.monotonic()
+            if idle and self.runtimes:
+                next_full = 0.0  # the first job here: its first tick now, not a long one later
             if now >= next_full:
                 only: set[str] | None = None
-                next_full = now + self.tunables.tick_seconds
+                # with no job there is nothing to feed or close: a slow clock (no CPU spent
+                # idling: issue "A lightweight agent"); a job's arrival is seen within it
+                idle = not self.runtimes
+                next_full = now + (IDLE_TICK_SECONDS if idle else self.tunables.tick_seconds)
                 self.requests = set()
             else:
                 only, self.requests = self.requests, set()

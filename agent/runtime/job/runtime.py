@@ -210,6 +210,8 @@ class JobRuntime:
         await self.recovery.start(origin=self.worker is not None)
         if self.worker is None:
             return
+        # the agent's clock may be on its slow idle period (no job ran here): tick now
+        self.input_service.tick_now(self.inputs)
         for tid in self.tree_list:
             self.ensure_tree(tid)
             try:
