@@ -20,7 +20,10 @@ the idle cost of an agent. Prints one JSON document on stdout.
   ids; the root of a tree is the XOR-closest agent. What agents do: each job takes the less
   loaded of two candidate masters (``srt.trees.balance.two_choice_tree_ids``). Baselines: plain
   rendezvous on the appId (one choice) and uniformly random root placement.
-* **Idle agent**: RSS and CPU of one ``elf agent`` process with no input (and one job).
+* **Idle agent**: RSS and CPU of one ``elf agent`` process with no input (and one job: this
+  agent is its master), and the heavy libraries it maps (``heavy_mapped``); **idle member**:
+  two agents with one job and no input, the member that is not the master (it never writes
+  the lake) and the master.
 
 All agents share this machine's 2 cores, so N in-process agents measure CPU contention as well
 as protocol latency; the paper ran 1,280 agents on 60 twelve-core servers.
@@ -451,6 +454,37 @@ def idle_agent(seconds: float) -> dict[str, Any]:
     return {"no_jobs": idle, "one_job_no_input": with_job}
 
 
+def idle_member(seconds: float) -> dict[str, Any]:
+    """Two agents, one job with no input: the member that is not the job's master (it never
+    writes the lake) and the master, sampled one after the other."""
+    with tempfile.TemporaryDirectory(prefix="elf-idle-member-") as tmp:
+        cluster = LocalCluster(2, Path(tmp)).start()
+        try:
+            cluster.client(0).submit({"name": "idle", "creator": "bench", "job_class": "wordcount"})
+
+            def roles() -> list[list[str]]:
+                out = []
+                for i in range(2):
+                    job = cluster.client(i).status().get("jobs", {}).get("idle") or {}
+                    out.append(list(job.get("roles") or []))
+                return out
+
+            deadline = time.monotonic() + 30
+            seen = roles()
+            while sum("master" in r for r in seen) != 1 and time.monotonic() < deadline:
+                time.sleep(0.2)  # polling the agents' status until one is the master
+                seen = roles()
+            if sum("master" in r for r in seen) != 1:
+                return {"error": f"no single master after 30 s: roles {seen}"}
+            master = next(i for i, r in enumerate(seen) if "master" in r)
+            time.sleep(2.0)  # let the job's start-up work finish before sampling
+            procs = [psutil.Process(p.process.pid) for p in cluster.procs]
+            member = sample(procs[1 - master], seconds)
+            return {"member": member, "master": sample(procs[master], seconds)}
+        finally:
+            cluster.stop()
+
+
 def sample(proc: psutil.Process, seconds: float) -> dict[str, float]:
     cpu0 = proc.cpu_times()
     t0 = time.monotonic()
@@ -498,11 +532,13 @@ def main() -> None:
     }
     if args.only == "idle":
         out["idle_agent"] = idle_agent(3.0 if args.quick else 10.0)
+        out["idle_member"] = idle_member(3.0 if args.quick else 10.0)
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
     out["balance"] = balance(1280, [500, 1000, 2000], args.seed)
     out["idle_agent"] = idle_agent(3.0 if args.quick else 10.0)
+    out["idle_member"] = idle_member(3.0 if args.quick else 10.0)
     out["runs"] = []
     processes = args.processes or os.cpu_count() or 2
     for n in sizes:
