@@ -358,6 +358,8 @@ def mirror_ratios(
         raise ValueError("child counts must be >= 0")
     _threshold(rho)  # validates rho
     budget = rho * total
+    if budget <= 1e-12:  # nothing to spend (a denormal budget would split unevenly: 1e-323 / 3
+        budget = 0.0  # underflows to 0.0 while 1e-323 / 1 does not)
     ratios = {parent: 0.0 for parent in children}
     for parent in ranking:
         k = children.get(parent, 0)

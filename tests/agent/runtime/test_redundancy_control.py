@@ -282,6 +282,14 @@ def test_mirror_ratios_spend_exactly_the_budget_slowest_first(
         assert ratios[before] >= ratios[after]  # a slower parent is never served less
 
 
+def test_a_denormal_budget_is_no_budget() -> None:
+    """Found by the property above in CI: rho = 5e-324 made 1e-323 / 3 underflow to 0.0 for
+    the slowest parent while the next one got 1e-323 / 1 - served less for being slower."""
+    for rho in (5e-324, 1e-320, 1e-13):
+        ratios = mirror_ratios(rho, {"slow": 3, "next": 1, "rest": 2}, ["slow", "next"])
+        assert ratios == {"slow": 0.0, "next": 0.0, "rest": 0.0}
+
+
 # --- closed loop on the simulated tree -----------------------------------------------------
 
 
