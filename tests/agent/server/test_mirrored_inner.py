@@ -17,7 +17,8 @@ and no version lacks an origin other than the paused node (tentative, lacking it
 until its own share is folded in) - adaptive: but for the epoch in flight when its children
 re-join the master, which may lack one of them (flagged) - also after its children re-joined
 elsewhere (they tell it they moved, so once resumed it does not wait for them). Passive, the
-master waits for the paused node until the overlay declares it failed.
+master waits for the paused node until the overlay declares it failed (only exactness is
+asserted for it).
 """
 
 from __future__ import annotations
@@ -55,10 +56,9 @@ def test_a_paused_inner_node(chaos: ChaosCluster, watch: VersionWatch, policy: o
     assert run.figs["never_repaired"]["count"] == 0, run.figs["never_repaired"]
     assert run.figs["violations"] == 0, violation_message(run.figs)
     if policy == "passive":
-        # the master waited for the paused node until the overlay declared it failed (its
-        # children re-joined the master, then stored epochs lacking it: flagged, repaired
-        # after the resume)
-        assert figs["over_target"] >= 1, figs
+        # the baseline is judged for exactness only: its master waits for the paused node
+        # until the overlay declares it failed (3.5 s into the pause), so its p99 (2.0-2.6 s
+        # in the runs so far) sits at the target's edge; the benchmark compares latencies
         return
     assert figs["over_target"] <= 1, figs  # (the epoch in flight when it was paused)
     others = json.dumps(run.others[:20], default=str)
