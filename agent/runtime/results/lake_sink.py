@@ -31,8 +31,9 @@ terms; within a log budget) and reported to the runtime's
 :meth:`LakeSink.history` reads an epoch this master does not hold back from the lake
 (``agent/runtime/results/lake_history.py``). The buffer directory is ``<data_dir>/lake-buffer`` (or
 a per-node one under the system temp directory when the agent has no data directory). A
-sink opens the writer - and with it pyarrow - with its first write or read-back, or at once
-when the buffer directory holds rollups an earlier run left (the writer drains them); its
+sink opens the writer - and with it pyarrow - with its first write (a read-back reads the
+lake without it), or at once when the buffer directory holds rollups an earlier run left (the
+writer drains them); its
 ``stats()`` say ``opened: False`` until then. A stopping job's :meth:`LakeSink.flush` waits at
 most ``stop_flush_seconds`` (``RuntimeTunables``).
 """
@@ -153,7 +154,7 @@ class LakeSink:
         location: str | None = None,
     ) -> None:
         self.runtime = runtime
-        # a callable opens the writer (and loads pyarrow) with the first write or read-back:
+        # a callable opens the writer (and loads pyarrow) with the first write:
         # an agent that never masters the job never loads the Arrow stack for it
         self._writer: LakeWriter | None = None if callable(writer) else writer
         self._open_writer = writer if callable(writer) else None
