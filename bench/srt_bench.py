@@ -4,6 +4,7 @@ the idle cost of an agent. Prints one JSON document on stdout.
     python bench/srt_bench.py            # 64 and 256 logical agents, 1,280 simulated ids
     python bench/srt_bench.py --quick    # 64 logical agents, fewer epochs
     python bench/srt_bench.py --only idle   # one idle agent: RSS, CPU, heavy libraries mapped
+    python bench/srt_bench.py --only idle --baseline REF   # and the agents of commit REF
 
 * **Roll-up** (goal p99 < 100 ms, the paper's "under 100 ms"): N logical agents in this
   process, each a real agent (overlay over UDP, data plane over HTTP, real trees), run
@@ -23,7 +24,10 @@ the idle cost of an agent. Prints one JSON document on stdout.
 * **Idle agent**: RSS and CPU of one ``elf agent`` process with no input (and one job: this
   agent is its master), and the heavy libraries it maps (``heavy_mapped``); **idle member**:
   two agents with one job and no input, the member that is not the master (it never writes
-  the lake) and the master.
+  the lake) and the master. ``--baseline REF`` runs the same two sections again with the
+  agents of git commit ``REF`` (its tree extracted to a temporary directory), side by side.
+* **Marginal agent** (goal ≤ 2 MB): one process hosting 1, then 9 logical agents, one job and
+  no input; the RSS difference per extra agent.
 
 All agents share this machine's 2 cores, so N in-process agents measure CPU contention as well
 as protocol latency; the paper ran 1,280 agents on 60 twelve-core servers.
@@ -33,15 +37,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import platform
 import random
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -439,9 +446,11 @@ def shape_of(views: dict[str, dict[str, Any]]) -> dict[str, int]:
 # ---- idle agent ---------------------------------------------------------------------------------
 
 
-def idle_agent(seconds: float) -> dict[str, Any]:
+def idle_agent(seconds: float, code: Path | None = None) -> dict[str, Any]:
+    """One agent process (its code from ``code``, a checkout; default this one): idle, then
+    with one job and no input."""
     with tempfile.TemporaryDirectory(prefix="elf-idle-") as tmp:
-        cluster = LocalCluster(1, Path(tmp)).start()
+        cluster = LocalCluster(1, Path(tmp), cwd=code).start()
         try:
             proc = psutil.Process(cluster.procs[0].process.pid)
             time.sleep(2.0)  # let start-up work finish before sampling
@@ -454,11 +463,11 @@ def idle_agent(seconds: float) -> dict[str, Any]:
     return {"no_jobs": idle, "one_job_no_input": with_job}
 
 
-def idle_member(seconds: float) -> dict[str, Any]:
+def idle_member(seconds: float, code: Path | None = None) -> dict[str, Any]:
     """Two agents, one job with no input: the member that is not the job's master (it never
     writes the lake) and the master, sampled one after the other."""
     with tempfile.TemporaryDirectory(prefix="elf-idle-member-") as tmp:
-        cluster = LocalCluster(2, Path(tmp)).start()
+        cluster = LocalCluster(2, Path(tmp), cwd=code).start()
         try:
             cluster.client(0).submit({"name": "idle", "creator": "bench", "job_class": "wordcount"})
 
@@ -483,6 +492,44 @@ def idle_member(seconds: float) -> dict[str, Any]:
             return {"member": member, "master": sample(procs[master], seconds)}
         finally:
             cluster.stop()
+
+
+def marginal_agent(seconds: float, code: Path | None = None, more: int = 8) -> dict[str, Any]:
+    """RSS of one agent process hosting 1, then ``1 + more`` logical agents, each process
+    running one job with no input (one of its agents is the job's master): what an extra
+    logical agent costs (issue goal: at most 2 MB)."""
+    rss = {}
+    for n in (1, 1 + more):
+        with tempfile.TemporaryDirectory(prefix="elf-marginal-") as tmp:
+            cluster = LocalCluster(1, Path(tmp), logical_agents=n, cwd=code).start()
+            try:
+                client = cluster.client(0)
+                client.submit({"name": "idle", "creator": "bench", "job_class": "wordcount"})
+                poll(lambda c=client: "idle" in c.status().get("jobs", {}), 30)
+                time.sleep(2.0)  # the job's start-up work and first epochs
+                rss[n] = sample(psutil.Process(cluster.procs[0].process.pid), seconds)["rss_mb"]
+            finally:
+                cluster.stop()
+    return {
+        "rss_mb_by_logical_agents": rss,
+        "marginal_mb_per_agent": round((rss[1 + more] - rss[1]) / more, 2),
+        "goal_mb": 2.0,
+    }
+
+
+@contextlib.contextmanager
+def checkout(ref: str) -> Iterator[Path]:
+    """This repository's tree at ``ref``, extracted into a temporary directory (``git
+    archive``: no worktree left behind)."""
+    repo = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="elf-baseline-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(repo), "archive", "--format=tar", ref],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        yield Path(tmp)
 
 
 def sample(proc: psutil.Process, seconds: float) -> dict[str, float]:
@@ -520,6 +567,12 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=["idle"], help="idle: only the idle agent's RSS, CPU and heavy maps"
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="with --only idle: also run the agents of this git commit (e.g. a release), "
+        "side by side",
+    )
     args = parser.parse_args()
     sizes = args.agents or ([64] if args.quick else [64, 256])
     epochs = args.epochs or (5 if args.quick else 20)
@@ -531,14 +584,25 @@ def main() -> None:
         "goals": {"rollup_p99_ms": 100, "multicast_ms_256_agents": 10},
     }
     if args.only == "idle":
-        out["idle_agent"] = idle_agent(3.0 if args.quick else 10.0)
-        out["idle_member"] = idle_member(3.0 if args.quick else 10.0)
+        seconds = 3.0 if args.quick else 10.0
+        out["idle_agent"] = idle_agent(seconds)
+        out["idle_member"] = idle_member(seconds)
+        out["marginal_agent"] = marginal_agent(seconds)
+        if args.baseline:
+            with checkout(args.baseline) as code:
+                out["baseline"] = {
+                    "ref": args.baseline,
+                    "idle_agent": idle_agent(seconds, code),
+                    "idle_member": idle_member(seconds, code),
+                    "marginal_agent": marginal_agent(seconds, code),
+                }
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
     out["balance"] = balance(1280, [500, 1000, 2000], args.seed)
     out["idle_agent"] = idle_agent(3.0 if args.quick else 10.0)
     out["idle_member"] = idle_member(3.0 if args.quick else 10.0)
+    out["marginal_agent"] = marginal_agent(3.0 if args.quick else 10.0)
     out["runs"] = []
     processes = args.processes or os.cpu_count() or 2
     for n in sizes:

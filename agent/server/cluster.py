@@ -96,6 +96,7 @@ class LocalCluster:
         wrap: Callable[[int], list[str]] | None = None,
         hosts: dict[int, str] | None = None,
         agent_args: dict[int, list[str]] | None = None,
+        cwd: str | Path | None = None,
     ) -> None:
         if n < 1:
             raise ValueError("a cluster needs at least one agent process")
@@ -106,6 +107,9 @@ class LocalCluster:
         self.extra_args = extra_args or []
         self.agent_args = agent_args or {}  # per process index (e.g. its --domain)
         self.env = env or {}
+        # where the processes start: ``python -m`` imports the agent from there first (a
+        # bench runs an older checkout this way, side by side with this one)
+        self.cwd = None if cwd is None else Path(cwd)
         # a command prefix per process index (e.g. ``ip netns exec NS``) and the address a
         # process binds and advertises (default: loopback)
         self.wrap = wrap
@@ -172,7 +176,9 @@ class LocalCluster:
         # appends, so the log of the crashed run stays readable
         log_file = open_private(data_dir / "stderr.log", append=ports is not None)
         stderr = os.fdopen(log_file, "w")
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+        proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=self.cwd
+        )
         stderr.close()
         agent = AgentProcess(index, proc, data_dir)
         if index < len(self.procs):
