@@ -113,10 +113,18 @@ def ratio(figure: float, goal: float) -> float:
     return round(figure / goal, 2)
 
 
+SETTLE = [gc.collect]  # before each timed loop (emptied by --profile: not the hop's cost)
+
+
+def settle() -> None:
+    for step in SETTLE:
+        step()
+
+
 def timed(fn: Callable[[], Any]) -> float:
     """CPU seconds of this thread that ``fn()`` takes (after a collection, so rounds start
     alike)."""
-    gc.collect()
+    settle()
     t0 = time.thread_time()
     fn()
     return time.thread_time() - t0
@@ -249,7 +257,7 @@ def process_cpu() -> float:
 
 async def busy_then_idle(run: Callable[[], Any]) -> tuple[float, float, float]:
     """(busy CPU, idle CPU over the same wall time, wall) of ``await run()``."""
-    gc.collect()
+    settle()
     c0, w0 = process_cpu(), time.perf_counter()
     await run()
     busy, wall = process_cpu() - c0, time.perf_counter() - w0
@@ -625,6 +633,9 @@ async def snapshot_end_to_end(rounds: int, counts: dict[int, int]) -> dict[str, 
 
 
 def profile(label: str, fn: Callable[[], Any], top: int) -> None:
+    """``top`` functions of ``fn()`` by own and by cumulative time (wall clock: a CPU-time
+    timer is a system call per event and distorts more; in the end-to-end runs the loop's
+    waits, idle baseline included, show as ``select.epoll.poll``)."""
     prof = cProfile.Profile()
     prof.enable()
     fn()
@@ -640,6 +651,7 @@ def profile(label: str, fn: Callable[[], Any], top: int) -> None:
 
 
 def run_profiles(top: int) -> None:
+    SETTLE.clear()
     profile("multicast compute (2,000 hops)", lambda: mc_parts(Codec, 2000, Tunables()), top)
     profile("snapshot compute (1,000 keys, 300 hops)", lambda: snapshot_parts(1000, 300), top)
     profile(
