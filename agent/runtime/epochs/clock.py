@@ -285,6 +285,25 @@ class EpochClock:
         if self._next is None:
             self._next = self.epoch_of(self._watermark)
 
+    def close_due(self, now: float | None = None) -> float:
+        """When, in this clock's time, :meth:`closable` next lists an epoch if no record
+        arrives: ``now`` when it already does, ``inf`` when only records (or
+        :meth:`advance_to`) can close one (``idle_timeout`` None). Before any record or idle
+        advance it is the moment the source turns idle, when the first open epoch is fixed.
+        The agent ticks a job with no input to read at this time rather than polling
+        (``agent/runtime/host/ticks.py``); a record moves it only later (it delays idleness),
+        except by making an epoch closable at once."""
+        now = self._clock() if now is None else now
+        self._tick(now)
+        if self._next is not None and self.epoch_end(self._next) <= self._watermark:
+            return now
+        if self.idle_timeout is None:
+            return math.inf
+        idle_at = self._last_arrival + self.idle_timeout
+        if self._next is None:
+            return idle_at
+        return max(idle_at, self.epoch_end(self._next) + self.allowed_lateness)
+
     # ---- closing --------------------------------------------------------------------------
     @property
     def next_epoch(self) -> int | None:

@@ -3,9 +3,11 @@ r"""The agent's inputs and its clock: ingest, the tick loop and the record threa
 Contract: :class:`Ticks` opens the agent's inputs (file tails, stdin, the ``ingest`` queue),
 serves the input side a job is given (:class:`~agent.runtime.services.InputService`: names,
 timestamp fields, a read-now, durable resume positions) and runs the agent's clock:
-:meth:`Ticks.tick_loop` ticks every ``tick_seconds`` (at once again while inputs have data;
-every :data:`IDLE_TICK_SECONDS` while the agent runs no job, so the first job's first tick
-comes within that) and whenever :meth:`Ticks.tick_now` asks. **The event loop never runs
+:meth:`Ticks.tick_loop` ticks every ``tick_seconds`` while a job reads an input that is
+polled (a file tail, stdin; at once again while inputs have data), and otherwise when a job is
+due (``TickedRuntime.tick_due``: an epoch to close, a timer; at most
+:data:`IDLE_TICK_SECONDS` apart, the period too while the agent runs no job), and whenever
+:meth:`Ticks.tick_now` asks (a push, a starting job). **The event loop never runs
 per-record work**: a tick's reading, parsing, every job's ``map`` and epoch closing run on the
 record thread (:meth:`Ticks.tick_work`), then the loop offers the closed epochs to the trees
 (:meth:`Ticks.tick_done`) and notes the offsets. An ingest request is processed before it is
@@ -50,8 +52,11 @@ from agent.tunables import RuntimeTunables
 
 log = logging.getLogger(__name__)
 
-#: the tick period while this agent runs no job (``tick_seconds`` as soon as one arrives)
+#: the longest the agent goes without a tick: its period while it runs no job, and while its
+#: jobs read only pushed inputs and none is due sooner
 IDLE_TICK_SECONDS = 1.0
+#: a due tick comes this much after the due time (a timer may fire a little early)
+DUE_SLACK = 0.005
 
 INGEST_INPUT = "ingest"
 
@@ -73,6 +78,7 @@ class TickedRuntime(Protocol):
     def work(self, batches: dict[str, Any]) -> Any: ...
     def deliver(self, closed: Any, now: float) -> None: ...
     def backlog_full(self) -> bool: ...
+    def tick_due(self, now: float) -> float: ...
     def count(self, what: str, n: int = 1) -> None: ...
     @property
     def recovery(self) -> SharedInputs: ...
@@ -86,6 +92,8 @@ class Ticked:
     polled: set[str]
     closed: list[tuple[Any, list[Any]]]
     positions: dict[str, Position]  # resumable inputs' positions right after the poll
+    # wall-clock time by which some job needs its next tick if no record arrives
+    due: float = math.inf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +136,9 @@ class Ticks:
         self.fed: weakref.WeakSet[Any] = weakref.WeakSet()
         self.requests: set[str] = set()  # inputs to read at once (tick_now)
         self.event = asyncio.Event()
+        self.next_full = 0.0  # monotonic time of the next full tick
+        self.last_full = 0.0  # monotonic time the last full tick began
+        self.due = math.inf  # wall-clock time some job needs a tick by (the last tick's)
 
     # ---- inputs (InputService) -----------------------------------------------------------------
 
@@ -196,23 +207,34 @@ class Ticks:
     # ---- the clock -----------------------------------------------------------------------------
 
     async def tick_loop(self) -> None:
-        """Tick every ``tick_seconds`` (at once again while inputs have data: a file tail
-        reads a chunk per poll), and in between whenever :meth:`tick_now` asks."""
-        next_full = 0.0
+        """The agent's clock (module contract). A full tick comes every ``tick_seconds`` while
+        some job reads an input that must be polled (a file tail, stdin), and at once again
+        while inputs have data; while every job reads only pushed inputs (``ingest``: a push
+        ticks its readers itself), at the time the earliest job is due (:attr:`due`: an
+        epoch to close, a master's timer), at most ``IDLE_TICK_SECONDS`` apart and never
+        closer than ``tick_seconds``; with no job, every ``IDLE_TICK_SECONDS``. In between,
+        whenever :meth:`tick_now` asks."""
+        self.next_full = 0.0
         idle = False
         while self.running():
             now = time.monotonic()
             if idle and self.runtimes:
-                next_full = 0.0  # the first job here: its first tick now, not a long one later
-            if now >= next_full:
+                # the first job here: its first tick now, not a long one later
+                self.next_full = 0.0
+            if now >= self.next_full:
                 only: set[str] | None = None
                 # with no job there is nothing to feed or close: a slow clock (no CPU spent
                 # idling: issue "A lightweight agent"); a job's arrival is seen within it
                 idle = not self.runtimes
-                next_full = now + (IDLE_TICK_SECONDS if idle else self.tunables.tick_seconds)
+                period = IDLE_TICK_SECONDS if idle else self.tunables.tick_seconds
+                self.last_full, self.next_full = now, now + period
                 self.requests = set()
-            else:
+            elif self.requests:
                 only, self.requests = self.requests, set()
+            else:  # woken to re-plan (an earlier due time) or to stop: nothing to read yet
+                self.event.clear()
+                await self._wait_until(self.next_full)
+                continue
             self.event.clear()
             busy = False
             try:
@@ -221,11 +243,34 @@ class Ticks:
                 self.count("tick_errors")
                 log.exception("agent tick failed")
             if busy:
-                next_full = 0.0
+                self.next_full = 0.0
                 await asyncio.sleep(0)
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.event.wait(), max(0.0, next_full - time.monotonic()))
+            if not idle and not self.polling():
+                # nothing to poll: sleep until a job is due (a push ticks its readers itself)
+                wake = min(self._due_monotonic(), now + IDLE_TICK_SECONDS)
+                self.next_full = max(self.next_full, wake)
+            await self._wait_until(self.next_full)
+
+    async def _wait_until(self, at: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.event.wait(), max(0.0, at - time.monotonic()))
+
+    def _due_monotonic(self) -> float:
+        """:attr:`due` (wall clock) as a monotonic time, with :data:`DUE_SLACK`."""
+        if self.due == math.inf:
+            return math.inf
+        return time.monotonic() + (self.due - time.time()) + DUE_SLACK
+
+    def polling(self) -> bool:
+        """Whether some job reads an input that is read by polling (a file tail, stdin)
+        rather than pushed to the agent (``ingest``)."""
+        configs = self.input_configs
+        return any(
+            name in configs and configs[name].type != "ingest"
+            for runtime in self.runtimes.values()
+            for name in runtime.inputs
+        )
 
     def tick_now(self, inputs: Sequence[str]) -> None:
         """Have the jobs reading ``inputs`` run now (read, process, close epochs), between
@@ -279,6 +324,8 @@ class Ticks:
                 continue
             closed.append((runtime, work))
         busy = any(b or getattr(b, "skipped", 0) for b in batches.values())
+        now = time.time()
+        due = min((runtime.tick_due(now) for runtime in runtimes), default=math.inf)
         # the read positions as of this poll, for the loop's offset keeping (the live inputs
         # belong to this thread)
         positions = {
@@ -286,7 +333,7 @@ class Ticks:
             for name in polled
             if isinstance(source := self.inputs[name], Resumable)
         }
-        return Ticked(busy, polled, closed, positions)
+        return Ticked(busy, polled, closed, positions, due)
 
     def tick_done(self, ticked: Ticked) -> bool:
         """Event loop: offer the closed epochs to the trees, note the offsets."""
@@ -294,6 +341,13 @@ class Ticks:
         for runtime, closed in ticked.closed:
             runtime.deliver(closed, now)
         self.offsets.observe(ticked.positions, ticked.polled, list(self.runtimes.values()))
+        self.due = ticked.due
+        wake = max(self._due_monotonic(), self.last_full + self.tunables.tick_seconds)
+        if wake < self.next_full:
+            # sooner than the loop planned (records now wait for a job's CPU budget, say):
+            # wake it to re-plan
+            self.next_full = wake
+            self.event.set()
         return ticked.busy
 
     # ---- a job new here: the inputs the others already read ------------------------------------

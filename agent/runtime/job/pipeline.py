@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict, deque
 from typing import Any
@@ -109,6 +110,24 @@ class EpochPipeline:
         self.cpu.charge(time.thread_time() - started)
         self._worker_stats = worker.stats()
         return closed
+
+    def tick_due(self, now: float) -> float:
+        """Record thread: the wall-clock time by which this job needs its next tick if no
+        record arrives - ``now`` while records wait for its CPU budget, else the earlier of
+        its clock's next close (:meth:`EpochClock.close_due`) and, on the master, its next
+        ``on_timer``; ``inf`` when neither comes (the tick loop still ticks every second)."""
+        host = self.host
+        if host.stopped:
+            return math.inf
+        if self._backlog:
+            return now
+        due = math.inf
+        if host.worker is not None:
+            due = host.worker.clock.close_due(now)
+        interval = type(host.job).timer_interval
+        if interval and host.is_master:
+            due = min(due, self._last_timer + interval)
+        return due
 
     def _throttle_started(self) -> None:
         self.cpu.throttled_ticks += 1

@@ -281,6 +281,11 @@ class JobRuntime:
         """Event loop: closed epochs to the trees (:meth:`EpochPipeline.deliver`)."""
         self.pipeline.deliver(closed, now)
 
+    def tick_due(self, now: float) -> float:
+        """Record thread: when this job needs its next tick if no record arrives
+        (:meth:`EpochPipeline.tick_due`)."""
+        return self.pipeline.tick_due(now)
+
     def backlog_full(self) -> bool:
         """Whether the job's records waiting for its CPU budget reached their bound (the
         agent then leaves the inputs it reads unpolled; :class:`EpochPipeline`)."""

@@ -1,26 +1,34 @@
-"""The agent's clock while it runs no job (issue "A lightweight agent"): the tick loop
-(``agent/runtime/host/ticks.py``) ticks every ``IDLE_TICK_SECONDS``, not every
-``tick_seconds``, and a job's ``tick_now`` brings the full pace back at once. The record
-thread is replaced by an inline runner that counts the ticks (the inputs are the agent's
-real ones: its ``ingest`` queue)."""
+"""The agent's clock when there is nothing to poll (issue "A lightweight agent"): the tick
+loop (``agent/runtime/host/ticks.py``) ticks every ``IDLE_TICK_SECONDS`` while it runs no
+job; a job's ``tick_now`` brings its first tick at once; jobs that read only pushed input
+(``ingest``) are ticked when due (their ``tick_due``: an epoch to close, a timer), not every
+``tick_seconds``; a job reading a file tail brings the full pace. The record thread is
+replaced by an inline runner that counts the ticks (the inputs are the agent's real ones: its
+``ingest`` queue and, where a test configures one, a file tail)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
+from pathlib import Path
 from typing import Any
 
-from agent.config import AgentConfig
+from agent.config import AgentConfig, InputConfig
 from agent.runtime.host.ticks import IDLE_TICK_SECONDS, Ticks
 
 
 class CountingRecords:
-    """Runs the record thread's part inline, counting the ticks and the runtimes they saw."""
+    """Runs the record thread's part inline, counting the ticks (the runtimes each saw, and
+    when it came)."""
 
     def __init__(self) -> None:
         self.ticks: list[int] = []
+        self.at: list[float] = []
 
     async def run(self, fn: Any, only: Any, runtimes: list[Any]) -> Any:
         self.ticks.append(len(runtimes))
+        self.at.append(time.time())
         return fn(only, runtimes)
 
 
@@ -33,14 +41,21 @@ class Offsets:
 
 
 class Runtime:
-    """A job that reads no input here (the tick still visits it)."""
+    """A job reading ``inputs`` (none: it reads nothing here, but the tick still visits it),
+    due for a tick at ``due`` (wall clock)."""
 
-    inputs: tuple[str, ...] = ()
     spec = None
     clock = None
 
+    def __init__(self, inputs: tuple[str, ...] = (), due: float = math.inf) -> None:
+        self.inputs = inputs
+        self.due = due
+
     def backlog_full(self) -> bool:
         return False
+
+    def tick_due(self, now: float) -> float:
+        return self.due
 
     def work(self, batches: dict[str, Any]) -> list[Any]:
         return []
@@ -49,35 +64,91 @@ class Runtime:
         pass
 
 
-async def test_an_agent_without_jobs_ticks_slowly_until_a_job_asks() -> None:
-    records = CountingRecords()
-    runtimes: dict[str, Any] = {}
-    running = True
-    ticks = Ticks(
-        AgentConfig(secret=b"s" * 32),
+RUNNING: set[int] = set()  # the Ticks whose loop runs (ids)
+
+
+def make_ticks(records: CountingRecords, runtimes: dict[str, Any], **config: Any) -> Ticks:
+    ticks: Ticks = Ticks(
+        AgentConfig(secret=b"s" * 32, **config),
         runtimes,
         Offsets(),  # type: ignore[arg-type]
         records=lambda: records,  # type: ignore[arg-type,return-value]
         count=lambda *a: None,
-        running=lambda: running,
+        running=lambda: id(ticks) in RUNNING,
     )
+    RUNNING.add(id(ticks))
     ticks.join_inputs = lambda runtime, readers: []  # type: ignore[method-assign]
+    ticks.open_inputs()
+    return ticks
+
+
+async def stop(ticks: Ticks, loop: asyncio.Task[None]) -> None:
+    RUNNING.discard(id(ticks))
+    ticks.event.set()
+    await asyncio.wait_for(loop, 5)
+    ticks.close()
+
+
+async def ticks_within(records: CountingRecords, seconds: float) -> int:
+    """How many ticks come in the next ``seconds`` (an observation window: a rate, not a
+    synchronization)."""
+    before = len(records.ticks)
+    await asyncio.sleep(seconds)
+    return len(records.ticks) - before
+
+
+async def test_an_agent_without_jobs_ticks_slowly_until_a_job_asks() -> None:
+    records = CountingRecords()
+    runtimes: dict[str, Any] = {}
+    ticks = make_ticks(records, runtimes)
     loop = asyncio.create_task(ticks.tick_loop())
     try:
         window = 2.5 * IDLE_TICK_SECONDS
-        await asyncio.sleep(window)  # the observation window (a rate), not a synchronization
-        idle = len(records.ticks)
+        idle = await ticks_within(records, window)
         tick = ticks.tunables.tick_seconds
         assert 1 <= idle <= window / IDLE_TICK_SECONDS + 1 < window / tick / 2, records.ticks
+        seen = len(records.ticks)
         runtimes["job"] = Runtime()
         ticks.tick_now([])  # what a starting job does (JobRuntime.start)
         async with asyncio.timeout(IDLE_TICK_SECONDS / 2):
-            while not any(records.ticks[idle:]):
+            while not any(records.ticks[seen:]):
                 await asyncio.sleep(0.01)
-        busy_from = len(records.ticks)
-        await asyncio.sleep(window)
-        assert len(records.ticks) - busy_from >= window / tick / 2, records.ticks
+        # a job with nothing to poll and nothing due: the slow clock still
+        assert await ticks_within(records, window) <= window / IDLE_TICK_SECONDS + 1
     finally:
-        running = False
-        ticks.event.set()
-        await asyncio.wait_for(loop, 5)
+        await stop(ticks, loop)
+
+
+async def test_a_job_reading_pushed_input_is_ticked_when_due() -> None:
+    records = CountingRecords()
+    runtimes: dict[str, Any] = {"job": Runtime(("ingest",))}
+    ticks = make_ticks(records, runtimes)
+    loop = asyncio.create_task(ticks.tick_loop())
+    try:
+        await ticks_within(records, 0.2)  # the first tick, with nothing due
+        # due in 0.4 s: a tick comes then, not at the next slow tick
+        runtimes["job"].due = due = time.time() + 0.4
+        ticks.tick_now(["ingest"])  # a push (its tick sees the new due time)
+        async with asyncio.timeout(IDLE_TICK_SECONDS):
+            while not any(t >= due for t in records.at):
+                await asyncio.sleep(0.01)
+        late = min(t for t in records.at if t >= due) - due
+        assert late < IDLE_TICK_SECONDS / 2, late
+        runtimes["job"].due = math.inf
+        assert await ticks_within(records, 2.5) <= 2.5 / IDLE_TICK_SECONDS + 1
+    finally:
+        await stop(ticks, loop)
+
+
+async def test_a_job_reading_a_file_tail_brings_the_full_pace(tmp_path: Path) -> None:
+    records = CountingRecords()
+    runtimes: dict[str, Any] = {"job": Runtime(("web",))}
+    path = tmp_path / "access.log"
+    path.write_text("")
+    ticks = make_ticks(records, runtimes, inputs=(InputConfig(name="web", path=str(path)),))
+    loop = asyncio.create_task(ticks.tick_loop())
+    try:
+        window = 2.5 * IDLE_TICK_SECONDS
+        assert await ticks_within(records, window) >= window / ticks.tunables.tick_seconds / 2
+    finally:
+        await stop(ticks, loop)

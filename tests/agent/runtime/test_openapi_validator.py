@@ -44,8 +44,8 @@ def _app() -> web.Application:
 
 
 def _verdicts(requests: list[tuple[str, str, Any]]) -> list[dict[str, Any] | None]:
-    """Each ``(method, url, body: JSON value, bytes or None)`` sent over loopback HTTP: None when the
-    validator let it through, else its 400's body."""
+    """Each ``(method, url, body)`` (a JSON value, bytes or None) sent over loopback HTTP:
+    None when the validator let it through, else its 400's body."""
 
     async def run() -> list[dict[str, Any] | None]:
         out: list[dict[str, Any] | None] = []
