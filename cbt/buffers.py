@@ -20,7 +20,6 @@ run lives in memory or in a spill file.
 from __future__ import annotations
 
 import operator
-import struct
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,7 @@ import numpy as np
 import zstandard
 
 from cbt.aggregators import Aggregator, object_array, shuffle_bytes, unshuffle_bytes
-from cbt.hashing import decode_keys
+from cbt.hashing import decode_key_stream
 
 if TYPE_CHECKING:
     from cbt.spill import SpillStore
@@ -126,14 +125,7 @@ class EncodedKeys:
     def decode(self) -> np.ndarray:
         """The keys as Python objects (one msgpack array decode: a single C call)."""
         n = len(self)
-        if n < 16:
-            head = bytes([0x90 | n])
-        elif n < 1 << 16:
-            head = b"\xdc" + struct.pack(">H", n)
-        else:
-            head = b"\xdd" + struct.pack(">I", n)
-        keys = decode_keys(head + self.to_blob())
-        return object_array(keys, n)
+        return object_array(decode_key_stream(self.to_blob(), n), n)
 
     def nbytes(self) -> int:
         return self.data.nbytes + self.lengths.nbytes

@@ -7,14 +7,19 @@ never imply equal keys; every consumer compares full keys on a hash tie.
 
 ``bool`` and ``float`` keys are rejected: Python considers ``True == 1 == 1.0`` while their
 encodings differ, which would make the tree disagree with a ``dict`` about identity.
+
+``hash_encodings`` hashes many encodings at once into a ``uint64`` array, exactly as applying
+the hash function to each one (the built-in hash in a single C-level pass).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import struct
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgpack
+import numpy as np
 import xxhash
 
 Key = Any
@@ -28,6 +33,15 @@ _MASK64 = (1 << 64) - 1
 def xxh3_64(data: bytes) -> int:
     """The default hash: unsigned 64-bit xxh3 of ``data`` (stable across processes)."""
     return xxhash.xxh3_64_intdigest(data)
+
+
+def hash_encodings(encodings: Sequence[bytes], fn: HashFunction = xxh3_64) -> np.ndarray:
+    """The ``uint64`` hashes of ``encodings`` under ``fn`` (any int ``fn`` returns is taken
+    modulo 2**64), element ``i`` equal to ``fn(encodings[i])``."""
+    n = len(encodings)
+    if fn is xxh3_64:
+        return np.fromiter(map(xxhash.xxh3_64_intdigest, encodings), np.uint64, n)
+    return np.fromiter((int(fn(e)) & _MASK64 for e in encodings), np.uint64, n)
 
 
 def hash_name(fn: HashFunction) -> str:
@@ -46,6 +60,18 @@ def encode_key(key: Key) -> bytes:
 def decode_keys(blob: bytes) -> tuple:
     """Decode a msgpack array of keys (tuples come back as tuples, not lists)."""
     return msgpack.unpackb(blob, use_list=False, raw=False, strict_map_key=False)
+
+
+def decode_key_stream(blob: bytes, n: int) -> tuple:
+    """Decode ``n`` msgpack key encodings stored back to back (one C call); raises if ``blob``
+    does not hold exactly ``n`` encodings."""
+    if n < 16:
+        head = bytes([0x90 | n])
+    elif n < 1 << 16:
+        head = b"\xdc" + struct.pack(">H", n)
+    else:
+        head = b"\xdd" + struct.pack(">I", n)
+    return decode_keys(head + blob)
 
 
 def check_key(key: Key) -> None:

@@ -45,7 +45,13 @@ import msgpack
 import numpy as np
 import zstandard
 
-from cbt.aggregators import Aggregator, get_aggregator, shuffle_bytes, unshuffle_bytes
+from cbt.aggregators import (
+    Aggregator,
+    get_aggregator,
+    object_array,
+    shuffle_bytes,
+    unshuffle_bytes,
+)
 from cbt.buffers import (
     EncodedKeys,
     Run,
@@ -55,7 +61,15 @@ from cbt.buffers import (
     sort_and_aggregate,
 )
 from cbt.errors import SnapshotError
-from cbt.hashing import HashFunction, check_keys, encode_key, hash_name, xxh3_64
+from cbt.hashing import (
+    HashFunction,
+    check_keys,
+    decode_key_stream,
+    encode_key,
+    hash_encodings,
+    hash_name,
+    xxh3_64,
+)
 
 MAGIC = b"CBTSNAP\x00"
 VERSION = 1
@@ -450,23 +464,20 @@ class Snapshot:
             raise SnapshotError(str(e)) from e
         if n > 1 and not bool(np.all(hashes[1:] >= hashes[:-1])):
             raise SnapshotError("snapshot hashes are not in order")
-        keys = encoded.decode()
+        keys = decode_key_stream(raws[2], n)  # the key column's bytes as they came
         try:
-            check_keys(keys.tolist())
+            check_keys(keys)
         except TypeError as e:
             raise SnapshotError(f"snapshot holds an invalid key: {e}") from e
         # Every key must re-encode to exactly its bytes and hash to its stored hash, so lookups
         # and merges can trust the columns even if the sender was not this code.
-        pack = msgpack.Packer(use_bin_type=True).pack
-        encs = list(map(pack, keys))
-        if not np.array_equal(np.fromiter(map(len, encs), np.int64, n), lengths):
+        encs = list(map(msgpack.Packer(use_bin_type=True).pack, keys))
+        if list(map(len, encs)) != lengths.tolist():
             raise SnapshotError("key sizes do not match the keys' encodings")
-        fn = hash_function
-        rehashed = np.fromiter((int(fn(e)) & _MASK64 for e in encs), np.uint64, n)
-        if not np.array_equal(rehashed, hashes):
+        if not np.array_equal(hash_encodings(encs, hash_function), hashes):
             raise SnapshotError("stored hashes do not match the keys")
         try:
             values = agg.decode_column(raws[3], n)
         except (ValueError, TypeError) as e:
             raise SnapshotError(f"values column is invalid: {e}") from e
-        return cls(agg, hashes, encoded, values, hash_function, decoded=keys)
+        return cls(agg, hashes, encoded, values, hash_function, decoded=object_array(keys, n))
