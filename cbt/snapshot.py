@@ -29,6 +29,9 @@ Wire format (``to_bytes``; all integers little-endian)::
 every error burst of up to 32 bits, so every single-byte corruption is caught), then validates
 the header and every column - including that every key re-encodes to exactly its bytes and
 hashes to its stored hash - raising :class:`~cbt.errors.SnapshotError` naming the problem.
+``to_bytes`` and ``from_bytes`` reuse one zstandard compressor (for the last level used) and one
+decompressor per thread: the output is the same bytes a fresh compressor writes, without paying
+for a new compression context on every call.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from __future__ import annotations
 import heapq
 import struct
 import sys
+import threading
 import zlib
 from collections.abc import Iterator
 from itertools import pairwise
@@ -78,6 +82,25 @@ _TRAILER = struct.Struct("<I")
 _MIN_SIZE = _FIXED.size + _TRAILER.size
 _MISSING = object()
 _MASK64 = (1 << 64) - 1
+_ZSTD = threading.local()  # zstandard (de)compressors are not thread-safe: one set per thread
+
+
+def _compressor(level: int) -> zstandard.ZstdCompressor:
+    """This thread's compressor at ``level``, kept for the next call: a fresh one per call
+    allocated (and page-faulted in) its whole compression context every time. Only the last
+    level used is kept (every caller uses the default)."""
+    kept = getattr(_ZSTD, "compressor", None)
+    if kept is None or kept[0] != level:
+        kept = _ZSTD.compressor = (level, zstandard.ZstdCompressor(level=level))
+    return kept[1]
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's decompressor, made once (see ``_compressor``)."""
+    d = getattr(_ZSTD, "decompressor", None)
+    if d is None:
+        d = _ZSTD.decompressor = zstandard.ZstdDecompressor()
+    return d
 
 
 def _object_payload(arr: np.ndarray, sample: int = 64) -> int:
@@ -343,7 +366,7 @@ class Snapshot:
             self.encoded_keys.to_blob(),
             self.agg.encode_column(self.values_column),
         )
-        c = zstandard.ZstdCompressor(level=level)
+        c = _compressor(level)
         cols = [c.compress(r) for r in raws]
         name, params = self.agg.describe()
         header = msgpack.packb(
@@ -443,7 +466,7 @@ class Snapshot:
         pos = start + hlen
         if pos + sum(c[0] for c in columns) != end:
             raise SnapshotError("snapshot column lengths do not add up to its size")
-        d = zstandard.ZstdDecompressor()
+        d = _decompressor()
         raws = []
         for (clen, rlen), label in zip(columns, ("hashes", "sizes", "keys", "values"), strict=True):
             try:
