@@ -62,7 +62,7 @@ from cbt.buffers import (
     decode_hashes,
     deep_sizeof,
     encode_hashes,
-    sort_and_aggregate,
+    merge_two_runs,
 )
 from cbt.errors import SnapshotError
 from cbt.hashing import (
@@ -276,6 +276,9 @@ class Snapshot:
         return heapq.nlargest(k, iter(self), key=lambda kv: kv[1])
 
     # ---- algebra --------------------------------------------------------------------------
+    def _run(self) -> Run:
+        return Run(self.hashes, self.encoded_keys, self.values_column)
+
     def _check_compatible(self, other: Snapshot) -> None:
         if not isinstance(other, Snapshot):
             raise TypeError(f"expected a Snapshot, got {type(other).__name__}")
@@ -297,13 +300,7 @@ class Snapshot:
         if not len(self):
             return other
         self._check_compatible(other)
-        run = sort_and_aggregate(
-            np.concatenate([self.hashes, other.hashes]),
-            EncodedKeys.concat([self.encoded_keys, other.encoded_keys]),
-            np.concatenate([self.values_column, other.values_column]),
-            self.agg,
-            owned=False,
-        )
+        run = merge_two_runs(self._run(), other._run(), self.agg, owned=False)
         return Snapshot.from_run(self.agg, run, self._hash_fn)
 
     def subtract(self, other: Snapshot) -> Snapshot:
@@ -319,13 +316,8 @@ class Snapshot:
             raise TypeError(f"aggregator {agg.name!r} is not invertible; merge panes instead")
         if not len(other):
             return self
-        run = sort_and_aggregate(
-            np.concatenate([self.hashes, other.hashes]),
-            EncodedKeys.concat([self.encoded_keys, other.encoded_keys]),
-            np.concatenate([self.values_column, agg.negate_column(other.values_column)]),
-            agg,
-            owned=False,
-        )
+        negated = Run(other.hashes, other.encoded_keys, agg.negate_column(other.values_column))
+        run = merge_two_runs(self._run(), negated, agg, owned=False)
         keep = agg.nonzero_mask(run.values)
         if not keep.all():
             run = Run(run.hashes[keep], run.keys[keep], run.values[keep])

@@ -22,7 +22,14 @@ from hypothesis import strategies as st
 
 from cbt import CompressedBufferTree, Snapshot, SnapshotError, get_aggregator, xxh3_64
 from cbt.aggregators import shuffle_bytes, unshuffle_bytes
-from cbt.buffers import EncodedKeys, Run, decode_hashes, encode_hashes, sort_and_aggregate
+from cbt.buffers import (
+    EncodedKeys,
+    Run,
+    decode_hashes,
+    encode_hashes,
+    merge_two_runs,
+    sort_and_aggregate,
+)
 from cbt.hashing import check_keys, hash_name
 
 FIXED = struct.Struct("<8sHHQI")
@@ -264,7 +271,77 @@ def test_merge_of_keys_of_different_widths(ka: list, kb: list) -> None:
         assert_identical(a.merge(b), ref_merge(a, b))
         assert_identical(b.merge(a), ref_merge(b, a))
         assert_identical(b.subtract(a), ref_merge(b, a, negate=True))
-        assert_identical(a.merge(a.split_by_hash(2)[0]), ref_merge(a, a.split_by_hash(2)[0]))
+        part = a.split_by_hash(2)[0]
+        assert_identical(a.merge(part), ref_merge(a, part))
+        # keys a subset of a's, in rows wider than a's
+        wider = EncodedKeys(part.encoded_keys.data.astype("S40"), part.encoded_keys.lengths)
+        padded = Snapshot(part.agg, part.hashes, wider, part.values_column)
+        if len(padded):
+            assert_identical(a.merge(padded), ref_merge(a, padded))
+            assert_identical(padded.merge(a), ref_merge(padded, a))
+            assert_identical(a.subtract(padded), ref_merge(a, padded, negate=True))
+
+
+def _run(data: st.DataObject, sort: bool) -> Run:
+    """A run of arbitrary encodings (trailing NULs, prefixes of each other, repeats) under a
+    few hashes; hash-sorted (ties in any order) or not."""
+    n = data.draw(st.integers(1, 12))
+    hashes = data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
+    encs = data.draw(st.lists(st.sampled_from(ENCODINGS), min_size=n, max_size=n))
+    if sort:
+        hashes.sort()
+    counts = data.draw(st.lists(st.integers(-5, 5), min_size=n, max_size=n))
+    return Run(
+        np.array(hashes, dtype=np.uint64),
+        EncodedKeys.from_encodings(encs),
+        np.array(counts, dtype=np.int64),
+    )
+
+
+ENCODINGS = [b"a", b"a\x00", b"a\x00\x00", b"b", b"ab", b"\x00", b"abc" * 100]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_two_run_merge_equals_sorting_the_concatenation(data: st.DataObject) -> None:
+    """``merge_two_runs`` on runs that break every assumption of its fast path (hash ties
+    inside a run, unsorted runs, keys one NUL apart, duplicate keys) is still the sort."""
+    a = _run(data, sort=data.draw(st.booleans()))
+    b = _run(data, sort=data.draw(st.booleans()))
+    if data.draw(st.booleans()):  # b: some of a's entries, often all, maybe reversed
+        picked = data.draw(st.lists(st.booleans(), min_size=len(a), max_size=len(a)))
+        idx = np.flatnonzero(picked)
+        if data.draw(st.booleans()):
+            idx = idx[::-1]
+        b = Run(a.hashes[idx], a.keys[idx], a.values[idx])
+    if not len(b):
+        return
+    agg = get_aggregator("count")
+    got = merge_two_runs(a, b, agg, owned=False)
+    want = sort_and_aggregate(
+        np.concatenate([a.hashes, b.hashes]),
+        EncodedKeys.concat([a.keys, b.keys]),
+        np.concatenate([a.values, b.values]),
+        agg,
+        owned=False,
+    )
+    assert got.hashes.tolist() == want.hashes.tolist()
+    assert got.keys.data.dtype == want.keys.data.dtype
+    assert got.keys.lengths.tolist() == want.keys.lengths.tolist()
+    assert got.keys.to_blob() == want.keys.to_blob()
+    assert got.values.dtype == want.values.dtype
+    assert got.values.tolist() == want.values.tolist()
+
+
+def test_two_run_merge_tells_keys_one_nul_apart() -> None:
+    """Rows of one width are NUL-padded: ``a`` and ``a\\0`` differ only by their lengths."""
+    agg = get_aggregator("count")
+    rows = np.array([b"a", b"b"], dtype="S2")
+    a = Run(np.array([1, 2], np.uint64), EncodedKeys(rows, np.array([1, 1])), np.array([1, 2]))
+    b = Run(np.array([1, 2], np.uint64), EncodedKeys(rows, np.array([2, 1])), np.array([3, 4]))
+    got = merge_two_runs(a, b, agg, owned=False)
+    assert got.keys.lengths.tolist() == [1, 2, 1]
+    assert got.values.tolist() == [1, 3, 6]
 
 
 # ---- the wire format ------------------------------------------------------------------------
