@@ -83,6 +83,23 @@ class EncodedKeys:
         raw = self.data[i]
         return bytes(raw) if self.wide else bytes(raw).ljust(int(self.lengths[i]), b"\0")
 
+    def rows(self) -> np.ndarray:
+        """Narrow mode: the fixed-width rows as a 2-D ``uint8`` array (a view when possible)."""
+        n = len(self)
+        return np.ascontiguousarray(self.data).view(np.uint8).reshape(n, self.data.itemsize)
+
+    def encodings(self) -> list[bytes]:
+        """Every encoding as ``bytes``, in one C-level pass (``tolist``); the few rows whose
+        encoding ends in NUL bytes, which numpy strips, are restored from their length."""
+        out = self.data.tolist()
+        n = len(self)
+        if self.wide or not n:
+            return out
+        ends_nul = self.rows()[np.arange(n), self.lengths - 1] == 0
+        for i in np.flatnonzero(ends_nul).tolist():
+            out[i] = self.encoding(i)
+        return out
+
     def as_wide(self) -> EncodedKeys:
         if self.wide:
             return self

@@ -27,8 +27,12 @@ Wire format (``to_bytes``; all integers little-endian)::
 
 ``from_bytes`` checks length, magic, version and CRC before parsing anything (CRC-32 detects
 every error burst of up to 32 bits, so every single-byte corruption is caught), then validates
-the header and every column - including that every key re-encodes to exactly its bytes and
-hashes to its stored hash - raising :class:`~cbt.errors.SnapshotError` naming the problem.
+the header and every column - including that every key re-encodes to an encoding of exactly
+its stored size that hashes to its stored hash - raising :class:`~cbt.errors.SnapshotError`
+naming the problem. For the common key column (ints, strs and bytes, canonically encoded; from
+``WHOLE_COLUMN_CHECK_FROM`` keys) those checks run on whole columns (one msgpack call, header
+sizes, one hashing pass); any other column, or one that fails them, is checked key by key,
+which decides alike.
 ``to_bytes`` and ``from_bytes`` reuse one zstandard compressor (for the last level used) and one
 decompressor per thread: the output is the same bytes a fresh compressor writes, without paying
 for a new compression context on every call.
@@ -67,11 +71,14 @@ from cbt.buffers import (
 from cbt.errors import SnapshotError
 from cbt.hashing import (
     HashFunction,
+    array_head,
     check_keys,
     decode_key_stream,
     encode_key,
     hash_encodings,
     hash_name,
+    pack_keys,
+    scalar_encoding_sizes,
     xxh3_64,
 )
 
@@ -82,6 +89,9 @@ _TRAILER = struct.Struct("<I")
 _MIN_SIZE = _FIXED.size + _TRAILER.size
 _MISSING = object()
 _MASK64 = (1 << 64) - 1
+#: key columns of at least this many keys are checked whole-column in ``from_bytes`` (see the
+#: module doc); shorter ones key by key, which costs them less (numpy's per-call overhead)
+WHOLE_COLUMN_CHECK_FROM = 256
 _ZSTD = threading.local()  # zstandard (de)compressors are not thread-safe: one set per thread
 
 
@@ -111,6 +121,30 @@ def _object_payload(arr: np.ndarray, sample: int = 64) -> int:
     step = max(1, n // sample)
     picked = arr[::step][:sample]
     return int(sum(map(deep_sizeof, picked)) * n / len(picked))
+
+
+def _stored_keys_hold(
+    encoded: EncodedKeys, keys: tuple, blob: bytes, hashes: np.ndarray, fn: HashFunction
+) -> bool:
+    """The checks of ``from_bytes``'s per-key path (each key valid, its encoding exactly its
+    stored size, hashing to its stored hash) in a few whole-column steps, for the common key
+    column: narrow rows of ints, strs and bytes, canonically encoded. True: they all hold.
+    False: undecided (other key kinds, or a check failed) - the per-key path decides.
+
+    Why this suffices: the keys re-encode, back to back, to exactly the key column's bytes
+    (``pack_keys``), and msgpack encodings are prefix-free, so the column splits into the keys'
+    encodings at one place only; every stored size is the size its row's header announces, so
+    the stored sizes split it there too, key by key. The rows are then the keys' encodings
+    (ints, strs, bytes: all valid keys) and hash as the keys do."""
+    n = len(keys)
+    if n < max(1, WHOLE_COLUMN_CHECK_FROM) or encoded.wide:
+        return False
+    if pack_keys(keys) != array_head(n) + blob:
+        return False
+    sizes = scalar_encoding_sizes(encoded.rows())
+    if sizes is None or not np.array_equal(sizes, encoded.lengths):
+        return False
+    return np.array_equal(hash_encodings(encoded.encodings(), fn), hashes)
 
 
 class Snapshot:
@@ -480,17 +514,18 @@ class Snapshot:
         if n > 1 and not bool(np.all(hashes[1:] >= hashes[:-1])):
             raise SnapshotError("snapshot hashes are not in order")
         keys = decode_key_stream(raws[2], n)  # the key column's bytes as they came
-        try:
-            check_keys(keys)
-        except TypeError as e:
-            raise SnapshotError(f"snapshot holds an invalid key: {e}") from e
         # Every key must re-encode to exactly its bytes and hash to its stored hash, so lookups
         # and merges can trust the columns even if the sender was not this code.
-        encs = list(map(msgpack.Packer(use_bin_type=True).pack, keys))
-        if list(map(len, encs)) != lengths.tolist():
-            raise SnapshotError("key sizes do not match the keys' encodings")
-        if not np.array_equal(hash_encodings(encs, hash_function), hashes):
-            raise SnapshotError("stored hashes do not match the keys")
+        if not _stored_keys_hold(encoded, keys, raws[2], hashes, hash_function):
+            try:
+                check_keys(keys)
+            except TypeError as e:
+                raise SnapshotError(f"snapshot holds an invalid key: {e}") from e
+            encs = list(map(msgpack.Packer(use_bin_type=True).pack, keys))
+            if list(map(len, encs)) != lengths.tolist():
+                raise SnapshotError("key sizes do not match the keys' encodings")
+            if not np.array_equal(hash_encodings(encs, hash_function), hashes):
+                raise SnapshotError("stored hashes do not match the keys")
         try:
             values = agg.decode_column(raws[3], n)
         except (ValueError, TypeError) as e:

@@ -1,16 +1,19 @@
 """The fast snapshot paths against the straightforward ones they replaced, kept here as the
 reference: ``to_bytes`` (a thread's reused zstandard compressor) writes the bytes a fresh
-compressor writes, from any thread; ``from_bytes`` (keys rehashed in one pass) accepts exactly
-the bytes the per-key reference decoder accepts, gives the same snapshot, and refuses hostile
-bytes (tampered hashes, unsorted entries, bad sizes, truncated columns) with ``SnapshotError``;
+compressor writes, from any thread; ``from_bytes`` (its key checks whole-column, or key by key:
+both are run on every input) accepts exactly the bytes the per-key reference decoder accepts,
+gives the same snapshot, and refuses hostile bytes (tampered hashes, unsorted entries, bad
+sizes, truncated columns) with ``SnapshotError``;
 ``merge``/``subtract`` (a two-way merge of the sorted columns) give exactly what sorting the
 concatenated columns gives, for every aggregator, with colliding hashes."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import msgpack
@@ -20,6 +23,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import cbt.snapshot
 from cbt import CompressedBufferTree, Snapshot, SnapshotError, get_aggregator, xxh3_64
 from cbt.aggregators import shuffle_bytes, unshuffle_bytes
 from cbt.buffers import (
@@ -30,7 +34,25 @@ from cbt.buffers import (
     merge_two_runs,
     sort_and_aggregate,
 )
-from cbt.hashing import check_keys, hash_name
+from cbt.hashing import (
+    array_head,
+    check_keys,
+    hash_name,
+    pack_keys,
+    scalar_encoding_sizes,
+)
+
+CHECKS = ["whole-column", "per-key"]
+
+
+@contextlib.contextmanager
+def key_checks(mode: str) -> Iterator[None]:
+    """``from_bytes`` checks every key column whole-column first (however short), or never."""
+    with pytest.MonkeyPatch.context() as mp:
+        threshold = 0 if mode == "whole-column" else 1 << 62
+        mp.setattr(cbt.snapshot, "WHOLE_COLUMN_CHECK_FROM", threshold)
+        yield
+
 
 FIXED = struct.Struct("<8sHHQI")
 TRAILER = struct.Struct("<I")
@@ -344,19 +366,107 @@ def test_two_run_merge_tells_keys_one_nul_apart() -> None:
     assert got.values.tolist() == [1, 3, 6]
 
 
+SCALAR_OR_NOT = st.one_of(
+    st.text(max_size=90),
+    st.text(alphabet="\x00a", max_size=3),
+    st.binary(max_size=255),
+    st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from([0, 256, -256, 2**32, "a\x00", b"\x00"]),
+    st.tuples(st.integers(0, 300)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(SCALAR_OR_NOT, max_size=20))
+def test_header_sizes_and_encodings_of_key_rows(keys: list) -> None:
+    encs = [msgpack.packb(k, use_bin_type=True) for k in keys]
+    column = EncodedKeys.from_encodings(encs)
+    assert column.encodings() == encs  # rows ending in NUL bytes included
+    if column.wide:
+        return
+    sizes = scalar_encoding_sizes(column.rows())
+    if any(isinstance(k, tuple) for k in keys):
+        assert sizes is None
+    else:
+        assert sizes is not None and sizes.tolist() == [len(e) for e in encs]
+        assert pack_keys(keys) == array_head(len(keys)) + b"".join(encs)
+
+
+@pytest.mark.parametrize("mode", CHECKS)
+def test_a_non_canonical_key_encoding_is_judged_as_the_reference_judges_it(mode: str) -> None:
+    """1000 stored as int16 (``d1 03 e8``), the size of its canonical uint16 (``cd 03 e8``):
+    the one-pass check cannot vouch for it, so the per-key path decides, as it always did."""
+    snap = build("count", xxh3_64, [(1000, 1), ("x", 2)])
+    header, raws = _split(snap.to_bytes())
+    blob = raws[2].replace(b"\xcd\x03\xe8", b"\xd1\x03\xe8")
+    assert blob != raws[2]
+    bad = _assemble(header, [raws[0], raws[1], blob, raws[3]])
+    with key_checks(mode):
+        try:
+            want = ref_from_bytes(bad)
+        except Refused:
+            with pytest.raises(SnapshotError):
+                Snapshot.from_bytes(bad)
+        else:
+            assert_identical(Snapshot.from_bytes(bad), want)
+
+
+def _forge(keys_bytes: list[bytes], hashes: list[int]) -> bytes:
+    """A count snapshot whose key column holds exactly these rows and these stored hashes."""
+    header = {"aggregator": "count", "params": {}, "hash": "xxh3_64", "count": len(hashes)}
+    raws = [
+        encode_hashes(np.array(hashes, dtype=np.uint64)),
+        shuffle_bytes(np.array([len(k) for k in keys_bytes], dtype="<u4"), 4),
+        b"".join(keys_bytes),
+        shuffle_bytes(np.ones(len(hashes), dtype="<i8")),
+    ]
+    return _assemble(header, raws)
+
+
+@pytest.mark.parametrize("mode", CHECKS)
+def test_rows_hashed_as_stored_are_still_refused_unless_they_are_the_keys(mode: str) -> None:
+    """Stored hashes computed over the stored rows, not over the keys' encodings: the rows
+    must still be exactly the keys' encodings, as the per-key path requires."""
+    with key_checks(mode):
+        # 1000 stored as int16, hashed as stored
+        forged = b"\xd1\x03\xe8"
+        with pytest.raises(SnapshotError, match="hashes do not match"):
+            Snapshot.from_bytes(_forge([forged], [xxh3_64(forged)]))
+        # two keys' bytes split one byte off their boundary, each part hashed as stored
+        for a_key, b_key in [("ab", "cd"), ("ab", "ce"), ("ab", "cf"), ("ac", "cd"), ("ad", "cd")]:
+            blob = msgpack.packb(a_key) + msgpack.packb(b_key)
+            rows = [blob[:2], blob[2:]]
+            hashes = [xxh3_64(r) for r in rows]
+            if hashes == sorted(hashes):
+                break
+        else:
+            pytest.fail("no pair hashed in order")
+        with pytest.raises(SnapshotError, match="key sizes"):
+            Snapshot.from_bytes(_forge(rows, hashes))
+        good = [msgpack.packb(a_key), msgpack.packb(b_key)]
+        hashes = [xxh3_64(r) for r in good]
+        order = np.argsort(hashes)
+        back = Snapshot.from_bytes(_forge([good[i] for i in order], sorted(hashes)))
+        assert back.to_dict() == {a_key: 1, b_key: 1}
+
+
 # ---- the wire format ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("mode", CHECKS)
 @pytest.mark.parametrize("name", sorted(VALUES))
 @PROPERTY
 @given(data=st.data())
-def test_round_trip_and_bytes_equal_the_reference(name: str, data: st.DataObject) -> None:
+def test_round_trip_and_bytes_equal_the_reference(
+    name: str, mode: str, data: st.DataObject
+) -> None:
     fn = data.draw(st.sampled_from(HASHES))
     snap = build(name, fn, data.draw(pairs_of(name)))
     level = data.draw(st.sampled_from([3, 3, 1, 19, -5]))
     blob = snap.to_bytes(level)
     assert blob == ref_to_bytes(snap, level)
-    back = Snapshot.from_bytes(blob, hash_function=None if fn is xxh3_64 else fn)
+    with key_checks(mode):
+        back = Snapshot.from_bytes(blob, hash_function=None if fn is xxh3_64 else fn)
     assert_identical(back, ref_from_bytes(blob, None if fn is xxh3_64 else fn))
     assert_identical(back, snap)
     assert back.keys() == snap.keys()
@@ -454,26 +564,34 @@ def _tamper(data: st.DataObject, blob: bytes) -> bytes:
     return _assemble(header, raws)
 
 
+@pytest.mark.parametrize("mode", CHECKS)
 @pytest.mark.parametrize("name", ["count", "sum", "collect_set"])
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_tampered_bytes_are_refused_as_the_reference_refuses_them(
-    name: str, data: st.DataObject
+    name: str, mode: str, data: st.DataObject
 ) -> None:
     fn = data.draw(st.sampled_from([xxh3_64, mod8_hash]))
     snap = build(name, fn, data.draw(pairs_of(name)))
     bad = _tamper(data, snap.to_bytes())
     arg = None if fn is xxh3_64 else fn
-    try:
-        want = ref_from_bytes(bad, arg)
-    except Refused:
-        with pytest.raises(SnapshotError):
-            Snapshot.from_bytes(bad, hash_function=arg)
-    else:
-        assert_identical(Snapshot.from_bytes(bad, hash_function=arg), want)
+    with key_checks(mode):
+        try:
+            want = ref_from_bytes(bad, arg)
+        except Refused:
+            with pytest.raises(SnapshotError):
+                Snapshot.from_bytes(bad, hash_function=arg)
+        else:
+            assert_identical(Snapshot.from_bytes(bad, hash_function=arg), want)
 
 
-def test_known_hostile_snapshots_are_refused() -> None:
+@pytest.mark.parametrize("mode", CHECKS)
+def test_known_hostile_snapshots_are_refused(mode: str) -> None:
+    with key_checks(mode):
+        _known_hostile_snapshots_are_refused()
+
+
+def _known_hostile_snapshots_are_refused() -> None:
     snap = build("count", xxh3_64, [("a", 1), ("b", 2), ("c", 3)])
     header, raws = _split(snap.to_bytes())
     hashes = decode_hashes(raws[0], 3)
