@@ -7,7 +7,9 @@ ordered by key encoding. Inside the tree, keys stay msgpack-encoded in an
 :class:`EncodedKeys` column (fixed-width numpy bytes plus a length column), so sorting,
 partitioning and duplicate detection are vectorized and no Python object is created per key;
 snapshots hold decoded keys in an object array. :func:`sort_and_aggregate` sorts by hash and
-merges duplicates, comparing full keys on every hash tie, so collisions never merge two keys.
+merges duplicates, comparing full keys on every hash tie, so collisions never merge two keys;
+:func:`merge_two_runs` gives exactly its result for two runs (a snapshot merge) by a linear
+merge of their sorted hash columns.
 
 A :class:`CompressedRun` stores a run as four separately zstd-compressed columns (the CBT
 design: like data compresses far better than interleaved records): hashes (delta-encoded,
@@ -20,7 +22,6 @@ run lives in memory or in a spill file.
 from __future__ import annotations
 
 import operator
-import struct
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ import numpy as np
 import zstandard
 
 from cbt.aggregators import Aggregator, object_array, shuffle_bytes, unshuffle_bytes
-from cbt.hashing import decode_keys
+from cbt.hashing import decode_key_stream
 
 if TYPE_CHECKING:
     from cbt.spill import SpillStore
@@ -82,6 +83,23 @@ class EncodedKeys:
         raw = self.data[i]
         return bytes(raw) if self.wide else bytes(raw).ljust(int(self.lengths[i]), b"\0")
 
+    def rows(self) -> np.ndarray:
+        """Narrow mode: the fixed-width rows as a 2-D ``uint8`` array (a view when possible)."""
+        n = len(self)
+        return np.ascontiguousarray(self.data).view(np.uint8).reshape(n, self.data.itemsize)
+
+    def encodings(self) -> list[bytes]:
+        """Every encoding as ``bytes``, in one C-level pass (``tolist``); the few rows whose
+        encoding ends in NUL bytes, which numpy strips, are restored from their length."""
+        out = self.data.tolist()
+        n = len(self)
+        if self.wide or not n:
+            return out
+        ends_nul = self.rows()[np.arange(n), self.lengths - 1] == 0
+        for i in np.flatnonzero(ends_nul).tolist():
+            out[i] = self.encoding(i)
+        return out
+
     def as_wide(self) -> EncodedKeys:
         if self.wide:
             return self
@@ -126,14 +144,7 @@ class EncodedKeys:
     def decode(self) -> np.ndarray:
         """The keys as Python objects (one msgpack array decode: a single C call)."""
         n = len(self)
-        if n < 16:
-            head = bytes([0x90 | n])
-        elif n < 1 << 16:
-            head = b"\xdc" + struct.pack(">H", n)
-        else:
-            head = b"\xdd" + struct.pack(">I", n)
-        keys = decode_keys(head + self.to_blob())
-        return object_array(keys, n)
+        return object_array(decode_key_stream(self.to_blob(), n), n)
 
     def nbytes(self) -> int:
         return self.data.nbytes + self.lengths.nbytes
@@ -222,6 +233,97 @@ def _collision_order(
         hi = int(np.searchsorted(hashes, h, side="right"))
         perm[lo:hi] = sorted(range(lo, hi), key=enc)
     return perm
+
+
+def merge_two_runs(a: Run, b: Run, agg: Aggregator, owned: bool) -> Run:
+    """Exactly ``sort_and_aggregate`` of ``a``'s entries followed by ``b``'s (the same columns,
+    dtypes and states; a shared key's merge sees ``a``'s state first), for two runs each in
+    hash order, without its work on every tie.
+
+    The stable sort of the concatenated hashes is a linear merge of the two sorted runs
+    (timsort finds them). When every tie it leaves pairs one entry of ``a`` with one of ``b``
+    holding the same key (no hash shared inside a run, none shared by two keys), the pairs are
+    merged and the rows gathered once - or, when every entry of ``b`` found its key in ``a``,
+    ``a``'s rows are kept as they are. Anything else (collisions, mismatched value dtypes, an
+    empty run) is the ``sort_and_aggregate`` call."""
+    ha, hb = a.hashes, b.hashes
+    n, m = len(ha), len(hb)
+    if not (n and m) or a.values.dtype != b.values.dtype:
+        return _concat_and_aggregate(a, b, agg, owned)
+    hashes = np.concatenate([ha, hb])
+    order = np.argsort(hashes, kind="stable")
+    hashes = hashes[order]
+    same = hashes[1:] == hashes[:-1]
+    k = int(np.count_nonzero(same))
+    if not k:
+        return Run(
+            hashes,
+            EncodedKeys.concat([a.keys, b.keys])[order],
+            np.concatenate([a.values, b.values])[order],
+        )
+    ties = np.flatnonzero(same)
+    ia, jb = order[ties], order[ties + 1] - n  # the stable sort puts a's entry first
+    if not (bool((ia < n).all()) and bool((jb >= 0).all())):
+        return _concat_and_aggregate(a, b, agg, owned)  # a hash tie inside a run
+    # when all of a run's entries are in pairs and it is in order, they pair in place
+    a_sorted = k in (n, m) and bool(np.all(ha[1:] > ha[:-1]))
+    a_all = k == n and a_sorted
+    b_all = k == m and bool(np.all(hb[1:] > hb[:-1]))
+    ia_: Any = slice(None) if a_all else ia
+    jb_: Any = slice(None) if b_all else jb
+    if not _all_equal(a.keys[ia_], b.keys[jb_]):
+        return _concat_and_aggregate(a, b, agg, owned)  # a hash shared by two keys
+    # the same two-entry groups sort_and_aggregate hands the aggregator
+    pairs = np.empty(2 * k, dtype=a.values.dtype)
+    pairs[0::2] = a.values[ia_]
+    pairs[1::2] = b.values[jb_]
+    merged = agg.merge_groups(pairs, np.arange(0, 2 * k, 2), owned)
+    if b_all and a_sorted:  # nothing of b's is new: a's rows, in a's order
+        keys = _common_form(a.keys, b.keys)
+        values = a.values.astype(np.result_type(a.values, merged))  # a copy
+        values[ia_] = merged
+        return Run(
+            ha.copy(),
+            EncodedKeys(
+                keys.data if keys is not a.keys else keys.data.copy(),
+                keys.lengths.astype(np.result_type(keys.lengths, b.keys.lengths)),
+            ),
+            values,
+        )
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    take = order[starts]
+    values = np.concatenate([a.values, b.values])[take]
+    values = values.astype(np.result_type(values, merged), copy=False)
+    values[ties - np.arange(k)] = merged  # each pair's place once the pairs are merged
+    return Run(hashes[starts], EncodedKeys.concat([a.keys, b.keys])[take], values)
+
+
+def _all_equal(a: EncodedKeys, b: EncodedKeys) -> bool:
+    """Whether every key of ``a`` equals the key at the same place in ``b``: fixed-width rows
+    of one width are NUL-padded alike, so their bytes compare in one ``memcmp``."""
+    if not (a.wide or b.wide) and a.data.dtype == b.data.dtype:
+        return a.data.tobytes() == b.data.tobytes() and bool((a.lengths == b.lengths).all())
+    return bool(a.equal(b).all())
+
+
+def _concat_and_aggregate(a: Run, b: Run, agg: Aggregator, owned: bool) -> Run:
+    return sort_and_aggregate(
+        np.concatenate([a.hashes, b.hashes]),
+        EncodedKeys.concat([a.keys, b.keys]),
+        np.concatenate([a.values, b.values]),
+        agg,
+        owned,
+    )
+
+
+def _common_form(keys: EncodedKeys, other: EncodedKeys) -> EncodedKeys:
+    """``keys`` in the form ``EncodedKeys.concat([keys, other])`` gives its rows: wide if either
+    is, else the wider fixed width."""
+    if keys.wide or other.wide:
+        return keys.as_wide()
+    if other.data.dtype.itemsize > keys.data.dtype.itemsize:
+        return EncodedKeys(keys.data.astype(other.data.dtype), keys.lengths)
+    return keys
 
 
 def merge_runs(runs: list[Run], agg: Aggregator, owned: bool) -> Run:

@@ -7,14 +7,21 @@ never imply equal keys; every consumer compares full keys on a hash tie.
 
 ``bool`` and ``float`` keys are rejected: Python considers ``True == 1 == 1.0`` while their
 encodings differ, which would make the tree disagree with a ``dict`` about identity.
+
+Whole-column helpers for snapshots: ``hash_encodings`` hashes many encodings into a ``uint64``
+array, exactly as applying the hash function to each one (the built-in hash in a single C-level
+pass); ``pack_keys``/``decode_key_stream`` encode and decode many keys in one msgpack call;
+``scalar_encoding_sizes`` reads the sizes of int, str and bytes encodings off their headers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import struct
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgpack
+import numpy as np
 import xxhash
 
 Key = Any
@@ -28,6 +35,15 @@ _MASK64 = (1 << 64) - 1
 def xxh3_64(data: bytes) -> int:
     """The default hash: unsigned 64-bit xxh3 of ``data`` (stable across processes)."""
     return xxhash.xxh3_64_intdigest(data)
+
+
+def hash_encodings(encodings: Sequence[bytes], fn: HashFunction = xxh3_64) -> np.ndarray:
+    """The ``uint64`` hashes of ``encodings`` under ``fn`` (any int ``fn`` returns is taken
+    modulo 2**64), element ``i`` equal to ``fn(encodings[i])``."""
+    n = len(encodings)
+    if fn is xxh3_64:
+        return np.fromiter(map(xxhash.xxh3_64_intdigest, encodings), np.uint64, n)
+    return np.fromiter((int(fn(e)) & _MASK64 for e in encodings), np.uint64, n)
 
 
 def hash_name(fn: HashFunction) -> str:
@@ -46,6 +62,55 @@ def encode_key(key: Key) -> bytes:
 def decode_keys(blob: bytes) -> tuple:
     """Decode a msgpack array of keys (tuples come back as tuples, not lists)."""
     return msgpack.unpackb(blob, use_list=False, raw=False, strict_map_key=False)
+
+
+def array_head(n: int) -> bytes:
+    """The msgpack header of an array of ``n`` items."""
+    if n < 16:
+        return bytes([0x90 | n])
+    if n < 1 << 16:
+        return b"\xdc" + struct.pack(">H", n)
+    return b"\xdd" + struct.pack(">I", n)
+
+
+def decode_key_stream(blob: bytes, n: int) -> tuple:
+    """Decode ``n`` msgpack key encodings stored back to back (one C call); raises if ``blob``
+    does not hold exactly ``n`` encodings."""
+    return decode_keys(array_head(n) + blob)
+
+
+def pack_keys(keys: Sequence[Key]) -> bytes:
+    """The keys' encodings back to back, behind their array header (one C call): what
+    ``array_head(len(keys))`` followed by each ``encode_key`` gives, unvalidated."""
+    return msgpack.packb(keys, use_bin_type=True)
+
+
+# By a msgpack head byte: the size of the whole encoding when the head alone gives it (ints,
+# fixstr), -1 when it is 2 + the next byte (str8, bin8), 0 for every other kind (arrays - tuple
+# keys -, longer strs and bytes, invalid key types).
+_HEAD_SIZES = np.zeros(256, dtype=np.int64)
+_HEAD_SIZES[0x00:0x80] = 1  # positive fixint
+_HEAD_SIZES[0xE0:0x100] = 1  # negative fixint
+_HEAD_SIZES[0xA0:0xC0] = 1 + np.arange(32)  # fixstr
+_HEAD_SIZES[[0xCC, 0xCD, 0xCE, 0xCF, 0xD0, 0xD1, 0xD2, 0xD3]] = [2, 3, 5, 9, 2, 3, 5, 9]
+_HEAD_SIZES[[0xD9, 0xC4]] = -1  # str8, bin8
+
+
+def scalar_encoding_sizes(rows: np.ndarray) -> np.ndarray | None:
+    """For ``rows`` (2-D ``uint8``, one zero-padded row per encoding), the size of the msgpack
+    encoding each row starts with, as its header gives it; None unless every row starts with
+    an int, or a str or bytes of under 256 bytes (other kinds - tuples - need their parts
+    read). Whatever such an encoding decodes to is a valid key."""
+    n, width = rows.shape
+    sizes = _HEAD_SIZES[rows[:, 0]] if n else np.zeros(0, dtype=np.int64)
+    if not bool(sizes.all()):
+        return None
+    var8 = sizes == -1
+    if var8.any():
+        if width < 2:
+            return None
+        sizes[var8] = 2 + rows[var8, 1].astype(np.int64)
+    return sizes
 
 
 def check_key(key: Key) -> None:

@@ -27,8 +27,15 @@ Wire format (``to_bytes``; all integers little-endian)::
 
 ``from_bytes`` checks length, magic, version and CRC before parsing anything (CRC-32 detects
 every error burst of up to 32 bits, so every single-byte corruption is caught), then validates
-the header and every column - including that every key re-encodes to exactly its bytes and
-hashes to its stored hash - raising :class:`~cbt.errors.SnapshotError` naming the problem.
+the header and every column - including that every key re-encodes to an encoding of exactly
+its stored size that hashes to its stored hash - raising :class:`~cbt.errors.SnapshotError`
+naming the problem. For the common key column (ints, strs and bytes, canonically encoded; from
+``WHOLE_COLUMN_CHECK_FROM`` keys) those checks run on whole columns (one msgpack call, header
+sizes, one hashing pass); any other column, or one that fails them, is checked key by key,
+which decides alike.
+``to_bytes`` and ``from_bytes`` reuse one zstandard compressor (for the last level used) and one
+decompressor per thread: the output is the same bytes a fresh compressor writes, without paying
+for a new compression context on every call.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from __future__ import annotations
 import heapq
 import struct
 import sys
+import threading
 import zlib
 from collections.abc import Iterator
 from itertools import pairwise
@@ -45,17 +53,34 @@ import msgpack
 import numpy as np
 import zstandard
 
-from cbt.aggregators import Aggregator, get_aggregator, shuffle_bytes, unshuffle_bytes
+from cbt.aggregators import (
+    Aggregator,
+    get_aggregator,
+    object_array,
+    shuffle_bytes,
+    unshuffle_bytes,
+)
 from cbt.buffers import (
     EncodedKeys,
     Run,
     decode_hashes,
     deep_sizeof,
     encode_hashes,
-    sort_and_aggregate,
+    merge_two_runs,
 )
 from cbt.errors import SnapshotError
-from cbt.hashing import HashFunction, check_keys, encode_key, hash_name, xxh3_64
+from cbt.hashing import (
+    HashFunction,
+    array_head,
+    check_keys,
+    decode_key_stream,
+    encode_key,
+    hash_encodings,
+    hash_name,
+    pack_keys,
+    scalar_encoding_sizes,
+    xxh3_64,
+)
 
 MAGIC = b"CBTSNAP\x00"
 VERSION = 1
@@ -64,6 +89,28 @@ _TRAILER = struct.Struct("<I")
 _MIN_SIZE = _FIXED.size + _TRAILER.size
 _MISSING = object()
 _MASK64 = (1 << 64) - 1
+#: key columns of at least this many keys are checked whole-column in ``from_bytes`` (see the
+#: module doc); shorter ones key by key, which costs them less (numpy's per-call overhead)
+WHOLE_COLUMN_CHECK_FROM = 256
+_ZSTD = threading.local()  # zstandard (de)compressors are not thread-safe: one set per thread
+
+
+def _compressor(level: int) -> zstandard.ZstdCompressor:
+    """This thread's compressor at ``level``, kept for the next call: a fresh one per call
+    allocated (and page-faulted in) its whole compression context every time. Only the last
+    level used is kept (every caller uses the default)."""
+    kept = getattr(_ZSTD, "compressor", None)
+    if kept is None or kept[0] != level:
+        kept = _ZSTD.compressor = (level, zstandard.ZstdCompressor(level=level))
+    return kept[1]
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's decompressor, made once (see ``_compressor``)."""
+    d = getattr(_ZSTD, "decompressor", None)
+    if d is None:
+        d = _ZSTD.decompressor = zstandard.ZstdDecompressor()
+    return d
 
 
 def _object_payload(arr: np.ndarray, sample: int = 64) -> int:
@@ -74,6 +121,30 @@ def _object_payload(arr: np.ndarray, sample: int = 64) -> int:
     step = max(1, n // sample)
     picked = arr[::step][:sample]
     return int(sum(map(deep_sizeof, picked)) * n / len(picked))
+
+
+def _stored_keys_hold(
+    encoded: EncodedKeys, keys: tuple, blob: bytes, hashes: np.ndarray, fn: HashFunction
+) -> bool:
+    """The checks of ``from_bytes``'s per-key path (each key valid, its encoding exactly its
+    stored size, hashing to its stored hash) in a few whole-column steps, for the common key
+    column: narrow rows of ints, strs and bytes, canonically encoded. True: they all hold.
+    False: undecided (other key kinds, or a check failed) - the per-key path decides.
+
+    Why this suffices: the keys re-encode, back to back, to exactly the key column's bytes
+    (``pack_keys``), and msgpack encodings are prefix-free, so the column splits into the keys'
+    encodings at one place only; every stored size is the size its row's header announces, so
+    the stored sizes split it there too, key by key. The rows are then the keys' encodings
+    (ints, strs, bytes: all valid keys) and hash as the keys do."""
+    n = len(keys)
+    if n < max(1, WHOLE_COLUMN_CHECK_FROM) or encoded.wide:
+        return False
+    if pack_keys(keys) != array_head(n) + blob:
+        return False
+    sizes = scalar_encoding_sizes(encoded.rows())
+    if sizes is None or not np.array_equal(sizes, encoded.lengths):
+        return False
+    return np.array_equal(hash_encodings(encoded.encodings(), fn), hashes)
 
 
 class Snapshot:
@@ -239,6 +310,9 @@ class Snapshot:
         return heapq.nlargest(k, iter(self), key=lambda kv: kv[1])
 
     # ---- algebra --------------------------------------------------------------------------
+    def _run(self) -> Run:
+        return Run(self.hashes, self.encoded_keys, self.values_column)
+
     def _check_compatible(self, other: Snapshot) -> None:
         if not isinstance(other, Snapshot):
             raise TypeError(f"expected a Snapshot, got {type(other).__name__}")
@@ -260,13 +334,7 @@ class Snapshot:
         if not len(self):
             return other
         self._check_compatible(other)
-        run = sort_and_aggregate(
-            np.concatenate([self.hashes, other.hashes]),
-            EncodedKeys.concat([self.encoded_keys, other.encoded_keys]),
-            np.concatenate([self.values_column, other.values_column]),
-            self.agg,
-            owned=False,
-        )
+        run = merge_two_runs(self._run(), other._run(), self.agg, owned=False)
         return Snapshot.from_run(self.agg, run, self._hash_fn)
 
     def subtract(self, other: Snapshot) -> Snapshot:
@@ -282,13 +350,8 @@ class Snapshot:
             raise TypeError(f"aggregator {agg.name!r} is not invertible; merge panes instead")
         if not len(other):
             return self
-        run = sort_and_aggregate(
-            np.concatenate([self.hashes, other.hashes]),
-            EncodedKeys.concat([self.encoded_keys, other.encoded_keys]),
-            np.concatenate([self.values_column, agg.negate_column(other.values_column)]),
-            agg,
-            owned=False,
-        )
+        negated = Run(other.hashes, other.encoded_keys, agg.negate_column(other.values_column))
+        run = merge_two_runs(self._run(), negated, agg, owned=False)
         keep = agg.nonzero_mask(run.values)
         if not keep.all():
             run = Run(run.hashes[keep], run.keys[keep], run.values[keep])
@@ -329,7 +392,7 @@ class Snapshot:
             self.encoded_keys.to_blob(),
             self.agg.encode_column(self.values_column),
         )
-        c = zstandard.ZstdCompressor(level=level)
+        c = _compressor(level)
         cols = [c.compress(r) for r in raws]
         name, params = self.agg.describe()
         header = msgpack.packb(
@@ -429,7 +492,7 @@ class Snapshot:
         pos = start + hlen
         if pos + sum(c[0] for c in columns) != end:
             raise SnapshotError("snapshot column lengths do not add up to its size")
-        d = zstandard.ZstdDecompressor()
+        d = _decompressor()
         raws = []
         for (clen, rlen), label in zip(columns, ("hashes", "sizes", "keys", "values"), strict=True):
             try:
@@ -450,23 +513,21 @@ class Snapshot:
             raise SnapshotError(str(e)) from e
         if n > 1 and not bool(np.all(hashes[1:] >= hashes[:-1])):
             raise SnapshotError("snapshot hashes are not in order")
-        keys = encoded.decode()
-        try:
-            check_keys(keys.tolist())
-        except TypeError as e:
-            raise SnapshotError(f"snapshot holds an invalid key: {e}") from e
+        keys = decode_key_stream(raws[2], n)  # the key column's bytes as they came
         # Every key must re-encode to exactly its bytes and hash to its stored hash, so lookups
         # and merges can trust the columns even if the sender was not this code.
-        pack = msgpack.Packer(use_bin_type=True).pack
-        encs = list(map(pack, keys))
-        if not np.array_equal(np.fromiter(map(len, encs), np.int64, n), lengths):
-            raise SnapshotError("key sizes do not match the keys' encodings")
-        fn = hash_function
-        rehashed = np.fromiter((int(fn(e)) & _MASK64 for e in encs), np.uint64, n)
-        if not np.array_equal(rehashed, hashes):
-            raise SnapshotError("stored hashes do not match the keys")
+        if not _stored_keys_hold(encoded, keys, raws[2], hashes, hash_function):
+            try:
+                check_keys(keys)
+            except TypeError as e:
+                raise SnapshotError(f"snapshot holds an invalid key: {e}") from e
+            encs = list(map(msgpack.Packer(use_bin_type=True).pack, keys))
+            if list(map(len, encs)) != lengths.tolist():
+                raise SnapshotError("key sizes do not match the keys' encodings")
+            if not np.array_equal(hash_encodings(encs, hash_function), hashes):
+                raise SnapshotError("stored hashes do not match the keys")
         try:
             values = agg.decode_column(raws[3], n)
         except (ValueError, TypeError) as e:
             raise SnapshotError(f"values column is invalid: {e}") from e
-        return cls(agg, hashes, encoded, values, hash_function, decoded=keys)
+        return cls(agg, hashes, encoded, values, hash_function, decoded=object_array(keys, n))
