@@ -33,9 +33,10 @@ naming the problem. For the common key column (ints, strs and bytes, canonically
 ``WHOLE_COLUMN_CHECK_FROM`` keys) those checks run on whole columns (one msgpack call, header
 sizes, one hashing pass); any other column, or one that fails them, is checked key by key,
 which decides alike.
-``to_bytes`` and ``from_bytes`` reuse one zstandard compressor (for the last level used) and one
-decompressor per thread: the output is the same bytes a fresh compressor writes, without paying
-for a new compression context on every call.
+``to_bytes`` and ``from_bytes`` reuse zstandard compressors and decompressors from small
+process-wide pools (``ZSTD_KEPT`` of each; a call takes one and gives it back, so no two
+threads share one): the output is the same bytes a fresh compressor writes, without paying for
+a new compression context on every call, and the contexts kept do not grow with the threads.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from __future__ import annotations
 import heapq
 import struct
 import sys
-import threading
 import zlib
 from collections.abc import Iterator
 from itertools import pairwise
@@ -92,25 +92,39 @@ _MASK64 = (1 << 64) - 1
 #: key columns of at least this many keys are checked whole-column in ``from_bytes`` (see the
 #: module doc); shorter ones key by key, which costs them less (numpy's per-call overhead)
 WHOLE_COLUMN_CHECK_FROM = 256
-_ZSTD = threading.local()  # zstandard (de)compressors are not thread-safe: one set per thread
+#: zstandard (de)compressors kept for reuse, at most this many of each: they are not
+#: thread-safe, so a call takes one and puts it back; threads compressing at the same moment
+#: take more. A fresh one per call allocated (and page-faulted in) its whole context every time;
+#: one per thread would keep a context in each of hundreds of logical agents' threads.
+ZSTD_KEPT = 4
+_COMPRESSORS: list[tuple[int, zstandard.ZstdCompressor]] = []
+_DECOMPRESSORS: list[zstandard.ZstdDecompressor] = []
 
 
-def _compressor(level: int) -> zstandard.ZstdCompressor:
-    """This thread's compressor at ``level``, kept for the next call: a fresh one per call
-    allocated (and page-faulted in) its whole compression context every time. Only the last
-    level used is kept (every caller uses the default)."""
-    kept = getattr(_ZSTD, "compressor", None)
-    if kept is None or kept[0] != level:
-        kept = _ZSTD.compressor = (level, zstandard.ZstdCompressor(level=level))
-    return kept[1]
+def _take_compressor(level: int) -> zstandard.ZstdCompressor:
+    """A kept compressor at ``level`` (list ``pop`` and ``append`` are atomic: no lock)."""
+    try:
+        kept_level, c = _COMPRESSORS.pop()
+    except IndexError:
+        return zstandard.ZstdCompressor(level=level)
+    return c if kept_level == level else zstandard.ZstdCompressor(level=level)
 
 
-def _decompressor() -> zstandard.ZstdDecompressor:
-    """This thread's decompressor, made once (see ``_compressor``)."""
-    d = getattr(_ZSTD, "decompressor", None)
-    if d is None:
-        d = _ZSTD.decompressor = zstandard.ZstdDecompressor()
-    return d
+def _give_compressor(level: int, c: zstandard.ZstdCompressor) -> None:
+    if len(_COMPRESSORS) < ZSTD_KEPT:
+        _COMPRESSORS.append((level, c))
+
+
+def _take_decompressor() -> zstandard.ZstdDecompressor:
+    try:
+        return _DECOMPRESSORS.pop()
+    except IndexError:
+        return zstandard.ZstdDecompressor()
+
+
+def _give_decompressor(d: zstandard.ZstdDecompressor) -> None:
+    if len(_DECOMPRESSORS) < ZSTD_KEPT:
+        _DECOMPRESSORS.append(d)
 
 
 def _object_payload(arr: np.ndarray, sample: int = 64) -> int:
@@ -392,8 +406,11 @@ class Snapshot:
             self.encoded_keys.to_blob(),
             self.agg.encode_column(self.values_column),
         )
-        c = _compressor(level)
-        cols = [c.compress(r) for r in raws]
+        c = _take_compressor(level)
+        try:
+            cols = [c.compress(r) for r in raws]
+        finally:
+            _give_compressor(level, c)
         name, params = self.agg.describe()
         header = msgpack.packb(
             {
@@ -492,17 +509,21 @@ class Snapshot:
         pos = start + hlen
         if pos + sum(c[0] for c in columns) != end:
             raise SnapshotError("snapshot column lengths do not add up to its size")
-        d = _decompressor()
+        d = _take_decompressor()
         raws = []
-        for (clen, rlen), label in zip(columns, ("hashes", "sizes", "keys", "values"), strict=True):
-            try:
-                raw = d.decompress(data[pos : pos + clen], max_output_size=rlen)
-            except zstandard.ZstdError as e:
-                raise SnapshotError(f"{label} column does not decompress: {e}") from e
-            if len(raw) != rlen:
-                raise SnapshotError(f"{label} column is {len(raw)} bytes, header says {rlen}")
-            raws.append(raw)
-            pos += clen
+        try:
+            labels = ("hashes", "sizes", "keys", "values")
+            for (clen, rlen), label in zip(columns, labels, strict=True):
+                try:
+                    raw = d.decompress(data[pos : pos + clen], max_output_size=rlen)
+                except zstandard.ZstdError as e:
+                    raise SnapshotError(f"{label} column does not decompress: {e}") from e
+                if len(raw) != rlen:
+                    raise SnapshotError(f"{label} column is {len(raw)} bytes, header says {rlen}")
+                raws.append(raw)
+                pos += clen
+        finally:
+            _give_decompressor(d)
         try:
             hashes = decode_hashes(raws[0], n)
             if len(raws[1]) != 4 * n:

@@ -1,5 +1,5 @@
 """The fast snapshot paths against the straightforward ones they replaced, kept here as the
-reference: ``to_bytes`` (a thread's reused zstandard compressor) writes the bytes a fresh
+reference: ``to_bytes`` (a pooled, reused zstandard compressor) writes the bytes a fresh
 compressor writes, from any thread; ``from_bytes`` (its key checks whole-column, or key by key:
 both are run on every input) accepts exactly the bytes the per-key reference decoder accepts,
 gives the same snapshot, and refuses hostile bytes (tampered hashes, unsorted entries, bad
