@@ -2,12 +2,13 @@
 
 Contract (``docs/fault-tolerance.md``, "Permanent loss"). At a tree's root (the master):
 
-* **Laggards are checked, not waited for.** Every ``watch_interval`` the master looks at the
-  oldest epoch its barrier still holds; once that epoch closed (its end plus the allowed
-  lateness) more than ``suspect_after`` ago, every expected origin its barrier has not
-  received yet is *probed*: an empty ``POST /agent/v1/resend`` to the origin's data-plane
-  URL (learnt from its origin announcement; else asked of the overlay), bounded to
-  :data:`MAX_PROBES` origins per round and one probe per origin per second. A refused
+* **Laggards are checked, not waited for.** The master looks at the oldest epoch its barrier
+  still holds, every ``watch_interval`` from the moment that epoch can be suspect on (before,
+  it only waits for that moment: :meth:`OriginLoss.next_round_in`); once that epoch closed
+  (its end plus the allowed lateness) more than ``suspect_after`` ago, every expected origin
+  its barrier has not received yet is *probed*: an empty ``POST /agent/v1/resend`` to the
+  origin's data-plane URL (learnt from its origin announcement; else asked of the overlay),
+  bounded to :data:`MAX_PROBES` origins per round and one probe per origin per second. A refused
   connection proves the origin's process is gone. A probe that times out (a stopped or slow
   agent: the kernel still accepts its connections) proves nothing: the straggler rules apply.
 * **Declared down** - by such a refusal, by a refused repair pull, or by the overlay's
@@ -46,6 +47,8 @@ from srt.dataplane.lineage import covered
 log = logging.getLogger(__name__)
 
 MAX_PROBES = 32  # origins probed per watch round
+#: the longest a watch round waits (a barrier replaced meanwhile may hold an older epoch)
+MAX_WATCH_SLEEP = 1.0
 PROBE_TIMEOUT = 1.0  # seconds; a probe that takes longer proves nothing
 HOLDERS_ASKED = 8  # live agents closest to a lost origin asked for its checkpoints
 FETCH_TIMEOUT = 2.0
@@ -63,6 +66,10 @@ class LossHost(Protocol):
 
     def waiting_epoch(self, tid: int) -> tuple[int, frozenset[int]] | None:
         """The oldest epoch the tree's barrier holds and the origins it received for it."""
+        ...
+
+    def oldest_open_epoch(self, tid: int) -> int | None:
+        """The oldest epoch the tree's barrier has not emitted (None: no barrier yet)."""
         ...
 
     def closed_at(self, epoch: int) -> float: ...
@@ -158,10 +165,22 @@ class OriginLoss:
     async def _watch_loop(self, tid: int) -> None:
         try:
             while tid in self.host.root_trees():
-                await asyncio.sleep(self.watch_interval)
+                await asyncio.sleep(self.next_round_in(tid, time.time()))
                 self.check(tid, time.time())
         finally:
             self._watching.discard(tid)
+
+    def next_round_in(self, tid: int, now: float) -> float:
+        """Seconds to the next watch round: when the oldest epoch the barrier has not emitted
+        turns suspect (closed ``suspect_after`` ago), at least ``watch_interval`` and at most
+        :data:`MAX_WATCH_SLEEP` away. A round before then finds nothing to probe (the rule of
+        :meth:`check`), so it would only be a wake-up: a master idles at one wake-up per
+        epoch, not ten a second (issue "A lightweight agent")."""
+        epoch = self.host.oldest_open_epoch(tid)
+        if epoch is None:
+            return self.watch_interval
+        due = self.host.closed_at(epoch) + self.suspect_after - now
+        return max(self.watch_interval, min(due, MAX_WATCH_SLEEP))
 
     def check(self, tid: int, now: float) -> list[int]:
         """One watch round: probe the origins the oldest held epoch lacks (returns them)."""

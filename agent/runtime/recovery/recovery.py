@@ -616,6 +616,10 @@ class _LossHost:
             return None
         return epoch, combiner.lineage_of(epoch) or frozenset()
 
+    def oldest_open_epoch(self, tid: int) -> int | None:
+        combiner = self._rec.host.barrier(tid)
+        return None if combiner is None else combiner.next_epoch
+
     def closed_at(self, epoch: int) -> float:
         spec = self._rec.host.spec
         return spec.schedule.end(epoch) + spec.allowed_lateness

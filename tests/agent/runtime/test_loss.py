@@ -11,7 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agent.runtime.recovery.loss import OriginLoss
+import pytest
+
+from agent.runtime.recovery.loss import MAX_WATCH_SLEEP, OriginLoss
 from agent.runtime.recovery.membership import Membership
 from srt.dataplane.client import DataPlaneError
 
@@ -41,6 +43,9 @@ class Host:
 
     def waiting_epoch(self, tid: int) -> tuple[int, frozenset[int]] | None:
         return self.held
+
+    def oldest_open_epoch(self, tid: int) -> int | None:
+        return None if self.held is None else self.held[0]
 
     def closed_at(self, epoch: int) -> float:
         return epoch + 1.0  # 1 s epochs, lateness 0
@@ -180,3 +185,19 @@ async def test_a_silent_origin_is_lost_only_after_the_loss_timeout_if_still_unre
     await asyncio.wait_for(host.settle(), 5)
     assert [e["origin"] for e in loss.status()] == ["4"]
     assert "silent" in loss.status()[0]["why"]
+
+
+async def test_a_watch_round_waits_until_the_oldest_epoch_can_be_suspect() -> None:
+    """Rounds before the oldest open epoch closed ``suspect_after`` ago find nothing to probe
+    (``check``'s rule), so the loop sleeps until then: one wake-up an epoch, not ten a second."""
+    host = Host()  # holds epoch 101, closed at 102.0
+    net = Network(Client(dead=set(), stuck=set(), held={}))
+    loss = OriginLoss(host, net, watch_interval=0.1, suspect_after=0.25)
+    assert loss.check(7, 102.2) == []  # not suspect yet
+    assert loss.next_round_in(7, 101.5) == pytest.approx(0.75)  # 102.0 + 0.25 - 101.5
+    assert loss.next_round_in(7, 50.0) == MAX_WATCH_SLEEP  # bounded
+    assert loss.next_round_in(7, 102.3) == 0.1  # suspect now: every watch_interval
+    assert loss.check(7, 102.3) == [2, 4]  # and the round then probes
+    await host.settle()
+    host.held = None
+    assert loss.next_round_in(7, 101.5) == 0.1  # no barrier: as before
