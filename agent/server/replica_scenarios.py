@@ -105,11 +105,22 @@ def held_for(chaos: ChaosCluster, master: int, stalled: str, job: str = JOB) -> 
     held = 0
     for barrier in _barriers(chaos, master, job):
         for info in barrier["open"].values():
-            waiting = [
-                format(int(w), "x") if isinstance(w, int) else w for w in info["waiting_for"]
-            ]
-            held += waiting == [stalled] and bool(info["received"])
+            # compared as numbers: the barrier names a member by its 40-digit id, zero-padded,
+            # node_ids() without the padding (a stalled member whose id starts with 0 never
+            # matched, and the stall waited out its timeout: 3 CI failures)
+            waiting = [_as_id(w) for w in info["waiting_for"]]
+            held += waiting == [int(stalled, 16)] and bool(info["received"])
     return held
+
+
+def _as_id(member: Any) -> int | str:
+    """A barrier's member name as a node id (an int; ``"local"`` stays as it is)."""
+    if isinstance(member, int):
+        return member
+    try:
+        return int(member, 16)
+    except (TypeError, ValueError):
+        return str(member)
 
 
 def pick_member(chaos: ChaosCluster, master: int, replica: int, job: str = JOB) -> int:
