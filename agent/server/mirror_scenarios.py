@@ -40,7 +40,7 @@ from typing import Any
 from agent.server.chaos import ChaosCluster, JobPlan, JobReport, LogWriter, check, wait_until
 from agent.server.replica_scenarios import JOB, start_wordcount
 from agent.server.tree_layouts import SIX, Layout, wait_for_the_planned_tree
-from agent.server.version_check import Seen
+from agent.server.version_check import Seen, origin_name
 from agent.server.version_watch import VersionWatch, chaos_figures
 
 #: seconds the inner node is paused
@@ -157,11 +157,12 @@ def pause_an_inner_node(
         if first <= e <= last and t.get("stored_at") and t.get("closes_at")
     }
     flagged = [v for v in watch.seen() if v.flagged]
-    paused = {layout.ids[v] for v in victims}
+    # compared as results name origins (hex without leading zeros: the lake's may have them)
+    paused = {origin_name(layout.ids[v]) for v in victims}
     others = [
         {"source": v.source, "epoch": v.epoch, "lacking": v.lacking}
         for v in flagged
-        if not v.lacking or {str(x) for x in v.lacking} - paused
+        if not v.lacking or {origin_name(x) for x in v.lacking} - paused
     ]
     return Pause(
         policy=policy,

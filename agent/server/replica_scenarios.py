@@ -108,19 +108,9 @@ def held_for(chaos: ChaosCluster, master: int, stalled: str, job: str = JOB) -> 
             # compared as numbers: the barrier names a member by its 40-digit id, zero-padded,
             # node_ids() without the padding (a stalled member whose id starts with 0 never
             # matched, and the stall waited out its timeout: 3 CI failures)
-            waiting = [_as_id(w) for w in info["waiting_for"]]
+            waiting = [w if isinstance(w, int) else origin_of(str(w)) for w in info["waiting_for"]]
             held += waiting == [int(stalled, 16)] and bool(info["received"])
     return held
-
-
-def _as_id(member: Any) -> int | str:
-    """A barrier's member name as a node id (an int; ``"local"`` stays as it is)."""
-    if isinstance(member, int):
-        return member
-    try:
-        return int(member, 16)
-    except (TypeError, ValueError):
-        return str(member)
 
 
 def pick_member(chaos: ChaosCluster, master: int, replica: int, job: str = JOB) -> int:
@@ -238,7 +228,7 @@ def kill_during_a_stall(chaos: ChaosCluster, watch: VersionWatch, policy: Any) -
         writer.stop()
     reports = check(chaos, [plan], settle_timeout=20)
     figs = chaos_figures(watch, chaos, [plan], reports)
-    allowed = {ids[master], ids[stalled]}
+    allowed = {origin_of(ids[master]), origin_of(ids[stalled])}
     seen = watch.seen()
     # every version, the restart's included: a restarted master taking its root back waits
     # for the interim master's hand-over before it publishes (master_restart_settle_seconds)
@@ -253,7 +243,7 @@ def kill_during_a_stall(chaos: ChaosCluster, watch: VersionWatch, policy: Any) -
             "after_restart": v.first_seen >= restarted_at,
         }
         for v in flagged
-        if set(v.lacking) - allowed or not v.lacking
+        if {origin_of(x) for x in v.lacking} - allowed or not v.lacking
     ]
     return StallKill(
         policy=policy,

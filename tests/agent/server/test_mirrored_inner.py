@@ -33,6 +33,7 @@ from agent.server.chaos import ChaosCluster
 from agent.server.inner_scenarios import AGENTS, INNER, NODE_IDS, inner_cluster
 from agent.server.mirror_scenarios import pause_an_inner_node
 from agent.server.tree_layouts import SIX
+from agent.server.version_check import origin_name
 from agent.server.version_watch import VersionWatch, violation_message
 
 TARGET_MS = 2000.0
@@ -72,10 +73,10 @@ def test_a_paused_inner_node(chaos: ChaosCluster, watch: VersionWatch, policy: o
     # epoch in flight at its re-join (two children re-joining a moment apart may straddle an
     # epoch boundary: a CI run had epoch e lacking two children, e + 1 the third), and never
     # an origin outside the paused node's subtree
-    subtree = {NODE_IDS[i] for i in (INNER, *SIX.check()[INNER])}
-    assert all({str(x) for x in o["lacking"]} <= subtree for o in run.others), others
+    subtree = {origin_name(NODE_IDS[i]) for i in (INNER, *SIX.check()[INNER])}
+    assert all({origin_name(x) for x in o["lacking"]} <= subtree for o in run.others), others
     epochs_lacking: dict[str, set[int]] = {}
     for o in run.others:
         for origin in o["lacking"]:
-            epochs_lacking.setdefault(str(origin), set()).add(o["epoch"])
+            epochs_lacking.setdefault(origin_name(origin), set()).add(o["epoch"])
     assert all(len(e) <= 1 for e in epochs_lacking.values()), others
