@@ -5,6 +5,7 @@ the idle cost of an agent. Prints one JSON document on stdout.
     python bench/srt_bench.py --quick    # 64 logical agents, fewer epochs
     python bench/srt_bench.py --only idle   # one idle agent: RSS, CPU, heavy libraries mapped
     python bench/srt_bench.py --only idle --baseline REF   # and the agents of commit REF
+    python bench/srt_bench.py --only per-agent --agents 64 [--baseline REF]   # CPU per agent
 
 * **Roll-up** (goal p99 < 100 ms, the paper's "under 100 ms"): N logical agents in this
   process, each a real agent (overlay over UDP, data plane over HTTP, real trees), run
@@ -26,6 +27,9 @@ the idle cost of an agent. Prints one JSON document on stdout.
   two agents with one job and no input, the member that is not the master (it never writes
   the lake) and the master. ``--baseline REF`` runs the same two sections again with the
   agents of git commit ``REF`` (its tree extracted to a temporary directory), side by side.
+* **Per-agent CPU** (``--only per-agent``; goals 0.02 % with no job, 0.05 % with one): N
+  logical agents in this process, production timings, the process's CPU per agent with no
+  job, then with one job and no input (10 s samples).
 * **Marginal agent** (goal ≤ 2 MB): one process hosting 1, then 9 logical agents, one job and
   no input; the RSS difference per extra agent.
 
@@ -520,6 +524,45 @@ def marginal_agent(seconds: float, code: Path | None = None, more: int = 8) -> d
     }
 
 
+async def per_agent_idle(n: int, seconds: float) -> dict[str, Any]:
+    """``n`` logical agents in this process (production timings): the process's CPU per agent
+    with no job, then with one job and no input, each over ``seconds`` once settled."""
+    cfg = load_config(env={"ELF_SECRET": SECRET}, overrides={"logical_agents": n})
+    cfg = dataclasses.replace(cfg, tunables=Tunables(), heartbeat_interval=1.0)
+    agents = await start_agents(cfg)
+
+    async def cpu_percent() -> float:
+        t0, w0 = os.times(), time.monotonic()
+        await asyncio.sleep(seconds)
+        t1 = os.times()
+        return 100 * (t1.user + t1.system - t0.user - t0.system) / (time.monotonic() - w0)
+
+    try:
+        await settle(agents, 120)
+        freeze_heap()
+        no_job = await cpu_percent()
+        await agents[0].submit({"name": "idle", "creator": "bench", "job_class": "wordcount"})
+        await asyncio.sleep(5.0)  # the job's trees form and its first epochs pass
+        one_job = await cpu_percent()
+    finally:
+        await stop_agents(agents, timeout=60)
+    return {
+        "agents": n,
+        "cpu_percent_per_agent": {"no_job": round(no_job / n, 3), "one_job": round(one_job / n, 3)},
+        "goal_percent": {"no_job": 0.02, "one_job": 0.05},
+    }
+
+
+def per_agent_idle_of(code: Path, n: int, seconds: float) -> dict[str, Any]:
+    """:func:`per_agent_idle` with the agents of checkout ``code`` (this script, run with it
+    first on the import path)."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    args = [sys.executable, __file__, "--only", "per-agent", "--agents", str(n)]
+    args += ["--seconds", str(seconds)]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)["per_agent_idle"]
+
+
 @contextlib.contextmanager
 def checkout(ref: str) -> Iterator[Path]:
     """This repository's tree at ``ref``, extracted into a temporary directory (``git
@@ -568,13 +611,17 @@ def main() -> None:
         help="also run each size across this many agent processes (0: cpu count)",
     )
     parser.add_argument(
-        "--only", choices=["idle"], help="idle: only the idle agent's RSS, CPU and heavy maps"
+        "--only",
+        choices=["idle", "per-agent"],
+        help="idle: only the idle agent's RSS, CPU and heavy maps; per-agent: only the CPU per "
+        "agent of N logical agents in this process (--agents, default 64), no job and one job",
     )
+    parser.add_argument("--seconds", type=float, default=10.0, help="per-agent: sample length")
     parser.add_argument(
         "--baseline",
         metavar="REF",
-        help="with --only idle: also run the agents of this git commit (e.g. a release), "
-        "side by side",
+        help="with --only idle or per-agent: also run the agents of this git commit "
+        "(e.g. a release), side by side",
     )
     args = parser.parse_args()
     sizes = args.agents or ([64] if args.quick else [64, 256])
@@ -586,6 +633,18 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "goals": {"rollup_p99_ms": 100, "multicast_ms_256_agents": 10},
     }
+    if args.only == "per-agent":
+        n = (args.agents or [64])[0]
+        out["per_agent_idle"] = asyncio.run(per_agent_idle(n, args.seconds))
+        if args.baseline:
+            with checkout(args.baseline) as code:
+                out["baseline"] = {
+                    "ref": args.baseline,
+                    "per_agent_idle": per_agent_idle_of(code, n, args.seconds),
+                }
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
     if args.only == "idle":
         seconds = 3.0 if args.quick else 10.0
         out["idle_agent"] = idle_agent(seconds)
