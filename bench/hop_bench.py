@@ -74,7 +74,7 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from cbt import CompressedBufferTree, Snapshot
@@ -523,14 +523,22 @@ def snapshot_compute(rounds: int, iterations: dict[int, int]) -> dict[str, Any]:
             "body_bytes": int(parts["body_bytes"]),
             "hops_per_round": n,
         }
-    lo, hi = min(iterations), max(iterations)
-    per_key = (out[str(hi)]["per_hop_us"] - out[str(lo)]["per_hop_us"]) / (hi - lo)
-    out["per_key_us"] = round(per_key, 4)
-    out["fixed_us"] = round(out[str(lo)]["per_hop_us"] - lo * per_key, 2)
-    out["goal_us"] = SNAPSHOT_GOAL_US
-    out["goal_keys"] = GOAL_KEYS
+    out.update(per_key_fit(out, iterations))
     out["rounds"] = rounds
     return out
+
+
+def per_key_fit(out: dict[str, Any], sizes: Collection[int]) -> dict[str, Any]:
+    """The line through the smallest and the largest snapshot's ``per_hop_us``: the cost
+    per key and the fixed cost per hop, with the goal beside them."""
+    lo, hi = min(sizes), max(sizes)
+    per_key = (out[str(hi)]["per_hop_us"] - out[str(lo)]["per_hop_us"]) / (hi - lo)
+    return {
+        "per_key_us": round(per_key, 4),
+        "fixed_us": round(out[str(lo)]["per_hop_us"] - lo * per_key, 2),
+        "goal_us": SNAPSHOT_GOAL_US,
+        "goal_keys": GOAL_KEYS,
+    }
 
 
 # ---- snapshot hop: end to end ----------------------------------------------------------------
@@ -634,12 +642,7 @@ async def snapshot_end_to_end(rounds: int, counts: dict[int, int]) -> dict[str, 
             "idle_cpu_pct": round(statistics.median(idle), 2),
             "rejected": rejected,
         }
-    lo, hi = min(counts), max(counts)
-    per_key = (out[str(hi)]["per_hop_us"] - out[str(lo)]["per_hop_us"]) / (hi - lo)
-    out["per_key_us"] = round(per_key, 4)
-    out["fixed_us"] = round(out[str(lo)]["per_hop_us"] - lo * per_key, 2)
-    out["goal_us"] = SNAPSHOT_GOAL_US
-    out["goal_keys"] = GOAL_KEYS
+    out.update(per_key_fit(out, counts))
     out["hops_per_epoch"] = 2
     out["rounds"] = rounds
     return out
