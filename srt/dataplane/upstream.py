@@ -167,13 +167,18 @@ class UpstreamSender:
             "counters": dict(self.counters),
         }
 
-    def take_queued(self) -> list[tuple[int, bytes]]:
-        """Remove and return every unacknowledged ``(epoch, payload)``, oldest first (this
-        node became the root: it keeps what it would have sent). The attempt in flight, if
-        any, is returned too and may still be acknowledged where it went, so a receiver must
+    def take_queued(self, upto: int | None = None) -> list[tuple[int, bytes]]:
+        """Remove and return every unacknowledged ``(epoch, payload)`` (with ``upto``: every
+        one of an epoch ``<= upto``; later ones stay queued), oldest first (this node became
+        the root: it keeps what it would have sent). The attempt in flight, if any, is
+        returned too and may still be acknowledged where it went, so a receiver must
         tolerate the copy (lineage makes the second one a duplicate)."""
-        taken = list(self._queue.items())
-        self._queue.clear()
+        if upto is None:
+            taken = list(self._queue.items())
+            self._queue.clear()
+        else:
+            epochs = list(self._queue.irange(maximum=upto))
+            taken = [(e, self._queue.pop(e)) for e in epochs]
         self.counters["taken"] += len(taken)
         if self._progress is not None:
             self._progress.set()

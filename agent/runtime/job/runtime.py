@@ -471,8 +471,8 @@ class _Host:
     def barrier(self, tid: int) -> EpochCombiner | None:
         return self._rt.combiners.get(tid)
 
-    def take_queued(self, tid: int) -> list[tuple[int, bytes]]:
-        return self._rt.senders[tid].take_queued()
+    def take_queued(self, tid: int, upto: int | None = None) -> list[tuple[int, bytes]]:
+        return self._rt.senders[tid].take_queued(upto)
 
     def count(self, what: str, n: int = 1) -> None:
         self._rt.count(what, n)

@@ -413,15 +413,21 @@ class ActiveReplicas:
             self.tasks.spawn(
                 self._leave(tid, old, replicas, senders, last), f"{self.host.name} position leave"
             )
-        if drop and dead and held:
-            dropped = self.host.take_queued(tid)
+        if drop and dead and held and last is not None:
+            # only the epochs the replicas were sent: one emitted while this agent had no
+            # parent (between leaving the dead one and attaching to the new one) went to no
+            # replica and stays queued for the new parent (the replica's copy of the epoch
+            # lacks this member, the new parent's has it: disjoint by lineage)
+            dropped = self.host.take_queued(tid, last)
             self.host.count("handed_to_replicas", len(dropped))
             log.info(
-                "job %s tree %x: parent %x dead; its replicas hold the %d epochs queued for it",
+                "job %s tree %x: parent %x dead; its replicas hold the %d epochs queued for it "
+                "up to epoch %d",
                 self.host.name,
                 tid,
                 old,
                 len(dropped),
+                last,
             )
             return True
         return False

@@ -71,8 +71,9 @@ class RecoveryHost(Protocol):
 
     def barrier(self, tid: int) -> EpochCombiner | None: ...
 
-    def take_queued(self, tid: int) -> list[tuple[int, bytes]]:
-        """The epochs this agent emitted upward but its parent never acknowledged."""
+    def take_queued(self, tid: int, upto: int | None = None) -> list[tuple[int, bytes]]:
+        """The epochs (``upto``: of an epoch ``<= upto``) this agent emitted upward but its
+        parent never acknowledged."""
         ...
 
     def count(self, what: str, n: int = 1) -> None: ...
@@ -243,8 +244,9 @@ class ReplicaHost(Protocol):
 
     def ensure_tree(self, tid: int) -> EpochCombiner: ...
 
-    def take_queued(self, tid: int) -> list[tuple[int, bytes]]:
-        """Remove every unacknowledged epoch of this agent's sender to its parent."""
+    def take_queued(self, tid: int, upto: int | None = None) -> list[tuple[int, bytes]]:
+        """Remove every unacknowledged epoch (``upto``: of an epoch ``<= upto``) of this
+        agent's sender to its parent."""
         ...
 
     async def acked_up(self, tid: int, epoch: int, timeout: float) -> bool:

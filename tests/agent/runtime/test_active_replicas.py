@@ -95,8 +95,9 @@ class Host:
     async def acked_up(self, tid: int, epoch: int, timeout: float) -> bool:
         return True  # (the new parent's acknowledgement: not what these tests are about)
 
-    def take_queued(self, tid: int) -> list[tuple[int, bytes]]:
-        taken, self.queued = self.queued, []
+    def take_queued(self, tid: int, upto: int | None = None) -> list[tuple[int, bytes]]:
+        taken = [(e, p) for e, p in self.queued if upto is None or e <= upto]
+        self.queued = [(e, p) for e, p in self.queued if (e, p) not in taken]
         return taken
 
     def count(self, what: str, n: int = 1) -> None:

@@ -167,6 +167,44 @@ async def test_a_member_of_a_dead_holder_hands_its_queue_to_the_replicas() -> No
         await replica.server.stop()
 
 
+async def test_an_epoch_emitted_while_parentless_stays_queued_for_the_new_parent() -> None:
+    """A member re-joining drops its dead parent before it attaches to the new one; an epoch
+    its barrier emits in between is queued (no parent yet) but goes to no replica (it is a
+    member of no position). The hand-off drops only what the replicas were sent: that epoch
+    goes to the new parent (a cluster run lost it for a second: a version lacking the
+    member until the master folded it in)."""
+    replica = await Peer().start()
+    client = DataPlaneClient(SECRET)
+    network = Network(C1, client)
+    host = Host(parent=HOLDER)
+    active = ActiveReplicas(host, network, Tasks())  # type: ignore[arg-type]
+    message = {
+        "kind": "replicas",
+        "master": f"{HOLDER:x}",
+        "replicas": [[f"{ME:x}", replica.url]],
+        "inner": True,
+    }
+    try:
+        active.heard_from(TREE, message)
+        sent = with_lineage(frozenset({C1}), snap_of(["a"]).to_bytes())
+        active.to_replicas(TREE, 5, sent)
+        network.dead.add(HOLDER)
+        host.parent = None  # re-joining: epoch 6 is emitted with no parent
+        parentless = with_lineage(frozenset({C1}), snap_of(["b"]).to_bytes())
+        active.to_replicas(TREE, 6, parentless)
+        host.queued = [(5, sent), (6, parentless)]
+        host.parent = NEW_PARENT
+        assert active.hand_off(TREE, NEW_PARENT) is True
+        assert host.queued == [(6, parentless)]
+        assert host.counters["handed_to_replicas"] == 1
+        await async_wait_until(lambda: replica.kinds() == ["leave"], 5, "the leave")
+        assert [(k, n.epoch) for k, n, _, _ in replica.snapshots] == [("replica", 5)]
+    finally:
+        await active.close()
+        await client.close()
+        await replica.server.stop()
+
+
 async def test_an_inner_holder_announces_its_parent_and_tells_its_children() -> None:
     replica = await Peer().start()
     child = DataPlaneServer(SECRET)

@@ -184,3 +184,28 @@ async def test_a_replica_sender_uses_the_replica_path_and_keeps_at_most_its_boun
         await sender.close()
         await client.close()
         await server.stop()
+
+
+async def test_take_queued_up_to_an_epoch_keeps_the_later_ones_for_the_parent() -> None:
+    """``take_queued(upto)`` removes the epochs ``<= upto`` (oldest first) and keeps the
+    rest, which the next parent gets; ``take_queued()`` takes everything."""
+    server, _rec, order, url = await start_parent()
+    client = DataPlaneClient(SECRET)
+    sender = new_sender(client)  # no parent yet: everything stays queued
+    try:
+        for e in (3, 4, 5, 6):
+            sender.enqueue(e, snap_of([f"w{e}"]))
+        assert [e for e, _ in sender.take_queued(4)] == [3, 4]
+        assert sender.take_queued(2) == []
+        assert sender.pending()["queued"] == [5, 6]
+        sender.set_parent(url)
+        assert await sender.flush(timeout=5)
+        assert order == [5, 6]
+        sender.enqueue(7, snap_of(["w7"]))
+        sender.set_parent(None)
+        assert [e for e, _ in sender.take_queued()] == [7]
+        assert sender.counters["taken"] == 3
+    finally:
+        await sender.close()
+        await client.close()
+        await server.stop()
