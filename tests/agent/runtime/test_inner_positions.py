@@ -121,7 +121,11 @@ async def test_a_parent_answers_standby_release_and_done() -> None:
         await client.close()
 
 
-async def test_a_member_of_a_dead_holder_hands_its_queue_to_the_replicas() -> None:
+async def member_of_an_inner_holder() -> tuple[
+    Peer, DataPlaneClient, Network, Host, ActiveReplicas, dict[str, Any]
+]:
+    """Agent C1, a member of inner holder HOLDER's position, whose replica (agent ME) is a
+    recording peer; and the holder's ``replicas`` message naming it."""
     replica = await Peer().start()
     client = DataPlaneClient(SECRET)
     network = Network(C1, client)
@@ -133,6 +137,11 @@ async def test_a_member_of_a_dead_holder_hands_its_queue_to_the_replicas() -> No
         "replicas": [[f"{ME:x}", replica.url]],
         "inner": True,  # an inner holder's message (a master's replica owns less)
     }
+    return replica, client, network, host, active, message
+
+
+async def test_a_member_of_a_dead_holder_hands_its_queue_to_the_replicas() -> None:
+    replica, client, network, host, active, message = await member_of_an_inner_holder()
     try:
         active.heard_from(TREE, message)
         payload = with_lineage(frozenset({C1}), snap_of(["a"]).to_bytes())
@@ -173,17 +182,7 @@ async def test_an_epoch_emitted_while_parentless_stays_queued_for_the_new_parent
     member of no position). The hand-off drops only what the replicas were sent: that epoch
     goes to the new parent (a cluster run lost it for a second: a version lacking the
     member until the master folded it in)."""
-    replica = await Peer().start()
-    client = DataPlaneClient(SECRET)
-    network = Network(C1, client)
-    host = Host(parent=HOLDER)
-    active = ActiveReplicas(host, network, Tasks())  # type: ignore[arg-type]
-    message = {
-        "kind": "replicas",
-        "master": f"{HOLDER:x}",
-        "replicas": [[f"{ME:x}", replica.url]],
-        "inner": True,
-    }
+    replica, client, network, host, active, message = await member_of_an_inner_holder()
     try:
         active.heard_from(TREE, message)
         sent = with_lineage(frozenset({C1}), snap_of(["a"]).to_bytes())
