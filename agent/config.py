@@ -55,6 +55,7 @@ Example file::
     master_url_ttl = 5.0       # a master's data-plane URL is cached this long
     late_attempts = 12         # tries to deliver a late contribution to the master
     stop_flush_seconds = 10.0  # a stopping job waits this long for its lake rollups
+    memory_budget_bytes = 268435456  # all this agent holds (results, buffers, checkpoints)
     result_memory_bytes = 268435456  # a master's resident results per job (older: spilled)
     result_spill_bytes = 4294967296  # its spilled results on disk per job (older: dropped)
     worker_memory_bytes = 268435456  # a worker's resident compressed CBT buffers per job

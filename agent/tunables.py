@@ -93,6 +93,10 @@ class RuntimeTunables:
     # a throttled job's backlog bound: past it the inputs it reads are not polled (they back
     # up: a file stays unread, the ingest queue fills and answers queue_full); nothing dropped
     max_backlog_records: int = 100_000
+    # ---- memory: everything an agent holds - its jobs' results, worker buffers and retained
+    # epochs, other agents' checkpoints - shares this budget (agent/runtime/memory_budget.py);
+    # the per-job and per-kind bounds below are each one's cap within it
+    memory_budget_bytes: int = 256 * 2**20
     # ---- memory and disk bounds of one job (agent/runtime/results/store.py, worker.py)
     result_memory_bytes: int = 256 * 2**20  # a master's resident epoch results, per job
     result_spill_bytes: int = 4 * 2**30  # its older results spilled to the data dir, per job

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import json
 import os
@@ -55,11 +54,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
+from checkout import checkout
 from latency import summary
 
 from agent.config import load_config
@@ -561,21 +560,6 @@ def per_agent_idle_of(code: Path, n: int, seconds: float) -> dict[str, Any]:
     args += ["--seconds", str(seconds)]
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout)["per_agent_idle"]
-
-
-@contextlib.contextmanager
-def checkout(ref: str) -> Iterator[Path]:
-    """This repository's tree at ``ref``, extracted into a temporary directory (``git
-    archive``: no worktree left behind)."""
-    repo = Path(__file__).resolve().parents[1]
-    with tempfile.TemporaryDirectory(prefix="elf-baseline-") as tmp:
-        archive = subprocess.run(
-            ["git", "-C", str(repo), "archive", "--format=tar", ref],
-            check=True,
-            capture_output=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        yield Path(tmp)
 
 
 def sample(proc: psutil.Process, seconds: float) -> dict[str, float]:

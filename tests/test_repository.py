@@ -117,7 +117,8 @@ INNER_LAYERS: dict[str, list[set[str]]] = {
     # fault tolerance behind its facade, the job facade and `elf run`, the operator's view (it
     # reads plain summaries through protocols), and the agent facade that wires them together.
     "agent.runtime": [
-        {"services", "record_thread"},  # what a job is given (protocols; the record thread)
+        # what a job is given (protocols; the record thread; its share of the memory budget)
+        {"services", "record_thread", "memory_budget"},
         {"epochs"},  # pure per-epoch state: worker, clock, window panes, cpu budget
         {"results"},  # what a master holds and how good it is; the lake sink and history
         {"recovery"},  # all fault tolerance, behind the Recovery facade

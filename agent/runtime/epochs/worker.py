@@ -545,6 +545,12 @@ class Worker:
             tree.set_memory_budget(share)
         self.counters["budget_enforcements"] += 1
 
+    def set_memory_budget(self, budget: int) -> None:
+        """A new bound on the open epochs' resident compressed buffers (the agent's memory
+        budget moved it; set from the event loop - one attribute store). The record thread
+        enforces it at the next batch it inserts: a worker with no input grows nothing."""
+        self.memory_budget_bytes = budget
+
     def memory_bytes(self) -> int:
         """Resident compressed bytes of the open epochs' trees (what the budget bounds). Read
         by the status page from the event loop while the record thread works: the list copy is

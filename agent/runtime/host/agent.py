@@ -57,6 +57,7 @@ from agent.runtime.host.table_file import JobTableFile
 from agent.runtime.host.ticks import Ticks
 from agent.runtime.host.views import AgentView
 from agent.runtime.job.runtime import JobRuntime
+from agent.runtime.memory_budget import Held, MemoryBudget, MemoryConsumer
 from agent.runtime.ops.dashboard.cluster import ClusterPicture
 from agent.runtime.ops.dashboard.routes import DashboardRoutes
 from agent.runtime.ops.http_api import HttpApi
@@ -133,6 +134,8 @@ class Agent:
         self.offsets = OffsetKeeper(config.data_dir, max_pending=t.max_pending)
         #: other agents' checkpoints held here as one of their hot replicas (checkpoints.py)
         self.checkpoints = CheckpointStore(t.checkpoint_store_bytes)
+        #: everything this agent holds shares one budget (agent/runtime/memory_budget.py)
+        self.memory = MemoryBudget(t.memory_budget_bytes)
         self.data_url = ""
         self.started_at = 0.0
         self.tasks = BackgroundTasks(self._task_failed)
@@ -151,6 +154,7 @@ class Agent:
             records=lambda: self.records,
             count=self.count,
             running=running,
+            after_tick=self._rebalance_memory,
         )
         self.inputs = self.ticks.inputs
         self.supervisor = Supervisor(
@@ -487,6 +491,7 @@ class Agent:
             "inputs": {name: src.stats() for name, src in self.inputs.items()},
             "offsets": self.offsets.stats(),
             "checkpoints_held": self.checkpoints.stats(),
+            "memory": self.memory.stats(),
             "counters": dict(self.counters),
             "loop_lag": self.loop_lag.stats(),
             "overlay": self.overlay.stats(),
@@ -494,6 +499,26 @@ class Agent:
             "api": self.api.stats(),
             "dashboard": self.dashboard_routes.stats(),
         }
+
+    def _rebalance_memory(self) -> None:
+        """After a tick, at most every second: every job's and the held checkpoints' share of
+        the agent's memory budget (they spill or shed down to it)."""
+        if not self.memory.due():
+            return
+        consumers: list[MemoryConsumer] = [
+            c for r in list(self.runtimes.values()) if not r.stopped for c in r.memory_consumers()
+        ]
+        held = self.checkpoints
+        consumers.append(
+            Held(
+                "checkpoints held for other agents",
+                "shed",
+                self.tunables.checkpoint_store_bytes,
+                lambda: held.bytes,
+                held.set_limit,
+            )
+        )
+        self.memory.rebalance(consumers)
 
     def readiness(self) -> dict[str, bool]:
         """The readiness checks of ``GET /readyz`` (booleans only: nothing to leak)."""

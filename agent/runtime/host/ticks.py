@@ -19,8 +19,9 @@ A job new on this agent joins the inputs other jobs already read at its first ti
 incomplete here — never counted as whole.
 
 It is given the runtimes by name (read only), the durable offsets, the record thread (a
-callable: the agent swaps it at start and stop), the tunables and the counter; it reaches a
-runtime only through :class:`TickedRuntime`.
+callable: the agent swaps it at start and stop), the tunables, the counter and an upkeep
+callback it runs on the loop after each tick (``after_tick``: the agent's memory budget); it
+reaches a runtime only through :class:`TickedRuntime`.
 """
 
 from __future__ import annotations
@@ -120,8 +121,10 @@ class Ticks:
         records: Callable[[], RecordThread | InlineRecords],
         count: Callable[..., None],
         running: Callable[[], bool],
+        after_tick: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
+        self.after_tick = after_tick  # the event loop's upkeep after each tick (memory budget)
         self.tunables: RuntimeTunables = config.runtime
         self.runtimes = runtimes
         self.offsets = offsets
@@ -348,6 +351,7 @@ class Ticks:
             # wake it to re-plan
             self.next_full = wake
             self.event.set()
+        self.after_tick()
         return ticked.busy
 
     # ---- a job new here: the inputs the others already read ------------------------------------

@@ -80,6 +80,7 @@ from agent.runtime.job.queries import ResultQueries
 from agent.runtime.job.report import JobReport
 from agent.runtime.job.spec_changes import SpecChanges, operator_for
 from agent.runtime.job.trees import TreeLinks
+from agent.runtime.memory_budget import Held, MemoryConsumer
 from agent.runtime.record_thread import InlineRecords
 from agent.runtime.recovery.offsets import TreeOutflow
 from agent.runtime.recovery.recovery import Recovery
@@ -329,6 +330,38 @@ class JobRuntime:
     def roles(self) -> list[str]:
         """This agent's roles in the job: worker, forwarder, master."""
         return self.report.roles()
+
+    def memory_consumers(self) -> list[MemoryConsumer]:
+        """What this job holds within the agent's memory budget (each bound by its own
+        tunable, its cap): the master's resident results (spilled past their limit), the
+        worker's resident compressed buffers (spilled), fault tolerance's retained epochs
+        (shed). ``agent/runtime/memory_budget.py``."""
+        t, store, worker = self.tunables, self.store, self.worker
+        consumers: list[MemoryConsumer] = [
+            Held(
+                f"results of job {self.name}",
+                "spill",
+                t.result_memory_bytes,
+                lambda: store.resident_bytes,
+                self._limit_results,
+            )
+        ]
+        if worker is not None:
+            consumers.append(
+                Held(
+                    f"worker buffers of job {self.name}",
+                    "spill",
+                    t.worker_memory_bytes,
+                    worker.memory_bytes,
+                    worker.set_memory_budget,
+                )
+            )
+        return consumers + self.recovery.memory_consumers()
+
+    def _limit_results(self, limit: int) -> None:
+        self.store.set_budget(limit)
+        if not self._stopped:
+            self.pipeline.bound_results()
 
     def status(self) -> dict[str, Any]:
         """The job's status here (:meth:`JobReport.status`)."""

@@ -134,16 +134,26 @@ class CheckpointStore:
         while len(held) > MAX_EPOCHS_PER_KEY:
             self._drop(key, min(held))
         self.stored += new
-        while self.bytes > self.max_bytes:
-            oldest = next(iter(self._held))
-            if not self._held[oldest]:
-                del self._held[oldest]
-                continue
-            self._drop(oldest, min(self._held[oldest]))
+        self._trim()
         if not held:
             self._held.pop(key, None)
             self._records.pop(key, None)
         return new
+
+    def set_limit(self, limit: int) -> None:
+        """The agent's memory budget gave the held checkpoints ``limit`` bytes: shed the
+        least recently written origins' oldest epochs past it now (each logged)."""
+        self.max_bytes = limit
+        self._trim()
+
+    def _trim(self) -> None:
+        while self.bytes > self.max_bytes and self._held:
+            oldest = next(iter(self._held))
+            if not self._held[oldest]:
+                del self._held[oldest]
+                self._records.pop(oldest, None)
+                continue
+            self._drop(oldest, min(self._held[oldest]))
 
     def _drop(self, key: tuple[int, str, int], epoch: int) -> None:
         body = self._held[key].pop(epoch)

@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from agent.runtime.epochs.window_panes import whole_share
+from agent.runtime.memory_budget import Held, MemoryConsumer
 from agent.runtime.recovery.absence import Absence
 from agent.runtime.recovery.active_replicas import ActiveReplicas
 from agent.runtime.recovery.checkpoints import CheckpointSender
@@ -92,6 +93,7 @@ class Recovery:
         self.committed_epochs = CommittedEpochs()
         #: as origin: our own snapshots of uncommitted epochs, for the master's repair
         self.retained = RetainedEpochs(self.name, tunables.retained_bytes)
+        self._retained_cap = tunables.retained_bytes
         #: as origin: hot replicas of those snapshots on overlay neighbours (checkpoints.py)
         self.checkpoints = CheckpointSender(
             self.name,
@@ -572,6 +574,20 @@ class Recovery:
         """An inner holder told this agent, its child, where its replicas are."""
         self.host.known_tree(tid)
         self.active.heard_from(tid, message)
+
+    def memory_consumers(self) -> list[MemoryConsumer]:
+        """What fault tolerance holds of this job within the agent's memory budget: this
+        origin's retained epochs (shed past their limit; agent/runtime/memory_budget.py)."""
+        retained = self.retained
+        return [
+            Held(
+                f"retained epochs of job {self.name}",
+                "shed",
+                self._retained_cap,
+                lambda: retained.bytes,
+                retained.set_limit,
+            )
+        ]
 
     def status(self) -> dict[str, Any]:
         """Fault tolerance's part of the job's status (the keys the runtime always had)."""

@@ -45,6 +45,15 @@ class RetainedEpochs:
         size = snap.memory_bytes()
         self._held[(tree, epoch)] = (snap, size, records)
         self.bytes += size
+        self._trim()
+
+    def set_limit(self, limit: int) -> None:
+        """The agent's memory budget gave this job's retained epochs ``limit`` bytes: shed
+        the oldest past it now (each logged, as past ``max_bytes``)."""
+        self.max_bytes = limit
+        self._trim()
+
+    def _trim(self) -> None:
         while self.bytes > self.max_bytes and self._held:
             (t, e), (_, old, _) = self._held.popitem(last=False)
             self.bytes -= old

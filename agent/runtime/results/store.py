@@ -516,6 +516,14 @@ class ResultStore:
 
     # ---- the byte budget ---------------------------------------------------------------------
 
+    def set_budget(self, budget_bytes: int) -> None:
+        """A new bound on the resident snapshots (the agent's memory budget moved it): past
+        it the caller's spill task (:meth:`spill_candidates`) spills the oldest; without a
+        spill directory they are dropped now."""
+        self.budget_bytes = budget_bytes
+        if not self._can_spill:
+            self._drop_over_budget()
+
     def over_budget(self) -> bool:
         return self.budget_bytes is not None and self.resident_bytes > self.budget_bytes
 

@@ -61,13 +61,19 @@ ops = st.lists(
 )
 
 
-@given(ops, st.integers(40, 400))
+@given(ops, st.integers(40, 400), st.lists(st.integers(0, 400), max_size=30))
 def test_the_holder_store_keeps_what_a_model_keeps_within_its_bound(
-    operations: list[tuple[int, int | None, dict[int, bytes]]], budget: int
+    operations: list[tuple[int, int | None, dict[int, bytes]]], budget: int, limits: list[int]
 ) -> None:
+    """Also when the agent's memory budget moves the bound between writes (``set_limit``:
+    it sheds at once)."""
     store = CheckpointStore(max_bytes=budget)
     committed: dict[int, int] = {}
-    for origin, c, epochs in operations:
+    for n, (origin, c, epochs) in enumerate(operations):
+        if n < len(limits):
+            budget = limits[n]
+            store.set_limit(budget)
+            assert store.bytes <= budget
         store.keep(origin, "job", 7, c, epochs)
         if c is not None:
             committed[origin] = max(committed.get(origin, -1), c)

@@ -96,3 +96,8 @@ def test_retained_epochs_are_bounded_and_dropped_on_commit() -> None:
     assert kept.stats()["epochs"] == 1 and kept.get(1, 3) is None
     kept.keep(1, 2, snap)  # already committed: not kept again
     assert kept.stats()["epochs"] == 1 and kept.bytes == snap.memory_bytes()
+    # the agent's memory budget lowers the bound: the oldest are shed at once, counted
+    for e in (5, 6):
+        kept.keep(1, e, snap)
+    kept.set_limit(snap.memory_bytes())
+    assert kept.held(1) == [6] and kept.dropped == 4

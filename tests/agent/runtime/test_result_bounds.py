@@ -61,6 +61,11 @@ def test_spilled_epochs_are_read_back_exactly_and_memory_stays_in_budget(tmp_pat
         assert store.resident_bytes <= store.budget_bytes
     stats = store.stats()
     assert stats["spilled_epochs"] >= 7 and stats["spill_bytes"] > 0
+    # the agent's memory budget lowers the bound (set_budget): the next spill round meets it
+    store.set_budget(one)
+    assert store.over_budget()
+    spill_all(store)
+    assert store.resident_bytes <= one
     for epoch in range(10):
         result = store.get(1, epoch)
         assert result is not None
@@ -114,6 +119,8 @@ def test_gone_epochs_are_named_with_their_bound(tmp_path: Path) -> None:
         store.put(1, e, unique_keys(e, 1000), float(e))
     assert store.resident_bytes <= 2 * one and store.gone(1, 0) == MEMORY_BUDGET
     assert store.dropped[MEMORY_BUDGET] == 3
+    store.set_budget(one)  # without a spill directory a lower bound drops at once
+    assert store.resident_bytes <= one and store.dropped[MEMORY_BUDGET] == 4
     # spill budget
     store = ResultStore(budget_bytes=1, spill=ResultSpill(tmp_path, "j"), spill_budget_bytes=1)
     for e in range(3):
