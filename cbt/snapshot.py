@@ -28,7 +28,8 @@ Wire format (``to_bytes``; all integers little-endian)::
 ``from_bytes`` checks length, magic, version and CRC before parsing anything (CRC-32 detects
 every error burst of up to 32 bits, so every single-byte corruption is caught), then validates
 the header and every column - including that every key re-encodes to an encoding of exactly
-its stored size that hashes to its stored hash - raising :class:`~cbt.errors.SnapshotError`
+its stored size that hashes to its stored hash, and that no key is there twice (entries of
+equal hash in strictly increasing encoding order) - raising :class:`~cbt.errors.SnapshotError`
 naming the problem. For the common key column (ints, strs and bytes, canonically encoded; from
 ``WHOLE_COLUMN_CHECK_FROM`` keys) those checks run on whole columns (one msgpack call, header
 sizes, one hashing pass); any other column, or one that fails them, is checked key by key,
@@ -159,6 +160,20 @@ def _stored_keys_hold(
     if sizes is None or not np.array_equal(sizes, encoded.lengths):
         return False
     return np.array_equal(hash_encodings(encoded.encodings(), fn), hashes)
+
+
+def _check_distinct(hashes: np.ndarray, encoded: EncodedKeys) -> None:
+    """Entries with equal hashes (a 64-bit collision, or a key written twice) must be in
+    strictly increasing key-encoding order: a key twice would be merged twice, and lookups
+    assume one entry per key. Equal hashes are rare, so this costs one vectorised compare."""
+    if len(hashes) < 2:
+        return
+    for i in (np.flatnonzero(hashes[1:] == hashes[:-1]) + 1).tolist():
+        before, this = encoded.encoding(i - 1), encoded.encoding(i)
+        if before == this:
+            raise SnapshotError(f"snapshot holds one key twice (entries {i - 1} and {i})")
+        if before > this:
+            raise SnapshotError("snapshot entries with equal hashes are not in key order")
 
 
 class Snapshot:
@@ -534,6 +549,7 @@ class Snapshot:
             raise SnapshotError(str(e)) from e
         if n > 1 and not bool(np.all(hashes[1:] >= hashes[:-1])):
             raise SnapshotError("snapshot hashes are not in order")
+        _check_distinct(hashes, encoded)
         keys = decode_key_stream(raws[2], n)  # the key column's bytes as they came
         # Every key must re-encode to exactly its bytes and hash to its stored hash, so lookups
         # and merges can trust the columns even if the sender was not this code.

@@ -232,3 +232,33 @@ def test_forged_columns_behind_a_valid_checksum_are_rejected() -> None:
     lens, cols = _columns_for([5, 3], [good, b], [1, 1])
     with pytest.raises(SnapshotError):
         Snapshot.from_bytes(_rebuild({**header, "count": 2, "columns": lens}, cols))
+    # one key twice (a forger's way to have it merged twice), whole-column path or not
+    for n in (2, 300):
+        keys = [msgpack.packb(f"k{i}") for i in range(n - 1)]
+        keys.append(keys[-1])
+        order = sorted(range(n), key=lambda i: (xxh3_64(keys[i]), keys[i]))
+        lens, cols = _columns_for(
+            [xxh3_64(keys[i]) for i in order], [keys[i] for i in order], [1] * n
+        )
+        with pytest.raises(SnapshotError, match="twice"):
+            Snapshot.from_bytes(_rebuild({**header, "count": n, "columns": lens}, cols))
+
+
+def test_equal_hashes_must_be_in_key_order() -> None:
+    """Two keys sharing a (custom) hash are stored in key-encoding order; the reverse order
+    is refused, and so is one key twice."""
+    t = CompressedBufferTree("count", hash_function=tiny_hash)
+    t.insert_many(["a", "c"])  # both encode to 2 bytes: the same tiny hash
+    snap = t.flush()
+    again = Snapshot.from_bytes(snap.to_bytes(), hash_function=tiny_hash)
+    assert dict(again) == {"a": 1, "c": 1}
+    reverse = Snapshot(
+        snap.agg, snap.hashes, snap.encoded_keys[[1, 0]], snap.values_column[[1, 0]], tiny_hash
+    )
+    with pytest.raises(SnapshotError, match="not in key order"):
+        Snapshot.from_bytes(reverse.to_bytes(), hash_function=tiny_hash)
+    twice = Snapshot(
+        snap.agg, snap.hashes, snap.encoded_keys[[0, 0]], snap.values_column[[0, 0]], tiny_hash
+    )
+    with pytest.raises(SnapshotError, match="twice"):
+        Snapshot.from_bytes(twice.to_bytes(), hash_function=tiny_hash)

@@ -148,6 +148,10 @@ def _ref_decode(data: bytes, hlen: int, hash_function: Any) -> Snapshot:
         raise Refused("key sizes")
     if [int(hash_function(e)) & MASK64 for e in encs] != hashes.tolist():
         raise Refused("hashes")
+    # one entry per key, ties in hash broken by the key's encoding
+    entries = list(zip(hashes.tolist(), encs, strict=True))
+    if len(set(encs)) != n or entries != sorted(entries):
+        raise Refused("duplicate or tie order")
     values = agg.decode_column(raws[3], n)
     return Snapshot(agg, hashes, encoded, values, hash_function)
 
