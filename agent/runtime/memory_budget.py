@@ -38,8 +38,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-#: the least room a consumer is given to grow (bytes), so an empty one can start
-MIN_WANT = 1 << 20
+#: the least room a consumer wants (bytes), so an empty one can start. Small, because an
+#: agent may run hundreds of jobs (the paper's 500 trees), three consumers each: a 1 MiB
+#: floor would then want more than the whole budget while the agent held nothing
+MIN_WANT = 64 << 10
 #: the least time between two rebalances (seconds)
 REBALANCE_SECONDS = 1.0
 

@@ -87,6 +87,19 @@ def test_a_flood_takes_the_room_the_others_leave() -> None:
     assert two == [50 * mib, 50 * mib]
 
 
+def test_hundreds_of_idle_jobs_leave_a_busy_master_its_room() -> None:
+    """500 jobs on one agent (the paper's 500 trees), three consumers each, all idle but one
+    master's results: the idle ones' floors take a fraction of the budget, the master gets
+    what it wants, and every idle consumer still has room for a first epoch."""
+    mib = 2**20
+    resident = [20 * mib] + [0] * 1499
+    caps: list[int | None] = [256 * mib] * 1500
+    limits = fair_limits(256 * mib, resident, caps)
+    assert limits[0] >= 30 * mib  # its want: room to grow by half
+    assert min(limits[1:]) >= MIN_WANT
+    assert sum(limits) <= 256 * mib
+
+
 @dataclass
 class Recording:
     name: str
