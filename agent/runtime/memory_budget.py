@@ -11,13 +11,19 @@ oldest: such an epoch can no longer be re-issued should its origin die for good)
 those is a :class:`MemoryConsumer`. The per-kind bounds stay as caps; the agent-wide
 ``memory_budget_bytes`` (default 256 MiB) bounds their sum.
 
-* :func:`fair_limits` (pure) splits the budget: every consumer *wants* room to grow by half
-  of what it holds (at least :data:`MIN_WANT`, at most its cap); the budget is shared
-  max-min fairly over those wants (a consumer that wants less than an equal share gets its
-  want, the rest is split among the others), and what is left after every want is met is
-  shared the same way over the room up to the caps. So the limits never sum to more than
-  the budget, none exceeds its cap, and a flood in one job takes the room the others leave
-  without starving them: each keeps at least ``min(want, budget / n)``.
+* :func:`fair_limits` (pure) splits the budget, **spilling before shedding**: spilling loses
+  nothing (the bytes are on disk, still answered), shedding loses the ability to repair or
+  re-issue an epoch. So the consumers that spill share what the shedding ones leave of the
+  budget: every one *wants* room to grow by half of what it holds (at least
+  :data:`MIN_WANT`, at most its cap); that is shared max-min fairly over the wants (a
+  consumer that wants less than an equal share gets its want, the rest is split among the
+  others), and what is left after every want is met is shared the same way over the room up
+  to the caps. A consumer that sheds may hold up to its cap, or what the budget leaves once
+  the other shedding consumers' bytes and every spilling consumer's floor are taken, if that
+  is less: it sheds only what spilling cannot free. So what the consumers hold stays within
+  the budget once the spilling ones have spilled (the shedding ones' limits overlap: two
+  that grow at once may pass it until the next rebalance), none exceeds its cap, and a flood
+  in one job takes the room the others leave without starving them.
 * :meth:`MemoryBudget.rebalance` (the event loop, after a tick, at most every
   :data:`REBALANCE_SECONDS`) reads every consumer's resident bytes, computes the limits and
   gives each its own (``set_limit``: it spills or sheds down to it now or at its next
@@ -110,9 +116,9 @@ def want_of(resident: int, cap: int | None, budget: int) -> int:
     return min(want, budget if cap is None else cap)
 
 
-def fair_limits(budget: int, resident: Sequence[int], caps: Sequence[int | None]) -> list[int]:
-    """Each consumer's limit (module contract): max-min fair over the wants, then over the
-    room left up to the caps; the limits sum to at most ``budget``."""
+def shared_limits(budget: int, resident: Sequence[int], caps: Sequence[int | None]) -> list[int]:
+    """Max-min fair limits over the wants, then over the room left up to the caps; they sum
+    to at most ``budget`` (the spilling consumers' part of the module contract)."""
     budget = max(0, budget)
     wants = [want_of(r, c, budget) for r, c in zip(resident, caps, strict=True)]
     first = water_fill(budget, wants)
@@ -120,6 +126,32 @@ def fair_limits(budget: int, resident: Sequence[int], caps: Sequence[int | None]
     room = [(budget if c is None else c) - f for c, f in zip(caps, first, strict=True)]
     more = water_fill(left, [max(0, r) for r in room])
     return [f + m for f, m in zip(first, more, strict=True)]
+
+
+def fair_limits(
+    budget: int,
+    resident: Sequence[int],
+    caps: Sequence[int | None],
+    sheds: Sequence[bool] | None = None,
+) -> list[int]:
+    """Each consumer's limit (module contract): ``sheds[i]`` tells a consumer that sheds
+    beyond its limit from one that spills (None: all spill)."""
+    budget = max(0, budget)
+    sheds = [False] * len(resident) if sheds is None else list(sheds)
+    spill = [i for i, s in enumerate(sheds) if not s]
+    shed = [i for i, s in enumerate(sheds) if s]
+    shed_held = sum(resident[i] for i in shed)
+    limits = [0] * len(resident)
+    spill_limits = shared_limits(
+        budget - shed_held, [resident[i] for i in spill], [caps[i] for i in spill]
+    )
+    for i, limit in zip(spill, spill_limits, strict=True):
+        limits[i] = limit
+    floors = sum(min(MIN_WANT, budget if caps[i] is None else caps[i]) for i in spill)
+    for i in shed:
+        room = max(0, budget - floors - (shed_held - resident[i]))
+        limits[i] = room if caps[i] is None else min(caps[i], room)
+    return limits
 
 
 class MemoryBudget:
@@ -143,7 +175,9 @@ class MemoryBudget:
         now = time.monotonic() if now is None else now
         self._next = now + self.every
         resident = [max(0, c.resident_bytes()) for c in consumers]
-        limits = fair_limits(self.budget_bytes, resident, [c.cap for c in consumers])
+        caps = [c.cap for c in consumers]
+        sheds = [c.action == "shed" for c in consumers]
+        limits = fair_limits(self.budget_bytes, resident, caps, sheds)
         last = []
         for consumer, held, limit in zip(consumers, resident, limits, strict=True):
             consumer.set_limit(limit)

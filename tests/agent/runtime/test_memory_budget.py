@@ -73,6 +73,32 @@ def test_fair_limits_keep_the_budget_the_caps_and_each_consumers_floor(
         assert lim >= min(want_of(r, c, budget), budget // n) - 1
 
 
+@settings(max_examples=300)
+@given(amounts, st.data())
+def test_consumers_that_shed_keep_what_spilling_can_free(budget: int, data: st.DataObject) -> None:
+    caps = data.draw(caps_)
+    n = len(caps)
+    resident = data.draw(
+        st.lists(st.integers(min_value=0, max_value=10**9), min_size=n, max_size=n)
+    )
+    sheds = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    limits = fair_limits(budget, resident, caps, sheds)
+    shed_held = sum(r for r, s in zip(resident, sheds, strict=True) if s)
+    spilling = [lim for lim, s in zip(limits, sheds, strict=True) if not s]
+    # what the spilling ones may hold plus what the shedding ones hold: within the budget
+    assert sum(spilling) <= max(0, budget - shed_held)
+    assert all(c is None or lim <= c for lim, c in zip(limits, caps, strict=True))
+    floors = sum(
+        min(MIN_WANT, budget if c is None else c) for c, s in zip(caps, sheds, strict=True) if not s
+    )
+    for lim, r, c, s in zip(limits, resident, caps, sheds, strict=True):
+        if s:  # up to its cap, or what the others' bytes and the spill floors leave
+            room = max(0, budget - floors - (shed_held - r))
+            assert lim == (room if c is None else min(c, room))
+            if shed_held + floors <= budget and (c is None or r <= c):
+                assert lim >= r  # nothing to shed while spilling can make the room
+
+
 def test_a_flood_takes_the_room_the_others_leave() -> None:
     mib = 2**20
     # a flooding results store, an idle worker, small retained epochs, no checkpoints
@@ -124,8 +150,10 @@ def test_rebalance_gives_each_consumer_its_limit_and_reports_them() -> None:
     assert budget.due(0.0)
     budget.rebalance([flood, idle, held], now=0.0)
     assert not budget.due(0.5) and budget.due(1.0)
-    assert flood.limits[-1] + idle.limits[-1] + held.limits[-1] == 10 * MIN_WANT
-    assert idle.limits[-1] >= MIN_WANT and held.limits[-1] >= MIN_WANT
+    # the spilling ones share what the shedding one holds; it may grow to what the budget
+    # leaves once their floors are taken: it sheds only what spilling cannot free
+    assert flood.limits[-1] + idle.limits[-1] == 9 * MIN_WANT
+    assert idle.limits[-1] >= MIN_WANT and held.limits[-1] == 8 * MIN_WANT
     stats = budget.stats()
     assert stats["budget_bytes"] == 10 * MIN_WANT and stats["rebalances"] == 1
     assert stats["held_bytes"] == 41 * MIN_WANT  # as read before the limits applied
