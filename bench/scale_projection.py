@@ -47,7 +47,7 @@ import random
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from hop_bench import multicast_compute, snapshot_compute
 from redundancy_bench import build_trees, shape
@@ -81,8 +81,17 @@ def model_tree(ids: list[int], key: int, rng: random.Random) -> dict[int, int | 
     return parents
 
 
-def bottom_up(parents: dict[int, int | None]) -> list[int]:
-    """The nodes, every child before its parent."""
+class Tree(NamedTuple):
+    """One tree as the latency models walk it, built once: its root, each node's children
+    (sorted, as ``srt.trees.shape.children_of`` gives them) and every node with each child
+    before its parent."""
+
+    root: int
+    kids: dict[int, list[int]]
+    bottom_up: list[int]
+
+
+def tree_of(parents: dict[int, int | None]) -> Tree:
     kids = children_of(parents)
     root = next(v for v, p in parents.items() if p is None)
     order, stack = [], [root]
@@ -90,36 +99,28 @@ def bottom_up(parents: dict[int, int | None]) -> list[int]:
         v = stack.pop()
         order.append(v)
         stack.extend(kids[v])
-    return order[::-1]
+    return Tree(root, kids, order[::-1])
 
 
-def rollup_ms(
-    parents: dict[int, int | None], child_us: float, parent_us: float, lat: float
-) -> float:
+def rollup_ms(tree: Tree, child_us: float, parent_us: float, lat: float) -> float:
     """The root's finish time of one epoch (module contract), in ms."""
-    kids = children_of(parents)
     done: dict[int, float] = {}
-    for v in bottom_up(parents):
-        arrivals = sorted(done[c] + child_us / 1000 + lat for c in kids[v])
+    for v in tree.bottom_up:
+        arrivals = sorted(done[c] + child_us / 1000 + lat for c in tree.kids[v])
         t = 0.0
         for a in arrivals:
             t = max(t, a) + parent_us / 1000
         done[v] = t
-    root = next(v for v, p in parents.items() if p is None)
-    return done[root]
+    return done[tree.root]
 
 
-def multicast_ms(
-    parents: dict[int, int | None], send_us: float, recv_us: float, lat: float
-) -> float:
+def multicast_ms(tree: Tree, send_us: float, recv_us: float, lat: float) -> float:
     """The last delivery of one multicast from the root (module contract), in ms."""
-    kids = children_of(parents)
-    root = next(v for v, p in parents.items() if p is None)
-    delivered = {root: 0.0}
+    delivered = {tree.root: 0.0}
     last = 0.0
-    for v in reversed(bottom_up(parents)):  # every parent before its children
+    for v in reversed(tree.bottom_up):  # every parent before its children
         t = delivered[v]
-        for i, c in enumerate(kids[v]):
+        for i, c in enumerate(tree.kids[v]):
             delivered[c] = t + (i + 1) * send_us / 1000 + lat + recv_us / 1000
             last = max(last, delivered[c])
     return last
@@ -144,29 +145,22 @@ def costs(rounds: int, keys: int) -> dict[str, Any]:
 def project(n: int, trees: int, c: dict[str, Any], lat: float, seed: int) -> dict[str, Any]:
     rng = random.Random(seed * 1_000_003 + n)
     ids = [rng.getrandbits(160) for _ in range(n)]
+    send, recv = c["multicast_send_us"], c["multicast_receive_us"]
+    star: dict[int, int | None] = dict.fromkeys(ids, ids[0])
+    star[ids[0]] = None
     runs = []
-    for t in range(trees):
+    for _ in range(trees):
         parents = model_tree(ids, rng.getrandbits(160), rng)
-        kids = children_of(parents)
-        star = dict.fromkeys(ids, ids[0])
-        star[ids[0]] = None
+        tree = tree_of(parents)
         runs.append(
             {
                 **shape(parents),
-                "max_fan_in": max(len(k) for k in kids.values()),
-                "rollup_ms": rollup_ms(
-                    parents, c["snapshot_child_us"], c["snapshot_parent_us"], lat
-                ),
-                "multicast_ms": multicast_ms(
-                    parents, c["multicast_send_us"], c["multicast_receive_us"], lat
-                ),
-                "multicast_star_ms": multicast_ms(
-                    star, c["multicast_send_us"], c["multicast_receive_us"], lat
-                )
-                if t == 0
-                else None,
+                "max_fan_in": max(len(k) for k in tree.kids.values()),
+                "rollup_ms": rollup_ms(tree, c["snapshot_child_us"], c["snapshot_parent_us"], lat),
+                "multicast_ms": multicast_ms(tree, send, recv, lat),
             }
         )
+    star_ms = multicast_ms(tree_of(star), send, recv, lat)
 
     def med(key: str) -> float:
         return round(statistics.median(r[key] for r in runs), 2)
@@ -181,7 +175,7 @@ def project(n: int, trees: int, c: dict[str, Any], lat: float, seed: int) -> dic
         "rollup_ms_max": round(max(r["rollup_ms"] for r in runs), 2),
         "multicast_ms_median": med("multicast_ms"),
         "multicast_ms_max": round(max(r["multicast_ms"] for r in runs), 2),
-        "multicast_star_ms": round(runs[0]["multicast_star_ms"], 2),
+        "multicast_star_ms": round(star_ms, 2),
     }
 
 

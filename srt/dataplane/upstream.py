@@ -173,12 +173,7 @@ class UpstreamSender:
         the root: it keeps what it would have sent). The attempt in flight, if any, is
         returned too and may still be acknowledged where it went, so a receiver must
         tolerate the copy (lineage makes the second one a duplicate)."""
-        if upto is None:
-            taken = list(self._queue.items())
-            self._queue.clear()
-        else:
-            epochs = list(self._queue.irange(maximum=upto))
-            taken = [(e, self._queue.pop(e)) for e in epochs]
+        taken = [(e, self._queue.pop(e)) for e in list(self._queue.irange(maximum=upto))]
         self.counters["taken"] += len(taken)
         if self._progress is not None:
             self._progress.set()
