@@ -396,12 +396,17 @@ class Lake:
         held: dict[Rank, str] = {}
         compacted: tuple[Source, str] | None = None
         top: tuple[int, str] = (0, "")
+        # An hour holds every epoch of every tree of the job (and, while roots flap, several
+        # terms and versions of each): compare names before parsing them.
+        mine = epoch_file_name(name.epoch, name.tree, name.trees, 1).rsplit("-v", 1)[0]
         for info in infos:
-            other = parse_epoch_name(info.base_name)
-            if other is not None and other[:3] == name[:3]:
-                held[other.rank] = info.path
-                top = max(top, (other.term, info.path))
-            elif (m := COMPACT_RE.match(info.base_name)) and (
+            base = info.base_name
+            if base.startswith(mine) and base[len(mine) : len(mine) + 1] in ("-", "."):
+                other = parse_epoch_name(base)
+                if other is not None and other[:3] == name[:3]:
+                    held[other.rank] = info.path
+                    top = max(top, (other.term, info.path))
+            elif base.startswith("compact-") and (m := COMPACT_RE.match(base)) and (
                 int(m.group(1)), int(m.group(2))) == (name.tree, name.trees):  # fmt: skip
                 source = self.compacted_sources(info).get(name.epoch)
                 if source is not None:

@@ -12,7 +12,7 @@ version. Like Kafka's producer epoch and Flink's leader session id, the term onl
   standby replica and the hand-over it takes over (both carry the old master's term), from the
   commit multicasts of the current master (every member of the tree knows the term), from its
   own earlier terms (persisted beside the job's members) and from the lake (a fenced write
-  names the newer term: the master claims above it and publishes again);
+  names the newer term: the master claims above it and publishes again, see below);
 * a master that took over from a live predecessor's hand-over, or from its dead predecessor's
   standby replica, publishes at once (**settled**); one that became the root with nothing
   handed over (a restarted agent, the job's first master, or one that briefly believes it is
@@ -23,7 +23,14 @@ version. Like Kafka's producer epoch and Flink's leader session id, the term onl
   overlay tells it. Until settled, lake writes wait here (:meth:`defer`); the results API
   answers a deferred epoch (:meth:`deferred`) with what the lake holds when that lacks
   fewer origins, else with this master's version, flagged as it must be. The long wait is
-  taken once per tree and process.
+  taken once per tree and process;
+* a master the lake fenced (:meth:`reclaim`) claims above the newer term and is unsettled
+  again for ``settle_seconds``: the fenced epoch and every write meanwhile wait and go out
+  together under one term, and a fence heard while it waits raises the term once more when
+  it settles (:meth:`settle`), not at once. Two roots that both believe they own a tree (while
+  the overlay converges) would otherwise fence each other at every epoch, each claim a new
+  version of every epoch and a listing of the lake: bounded this way to one claim per root
+  per ``settle_seconds``.
 
 Pure state: times are arguments; the caller runs the settle timer. Bounded by the job's trees.
 """
@@ -46,6 +53,7 @@ class MasterTerms:
         self._pending: dict[int, set[int]] = {}  # tree -> epochs to publish once settled
         self._restored: set[int] = set()  # trees with a term persisted by an earlier run
         self._restart_waited: set[int] = set()  # trees whose restarted master waited once
+        self._outclaimed: set[int] = set()  # trees with a term heard >= ours since our claim
 
     def term(self, tree: int) -> int:
         """The term this agent stamps on what it produces for ``tree`` (0: never master)."""
@@ -61,11 +69,15 @@ class MasterTerms:
             return False
         if term > self._heard.get(tree, 0):
             self._heard[tree] = term
-        return tree in self._mine and term >= self._mine[tree]
+        outclaimed = tree in self._mine and term >= self._mine[tree]
+        if outclaimed:
+            self._outclaimed.add(tree)
+        return outclaimed
 
     def claim(self, tree: int) -> int:
         """Become (or stay) the tree's master under a new term above every one heard of."""
         term = self.heard_of(tree) + 1
+        self._outclaimed.discard(tree)
         self._mine[tree] = term
         self._heard[tree] = term
         return term
@@ -86,6 +98,17 @@ class MasterTerms:
                 self._restart_waited.add(tree)
             wait = self.restart_settle_seconds if long else self.settle_seconds
             self._settle_at[tree] = now + wait
+        return term
+
+    def reclaim(self, tree: int, now: float) -> int | None:
+        """The lake holds a term at least ours (:meth:`hear` said so) and this agent is still
+        the root: claim above it and wait ``settle_seconds`` before publishing again; returns
+        the new term. None when it already waits to settle: :meth:`settle` claims above
+        whatever was heard meanwhile (one claim per wait, module contract)."""
+        if not self.settled(tree, now):
+            return None
+        term = self.claim(tree)
+        self._settle_at[tree] = now + self.settle_seconds
         return term
 
     def handed_over(self, tree: int, term: Any) -> int:
@@ -121,10 +144,13 @@ class MasterTerms:
         return epoch in self._pending.get(tree, ())
 
     def settle(self, tree: int, now: float) -> set[int]:
-        """Settle now if due: the deferred epochs to publish (empty if not due)."""
+        """Settle now if due: the deferred epochs to publish (empty if not due). A term
+        heard meanwhile at least ours (a fence while it waited) is claimed above first."""
         if not self.settled(tree, now):
             return set()
         self._settle_at.pop(tree, None)
+        if tree in self._outclaimed:
+            self.claim(tree)
         return self._pending.pop(tree, set())
 
     def export(self) -> dict[str, int]:

@@ -261,21 +261,25 @@ class Recovery:
         """The lake holds a newer term's version of (tree, epoch) than ours: a master under
         that term exists (or existed). Still the root here: claim above it and publish again
         (the lake keeps the highest; each version says what it lacks)."""
-        if self.fence.hear(tid, newer_term) and self.host.is_root(tid):
-            term = self.fence.claim(tid)
+        if not (self.fence.hear(tid, newer_term) and self.host.is_root(tid)):
+            return
+        term = self.fence.reclaim(tid, time.time())
+        if term is not None:  # (else it waits to settle already: it claims then)
             self.host.count("term_claims_after_fence")
             self.members_changed()
             log.warning(
                 "job %s tree %x epoch %d: the lake holds term %d; still the root here, "
-                "claiming term %d",
+                "claiming term %d (publishing again in %g s)",
                 self.name,
                 tid,
                 epoch,
                 newer_term,
                 term,
+                self.fence.settle_seconds,
             )
-            self.store.assess(tid, epoch)
-            self.publish(tid, epoch)
+            self.tasks.spawn(self._settle(tid), f"{self.name} settle")
+        self.store.assess(tid, epoch)
+        self.publish(tid, epoch)  # deferred until settled (master_terms.py)
 
     # ---- the shared sequences ----------------------------------------------------------------
 

@@ -55,3 +55,37 @@ def test_a_restarted_master_waits_long_once_per_tree() -> None:
     terms.not_root(TREE)
     terms.became_root(TREE, 104.0, settled=False, restarted=True)
     assert terms.settle_in(TREE, 104.0) == 2.0
+
+
+def test_a_fenced_master_claims_above_and_waits_before_publishing_again() -> None:
+    terms = MasterTerms(settle_seconds=2.0, restart_settle_seconds=15.0)
+    terms.became_root(TREE, 100.0, settled=True)
+    assert terms.hear(TREE, 1)  # the lake holds our own term: another root wrote under it
+    assert terms.reclaim(TREE, 105.0) == 2
+    terms.defer(TREE, 9)
+    assert terms.settle(TREE, 106.9) == set()
+    assert terms.settle(TREE, 107.0) == {9} and terms.term(TREE) == 2
+
+
+def test_fences_heard_while_waiting_raise_the_term_once_when_it_settles() -> None:
+    """Two roots of one tree fence each other at every epoch while the overlay converges:
+    each root claims once per wait, not once per fenced epoch."""
+    terms = MasterTerms(settle_seconds=2.0)
+    terms.became_root(TREE, 100.0, settled=True)
+    assert terms.hear(TREE, 1) and terms.reclaim(TREE, 100.0) == 2
+    terms.defer(TREE, 1)
+    for epoch, other in ((2, 3), (3, 4), (4, 5)):  # the other root claims above us each time
+        assert terms.hear(TREE, other)
+        assert terms.reclaim(TREE, 100.0 + epoch / 4) is None  # waiting: no new claim now
+        terms.defer(TREE, epoch)
+    assert terms.term(TREE) == 2
+    assert terms.settle(TREE, 102.0) == {1, 2, 3, 4}
+    assert terms.term(TREE) == 6  # above every term heard, in one claim
+
+
+def test_a_master_that_heard_nothing_newer_settles_under_its_own_term() -> None:
+    terms = MasterTerms(settle_seconds=2.0)
+    assert terms.became_root(TREE, 100.0, settled=False) == 1
+    assert not terms.hear(TREE, 0)
+    terms.defer(TREE, 3)
+    assert terms.settle(TREE, 102.0) == {3} and terms.term(TREE) == 1
