@@ -263,3 +263,19 @@ def test_a_sink_opens_its_writer_with_the_first_write_or_for_a_left_buffer(
     (left / "rollup-1.parquet").write_bytes(b"")  # what a crashed run left
     again = sink_for(runtime(ResultStore(), Job()), LakeTarget(target.location, str(left)))
     assert again is not None and again.stats()["opened"] is True
+
+
+def test_the_writer_modules_are_imported_off_the_calling_thread() -> None:
+    """A master's first lake write must not import pyarrow and pandas on the event loop
+    (a second or more, cold): warm_imports loads them in a thread, once per process."""
+    import sys
+    import threading
+
+    from agent.runtime.results import lake_sink
+
+    warming = lake_sink.warm_imports()
+    assert lake_sink.warm_imports() is warming  # once per process
+    assert warming is not threading.current_thread()
+    warming.join(timeout=60)
+    assert not warming.is_alive()
+    assert all(m in sys.modules for m in lake_sink.WRITER_MODULES)

@@ -84,7 +84,7 @@ from agent.runtime.memory_budget import Held, MemoryConsumer
 from agent.runtime.record_thread import InlineRecords
 from agent.runtime.recovery.offsets import TreeOutflow
 from agent.runtime.recovery.recovery import Recovery
-from agent.runtime.results.lake_sink import LakeTarget, sink_for
+from agent.runtime.results.lake_sink import LakeTarget, sink_for, warm_imports
 from agent.runtime.results.previews import Previews
 from agent.runtime.results.spill import ResultSpill
 from agent.runtime.results.store import ResultStore
@@ -378,6 +378,8 @@ class JobRuntime:
             self.recovery.lost_root(tid)  # the new master publishes what it takes over
         self.parent_changed(tid)
         if is_root:
+            if self.lake is not None:
+                warm_imports()  # a master writes the lake: its modules load off the loop
             self.recovery.became_root(tid)
 
     def lake_fenced(self, tid: int, epoch: int, newer_term: int) -> None:

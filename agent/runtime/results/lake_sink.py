@@ -33,7 +33,10 @@ terms; within a log budget) and reported to the runtime's
 a per-node one under the system temp directory when the agent has no data directory). A
 sink opens the writer - and with it pyarrow - with its first write (a read-back reads the
 lake without it), or at once when the buffer directory holds rollups an earlier run left (the
-writer drains them); its
+writer drains them). The writer's modules are imported in a thread once an agent of the
+process becomes a job's master (:func:`warm_imports`, called by the runtime): imported on the
+loop at the first write, pyarrow and pandas stalled every agent of the process for about a
+second, and a 128-agent process missed its probes and heartbeats for that long; its
 ``stats()`` say ``opened: False`` until then. A stopping job's :meth:`LakeSink.flush` waits at
 most ``stop_flush_seconds`` (``RuntimeTunables``).
 """
@@ -67,6 +70,33 @@ if TYPE_CHECKING:  # spark_sink (pyarrow) is imported only when a lake is config
 log = logging.getLogger(__name__)
 _WRITERS: dict[tuple[str, str], LakeWriter] = {}
 _LOCK = threading.Lock()
+#: what opening a writer and building its first rollup import (a second or more, cold)
+WRITER_MODULES = ("spark_sink.buffer", "spark_sink.compaction", "spark_sink.lake", "pandas")
+_warming: threading.Thread | None = None
+
+
+def warm_imports() -> threading.Thread:
+    """Import :data:`WRITER_MODULES` in a daemon thread, once per process, so that no event
+    loop imports them (module contract); returns that thread. Safe to race: a loop that needs
+    a module first waits on the import lock for the thread's import, and a failed import here
+    is simply done again where the module is used."""
+    global _warming
+    with _LOCK:
+        if _warming is not None:
+            return _warming
+        _warming = threading.Thread(target=_import_all, name="elf-lake-imports", daemon=True)
+        _warming.start()
+        return _warming
+
+
+def _import_all() -> None:
+    import importlib
+
+    for module in WRITER_MODULES:
+        with contextlib.suppress(Exception):  # its user imports it again and reports
+            importlib.import_module(module)
+
+
 _DEFAULTS = RuntimeTunables()
 
 
