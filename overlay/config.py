@@ -2,7 +2,8 @@
 
 Contract: a frozen dataclass; tests pass shorter timings via ``dataclasses.replace``. With the
 defaults a node sends about 2 probes + 2 probe replies per second plus one leaf-set refresh
-every 5 s (≈ 4.4 maintenance datagrams per node per second, under the paper's 10), suspects a
+every 5-40 s and one slot lookup every 2-32 s (the longer periods while its neighbourhood does
+not change: ≈ 4.1 maintenance datagrams per node per second, under the paper's 10), suspects a
 silent peer after ``misses_before_suspect`` consecutive unanswered probes (≈ 1.5 s once it is
 probed) and declares it failed ``fail_timeout`` seconds later.
 """
@@ -28,6 +29,10 @@ class Tunables:
     fail_timeout: float = 2.0  # suspected this long without a reply → failed
     leaf_refresh_interval: float = 5.0
     slot_refresh_interval: float = 2.0  # one routing-table slot re-looked-up per interval
+    # while the neighbourhood does not change, both intervals double after each refresh up
+    # to these (overlay/trickle.py); a node admitted or retired resets them
+    leaf_refresh_max_interval: float = 40.0
+    slot_refresh_max_interval: float = 32.0
     kademlia_refresh_interval: float = 600.0
     gossip_sends: int = 12  # times each failure/leave rumour is piggybacked on probes
     gossip_per_message: int = 6
@@ -62,5 +67,10 @@ class Tunables:
             <= 0
         ):
             raise ValueError("timings must be positive")
+        if (
+            self.leaf_refresh_max_interval < self.leaf_refresh_interval
+            or self.slot_refresh_max_interval < self.slot_refresh_interval
+        ):
+            raise ValueError("a refresh's max interval must be >= its interval")
         if self.recv_buffer < 0:
             raise ValueError("recv_buffer must be >= 0 (0: the OS default)")

@@ -26,6 +26,9 @@ class Neighbourhood:
         self.self_id = self_id
         self.table = PrefixTable(self_id, slot_capacity)
         self.leaves = LeafSet(self_id, leaf_set_size)
+        #: grows with every admission and retirement: whether the neighbourhood changed
+        #: since a caller last looked (the refresh periods of overlay/trickle.py)
+        self.changes = 0
 
     # ---- queries -------------------------------------------------------------------------------
 
@@ -117,6 +120,7 @@ class Neighbourhood:
         """Offer ``info`` to the table and the leaf set. Returns ``(kept, dropped)``: whether
         ``info`` is now a contact, and a contact the table evicted for it that the leaf set
         does not hold either (no longer a contact at all)."""
+        self.changes += 1
         accepted, evicted = self.table.add(info)
         in_leaves = self.leaves.offer(info) or info.id in self.leaves
         dropped = evicted if evicted is not None and evicted.id not in self.leaves else None
@@ -124,6 +128,7 @@ class Neighbourhood:
 
     def retire(self, node_id: int) -> None:
         """Take a suspected or failed node out of routing; refill the leaf set if it was in."""
+        self.changes += 1
         self.table.remove(node_id)
         if self.leaves.remove(node_id):
             pool = list(self.table)

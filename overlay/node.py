@@ -55,6 +55,7 @@ from overlay.protocol import ERROR, OK, OverlayProtocol
 from overlay.router import Router, RouteResult, RoutingApplication
 from overlay.tasks import BackgroundTasks
 from overlay.transport import UdpNetwork
+from overlay.trickle import Trickle
 from overlay.upkeep import TableUpkeep
 from overlay.wire import Codec
 
@@ -265,14 +266,23 @@ class OverlayNode:
         next_rejoin = _now() + self._rng.uniform(0, t.rejoin_interval)
         next_slot = _now() + self._rng.uniform(0, t.slot_refresh_interval)
         next_socket = _now() + t.socket_stats_interval
+        # Lookups stretch while the neighbourhood is quiet (overlay/trickle.py): each one a
+        # change did not follow finds nothing new either.
+        leaf_period = Trickle(t.leaf_refresh_interval, t.leaf_refresh_max_interval)
+        slot_period = Trickle(t.slot_refresh_interval, t.slot_refresh_max_interval)
+        leaf_seen = slot_seen = self._hood.changes
         while self._running:
             try:
                 self._detector.tick()
                 if _now() >= next_leaf_refresh:
-                    next_leaf_refresh = _now() + t.leaf_refresh_interval
+                    changes = self._hood.changes
+                    next_leaf_refresh = _now() + leaf_period.after(changes != leaf_seen)
+                    leaf_seen = changes
                     self._tasks.spawn(self._upkeep.refresh_leaves(), "leaf refresh")
                 if _now() >= next_slot:
-                    next_slot = _now() + t.slot_refresh_interval
+                    changes = self._hood.changes
+                    next_slot = _now() + slot_period.after(changes != slot_seen)
+                    slot_seen = changes
                     self._tasks.spawn(self._upkeep.refresh_slot(), "slot refresh")
                 if _now() >= next_rejoin:
                     next_rejoin = _now() + t.rejoin_interval
