@@ -428,26 +428,38 @@ class Supervisor:
             await asyncio.sleep(TABLE_FILE_SECONDS)
 
     async def resync(self) -> bool:
-        """Fetch the job table from the jobs-tree root over the data plane and merge it;
-        True if a peer's table was merged."""
+        """Fetch the job table from a jobs-tree neighbour over the data plane and merge it;
+        True if a peer's table was merged. A member pulls from its parent (the root when it
+        has none, or when the parent fails it): every agent pulling from the root made one
+        agent serve the whole cluster every period, each pull after a routed query, while
+        pairwise merges converge all the same (a change reaches depth d within d periods
+        when its multicast was lost; newer versions win)."""
         view = self.trees().view(JOBS_TREE)
         if view is not None and view.is_root:
             # A new root (a closer agent joined, or a split tree healed) may hold an empty or
             # old table while its children hold the current one: it learns it from them.
             urls = [url for url in view.child_urls.values() if url][: self.tunables.resync_fanout]
         else:
+            if view is not None and view.parent_url and await self._merged_from(view.parent_url):
+                self.table_synced = True
+                return True
             urls = [(await self.ask_jobs_root({"op": "where"}))["data_url"]]
         merged = False
         for url in urls:
-            try:
-                await self.merge_table_from(url)
-                merged = True
-            except (DataPlaneError, ValueError, KeyError, TypeError) as exc:
-                self.count("resync_errors")
-                log.info("job table resync from %s failed: %r", url, exc)
+            merged = await self._merged_from(url) or merged
         # readiness: a root without children holds the table itself
         self.table_synced = self.table_synced or merged or not urls
         return merged
+
+    async def _merged_from(self, url: str) -> bool:
+        """One anti-entropy exchange with the agent at ``url``; False (counted) if it failed."""
+        try:
+            await self.merge_table_from(url)
+            return True
+        except (DataPlaneError, ValueError, KeyError, TypeError) as exc:
+            self.count("resync_errors")
+            log.info("job table resync from %s failed: %r", url, exc)
+            return False
 
     async def merge_table_from(self, url: str) -> None:
         """Merge the job table (and tombstones) of the agent at data-plane ``url`` into ours
