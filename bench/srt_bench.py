@@ -6,6 +6,7 @@ the idle cost of an agent. Prints one JSON document on stdout.
     python bench/srt_bench.py --only idle   # one idle agent: RSS, CPU, heavy libraries mapped
     python bench/srt_bench.py --only idle --baseline REF   # and the agents of commit REF
     python bench/srt_bench.py --only per-agent --agents 64 [--baseline REF]   # CPU per agent
+    python bench/srt_bench.py --only cluster --agents 256 --epoch-seconds 5   # processes only
 
 * **Roll-up** (goal p99 < 100 ms, the paper's "under 100 ms"): N logical agents in this
   process, each a real agent (overlay over UDP, data plane over HTTP, real trees), run
@@ -30,6 +31,12 @@ the idle cost of an agent. Prints one JSON document on stdout.
 * **Per-agent CPU** (``--only per-agent``; goals 0.02 % with no job, 0.05 % with one): N
   logical agents in this process, production timings, the process's CPU per agent with no
   job, then with one job and no input (10 s samples).
+* **Cluster** (``--only cluster``, also part of the full run with ``--processes``): N logical
+  agents in P real ``elf agent`` processes, WordCount with ``--epoch-seconds`` epochs (1 s by
+  default; the paper's applications use 30 s) on a trickle of lines; besides the latencies,
+  every measured epoch's result at the master against a Counter of the lines written
+  (``exactness``: exact, flagged - tentative or partial, as the result says - or wrong, which
+  must be 0).
 * **Marginal agent** (goal ≤ 2 MB): one process hosting 1, then 9 logical agents, one job and
   no input; the RSS difference per extra agent.
 
@@ -54,6 +61,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +70,7 @@ from checkout import checkout
 from latency import summary
 
 from agent.config import load_config
+from agent.jobs.schedule import EpochSchedule
 from agent.runtime.host.agent import JOBS_TREE, Agent, spans_one_tree
 from agent.server.cluster import LocalCluster
 from agent.server.daemon import freeze_heap, start_agents, stop_agents
@@ -310,13 +319,20 @@ async def star_baseline(agents: list[Agent], master: Agent, epochs: int) -> dict
 # ---- the same measurement across agent processes ---------------------------------------------
 
 
-def cluster_run(n: int, processes: int, epochs: int) -> dict[str, Any]:
+def cluster_run(
+    n: int, processes: int, epochs: int, epoch_seconds: float = 1.0, settle_s: float = 180.0
+) -> dict[str, Any]:
     """N logical agents in ``processes`` real ``elf agent`` processes (both cores, as agents on
     separate hosts would have their own): each process tails one JSON-lines file that all its
-    logical agents read; this process appends to the files and reads timings over the API."""
+    logical agents read; this process appends to the files and reads timings over the API.
+    Every measured epoch's result at the master is checked against a Counter of the lines
+    written (each counted once per logical agent of the process whose file holds it): it must
+    be exact, or flagged (tentative or partial)."""
     from agent.client import ApiClient
 
     per = n // processes
+    schedule = EpochSchedule(epoch_seconds)
+    expected: dict[int, Counter[str]] = defaultdict(Counter)
     with tempfile.TemporaryDirectory(prefix="elf-srt-bench-") as tmp:
         files = [Path(tmp) / f"input-{i}.jsonl" for i in range(processes)]
         for f in files:
@@ -324,32 +340,43 @@ def cluster_run(n: int, processes: int, epochs: int) -> dict[str, Any]:
         inputs = {i: {"lines": str(f)} for i, f in enumerate(files)}
         t0 = time.monotonic()
         local = LocalCluster(processes, Path(tmp) / "cluster", inputs=inputs, logical_agents=per)
-        local.start(timeout=180)
+        local.start(timeout=settle_s)
         started_s = time.monotonic() - t0
         stop = threading.Event()
         try:
-            clients = [ApiClient(a["api_url"], local.token) for a in local.agents()]
-            settle_s = poll(
-                lambda: spans_one_tree([c.status().get("jobs_tree") for c in clients]), 180
+            # a slow answer is an overloaded process, which the figures say: wait for it
+            clients = {
+                a["node_id"]: ApiClient(a["api_url"], local.token, timeout=120.0)
+                for a in local.agents()
+            }
+            first_client = next(iter(clients.values()))
+            settled = poll(
+                lambda: spans_one_tree([c.status().get("jobs_tree") for c in clients.values()]),
+                settle_s,
             )
-            spec = {"name": "bench", "creator": "bench", "job_class": "wordcount"}
-            info = clients[0].submit(spec)
-            feeder = threading.Thread(target=feed_files, args=(files, stop), daemon=True)
+            spec = {"name": "bench", "creator": "bench", "job_class": "wordcount",
+                    "epoch_seconds": epoch_seconds}  # fmt: skip
+            info = first_client.submit(spec)
+            feeder = threading.Thread(
+                target=feed_files, args=(files, stop, schedule, per, expected), daemon=True
+            )
             feeder.start()
             tid = f"{app_id('bench', 'bench'):040x}"
-            poll(lambda: master_of(clients, tid) is not None, 60)
-            master = master_of(clients, tid)
+            poll(lambda: master_of(first_client, clients, tid) is not None, 120)
+            master = master_of(first_client, clients, tid)
             assert master is not None
             done = lambda k: len(completed(master, tid)) >= k  # noqa: E731
-            poll(lambda: done(3), 90)
+            poll(lambda: done(3), 60 + 3 * epoch_seconds * 3)
             first = max(completed(master, tid)) + 1
             poll(
                 lambda: len([e for e in completed(master, tid) if e >= first]) >= epochs,
-                60 + 3 * epochs,
+                60 + 3 * epochs * epoch_seconds,
             )
             stop.set()
-            timings = [c.timings("bench") for c in clients]
-            views = [c.status()["jobs"]["bench"]["trees"] for c in clients]
+            feeder.join()
+            exactness = check_exact(master, range(first, first + epochs), expected, 60.0)
+            timings = [c.timings("bench") for c in clients.values()]
+            views = [c.status()["jobs"]["bench"]["trees"] for c in clients.values()]
         finally:
             stop.set()
             local.stop(timeout=60)
@@ -386,10 +413,12 @@ def cluster_run(n: int, processes: int, epochs: int) -> dict[str, Any]:
     return {
         "agents": n,
         "processes": processes,
+        "epoch_seconds": epoch_seconds,
         "start_s": round(started_s, 2),
-        "settle_s": round(settle_s, 2),
+        "settle_s": round(settled, 2),
         "agents_reached_by_submit": info["agents_reached"],
         "tree": shape_of(view_of),
+        "exactness": exactness,
         "rollup_last_leaf_to_master": summary(rollup),
         "multicast_send_to_last_delivery": summary(delivery),
         "multicast_send_to_confirmation": summary(confirm),
@@ -398,6 +427,31 @@ def cluster_run(n: int, processes: int, epochs: int) -> dict[str, Any]:
         "epochs_without_timing": epochs - len(rollup),
         "multicasts_not_seen_by_all": partial,
     }
+
+
+def check_exact(
+    master: Any, epochs: range, expected: dict[int, Counter[str]], timeout: float
+) -> dict[str, Any]:
+    """Each epoch's result at the master against the reference, once final (or at
+    ``timeout``): ``exact`` (final and equal), ``flagged`` (tentative or partial, as it
+    says), ``wrong`` (final, unflagged and not equal: must be 0)."""
+    deadline = time.monotonic() + timeout
+    out: dict[str, Any] = {"exact": 0, "flagged": 0, "wrong": 0, "wrong_epochs": []}
+    for epoch in epochs:
+        while True:
+            res = master.results("bench", epoch)
+            if res.get("state") == "final" or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)  # the poll interval of another process's state
+        got = Counter({k: v for k, v in res.get("rows", [])})
+        if res.get("state") != "final":
+            out["flagged"] += 1
+        elif got == expected[epoch]:
+            out["exact"] += 1
+        else:
+            out["wrong"] += 1
+            out["wrong_epochs"].append(epoch)
+    return out
 
 
 def poll(predicate: Any, timeout: float) -> float:
@@ -410,28 +464,46 @@ def poll(predicate: Any, timeout: float) -> float:
     return time.monotonic() - t0
 
 
-def master_of(clients: list[Any], tid: str) -> Any:
-    for c in clients:
-        trees = c.status()["jobs"].get("bench", {}).get("trees", [])
-        if trees and trees[0]["tree_id"] == tid and trees[0]["is_root"]:
-            return c
-    return None
+def master_of(asked: Any, clients: dict[str, Any], tid: str) -> Any:
+    """The client of the agent that ``asked`` (one status call) names as the tree's root, if
+    that agent says it is the root itself."""
+    trees = asked.status()["jobs"].get("bench", {}).get("trees", [])
+    view = next((t for t in trees if t["tree_id"] == tid), None)
+    if view is None:
+        return None
+    root = (view.get("root") or {}).get("id") if not view["is_root"] else None
+    client = asked if view["is_root"] else clients.get(root or "")
+    if client is None:
+        return None
+    trees = client.status()["jobs"].get("bench", {}).get("trees", [])
+    return client if any(t["tree_id"] == tid and t["is_root"] for t in trees) else None
 
 
 def completed(master: Any, tid: str) -> list[int]:
     return [e for t_, e, _ in master.timings("bench")["completed_at"] if t_ == tid]
 
 
-def feed_files(files: list[Path], stop: threading.Event) -> None:
-    """Append a few lines to every process's input every 250 ms, with current timestamps."""
+def feed_files(
+    files: list[Path],
+    stop: threading.Event,
+    schedule: EpochSchedule,
+    readers: int,
+    expected: dict[int, Counter[str]],
+) -> None:
+    """Append a few lines to every process's input every 250 ms, with current timestamps;
+    ``expected[epoch]`` counts their words ``readers`` times (every logical agent of a process
+    reads its file)."""
     rng = random.Random(1)
     while not stop.wait(0.25):
         now = time.time()
+        epoch = schedule.epoch_of(now)
         for f in files:
             with f.open("a") as out:
                 for _ in range(3):
-                    line = f"w{rng.randrange(500)} w{rng.randrange(500)}"
-                    out.write(json.dumps({"ts": now, "line": line}) + "\n")
+                    words = [f"w{rng.randrange(500)}", f"w{rng.randrange(500)}"]
+                    out.write(json.dumps({"ts": now, "line": " ".join(words)}) + "\n")
+                    for w in words:
+                        expected[epoch][w] += readers
 
 
 def shape_of(views: dict[str, dict[str, Any]]) -> dict[str, int]:
@@ -596,9 +668,16 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["idle", "per-agent"],
+        choices=["idle", "per-agent", "cluster"],
         help="idle: only the idle agent's RSS, CPU and heavy maps; per-agent: only the CPU per "
-        "agent of N logical agents in this process (--agents, default 64), no job and one job",
+        "agent of N logical agents in this process (--agents, default 64), no job and one job; "
+        "cluster: only the multi-process run of each --agents size (exactness checked)",
+    )
+    parser.add_argument(
+        "--epoch-seconds",
+        type=float,
+        default=1.0,
+        help="the cluster run's epoch length (the paper's applications use 30 s)",
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="per-agent: sample length")
     parser.add_argument(
@@ -645,12 +724,24 @@ def main() -> None:
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
+    processes = args.processes or os.cpu_count() or 2
+    if args.only == "cluster":
+        out["runs"] = []
+        for n in sizes:
+            try:
+                out["runs"].append(cluster_run(n, processes, epochs, args.epoch_seconds))
+            except Exception as exc:  # report what broke, keep the other sizes' figures
+                out["runs"].append(
+                    {"agents": n, "processes": processes, "error": f"{type(exc).__name__}: {exc}"}
+                )
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
     out["balance"] = balance(1280, [500, 1000, 2000], args.seed)
     out["idle_agent"] = idle_agent(3.0 if args.quick else 10.0)
     out["idle_member"] = idle_member(3.0 if args.quick else 10.0)
     out["marginal_agent"] = marginal_agent(3.0 if args.quick else 10.0)
     out["runs"] = []
-    processes = args.processes or os.cpu_count() or 2
     for n in sizes:
         try:
             out["runs"].append(asyncio.run(tree_vs_star(n, epochs, args.seed)))
@@ -658,7 +749,7 @@ def main() -> None:
             out["runs"].append({"agents": n, "error": f"{type(exc).__name__}: {exc}"})
         if processes > 1:
             try:
-                out["runs"].append(cluster_run(n, processes, epochs))
+                out["runs"].append(cluster_run(n, processes, epochs, args.epoch_seconds))
             except Exception as exc:
                 out["runs"].append(
                     {"agents": n, "processes": processes, "error": f"{type(exc).__name__}: {exc}"}
