@@ -340,7 +340,8 @@ def cluster_run(
         inputs = {i: {"lines": str(f)} for i, f in enumerate(files)}
         t0 = time.monotonic()
         local = LocalCluster(processes, Path(tmp) / "cluster", inputs=inputs, logical_agents=per)
-        local.start(timeout=settle_s)
+        # a process starts its logical agents one after another, each joining the overlay
+        local.start(timeout=max(settle_s, 0.75 * per))
         started_s = time.monotonic() - t0
         stop = threading.Event()
         try:
