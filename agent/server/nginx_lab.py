@@ -25,6 +25,7 @@ Bounds: ports are found free then released, so another process could take one in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -66,10 +67,16 @@ def _nginx() -> str:
     return shutil.which("nginx") or "/usr/sbin/nginx"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: all held bound until all are found (a port released at once
+    may be handed out again by the next bind, which gave one port to two servers)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(n):
+            s = held.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+        return ports
 
 
 def access_record(line: str) -> dict[str, Any] | None:
@@ -88,7 +95,7 @@ class NginxLab:
     def __init__(self, workdir: Path, logs: list[Path]) -> None:
         self.workdir = Path(workdir)
         self.logs = [Path(p) for p in logs]
-        self.ports = [free_port() for _ in self.logs]
+        self.ports = free_ports(len(self.logs))
         self.conf = self.workdir / "nginx.conf"
         self.error_log = self.workdir / "nginx-error.log"
         self.process: subprocess.Popen[bytes] | None = None
