@@ -357,7 +357,7 @@ def cluster_run(
             )
             spec = {"name": "bench", "creator": "bench", "job_class": "wordcount",
                     "epoch_seconds": epoch_seconds}  # fmt: skip
-            info = first_client.submit(spec)
+            info = submit_patiently(first_client, spec, 180.0)
             feeder = threading.Thread(
                 target=feed_files, args=(files, stop, schedule, per, expected), daemon=True
             )
@@ -428,6 +428,26 @@ def cluster_run(
         "epochs_without_timing": epochs - len(rollup),
         "multicasts_not_seen_by_all": partial,
     }
+
+
+def submit_patiently(client: Any, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Submit as an operator would: again while the jobs-tree root is too busy to answer in
+    time (503: just after hundreds of agents joined); a 409 after such a retry means the
+    earlier attempt went through (its answer was what timed out)."""
+    from agent.client import ApiError
+
+    deadline = time.monotonic() + timeout
+    retried = False
+    while True:
+        try:
+            return client.submit(spec)
+        except ApiError as exc:
+            if exc.status == 409 and retried:
+                return {"agents_reached": None, "retried": True}
+            if exc.status != 503 or time.monotonic() > deadline:
+                raise
+            retried = True
+            time.sleep(5.0)  # the poll interval of another process's load
 
 
 def check_exact(
