@@ -616,9 +616,10 @@ def marginal_agent(seconds: float, code: Path | None = None, more: int = 8) -> d
     }
 
 
-async def per_agent_idle(n: int, seconds: float) -> dict[str, Any]:
+async def per_agent_idle(n: int, seconds: float, warm: float = 0.0) -> dict[str, Any]:
     """``n`` logical agents in this process (production timings): the process's CPU per agent
-    with no job, then with one job and no input, each over ``seconds`` once settled."""
+    with no job, then with one job and no input, each over ``seconds`` once settled and
+    ``warm`` seconds more (the overlay's upkeep slows down while nothing changes)."""
     cfg = load_config(env={"ELF_SECRET": SECRET}, overrides={"logical_agents": n})
     cfg = dataclasses.replace(cfg, tunables=Tunables(), heartbeat_interval=1.0)
     agents = await start_agents(cfg)
@@ -632,6 +633,7 @@ async def per_agent_idle(n: int, seconds: float) -> dict[str, Any]:
     try:
         await settle(agents, 120)
         freeze_heap()
+        await asyncio.sleep(warm)
         no_job = await cpu_percent()
         await agents[0].submit({"name": "idle", "creator": "bench", "job_class": "wordcount"})
         await asyncio.sleep(5.0)  # the job's trees form and its first epochs pass
@@ -640,17 +642,18 @@ async def per_agent_idle(n: int, seconds: float) -> dict[str, Any]:
         await stop_agents(agents, timeout=60)
     return {
         "agents": n,
+        "warm_s": warm,
         "cpu_percent_per_agent": {"no_job": round(no_job / n, 3), "one_job": round(one_job / n, 3)},
         "goal_percent": {"no_job": 0.02, "one_job": 0.05},
     }
 
 
-def per_agent_idle_of(code: Path, n: int, seconds: float) -> dict[str, Any]:
+def per_agent_idle_of(code: Path, n: int, seconds: float, warm: float = 0.0) -> dict[str, Any]:
     """:func:`per_agent_idle` with the agents of checkout ``code`` (this script, run with it
     first on the import path)."""
     env = {**os.environ, "PYTHONPATH": str(code)}
     args = [sys.executable, __file__, "--only", "per-agent", "--agents", str(n)]
-    args += ["--seconds", str(seconds)]
+    args += ["--seconds", str(seconds), "--warm", str(warm)]
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout)["per_agent_idle"]
 
@@ -702,6 +705,9 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="per-agent: sample length")
     parser.add_argument(
+        "--warm", type=float, default=0.0, help="per-agent: seconds to wait once settled"
+    )
+    parser.add_argument(
         "--baseline",
         metavar="REF",
         help="with --only idle or per-agent: also run the agents of this git commit "
@@ -719,12 +725,12 @@ def main() -> None:
     }
     if args.only == "per-agent":
         n = (args.agents or [64])[0]
-        out["per_agent_idle"] = asyncio.run(per_agent_idle(n, args.seconds))
+        out["per_agent_idle"] = asyncio.run(per_agent_idle(n, args.seconds, args.warm))
         if args.baseline:
             with checkout(args.baseline) as code:
                 out["baseline"] = {
                     "ref": args.baseline,
-                    "per_agent_idle": per_agent_idle_of(code, n, args.seconds),
+                    "per_agent_idle": per_agent_idle_of(code, n, args.seconds, args.warm),
                 }
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
