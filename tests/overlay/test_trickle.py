@@ -50,10 +50,14 @@ def _lookups(stretch: bool, crash: bool = False) -> dict[str, Any]:
     """find_node requests 40 nodes send in a quiet window of 200 virtual seconds (after 100 s
     to settle), then, with ``crash``, in the 20 s after a node crashes."""
     base = Tunables()
-    tunables = base if stretch else dataclasses.replace(
-        base,
-        slot_refresh_max_interval=base.slot_refresh_interval,
-        leaf_refresh_max_interval=base.leaf_refresh_interval,
+    tunables = (
+        base
+        if stretch
+        else dataclasses.replace(
+            base,
+            slot_refresh_max_interval=base.slot_refresh_interval,
+            leaf_refresh_max_interval=base.leaf_refresh_interval,
+        )
     )
 
     def sent(nodes: list[Any]) -> int:
