@@ -455,12 +455,17 @@ def check_exact(
 ) -> dict[str, Any]:
     """Each epoch's result at the master against the reference, once final (or at
     ``timeout``): ``exact`` (final and equal), ``flagged`` (tentative or partial, as it
-    says), ``wrong`` (final, unflagged and not equal: must be 0)."""
+    says, or not answered), ``wrong`` (final, unflagged and not equal: must be 0)."""
+    from agent.client import ApiError
+
     deadline = time.monotonic() + timeout
     out: dict[str, Any] = {"exact": 0, "flagged": 0, "wrong": 0, "wrong_epochs": []}
     for epoch in epochs:
         while True:
-            res = master.results("bench", epoch)
+            try:
+                res = master.results("bench", epoch)
+            except ApiError as exc:  # the role moved, or the master is too busy: not judged
+                res = {"state": f"unavailable ({exc.status})"}
             if res.get("state") == "final" or time.monotonic() > deadline:
                 break
             time.sleep(0.5)  # the poll interval of another process's state
