@@ -455,11 +455,13 @@ def check_exact(
 ) -> dict[str, Any]:
     """Each epoch's result at the master against the reference, once final (or at
     ``timeout``): ``exact`` (final and equal), ``flagged`` (tentative or partial, as it
-    says, or not answered), ``wrong`` (final, unflagged and not equal: must be 0)."""
+    says), ``unanswered`` (the master did not answer), ``wrong`` (final, unflagged and not
+    equal: must be 0)."""
     from agent.client import ApiError
 
     deadline = time.monotonic() + timeout
-    out: dict[str, Any] = {"exact": 0, "flagged": 0, "wrong": 0, "wrong_epochs": []}
+    out: dict[str, Any] = {"exact": 0, "flagged": 0, "unanswered": 0, "wrong": 0}
+    out["wrong_epochs"] = []
     for epoch in epochs:
         while True:
             try:
@@ -470,7 +472,9 @@ def check_exact(
                 break
             time.sleep(0.5)  # the poll interval of another process's state
         got = Counter({k: v for k, v in res.get("rows", [])})
-        if res.get("state") != "final":
+        if str(res.get("state")).startswith("unavailable"):
+            out["unanswered"] += 1
+        elif res.get("state") != "final":
             out["flagged"] += 1
         elif got == expected[epoch]:
             out["exact"] += 1
