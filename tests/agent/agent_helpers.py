@@ -27,6 +27,10 @@ FAST = Tunables(
     fail_timeout=1.0,
     leaf_refresh_interval=1.0,
     slot_refresh_interval=0.5,
+    # fixed refresh periods: in-process agent tests keep the timings they were written for
+    # (tests/overlay/test_trickle.py covers the stretching; cluster tests run production's)
+    leaf_refresh_max_interval=1.0,
+    slot_refresh_max_interval=0.5,
 )
 
 

@@ -28,6 +28,10 @@ FAST = Tunables(
     fail_timeout=0.4,
     leaf_refresh_interval=0.5,
     slot_refresh_interval=0.5,
+    # fixed refresh periods: these tests are about trees, not upkeep (tests/overlay/
+    # test_trickle.py covers the stretching; cluster tests run the production timings)
+    leaf_refresh_max_interval=0.5,
+    slot_refresh_max_interval=0.5,
     rejoin_interval=0.2,
     rejoin_batch=4,
     tombstone_ttl=2.0,
