@@ -262,27 +262,29 @@ class OverlayNode:
         t = self.tunables
         # Random phase so nodes started together do not probe in lockstep.
         await asyncio.sleep(self._rng.uniform(0, t.probe_interval))
-        next_leaf_refresh = _now() + self._rng.uniform(0, t.leaf_refresh_interval)
         next_rejoin = _now() + self._rng.uniform(0, t.rejoin_interval)
-        next_slot = _now() + self._rng.uniform(0, t.slot_refresh_interval)
         next_socket = _now() + t.socket_stats_interval
         # Lookups stretch while the neighbourhood is quiet (overlay/trickle.py): each one a
         # change did not follow finds nothing new either.
-        leaf_period = Trickle(t.leaf_refresh_interval, t.leaf_refresh_max_interval)
-        slot_period = Trickle(t.slot_refresh_interval, t.slot_refresh_max_interval)
-        leaf_seen = slot_seen = self._hood.changes
+        changes = self._hood.changes
+        leaf_refresh = Trickle(
+            t.leaf_refresh_interval,
+            t.leaf_refresh_max_interval,
+            _now() + self._rng.uniform(0, t.leaf_refresh_interval),
+            changes,
+        )
+        slot_refresh = Trickle(
+            t.slot_refresh_interval,
+            t.slot_refresh_max_interval,
+            _now() + self._rng.uniform(0, t.slot_refresh_interval),
+            changes,
+        )
         while self._running:
             try:
                 self._detector.tick()
-                if _now() >= next_leaf_refresh:
-                    changes = self._hood.changes
-                    next_leaf_refresh = _now() + leaf_period.after(changes != leaf_seen)
-                    leaf_seen = changes
+                if leaf_refresh.due(_now(), self._hood.changes):
                     self._tasks.spawn(self._upkeep.refresh_leaves(), "leaf refresh")
-                if _now() >= next_slot:
-                    changes = self._hood.changes
-                    next_slot = _now() + slot_period.after(changes != slot_seen)
-                    slot_seen = changes
+                if slot_refresh.due(_now(), self._hood.changes):
                     self._tasks.spawn(self._upkeep.refresh_slot(), "slot refresh")
                 if _now() >= next_rejoin:
                     next_rejoin = _now() + t.rejoin_interval

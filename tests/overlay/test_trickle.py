@@ -37,6 +37,28 @@ def test_the_period_doubles_while_quiet_and_resets_on_a_change(
         assert low <= trickle.period <= high
 
 
+@given(
+    low=st.floats(0.01, 10.0),
+    factor=st.floats(1.0, 100.0),
+    steps=st.lists(st.tuples(st.floats(0.0, 50.0), st.integers(0, 3)), max_size=60),
+)
+def test_a_refresh_is_due_once_per_period_and_a_counted_change_resets_it(
+    low: float, factor: float, steps: list[tuple[float, int]]
+) -> None:
+    high = low * factor
+    trickle = Trickle(low, high, first=1.0, changes=0)
+    now, changes, seen, period, next_at = 0.0, 0, 0, low, 1.0  # the reference schedule
+    for advance, new_changes in steps:
+        now += advance
+        changes += new_changes
+        due = now >= next_at
+        assert trickle.due(now, changes) == due
+        if due:
+            period = low if changes != seen else min(high, period * 2)
+            seen, next_at = changes, now + period
+        assert trickle.next_at == pytest.approx(next_at)
+
+
 def test_a_period_needs_0_lt_low_le_high() -> None:
     with pytest.raises(ValueError):
         Trickle(0.0, 1.0)
