@@ -239,7 +239,18 @@ class Recovery:
     def publish_deferred(self, tid: int) -> None:
         """This master settled: publish the lake writes that waited, each stamped first with
         the term it is published under (a hand-over may have raised it meanwhile)."""
-        for epoch in sorted(self.fence.settle(tid, time.time())):
+        before = self.fence.term(tid)
+        epochs = self.fence.settle(tid, time.time())
+        if self.fence.term(tid) != before:  # fenced while it waited: it claimed above
+            self.host.count("term_claims_after_fence")
+            self.members_changed()  # the term is persisted beside the members
+            log.warning(
+                "job %s tree %x: fenced while settling; claimed term %d",
+                self.name,
+                tid,
+                self.fence.term(tid),
+            )
+        for epoch in sorted(epochs):
             self.store.assess(tid, epoch)
             self.publish(tid, epoch)
 
