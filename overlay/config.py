@@ -5,7 +5,8 @@ defaults a node sends about 2 probes + 2 probe replies per second plus one leaf-
 every 5-40 s and one slot lookup every 2-32 s (the longer periods while its neighbourhood does
 not change: ≈ 4.1 maintenance datagrams per node per second, under the paper's 10), suspects a
 silent peer after ``misses_before_suspect`` consecutive unanswered probes (≈ 1.5 s once it is
-probed) and declares it failed ``fail_timeout`` seconds later.
+probed) and declares it failed ``fail_timeout`` seconds later. Late replies stretch those
+timeouts up to ninefold while round trips are slow (``health_max_level``, overlay/health.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ class Tunables:
     probe_timeout: float = 0.5
     misses_before_suspect: int = 3
     fail_timeout: float = 2.0  # suspected this long without a reply → failed
+    # Late replies (after their timeout) stretch the probe and request timeouts and
+    # fail_timeout by 1 + level, level <= health_max_level; every health_decay_after replies
+    # in time lower it by one (overlay/health.py). 0 keeps the timeouts fixed.
+    health_max_level: int = 8
+    health_decay_after: int = 16
     leaf_refresh_interval: float = 5.0
     slot_refresh_interval: float = 2.0  # one routing-table slot re-looked-up per interval
     # while the neighbourhood does not change, both intervals double after each refresh up
@@ -72,5 +78,7 @@ class Tunables:
             or self.slot_refresh_max_interval < self.slot_refresh_interval
         ):
             raise ValueError("a refresh's max interval must be >= its interval")
+        if self.health_max_level < 0 or self.health_decay_after < 1:
+            raise ValueError("need health_max_level >= 0 and health_decay_after >= 1")
         if self.recv_buffer < 0:
             raise ValueError("recv_buffer must be >= 0 (0: the OS default)")

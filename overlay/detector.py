@@ -11,6 +11,12 @@ Contract:
   every suspected one. After ``misses_before_suspect`` consecutive missed replies — probes,
   routed hops or requests, reported through :meth:`on_missed_reply` — a node is suspected and
   leaves routing at once; any reply (:meth:`on_reply_from`) revives it.
+* **Local health.** A reply that comes after its request timed out (a *late reply*, reported
+  through :meth:`on_late_reply`) counts as a reply - the peer is revived, its misses reset -
+  and raises the node's :class:`~overlay.health.LocalHealth`: probe and request timeouts and
+  ``fail_timeout`` are multiplied by ``1 + level`` (:meth:`FailureDetector.timeout`). An
+  overloaded node (its event loop behind) or a slow network stretches them instead of
+  declaring live peers failed; a silent peer still fails.
 * **Failure.** Suspected for ``fail_timeout`` → declared failed: removed everywhere (kademlia's
   k-buckets included), tombstoned, put on the failed list, ``failed`` fires. A ``leave`` RPC
   does the same without the failed list.
@@ -40,6 +46,7 @@ from typing import Any
 
 from overlay import ids
 from overlay.config import Tunables
+from overlay.health import LocalHealth
 from overlay.membership import FAILED, GONE, LEFT, Membership
 from overlay.metrics import Metrics
 from overlay.neighbourhood import Neighbourhood
@@ -92,7 +99,9 @@ class FailureDetector:
         self._rng = rng
         self._bootstrap = bootstrap
         self.membership = Membership(me.id, tunables)
+        self.health = LocalHealth(tunables.health_max_level, tunables.health_decay_after)
         self._probe_queue: list[int] = []
+        self._probing: set[int] = set()  # peers with a probe in flight
         # Failed nodes, re-pinged now and then: after a partition heals each side finds the
         # other again this way (tombstones stop second-hand news of them meanwhile).
         self._graveyard: OrderedDict[int, tuple[NodeInfo, float]] = OrderedDict()
@@ -129,13 +138,29 @@ class FailureDetector:
             self._forget(info)
 
     def _forget(self, info: NodeInfo) -> None:
-        self.membership.peers.pop(info.id, None)
+        self.membership.forget(info.id)
         self._contacts.remove(info)
 
     # ---- replies and silences ------------------------------------------------------------------
 
+    def timeout(self, base: float) -> float:
+        """``base`` (a probe or request timeout) stretched by the local health."""
+        return base * self.health.multiplier
+
+    def on_late_reply(self, address: Address) -> None:
+        """A reply from ``address`` came after its request timed out: the peer lives, and
+        this node's timeouts are too short for the round trips it sees now."""
+        self.health.late_reply()
+        node_id = self.membership.at_address(address)
+        if node_id is not None:
+            self._revive(node_id)
+
     def on_reply_from(self, node_id: int) -> None:
         """``node_id`` answered a request of ours: a suspected node is revived."""
+        self.health.reply_in_time()
+        self._revive(node_id)
+
+    def _revive(self, node_id: int) -> None:
         state = self.membership.get(node_id)
         if state is not None and self.membership.heard(node_id, _now()):
             self._metrics.event("nodes_revived")
@@ -179,7 +204,9 @@ class FailureDetector:
             self._spawn(self._ping_with(target, rumour), "evidence rumour")
 
     async def _ping_with(self, target: NodeInfo, rumours: list[Any]) -> None:
-        status, result = await self._call(target.address, "ping", [rumours], self._t.probe_timeout)
+        status, result = await self._call(
+            target.address, "ping", [rumours], self.timeout(self._t.probe_timeout)
+        )
         if status != TIMEOUT:
             self.on_reply_from(target.id)
             if status == OK and isinstance(result, list) and len(result) == 2:
@@ -243,7 +270,12 @@ class FailureDetector:
             if kind not in (FAILED, LEFT, GONE):
                 continue
             state = self.membership.get(node_id)
-            if self.membership.accept_rumour(kind, node_id, now) and state is not None:
+            if (
+                self.membership.accept_rumour(
+                    kind, node_id, now, self.timeout(self._t.fail_timeout)
+                )
+                and state is not None
+            ):
                 self._metrics.event("rumours_applied")
                 self._hood.retire(state.info.id)
                 self._contacts.remove(state.info)
@@ -275,7 +307,7 @@ class FailureDetector:
         picks = self._rng.sample(targets, min(t.rejoin_batch, len(targets)))
         for addr in picks:
             status, result = await self._call(
-                addr, "ping", [self.membership.take_rumours()], t.probe_timeout
+                addr, "ping", [self.membership.take_rumours()], self.timeout(t.probe_timeout)
             )
             if status != OK:
                 continue
@@ -295,17 +327,21 @@ class FailureDetector:
         """One round of detection: declare overdue suspects failed, probe every suspect and
         the next watched contact, now and then prune old tombstones."""
         now = _now()
-        for node_id in self.membership.due_failures(now):
+        for node_id in self.membership.due_failures(now, self.timeout(self._t.fail_timeout)):
             self._declare_failed(node_id, FAILED)
+        # One probe in flight per peer: stretched timeouts (overlay/health.py) outlast the
+        # tick, and a second probe to a slow peer would only add to what makes it slow.
         for info in self.membership.suspected():
-            self._spawn(self._probe(info), "probe")
+            if info.id not in self._probing:
+                self._spawn(self._probe(info), "probe")
         if not self._probe_queue:
             self._probe_queue = self._probe_order()
         while self._probe_queue:
             node_id = self._probe_queue.pop()
             state = self.membership.get(node_id)
             if state is not None and state.suspected_since is None:
-                self._spawn(self._probe(state.info), "probe")
+                if node_id not in self._probing:
+                    self._spawn(self._probe(state.info), "probe")
                 break
         if self._rng.random() < 0.05:
             self.membership.prune_tombstones(now)
@@ -320,12 +356,22 @@ class FailureDetector:
 
     async def _probe(self, info: NodeInfo) -> None:
         """Probe until a reply or until the peer is suspected (misses are consecutive)."""
+        self._probing.add(info.id)
+        try:
+            await self._probe_until_answered(info)
+        finally:
+            self._probing.discard(info.id)
+
+    async def _probe_until_answered(self, info: NodeInfo) -> None:
         t = self._t
         for _ in range(t.misses_before_suspect):
             if not self._running() or self.membership.get(info.id) is None:
                 return
             status, result = await self._call(
-                info.address, "ping", [self.membership.take_rumours()], t.probe_timeout
+                info.address,
+                "ping",
+                [self.membership.take_rumours()],
+                self.timeout(t.probe_timeout),
             )
             if status != TIMEOUT:
                 self.on_reply_from(info.id)

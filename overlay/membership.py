@@ -48,6 +48,8 @@ class Membership:
         # ids with suspected_since set: lets the per-tick scans return at once when nobody
         # is suspected (the usual case); the scans themselves keep the peers' order.
         self._suspects: set[int] = set()
+        # the peer at each address: a late reply names only the address it came from
+        self._at: dict[tuple[str, int], int] = {}
 
     def get(self, node_id: int) -> PeerState | None:
         return self.peers.get(node_id)
@@ -67,12 +69,30 @@ class Membership:
         state = self.peers.get(info.id)
         if state is None:
             self.peers[info.id] = PeerState(info, now if direct else None)
+            self._at[info.address] = info.id
             return "new"
         if state.info != info and direct:
+            self._forget_address(state.info)
             state.info = info
+            self._at[info.address] = info.id
         if direct:
             return "revived" if self.heard(info.id, now) else None
         return None
+
+    def forget(self, node_id: int) -> None:
+        """Stop tracking ``node_id`` without a tombstone or rumour (it left every table)."""
+        state = self.peers.pop(node_id, None)
+        if state is not None:
+            self._forget_address(state.info)
+            self._suspects.discard(node_id)
+
+    def at_address(self, address: tuple[str, int]) -> int | None:
+        """The known peer listening at ``address``, if any."""
+        return self._at.get(address)
+
+    def _forget_address(self, info: NodeInfo) -> None:
+        if self._at.get(info.address) == info.id:
+            del self._at[info.address]
 
     def heard(self, node_id: int, now: float) -> bool:
         """A reply or request came from the peer; True if it was suspected."""
@@ -108,11 +128,12 @@ class Membership:
             return []
         return [s.info for s in self.peers.values() if s.suspected_since is not None]
 
-    def due_failures(self, now: float) -> list[int]:
-        """Suspected peers whose ``fail_timeout`` has run out."""
+    def due_failures(self, now: float, limit: float | None = None) -> list[int]:
+        """Suspected peers suspected for ``limit`` seconds (default ``fail_timeout``; the
+        detector stretches it by its local health)."""
         if not self._suspects:
             return []
-        limit = self.t.fail_timeout
+        limit = self.t.fail_timeout if limit is None else limit
         return [
             pid
             for pid, s in self.peers.items()
@@ -122,24 +143,30 @@ class Membership:
     def remove(self, node_id: int, now: float, kind: str) -> PeerState | None:
         """Drop the peer, tombstone it and start a rumour about it."""
         state = self.peers.pop(node_id, None)
+        if state is not None:
+            self._forget_address(state.info)
         self._suspects.discard(node_id)
         self.tombstones[node_id] = now + self.t.tombstone_ttl
         if node_id not in self._rumours:
             self._rumours[node_id] = [kind, self.t.gossip_sends]
         return state
 
-    def accept_rumour(self, kind: str, node_id: int, now: float) -> bool:
+    def accept_rumour(
+        self, kind: str, node_id: int, now: float, lately: float | None = None
+    ) -> bool:
         """Second-hand news that ``node_id`` failed or left. Ignored for this node itself,
-        for peers already tombstoned and for peers heard from within ``fail_timeout`` (a
-        real failure is only rumoured after misses plus ``fail_timeout``, so a peer heard from
-        that recently is alive), except a ``GONE`` rumour, which carries proof; it is passed on
-        as a plain ``FAILED`` one, so the proof reaches only the nodes its witness told. True if
-        the caller must remove it from its tables."""
+        for peers already tombstoned and for peers heard from within ``lately`` seconds
+        (default ``fail_timeout``: a real failure is only rumoured after misses plus
+        ``fail_timeout``, so a peer heard from that recently is alive), except a ``GONE``
+        rumour, which carries proof; it is passed on as a plain ``FAILED`` one, so the proof
+        reaches only the nodes its witness told. True if the caller must remove it from its
+        tables."""
         if node_id == self.self_id or node_id in self.tombstones:
             return False
         state = self.peers.get(node_id)
         recent = state is not None and state.last_heard is not None
-        if kind != GONE and recent and now - state.last_heard < self.t.fail_timeout:
+        lately = self.t.fail_timeout if lately is None else lately
+        if kind != GONE and recent and now - state.last_heard < lately:
             return False
         self.remove(node_id, now, FAILED if kind == GONE else kind)
         return state is not None

@@ -26,6 +26,7 @@ import asyncio
 import inspect
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -45,6 +46,12 @@ OK = "ok"
 ERROR = "error"
 TIMEOUT = "timeout"
 DHT_VALUE_TYPES = (int, float, bool, str, bytes)
+# Timed-out requests remembered per node, so a reply that comes after its timeout counts as a
+# late reply (overlay/health.py): at most this many, for at most this long (seconds).
+EXPIRED_KEPT = 256
+EXPIRED_TTL = 30.0
+
+Address = tuple[str, int]
 
 Handler = Callable[..., Any]
 
@@ -55,6 +62,8 @@ class ProtocolHost(Protocol):
     def on_request_from(self, sender: NodeInfo) -> None: ...
     def on_reply_from(self, node_id: int) -> None: ...
     def on_missed_reply(self, node_id: int) -> None: ...
+    def on_late_reply(self, address: tuple[str, int]) -> None: ...
+    def stretched(self, timeout: float) -> float: ...
     def on_learned(self, infos: list[NodeInfo]) -> None: ...
     def neighbours_of(self, key: int, exclude: int) -> list[NodeInfo]: ...
 
@@ -83,8 +92,12 @@ class OverlayProtocol(KademliaProtocol):
         self.host = host
         self._wait_timeout = request_timeout
         self._outstanding: dict[
-            bytes, tuple[asyncio.Future[Any], asyncio.TimerHandle | None, str]
+            bytes, tuple[asyncio.Future[Any], asyncio.TimerHandle | None, str, Address]
         ] = {}
+        # Requests that timed out lately, by message id: (address asked, when it expired). A
+        # reply to one of them is a late reply (overlay/health.py): its peer is alive and our
+        # timeouts are too short. Bounded in size and age.
+        self._expired: OrderedDict[bytes, tuple[Address, float]] = OrderedDict()
         self._rpcs: dict[str, Handler] = {
             "find_node": self._serve_find_node,
             "find_value": self._serve_find_value,
@@ -122,7 +135,7 @@ class OverlayProtocol(KademliaProtocol):
             self.metrics.drop(exc.reason)
             return
         if frame.type == RESPONSE:
-            self._accept_reply(frame.payload, len(data))
+            self._accept_reply(frame.payload, len(data), addr)
             return
         msg_id, name, sender_raw, args = frame.payload
         try:
@@ -182,13 +195,18 @@ class OverlayProtocol(KademliaProtocol):
         self.transport.sendto(data, addr)
         self.metrics.sent(name + ".reply", len(data))
 
-    def _accept_reply(self, payload: list[Any], size: int) -> None:
+    def _accept_reply(self, payload: list[Any], size: int, addr: Address) -> None:
         msg_id, ok, result = payload
         entry = self._outstanding.pop(msg_id, None)
         if entry is None:
-            self.metrics.drop("unexpected_reply")  # late (after its timeout) or never asked
+            expired = self._expired.pop(msg_id, None) if type(msg_id) is bytes else None
+            if expired is not None and expired[0] == addr:
+                self.metrics.event("late_replies")
+                self.host.on_late_reply(addr)
+            else:
+                self.metrics.drop("unexpected_reply")  # never asked, or too late to remember
             return
-        future, timer, name = entry
+        future, timer, name, _ = entry
         if timer is not None:
             timer.cancel()
         self.metrics.received(name + ".reply", size)
@@ -214,7 +232,7 @@ class OverlayProtocol(KademliaProtocol):
         else:  # the simulator's loop: an uncancellable callback is cheaper than a timer, and
             post_at(loop.time() + timeout, self._expire, msg_id)  # _expire is a no-op once
             timer = None  # the reply has come (the entry is gone)
-        self._outstanding[msg_id] = (future, timer, name)
+        self._outstanding[msg_id] = (future, timer, name, address)
         self.transport.sendto(data, address)
         self.metrics.sent(name, len(data))
         return future
@@ -223,18 +241,30 @@ class OverlayProtocol(KademliaProtocol):
         entry = self._outstanding.pop(msg_id, None)
         if entry is not None:
             self.metrics.event("timeouts." + entry[2])
+            self._remember_expired(msg_id, entry[3])
             if not entry[0].done():
                 entry[0].set_result((TIMEOUT, None))
+
+    def _remember_expired(self, msg_id: bytes, address: Address) -> None:
+        now = asyncio.get_running_loop().time()
+        expired = self._expired
+        expired[msg_id] = (address, now)
+        while expired:
+            oldest = next(iter(expired.values()))
+            if len(expired) <= EXPIRED_KEPT and now - oldest[1] <= EXPIRED_TTL:
+                break
+            expired.popitem(last=False)
 
     def close(self) -> None:
         """Stop serving: pending calls time out at once, running handlers are cancelled."""
         self.closed = True
-        for future, timer, _ in self._outstanding.values():
+        for future, timer, _, _ in self._outstanding.values():
             if timer is not None:
                 timer.cancel()
             if not future.done():
                 future.set_result((TIMEOUT, None))
         self._outstanding.clear()
+        self._expired.clear()
         self._tasks.cancel_all()
 
     # ---- the Kademlia RPCs (served) ----------------------------------------------------------
@@ -260,7 +290,8 @@ class OverlayProtocol(KademliaProtocol):
     # ---- the Kademlia RPCs (called by kademlia's crawler, bootstrap and refresh) -------------
 
     async def _kad_call(self, node: Node, name: str, args: list[Any]) -> tuple[bool, Any]:
-        status, result = await self.call((node.ip, node.port), name, args, self._wait_timeout)
+        timeout = self.host.stretched(self._wait_timeout)
+        status, result = await self.call((node.ip, node.port), name, args, timeout)
         if status == TIMEOUT:
             self.host.on_missed_reply(node.long_id)
             return (False, None)

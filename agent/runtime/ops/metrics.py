@@ -192,6 +192,10 @@ class AgentCollector(Collector):
         f.gauge("elf_overlay_suspected", "Contacts suspected now (missed probes).").add_metric(
             [], _num(ov.get("suspected"))
         )
+        f.gauge(
+            "elf_overlay_timeout_multiplier",
+            "Factor late replies stretched probe and request timeouts by (1: as configured).",
+        ).add_metric([], _num(ov.get("timeout_multiplier", 1)))
         events = ov.get("events") or {}
         f.counter("elf_overlay_nodes_failed", "Peers declared failed.").add_metric(
             [], _num(events.get("nodes_failed"))
