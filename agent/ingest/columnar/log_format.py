@@ -22,13 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agent.ingest.columnar.access import (
-    QUERY_TYPE,
-    _dash,
-    _np,
-    _per_distinct,
-    _request_fields,
-)
+from agent.ingest.columnar.access import QUERY_TYPE, dash_as_null, per_distinct, request_fields
 from agent.ingest.columnar.base import KernelResult, UnsupportedChunk, project, select
 from agent.ingest.columnar.lines import Lines
 from agent.ingest.formats import decode_escapes
@@ -44,6 +38,10 @@ _CHECKED = frozenset(
     ("int", "status", "usec", "msec", "bytes", "ts_clf", "ts_clf_bracketed", "ts_iso",
      "ts_epoch_int", "ts_epoch_ms", "ts_epoch_us")
 )  # fmt: skip
+
+
+def _np(arr: pa.Array) -> np.ndarray:
+    return np.asarray(arr.to_numpy(zero_copy_only=False))
 
 
 def schema_of(compiled: CompiledFormat) -> pa.Schema:
@@ -84,7 +82,7 @@ class _Columns:
         has = _np(pc.match_substring(values, "\\"))
         if not has.any():
             return values
-        out, _ = _per_distinct(values, has, _decode_struct, _DECODED)
+        out, _ = per_distinct(values, has, _decode_struct, _DECODED)
         self.repaired[np.flatnonzero(has)] |= _np(out.field("b"))
         return pc.replace_with_mask(values, pa.array(has), out.field("t"))
 
@@ -122,9 +120,9 @@ class _Columns:
         kind = self.compiled.slots[slot].kind
         values = self.raw[slot]
         if kind in ("str", "text"):
-            out = _dash(_empty_as_null(values))
+            out = dash_as_null(_empty_as_null(values))
         elif kind == "str_list":
-            out = _dash(values)
+            out = dash_as_null(values)
         elif kind == "request":
             out = values
         elif kind in ("int", "status", "usec", "msec"):
@@ -186,7 +184,7 @@ def parse_log_format(fmt: LogFormat, lines: Lines, want: frozenset[str] | None) 
         if role == "value":
             out[field] = cols.value(src.slot)
         elif role == "raw":
-            out[field] = _dash(cols.raw[src.slot])
+            out[field] = dash_as_null(cols.raw[src.slot])
         elif role == "request":
             out[field] = cols.raw[src.slot]
         elif role == "priority":
@@ -196,7 +194,7 @@ def parse_log_format(fmt: LogFormat, lines: Lines, want: frozenset[str] | None) 
             out[field] = pc.divide(pc.cast(cols.value(src.slot), pa.float64()), scale)
         else:  # a part of the request line, all split at once
             if parts is None:
-                parts = _request_fields(cols.raw[src.slot], names, lines.chunk)
+                parts = request_fields(cols.raw[src.slot], names, lines.chunk)
             out[field] = parts[role]
     if "ts" not in compiled.sources:
         out["ts"] = pa.array(np.full(m, time.time()))
