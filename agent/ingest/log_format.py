@@ -222,8 +222,8 @@ def _provided(var: Variable) -> list[tuple[str, str, int]]:
         out.append(("priority", "priority", 1))
     elif var.kind in ("time_list", "int_list"):
         out.append((var.field + "_raw", "raw", 0))
-    elif var.kind in ("usec", "msec"):
-        out.append(("request_time", "seconds", 1))
+    elif var.kind in ("usec", "msec"):  # names request_time too: the first in the format wins
+        out.append(("request_time", "seconds", 0))
     if var.field == "client_ip":  # Apache %a: the source address when there is no %h
         out.append(("source_ip", "value", 1))
     return out
