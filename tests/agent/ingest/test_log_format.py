@@ -10,6 +10,7 @@ import contextlib
 import datetime as dt
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -404,3 +405,46 @@ def test_any_format_text_compiles_or_is_refused(dialect: str, text: str) -> None
     parser = make_parser(fmt)
     with contextlib.suppress(RecordError):
         parser.parse(text)
+
+
+def test_a_tail_with_a_custom_format_takes_the_columnar_path(tmp_path: Path) -> None:
+    """An input configured with a ``log_format`` gets a chunk reader of that format, no
+    prefilter (no pushdown rules for custom formats) and its own parser, not a projection."""
+    import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
+    from agent.ingest.base import ColumnarBatch
+    from agent.ingest.columnar.reader import install_columnar
+    from agent.ingest.fastpath import install_prefilters
+    from agent.ingest.tail import FileTail
+    from agent.jobs.job import create_job, parse_spec
+    from agent.jobs.ql_job import spec_from_query
+    from agent.runtime.epochs.worker import Worker
+
+    path = tmp_path / "access.log"
+    path.write_bytes(b"".join(x + b"\n" for x in REAL_LINES * 10))
+    query = (
+        "SELECT status, count(*), max(upstream_response_time) FROM * "
+        "WHERE path LIKE '/%' GROUP BY status"
+    )
+    job = create_job(parse_spec(spec_from_query("q", "t", query)))
+
+    class Runtime:
+        inputs = ("web",)
+        worker = Worker(job, wall_clock=lambda: 0.0)
+
+    @dataclass
+    class Cfg:
+        format: str = "nginx"
+        log_format: str = MAIN.text
+        timestamp_field: str = "ts"
+
+    tail = FileTail(path, parser=make_parser(MAIN))
+    install_prefilters({"web": tail}, {"web": Cfg()}, [Runtime()])
+    install_columnar({"web": tail}, {"web": Cfg()}, [Runtime()])
+    assert tail.prefilter is None and isinstance(tail.parser, LogFormatParser)
+    assert tail.columnar is not None and tail.columnar.fmt == MAIN
+    assert tail.columnar.describe()["format"] == {"dialect": "nginx", "log_format": MAIN.text}
+    tail.columnar.min_rows = 1
+    batch = tail.poll()
+    assert isinstance(batch, ColumnarBatch) and len(batch) == 60
+    Runtime.worker.process(batch)
+    assert Runtime.worker.stats()["columnar_rows"] == 60
