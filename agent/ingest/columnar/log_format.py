@@ -26,18 +26,27 @@ from agent.ingest.columnar.access import QUERY_TYPE, dash_as_null, per_distinct,
 from agent.ingest.columnar.base import KernelResult, UnsupportedChunk, project, select
 from agent.ingest.columnar.lines import Lines
 from agent.ingest.formats import decode_escapes
-from agent.ingest.log_format import TEXT_KINDS, CompiledFormat, compile_format, convert
+from agent.ingest.log_format import TEXT_KINDS, TS_KINDS, CompiledFormat, compile_format, convert
 from agent.ingest.records import RecordError
 from agent.log_format import LogFormat
 
 _TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "query": QUERY_TYPE}
 _DECODED = pa.struct([("t", pa.string()), ("b", pa.bool_())])
 _MAX_DIGITS = 18  # int64 holds every 18-digit number
-#: kinds whose conversion may send a line to the row parser (no such time, too many digits)
-_CHECKED = frozenset(
-    ("int", "status", "usec", "msec", "bytes", "ts_clf", "ts_clf_bracketed", "ts_iso",
-     "ts_epoch_int", "ts_epoch_ms", "ts_epoch_us")
-)  # fmt: skip
+#: kinds whose text has escapes decoded (and their invalid UTF-8 counted as a repair)
+_ESCAPED = TEXT_KINDS | {"request"}
+
+
+def _captured(compiled: CompiledFormat, names: frozenset[str], escapes: bool) -> frozenset[int]:
+    """The slots whose text the kernel needs: those filling the wanted fields, every time (the
+    row parser refuses a line with any impossible time) and, in a chunk with escapes, every
+    text slot (their invalid UTF-8 is a repair whatever the query reads). RE2 extracts only
+    these groups: a projected query does not pay for the others."""
+    keep = {s.slot for f, s in compiled.sources.items() if f in names}
+    for slot, var in enumerate(compiled.slots):
+        if var.kind in TS_KINDS or (escapes and var.kind in _ESCAPED):
+            keep.add(slot)
+    return frozenset(keep)
 
 
 def _np(arr: pa.Array) -> np.ndarray:
@@ -68,13 +77,17 @@ class _Columns:
     def __init__(self, compiled: CompiledFormat, groups: pa.StructArray, escapes: bool) -> None:
         self.compiled = compiled
         self.n = len(groups)
-        self.raw = [groups.field(i) for i in range(len(compiled.slots))]
+        # the captured slots' texts (the kernel captures only the slots it reads)
+        self.raw = {
+            int(groups.type.field(k).name[1:]): groups.field(k)
+            for k in range(groups.type.num_fields)
+        }
         self.fallback = np.zeros(self.n, bool)  # rows the row parser must take
         self.repaired = np.zeros(self.n, bool)
         if escapes:
-            for i, var in enumerate(compiled.slots):
-                if var.kind in TEXT_KINDS or var.kind == "request":
-                    self.raw[i] = self._decoded(self.raw[i])
+            for i, values in self.raw.items():
+                if compiled.slots[i].kind in _ESCAPED:
+                    self.raw[i] = self._decoded(values)
         self._values: dict[int, pa.Array] = {}
 
     def _decoded(self, values: pa.Array) -> pa.Array:
@@ -160,19 +173,21 @@ def parse_log_format(fmt: LogFormat, lines: Lines, want: frozenset[str] | None) 
     """The rows of the ``fmt`` lines of ``lines`` (see module docstring)."""
     compiled = compile_format(fmt)
     n = len(lines)
-    matched = pc.extract_regex(lines.text, compiled.pattern)
+    schema = project(schema_of(compiled), want)
+    escapes = b"\\" in lines.chunk
+    keep = _captured(compiled, frozenset(schema.names), escapes)
+    matched = pc.extract_regex(lines.text, compiled.pattern_for(keep))
     ok = _np(pc.is_valid(matched))
     rows = np.flatnonzero(ok)
     groups = matched.filter(pa.array(ok)) if len(rows) < n else matched
     if isinstance(groups, pa.ChunkedArray):
         groups = groups.combine_chunks()
-    schema = project(schema_of(compiled), want)
     m = len(rows)
     if not m:
         return KernelResult(schema.empty_table(), rows, np.arange(n, dtype=np.int64), 0)
-    cols = _Columns(compiled, groups, b"\\" in lines.chunk)
+    cols = _Columns(compiled, groups, escapes)
     for slot, var in enumerate(compiled.slots):
-        if var.kind in _CHECKED:  # converted whatever the query reads: may fall back
+        if var.kind in TS_KINDS:  # any time the row parser would refuse: that row falls back
             cols.value(slot)
     names = set(schema.names)
     out: dict[str, pa.Array] = {}
@@ -202,13 +217,13 @@ def parse_log_format(fmt: LogFormat, lines: Lines, want: frozenset[str] | None) 
     out.setdefault("body", text)
     out.setdefault("source_ip", pa.nulls(m, pa.string()))
     out.setdefault("priority", pa.nulls(m, pa.int64()))
-    keep = ~cols.fallback
+    accepted = ~cols.fallback
     repaired = cols.repaired
     if lines.repaired is not None:
         repaired = repaired | lines.repaired[rows]
-    if not keep.all():
-        sel = pa.array(keep)
+    if not accepted.all():
+        sel = pa.array(accepted)
         out = {k: v.filter(sel) for k, v in out.items() if k in names}
-        rows, repaired = rows[keep], repaired[keep]
+        rows, repaired = rows[accepted], repaired[accepted]
     fallback = np.setdiff1d(np.arange(n, dtype=np.int64), rows, assume_unique=True)
     return KernelResult(select(out, schema), rows.astype(np.int64), fallback, int(repaired.sum()))

@@ -364,17 +364,23 @@ def format_and_lines(draw: st.DrawFn) -> tuple[LogFormat, list[bytes], list[dict
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(format_and_lines())
-def test_random_formats_round_trip(case: tuple[LogFormat, list[bytes], list[dict[str, Any]]]):
+@given(format_and_lines(), st.data())
+def test_random_formats_round_trip(
+    case: tuple[LogFormat, list[bytes], list[dict[str, Any]]], data: st.DataObject
+) -> None:
     fmt, lines, expected = case
     parser = LogFormatParser(fmt, clock=lambda: 7.0)
+    compiled = compile_format(fmt)
     for line, expect in zip(lines, expected, strict=True):
         rec = parser.parse(line)
         for key, value in expect.items():
             assert rec[key] == value, (fmt, line, key)
-        assert set(rec) == set(compile_format(fmt).fields)
-    skip = frozenset() if "ts" in compile_format(fmt).sources else frozenset({"ts"})
+        assert set(rec) == set(compiled.fields)
+    skip = frozenset() if "ts" in compiled.sources else frozenset({"ts"})
     assert_same(fmt, lines, chunk_sizes=(1 << 20, 1), skip=skip)
+    # a projection (a query reading some fields): only those groups are extracted
+    fields = frozenset(data.draw(st.sets(st.sampled_from(compiled.fields), max_size=4)))
+    assert_same(fmt, lines, chunk_sizes=(1 << 20,), fields=fields, skip=skip)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
