@@ -304,10 +304,23 @@ class LogFormatParser:
         slots = self.compiled.slots
         self._converters = [_CONVERTERS[v.kind] for v in slots]
         self._text_slots = [i for i, v in enumerate(slots) if v.kind in TEXT_KINDS | {"request"}]
-        self._plan = [(f, s.slot, s.role) for f, s in self.compiled.sources.items()]
+        sources = self.compiled.sources
+        # the plan grouped by role (one loop per role, no per-field dispatch on the hot path);
+        # the template fixes the record's key order, the fields fill it
+        self._template: dict[str, Any] = dict.fromkeys(self.compiled.fields)
+        self._by_value = [(f, s.slot) for f, s in sources.items() if s.role == "value"]
+        self._by_raw = [(f, s.slot) for f, s in sources.items() if s.role == "raw"]
+        self._by_request = [(f, s.slot) for f, s in sources.items() if s.role == "request"]
+        self._by_part = [(f, s.role) for f, s in sources.items() if s.role in _REQUEST_PARTS]
+        self._priority = [(f, s.slot) for f, s in sources.items() if s.role == "priority"]
+        self._seconds = [
+            (f, s.slot, 1e6 if slots[s.slot].kind == "usec" else 1e3)
+            for f, s in sources.items()
+            if s.role == "seconds"
+        ]
         self._request = next((i for i, v in enumerate(slots) if v.kind == "request"), None)
-        self._query = "query" in self.compiled.sources
-        self._has_ts = "ts" in self.compiled.sources
+        self._has_ts = "ts" in sources
+        self._has_body = "body" in sources
         self._what = short_repr(str(fmt), 80)
 
     def parse(self, line: bytes | str) -> dict[str, Any]:
@@ -327,30 +340,27 @@ class LogFormatParser:
                 bad = bad or was_bad
             if bad and repairs.lines == before:
                 repairs.lines += 1
+        # every variable is converted, read or not: a line with any impossible time is refused
         values = [conv(v) for conv, v in zip(self._converters, raw, strict=True)]
-        parts = None
-        if self._request is not None:
-            parts = split_request(raw[self._request], query=self._query)
-        event: dict[str, Any] = {
-            "ts": None if self._has_ts else self.clock(),
-            "source_ip": None,
-            "priority": None,
-            "body": text,
-        }
-        for field, slot, role in self._plan:
-            if role == "value":
-                event[field] = values[slot]
-            elif role == "raw":
-                event[field] = None if raw[slot] == "-" else raw[slot]
-            elif role == "request":
-                event[field] = raw[slot]
-            elif role == "priority":
-                event[field] = severity_of_status(values[slot])
-            elif role == "seconds":
-                us_or_ms = values[slot]
-                scale = 1e6 if self.compiled.slots[slot].kind == "usec" else 1e3
-                event[field] = None if us_or_ms is None else us_or_ms / scale
-            else:  # a part of the request line
-                assert parts is not None
-                event[field] = parts[role]
+        event = self._template.copy()
+        if not self._has_ts:
+            event["ts"] = self.clock()
+        if not self._has_body:
+            event["body"] = text
+        for field, slot in self._by_value:
+            event[field] = values[slot]
+        for field, slot in self._by_raw:  # a list's text as written (None for "-")
+            event[field] = None if raw[slot] == "-" else raw[slot]
+        for field, slot in self._by_request:  # ``body``: the request line
+            event[field] = raw[slot]
+        for field, slot in self._priority:
+            event[field] = severity_of_status(values[slot])
+        for field, slot, scale in self._seconds:
+            count = values[slot]
+            event[field] = None if count is None else count / scale
+        if self._by_part:
+            assert self._request is not None
+            parts = split_request(raw[self._request])
+            for field, part in self._by_part:
+                event[field] = parts[part]
         return event
