@@ -114,6 +114,27 @@ class _Columns:
             self.fallback |= _np(pc.is_null(out))
         return out
 
+    def _list_sums(self, slot: int, out_type: pa.DataType) -> pa.Array:
+        """nginx upstream lists: a single number (most lines: one upstream, no retry) cast
+        as a column, ``-`` null; only real lists (and numbers of more than 18 digits) are
+        summed by the row converter, once per distinct text."""
+        values = self.raw[slot]
+        many = pc.or_(
+            pc.or_(pc.match_substring(values, ", "), pc.match_substring(values, " : ")),
+            pc.greater(pc.utf8_length(values), _MAX_DIGITS),
+        )
+        null = pa.scalar(None, pa.string())
+        out = pc.cast(pc.if_else(pc.or_(many, pc.equal(values, "-")), null, values), out_type)
+        mask = _np(many)
+        if not mask.any():
+            return out
+        kind = self.compiled.slots[slot].kind
+        try:
+            sums, _ = per_distinct(values, mask, lambda v: convert(kind, v), out_type)
+        except (pa.ArrowInvalid, OverflowError) as exc:  # a sum beyond int64
+            raise UnsupportedChunk(f"values do not fit the chunk's Arrow columns: {exc}") from None
+        return pc.replace_with_mask(out, many, sums)
+
     def _integers(self, slot: int, dash_zero: bool) -> pa.Array:
         """``[0-9]+`` or ``-`` as int64; a number int64 may not hold (over 18 digits) is
         cast as 0 here and its row sent to the row parser."""
@@ -147,9 +168,9 @@ class _Columns:
             out = pc.cast(pc.if_else(pc.equal(values, "-"), null, values), pa.float64())
         elif kind == "ts_epoch":
             out = pc.cast(values, pa.float64())
-        elif kind == "int_list":
-            out = self._per_value(slot, pa.int64())
-        else:  # time_list and the other times
+        elif kind in ("time_list", "int_list"):
+            out = self._list_sums(slot, pa.float64() if kind == "time_list" else pa.int64())
+        else:  # the other times
             out = self._per_value(slot, pa.float64())
         self._values[slot] = out
         return out
