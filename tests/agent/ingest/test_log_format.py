@@ -175,6 +175,50 @@ def test_big_numbers_take_the_row_path() -> None:
     assert make_parser(fmt).parse("200 1234567890123456789012")["bytes_sent"] > 2**64
 
 
+# written by nginx 1.22.1 (an upstream pool whose first server is down: a retry list; a dead
+# upstream; an error_page redirect; a user agent and referer nginx escaped; basic auth)
+REAL_NGINX_FORMAT = LogFormat(
+    "nginx",
+    '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
+    '"$http_referer" "$http_user_agent" $request_time $upstream_response_time '
+    '"$upstream_addr" $upstream_status $msec ${time_iso8601}',
+)
+REAL_NGINX_LINES = [
+    b'127.0.0.1 - - [06/Dec/2026:17:53:05 +0000] "GET /a?x=1&y=%20z HTTP/1.1" 200 2 "-" '
+    b'"curl/7.88.1" 0.000 - "-" - 1796579585.893 2026-12-06T17:53:05+00:00',
+    b'127.0.0.1 - - [06/Dec/2026:17:53:05 +0000] "GET /caf%C3%A9 HTTP/1.1" 200 2 '
+    b'"http://ref/\\xC3\\xA9" "M\\xC3\\xBCller \\x22quoted\\x22 \\x5C agent" 0.000 - "-" - '
+    b"1796579585.903 2026-12-06T17:53:05+00:00",
+    b'127.0.0.1 - - [06/Dec/2026:17:53:05 +0000] "GET /up HTTP/1.1" 200 3 "-" "curl/7.88.1" '
+    b'0.001 0.000, 0.000 "127.0.0.1:18991, 127.0.0.1:18992" 502, 200 1796579585.913 '
+    b"2026-12-06T17:53:05+00:00",
+    b'127.0.0.1 - - [06/Dec/2026:17:53:05 +0000] "GET /dead HTTP/1.1" 502 157 "-" '
+    b'"curl/7.88.1" 0.000 0.000 "127.0.0.1:18993" 502 1796579585.933 '
+    b"2026-12-06T17:53:05+00:00",
+    b'127.0.0.1 - - [06/Dec/2026:17:53:05 +0000] "GET /redir HTTP/1.1" 200 3 "-" '
+    b'"curl/7.88.1" 0.000 0.000 "127.0.0.1:18992" 200 1796579585.943 '
+    b"2026-12-06T17:53:05+00:00",
+    b'127.0.0.1 - bob [06/Dec/2026:17:53:05 +0000] "GET /u HTTP/1.1" 200 2 "-" '
+    b'"curl/7.88.1" 0.000 - "-" - 1796579585.954 2026-12-06T17:53:05+00:00',
+]
+
+
+def test_lines_written_by_nginx() -> None:
+    rows = [make_parser(REAL_NGINX_FORMAT).parse(x) for x in REAL_NGINX_LINES]
+    assert rows[0]["query"] == {"x": "1", "y": " z"} and rows[0]["upstream_response_time"] is None
+    assert rows[1]["path"] == "/café" and rows[1]["referer"] == "http://ref/é"
+    assert rows[1]["user_agent"] == 'Müller "quoted" \\ agent'
+    retry = rows[2]
+    assert retry["upstream_response_time_raw"] == "0.000, 0.000"
+    assert retry["upstream_response_time"] == 0.0 and retry["request_time"] == 0.001
+    assert retry["upstream_addr"] == "127.0.0.1:18991, 127.0.0.1:18992"
+    assert retry["upstream_status"] == "502, 200"
+    assert (rows[3]["status"], rows[3]["upstream_status"]) == (502, "502")
+    assert rows[5]["remote_user"] == "bob"
+    assert all(r["ts"] == 1796579585.0 for r in rows)  # $time_local: the first time wins
+    assert_same(REAL_NGINX_FORMAT, REAL_NGINX_LINES)
+
+
 # ---- property tests: random formats, lines rendered as the servers write them ----------------
 
 
