@@ -498,3 +498,22 @@ def test_a_tail_with_a_custom_format_takes_the_columnar_path(tmp_path: Path) -> 
     assert isinstance(batch, ColumnarBatch) and len(batch) == 60
     Runtime.worker.process(batch)
     assert Runtime.worker.stats()["columnar_rows"] == 60
+
+
+def test_formats_that_could_backtrack_run_on_re2() -> None:
+    """Two unquoted free-text variables, or tokens split by something else than a space,
+    would let ``re`` backtrack for minutes on a crafted long line: those formats take RE2
+    (linear time); the usual ones keep ``re`` (faster per line)."""
+    import time
+
+    assert compile_format(MAIN).regex.__class__.__module__ == "re"
+    slow = LogFormat("nginx", "$http_a $http_b $http_c $status")
+    assert compile_format(slow).regex.__class__.__module__ != "re"
+    parser = make_parser(slow)
+    assert parser.parse("a b c d 200")["http_c"] == "c d"  # leftmost-first, as in re
+    started = time.process_time()
+    with pytest.raises(RecordError):
+        parser.parse("a " * 200_000 + "x")
+    assert time.process_time() - started < 2.0
+    ipv6 = make_parser(LogFormat("nginx", "$remote_addr:$remote_port $status"))
+    assert ipv6.parse("2001:db8::1:443 200")["source_ip"] == "2001:db8::1"
