@@ -219,7 +219,7 @@ class CompiledFormat:
         base = ("ts", "source_ip", "priority", "body")
         return base + tuple(f for f in self.sources if f not in base)
 
-    def kind_of(self, field: str) -> str | None:
+    def kind_of(self, field: str) -> str:
         """The value type of ``field``: ``str``, ``int``, ``float`` or ``query``."""
         src = self.sources.get(field)
         if field == "ts":

@@ -55,7 +55,7 @@ def _np(arr: pa.Array) -> np.ndarray:
 
 def schema_of(compiled: CompiledFormat) -> pa.Schema:
     """The Arrow schema of the format's records (every field, in record order)."""
-    return pa.schema([(f, _TYPES[compiled.kind_of(f) or "str"]) for f in compiled.fields])
+    return pa.schema([(f, _TYPES[compiled.kind_of(f)]) for f in compiled.fields])
 
 
 def _decode_struct(value: str) -> dict[str, Any]:
