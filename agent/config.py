@@ -91,6 +91,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
+from agent.log_format import LogFormatError, check_format
 from agent.private_files import read_private
 from agent.tunables import RuntimeTunables
 from overlay import Tunables
@@ -104,13 +105,16 @@ INPUT_FORMATS = ("json", "nginx", "apache", "syslog", "raw")  # agent.ingest.for
 @dataclass(frozen=True)
 class InputConfig:
     """One named input of this agent: a file to tail (``path = "-"``: stdin), or an
-    HTTP-ingest-only queue, in one line ``format``. Jobs name the inputs they read."""
+    HTTP-ingest-only queue, in one line ``format``. Jobs name the inputs they read. An
+    ``nginx``/``apache`` input may give the server's own ``log_format`` string (checked at
+    load; None: the built-in combined/common parser)."""
 
     name: str
     type: str = "jsonl"
     path: str | None = None
     timestamp_field: str = "ts"
     format: str = "json"
+    log_format: str | None = None
 
 
 @dataclass(frozen=True)
@@ -385,7 +389,7 @@ def _input(item: Any, index: int) -> InputConfig:
         return item
     if not isinstance(item, dict):
         raise ConfigError(f"{where}: must be a table")
-    unknown = set(item) - {"name", "type", "path", "timestamp_field", "format"}
+    unknown = set(item) - {"name", "type", "path", "timestamp_field", "format", "log_format"}
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}")
     name = item.get("name")
@@ -405,4 +409,21 @@ def _input(item: Any, index: int) -> InputConfig:
         raise ConfigError(f"{where}.format: must be one of {INPUT_FORMATS}, got {fmt!r}")
     if fmt != "json" and ts_field != "ts":
         raise ConfigError(f"{where}.timestamp_field: the {fmt} format always produces 'ts'")
-    return InputConfig(name=name, type=kind, path=path, timestamp_field=ts_field, format=fmt)
+    log_format = item.get("log_format")
+    if log_format is not None:
+        if fmt not in ("nginx", "apache"):
+            raise ConfigError(f"{where}.log_format: only an nginx or apache input has one")
+        try:  # checked here, so an input accepted is an input whose lines can be parsed
+            check_format(fmt, log_format)
+        except LogFormatError as exc:
+            raise ConfigError(f"{where}.log_format: {exc}") from None
+        if log_format == "combined" or (fmt, log_format) == ("apache", "common"):
+            log_format = None  # the built-in parser: reads both, and faster
+    return InputConfig(
+        name=name,
+        type=kind,
+        path=path,
+        timestamp_field=ts_field,
+        format=fmt,
+        log_format=log_format,
+    )

@@ -2,15 +2,18 @@
 parsers (:mod:`agent.ingest.formats`), side by side on the same lines, one core.
 
 For each input (nginx combined click lines from :class:`~apps.workload.ClickstreamGenerator`,
-the same with a quarter of the user agents non-ASCII as nginx escapes them (``\\xHH``), JSON
-lines of the same clicks, syslog RFC 5424 and RFC 3164, raw text) it measures, best of
-``--repeats``:
+the same with a quarter of the user agents non-ASCII as nginx escapes them (``\\xHH``), the
+same lines in nginx's ``main`` format with ``$request_time $upstream_response_time`` (``-``
+and retry lists among them) parsed by the custom ``log_format`` parser, the plain combined
+lines read by that parser given combined's format string, JSON lines of the same clicks,
+syslog RFC 5424 and RFC 3164, raw text) it measures, best of ``--repeats``:
 
 * ``row`` — the row parser's ``parse`` on every line (split into lines first, as the tail);
 * ``columnar`` — the file tail's 4 MiB chunks of whole lines (``bench/tail_chunks.py``) +
   :func:`~agent.ingest.columnar.parse.parse_chunk`, every column;
 * ``columnar_projected`` — the same with only the fields a typical query reads
-  (``status, bytes`` for access logs; ``directory, action, price`` for JSON lines).
+  (``status, bytes`` for access logs; ``status, request_time, upstream_response_time`` for
+  the ``main`` format; ``directory, action, price`` for JSON lines).
 
 Rates are lines per CPU-second of this process (``time.process_time``), best of the repeats:
 on a shared machine wall time would also count the waits for a core; one core means one.
@@ -40,13 +43,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tail_chunks import tail_chunks  # bench/
 
 from agent.ingest.columnar.parse import parse_chunk
-from agent.ingest.formats import make_parser
+from agent.ingest.parsers import Format, make_parser
 from agent.ingest.tail import CHUNK_BYTES
+from agent.log_format import PREDEFINED, LogFormat
 from apps.workload import ClickstreamGenerator, access_line, json_line
 
 START = 1_800_000_000
-PROJECTED = {
+#: nginx's combined plus the two latency variables (the ``main`` format real sites write)
+MAIN = LogFormat(
+    "nginx", PREDEFINED[("nginx", "combined")] + " $request_time $upstream_response_time"
+)
+COMBINED_AS_FORMAT = LogFormat("nginx", PREDEFINED[("nginx", "combined")])
+PROJECTED: dict[Format, frozenset[str]] = {
     "nginx": frozenset({"status", "bytes"}),
+    MAIN: frozenset({"status", "request_time", "upstream_response_time"}),
     "json": frozenset({"directory", "action", "price"}),
 }
 _AGENTS = ("Mozilla/5.0 (Linux; Android 14; Pixel 8) Müller-Browser/1.0 ☃", "Opera/9.80 café")
@@ -60,7 +70,22 @@ def nginx_escape(text: str) -> str:
     )
 
 
-def inputs(n: int) -> dict[str, tuple[str, bytes]]:
+def latencies(i: int) -> str:
+    """``$request_time $upstream_response_time`` as nginx writes them: a static file every
+    10th line (no upstream: ``-``), a retried upstream every 7th, an internal redirect every
+    50th."""
+    request = i * 37 % 2000
+    upstream = f"{max(request - 1, 0) / 1000:.3f}"
+    if i % 10 == 0:
+        upstream = "-"
+    elif i % 7 == 0:
+        upstream = f"0.{i % 1000:03d}, {upstream}"
+    elif i % 50 == 1:
+        upstream = f"{upstream} : 0.{i % 100:03d}"
+    return f"{request / 1000:.3f} {upstream}"
+
+
+def inputs(n: int) -> dict[str, tuple[Format, bytes]]:
     """Each input's format and bytes."""
     events = ClickstreamGenerator(seed=1, start=START, rate=n / 250).take(n)
     nginx = [access_line(e) for e in events]
@@ -88,6 +113,8 @@ def inputs(n: int) -> dict[str, tuple[str, bytes]]:
     return {
         "nginx": ("nginx", blob(nginx)),
         "nginx_escaped_ua": ("nginx", blob(escaped)),
+        "nginx_main_log_format": (MAIN, blob([f"{x} {latencies(i)}" for i, x in enumerate(nginx)])),
+        "nginx_combined_as_log_format": (COMBINED_AS_FORMAT, blob(nginx)),
         "json": ("json", blob([json_line(e) for e in events])),
         "syslog_5424": ("syslog", blob(syslog5424)),
         "syslog_3164": ("syslog", blob(syslog3164)),
@@ -106,7 +133,7 @@ def best_of(repeats: int, fn: Callable[[], Any]) -> tuple[float, Any]:
     return best, out
 
 
-def row_run(fmt: str, data: bytes) -> tuple[int, int]:
+def row_run(fmt: Format, data: bytes) -> tuple[int, int]:
     """(accepted, rejected) lines by the row parser."""
     parse = make_parser(fmt).parse
     ok = bad = 0
@@ -119,7 +146,7 @@ def row_run(fmt: str, data: bytes) -> tuple[int, int]:
     return ok, bad
 
 
-def columnar_run(fmt: str, data: bytes, fields: frozenset[str] | None) -> tuple[int, int]:
+def columnar_run(fmt: Format, data: bytes, fields: frozenset[str] | None) -> tuple[int, int]:
     ok = bad = 0
     for chunk in tail_chunks(data):
         got = parse_chunk(fmt, chunk, fields=fields)
@@ -145,7 +172,7 @@ def main() -> None:
         t_row, row = best_of(args.repeats, lambda f=fmt, d=data: row_run(f, d))
         t_col, col = best_of(args.repeats, lambda f=fmt, d=data: columnar_run(f, d, None))
         entry: dict[str, Any] = {
-            "format": fmt,
+            "format": str(fmt),
             "lines": lines,
             "mb": round(len(data) / 1e6, 1),
             "row_lines_per_s": round(lines / t_row),

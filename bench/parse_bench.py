@@ -9,6 +9,10 @@ Prints one JSON object: per format, lines/s of the agent's parser (agent/ingest/
 baseline over the same lines:
 
 * json: ``orjson.loads`` alone (no validation) vs ``RecordValidator.parse``;
+* nginx_main: nginx's ``main`` format (combined + ``$request_time $upstream_response_time``,
+  ``-`` and retry lists among them) by the custom ``log_format`` parser (``LogFormatParser``)
+  vs the built-in ``AccessLogParser`` reading the same lines (the latencies land untyped in
+  its ``extra``); the columnar path is in ``bench/columnar_parse_bench.py``;
 * nginx: a naive ``str.split``-based parser (splits on quotes and spaces, converts status,
   bytes and the time with ``datetime.strptime`` per line - no regex, no cache) and a plain
   ``re`` parser without the per-second timestamp cache, vs ``AccessLogParser``;
@@ -38,7 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson
 
 from agent.ingest.formats import AccessLogParser, RawParser, SyslogParser
+from agent.ingest.log_format import LogFormatParser
 from agent.ingest.records import RecordValidator
+from agent.log_format import PREDEFINED, LogFormat
 from apps.workload import (
     ClickstreamGenerator,
     TweetGenerator,
@@ -48,6 +54,23 @@ from apps.workload import (
 )
 
 START = 1_763_000_000.0
+MAIN = LogFormat(
+    "nginx", PREDEFINED[("nginx", "combined")] + " $request_time $upstream_response_time"
+)
+
+
+def latencies(i: int) -> str:
+    """``$request_time $upstream_response_time`` as nginx writes them: no upstream (``-``)
+    every 10th line, a retry list every 7th, an internal redirect every 50th."""
+    request = i * 37 % 2000
+    upstream = f"{max(request - 1, 0) / 1000:.3f}"
+    if i % 10 == 0:
+        upstream = "-"
+    elif i % 7 == 0:
+        upstream = f"0.{i % 1000:03d}, {upstream}"
+    elif i % 50 == 1:
+        upstream = f"{upstream} : 0.{i % 100:03d}"
+    return f"{request / 1000:.3f} {upstream}"
 
 
 def rate(fn: Callable[[Any], Any], lines: list[Any], reps: int = 3) -> float:
@@ -125,6 +148,7 @@ def sample_lines(n: int) -> dict[str, list[bytes]]:
     return {
         "json": [json_line(c).encode() for c in clicks],
         "nginx": [access_line(c).encode() for c in clicks],
+        "nginx_main": [f"{access_line(c)} {latencies(i)}".encode() for i, c in enumerate(clicks)],
         "syslog5424": [
             (
                 f"<165>1 2026-11-21T10:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}Z web-{i % 8} "
@@ -161,6 +185,10 @@ def main() -> None:
             "elf AccessLogParser": AccessLogParser().parse,
             "baseline str.split + strptime": naive_access,
             "baseline plain re + strptime": plain_re_access,
+        },
+        "nginx_main": {
+            "elf LogFormatParser (main)": LogFormatParser(MAIN).parse,
+            "elf AccessLogParser (latencies untyped in extra)": AccessLogParser().parse,
         },
         "syslog5424": {
             "elf SyslogParser": syslog.parse,

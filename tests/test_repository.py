@@ -101,7 +101,7 @@ def test_layers_only_import_downward(name: str) -> None:
 # __init__ (a facade of re-exports) is exempt. Groups on one rank may not import each other.
 INNER_LAYERS: dict[str, list[set[str]]] = {
     "agent": [
-        {"errors", "jsonable", "tunables"},  # leaves every layer may use
+        {"errors", "jsonable", "tunables", "log_format"},  # leaves every layer may use
         {"private_files"},  # secrets read from, raw lines written to, owner-only files
         {"config"},  # the agent's configuration (overlay, srt and runtime tunables nested)
         {"ql", "client"},  # the query language; the HTTP client of the user API

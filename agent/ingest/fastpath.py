@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from agent.ingest.parsers import input_format
 from agent.ingest.projection import projected_parser
 from agent.ql.pushdown import Needles, line_needles
 from agent.ql.query import CompiledQuery
@@ -166,9 +167,9 @@ def install_prefilters(
     inputs: Mapping[str, Any], configs: Mapping[str, Any], runtimes: Iterable[Any]
 ) -> None:
     """Set ``prefilter`` on every input that has one (file tails) from the jobs whose worker
-    reads it (``runtime.inputs``, ``runtime.worker.job``); ``configs[name].format`` is the
-    input's format. Recomputed only when the set of jobs reading an input, or one of their
-    specs (a runtime change), changes."""
+    reads it (``runtime.inputs``, ``runtime.worker.job``); ``configs[name]`` gives the
+    input's format (:func:`~agent.ingest.parsers.input_format`). Recomputed only when the set
+    of jobs reading an input, or one of their specs (a runtime change), changes."""
     readers: dict[str, list[Any]] = {}
     for runtime in runtimes:
         worker = getattr(runtime, "worker", None)
@@ -187,7 +188,7 @@ def install_prefilters(
         if same_jobs(getattr(source, "prefilter_jobs", None), key):
             continue
         cfg = configs.get(name)
-        fmt = getattr(cfg, "format", None)
+        fmt = input_format(cfg)  # a custom log_format: no pushdown rules, no projection
         source.prefilter = prefilter_for(jobs, fmt) if jobs and fmt else None
         source.prefilter_jobs = key
         # projection pushdown: parse only the fields the (QL) jobs read; else the full parser

@@ -4,9 +4,9 @@ Contract: :func:`open_input` maps an :class:`~agent.config.InputConfig` to one
 :class:`~agent.ingest.base.Input` — a :class:`~agent.ingest.tail.FileTail` (``path`` a file),
 a :class:`~agent.ingest.stream.StreamInput` (``path == "-"``: stdin) or an
 :class:`~agent.ingest.stream.IngestQueue` (type ``ingest``) — parsing the configured ``format``
-(:func:`~agent.ingest.formats.make_parser`) and, given a data directory, sampling rejected
-lines to a dead-letter file. Configuration was validated when it was loaded; nothing here
-raises on a valid one.
+(:func:`~agent.ingest.parsers.make_parser`: a format name or the input's ``log_format``) and,
+given a data directory, sampling rejected lines to a dead-letter file. Configuration was
+validated when it was loaded; nothing here raises on a valid one.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from agent.ingest.deadletter import DeadLetterFile
-from agent.ingest.formats import make_parser
+from agent.ingest.parsers import input_format, make_parser
 from agent.ingest.records import Quarantine
 from agent.ingest.stream import IngestQueue, StreamInput
 from agent.ingest.tail import FileTail
@@ -35,7 +35,7 @@ def open_input(
     ``state``), a :class:`StreamInput` on stdin (``path == "-"``) or an :class:`IngestQueue`
     (type ``ingest``), parsing ``cfg.format``. With ``data_dir`` rejected lines are also sampled
     to ``<data_dir>/deadletter/<name>.jsonl``; ``kw`` goes to the input's constructor."""
-    parser = make_parser(cfg.format, ts_field=cfg.timestamp_field)
+    parser = make_parser(input_format(cfg), ts_field=cfg.timestamp_field)
     dead = DeadLetterFile.for_input(data_dir, cfg.name) if data_dir else None
     quarantine = Quarantine(dead_letter=dead)
     if cfg.type == "ingest":

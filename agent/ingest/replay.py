@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from agent.ingest.base import RecordBatch
-from agent.ingest.formats import make_parser
+from agent.ingest.parsers import input_format, make_parser
 from agent.ingest.records import Quarantine
 from agent.ingest.tail import FileTail
 
@@ -55,7 +55,7 @@ def replay_range(
         raise ReplayError(f"file unreadable: {exc}") from None
     tail = FileTail(
         cfg.path,
-        parser=make_parser(cfg.format, ts_field=cfg.timestamp_field),
+        parser=make_parser(input_format(cfg), ts_field=cfg.timestamp_field),
         quarantine=Quarantine(),
         name=cfg.name,
         state=start,

@@ -155,7 +155,7 @@ def split_on_quotes(lines: Lines) -> QuotePieces:
     return QuotePieces(segments, base, per_line + 1, 2)
 
 
-def _per_distinct(
+def per_distinct(
     values: pa.Array, mask: np.ndarray, fn: Callable[[str], Any], out_type: pa.DataType
 ) -> tuple[pa.Array, list[Any]]:
     """``fn`` applied once per distinct value among ``values[mask]``: (the results for the
@@ -259,7 +259,7 @@ def _null_where(values: pa.Array, null: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), len(values), [valid.buffers()[1], offsets, data])
 
 
-def _dash(values: pa.Array) -> pa.Array:
+def dash_as_null(values: pa.Array) -> pa.Array:
     """``-`` as null."""
     return _null_where(values, pc.fill_null(pc.equal(values, "-"), False))
 
@@ -286,7 +286,7 @@ def _columns(
         has = _np(pc.match_substring(values, "\\"))
         if not has.any():
             return values
-        out, _ = _per_distinct(values, has, _decode_struct, _DECODED)
+        out, _ = per_distinct(values, has, _decode_struct, _DECODED)
         repaired[np.flatnonzero(has)] |= _np(out.field("b"))
         return pc.replace_with_mask(values, pa.array(has), out.field("t"))
 
@@ -294,8 +294,8 @@ def _columns(
     # every quoted field is decoded when the chunk has escapes (their bad UTF-8 counts as a
     # repair whether or not the query reads them); other columns only when read
     if is_combined and (escapes or names & {"referer", "user_agent"}):
-        cols["referer"] = _dash(decoded(p["referer"]))
-        cols["user_agent"] = _dash(decoded(p["agent"]))
+        cols["referer"] = dash_as_null(decoded(p["referer"]))
+        cols["user_agent"] = dash_as_null(decoded(p["agent"]))
     elif not is_combined:
         cols["referer"] = cols["user_agent"] = pa.nulls(m, pa.string())
     if names & {"status", "priority", "bytes", "extra"}:
@@ -310,7 +310,7 @@ def _columns(
             starts = _np(tail.offsets)[:-1]
             idx = np.where(tail_len == 4, starts + 3, 0)
             extra = tail.values.take(pa.array(idx, mask=tail_len != 4))
-        status = pc.cast(_dash(status_text), pa.int64())
+        status = pc.cast(dash_as_null(status_text), pa.int64())
         cols["status"] = status
         if "priority" in names:
             cols["priority"] = pc.if_else(
@@ -332,14 +332,14 @@ def _columns(
     if names & {"source_ip", "ident", "remote_user"}:
         ids = pc.split_pattern(p["ids"], " ")
         cols["source_ip"] = _piece(ids, 0)
-        cols["ident"] = _dash(_piece(ids, 1))
-        cols["remote_user"] = _dash(_piece(ids, 2))
+        cols["ident"] = dash_as_null(_piece(ids, 1))
+        cols["remote_user"] = dash_as_null(_piece(ids, 2))
     if names & _REQUEST:
-        cols.update(_request_fields(request, names, lines.chunk))
+        cols.update(request_fields(request, names, lines.chunk))
     return KernelResult(select(cols, schema), rows.astype(np.int64), fallback, int(repaired.sum()))
 
 
-def _request_fields(request: pa.Array, names: set[str], chunk: bytes) -> dict[str, pa.Array]:
+def request_fields(request: pa.Array, names: set[str], chunk: bytes) -> dict[str, pa.Array]:
     """method, scheme, host, path, query and protocol of the decoded request lines."""
     m = len(request)
     parts = pc.split_pattern(request, " ")
@@ -360,7 +360,7 @@ def _request_fields(request: pa.Array, names: set[str], chunk: bytes) -> dict[st
     if absolute.any():
         absolute &= _np(pc.fill_null(pc.match_substring(target, "://"), False))
     if absolute.any():
-        split, _ = _per_distinct(
+        split, _ = per_distinct(
             target,
             absolute,
             lambda t: dict(zip(("s", "h", "r"), split_target(t), strict=True)),
@@ -384,7 +384,7 @@ def _request_fields(request: pa.Array, names: set[str], chunk: bytes) -> dict[st
         if pct is not None and pct.any():
             from urllib.parse import unquote
 
-            dec, _ = _per_distinct(path, pct, unquote, pa.string())
+            dec, _ = per_distinct(path, pct, unquote, pa.string())
             path = pc.replace_with_mask(path, pa.array(pct), dec)
         out["path"] = path
     if "query" in names:
@@ -432,7 +432,7 @@ def _query_map(qs: pa.Array) -> pa.Array:
                 vals.filter(pa.array(keep)),
             )
     if special.any():
-        dicts, _ = _per_distinct(qs, special, lambda s: list(parse_query(s).items()), QUERY_TYPE)
+        dicts, _ = per_distinct(qs, special, lambda s: list(parse_query(s).items()), QUERY_TYPE)
         srow2 = np.flatnonzero(special)
         off = _np(dicts.offsets)
         sp_len = np.diff(off)

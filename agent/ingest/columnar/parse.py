@@ -3,10 +3,11 @@
 Contract (the interface shared with the columnar execution; docs/ingest.md):
 :func:`parse_chunk` ``(fmt, chunk, fields=, repairs=)`` takes whole lines (each ending in
 ``b"\\n"``; a trailing ``\\r`` is ignored) of format ``fmt`` (a name of
-:data:`agent.ingest.formats.FORMATS`) and returns a :class:`ParsedChunk`: one table row per
-accepted line in line order, the index of each row's line, the rejected lines with the row
-parser's reason and message, the number of lines, and the number of lines whose invalid UTF-8
-was replaced (also added to ``repairs`` when given, like the row parsers' counter).
+:data:`agent.ingest.formats.FORMATS`, or a custom :class:`~agent.log_format.LogFormat`) and
+returns a :class:`ParsedChunk`: one table row per accepted line in line order, the index of
+each row's line, the rejected lines with the row parser's reason and message, the number of
+lines, and the number of lines whose invalid UTF-8 was replaced (also added to ``repairs`` when
+given, like the row parsers' counter).
 
 The row parsers (:mod:`agent.ingest.formats`, :mod:`agent.ingest.records`) are the reference:
 the table's columns are the keys their dicts have for the format (a key a row's dict lacks is
@@ -15,7 +16,8 @@ format does not have is a null column). Over-long lines are the input's to cut o
 (:class:`~agent.ingest.tail.FileTail`), as it does before the row parser. A line the
 row parser refuses is rejected with its reason and message; a blank line (empty or ASCII
 whitespace) it refuses is counted in ``lines`` only, as the inputs skip it. Each format's
-kernel (:mod:`~agent.ingest.columnar.access`, :mod:`~agent.ingest.columnar.syslog`,
+kernel (:mod:`~agent.ingest.columnar.access`, :mod:`~agent.ingest.columnar.log_format`,
+:mod:`~agent.ingest.columnar.syslog`,
 :mod:`~agent.ingest.columnar.json_lines`, :mod:`~agent.ingest.columnar.raw`) parses the lines
 whose shape it can verify with vectorized Arrow compute, and hands every other line to the row
 parser (:func:`row_fallback`), whose rows are converted and merged back in line order: exact
@@ -26,13 +28,15 @@ one line and a string on another, lists of mixed types), or whose integer timest
 cannot hold exactly (beyond 2**53), raise :class:`UnsupportedChunk`: the caller parses that
 chunk on the row path. Nothing else is raised on any input.
 
-Arrow types: ``ts`` float64; integers int64; text string; access-log ``query``
-``map<string, string>``; syslog ``sd`` ``map<string, map<string, string>>``; JSON lines: as
-inferred by Arrow (ints, floats, strings, bools, structs, lists).
+Arrow types: ``ts`` float64; integers int64; text string; custom formats' times and
+seconds float64; access-log ``query`` ``map<string, string>``; syslog ``sd``
+``map<string, map<string, string>>``; JSON lines: as inferred by Arrow (ints, floats,
+strings, bools, structs, lists).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -45,10 +49,13 @@ from agent.ingest.columnar.base import KernelResult, UnsupportedChunk, rows_to_t
 from agent.ingest.columnar.chunk import ParsedChunk
 from agent.ingest.columnar.json_lines import parse_json
 from agent.ingest.columnar.lines import Lines, split_lines
+from agent.ingest.columnar.log_format import parse_log_format
 from agent.ingest.columnar.raw import parse_raw
 from agent.ingest.columnar.syslog import parse_syslog
-from agent.ingest.formats import FORMATS, make_parser
+from agent.ingest.formats import FORMATS
+from agent.ingest.parsers import Format, make_parser
 from agent.ingest.records import EncodingRepairs, LineParser, rejection
+from agent.log_format import LogFormat
 
 __all__ = ["KernelResult", "ParsedChunk", "UnsupportedChunk", "parse_chunk"]
 
@@ -56,7 +63,7 @@ Reject = tuple[int, str, str, bytes]
 
 
 def parse_chunk(
-    fmt: str,
+    fmt: Format,
     chunk: bytes,
     *,
     fields: frozenset[str] | None = None,
@@ -65,7 +72,7 @@ def parse_chunk(
 ) -> ParsedChunk:
     """Parse ``chunk`` as ``fmt`` lines into Arrow (see module docstring); ``ends``: the
     chunk's newline offsets when the caller already found them."""
-    if fmt not in FORMATS:
+    if not isinstance(fmt, LogFormat) and fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {FORMATS}")
     want = None if fields is None else frozenset(fields) | {"ts"}
     lines = split_lines(chunk, ends)
@@ -108,17 +115,19 @@ def _with_float_ts(table: pa.Table) -> pa.Table:
     return table
 
 
-def _kernel(fmt: str) -> Kernel:
+def _kernel(fmt: Format) -> Kernel:
+    if isinstance(fmt, LogFormat):  # a custom access-log format: its compiled kernel
+        return functools.partial(parse_log_format, fmt)
     return KERNELS[fmt]
 
 
-def row_parser(fmt: str, repairs: EncodingRepairs) -> LineParser:
+def row_parser(fmt: Format, repairs: EncodingRepairs) -> LineParser:
     """The reference row parser of ``fmt`` counting into ``repairs``."""
     return make_parser(fmt, repairs=repairs)
 
 
 def merge_fallback(
-    fmt: str, lines: Lines, out: KernelResult, want: frozenset[str] | None
+    fmt: Format, lines: Lines, out: KernelResult, want: frozenset[str] | None
 ) -> ParsedChunk:
     """The kernel's rows plus the row parser's for the lines it left, in line order."""
     n = len(lines)

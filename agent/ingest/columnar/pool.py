@@ -26,7 +26,10 @@ import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # a format name or a custom LogFormat (both picklable)
+    from agent.ingest.parsers import Format
 
 
 def _init() -> None:
@@ -72,7 +75,7 @@ def _bytes(source: ChunkSource) -> bytes | None:
         os.close(fd)
 
 
-def _parse(fmt: str, fields: frozenset[str] | None, source: ChunkSource) -> Any:
+def _parse(fmt: Format, fields: frozenset[str] | None, source: ChunkSource) -> Any:
     """The chunk's ParsedChunk, or None when its bytes could not be read here."""
     from agent.ingest.columnar.parse import parse_chunk
 
@@ -104,7 +107,7 @@ class ChunkParsePool:
         for fut in futures:
             fut.result()
 
-    def submit(self, fmt: str, fields: frozenset[str] | None, chunk: ChunkSource) -> Future[Any]:
+    def submit(self, fmt: Format, fields: frozenset[str] | None, chunk: ChunkSource) -> Future[Any]:
         """A future of ``parse_chunk(fmt, chunk, fields=fields)`` (see module docstring), or
         of None when the worker process could not read the chunk (the caller parses it)."""
         self.chunks += 1

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from agent.ingest.fastpath import jobs_key, same_jobs
 from agent.ingest.formats import FORMATS
+from agent.ingest.parsers import Format, format_label, input_format
 from agent.ingest.records import EncodingRepairs
+from agent.log_format import LogFormat
 from agent.ql.fallback import Unsupported
 
 if TYPE_CHECKING:  # the parsers (and pyarrow) load with the first chunk parsed, not before
@@ -63,7 +65,7 @@ class ChunkReader:
     back-off after :data:`DECLINED_LIMIT` declined chunks in a row)."""
 
     def __init__(
-        self, fmt: str, fields: frozenset[str] | None, repairs: EncodingRepairs | None
+        self, fmt: Format, fields: frozenset[str] | None, repairs: EncodingRepairs | None
     ) -> None:
         self.fmt = fmt
         self.fields = fields
@@ -146,18 +148,19 @@ class ChunkReader:
         fields = None if self.fields is None else sorted(self.fields)
         # (None: no chunk parsed yet - reading the status does not load the parsers)
         kernel = None if self._kernel is None else self._kernel[1]
-        return {"format": self.fmt, "fields": fields, "kernel": kernel}
+        return {"format": format_label(self.fmt), "fields": fields, "kernel": kernel}
 
 
 def reader_for(
-    jobs: list[Any], fmt: str | None, ts_field: str, repairs: EncodingRepairs | None
+    jobs: list[Any], fmt: Format | None, ts_field: str, repairs: EncodingRepairs | None
 ) -> ChunkReader | None:
     """The chunk reader of an input read by ``jobs``, or None (the row path)."""
-    if not jobs or fmt not in FORMATS or (fmt == "json" and ts_field != "ts"):
+    custom = isinstance(fmt, LogFormat)
+    if not jobs or not (custom or fmt in FORMATS) or (fmt == "json" and ts_field != "ts"):
         return None
     if not all(job.has_batch_path() for job in jobs):
         return None
-    if fmt in ("nginx", "apache") and _kernel()[1] == "rows":
+    if (custom or fmt in ("nginx", "apache")) and _kernel()[1] == "rows":
         fields_wanted = [job.batch_projection() for job in jobs]
         if any(f is None or "query" in f for f in fields_wanted):
             return None  # the reference parser cannot represent the query-string object
@@ -196,7 +199,7 @@ def install_columnar(
         if same_jobs(getattr(source, "columnar_jobs", None), key):
             continue
         cfg = configs.get(name)
-        fmt = getattr(cfg, "format", None)
+        fmt = input_format(cfg)
         ts_field = getattr(cfg, "timestamp_field", "ts")
         full = getattr(source, "full_parser", None) or source.parser
         source.columnar = reader_for(jobs, fmt, ts_field, getattr(full, "repairs", None))

@@ -3,7 +3,7 @@
 Contract: :func:`parse_chunk_rows` has the signature of the vectorized kernels'
 ``parse_chunk`` (:class:`~agent.ingest.columnar.chunk.ParsedChunk`): ``chunk`` holds whole
 lines, each ending in ``b"\\n"``; every line goes through the format's row parser
-(:func:`agent.ingest.formats.make_parser`), so values, rejection reasons and messages are the
+(:func:`agent.ingest.parsers.make_parser`), so values, rejection reasons and messages are the
 row path's by construction. ``fields`` (None: all) projects the columns (``ts`` always kept).
 ``ts`` is float64 when its values mix ints and floats. Any other projected column whose
 values are not all of one kind (``int`` and ``float`` mixed, a nested object or array)
@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from agent.ingest.columnar.chunk import ParsedChunk
-from agent.ingest.formats import make_parser
+from agent.ingest.parsers import Format, make_parser
 from agent.ingest.records import EncodingRepairs, rejection
 from agent.ql.fallback import Unsupported
 
@@ -28,7 +28,7 @@ _SCALARS = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.boo
 
 
 def parse_chunk_rows(
-    fmt: str,
+    fmt: Format,
     chunk: bytes,
     fields: frozenset[str] | None = None,
     repairs: EncodingRepairs | None = None,

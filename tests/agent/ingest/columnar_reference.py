@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from agent.ingest.columnar.parse import parse_chunk
-from agent.ingest.formats import make_parser
+from agent.ingest.parsers import Format, make_parser
 from agent.ingest.records import EncodingRepairs, rejection
 
 
@@ -29,7 +29,7 @@ def norm(value: Any) -> Any:
     return value
 
 
-def row_path(fmt: str, lines: list[bytes]) -> dict[str, Any]:
+def row_path(fmt: Format, lines: list[bytes]) -> dict[str, Any]:
     """What the row path makes of ``lines``, as the file tail does it: rows, rejects (blank
     lines the parser refuses are skipped), repaired lines."""
     repairs = EncodingRepairs()
@@ -64,7 +64,7 @@ def whole_line_chunks(data: bytes, chunk_bytes: int) -> list[bytes]:
 
 
 def columnar_path(
-    fmt: str, data: bytes, chunk_bytes: int, fields: frozenset[str] | None = None
+    fmt: Format, data: bytes, chunk_bytes: int, fields: frozenset[str] | None = None
 ) -> dict[str, Any]:
     """``parse_chunk`` over the chunks of ``data``, line indices made global."""
     rows: list[tuple[int, dict[str, Any]]] = []
@@ -84,7 +84,7 @@ def columnar_path(
 
 
 def assert_same(
-    fmt: str,
+    fmt: Format,
     lines: list[bytes],
     chunk_sizes: tuple[int, ...] = (1 << 20, 200, 1),
     fields: frozenset[str] | None = None,
