@@ -31,8 +31,6 @@ from typing import Any, ClassVar
 import msgpack
 import numpy as np
 
-from cbt import hll
-
 State = Any
 
 _packb = msgpack.packb
@@ -465,51 +463,6 @@ class Distinct(CollectSet):
         return len(state)
 
 
-class ApproxDistinct(Aggregator):
-    """``approx_distinct`` (alias ``hll``): HyperLogLog distinct count with ``2**precision``
-    one-byte registers per key (1 KiB at the default precision 10, ~3.3 % error). Mergeable
-    exactly (register-wise max); the result is the float estimate.
-    """
-
-    name = "approx_distinct"
-    mutable_state = True
-
-    def __init__(self, precision: int = 10) -> None:
-        self.precision = hll.check_precision(precision)
-
-    def params(self) -> dict[str, Any]:
-        return {"precision": self.precision}
-
-    def lift(self, value: Any) -> bytearray:
-        regs = hll.empty_registers(self.precision)
-        return self.add(regs, value)
-
-    def add(self, state: bytearray, value: Any) -> bytearray:
-        from cbt.hashing import xxh3_64
-
-        value = _freeze(value)
-        _check_packable(value)
-        hll.add_hash(state, self.precision, xxh3_64(_packb(value, use_bin_type=True)))
-        return state
-
-    def merge(self, a: bytearray, b: bytearray) -> bytearray:
-        return hll.merge_registers(a, b)
-
-    def copy(self, state: bytearray) -> bytearray:
-        return bytearray(state)
-
-    def serialize(self, state: bytearray) -> bytes:
-        return bytes(state)
-
-    def deserialize(self, obj: Any) -> bytearray:
-        if not isinstance(obj, bytes) or len(obj) != 1 << self.precision:
-            raise ValueError(f"approx_distinct state must be {1 << self.precision} bytes")
-        return bytearray(obj)
-
-    def finalize(self, state: bytearray) -> float:
-        return hll.estimate(state)
-
-
 class Composite(Aggregator):
     """``composite``: several aggregators side by side, one state per part, e.g. a count and a
     sum per key in one snapshot.
@@ -622,8 +575,6 @@ _REGISTRY: dict[str, Callable[..., Aggregator]] = {
     "topk": TopK,
     "distinct": Distinct,
     "collect_set": CollectSet,
-    "approx_distinct": ApproxDistinct,
-    "hll": ApproxDistinct,
     "composite": Composite,
 }
 
