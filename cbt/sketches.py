@@ -257,9 +257,8 @@ def hll_item(value: Any) -> int | float | str:
     if t is bool:
         return int(value)
     if t is int:
-        if _INT64_MIN <= value <= _INT64_MAX:
-            return value
-    elif t is float:
+        return value if _INT64_MIN <= value <= _INT64_MAX else f"\x00int:{value}"
+    if t is float:
         if value.is_integer() and _INT64_MIN <= value <= _INT64_MAX:
             return int(value)
         return value
@@ -376,6 +375,44 @@ def item_text(value: Any) -> str:
     raise TypeError(f"approx_top_k items are strings, numbers or booleans, got {t.__name__}")
 
 
+class FrequentState:
+    """A frequent-strings sketch plus what DataSketches would drop of purged-out inputs.
+
+    When a full map's purge removes every item (e.g. more than 0.75 * slots distinct items
+    seen once each), ``frequent_strings_sketch.is_empty()`` turns true while its total weight
+    and error offset are not zero; it then serializes as an empty sketch and ``merge`` skips
+    it, so the weight and offset vanish and a merged sketch's upper bounds can fall below
+    true counts (found by this module's property tests; datasketches 5.2). Such a sketch is
+    settled here: its weight and offset move to ``lost_weight`` / ``lost_error`` and the
+    sketch restarts empty. Bounds: ``lower(item) <= true <= upper(item) + lost_error``.
+    """
+
+    __slots__ = ("lost_error", "lost_weight", "sk")
+
+    def __init__(self, sk: Any, lost_weight: int = 0, lost_error: int = 0) -> None:
+        self.sk = sk
+        self.lost_weight = lost_weight
+        self.lost_error = lost_error
+
+    @property
+    def total_weight(self) -> int:
+        return int(self.sk.total_weight) + self.lost_weight
+
+    def upper_bound(self, item: str) -> int:
+        return int(self.sk.get_upper_bound(item)) + self.lost_error
+
+    def lower_bound(self, item: str) -> int:
+        return int(self.sk.get_lower_bound(item))
+
+    def settle(self, lg_max_map_size: int) -> FrequentState:
+        if self.sk.is_empty() and self.sk.total_weight:
+            # nothing is in the map, so any string's upper bound is the sketch's offset
+            self.lost_error += int(self.sk.get_upper_bound(""))
+            self.lost_weight += int(self.sk.total_weight)
+            self.sk = ds.frequent_strings_sketch(lg_max_map_size)
+        return self
+
+
 class ApproxTopK(Aggregator):
     """``approx_top_k(k)``: a frequent-strings sketch per key; the ``k`` heaviest items.
 
@@ -383,6 +420,9 @@ class ApproxTopK(Aggregator):
     among the items that may be frequent (``NO_FALSE_NEGATIVES``: no item whose true count
     exceeds the sketch's error offset is missing). Exact while a key has fewer distinct items
     than 0.75 of the map's slots; beyond, each estimate is within ``epsilon * total weight``.
+    The state is a :class:`FrequentState`; it serializes as the sketch's binary, or
+    ``[binary, lost_weight, lost_error]`` once a purge emptied its map (the lake keeps the
+    binary alone).
     """
 
     name = "approx_top_k"
@@ -402,51 +442,68 @@ class ApproxTopK(Aggregator):
     def epsilon(self) -> float:
         return float(self._epsilon)
 
-    def empty(self) -> Any:
-        return ds.frequent_strings_sketch(self.lg_max_map_size)
+    def empty(self) -> FrequentState:
+        return FrequentState(ds.frequent_strings_sketch(self.lg_max_map_size))
 
-    def lift(self, value: Any) -> Any:
-        return self.add(ds.frequent_strings_sketch(self.lg_max_map_size), value)
+    def lift(self, value: Any) -> FrequentState:
+        return self.add(self.empty(), value)
 
-    def add(self, state: Any, value: Any) -> Any:
-        state.update(item_text(value))
-        return state
+    def add(self, state: FrequentState, value: Any) -> FrequentState:
+        state.sk.update(item_text(value))
+        return state.settle(self.lg_max_map_size)
 
-    def add_counts(self, state: Any, items: Any, counts: Any) -> Any:
+    def add_counts(self, state: FrequentState, items: Any, counts: Any) -> FrequentState:
         """Fold ``(item, count)`` pairs in (the columnar path counts each group's items)."""
-        update = state.update
+        lg = self.lg_max_map_size
         for item, c in zip(items, counts, strict=True):
-            update(item_text(item), int(c))
+            state.sk.update(item_text(item), int(c))
+            state.settle(lg)
         return state
 
-    def merge(self, a: Any, b: Any) -> Any:
-        a.merge(b)
-        return a
+    def merge(self, a: FrequentState, b: FrequentState) -> FrequentState:
+        a.sk.merge(b.sk)  # b settled: its map holds items whenever it holds weight
+        a.lost_weight += b.lost_weight
+        a.lost_error += b.lost_error
+        return a.settle(self.lg_max_map_size)
 
-    def copy(self, state: Any) -> Any:
-        return ds.frequent_strings_sketch.deserialize(state.serialize())
+    def copy(self, state: FrequentState) -> FrequentState:
+        sk = ds.frequent_strings_sketch.deserialize(state.sk.serialize())
+        return FrequentState(sk, state.lost_weight, state.lost_error)
 
-    def serialize(self, state: Any) -> bytes:
-        return sketch_bytes.canonical_frequent(bytes(state.serialize()))
+    def serialize(self, state: FrequentState) -> Any:
+        blob = sketch_bytes.canonical_frequent(bytes(state.sk.serialize()))
+        if state.lost_weight or state.lost_error:
+            return [blob, state.lost_weight, state.lost_error]
+        return blob
 
-    def deserialize(self, obj: Any) -> Any:
+    def deserialize(self, obj: Any) -> FrequentState:
         what = "frequent items"
+        lost_weight = lost_error = 0
+        if isinstance(obj, list | tuple):
+            if not (
+                len(obj) == 3
+                and all(type(x) is int and 0 <= x < 1 << 62 for x in obj[1:])
+                and obj[2] <= obj[1]
+            ):
+                raise _reject(what, "expected [binary, lost weight, lost error]")
+            obj, lost_weight, lost_error = obj
         # items are arbitrary strings: bound the whole binary rather than guess their sizes
         check = sketch_bytes.check_frequent
         blob = _vetted(obj, what, check, self.lg_max_map_size, 64 << 20)
         sk = _decode(what, ds.frequent_strings_sketch.deserialize, blob, _probe_items)
         if not math.isclose(sk.epsilon, self._epsilon):
             raise _reject(what, "map size differs from this job's")
-        return sk
+        return FrequentState(sk, lost_weight, lost_error)
 
-    def finalize(self, state: Any) -> list:
-        rows = state.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_NEGATIVES)
+    def finalize(self, state: FrequentState) -> list:
+        rows = state.sk.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_NEGATIVES)
         # rows: (item, estimate, lower bound, upper bound)
         rows.sort(key=lambda r: (-r[1], r[0]))
         return [[item, int(est)] for item, est, _lo, _hi in rows[: self.k]]
 
-    def sketch_bytes(self, state: Any) -> bytes:
-        return self.serialize(state)
+    def sketch_bytes(self, state: FrequentState) -> bytes:
+        """The sketch's binary (without the weight of purged-out inputs, see FrequentState)."""
+        return sketch_bytes.canonical_frequent(bytes(state.sk.serialize()))
 
 
 SKETCH_AGGREGATORS: tuple[type[Aggregator], ...] = (ApproxQuantiles, ApproxDistinct, ApproxTopK)
