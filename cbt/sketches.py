@@ -510,6 +510,27 @@ SKETCH_AGGREGATORS: tuple[type[Aggregator], ...] = (ApproxQuantiles, ApproxDisti
 #: the aggregators whose state the lake keeps as a binary beside the estimate
 SKETCH_NAMES: frozenset[str] = frozenset(a.name for a in SKETCH_AGGREGATORS)
 
+
+def holds_sketches(agg: Aggregator) -> bool:
+    """Whether ``agg`` (or a part of a composite) is a DataSketches aggregator."""
+    return any(isinstance(a, SKETCH_AGGREGATORS) for a in getattr(agg, "parts", (agg,)))
+
+
+def sketch_binaries(agg: Aggregator, state: Any) -> tuple[bytes | None, ...] | None:
+    """The DataSketches binary of each part of ``state`` (one part, or a composite's), None
+    for a part that is no sketch or is absent; None when ``agg`` has no sketch part at all.
+    What the lake keeps beside the estimates (``spark_sink``)."""
+    if not holds_sketches(agg):
+        return None
+    parts = getattr(agg, "parts", None)
+    if parts is None:
+        parts, state = (agg,), (state,)
+    return tuple(
+        a.sketch_bytes(s) if isinstance(a, SKETCH_AGGREGATORS) and s is not None else None  # type: ignore[attr-defined]
+        for a, s in zip(parts, state, strict=True)
+    )
+
+
 register_aggregator(ApproxQuantiles.name, ApproxQuantiles)
 register_aggregator(ApproxDistinct.name, ApproxDistinct)
 register_aggregator("hll", ApproxDistinct)

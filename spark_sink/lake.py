@@ -132,6 +132,7 @@ from spark_sink.lake_names import (
 )
 
 SOURCES_KEY = b"elf.sources"
+SKETCHES_KEY = b"elf.sketch_columns"  # JSON: sketch column → {"sketch", "estimate"}
 RESULT_KEY = b"elf.result"  # JSON: rows kind, term, version, tentative, partial, coverage, …
 #: versions :meth:`Lake.write` probes past the one asked for before giving up (each probe is
 #: one stat, plus a footer read when the version is taken)
@@ -222,8 +223,8 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     if named is None:
         key_texts = [to_json(k) for k, _ in rollup.rows]
         value_texts = [to_json(v) for _, v in rollup.rows]
-    else:
-        key_texts, value_texts = [to_json(r) for r in named], ["null"] * n
+    else:  # sketch binaries are not part of the reported row (nor of its digest)
+        key_texts, value_texts = [to_json(_reported(r)) for r in named], ["null"] * n
     written = written_at if written_at is not None else time.time()
     start = rollup.epoch_start
     fixed = {
@@ -248,19 +249,28 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     if rollup.accuracy is not None:
         arrays.append(pa.array([float(rollup.accuracy)] * n, pa.float64()))
         fields.append(ACCURACY)
+    sketch_cols: list[tuple[str, pa.Array]] = []
     if named is None:
         key_cols, value_cols = key_value_columns(rollup.rows, rollup.key_names, rollup.value_names)
-    else:  # named rows: numeric fields are the values, the others the keys
+    else:  # named rows: numeric fields are the values, binaries sketches, the others keys
         cols = named_columns(named)
         value_cols = [(n, a) for n, a in cols if _numeric(a.type)]
-        key_cols = [(n, a) for n, a in cols if not _numeric(a.type)]
-    for name, arr in key_cols + value_cols:
+        sketch_cols = [(n, a) for n, a in cols if pa.types.is_binary(a.type)]
+        key_cols = [
+            (n, a) for n, a in cols if not _numeric(a.type) and not pa.types.is_binary(a.type)
+        ]
+    for name, arr in key_cols + value_cols + sketch_cols:
         arrays.append(arr)
         fields.append(pa.field(name, arr.type))
     meta = {
         b"elf.path": rollup.relative_path().encode(),
         b"elf.key_columns": json.dumps([n for n, _ in key_cols]).encode(),
         b"elf.value_columns": json.dumps([n for n, _ in value_cols]).encode(),
+        **(
+            {SKETCHES_KEY: json.dumps(sketch_columns(sketch_cols, {n for n, _ in cols})).encode()}
+            if sketch_cols
+            else {}
+        ),
         RESULT_KEY: json.dumps(
             {
                 "rows": "pairs" if named is None else "named",
@@ -277,6 +287,30 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
         ).encode(),
     }
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
+
+
+def _reported(row: dict[str, Any]) -> dict[str, Any]:
+    """A named row without its sketch binaries: what the results API reports."""
+    if not any(isinstance(v, bytes) for v in row.values()):
+        return row
+    return {k: v for k, v in row.items() if not isinstance(v, bytes)}
+
+
+#: a DataSketches binary's family id (its third byte) → the sketch, as Spark names it
+_SKETCH_FAMILIES = {7: "hll", 15: "kll_doubles", 10: "frequent_strings"}
+
+
+def sketch_columns(cols: Sequence[tuple[str, pa.Array]], names: set[str]) -> dict[str, Any]:
+    """``elf.sketch_columns``: for each binary column, the sketch it holds (from the
+    binaries' family id: ``hll``, ``kll_doubles``, ``frequent_strings``) and the estimate
+    column beside it (``p99`` for ``p99_sketch``, when present)."""
+    out: dict[str, Any] = {}
+    for name, arr in cols:
+        first = next((v for v in arr.to_pylist() if v), b"")
+        kind = _SKETCH_FAMILIES.get(first[2]) if len(first) > 2 else None
+        estimate = name.removesuffix("_sketch")
+        out[name] = {"sketch": kind, "estimate": estimate if estimate in names else None}
+    return out
 
 
 def _content_digest(
