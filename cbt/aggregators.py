@@ -72,7 +72,7 @@ def _num_in(obj: Any) -> Any:
     return obj
 
 
-def _check_packable(value: Any) -> None:
+def check_packable(value: Any) -> None:
     """Reject at insert time a value msgpack cannot serialize, rather than fail at a spill."""
     try:
         _packb(value, use_bin_type=True)
@@ -381,8 +381,8 @@ class TopK(Aggregator):
 
     def lift(self, value: Any) -> tuple:
         if isinstance(value, tuple | list) and len(value) == 2 and _is_number(value[1]):
-            _check_packable(value[0])
-            return ((_freeze(value[0]), value[1]),)
+            check_packable(value[0])
+            return ((freeze(value[0]), value[1]),)
         if _is_number(value):
             return ((value, value),)
         raise TypeError(f"topk values are (item, weight) pairs or numbers, got {value!r}")
@@ -402,10 +402,10 @@ class TopK(Aggregator):
         return list(state)
 
 
-def _freeze(v: Any) -> Any:
+def freeze(v: Any) -> Any:
     # msgpack decodes arrays as tuples; freezing lists on the way in keeps states comparable.
     if isinstance(v, list | tuple):
-        return tuple(_freeze(x) for x in v)
+        return tuple(freeze(x) for x in v)
     return v
 
 
@@ -423,14 +423,14 @@ class CollectSet(Aggregator):
     mutable_state = True
 
     def lift(self, value: Any) -> set:
-        value = _freeze(value)
-        _check_packable(value)
+        value = freeze(value)
+        check_packable(value)
         return {value}
 
     def add(self, state: set, value: Any) -> set:
-        value = _freeze(value)
+        value = freeze(value)
         if value not in state:
-            _check_packable(value)
+            check_packable(value)
             state.add(value)
         return state
 

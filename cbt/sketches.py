@@ -39,14 +39,14 @@ import threading
 from typing import Any
 
 import datasketches as ds
+import msgpack
 import numpy as np
 
 from cbt import sketch_bytes
 from cbt.aggregators import (
     Aggregator,
-    _check_packable,
-    _freeze,
-    _packb,
+    check_packable,
+    freeze,
     register_aggregator,
 )
 
@@ -262,9 +262,9 @@ def hll_item(value: Any) -> int | float | str:
         if value.is_integer() and _INT64_MIN <= value <= _INT64_MAX:
             return int(value)
         return value
-    value = _freeze(value)
-    _check_packable(value)
-    return "\x00" + _packb(value, use_bin_type=True).hex()
+    value = freeze(value)
+    check_packable(value)
+    return "\x00" + msgpack.packb(value, use_bin_type=True).hex()
 
 
 class ApproxDistinct(Aggregator):
