@@ -159,3 +159,31 @@ def test_the_job_spec_carries_one_sketch_size() -> None:
     }
     # a field named array is still a field (ARRAY[...] is only approx_percentile's)
     assert compile_query("SELECT count(*) FROM * WHERE array[0] = 1").aggregator == "count"
+
+
+def test_sketch_results_spilled_by_the_master_read_back_to_the_same_rows(tmp_path: Any) -> None:
+    """The master's ResultStore spills old epochs to disk (a checkpoint-like trip through
+    the snapshot format): read back, a sketch query's rows are the very same."""
+    from agent.runtime.results.spill import ResultSpill
+    from agent.runtime.results.store import ResultStore
+
+    q = compile_query(QUERY)
+    store = ResultStore(budget_bytes=1, spill=ResultSpill(tmp_path, "sk"), job="sk")
+    want = {}
+    for epoch in range(3):
+        tree = CompressedBufferTree(q.make_aggregator())
+        for r in records(2000, 10 + epoch):
+            for k, v in q.map(r):
+                tree.insert(k, v)
+        snap = tree.flush()
+        want[epoch] = q.rows(snap)
+        store.put(1, epoch, snap, float(epoch))
+        while batch := store.spill_candidates():
+            for t, e, s in batch:
+                store.spilled(t, e, s, store.spill_write(t, e, s))
+    assert store.stats()["spilled_epochs"] >= 2
+    for epoch in range(3):
+        result = store.get(1, epoch)
+        assert result is not None
+        got = result.snapshot if result.snapshot is not None else store.load(1, epoch)
+        assert q.rows(got) == want[epoch]
