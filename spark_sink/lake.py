@@ -255,10 +255,8 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     else:  # named rows: numeric fields are the values, binaries sketches, the others keys
         cols = named_columns(named)
         value_cols = [(n, a) for n, a in cols if _numeric(a.type)]
-        sketch_cols = [(n, a) for n, a in cols if pa.types.is_binary(a.type)]
-        key_cols = [
-            (n, a) for n, a in cols if not _numeric(a.type) and not pa.types.is_binary(a.type)
-        ]
+        sketch_cols = [(n, a.cast(pa.binary())) for n, a in cols if _is_sketch(n, a)]
+        key_cols = [(n, a) for n, a in cols if not _numeric(a.type) and not _is_sketch(n, a)]
     for name, arr in key_cols + value_cols + sketch_cols:
         arrays.append(arr)
         fields.append(pa.field(name, arr.type))
@@ -289,11 +287,24 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
 
 
+def _is_sketch(name: str, arr: pa.Array) -> bool:
+    """A sketch column: named ``<column>_sketch`` (``agent/ql/rows.py``), binary or all null
+    (no group had a value: typed binary all the same); other binary fields of a job's named
+    rows stay key columns, as before sketches."""
+    if not name.endswith("_sketch"):
+        return False
+    return pa.types.is_binary(arr.type) or arr.null_count == len(arr)
+
+
+def _sketch_field(k: Any, v: Any) -> bool:
+    return (v is None or isinstance(v, bytes)) and str(k).endswith("_sketch")
+
+
 def _reported(row: dict[str, Any]) -> dict[str, Any]:
     """A named row without its sketch binaries: what the results API reports."""
-    if not any(isinstance(v, bytes) for v in row.values()):
+    if not any(_sketch_field(k, v) for k, v in row.items()):
         return row
-    return {k: v for k, v in row.items() if not isinstance(v, bytes)}
+    return {k: v for k, v in row.items() if not _sketch_field(k, v)}
 
 
 #: a DataSketches binary's family id (its third byte) → the sketch, as Spark names it

@@ -200,3 +200,19 @@ def test_spark_cannot_combine_frequent_items_binaries(spark: Any, tmp_path: Path
         spark.sql(
             f"SELECT approx_top_k_estimate(approx_top_k_combine({wrapped}), 2) FROM lake1"
         ).collect()
+
+
+def test_a_sketch_column_without_any_sketch_is_still_binary() -> None:
+    """A file whose groups all lack a sketch (the aggregate saw only NULLs) types the column
+    binary all the same, so every file of the job agrees (a string column would turn the
+    union of schemas to string and Spark's sketch functions would refuse it)."""
+    from spark_sink.lake import Rollup, rollup_table
+
+    named = [{"g": "a", "users": 0.0, "users_sketch": None}]
+    table = rollup_table(Rollup("sk", 0, 1, 5, 60.0, [], named_rows=named))
+    assert str(table.schema.field("users_sketch").type) == "binary"
+    assert json.loads(table.column("key_json")[0].as_py()) == {"g": "a", "users": 0.0}
+    meta = table.schema.metadata
+    assert json.loads(meta[b"elf.sketch_columns"]) == {
+        "users_sketch": {"sketch": None, "estimate": "users"}
+    }
