@@ -45,7 +45,11 @@ Contract (see ``docs/spark-sink.md``):
   lists, bytes as UTF-8 text) — exactly the rows the results API reports. A job that names its
   result rows (``Job.result_rows``, e.g. ELF QL: ``{"product": "p1", "clicks": 7}``) gets one
   column per field instead; ``key_json`` then holds the whole row as a JSON object and
-  ``value_json`` is ``null``. The footer names the roles: ``elf.key_columns`` and
+  ``value_json`` is ``null``; among them a field ``<c>_sketch`` holding bytes or null is a
+  **sketch column** (an ELF QL sketch aggregate's DataSketches binary beside its estimate
+  ``<c>``), always BINARY, kept out of ``key_json`` and the digest and listed in the footer's
+  ``elf.sketch_columns`` (``{"sketch": "hll" | "kll_doubles" | "frequent_strings",
+  "estimate": "<c>"}``). The footer names the roles: ``elf.key_columns`` and
   ``elf.value_columns`` (JSON lists; for named rows the numeric fields are the values), and
   ``elf.result`` describes the result even when it has no row: ``{"rows": "pairs" | "named",
   "term", "version", "tentative", "partial", "coverage", "lacking", "policy", "digest"}``
