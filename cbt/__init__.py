@@ -10,7 +10,6 @@ the overlay or the network.
 
 from cbt.aggregators import (
     Aggregator,
-    ApproxDistinct,
     Avg,
     CollectSet,
     Count,
@@ -25,7 +24,7 @@ from cbt.aggregators import (
 )
 from cbt.errors import CBTError, SnapshotError, SpillError
 from cbt.hashing import xxh3_64
-from cbt.hll import HyperLogLog
+from cbt.sketches import ApproxDistinct, ApproxQuantiles, ApproxTopK, rejected_binaries
 from cbt.snapshot import Snapshot
 from cbt.tree import CompressedBufferTree
 from cbt.window import EpochWindows, SlidingWindow, TumblingWindow
@@ -33,6 +32,8 @@ from cbt.window import EpochWindows, SlidingWindow, TumblingWindow
 __all__ = [
     "Aggregator",
     "ApproxDistinct",
+    "ApproxQuantiles",
+    "ApproxTopK",
     "Avg",
     "CBTError",
     "CollectSet",
@@ -40,7 +41,6 @@ __all__ = [
     "Count",
     "Distinct",
     "EpochWindows",
-    "HyperLogLog",
     "Max",
     "Min",
     "SlidingWindow",
@@ -53,5 +53,6 @@ __all__ = [
     "aggregator_names",
     "get_aggregator",
     "register_aggregator",
+    "rejected_binaries",
     "xxh3_64",
 ]

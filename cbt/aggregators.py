@@ -31,8 +31,6 @@ from typing import Any, ClassVar
 import msgpack
 import numpy as np
 
-from cbt import hll
-
 State = Any
 
 _packb = msgpack.packb
@@ -74,7 +72,7 @@ def _num_in(obj: Any) -> Any:
     return obj
 
 
-def _check_packable(value: Any) -> None:
+def check_packable(value: Any) -> None:
     """Reject at insert time a value msgpack cannot serialize, rather than fail at a spill."""
     try:
         _packb(value, use_bin_type=True)
@@ -383,8 +381,8 @@ class TopK(Aggregator):
 
     def lift(self, value: Any) -> tuple:
         if isinstance(value, tuple | list) and len(value) == 2 and _is_number(value[1]):
-            _check_packable(value[0])
-            return ((_freeze(value[0]), value[1]),)
+            check_packable(value[0])
+            return ((freeze(value[0]), value[1]),)
         if _is_number(value):
             return ((value, value),)
         raise TypeError(f"topk values are (item, weight) pairs or numbers, got {value!r}")
@@ -404,10 +402,10 @@ class TopK(Aggregator):
         return list(state)
 
 
-def _freeze(v: Any) -> Any:
+def freeze(v: Any) -> Any:
     # msgpack decodes arrays as tuples; freezing lists on the way in keeps states comparable.
     if isinstance(v, list | tuple):
-        return tuple(_freeze(x) for x in v)
+        return tuple(freeze(x) for x in v)
     return v
 
 
@@ -425,14 +423,14 @@ class CollectSet(Aggregator):
     mutable_state = True
 
     def lift(self, value: Any) -> set:
-        value = _freeze(value)
-        _check_packable(value)
+        value = freeze(value)
+        check_packable(value)
         return {value}
 
     def add(self, state: set, value: Any) -> set:
-        value = _freeze(value)
+        value = freeze(value)
         if value not in state:
-            _check_packable(value)
+            check_packable(value)
             state.add(value)
         return state
 
@@ -463,51 +461,6 @@ class Distinct(CollectSet):
 
     def finalize(self, state: set) -> int:
         return len(state)
-
-
-class ApproxDistinct(Aggregator):
-    """``approx_distinct`` (alias ``hll``): HyperLogLog distinct count with ``2**precision``
-    one-byte registers per key (1 KiB at the default precision 10, ~3.3 % error). Mergeable
-    exactly (register-wise max); the result is the float estimate.
-    """
-
-    name = "approx_distinct"
-    mutable_state = True
-
-    def __init__(self, precision: int = 10) -> None:
-        self.precision = hll.check_precision(precision)
-
-    def params(self) -> dict[str, Any]:
-        return {"precision": self.precision}
-
-    def lift(self, value: Any) -> bytearray:
-        regs = hll.empty_registers(self.precision)
-        return self.add(regs, value)
-
-    def add(self, state: bytearray, value: Any) -> bytearray:
-        from cbt.hashing import xxh3_64
-
-        value = _freeze(value)
-        _check_packable(value)
-        hll.add_hash(state, self.precision, xxh3_64(_packb(value, use_bin_type=True)))
-        return state
-
-    def merge(self, a: bytearray, b: bytearray) -> bytearray:
-        return hll.merge_registers(a, b)
-
-    def copy(self, state: bytearray) -> bytearray:
-        return bytearray(state)
-
-    def serialize(self, state: bytearray) -> bytes:
-        return bytes(state)
-
-    def deserialize(self, obj: Any) -> bytearray:
-        if not isinstance(obj, bytes) or len(obj) != 1 << self.precision:
-            raise ValueError(f"approx_distinct state must be {1 << self.precision} bytes")
-        return bytearray(obj)
-
-    def finalize(self, state: bytearray) -> float:
-        return hll.estimate(state)
 
 
 class Composite(Aggregator):
@@ -622,8 +575,6 @@ _REGISTRY: dict[str, Callable[..., Aggregator]] = {
     "topk": TopK,
     "distinct": Distinct,
     "collect_set": CollectSet,
-    "approx_distinct": ApproxDistinct,
-    "hll": ApproxDistinct,
     "composite": Composite,
 }
 

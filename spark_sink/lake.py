@@ -45,7 +45,11 @@ Contract (see ``docs/spark-sink.md``):
   lists, bytes as UTF-8 text) — exactly the rows the results API reports. A job that names its
   result rows (``Job.result_rows``, e.g. ELF QL: ``{"product": "p1", "clicks": 7}``) gets one
   column per field instead; ``key_json`` then holds the whole row as a JSON object and
-  ``value_json`` is ``null``. The footer names the roles: ``elf.key_columns`` and
+  ``value_json`` is ``null``; among them a field ``<c>_sketch`` holding bytes or null is a
+  **sketch column** (an ELF QL sketch aggregate's DataSketches binary beside its estimate
+  ``<c>``), always BINARY, kept out of ``key_json`` and the digest and listed in the footer's
+  ``elf.sketch_columns`` (``{"sketch": "hll" | "kll_doubles" | "frequent_strings",
+  "estimate": "<c>"}``). The footer names the roles: ``elf.key_columns`` and
   ``elf.value_columns`` (JSON lists; for named rows the numeric fields are the values), and
   ``elf.result`` describes the result even when it has no row: ``{"rows": "pairs" | "named",
   "term", "version", "tentative", "partial", "coverage", "lacking", "policy", "digest"}``
@@ -132,6 +136,7 @@ from spark_sink.lake_names import (
 )
 
 SOURCES_KEY = b"elf.sources"
+SKETCHES_KEY = b"elf.sketch_columns"  # JSON: sketch column → {"sketch", "estimate"}
 RESULT_KEY = b"elf.result"  # JSON: rows kind, term, version, tentative, partial, coverage, …
 #: versions :meth:`Lake.write` probes past the one asked for before giving up (each probe is
 #: one stat, plus a footer read when the version is taken)
@@ -222,8 +227,8 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     if named is None:
         key_texts = [to_json(k) for k, _ in rollup.rows]
         value_texts = [to_json(v) for _, v in rollup.rows]
-    else:
-        key_texts, value_texts = [to_json(r) for r in named], ["null"] * n
+    else:  # sketch binaries are not part of the reported row (nor of its digest)
+        key_texts, value_texts = [to_json(_reported(r)) for r in named], ["null"] * n
     written = written_at if written_at is not None else time.time()
     start = rollup.epoch_start
     fixed = {
@@ -248,19 +253,26 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     if rollup.accuracy is not None:
         arrays.append(pa.array([float(rollup.accuracy)] * n, pa.float64()))
         fields.append(ACCURACY)
+    sketch_cols: list[tuple[str, pa.Array]] = []
     if named is None:
         key_cols, value_cols = key_value_columns(rollup.rows, rollup.key_names, rollup.value_names)
-    else:  # named rows: numeric fields are the values, the others the keys
+    else:  # named rows: numeric fields are the values, binaries sketches, the others keys
         cols = named_columns(named)
         value_cols = [(n, a) for n, a in cols if _numeric(a.type)]
-        key_cols = [(n, a) for n, a in cols if not _numeric(a.type)]
-    for name, arr in key_cols + value_cols:
+        sketch_cols = [(n, a.cast(pa.binary())) for n, a in cols if _is_sketch(n, a)]
+        key_cols = [(n, a) for n, a in cols if not _numeric(a.type) and not _is_sketch(n, a)]
+    for name, arr in key_cols + value_cols + sketch_cols:
         arrays.append(arr)
         fields.append(pa.field(name, arr.type))
     meta = {
         b"elf.path": rollup.relative_path().encode(),
         b"elf.key_columns": json.dumps([n for n, _ in key_cols]).encode(),
         b"elf.value_columns": json.dumps([n for n, _ in value_cols]).encode(),
+        **(
+            {SKETCHES_KEY: json.dumps(sketch_columns(sketch_cols, {n for n, _ in cols})).encode()}
+            if sketch_cols
+            else {}
+        ),
         RESULT_KEY: json.dumps(
             {
                 "rows": "pairs" if named is None else "named",
@@ -277,6 +289,43 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
         ).encode(),
     }
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
+
+
+def _is_sketch(name: str, arr: pa.Array) -> bool:
+    """A sketch column: named ``<column>_sketch`` (``agent/ql/rows.py``), binary or all null
+    (no group had a value: typed binary all the same); other binary fields of a job's named
+    rows stay key columns, as before sketches."""
+    if not name.endswith("_sketch"):
+        return False
+    return pa.types.is_binary(arr.type) or arr.null_count == len(arr)
+
+
+def _sketch_field(k: Any, v: Any) -> bool:
+    return (v is None or isinstance(v, bytes)) and str(k).endswith("_sketch")
+
+
+def _reported(row: dict[str, Any]) -> dict[str, Any]:
+    """A named row without its sketch binaries: what the results API reports."""
+    if not any(_sketch_field(k, v) for k, v in row.items()):
+        return row
+    return {k: v for k, v in row.items() if not _sketch_field(k, v)}
+
+
+#: a DataSketches binary's family id (its third byte) → the sketch, as Spark names it
+_SKETCH_FAMILIES = {7: "hll", 15: "kll_doubles", 10: "frequent_strings"}
+
+
+def sketch_columns(cols: Sequence[tuple[str, pa.Array]], names: set[str]) -> dict[str, Any]:
+    """``elf.sketch_columns``: for each binary column, the sketch it holds (from the
+    binaries' family id: ``hll``, ``kll_doubles``, ``frequent_strings``) and the estimate
+    column beside it (``p99`` for ``p99_sketch``, when present)."""
+    out: dict[str, Any] = {}
+    for name, arr in cols:
+        first = next((v for v in arr.to_pylist() if v), b"")
+        kind = _SKETCH_FAMILIES.get(first[2]) if len(first) > 2 else None
+        estimate = name.removesuffix("_sketch")
+        out[name] = {"sketch": kind, "estimate": estimate if estimate in names else None}
+    return out
 
 
 def _content_digest(

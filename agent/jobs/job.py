@@ -226,6 +226,12 @@ class Job:
         pairs of an epoch (all trees', JSON-ready); None (the default) keeps the pairs."""
         return None
 
+    def lake_rows(self, pairs: list[Any], sketches: list[Any]) -> list[dict[str, Any]] | None:
+        """Optional: :meth:`result_rows` for the lake, given beside each pair the DataSketches
+        binaries of its sketch aggregates (``cbt.sketches.sketch_binaries``; only for jobs
+        whose aggregator holds sketches). The default ignores them."""
+        return self.result_rows(pairs)
+
     def on_query(self, message: dict[str, Any]) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Answer a cross-job ``route`` query; the default says the job answers none."""
         return {"error": f"job {self.spec.name!r} answers no queries"}

@@ -138,6 +138,10 @@ class QLJob(Job):
         """Named result rows of the final ``(key, value)`` pairs (HAVING, ORDER BY, LIMIT)."""
         return self.compiled.rows(pairs)
 
+    def lake_rows(self, pairs: Any, sketches: list[Any]) -> list[dict[str, Any]]:
+        """The named rows plus each sketch column's binary, ``<column>_sketch``."""
+        return self.compiled.rows(pairs, sketches)
+
     def on_epoch_result(self, epoch: int, snapshot: Snapshot) -> None:
         if self.spec.window_bounds(epoch) is None:
             return  # window mode filler epoch: no window ends here

@@ -37,12 +37,19 @@ from agent.ql.checker import AggSpec, Analysis
 from agent.ql.compiler import part_value
 from agent.ql.fallback import Unsupported
 from cbt import Aggregator
-from cbt import hll as _hll
 
 _INT64_LIMIT = 1 << 63
 _ONLY_VALID = pc.CountOptions(mode="only_valid")
 _NUMERIC_AGGS = ("sum", "avg", "min", "max")
 _SET_AGGS = ("distinct", "collect_set", "approx_distinct")
+#: sketches fed each group's whole list of values (Arrow's hash "list" aggregate)
+_LIST_AGGS = ("approx_percentile", "approx_top_k")
+
+
+def _plan_name(spec: AggSpec) -> str:
+    """How a spec is computed here: its aggregate's name, or for the sketches their CBT
+    aggregator's (approx_quantiles is approx_percentile at other ranks)."""
+    return spec.kind.cbt if spec.kind.cbt in _LIST_AGGS else spec.kind.name
 
 
 def referenced_fields(an: Analysis) -> frozenset[str]:
@@ -141,7 +148,7 @@ class ArrowPlan:
     def _value_column(self, ev: ArrowEval, spec: AggSpec) -> pa.Array | None:
         if not spec.args:
             return None  # count(*)
-        name = spec.kind.name
+        name = _plan_name(spec)
         if name == "topk":
             # folded with the aggregator's own lift/merge (see _topk_states): the row path's
             # (item, weight) values, computed by its closure
@@ -169,6 +176,16 @@ class ArrowPlan:
             if has_nan(col):
                 raise Unsupported(f"NaN in {name}")
             return col
+        if name == "approx_percentile":  # numbers; NaN is skipped by KLL on both paths
+            if k in ("int", "float", "null"):
+                return col
+            if pc.all(pc.is_null(col)).as_py():
+                return pa.nulls(len(col))
+            raise Unsupported(f"{name} over non-numbers (the row path counts map errors)")
+        if name == "approx_top_k":
+            if k not in ("str", "int", "bool", "float", "null"):
+                raise Unsupported(f"{name} over lists or objects")
+            return col
         raise Unsupported(f"aggregate {name}")
 
     # ---- grouping -------------------------------------------------------------------------
@@ -188,7 +205,7 @@ class ArrowPlan:
         aggs: list[tuple[Any, ...]] = [([], "count_all")]
         plan: list[tuple[str, Any]] = []  # per spec: how to read its state
         for j, (spec, v) in enumerate(zip(self.specs, values, strict=True)):
-            name = spec.kind.name
+            name = _plan_name(spec)
             if v is None and name != "topk":
                 plan.append(("count_all", None))
                 continue
@@ -214,6 +231,8 @@ class ArrowPlan:
                 aggs += [(col, "sum"), (col, "count", _ONLY_VALID)]
             elif name in ("min", "max"):
                 aggs.append((col, name))
+            elif name in _LIST_AGGS:
+                aggs.append((col, "list"))  # NULLs included: dropped per group below
             else:
                 aggs.append((col, "distinct", _ONLY_VALID))
         names = [f"k{i}" for i in range(len(key_cols))]
@@ -267,6 +286,8 @@ class ArrowPlan:
             return [None if c == 0 else (s, c) for s, c in zip(sums, counts, strict=True)]
         if how in ("min", "max"):
             return grouped.column(f"{col}_{how}").to_pylist()
+        if how in _LIST_AGGS:
+            return self._sketch_states(grouped.column(f"{col}_list"), how, int(col[1:]))
         col_d = grouped.column(f"{col}_distinct")
         base = how.removesuffix("_float")
         if how.endswith("_float"):
@@ -282,12 +303,40 @@ class ArrowPlan:
                 out.append(None)
             elif base == "approx_distinct":
                 agg = self._part_at(int(col[1:]))
-                regs = _hll.empty_registers(agg.precision)  # type: ignore[attr-defined]
-                for v in values:
-                    regs = agg.add(regs, v)
-                out.append(regs)
+                # the group's distinct values into one HLL: the registers the row path's
+                # per-record inserts give
+                out.append(agg.add_values(agg.empty(), values))  # type: ignore[attr-defined]
             else:
                 out.append(set(values))
+        return out
+
+    def _sketch_states(self, lists: Any, how: str, j: int) -> list:
+        """Each group's sketch from its list of values (NULLs dropped; a group without a
+        non-NULL value has no state), fed in one batch: KLL takes the group's float64 slice of
+        the flattened column, frequent items each distinct item with its count."""
+        agg: Any = self._part_at(j)
+        col = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+        offsets = col.offsets.to_numpy()
+        flat = col.values
+        valid = flat.is_valid().to_numpy(zero_copy_only=False)
+        out: list[Any] = []
+        if how == "approx_percentile":
+            if kind(flat) == "null":
+                return [None] * len(col)
+            nums = flat.cast(pa.float64(), safe=False).fill_null(0.0).to_numpy()
+            for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+                vals = nums[lo:hi][valid[lo:hi]]
+                out.append(agg.add_array(agg.empty(), vals) if len(vals) else None)
+            return out
+        items = flat.to_pylist()
+        for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+            counts: dict[Any, int] = {}
+            for v in items[lo:hi]:
+                if v is not None:
+                    counts[v] = counts.get(v, 0) + 1
+            out.append(
+                agg.add_counts(agg.empty(), list(counts), list(counts.values())) if counts else None
+            )
         return out
 
     def _part_at(self, j: int) -> Aggregator:

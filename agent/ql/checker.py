@@ -21,6 +21,14 @@ from typing import Any, NoReturn
 from agent.ql import nodes as n
 from agent.ql.errors import QLError
 from agent.ql.functions import AGGREGATES, FUNCTIONS, Aggregate
+from cbt.sketches import (
+    DEFAULT_KLL_K,
+    MAX_KLL_K,
+    MAX_LG_K,
+    MAX_TOP_K,
+    MIN_KLL_K,
+    MIN_LG_K,
+)
 
 TYPE_NAMES = {
     "num": "a number",
@@ -31,6 +39,7 @@ TYPE_NAMES = {
     "null": "NULL",
 }
 MAX_TOPK = 10_000
+MAX_QUANTILES = 1_000  # approx_quantiles(x, n): n + 1 values
 _CMP = ("=", "!=", "<", "<=", ">", ">=")
 _ARITH = ("+", "-", "*", "/", "%")
 
@@ -97,7 +106,8 @@ class _Checker:
             _fail(
                 q.select[0].expr,
                 "expected an aggregate (count, sum, avg, min, max, topk, distinct, "
-                "collect_set, approx_distinct) or GROUP BY: queries aggregate records per window",
+                "collect_set, approx_distinct, approx_percentile, approx_quantiles, "
+                "approx_top_k) or GROUP BY: queries aggregate records per window",
             )
         if q.where is not None:
             self.condition(q.where, "WHERE")
@@ -133,7 +143,27 @@ class _Checker:
                 expr = self.resolve_aliases(expr, aliases)  # e.g. ORDER BY revenue / clicks
             self.typ(expr, "ORDER BY", post=True)
             an.order.append((expr, o.descending))
+        self.one_sketch_size()
         return an
+
+    def one_sketch_size(self) -> None:
+        """One KLL ``k`` and one HLL ``lg_k`` per job: every agent's sketches of a kind have
+        the same size, so merges never mix sizes (DataSketches' HLL union had a regression
+        with mixed lg_k, datasketches-cpp #512 / #522; a KLL merge would drop to the
+        smaller k)."""
+        for cbt_name, param in (("approx_percentile", "k"), ("approx_distinct", "lg_k")):
+            seen: dict[Any, AggSpec] = {}
+            for spec in self.an.aggregates:
+                if spec.kind.cbt == cbt_name:
+                    seen.setdefault(spec.params.get(param), spec)
+            if len(seen) > 1:
+                first, other = list(seen.values())[:2]
+                _fail(
+                    other.call,
+                    f"expected one {param} for every {cbt_name} sketch of a query (one "
+                    f"sketch size per job): {other.call.to_sql()} differs from "
+                    f"{first.call.to_sql()}",
+                )
 
     def condition(self, node: n.Node, clause: str, *, post: bool = False) -> None:
         t = self.typ(node, clause, post=post)
@@ -241,7 +271,10 @@ class _Checker:
                 _fail(node, f"aggregate {name}() cannot be nested inside another aggregate")
             if not post:
                 _fail(node, f"aggregate {name}() is not allowed in {clause}")
-            return self.aggregate(node, clause).kind.result
+            spec = self.aggregate(node, clause)
+            return "list" if spec.params.get("array") else spec.kind.result
+        if name == "array":
+            _fail(node, "ARRAY[...] is only allowed as approx_percentile's percentages")
         fn = FUNCTIONS.get(name)
         if fn is None:
             known = ", ".join(sorted({*FUNCTIONS, *AGGREGATES}))
@@ -324,9 +357,20 @@ class _Checker:
                 _fail(node, f"approx_distinct() takes 1 or 2 arguments, got {len(args)}")
             if len(args) == 2:
                 p = self.literal_arg(node, 1, "int")
-                if not 4 <= p <= 16:
-                    _fail(args[1], f"expected a precision in [4, 16], got {p}")
-                params = {"precision": p}
+                if not MIN_LG_K <= p <= MAX_LG_K:
+                    _fail(args[1], f"expected lg_k in [{MIN_LG_K}, {MAX_LG_K}], got {p}")
+                params = {"lg_k": p}
+            value_args = args[:1]
+        elif name in ("approx_percentile", "approx_quantiles"):
+            params = self.quantile_params(node)
+            value_args = args[:1]
+        elif name == "approx_top_k":
+            if len(args) != 2:
+                _fail(node, f"approx_top_k() takes 2 arguments (value, k), got {len(args)}")
+            k = self.literal_arg(node, 1, "int")
+            if not 1 <= k <= MAX_TOP_K:
+                _fail(args[1], f"expected k in [1, {MAX_TOP_K}] for approx_top_k(), got {k}")
+            params = {"k": k}
             value_args = args[:1]
         else:
             if len(args) != 1:
@@ -339,3 +383,40 @@ class _Checker:
         spec = AggSpec(node, kind, params, value_args)
         self.an.aggregates.append(spec)
         return spec
+
+    def quantile_params(self, node: n.Call) -> dict[str, Any]:
+        """``approx_percentile(x, p | ARRAY[p, ...] [, k])`` / ``approx_quantiles(x, n [, k])``
+        to the KLL aggregator's params (ranks in [0, 1], k in [8, 65535])."""
+        name, args = node.name, node.args
+        if len(args) not in (2, 3):
+            what = "p or ARRAY[p, ...]" if name == "approx_percentile" else "n"
+            _fail(node, f"{name}() takes 2 or 3 arguments (value, {what} [, k]), got {len(args)}")
+        k = DEFAULT_KLL_K
+        if len(args) == 3:
+            k = self.literal_arg(node, 2, "int")
+            if not MIN_KLL_K <= k <= MAX_KLL_K:
+                _fail(args[2], f"expected k in [{MIN_KLL_K}, {MAX_KLL_K}] for {name}(), got {k}")
+        if name == "approx_quantiles":
+            q = self.literal_arg(node, 1, "int")
+            if not 1 <= q <= MAX_QUANTILES:
+                _fail(
+                    args[1], f"expected n in [1, {MAX_QUANTILES}] for approx_quantiles(), got {q}"
+                )
+            return {"k": k, "ranks": [i / q for i in range(q + 1)], "array": True}
+        p = args[1]
+        items = p.args if isinstance(p, n.Call) and p.name == "array" else None
+        ranks = []
+        for item in items if items is not None else (p,):
+            v = item.value if isinstance(item, n.Literal) else None
+            if isinstance(item, n.Unary) and item.op == "-" and isinstance(item.operand, n.Literal):
+                v = item.operand.value
+                v = -v if isinstance(v, int | float) and not isinstance(v, bool) else None
+            if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v <= 1:
+                _fail(
+                    item,
+                    f"expected a percentage in [0, 1] as a number literal, got {item.to_sql()}",
+                )
+            ranks.append(float(v))
+        if items is not None and not ranks:
+            _fail(p, "expected at least one percentage in ARRAY[...]")
+        return {"k": k, "ranks": ranks, "array": items is not None}

@@ -233,5 +233,10 @@ AGGREGATES: dict[str, Aggregate] = {
         Aggregate("distinct", "distinct", False, "num", 0),
         Aggregate("collect_set", "collect_set", False, "list"),
         Aggregate("approx_distinct", "approx_distinct", False, "num", 0.0),
+        # the DataSketches aggregates (cbt/sketches.py); approx_percentile's type is "list"
+        # with an ARRAY of percentages (the checker says which)
+        Aggregate("approx_percentile", "approx_percentile", True, "num"),
+        Aggregate("approx_quantiles", "approx_percentile", True, "list"),
+        Aggregate("approx_top_k", "approx_top_k", False, "list", ()),
     )
 }

@@ -198,6 +198,8 @@ class Call(Node):
 
     def to_sql(self) -> str:
         inner = ", ".join(a.to_sql() for a in self.args)
+        if self.name == "array":  # ARRAY[...] parses to a call named array
+            return f"ARRAY[{inner}]"
         return f"{self.name}({'DISTINCT ' if self.distinct else ''}{inner})"
 
     def children(self) -> tuple[Node, ...]:

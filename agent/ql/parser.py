@@ -20,6 +20,8 @@ Grammar (EBNF, see docs/ql.md)::
     unary     = "-" unary | postfix         postfix = primary {"[" expr "]"}
     primary   = number | string | TRUE | FALSE | NULL | "(" expr ")"
               | name "(" [ "*" | [DISTINCT] expr {"," expr} ] ")" | name {"." name}
+    approx_percentile's second argument may be ARRAY "[" [expr {"," expr}] "]" (a Call named
+    "array"; ARRAY is not a keyword, so a field named array stays a field elsewhere)
 """
 
 from __future__ import annotations
@@ -425,6 +427,28 @@ class _Parser:
             return n.Field(tuple(path), **where)
         self.fail("an expression (a field, literal, function call or '(')")
 
+    def array_next(self, call: str, position: int) -> bool:
+        """An ``ARRAY[...]`` of percentages comes next (approx_percentile's 2nd argument)."""
+        t = self.tok
+        return (
+            call == "approx_percentile"
+            and position == 1
+            and t.kind == "IDENT"
+            and t.value.upper() == "ARRAY"
+            and self.is_op_at(self.i + 1, "[")
+        )
+
+    def array(self) -> n.Node:
+        t = self.advance()
+        self.advance()  # "["
+        items: list[n.Node] = []
+        if not self.is_op("]"):
+            items.append(self.expr())
+            while self.accept_op(","):
+                items.append(self.expr())
+        self.expect_op("]", "',' or ']' in ARRAY[...]")
+        return n.Call("array", tuple(items), line=t.line, column=t.column)
+
     def call(self, name_tok: Token) -> n.Node:
         self.advance()  # "("
         name = name_tok.value.lower()
@@ -438,6 +462,6 @@ class _Parser:
         if not self.is_op(")"):
             args.append(self.expr())
             while self.accept_op(","):
-                args.append(self.expr())
+                args.append(self.array() if self.array_next(name, len(args)) else self.expr())
         self.expect_op(")", "',' or ')' in the argument list")
         return n.Call(name, tuple(args), distinct, **where)

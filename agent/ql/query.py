@@ -25,7 +25,7 @@ window, is ``window`` mode. ``MODE SYNC`` with a sliding window is an error.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +61,8 @@ class CompiledQuery:
     top_k: int | None
     top_k_largest: bool
     map: Callable[[dict[str, Any]], list[tuple[Any, Any]]] = field(repr=False)
-    rows: Callable[[Iterable[Any]], list[dict[str, Any]]] = field(repr=False)
+    #: ``rows(pairs, sketches=None)``: named rows (``agent.ql.rows``)
+    rows: Callable[..., list[dict[str, Any]]] = field(repr=False)
     #: ``keys(record) -> [key]`` when every value is the count 1 (else None): ``map_keys``
     keys: Callable[[dict[str, Any]], list[Any]] | None = field(default=None, repr=False)
     #: the number of GROUP BY columns (the shape of every key: see ``agent.ql.keys``)

@@ -11,11 +11,13 @@ by kind: numbers, strings, booleans, others); ties, and queries without ORDER BY
 ordered by the GROUP BY values ascending, so results are deterministic; LIMIT cuts. Rows map
 the output column names to JSON-ready values (``topk(x, k)`` gives the k largest values,
 ``topk(item, weight, k)`` ``[item, weight]`` pairs, ``collect_set`` a list sorted by repr).
+For the lake, ``rows(pairs, sketches)`` also gives each sketch aggregate's DataSketches binary
+as ``<column>_sketch`` (bytes) beside its estimate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from agent.jsonable import jsonable
@@ -23,8 +25,10 @@ from agent.ql import keys
 from agent.ql import nodes as n
 from agent.ql.checker import AggSpec, Analysis
 from agent.ql.compiler import ExprCompiler, Fn
+from cbt.sketches import SKETCH_NAMES
 
 Env = tuple[tuple[Any, ...], tuple[Any, ...]]
+RowsFn = Callable[..., list[dict[str, Any]]]
 
 
 def _order_key(v: Any, desc: bool) -> tuple:
@@ -52,8 +56,29 @@ def _part_output(spec: AggSpec) -> Callable[[Any], Any]:
     return lambda v: empty if v is None else v
 
 
-def build_rows(an: Analysis, limit: int | None) -> Callable[[Iterable[Any]], list[dict[str, Any]]]:
-    """``rows(pairs)`` for the analysed query (see module docstring)."""
+def _sketch_columns(an: Analysis) -> list[tuple[str, int, int]]:
+    """``(sketch column name, SELECT position, aggregate index)`` for every SELECT column
+    that is a sketch aggregate itself: ``p99`` gets ``p99_sketch`` (``_`` prefixes while the
+    name is taken)."""
+    taken = set(an.columns)
+    out = []
+    for pos, (name, expr) in enumerate(zip(an.columns, an.select, strict=True)):
+        for j, spec in enumerate(an.aggregates):
+            if expr == spec.call and spec.kind.cbt in SKETCH_NAMES:
+                col = f"{name}_sketch"
+                while col in taken:
+                    col = f"_{col}"
+                taken.add(col)
+                out.append((col, pos, j))
+    return out
+
+
+def build_rows(an: Analysis, limit: int | None) -> RowsFn:
+    """``rows(pairs, sketches=None)`` for the analysed query (see module docstring).
+
+    ``sketches`` (the lake's form), aligned with ``pairs``: per pair a tuple of each
+    aggregate's DataSketches binary or None (``cbt.sketches.sketch_binaries``); then every
+    SELECT column that is a sketch aggregate gets a ``<column>_sketch`` field beside it."""
     group = an.group_by
     width = len(group)
     aggs = an.aggregates
@@ -84,19 +109,30 @@ def build_rows(an: Analysis, limit: int | None) -> Callable[[Iterable[Any]], lis
             raise ValueError(f"expected {len(aggs)} aggregate values, got {v!r}")
         return tuple(o(x) for o, x in zip(outs, v, strict=True))
 
-    def rows(pairs: Iterable[Any]) -> list[dict[str, Any]]:
+    sketch_cols = _sketch_columns(an)
+
+    def rows(pairs: Iterable[Any], sketches: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         envs: list[Env] = []
-        for k, v in pairs:
+        binaries: dict[int, Any] = {}  # id(env) -> that group's sketch binaries
+        for i, (k, v) in enumerate(pairs):
             env = (decode_key(k, width), values(v))
             if having is None or having(env):
                 envs.append(env)
+                if sketches is not None:
+                    binaries[id(env)] = sketches[i]
         envs.sort(key=lambda e: tuple(_order_key(x, False) for x in e[0]))
         for f, desc in reversed(order):
             envs.sort(key=lambda e, f=f, desc=desc: _order_key(f(e), desc), reverse=desc)
         if limit is not None:
             del envs[limit:]
-        return [
+        out = [
             {name: jsonable(f(e)) for name, f in zip(columns, select, strict=True)} for e in envs
         ]
+        if sketches is not None and sketch_cols:
+            for row, e in zip(out, envs, strict=True):
+                parts = binaries[id(e)] or ()
+                for col, _pos, j in sketch_cols:
+                    row[col] = parts[j] if j < len(parts) else None
+        return out
 
     return rows

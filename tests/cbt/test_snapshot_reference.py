@@ -229,7 +229,7 @@ VALUES: dict[str, st.SearchStrategy] = {
     "collect_set": st.text(alphabet="pq", max_size=2),
     "approx_distinct": st.integers(0, 50),
 }
-PARAMS = {"topk": {"k": 2}, "approx_distinct": {"precision": 4}}
+PARAMS = {"topk": {"k": 2}, "approx_distinct": {"lg_k": 4}}
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

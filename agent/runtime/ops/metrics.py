@@ -40,6 +40,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cbt import rejected_binaries
+
 ROLES = ("worker", "forwarder", "master")
 #: multicast kinds the runtime sends itself; any other (a job's own) is reported as "job"
 MULTICAST_KINDS = frozenset({"empty", "feedback", "commit", "change", "batch"})
@@ -167,6 +169,11 @@ class AgentCollector(Collector):
             merged[kind] = merged.get(kind, 0.0) + _num(n)
         for kind, n in sorted(merged.items()):
             events.add_metric([kind], n)
+        f.counter(
+            "elf_sketch_binaries_rejected",
+            "Sketch binaries (KLL, HLL, frequent items) refused as malformed or of another "
+            "size, by this process (every agent of it).",
+        ).add_metric([], float(rejected_binaries()))
         table = node.get("job_table") or {}
         f.gauge("elf_job_table_entries", "Jobs in this agent's copy of the job table.").add_metric(
             [], _num(table.get("entries"))

@@ -11,7 +11,9 @@ applies its retention (``spark_sink/compaction.py``). :meth:`LakeSink.epoch` is 
 master when it stores an epoch's result, folds a late contribution into one, or absorbs
 results on hand-over; it captures the current (immutable) snapshot and the thread turns it
 into rows — the same rows the results API reports (top-k applied per tree; a job's named
-``result_rows`` applied to this tree's pairs) — and writes them with the stored result's
+``result_rows`` applied to this tree's pairs; a job whose aggregator holds DataSketches
+sketches gets ``lake_rows`` with each key's sketch binaries, :func:`lake_sketches`) — and
+writes them with the stored result's
 ``version``, ``tentative``, ``coverage`` and ``lacking`` (the origins a tentative result still
 lacks), its fencing ``term`` and whether it is ``partial`` (it lacks retired origins) - and, for
 a top-k job, the tree's ``accuracy`` estimate, computed in that thread
@@ -219,7 +221,12 @@ class LakeSink:
             # the writer thread
             snap = held if held is not None else store.load(tid, epoch)
             pairs = list(snap if top_k is None else operator.result(snap))
-            named = job.result_rows([[normalize(k), normalize(v)] for k, v in pairs])
+            normalized = [[normalize(k), normalize(v)] for k, v in pairs]
+            sketches = lake_sketches(snap, pairs)
+            if sketches is None:
+                named = job.result_rows(normalized)
+            else:  # the lake keeps each sketch's binary beside its estimate
+                named = job.lake_rows(normalized, sketches)
             accuracy = (
                 None
                 if top_k is None
@@ -326,6 +333,18 @@ class LakeSink:
         if self._writer is None:
             return {"opened": False, "queued": 0, "pending": 0, "last_error": None}
         return {"opened": True, **self._writer.stats()}
+
+
+def lake_sketches(snap: Snapshot, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:
+    """Per pair, the DataSketches binaries of its key's sketch aggregates
+    (``cbt.sketches.sketch_binaries``), or None when the job's aggregator holds no sketch: the
+    lake keeps them beside the estimates (``<column>_sketch``, docs/spark-sink.md)."""
+    from cbt.sketches import holds_sketches, sketch_binaries
+
+    agg = snap.agg
+    if not holds_sketches(agg):
+        return None
+    return [sketch_binaries(agg, snap.state(k)) for k, _ in pairs]
 
 
 def result_version(result: EpochResult) -> tuple[int, bool, float, tuple[str, ...]]:

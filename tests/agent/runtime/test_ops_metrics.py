@@ -412,3 +412,5 @@ def test_the_collector_maps_every_figure_to_its_metric() -> None:
     }
     got = {k: m.get(k) for k in want}
     assert got == want
+    # process-wide (cbt.rejected_binaries): present, whatever other tests refused
+    assert m[("elf_sketch_binaries_rejected_total", ())] >= 0
