@@ -6,7 +6,8 @@ older agent, a job without a master here): :func:`membership_lines` names, per j
 last epoch, when they are retired automatically), retired (when, from which epoch, why) and
 left; :func:`result_line` says of a ``GET /api/v1/jobs/{name}/results`` reply whether the
 epoch is final, tentative or partial, with its term, version, coverage and lacking origins;
-:func:`retire_problem` says why a retirement reply is not complete (None when it is). Node ids
+:func:`retire_problem` says why a retirement reply is not complete (None when it is);
+:func:`tap_line` sums up a ``GET /api/v1/jobs/{name}/tap`` reply. Node ids
 are shortened to 8 hex digits after padding to 40 (results name them without leading zeros).
 """
 
@@ -109,3 +110,16 @@ def retire_problem(reply: dict[str, Any]) -> str | None:
     failed = reply.get("failed") or {}
     refused += [f"{job}: {f.get('error')}" for job, f in sorted(failed.items())]
     return "not every master retired it: " + "; ".join(refused)
+
+
+def tap_line(reply: dict[str, Any]) -> str:
+    """A tap reply in one line: how many records, from which agent, whether the limit was
+    reached, and how many the job processed meanwhile that the tap did not keep."""
+    records = reply.get("records")
+    n = len(records) if isinstance(records, list) else 0
+    end = "limit reached" if reply.get("complete") else "timeout"
+    return (
+        f"tap {reply.get('job', '?')} on {short(reply.get('node_id', '?'))}: {n} records "
+        f"({end}) in {reply.get('seconds', '?')} s; {reply.get('seen', '?')} seen, "
+        f"{reply.get('dropped', '?')} not kept"
+    )

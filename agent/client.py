@@ -38,14 +38,23 @@ class ApiClient:
     def __repr__(self) -> str:  # never the token: clients end up in logs and tracebacks
         return f"ApiClient({self.url!r}, token=<redacted>, timeout={self.timeout})"
 
-    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        raw: bytes | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """``method path`` with a JSON ``body`` (or ``raw`` bytes); ``timeout``: seconds for
+        this request (default the client's)."""
         data = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
                 return orjson.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             payload = exc.read()
@@ -91,6 +100,14 @@ class ApiClient:
 
     def status(self) -> dict[str, Any]:
         return self.call("GET", "/api/v1/status")
+
+    def tap(self, name: str, limit: int = 10, timeout: float = 10.0) -> dict[str, Any]:
+        """``GET /api/v1/jobs/{name}/tap``: up to ``limit`` records the job sees on *this*
+        agent from now on, waiting at most ``timeout`` s (docs/http-api.md)."""
+        query = urllib.parse.urlencode({"limit": limit, "timeout": timeout})
+        path = f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/tap?{query}"
+        # the agent answers after at most ``timeout`` s: wait that long, and some more
+        return self.call("GET", path, timeout=max(self.timeout, timeout + 10.0))
 
     def retire_origin(self, name: str, origin: str, why: str | None = None) -> dict[str, Any]:
         """Retire ``origin`` (hex node id) from job ``name``: each of its masters answers."""

@@ -71,6 +71,13 @@ class Gone(StatusError, LookupError):
     status = 410
 
 
+class TooManyRequests(StatusError):
+    """A bounded resource is in use up to its bound (e.g. the concurrent taps of a job); the
+    message names the bound. Retry later."""
+
+    status = 429
+
+
 class Unavailable(StatusError):
     """The answer needs a remote agent (a job master) that did not reply in time."""
 

@@ -66,6 +66,7 @@ from agent.runtime.ops.looplag import LoopLag
 from agent.runtime.ops.membership_api import MembershipRoutes
 from agent.runtime.ops.metrics import AgentMetrics
 from agent.runtime.ops.ops_api import install as install_ops_routes
+from agent.runtime.ops.tap_api import TapRoutes
 from agent.runtime.record_thread import InlineRecords, RecordThread
 from agent.runtime.recovery.checkpoints import CheckpointStore
 from agent.runtime.recovery.offsets import OffsetKeeper
@@ -263,6 +264,9 @@ class Agent:
             self.leave,
         )
         self.membership.install(self.api)
+        #: live samples of a job's records (``elf tap``; agent/runtime/ops/tap_api.py)
+        self.tap_routes = TapRoutes(self.user.job_runtime, lambda: self.overlay.id)
+        self.tap_routes.install(self.api)
         #: every /agent/v1 route (agent/runtime/host/peer_api.py)
         self.peers = PeerApi(
             self.runtimes,

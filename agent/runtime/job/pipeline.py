@@ -19,6 +19,9 @@ Contract (:class:`EpochPipeline`, one per job runtime):
   (:meth:`~EpochPipeline.send_up`; when is kept for the timings); at the root the runtime
   stores it and the master's hooks run (:meth:`~EpochPipeline.master_epoch`: the job's
   ``on_epoch_result``, then a feedback or "empty" multicast for iterative and batch jobs).
+* **Taps**: each batch the worker is about to process is offered to the job's open taps
+  (:attr:`EpochPipeline.taps`, :mod:`agent.runtime.job.tap`): one check per batch when none is
+  open; a tap copies at most its limit of records and never blocks or changes them.
 * **Bounds**: past the results' byte budget, :meth:`~EpochPipeline.bound_results` spills the
   oldest epochs, one background task at a time, encoding and writing off the event loop.
 """
@@ -36,6 +39,7 @@ import numpy as np
 
 from agent.runtime.epochs.cpu_budget import CpuBudget
 from agent.runtime.job.host import JobHost
+from agent.runtime.job.tap import JobTaps
 from cbt import Snapshot
 from srt import SnapshotName
 from srt.dataplane.lineage import Lineage, absent, counted
@@ -64,6 +68,8 @@ class EpochPipeline:
         self._spilling = False
         self._last_timer = 0.0
         self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
+        #: live samples of the records the worker processes (``elf tap``; agent/runtime/job/tap.py)
+        self.taps = JobTaps()
 
     def tick(self, batches: dict[str, list[dict[str, Any]]], now: float) -> None:
         """Feed new records (per input name) to the worker, offer closed epochs to the trees'
@@ -90,6 +96,8 @@ class EpochPipeline:
             name, records = self._backlog.popleft()
             self._backlog_records -= len(records)
             ts_field = host.input_service.timestamp_field(name)
+            if self.taps.active:  # one check per batch; empty while nobody taps
+                self.taps.offer(name, records, ts_field, worker.clock.epoch_of)
             worker.process(records, ts_field=ts_field, skipped=getattr(records, "skipped", 0))
             spent = time.thread_time() - started
             self.cpu.charge(spent)

@@ -38,7 +38,8 @@ view of this runtime: ``pipeline`` (:mod:`~agent.runtime.job.pipeline`), ``trees
 :mod:`~agent.runtime.job.control`), ``changes`` (runtime changes,
 :mod:`~agent.runtime.job.spec_changes`), ``queries`` (results serving,
 :mod:`~agent.runtime.job.queries`), ``report`` (status and timings,
-:mod:`~agent.runtime.job.report`) and ``context`` (the job's
+:mod:`~agent.runtime.job.report`), ``taps`` (live samples of its records,
+:mod:`~agent.runtime.job.tap`) and ``context`` (the job's
 :class:`~agent.jobs.job.JobContext`, :mod:`~agent.runtime.job.context`). The agent reaches
 them by name (``runtime.queries.results(...)``); this class keeps the life cycle and the core
 calls (``work``, ``deliver``, ``status``, ``roles``, ...); the parts reach fault tolerance
@@ -179,6 +180,8 @@ class JobRuntime:
         self.context = RuntimeContext(self)
         self.trees = TreeLinks(self, emit=self._emit)
         self.pipeline, self.control = EpochPipeline(self), JobControl(self)
+        #: the job's tap point (``elf tap``: live samples of its records; the pipeline's)
+        self.taps = self.pipeline.taps
         self.changes, self.queries = SpecChanges(self), ResultQueries(self)
         self.report = JobReport(self)
         self.job.bind(self.context)
