@@ -73,6 +73,14 @@ def cli() -> None:
 @click.option(
     "--input", "inputs", multiple=True, help="NAME[:FORMAT]=PATH of a log file (PATH - = stdin)."
 )
+@click.option(
+    "--input-log-format",
+    "input_log_format",
+    multiple=True,
+    metavar="NAME=LOG_FORMAT",
+    help="The nginx log_format / Apache LogFormat string of input NAME (an nginx or apache "
+    "input; docs/inputs.md).",
+)
 @click.option("--agents", "logical_agents", type=int, help="Logical agents in this process.")
 @click.option("--node-id", help="Hex node id (default: SHA-1 of host:port).")
 @click.option("--lake", help="Rollup lake path or URI (default <data-dir>/lake; off: none).")
@@ -647,6 +655,11 @@ def spark(job_name: str, args: tuple[str, ...]) -> None:
     type=click.Choice(list(FORMATS)),
     help="Line format (default: json if the first line is an object, else nginx).",
 )
+@click.option(
+    "--log-format",
+    help="The server's nginx log_format / Apache LogFormat string (with --format nginx or "
+    "apache; docs/inputs.md).",
+)
 @click.option("--epoch-seconds", type=float, help="Epoch length (a query without WINDOW).")
 @click.option(
     "--output",
@@ -663,22 +676,43 @@ def spark(job_name: str, args: tuple[str, ...]) -> None:
     show_default=True,
     help="Worker processes parsing and pre-aggregating chunks.",
 )
-def run(query: str, path: str, fmt: str | None, epoch_seconds: float | None, output: str,
-        row_path: bool, cores: int) -> None:  # fmt: skip
+def run(query: str, path: str, fmt: str | None, log_format: str | None,
+        epoch_seconds: float | None, output: str, row_path: bool, cores: int) -> None:  # fmt: skip
     """Run QUERY (ELF QL, or a file holding it) over a finished file, locally: epochs from
     the file's own timestamps (none dropped as late), per-epoch results printed."""
     text = Path(query).read_text() if os.path.isfile(query) else query
+    line_format: Any = fmt
+    if log_format is not None:
+        line_format = _custom_format(fmt, log_format)
     try:
         result = run_with_progress(
-            text, path, fmt, epoch_seconds, columnar=not row_path, processes=cores
+            text, path, line_format, epoch_seconds, columnar=not row_path, processes=cores
         )
     except (ValueError, QLError) as exc:
         raise click.ClickException(str(exc)) from None
     print_results(result, output)
 
 
+def _custom_format(fmt: str | None, log_format: str) -> Any:
+    """``--log-format`` with ``--format``: the input format ``elf run`` parses with (a
+    :class:`~agent.log_format.LogFormat`, or the name when the string is one the built-in
+    parser reads), checked as an input's ``log_format`` in a configuration is."""
+    from agent.config import checked_log_format
+    from agent.log_format import LogFormat
+
+    if fmt is None:
+        raise click.UsageError(
+            "--log-format needs --format nginx or --format apache (the dialect of the string)"
+        )
+    try:
+        text = checked_log_format(fmt, log_format, "--log-format")
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    return fmt if text is None else LogFormat(fmt, text)
+
+
 def run_with_progress(
-    text: str, path: str, fmt: str | None, epoch_seconds: float | None, *, columnar: bool,
+    text: str, path: str, fmt: Any, epoch_seconds: float | None, *, columnar: bool,
     processes: int = 1,
 ) -> Any:  # fmt: skip
     """:func:`agent.runtime.local.oneshot.run_file`, with a progress bar (rich, on stderr) when

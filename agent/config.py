@@ -281,9 +281,13 @@ def _build(
     tunables_raw: dict[str, dict[str, Any]],
     env: Mapping[str, str],
 ) -> AgentConfig:
-    known = {*_INT_KEYS, *_STR_KEYS, *_FLOAT_KEYS, *_BOOL_KEYS, "bootstrap", "inputs"}
+    known = {
+        *_INT_KEYS, *_STR_KEYS, *_FLOAT_KEYS, *_BOOL_KEYS, "bootstrap", "inputs",
+        "input_log_format",
+    }  # fmt: skip
     for key in raw:
-        if key not in known:
+        # an input's log_format belongs to its [[inputs]] table: the key is the flag's only
+        if key not in known or (key == "input_log_format" and not origin[key].startswith("flag")):
             raise ConfigError(f"{origin[key]}: unknown setting {key!r}")
     values: dict[str, Any] = {}
     numeric = [(k, int, "an integer") for k in _INT_KEYS]
@@ -340,9 +344,11 @@ def _build(
         values["api_token"] = derive_api_token(secret)
     if not values["api_token"]:
         raise ConfigError("the API token is empty")
-    inputs = list(inputs_raw)
+    inputs = [dict(i) if isinstance(i, dict) else i for i in inputs_raw]
     if "inputs" in raw:  # flags: name=path
         inputs += [_input_flag(s, origin["inputs"]) for s in raw["inputs"]]
+    if "input_log_format" in raw:  # flags: name=log_format
+        _input_log_formats(inputs, raw["input_log_format"], origin["input_log_format"])
     values["inputs"] = tuple(_input(i, n) for n, i in enumerate(inputs))
     names = [i.name for i in values["inputs"]]
     if len(set(names)) != len(names):
@@ -383,6 +389,38 @@ def _input_flag(text: str, where: str) -> dict[str, Any]:
     return {"name": name, "type": "jsonl", "path": path, **({"format": fmt} if colon else {})}
 
 
+def checked_log_format(fmt: str, text: Any, where: str) -> str | None:
+    """An input's custom ``log_format`` ``text`` for format ``fmt``, checked here so that an
+    input accepted is an input whose lines can be parsed (:class:`ConfigError` naming
+    ``where`` otherwise); None for the formats the built-in parser reads (nginx ``combined``,
+    Apache ``common``: it reads both, and faster). The configuration file, ``elf agent
+    --input-log-format`` and ``elf run --log-format`` all check through here."""
+    if fmt not in ("nginx", "apache"):
+        raise ConfigError(f"{where}: only an nginx or apache input has one")
+    try:
+        check_format(fmt, text)
+    except LogFormatError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if text == "combined" or (fmt, text) == ("apache", "common"):
+        return None
+    return str(text)
+
+
+def _input_log_formats(inputs: list[Any], flags: Any, where: str) -> None:
+    """``--input-log-format NAME=STRING`` (repeatable): the ``log_format`` of input NAME
+    (one given by ``--input`` or the configuration file), set before the input is checked."""
+    for text in flags:
+        name, sep, log_format = str(text).partition("=")
+        if not sep or not name or not log_format:
+            raise ConfigError(f"{where}: expected NAME=LOG_FORMAT, got {text!r}")
+        found = [i for i in inputs if isinstance(i, dict) and i.get("name") == name]
+        if not found:
+            names = [i.get("name") for i in inputs if isinstance(i, dict)]
+            raise ConfigError(f"{where}: no input named {name!r} (inputs: {names})")
+        for item in found:
+            item["log_format"] = log_format
+
+
 def _input(item: Any, index: int) -> InputConfig:
     where = f"inputs[{index}]"
     if isinstance(item, InputConfig):
@@ -411,14 +449,7 @@ def _input(item: Any, index: int) -> InputConfig:
         raise ConfigError(f"{where}.timestamp_field: the {fmt} format always produces 'ts'")
     log_format = item.get("log_format")
     if log_format is not None:
-        if fmt not in ("nginx", "apache"):
-            raise ConfigError(f"{where}.log_format: only an nginx or apache input has one")
-        try:  # checked here, so an input accepted is an input whose lines can be parsed
-            check_format(fmt, log_format)
-        except LogFormatError as exc:
-            raise ConfigError(f"{where}.log_format: {exc}") from None
-        if log_format == "combined" or (fmt, log_format) == ("apache", "common"):
-            log_format = None  # the built-in parser: reads both, and faster
+        log_format = checked_log_format(fmt, log_format, f"{where}.log_format")
     return InputConfig(
         name=name,
         type=kind,

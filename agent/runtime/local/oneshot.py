@@ -10,7 +10,9 @@ until the end of the file, so out-of-order lines are kept; CBT buffers past
 LIMIT, exactly what the master's results API would give for one agent holding the file. The
 query's FROM is not checked (the file is the input). ``epoch_seconds`` replaces the default
 1 s epochs of a query without WINDOW; with a WINDOW it must agree (``ValueError`` otherwise,
-never ignored). ``progress(done_bytes, total_bytes)`` is called after every chunk.
+never ignored). ``progress(done_bytes, total_bytes)`` is called after every chunk. ``fmt``
+is a format name or a custom :class:`~agent.log_format.LogFormat` (``elf run --log-format``);
+without one it is sniffed from the first line (json or nginx).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from agent.ingest.columnar.allocator import keep_chunk_memory
 from agent.ingest.columnar.json_lines import use_arrow_reader
 from agent.ingest.columnar.reader import ChunkReader
-from agent.ingest.formats import make_parser
+from agent.ingest.parsers import Format, make_parser
 from agent.ingest.records import Quarantine
 from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
@@ -77,7 +79,7 @@ def sniff_format(path: str | Path) -> str:
 def run_file(
     text: str,
     path: str | Path,
-    fmt: str | None = None,
+    fmt: Format | None = None,
     *,
     epoch_seconds: float | None = None,
     columnar: bool = True,
@@ -134,7 +136,7 @@ def run_file(
 
 
 def _run_parallel(
-    job: Any, worker: Worker, spec: Any, path: str | Path, fmt: str, quarantine: Quarantine,
+    job: Any, worker: Worker, spec: Any, path: str | Path, fmt: Format, quarantine: Quarantine,
     processes: int, columnar: bool, chunk_bytes: int, total: int,
     progress: Callable[[int, int], None] | None,
 ) -> RunResult:  # fmt: skip

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import xxhash
 
@@ -56,6 +56,9 @@ from agent.ingest.records import Quarantine, RecordError
 from agent.ingest.tail import CHUNK_BYTES, ROW_READ_BYTES
 from agent.runtime.epochs.worker import Worker
 from cbt import Snapshot
+
+if TYPE_CHECKING:  # a format name or a custom LogFormat (both picklable)
+    from agent.ingest.parsers import Format
 
 Item = tuple[Any, list[Any] | None, str | None]
 #: (lines, prefiltered, blank, items, rejects: (line index, offset, reason, message, text))
@@ -115,7 +118,7 @@ def _read(task: Task) -> bytes | None:
 
 
 def _init(
-    spec: dict[str, Any], fmt: str, ts_field: str, limit: int, prefilter: bool,
+    spec: dict[str, Any], fmt: Format, ts_field: str, limit: int, prefilter: bool,
     path: str | None = None,
 ) -> None:  # fmt: skip
     """Worker-process initializer: the job, parser and prefilter from the spec."""
@@ -123,7 +126,7 @@ def _init(
     _open(path)
     import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
     from agent.ingest.fastpath import prefilter_for
-    from agent.ingest.formats import make_parser
+    from agent.ingest.parsers import make_parser  # a format name or a custom LogFormat
     from agent.ingest.projection import projected_parser
     from agent.jobs.job import Job, create_job, parse_spec
 
@@ -203,7 +206,7 @@ ColumnarResult = tuple[int, int, int, Any, list[Any] | None, list[tuple[int, int
 
 
 def _init_columnar(
-    spec: dict[str, Any], fmt: str, ts_field: str, prefilter: bool, limit: int,
+    spec: dict[str, Any], fmt: Format, ts_field: str, prefilter: bool, limit: int,
     path: str | None = None,
 ) -> None:  # fmt: skip
     """Worker-process initializer of the columnar mode: the job, its chunk reader, the
@@ -312,7 +315,7 @@ class ParallelFileIngest:
         self,
         path: str | os.PathLike[str],
         worker: Worker,
-        fmt: str,
+        fmt: Format,
         *,
         processes: int = 2,
         ts_field: str = "ts",
