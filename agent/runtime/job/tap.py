@@ -7,7 +7,7 @@ a :class:`Tap` for up to ``limit`` records (1 ≤ limit ≤ :data:`MAX_LIMIT`); 
 :class:`~agent.errors.TooManyRequests` (429). :meth:`JobTaps.offer` (record thread) gives every
 open tap a copy of the records the job's worker is about to process, with the input they came
 from and the event-time epoch their timestamp falls in; :meth:`Tap.wait` (event loop) returns
-when the tap is full or its timeout passed; :meth:`Tap.close` unregisters it.
+when the tap is full or its timeout passed; :meth:`JobTaps.close` unregisters it.
 
 No effect on results, no cost when nobody taps:
 
@@ -15,7 +15,8 @@ No effect on results, no cost when nobody taps:
   empty while nobody taps), never per record;
 * a tap only reads records: it keeps shallow copies (a job that mutates its records cannot
   reach the sample, and the sample cannot reach the job), and nothing it does raises into the
-  record path (a record it cannot take is skipped and counted in ``dropped``);
+  record path (a record it cannot take is skipped and counted in ``dropped``; a failure is
+  logged and the batch goes on to the worker untouched);
 * the record thread never blocks on a tap: a tap holds at most ``limit`` records; what is
   offered once it is full is counted (``seen``, ``dropped``) and not kept. The only
   cross-thread call is one ``call_soon_threadsafe`` when a tap becomes full;
@@ -31,10 +32,14 @@ drops as late or too far in the future is still sampled (with the epoch it would
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from agent.errors import TooManyRequests
+
+log = logging.getLogger(__name__)
 
 #: the most records one tap returns
 MAX_LIMIT = 1000
@@ -76,7 +81,9 @@ class Tap:
                 room -= 1
         if room <= 0:
             # the one cross-thread call: wake the waiting request (never blocks)
-            self._loop.call_soon_threadsafe(self._full.set)
+            # (a RuntimeError: the loop closed, the agent stopped; nobody waits any more)
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._full.set)
 
     async def wait(self, timeout: float) -> bool:
         """Until the tap holds ``limit`` records (True) or ``timeout`` seconds passed."""
@@ -96,8 +103,10 @@ class JobTaps:
         self.active: tuple[Tap, ...] = ()
 
     def open(self, limit: int) -> Tap:
-        """Event loop: a new tap for up to ``limit`` records (validated by the caller); 429
-        when ``max_taps`` are open."""
+        """Event loop: a new tap for up to ``limit`` records (the API validated it: 400 there,
+        ValueError here); 429 when ``max_taps`` are open."""
+        if not 1 <= limit <= MAX_LIMIT:
+            raise ValueError(f"a tap's limit is 1 to {MAX_LIMIT}, got {limit}")
         if len(self.active) >= self.max_taps:
             raise TooManyRequests(
                 f"{self.max_taps} taps of this job are open on this agent (the most at once); "
@@ -130,11 +139,14 @@ class JobTaps:
             except (ValueError, OverflowError):  # NaN, infinity
                 return None
 
-        count = len(records)
-        want = max(t.limit - len(t.records) for t in taps)
-        rows = _first_rows(records, want) if want > 0 else []
-        for tap in taps:
-            tap.take(name, rows, count, epoch)
+        try:
+            count = len(records)
+            want = max(t.limit - len(t.records) for t in taps)
+            rows = _first_rows(records, want) if want > 0 else []
+            for tap in taps:
+                tap.take(name, rows, count, epoch)
+        except Exception:  # a sample is never worth a record: the batch goes on untouched
+            log.exception("tap of input %s failed; the batch is processed as usual", name)
 
 
 def _first_rows(records: Any, n: int) -> list[Any]:

@@ -26,7 +26,7 @@ from agent_helpers import complete_result, lines, running_agents, wait_for, word
 
 from agent.errors import TooManyRequests
 from agent.ingest.base import ColumnarBatch
-from agent.runtime.job.tap import MAX_TAPS, JobTaps
+from agent.runtime.job.tap import MAX_TAPS, JobTaps, Tap
 from agent.runtime.ops.openapi import DOCUMENT
 
 WORDS = ["a a b", "c d", "a b c", "e", "b b"]
@@ -84,6 +84,26 @@ async def test_a_columnar_batch_is_converted_only_for_the_rows_kept() -> None:
     ]
     assert [r[1] for r in tap.records] == [0, 1, 2]
     assert (tap.seen, tap.dropped) == (4, 1)
+
+
+async def test_a_failing_tap_never_reaches_the_record_path(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Odd(list):  # a batch whose rows cannot be read
+        def __getitem__(self, index: Any) -> Any:
+            raise RuntimeError("unreadable")
+
+    taps = JobTaps()
+    tap = taps.open(2)
+    taps.offer("in", Odd([{"ts": 1}]), "ts", epoch_of)  # logged, not raised
+    assert "tap of input in failed" in caplog.text
+    loop = asyncio.new_event_loop()
+    loop.close()
+    late = JobTaps()
+    late.active = (Tap(1, loop),)  # its agent's loop closed: nobody waits for it
+    late.offer("in", [{"ts": 1}], "ts", epoch_of)
+    assert late.active[0].records == [("in", 0, {"ts": 1})]
+    assert tap.records == []
 
 
 async def test_taps_of_one_job_are_bounded() -> None:
