@@ -8,7 +8,9 @@ than the round trips it sees now, whether its own event loop is behind (hundreds
 one overloaded process) or the network is slow. Each late reply raises the level by one; every
 ``decay_after`` replies in time lower it by one. The failure detector multiplies its probe
 timeout, its request timeouts and its suspicion time (``fail_timeout``) by
-:attr:`LocalHealth.multiplier` = ``1 + level``.
+:attr:`LocalHealth.multiplier` = ``1 + level``, and the node its detection tick
+(``probe_interval``): a node that is behind probes less often, so the load it adds falls
+while it recovers instead of feeding the overload.
 
 Why not plain fixed timeouts: with a 0.5 s probe timeout, round trips of 0.8 s made every node
 of a simulated 40-node overlay suspect all its contacts (1,139 failures declared in 60 s,

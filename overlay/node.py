@@ -294,7 +294,10 @@ class OverlayNode:
                     self._warn_kernel_drops()
             except Exception:  # maintenance must survive anything
                 log.exception("maintenance tick failed")
-            await asyncio.sleep(t.probe_interval)
+            # An overloaded node probes less often, as Lifeguard does: the same local health
+            # that stretches its timeouts stretches its detection tick, so the load it adds
+            # falls while it is behind instead of feeding the overload (overlay/health.py).
+            await asyncio.sleep(self._detector.timeout(t.probe_interval))
 
     def _warn_kernel_drops(self) -> None:
         """Datagrams the kernel dropped (receive buffer full) since the last sample: WARNING."""
