@@ -320,14 +320,22 @@ async def star_baseline(agents: list[Agent], master: Agent, epochs: int) -> dict
 
 
 def cluster_run(
-    n: int, processes: int, epochs: int, epoch_seconds: float = 1.0, settle_s: float = 180.0
+    n: int,
+    processes: int,
+    epochs: int,
+    epoch_seconds: float = 1.0,
+    settle_s: float = 180.0,
+    trees: int = 1,
 ) -> dict[str, Any]:
     """N logical agents in ``processes`` real ``elf agent`` processes (both cores, as agents on
     separate hosts would have their own): each process tails one JSON-lines file that all its
     logical agents read; this process appends to the files and reads timings over the API.
     Every measured epoch's result at the master is checked against a Counter of the lines
     written (each counted once per logical agent of the process whose file holds it): it must
-    be exact, or flagged (tentative or partial)."""
+    be exact, or flagged (tentative or partial). With ``trees`` > 1, that many WordCount jobs
+    (``bench``, ``bench-1``, ...) read the same files, each its own tree over every agent; the
+    timings are the first job's and every job's epochs are checked. The agent processes' CPU
+    (cores busy) and RSS are measured over the measured epochs."""
     from agent.client import ApiClient
 
     per = n // processes
@@ -358,6 +366,9 @@ def cluster_run(
             spec = {"name": "bench", "creator": "bench", "job_class": "wordcount",
                     "epoch_seconds": epoch_seconds}  # fmt: skip
             info = submit_patiently(first_client, spec, 180.0)
+            names = ["bench"] + [f"bench-{i}" for i in range(1, trees)]
+            for name in names[1:]:
+                submit_patiently(first_client, {**spec, "name": name}, 180.0)
             feeder = threading.Thread(
                 target=feed_files, args=(files, stop, schedule, per, expected), daemon=True
             )
@@ -369,13 +380,20 @@ def cluster_run(
             done = lambda k: len(completed(master, tid)) >= k  # noqa: E731
             poll(lambda: done(3), 60 + 3 * epoch_seconds * 3)
             first = max(completed(master, tid)) + 1
+            cpu0 = process_cpu(local)
             poll(
                 lambda: len([e for e in completed(master, tid) if e >= first]) >= epochs,
                 60 + 3 * epochs * epoch_seconds,
             )
+            cpu1 = process_cpu(local)
             stop.set()
             feeder.join()
-            exactness = check_exact(master, range(first, first + epochs), expected, 60.0)
+            measured = range(first, first + epochs)
+            exactness = check_exact(master, measured, expected, 60.0)
+            others = []
+            for name in names[1:]:
+                found = master_patiently(first_client, clients, name, 120.0)
+                others.append(check_exact(found, measured, expected, 60.0, name))
             timings = [c.timings("bench") for c in clients.values()]
             views = [c.status()["jobs"]["bench"]["trees"] for c in clients.values()]
         finally:
@@ -411,15 +429,26 @@ def cluster_run(
         else:
             partial += 1
         confirm.append(stat["ms"])
+    busy = (cpu1["cpu_s"] - cpu0["cpu_s"]) / max(cpu1["at"] - cpu0["at"], 1e-9)
     return {
         "agents": n,
         "processes": processes,
+        "trees": trees,
         "epoch_seconds": epoch_seconds,
+        "agent_processes": {
+            "cores_busy": round(busy, 2),
+            "cpu_pct_per_agent": round(100 * busy / n, 3),
+            "rss_mb": cpu1["rss_mb"],
+            "rss_mb_per_agent": round(cpu1["rss_mb"] / n, 2),
+        },
         "start_s": round(started_s, 2),
         "settle_s": round(settled, 2),
         "agents_reached_by_submit": info["agents_reached"],
         "tree": shape_of(view_of),
         "exactness": exactness,
+        "exactness_other_trees": {
+            k: sum(o[k] for o in others) for k in ("exact", "flagged", "unanswered", "wrong")
+        },
         "rollup_last_leaf_to_master": summary(rollup),
         "multicast_send_to_last_delivery": summary(delivery),
         "multicast_send_to_confirmation": summary(confirm),
@@ -450,8 +479,30 @@ def submit_patiently(client: Any, spec: dict[str, Any], timeout: float) -> dict[
             time.sleep(5.0)  # the poll interval of another process's load
 
 
+def process_cpu(local: Any) -> dict[str, float]:
+    """CPU seconds (user + system) and RSS (MB) of the cluster's agent processes, now."""
+    cpu, rss = 0.0, 0.0
+    for proc in local.procs:
+        p = psutil.Process(proc.process.pid)
+        times = p.cpu_times()
+        cpu += times.user + times.system
+        rss += p.memory_info().rss / 2**20
+    return {"cpu_s": cpu, "rss_mb": round(rss, 1), "at": time.monotonic()}
+
+
+def master_patiently(asked: Any, clients: dict[str, Any], job: str, timeout: float) -> Any:
+    """The client of ``job``'s master, once ``asked`` names one (polled up to ``timeout``)."""
+    tid = f"{app_id(job, 'bench'):040x}"
+    poll(lambda: master_of(asked, clients, tid, job) is not None, timeout)
+    return master_of(asked, clients, tid, job)
+
+
 def check_exact(
-    master: Any, epochs: range, expected: dict[int, Counter[str]], timeout: float
+    master: Any,
+    epochs: range,
+    expected: dict[int, Counter[str]],
+    timeout: float,
+    job: str = "bench",
 ) -> dict[str, Any]:
     """Each epoch's result at the master against the reference, once final (or at
     ``timeout``): ``exact`` (final and equal), ``flagged`` (tentative or partial, as it
@@ -465,7 +516,7 @@ def check_exact(
     for epoch in epochs:
         while True:
             try:
-                res = master.results("bench", epoch)
+                res = master.results(job, epoch)
             except ApiError as exc:  # the role moved, or the master is too busy: not judged
                 res = {"state": f"unavailable ({exc.status})"}
             if res.get("state") == "final" or time.monotonic() > deadline:
@@ -494,10 +545,10 @@ def poll(predicate: Any, timeout: float) -> float:
     return time.monotonic() - t0
 
 
-def master_of(asked: Any, clients: dict[str, Any], tid: str) -> Any:
+def master_of(asked: Any, clients: dict[str, Any], tid: str, job: str = "bench") -> Any:
     """The client of the agent that ``asked`` (one status call) names as the tree's root, if
     that agent says it is the root itself."""
-    trees = asked.status()["jobs"].get("bench", {}).get("trees", [])
+    trees = asked.status()["jobs"].get(job, {}).get("trees", [])
     view = next((t for t in trees if t["tree_id"] == tid), None)
     if view is None:
         return None
@@ -505,7 +556,7 @@ def master_of(asked: Any, clients: dict[str, Any], tid: str) -> Any:
     client = asked if view["is_root"] else clients.get(root or "")
     if client is None:
         return None
-    trees = client.status()["jobs"].get("bench", {}).get("trees", [])
+    trees = client.status()["jobs"].get(job, {}).get("trees", [])
     return client if any(t["tree_id"] == tid and t["is_root"] for t in trees) else None
 
 
@@ -712,6 +763,12 @@ def main() -> None:
         default=1.0,
         help="the cluster run's epoch length (the paper's applications use 30 s)",
     )
+    parser.add_argument(
+        "--trees",
+        type=int,
+        default=1,
+        help="cluster: jobs (each its own tree over every agent) running at once",
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="per-agent: sample length")
     parser.add_argument(
         "--warm", type=float, default=0.0, help="per-agent: seconds to wait once settled"
@@ -765,7 +822,9 @@ def main() -> None:
         out["runs"] = []
         for n in sizes:
             try:
-                out["runs"].append(cluster_run(n, processes, epochs, args.epoch_seconds))
+                out["runs"].append(
+                    cluster_run(n, processes, epochs, args.epoch_seconds, trees=args.trees)
+                )
             except Exception as exc:  # report what broke, keep the other sizes' figures
                 out["runs"].append(
                     {"agents": n, "processes": processes, "error": f"{type(exc).__name__}: {exc}"}
