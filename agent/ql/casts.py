@@ -64,8 +64,12 @@ def cast(v: Any, to: str) -> Any:
                 return None
             try:
                 d = Decimal(v.strip())
-                if abs(d.adjusted()) > 40:  # "1e999999999" would take forever to quantize
+                # "1e999999999" would take forever to quantize: beyond int64 anyway; tiny
+                # magnitudes round to 0
+                if d.adjusted() > 40:
                     return None
+                if d.adjusted() < -40:
+                    return 0
                 r = int(d.quantize(Decimal(1), rounding=ROUND_HALF_UP))
             except (InvalidOperation, ValueError):
                 return None

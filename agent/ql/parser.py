@@ -473,6 +473,8 @@ class _Parser:
     def case(self) -> n.Node:
         """``CASE [operand] WHEN w THEN r { WHEN w THEN r } [ELSE e] END``."""
         t = self.advance()
+        if self.is_kw("END", "THEN", "ELSE"):
+            self.fail("WHEN in CASE")
         operand = None if self.is_kw("WHEN") else self.expr()
         whens: list[n.Node] = []
         results: list[n.Node] = []
