@@ -54,12 +54,37 @@ def _extend(children: st.SearchStrategy[n.Node]) -> st.SearchStrategy[n.Node]:
         st.builds(n.Between, children, children, children, st.booleans()),
         st.builds(
             n.Call,
-            st.sampled_from(["lower", "substr", "count", "sum", "concat", "f"]),
+            st.sampled_from(["lower", "substr", "count", "sum", "concat", "f", *_NEW_CALLS]),
             st.lists(children, max_size=3).map(tuple),
             st.booleans(),
         ),
         st.builds(n.Index, children, children),
+        # issue 26: CASE (both forms), CAST, and the new functions with plausible arguments
+        st.builds(
+            lambda op, branches, default: n.Case(
+                op, tuple(w for w, _ in branches), tuple(r for _, r in branches), default
+            ),
+            st.one_of(st.none(), children),
+            st.lists(st.tuples(children, children), min_size=1, max_size=3),
+            st.one_of(st.none(), children),
+        ),
+        st.builds(n.Cast, children, st.sampled_from(sorted(set(n.CAST_TYPES.values())))),
+        st.builds(
+            lambda u, x: n.Call("date_trunc", (n.Literal(u), x)),
+            st.sampled_from(["minute", "hour", "day", "week", "month", "year", "bad"]),
+            children,
+        ),
+        st.builds(
+            lambda name, s, p: n.Call(name, (s, p)),
+            st.sampled_from(["starts_with", "ends_with", "contains", "url_extract_parameter"]),
+            children,
+            string_lits,
+        ),
     )
+
+
+# function names of issue 26 (``cast`` is syntax, not a call: ``n.Cast``)
+_NEW_CALLS = ["if", "nullif", "from_unixtime", "url_extract_path", "date_trunc", "contains"]
 
 
 exprs = st.recursive(leaves, _extend, max_leaves=6)
