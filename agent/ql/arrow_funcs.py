@@ -1,9 +1,10 @@
 """Vectorized kernels of the issue-26 expressions for the columnar path: CASE, IF, NULLIF,
 CAST, starts_with / ends_with / contains, from_unixtime and date_trunc.
 
-Contract: each function takes the :class:`~agent.ql.arrow_eval.ArrowEval` of the table and
-the node, and returns the column the row path's closures would give on the same rows (the row
-path, :mod:`agent.ql.compiler` / :mod:`agent.ql.casts`, is the reference). Where no kernel
+Contract: each function takes the :class:`~agent.ql.arrow_eval.ArrowEval` of the table (typed
+here as the :class:`ArrowEval` protocol) and the node, and returns the column the row path's
+closures would give on the same rows (the row path, :mod:`agent.ql.compiler` /
+:mod:`agent.ql.casts`, is the reference). Where no kernel
 has exactly that meaning for the kinds at hand - branches of different kinds, a float cast to
 text (Python's repr), text parsed as a number or a time, a pattern that is a column, URLs -
 the expression alone runs row by row (``ev.row_value``), as the rest of the columnar path
@@ -12,7 +13,7 @@ falls back.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,10 +22,24 @@ from agent.ql import nodes as n
 from agent.ql.arrow_kinds import has_nan, kind, max_abs
 from agent.ql.casts import trunc_unit
 
-if TYPE_CHECKING:
-    from agent.ql.arrow_eval import ArrowEval
-
 Value = pa.Array | pa.Scalar
+
+
+class ArrowEval(Protocol):
+    """What these kernels use of :class:`agent.ql.arrow_eval.ArrowEval` (a protocol, so this
+    module does not import the evaluator that dispatches to it)."""
+
+    n: int
+
+    def value(self, node: n.Node) -> Value: ...
+
+    def pred(self, node: n.Node) -> Value: ...
+
+    def full(self, x: Value) -> pa.Array: ...
+
+    def row_value(self, node: n.Node) -> pa.Array: ...
+
+
 _TYPES = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
 _EXACT_INT_IN_FLOAT = 1 << 53
 # TIMESTAMP text covers years 1000-9999 here (Arrow's %Y pads no further; below: row path)
@@ -150,9 +165,9 @@ def date_trunc(ev: ArrowEval, node: n.Call) -> Value:
 
 
 def _timestamps(ev: ArrowEval, x: Value) -> pa.Array | None:
-    """Epoch seconds to timestamp[us] (float: rounded half to even, as Python's round), NULL
-    where not finite or outside years 1000-9999... or None when a value lies outside that
-    range (the row path then decides: it has years 1-9999)."""
+    """Epoch seconds to timestamp[us] (floats rounded half to even, as Python's round); None
+    when a value is NaN, infinite or outside years 1000-9999 (the row path then decides: it
+    gives NULL, or text for years 1-999)."""
     col = ev.full(x)
     if kind(col) == "float":
         if has_nan(col) or pc.any(pc.is_inf(col)).as_py():
