@@ -358,3 +358,23 @@ def test_case_and_cast_print_back() -> None:
     assert parse(q.to_sql()) == q
     assert "CAST(c AS BIGINT)" in q.to_sql()
     assert parse("SELECT count(*) FROM t GROUP BY `cast`, cast").group_by[0].path == ("cast",)
+
+
+@pytest.mark.parametrize("fmt", ["json", "nginx"])
+@pytest.mark.parametrize(
+    ("call", "like"),
+    [
+        ("starts_with(path, '/api')", "path LIKE '/api%'"),
+        ("ends_with(path, '.png')", "path LIKE '%.png'"),
+        ("contains(path, 'cart')", "path LIKE '%cart%'"),
+        ("starts_with(path, '')", "path LIKE '%'"),  # no needle: every line parsed
+    ],
+)
+def test_string_tests_push_down_as_their_like_shapes(call: str, like: str, fmt: str) -> None:
+    from agent.ql.pushdown import line_needles
+
+    def needles(cond: str) -> Any:
+        got = line_needles(parse(f"SELECT count(*) FROM t WHERE {cond} AND a = 'x'").where, fmt)
+        return None if got is None else got.clauses
+
+    assert needles(call) == needles(like)
