@@ -59,6 +59,7 @@ VECTORIZED = (
     "CAST (bool/int to VARCHAR, BIGINT, DOUBLE; numbers to BOOLEAN, TIMESTAMP)",
     "starts_with, ends_with, contains (literal pattern)",
     "from_unixtime, date_trunc (epoch seconds, years 1000-9999)",
+    "url_extract_path (origin-form targets and scheme://host URLs with a plain host)",
 )
 #: evaluated row by row with the row path's closure, then converted back to a column
 ROW_FALLBACK = (
@@ -75,7 +76,7 @@ ROW_FALLBACK = (
     "CASE / IF / NULLIF whose branches differ in kind",
     "CAST of text to a number, boolean or timestamp; of floats to VARCHAR or BIGINT",
     "date_trunc over TIMESTAMP / ISO text",
-    "url_extract_path, url_extract_parameter",
+    "url_extract_path of other URLs; url_extract_parameter",
 )
 
 _INT64 = pa.int64()
@@ -388,4 +389,5 @@ _NEW_KERNELS: dict[str, Callable[[ArrowEval, n.Call], Value]] = {
     "contains": arrow_funcs.string_test,
     "from_unixtime": arrow_funcs.from_unixtime,
     "date_trunc": arrow_funcs.date_trunc,
+    "url_extract_path": arrow_funcs.url_extract_path,
 }

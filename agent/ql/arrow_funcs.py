@@ -192,3 +192,26 @@ def _text(ts: Any) -> pa.Array:
     s = pc.strftime(ts, format="%Y-%m-%d %H:%M:%S")  # seconds as SS.ffffff at us precision
     s = pc.replace_substring_regex(s, r"\.0+$", "")
     return pc.replace_substring_regex(s, r"(\.\d*?)0+$", r"\1")
+
+
+# The URLs whose path a regex finds exactly as urllib.parse.urlsplit does: an origin-form
+# target ("/a/b?x", not "//host…") or "scheme://host…" with a plain ASCII host (printable, no
+# brackets: urlsplit validates IPv6 hosts and may raise), no tab, CR or LF anywhere (urlsplit
+# deletes them); the first character is "/" or a letter, so urlsplit strips nothing in front.
+_PLAIN_URL = (
+    r"^(?:/(?:[^/\t\r\n][^\t\r\n]*)?"
+    r'|[A-Za-z][A-Za-z0-9+.\-]*://[!-"$-.0->@-Z\\^-~]*(?:[/?#][^\t\r\n]*)?)$'
+)
+_PATH = r"^(?:[A-Za-z][A-Za-z0-9+.\-]*://[^/?#]*)?(?P<path>[^?#]*)"
+
+
+def url_extract_path(ev: ArrowEval, node: n.Call) -> Value:
+    """``url_extract_path(url)`` by ``extract_regex`` when every URL of the column has a plain
+    shape (:data:`_PLAIN_URL`); else row by row (urlsplit's rules for the rest)."""
+    x = ev.value(node.args[0])
+    if kind(x) != "str":
+        return pa.nulls(ev.n, pa.string())  # a NULL or a non-string: NULL
+    col = ev.full(x)
+    if pc.all(pc.match_substring_regex(col, _PLAIN_URL)).as_py() is False:
+        return ev.row_value(node)
+    return pc.struct_field(pc.extract_regex(col, _PATH), "path")

@@ -378,3 +378,24 @@ def test_string_tests_push_down_as_their_like_shapes(call: str, like: str, fmt: 
         return None if got is None else got.clauses
 
     assert needles(call) == needles(like)
+
+
+URLISH = st.one_of(
+    st.text(alphabet=st.sampled_from("/?#:=&[]@.ahtps% \t\né+-"), max_size=14),
+    st.builds(
+        lambda scheme, host, rest: f"{scheme}://{host}{rest}",
+        st.sampled_from(["http", "https", "h2+x", "1x"]),
+        st.text(alphabet=st.sampled_from("ab.:@[]1é%"), max_size=5),
+        st.text(alphabet=st.sampled_from("/?#=&ab%2F é\t"), max_size=8),
+    ),
+    st.builds(lambda rest: "/" + rest, st.text(alphabet=st.sampled_from("/?#=&ab%é "), max_size=8)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), URLISH), min_size=1, max_size=6))
+def test_url_extract_path_columnar_equals_urlsplit(urls: list[str | None]) -> None:
+    """The columnar path's regex (for plain URLs) and row fallback give urlsplit's path."""
+    table = pa.table({"u": pa.array(urls, pa.string())})
+    want = row_values(table, "url_extract_path(u)")
+    assert columnar_values(table, "url_extract_path(u)") == want
