@@ -211,7 +211,25 @@ def url_extract_path(ev: ArrowEval, node: n.Call) -> Value:
     x = ev.value(node.args[0])
     if kind(x) != "str":
         return pa.nulls(ev.n, pa.string())  # a NULL or a non-string: NULL
-    col = ev.full(x)
+    col = _targets(ev.full(x))
     if pc.all(pc.match_substring_regex(col, _PLAIN_URL)).as_py() is False:
         return ev.row_value(node)
     return pc.struct_field(pc.extract_regex(col, _PATH), "path")
+
+
+# a request line, as agent.ql.urls.target reads it: three space-separated parts, or two whose
+# second starts with "/"
+_THREE_PARTS = r"^[^ ]* [^ ]* [^ ]*$"
+_TWO_PARTS = r"^[^ ]* /[^ ]*$"
+_SECOND = r"^[^ ]* (?P<t>[^ ]*)"
+
+
+def _targets(col: pa.Array) -> pa.Array:
+    """Each request line's target (:func:`agent.ql.urls.target`); other values unchanged."""
+    if not pc.any(pc.match_substring(col, " ")).as_py():
+        return col
+    line = pc.or_(
+        pc.match_substring_regex(col, _THREE_PARTS), pc.match_substring_regex(col, _TWO_PARTS)
+    )
+    second = pc.struct_field(pc.extract_regex(col, _SECOND), "t")
+    return pc.if_else(pc.fill_null(line, False), second, col)

@@ -280,6 +280,10 @@ def one(expr: str, record: dict[str, Any]) -> Any:
         ("url_extract_path(u)", {"u": ""}, ""),
         ("url_extract_path(u)", {"u": "http://[::1"}, None),
         ("url_extract_path(u)", {"u": None}, None),
+        ("url_extract_path(u)", {"u": "GET /a/b?x=1 HTTP/1.1"}, "/a/b"),  # a request line
+        ("url_extract_path(u)", {"u": "GET /a/b"}, "/a/b"),  # HTTP/0.9
+        ("url_extract_path(u)", {"u": "GET http://h/p?x HTTP/1.1"}, "/p"),
+        ("url_extract_parameter(u, 'x')", {"u": "GET /a?x=1&x=2 HTTP/1.1"}, "1"),
         ("url_extract_parameter(u, 'a')", {"u": "/p?a=1&a=2"}, "1"),  # the first one
         ("url_extract_parameter(u, 'a')", {"u": "/p?b=1&a"}, ""),  # a name without '='
         ("url_extract_parameter(u, 'a')", {"u": "/p?b=1"}, None),
@@ -390,6 +394,15 @@ URLISH = st.one_of(
     ),
     st.builds(lambda rest: "/" + rest, st.text(alphabet=st.sampled_from("/?#=&ab%é "), max_size=8)),
 )
+URLISH = st.one_of(
+    URLISH,
+    st.builds(  # request lines: "METHOD TARGET [PROTOCOL]" and near misses
+        lambda method, url, proto: f"{method} {url}{proto}",
+        st.sampled_from(["GET", "POST", ""]),
+        URLISH,
+        st.sampled_from(["", " HTTP/1.1", " a b", " "]),
+    ),
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -399,3 +412,56 @@ def test_url_extract_path_columnar_equals_urlsplit(urls: list[str | None]) -> No
     table = pa.table({"u": pa.array(urls, pa.string())})
     want = row_values(table, "url_extract_path(u)")
     assert columnar_values(table, "url_extract_path(u)") == want
+
+
+def test_new_expressions_over_aggregates_at_the_master() -> None:
+    """SELECT / HAVING / ORDER BY expressions over aggregates (evaluated on result rows)."""
+    q = compile_query(
+        "SELECT k, CASE WHEN count(*) > 1 THEN 'many' ELSE 'one' END AS size, "
+        "IF(sum(x) > 2, 'hi', 'lo') AS s, CAST(count(*) AS VARCHAR) AS c, "
+        "NULLIF(max(x), 3) AS m FROM t GROUP BY k "
+        "HAVING starts_with(CASE WHEN count(*) > 0 THEN 'yes' END, 'y') "
+        "ORDER BY CAST(sum(x) AS VARCHAR) DESC"
+    )
+    tree = CompressedBufferTree(q.make_aggregator())
+    for r in [{"k": "a", "x": 1}, {"k": "a", "x": 2}, {"k": "b", "x": 3}]:
+        for k, v in q.map(r):
+            tree.insert(k, v)
+    assert q.rows(tree.flush()) == [
+        {"k": "a", "size": "many", "s": "hi", "c": "2", "m": 2},
+        {"k": "b", "size": "one", "s": "hi", "c": "1", "m": None},
+    ]
+
+
+def test_elf_run_on_an_access_log_columnar_equals_row_path(tmp_path: Any) -> None:
+    """End to end over an nginx file (``elf run``'s engine): event time by the minute, request
+    paths and a parameter, a CASE over the status - the columnar path as the row path."""
+    from agent.runtime.local.oneshot import run_file
+
+    lines = []
+    for i in range(600):
+        minute, second = divmod(i // 5, 60)
+        status = (200, 404, 500, 301)[i % 4]
+        target = f"/shop/{('cart', 'item', 'pay')[i % 3]}?id={i % 7}&q=caf%C3%A9+{i % 2}"
+        lines.append(
+            f"10.0.0.{i % 9} - - [15/Jan/2027:08:{minute:02d}:{second:02d} +0000] "
+            f'"GET {target} HTTP/1.1" {status} {i} "-" "ua"'
+        )
+    path = tmp_path / "access.log"
+    path.write_text("\n".join(lines) + "\n")
+    query = (
+        "SELECT date_trunc('minute', ts) AS m, url_extract_path(request) AS p, "
+        "CASE WHEN status >= 500 THEN 'error' WHEN status >= 400 THEN 'miss' ELSE 'ok' END AS c, "
+        "count(*) AS n, collect_set(url_extract_parameter(request, 'q')) AS q "
+        "FROM t WHERE NOT ends_with(url_extract_path(request), 'pay') "
+        "GROUP BY date_trunc('minute', ts), url_extract_path(request), "
+        "CASE WHEN status >= 500 THEN 'error' WHEN status >= 400 THEN 'miss' ELSE 'ok' END"
+    )
+    col = run_file(query, path, "nginx", epoch_seconds=3600)
+    row = run_file(query, path, "nginx", epoch_seconds=3600, columnar=False)
+    assert col.epochs == row.epochs
+    rows = [r for _, rs in col.epochs for r in rs]
+    assert {r["p"] for r in rows} == {"/shop/cart", "/shop/item"}
+    assert {r["m"] for r in rows} == {"2027-01-15 08:00:00", "2027-01-15 08:01:00"}
+    assert sum(r["n"] for r in rows) == 400
+    assert {v for r in rows for v in r["q"]} == {"café 0", "café 1"}
