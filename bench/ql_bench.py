@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per side (median)")
     ap.add_argument("--only", choices=("maps", "percentile"), help="run one part (default: both)")
     args = ap.parse_args(argv)
-    pct_lines = 200_000 if args.quick else 1_000_000
+    pct_lines = args.records or (200_000 if args.quick else 1_000_000)
     if args.only == "percentile":
         out = {
             "benchmark": "ql",
