@@ -59,28 +59,28 @@ def _extend(children: st.SearchStrategy[n.Node]) -> st.SearchStrategy[n.Node]:
             st.booleans(),
         ),
         st.builds(n.Index, children, children),
-        # issue 26: CASE (both forms), CAST, and the new functions with plausible arguments
-        st.builds(
-            lambda op, branches, default: n.Case(
-                op, tuple(w for w, _ in branches), tuple(r for _, r in branches), default
-            ),
-            st.one_of(st.none(), children),
-            st.lists(st.tuples(children, children), min_size=1, max_size=3),
-            st.one_of(st.none(), children),
-        ),
-        st.builds(n.Cast, children, st.sampled_from(sorted(set(n.CAST_TYPES.values())))),
-        st.builds(
-            lambda u, x: n.Call("date_trunc", (n.Literal(u), x)),
-            st.sampled_from(["minute", "hour", "day", "week", "month", "year", "bad"]),
-            children,
-        ),
-        st.builds(
-            lambda name, s, p: n.Call(name, (s, p)),
-            st.sampled_from(["starts_with", "ends_with", "contains", "url_extract_parameter"]),
-            children,
-            string_lits,
-        ),
+        _issue26(children),
     )
+
+
+@st.composite
+def _issue26(draw: st.DrawFn, children: st.SearchStrategy[n.Node]) -> n.Node:
+    """Issue 26's syntax: CASE (both forms), CAST, and new functions with plausible arguments
+    (one composite: ``children`` appears once in the strategy's repr, which hypothesis
+    builds)."""
+    which = draw(st.sampled_from(["case", "cast", "date_trunc", "string"]))
+    if which == "case":
+        op = draw(st.one_of(st.none(), children))
+        branches = draw(st.lists(st.tuples(children, children), min_size=1, max_size=3))
+        default = draw(st.one_of(st.none(), children))
+        return n.Case(op, tuple(w for w, _ in branches), tuple(r for _, r in branches), default)
+    if which == "cast":
+        return n.Cast(draw(children), draw(st.sampled_from(sorted(set(n.CAST_TYPES.values())))))
+    if which == "date_trunc":
+        unit = draw(st.sampled_from(["minute", "hour", "day", "week", "month", "year", "bad"]))
+        return n.Call("date_trunc", (n.Literal(unit), draw(children)))
+    name = draw(st.sampled_from(["starts_with", "ends_with", "contains", "url_extract_parameter"]))
+    return n.Call(name, (draw(children), n.Literal(draw(st.text(max_size=6)))))
 
 
 # function names of issue 26 (``cast`` is syntax, not a call: ``n.Cast``)
