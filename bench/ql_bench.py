@@ -12,6 +12,11 @@ job classes (``map`` pairs, and ``map_keys``), which is what an agent pays per r
 
     python bench/ql_bench.py            # 1e6 records
     python bench/ql_bench.py --quick    # 2e5 records
+    python bench/ql_bench.py --quick --only percentile   # the DuckDB comparison alone
+
+Also ``approx_percentile(request_time, [0.5, 0.99])`` per path over an nginx file, ELF's
+columnar path against DuckDB's ``approx_quantile`` (threads=1) in the same run
+(:mod:`ql_percentile`; lines/s on one core; goal: ELF >= 0.8x DuckDB).
 
 Prints one JSON document on stdout.
 """
@@ -31,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ql_percentile import compare as percentile_compare  # bench/
 
 from agent.jobs.job import Job, create_job, parse_spec, register_job
 from agent.jobs.ql_job import spec_from_query
@@ -209,7 +216,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2e5 records instead of 1e6")
     ap.add_argument("--records", type=int, help="number of records")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per side (median)")
+    ap.add_argument("--only", choices=("maps", "percentile"), help="run one part (default: both)")
     args = ap.parse_args(argv)
+    pct_lines = args.records or (200_000 if args.quick else 1_000_000)
+    if args.only == "percentile":
+        out = {
+            "benchmark": "ql",
+            "mode": "quick" if args.quick else "full",
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "approx_percentile_per_path_vs_duckdb": percentile_compare(pct_lines, 3),
+        }
+        print(json.dumps(out, indent=2))
+        return 0
     n = args.records or (200_000 if args.quick else 1_000_000)
     print(f"generating {n} records", file=sys.stderr)
     records = make_records(n)
@@ -231,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         "micro_promotion_worker": compare_workers(records, max(1, args.repeats // 2)),
         "target": "compiled map within 1.5x of the hand-written function",
     }
+    if args.only != "maps":
+        out["approx_percentile_per_path_vs_duckdb"] = percentile_compare(pct_lines, 3)
     print(json.dumps(out, indent=2))
     return 0
 

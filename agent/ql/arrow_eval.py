@@ -28,7 +28,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agent.ql import arrow_funcs
 from agent.ql import nodes as n
+from agent.ql.arrow_kinds import has_nan, kind, max_abs
 from agent.ql.compiler import ExprCompiler, like_plan, like_regex
 from agent.ql.fallback import Unsupported
 from agent.ql.regex import compile_regex, re2_spelling
@@ -53,6 +55,11 @@ VECTORIZED = (
     "abs",
     "concat (string arguments)",
     "coalesce (arguments of one kind)",
+    "CASE, IF, NULLIF (branches of one kind)",
+    "CAST (bool/int to VARCHAR, BIGINT, DOUBLE; numbers to BOOLEAN, TIMESTAMP)",
+    "starts_with, ends_with, contains (literal pattern)",
+    "from_unixtime, date_trunc (epoch seconds, years 1000-9999)",
+    "url_extract_path (origin-form targets and scheme://host URLs with a plain host)",
 )
 #: evaluated row by row with the row path's closure, then converted back to a column
 ROW_FALLBACK = (
@@ -66,6 +73,10 @@ ROW_FALLBACK = (
     "concat with non-string arguments (Python's number formatting)",
     "coalesce over arguments of different kinds",
     "comparisons of lists or objects",
+    "CASE / IF / NULLIF whose branches differ in kind",
+    "CAST of text to a number, boolean or timestamp; of floats to VARCHAR or BIGINT",
+    "date_trunc over TIMESTAMP / ISO text",
+    "url_extract_path of other URLs; url_extract_parameter",
 )
 
 _INT64 = pa.int64()
@@ -79,44 +90,8 @@ _CMP = {"=": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
 
 
-def kind(x: Value) -> str:
-    """The Python kind of the values of an array or scalar (see module docstring)."""
-    t = x.type
-    if pa.types.is_integer(t):
-        return "int"
-    if pa.types.is_floating(t):
-        return "float"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "str"
-    if pa.types.is_boolean(t):
-        return "bool"
-    if pa.types.is_null(t):
-        return "null"
-    return "other"
-
-
 def _numeric(k: str) -> bool:
     return k in ("int", "float")
-
-
-def has_nan(x: Value) -> bool:
-    """Whether a float array or scalar holds a NaN (Python and Arrow order NaN differently)."""
-    if kind(x) != "float":
-        return False
-    if isinstance(x, pa.Scalar):
-        v = x.as_py()
-        return v is not None and v != v
-    return bool(pc.any(pc.is_nan(x)).as_py())
-
-
-def max_abs(x: Value) -> int:
-    """The largest absolute value of a numeric array or scalar (0 when all NULL)."""
-    if isinstance(x, pa.Scalar):
-        v = x.as_py()
-        return 0 if v is None else abs(v)
-    mm = pc.min_max(x).as_py()
-    lo, hi = mm["min"], mm["max"]
-    return 0 if lo is None else max(abs(lo), abs(hi))
 
 
 def to_arrow(values: list[Any]) -> pa.Array:
@@ -183,7 +158,7 @@ class ArrowEval:
             return pa.array([x.as_py()] * self.n, x.type) if x.is_valid else self._nulls(x.type)
         return x
 
-    def _row_value(self, node: n.Node) -> pa.Array:
+    def row_value(self, node: n.Node) -> pa.Array:
         self.fallbacks += 1
         f = self.closures.value(node)
         return to_arrow([f(r) for r in self.rows()])
@@ -210,16 +185,20 @@ class ArrowEval:
                 try:
                     return pc.negate_checked(x)
                 except pa.ArrowInvalid:
-                    return self._row_value(node)
+                    return self.row_value(node)
             if k == "float":
                 return pc.negate(x)
             return self._nulls()
         if isinstance(node, n.Binary) and node.op in ("+", "-", "*", "/"):
             return self._arith(node)
         if isinstance(node, n.Binary) and node.op == "%":
-            return self._row_value(node)
+            return self.row_value(node)
         if isinstance(node, n.Index):
-            return self._row_value(node)
+            return self.row_value(node)
+        if isinstance(node, n.Case):
+            return arrow_funcs.case(self, node)
+        if isinstance(node, n.Cast):
+            return arrow_funcs.cast(self, node)
         return self.pred(node)  # a condition used as a value: TRUE / FALSE / NULL
 
     def _field(self, path: tuple[str, ...]) -> pa.Array:
@@ -253,7 +232,7 @@ class ArrowEval:
             if (ka == "int" and max_abs(a) > _EXACT_INT_IN_FLOAT) or (
                 kb == "int" and max_abs(b) > _EXACT_INT_IN_FLOAT
             ):
-                return self._row_value(node)
+                return self.row_value(node)
             a, b = pc.cast(a, _F64), pc.cast(b, _F64)
         if node.op == "/":
             zero = pc.equal(b, 0.0)
@@ -264,7 +243,7 @@ class ArrowEval:
             try:
                 return pc.call_function(name + "_checked", [a, b])
             except pa.ArrowInvalid:  # overflow: Python's ints are unbounded
-                return self._row_value(node)
+                return self.row_value(node)
         return pc.call_function(name, [a, b])
 
     def _call(self, node: n.Call) -> Value:
@@ -283,7 +262,7 @@ class ArrowEval:
                     try:
                         return pc.abs_checked(x)
                     except pa.ArrowInvalid:
-                        return self._row_value(node)
+                        return self.row_value(node)
                 return pc.abs(x) if k == "float" else self._nulls()
             if k != "str":
                 return self._nulls(pa.string())
@@ -291,13 +270,13 @@ class ArrowEval:
                 return pc.utf8_trim(x, characters=_PY_SPACE)
             ascii_only = pc.all(pc.string_is_ascii(x)).as_py()
             if ascii_only is False:
-                return self._row_value(node)  # Python's Unicode case mapping (ß -> SS, ...)
+                return self.row_value(node)  # Python's Unicode case mapping (ß -> SS, ...)
             return pc.ascii_lower(x) if name == "lower" else pc.ascii_upper(x)
         if name == "concat":
             args = [self.value(a) for a in node.args]
             if all(kind(a) == "str" for a in args):
                 return pc.binary_join_element_wise(*args, pa.scalar(""))
-            return self._row_value(node)
+            return self.row_value(node)
         if name == "coalesce":
             args = [self.value(a) for a in node.args]
             kinds = {kind(a) for a in args} - {"null"}
@@ -306,8 +285,11 @@ class ArrowEval:
             if len(kinds) == 1 and kinds <= {"str", "int", "float", "bool"}:
                 typed = [a for a in args if kind(a) != "null"]
                 return pc.coalesce(*typed)
-            return self._row_value(node)
-        return self._row_value(node)  # substr, regexp_extract, split, round
+            return self.row_value(node)
+        new = _NEW_KERNELS.get(name)
+        if new is not None:
+            return new(self, node)
+        return self.row_value(node)  # substr, regexp_extract, split, round, url_*
 
     # ---- conditions -----------------------------------------------------------------------
     def pred(self, node: n.Node) -> Value:
@@ -398,3 +380,14 @@ class ArrowEval:
 
 
 Evaluator = Callable[[pa.Table], ArrowEval]
+#: the issue-26 functions with kernels in :mod:`agent.ql.arrow_funcs`
+_NEW_KERNELS: dict[str, Callable[[ArrowEval, n.Call], Value]] = {
+    "if": arrow_funcs.if_,
+    "nullif": arrow_funcs.nullif,
+    "starts_with": arrow_funcs.string_test,
+    "ends_with": arrow_funcs.string_test,
+    "contains": arrow_funcs.string_test,
+    "from_unixtime": arrow_funcs.from_unixtime,
+    "date_trunc": arrow_funcs.date_trunc,
+    "url_extract_path": arrow_funcs.url_extract_path,
+}

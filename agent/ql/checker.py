@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from agent.ql import nodes as n
+from agent.ql.casts import TRUNC_UNITS, trunc_unit
 from agent.ql.errors import QLError
 from agent.ql.functions import AGGREGATES, FUNCTIONS, Aggregate
 from cbt.sketches import (
@@ -41,6 +42,8 @@ TYPE_NAMES = {
 MAX_TOPK = 10_000
 MAX_QUANTILES = 1_000  # approx_quantiles(x, n): n + 1 values
 _CMP = ("=", "!=", "<", "<=", ">", ">=")
+_CAST_RESULT = {"BIGINT": "num", "DOUBLE": "num", "VARCHAR": "str", "BOOLEAN": "bool",
+                "TIMESTAMP": "str"}  # fmt: skip
 _ARITH = ("+", "-", "*", "/", "%")
 
 
@@ -83,6 +86,15 @@ def literal_type(v: Any) -> str:
 
 def _fits(t: str, want: str) -> bool:
     return want == "any" or t in (want, "any", "null")
+
+
+def unify(types: list[str]) -> str:
+    """The common type of alternative results (CASE branches, IF's two values): NULLs do not
+    count; ``any`` when they differ."""
+    known = {t for t in types if t != "null"}
+    if not known:
+        return "null"
+    return known.pop() if len(known) == 1 else "any"
 
 
 def analyze(query: n.Query) -> Analysis:
@@ -249,6 +261,11 @@ class _Checker:
             self.comparable(node.low, t, sub(node.low))
             self.comparable(node.high, t, sub(node.high))
             return "bool"
+        if isinstance(node, n.Case):
+            return self.case(node, sub)
+        if isinstance(node, n.Cast):
+            sub(node.expr)
+            return _CAST_RESULT[node.type]
         if isinstance(node, n.Index):
             bt, it = sub(node.expr), sub(node.index)
             if bt not in ("list", "any", "null"):
@@ -257,6 +274,20 @@ class _Checker:
                 _fail(node.index, f"expected a number or string index, got {TYPE_NAMES[it]}")
             return "any"
         _fail(node, f"unsupported expression {type(node).__name__}")
+
+    def case(self, node: n.Case, sub: Any) -> str:
+        """CASE: searched WHENs are conditions; simple WHENs compare with the operand; the
+        result's type is the branches' common type (``any`` when they differ)."""
+        op_t = sub(node.operand) if node.operand is not None else None
+        for w in node.whens:
+            t = sub(w)
+            if op_t is None:
+                if t not in ("bool", "any", "null"):
+                    _fail(w, f"CASE WHEN expects a condition, got {TYPE_NAMES[t]}")
+            else:
+                self.comparable(w, op_t, t)
+        branches = [*node.results, *([node.default] if node.default is not None else [])]
+        return unify([sub(x) for x in branches])
 
     @staticmethod
     def comparable(node: n.Node, a: str, b: str) -> None:
@@ -291,10 +322,17 @@ class _Checker:
                 else f"{fn.min_args} to {fn.max_args}"
             )
             _fail(node, f"{name}() takes {want} arguments, got {nargs}")
+        types = []
         for i, arg in enumerate(node.args):
             want = fn.arg_type(i)
             if want.startswith("lit:"):
-                self.literal_arg(node, i, want[4:])
+                value = self.literal_arg(node, i, want[4:])
+                if name == "date_trunc" and trunc_unit(value) is None:
+                    _fail(
+                        arg,
+                        f"expected a date_trunc unit ({', '.join(TRUNC_UNITS)}), got {value!r}",
+                    )
+                types.append("str" if want == "lit:str" else "num")
                 continue
             t = self.typ(arg, clause, post=post, in_agg=in_agg)
             if not _fits(t, want):
@@ -302,6 +340,11 @@ class _Checker:
                     arg,
                     f"{name}() expects {TYPE_NAMES[want]} as argument {i + 1}, got {TYPE_NAMES[t]}",
                 )
+            types.append(t)
+        if name == "if":
+            return unify(types[1:])
+        if name == "nullif":
+            return types[0]
         return fn.returns
 
     @staticmethod

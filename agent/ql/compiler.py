@@ -32,6 +32,7 @@ import re2
 
 from agent.ql import keys
 from agent.ql import nodes as n
+from agent.ql.casts import cast
 from agent.ql.checker import AggSpec, Analysis
 from agent.ql.errors import QLError
 from agent.ql.functions import FUNCTIONS
@@ -247,9 +248,35 @@ class ExprCompiler:
             return self._arith(node.op, self.value(node.left), self.value(node.right))
         if isinstance(node, n.Index):
             return self._index(self.value(node.expr), self.value(node.index))
+        if isinstance(node, n.Case):
+            return self._case(node)
+        if isinstance(node, n.Cast):
+            g, to = self.value(node.expr), node.type
+            return lambda r: cast(g(r), to)
         # a condition used as a value: TRUE / FALSE / NULL
         t, f = self.pred(node, True), self.pred(node, False)
         return lambda r: True if t(r) else (False if f(r) else None)
+
+    def _case(self, node: n.Case) -> Fn:
+        """The first branch whose WHEN is TRUE (searched) or equal to the operand (simple:
+        SQL ``=``, so NULL never matches); else ELSE, else NULL."""
+        if node.operand is None:
+            tests = [self.pred(w, True) for w in node.whens]
+        else:
+            tests = [self._compare("=", node.operand, w) for w in node.whens]
+        branches = tuple(zip(tests, [self.value(x) for x in node.results], strict=True))
+        default = self.value(node.default) if node.default is not None else (lambda r: None)
+        if len(branches) == 1:
+            ((t0, v0),) = branches
+            return lambda r: v0(r) if t0(r) else default(r)
+
+        def case(r: Any) -> Any:
+            for test, val in branches:
+                if test(r):
+                    return val(r)
+            return default(r)
+
+        return case
 
     @staticmethod
     def _arith(op: str, fa: Fn, fb: Fn) -> Fn:

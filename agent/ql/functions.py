@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agent.ql import casts, urls
 from agent.ql.regex import compile_regex
 
 Fn = Callable[[Any], Any]
@@ -191,6 +192,68 @@ def _coalesce(args: list[Fn], lits: list[Any]) -> Fn:
     return f
 
 
+def _if(args: list[Fn], lits: list[Any]) -> Fn:
+    # the condition arrives as a value (TRUE / FALSE / NULL): only TRUE picks ``a``
+    c, a, b = args
+    return lambda r: a(r) if c(r) is True else b(r)
+
+
+def _same_kind(v: Any, w: Any) -> bool:
+    """SQL ``=`` compares numbers with numbers (1 = 1.0), and other kinds only with their own
+    (booleans are not numbers)."""
+    tv, tw = type(v), type(w)
+    return tv is tw or (tv in NUMBER_TYPES and tw in NUMBER_TYPES)
+
+
+def _nullif(args: list[Fn], lits: list[Any]) -> Fn:
+    a, b = args
+
+    def f(r: Any) -> Any:
+        v, w = a(r), b(r)
+        if v is None or w is None:
+            return v
+        return None if _same_kind(v, w) and v == w else v
+
+    return f
+
+
+def _str_test(method: Callable[[str, str], bool]) -> Callable[[list[Fn], list[Any]], Fn]:
+    def build(args: list[Fn], lits: list[Any]) -> Fn:
+        a, b = args
+
+        def f(r: Any) -> Any:
+            s, p = a(r), b(r)
+            return method(s, p) if type(s) is str and type(p) is str else None
+
+        return f
+
+    return build
+
+
+def _contains(s: str, p: str) -> bool:
+    return p in s
+
+
+def _date_trunc(args: list[Fn], lits: list[Any]) -> Fn:
+    unit = casts.trunc_unit(lits[0])  # a literal, checked by the checker
+    assert unit is not None
+    b = args[1]
+    return lambda r: casts.date_trunc(unit, b(r))
+
+
+def _unary(fn: Callable[[Any], Any]) -> Callable[[list[Fn], list[Any]], Fn]:
+    def build(args: list[Fn], lits: list[Any]) -> Fn:
+        (a,) = args
+        return lambda r: fn(a(r))
+
+    return build
+
+
+def _url_parameter(args: list[Fn], lits: list[Any]) -> Fn:
+    a, b = args
+    return lambda r: urls.url_extract_parameter(a(r), b(r))
+
+
 FUNCTIONS: dict[str, Function] = {
     f.name: f
     for f in (
@@ -206,6 +269,16 @@ FUNCTIONS: dict[str, Function] = {
         Function("abs", 1, 1, ("num",), "num", _abs),
         Function("round", 1, 2, ("num", "lit:int"), "num", _round),
         Function("coalesce", 1, None, ("any",), "any", _coalesce),
+        # issue 26: conditionals, string tests, event time, request lines
+        Function("if", 3, 3, ("bool", "any", "any"), "any", _if),
+        Function("nullif", 2, 2, ("any", "any"), "any", _nullif),
+        Function("starts_with", 2, 2, ("str", "str"), "bool", _str_test(str.startswith)),
+        Function("ends_with", 2, 2, ("str", "str"), "bool", _str_test(str.endswith)),
+        Function("contains", 2, 2, ("str", "str"), "bool", _str_test(_contains)),
+        Function("date_trunc", 2, 2, ("lit:str", "any"), "str", _date_trunc),
+        Function("from_unixtime", 1, 1, ("num",), "str", _unary(casts.from_unixtime)),
+        Function("url_extract_path", 1, 1, ("str",), "str", _unary(urls.url_extract_path)),
+        Function("url_extract_parameter", 2, 2, ("str", "str"), "str", _url_parameter),
     )
 }
 

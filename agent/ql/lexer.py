@@ -54,6 +54,11 @@ KEYWORDS = frozenset(
         "FALSE",
         "BETWEEN",
         "DISTINCT",
+        "CASE",
+        "WHEN",
+        "THEN",
+        "ELSE",
+        "END",
     ]
 )
 _OPS2 = ("==", "!=", "<>", "<=", ">=")

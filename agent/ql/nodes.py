@@ -224,6 +224,68 @@ class Index(Node):
 
 
 @dataclass(frozen=True)
+class Case(Node):
+    """``CASE [operand] WHEN w THEN r ... [ELSE default] END``.
+
+    Searched form (``operand`` None): the first ``when`` that is TRUE gives its result.
+    Simple form: the first ``when`` equal to ``operand`` (SQL ``=``: NULL never matches).
+    No match: ``default``, or NULL without ELSE. ``whens`` and ``results`` pair up by index
+    (two flat tuples, so tree rewrites that map over node tuples reach every branch)."""
+
+    operand: Node | None = None
+    whens: tuple[Node, ...] = ()
+    results: tuple[Node, ...] = ()
+    default: Node | None = None
+
+    def to_sql(self) -> str:
+        parts = ["CASE"]
+        if self.operand is not None:
+            parts.append(self.operand.to_sql())
+        for w, r in zip(self.whens, self.results, strict=True):
+            parts.append(f"WHEN {w.to_sql()} THEN {r.to_sql()}")
+        if self.default is not None:
+            parts.append(f"ELSE {self.default.to_sql()}")
+        parts.append("END")
+        return " ".join(parts)
+
+    def children(self) -> tuple[Node, ...]:
+        head = () if self.operand is None else (self.operand,)
+        pairs = tuple(x for wr in zip(self.whens, self.results, strict=True) for x in wr)
+        tail = () if self.default is None else (self.default,)
+        return (*head, *pairs, *tail)
+
+
+#: the type names ``CAST(x AS type)`` accepts, with their aliases
+CAST_TYPES = {
+    "BIGINT": "BIGINT",
+    "INT": "BIGINT",
+    "INTEGER": "BIGINT",
+    "DOUBLE": "DOUBLE",
+    "FLOAT": "DOUBLE",
+    "VARCHAR": "VARCHAR",
+    "STRING": "VARCHAR",
+    "TEXT": "VARCHAR",
+    "BOOLEAN": "BOOLEAN",
+    "BOOL": "BOOLEAN",
+    "TIMESTAMP": "TIMESTAMP",
+}
+
+
+@dataclass(frozen=True)
+class Cast(Node):
+    """``CAST(expr AS type)``; ``type`` is a canonical name of :data:`CAST_TYPES`."""
+
+    expr: Node = field(default_factory=Star)
+    type: str = "VARCHAR"
+
+    def to_sql(self) -> str:
+        return f"CAST({self.expr.to_sql()} AS {self.type})"
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.expr,)
+
+
+@dataclass(frozen=True)
 class SelectItem:
     """One output column: ``expr [AS alias]``; ``name`` is the alias or the expression text."""
 

@@ -414,8 +414,12 @@ class _Parser:
         if t.kind == "KEYWORD" and t.value == "DISTINCT" and self.is_op_at(self.i + 1, "("):
             self.advance()
             return self.call(Token("IDENT", "distinct", t.line, t.column))  # distinct(x)
+        if t.kind == "KEYWORD" and t.value == "CASE":
+            return self.case()
         if t.kind == "IDENT":
             self.advance()
+            if t.value.lower() == "cast" and self.is_op("("):
+                return self.cast(t)
             if self.is_op("("):
                 return self.call(t)
             path = [t.value]
@@ -465,3 +469,34 @@ class _Parser:
                 args.append(self.array() if self.array_next(name, len(args)) else self.expr())
         self.expect_op(")", "',' or ')' in the argument list")
         return n.Call(name, tuple(args), distinct, **where)
+
+    def case(self) -> n.Node:
+        """``CASE [operand] WHEN w THEN r { WHEN w THEN r } [ELSE e] END``."""
+        t = self.advance()
+        if self.is_kw("END", "THEN", "ELSE"):
+            self.fail("WHEN in CASE")
+        operand = None if self.is_kw("WHEN") else self.expr()
+        whens: list[n.Node] = []
+        results: list[n.Node] = []
+        if not self.is_kw("WHEN"):
+            self.fail("WHEN in CASE")
+        while self.accept_kw("WHEN"):
+            whens.append(self.expr())
+            self.expect_kw("THEN", "THEN after the WHEN condition")
+            results.append(self.expr())
+        default = self.expr() if self.accept_kw("ELSE") else None
+        self.expect_kw("END", "WHEN, ELSE or END in CASE")
+        return n.Case(operand, tuple(whens), tuple(results), default, line=t.line, column=t.column)
+
+    def cast(self, name_tok: Token) -> n.Node:
+        """``CAST(expr AS type)`` (``cast`` is not a keyword: a field may be named cast)."""
+        self.advance()  # "("
+        expr = self.expr()
+        self.expect_kw("AS", "AS in CAST(x AS type)")
+        t = self.tok
+        canonical = n.CAST_TYPES.get(str(t.value).upper()) if t.kind == "IDENT" else None
+        if canonical is None:
+            self.fail("a type after AS (BIGINT, DOUBLE, VARCHAR, BOOLEAN or TIMESTAMP)")
+        self.advance()
+        self.expect_op(")", "')' after the CAST type")
+        return n.Cast(expr, canonical, line=name_tok.line, column=name_tok.column)

@@ -15,7 +15,8 @@ numbers, contributes no clause — a weaker but still exact filter):
 
 * ``field = 'lit'`` (either side), ``field IN ('a', 'b', ...)`` (string items only) and
   ``field LIKE 'pattern'`` for the shapes ``'x'``, ``'x%'``, ``'%x'``, ``'%x%'`` (no ``_`` or
-  ``\\``), on any field path.
+  ``\\``), on any field path; ``starts_with(field, 'x')``, ``ends_with(field, 'x')`` and
+  ``contains(field, 'x')`` as the LIKE shapes they equal.
 
 Per format (the reason each rule is exact):
 
@@ -124,7 +125,22 @@ def _clause(node: n.Node, fmt: str) -> tuple[bytes, ...] | None:
             return None
         needle = _needle(node.expr.path, kind, arg, fmt)
         return None if needle is None else (needle,)
+    if (
+        isinstance(node, n.Call)
+        and node.name in _STRING_TESTS
+        and len(node.args) == 2
+        and isinstance(node.args[0], n.Field)
+        and isinstance(node.args[1], n.Literal)
+        and type(node.args[1].value) is str
+        and node.args[1].value
+    ):
+        # starts_with(f, 'x') is TRUE exactly when f LIKE 'x%' is (and so on): the same needle
+        needle = _needle(node.args[0].path, _STRING_TESTS[node.name], node.args[1].value, fmt)
+        return None if needle is None else (needle,)
     return None
+
+
+_STRING_TESTS = {"starts_with": "prefix", "ends_with": "suffix", "contains": "contains"}
 
 
 def _needle(path: tuple[str, ...], kind: str, text: str, fmt: str) -> bytes | None:

@@ -54,12 +54,37 @@ def _extend(children: st.SearchStrategy[n.Node]) -> st.SearchStrategy[n.Node]:
         st.builds(n.Between, children, children, children, st.booleans()),
         st.builds(
             n.Call,
-            st.sampled_from(["lower", "substr", "count", "sum", "concat", "f"]),
+            st.sampled_from(["lower", "substr", "count", "sum", "concat", "f", *_NEW_CALLS]),
             st.lists(children, max_size=3).map(tuple),
             st.booleans(),
         ),
         st.builds(n.Index, children, children),
+        _issue26(children),
     )
+
+
+@st.composite
+def _issue26(draw: st.DrawFn, children: st.SearchStrategy[n.Node]) -> n.Node:
+    """Issue 26's syntax: CASE (both forms), CAST, and new functions with plausible arguments
+    (one composite: ``children`` appears once in the strategy's repr, which hypothesis
+    builds)."""
+    which = draw(st.sampled_from(["case", "cast", "date_trunc", "string"]))
+    if which == "case":
+        op = draw(st.one_of(st.none(), children))
+        branches = draw(st.lists(st.tuples(children, children), min_size=1, max_size=3))
+        default = draw(st.one_of(st.none(), children))
+        return n.Case(op, tuple(w for w, _ in branches), tuple(r for _, r in branches), default)
+    if which == "cast":
+        return n.Cast(draw(children), draw(st.sampled_from(sorted(set(n.CAST_TYPES.values())))))
+    if which == "date_trunc":
+        unit = draw(st.sampled_from(["minute", "hour", "day", "week", "month", "year", "bad"]))
+        return n.Call("date_trunc", (n.Literal(unit), draw(children)))
+    name = draw(st.sampled_from(["starts_with", "ends_with", "contains", "url_extract_parameter"]))
+    return n.Call(name, (draw(children), n.Literal(draw(st.text(max_size=6)))))
+
+
+# function names of issue 26 (``cast`` is syntax, not a call: ``n.Cast``)
+_NEW_CALLS = ["if", "nullif", "from_unixtime", "url_extract_path", "date_trunc", "contains"]
 
 
 exprs = st.recursive(leaves, _extend, max_leaves=6)
