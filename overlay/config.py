@@ -28,7 +28,7 @@ class Tunables:
     probe_timeout: float = 0.5
     misses_before_suspect: int = 3
     fail_timeout: float = 2.0  # suspected this long without a reply → failed
-    # Late replies (after their timeout) stretch the probe and request timeouts and
+    # Late replies (after their timeout) stretch the probe timeout, probe_interval and
     # fail_timeout by 1 + level, level <= health_max_level; every health_decay_after replies
     # in time lower it by one (overlay/health.py). 0 keeps the timeouts fixed.
     health_max_level: int = 8

@@ -13,10 +13,10 @@ Contract:
   leaves routing at once; any reply (:meth:`on_reply_from`) revives it.
 * **Local health.** A reply that comes after its request timed out (a *late reply*, reported
   through :meth:`on_late_reply`) counts as a reply - the peer is revived, its misses reset -
-  and raises the node's :class:`~overlay.health.LocalHealth`: probe and request timeouts and
-  ``fail_timeout`` are multiplied by ``1 + level`` (:meth:`FailureDetector.timeout`). An
-  overloaded node (its event loop behind) or a slow network stretches them instead of
-  declaring live peers failed; a silent peer still fails.
+  and raises the node's :class:`~overlay.health.LocalHealth`: the probe timeout, the
+  detection tick and ``fail_timeout`` are multiplied by ``1 + level``
+  (:meth:`FailureDetector.timeout`). An overloaded node (its event loop behind) or a slow
+  network stretches them instead of declaring live peers failed; a silent peer still fails.
 * **Failure.** Suspected for ``fail_timeout`` → declared failed: removed everywhere (kademlia's
   k-buckets included), tombstoned, put on the failed list, ``failed`` fires. A ``leave`` RPC
   does the same without the failed list.

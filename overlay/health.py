@@ -7,10 +7,12 @@ request had timed out. That proves the peer is alive and that this node's timeou
 than the round trips it sees now, whether its own event loop is behind (hundreds of agents in
 one overloaded process) or the network is slow. Each late reply raises the level by one; every
 ``decay_after`` replies in time lower it by one. The failure detector multiplies its probe
-timeout, its request timeouts and its suspicion time (``fail_timeout``) by
-:attr:`LocalHealth.multiplier` = ``1 + level``, and the node its detection tick
-(``probe_interval``): a node that is behind probes less often, so the load it adds falls
-while it recovers instead of feeding the overload.
+timeout and its suspicion time (``fail_timeout``) by :attr:`LocalHealth.multiplier` =
+``1 + level``, and the node its detection tick (``probe_interval``): a node that is behind
+probes less often, so the load it adds falls while it recovers instead of feeding the
+overload. Requests and routing hops keep their own timeouts (a late reply to one of them still
+counts): stretching those too slowed hundreds of agents joining an overloaded overlay from
+seconds to minutes, since a join waits on hop after hop.
 
 Why not plain fixed timeouts: with a 0.5 s probe timeout, round trips of 0.8 s made every node
 of a simulated 40-node overlay suspect all its contacts (1,139 failures declared in 60 s,

@@ -434,7 +434,7 @@ class OverlayNode:
             target = await self._locate(target)
         address = target.address if isinstance(target, NodeInfo) else (target[0], target[1])
         node_id = target.id if isinstance(target, NodeInfo) else None
-        timeout = self.stretched(self.tunables.request_timeout) if timeout is None else timeout
+        timeout = self.tunables.request_timeout if timeout is None else timeout
         retries = self.tunables.request_retries if retries is None else retries
         for _ in range(retries + 1):
             status, result = await self.protocol.call(address, "request", [kind, payload], timeout)
@@ -458,7 +458,7 @@ class OverlayNode:
             raise NotRunning("the node is not running")
         if not isinstance(payload, dict):
             raise TypeError("payload must be a dict")
-        timeout = self.stretched(self.tunables.request_timeout) if timeout is None else timeout
+        timeout = self.tunables.request_timeout if timeout is None else timeout
         future = self.protocol.call(target.address, "request", [kind, payload], timeout)
         return self._reply_of(future, target, kind)
 
@@ -497,9 +497,8 @@ class OverlayNode:
     def _call(
         self, address: Address, name: str, args: list[Any], timeout: float
     ) -> Awaitable[tuple[str, Any]]:
-        # The router is built before the protocol exists, so it calls through here; its hop
-        # timeouts stretch with the local health, as the probes' do.
-        return self.protocol.call(address, name, args, self.stretched(timeout))
+        # The router is built before the protocol exists, so it calls through here.
+        return self.protocol.call(address, name, args, timeout)
 
     # ---- served for the failure detector (built after the protocol, so reached through here) -
 
@@ -526,10 +525,6 @@ class OverlayNode:
 
     def on_late_reply(self, address: Address) -> None:
         self._detector.on_late_reply(address)
-
-    def stretched(self, timeout: float) -> float:
-        """A request timeout stretched by the local health (overlay/health.py)."""
-        return self._detector.timeout(timeout)
 
     def routable(self, node_id: int) -> bool:
         return self._detector.routable(node_id)
