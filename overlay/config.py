@@ -6,7 +6,8 @@ every 5-40 s and one slot lookup every 2-32 s (the longer periods while its neig
 not change: ≈ 4.1 maintenance datagrams per node per second, under the paper's 10), suspects a
 silent peer after ``misses_before_suspect`` consecutive unanswered probes (≈ 1.5 s once it is
 probed) and declares it failed ``fail_timeout`` seconds later. Late replies stretch those
-timeouts up to ninefold while round trips are slow (``health_max_level``, overlay/health.py).
+detection timeouts up to fivefold while round trips are slow (``health_max_level``,
+overlay/health.py).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ class Tunables:
     # Late replies (after their timeout) stretch the probe timeout, probe_interval and
     # fail_timeout by 1 + level, level <= health_max_level; every health_decay_after replies
     # in time lower it by one (overlay/health.py). 0 keeps the timeouts fixed.
-    health_max_level: int = 8
-    health_decay_after: int = 16
+    health_max_level: int = 4
+    health_decay_after: int = 4
     leaf_refresh_interval: float = 5.0
     slot_refresh_interval: float = 2.0  # one routing-table slot re-looked-up per interval
     # while the neighbourhood does not change, both intervals double after each refresh up
