@@ -94,6 +94,9 @@ class FileTail:
         self._skipping = False  # inside an over-long line: drop bytes until its newline
         self._line_no = 0
         self._closed = False
+        # (inode, size) of the file when the last poll found every byte of it read; None
+        # otherwise. Set by the reading thread, read by unchanged() from any thread.
+        self._read_to: tuple[int, int] | None = None
         #: optional :class:`~agent.ingest.fastpath.LinePrefilter`: lines no job can match are
         #: skipped unparsed (counted in ``prefiltered``; the runtime installs it)
         self.prefilter: LinePrefilter | None = None
@@ -183,7 +186,37 @@ class FileTail:
             self._drop_ahead()
             self._resume = {"inode": self._inode, "offset": self._pos, "line_no": self._line_no}
         out.skipped, self._skipped = self._skipped, 0
+        self._read_to = self._read_to_end() if not out and not out.skipped else None
         return out
+
+    def _read_to_end(self) -> tuple[int, int] | None:
+        """(inode, size) if the open file has no byte this tail has not taken yet."""
+        if (
+            self._f is None
+            or self._inode is None
+            or self._reads
+            or self.stop_at is not None
+            or self._skipping
+        ):
+            return None
+        try:
+            size = os.fstat(self._f.fileno()).st_size
+        except OSError:
+            return None
+        return (self._inode, size) if size == self._pos + len(self._buf) else None
+
+    def unchanged(self) -> bool:
+        """Whether a poll now would surely find nothing: the last one read the file to its
+        end, and the path still names that file at that size (one ``stat``; callable from
+        any thread, as a hint - False whenever it cannot tell)."""
+        read_to = self._read_to
+        if read_to is None:
+            return False
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_ino, st.st_size) == read_to
 
     def _poll_into(self, out: list[Record]) -> None:
         assert self._f is not None

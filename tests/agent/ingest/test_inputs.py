@@ -136,6 +136,42 @@ def test_only_the_file_tail_is_resumable(tmp_path: Path) -> None:
         src.close()
 
 
+def test_unchanged_says_a_poll_would_find_nothing(tmp_path: Path) -> None:
+    """What the agent's tick loop checks before it wakes the record thread
+    (ticks.py ``quiet``): True only while the file read to its end is still the file at the
+    path, at the same size; any doubt is False."""
+    path = tmp_path / "log.jsonl"
+    tail = FileTail(path)
+    assert not tail.unchanged()  # never polled
+    tail.poll()  # missing file
+    assert not tail.unchanged()
+    write(path, [rec(0)])
+    assert not tail.unchanged()
+    assert [r["line"] for r in tail.poll()] == ["word0"]
+    assert not tail.unchanged()  # that poll read something: not known to be at the end
+    assert tail.poll() == []
+    assert tail.unchanged()
+    with open(path, "a") as f:
+        f.write('{"ts": 5, "li')  # a partial line is news too
+    assert not tail.unchanged()
+    assert tail.poll() == []
+    assert tail.unchanged()  # the partial line waits for its newline, read already
+    with open(path, "a") as f:
+        f.write('ne": "w"}\n')
+    assert not tail.unchanged()
+    assert [r["line"] for r in drain(tail, 1)] == ["w"]
+    assert tail.unchanged()
+    os.rename(path, tmp_path / "log.jsonl.1")  # rotated away
+    assert not tail.unchanged()
+    write(path, [])  # a new, empty file at the path: another inode
+    assert not tail.unchanged()
+    assert tail.poll() == [] and tail.poll() == []
+    assert tail.unchanged()
+    write(path, [rec(1)], mode="w")
+    assert not tail.unchanged()
+    assert [r["line"] for r in drain(tail, 1)] == ["word1"]
+
+
 def test_tail_reads_appends_and_waits_for_partial_lines(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     tail = FileTail(path)

@@ -2,13 +2,16 @@
 loop (``agent/runtime/host/ticks.py``) ticks every ``IDLE_TICK_SECONDS`` while it runs no
 job; a job's ``tick_now`` brings its first tick at once; jobs that read only pushed input
 (``ingest``) are ticked when due (their ``tick_due``: an epoch to close, a timer), not every
-``tick_seconds``; a job reading a file tail brings the full pace. The record thread is
+``tick_seconds``; a job reading a file tail has its file checked every ``tick_seconds`` on
+the loop, and the record thread ticks when the file grew, when the job is due, and at least
+every ``IDLE_TICK_SECONDS``. The record thread is
 replaced by an inline runner that counts the ticks (the inputs are the agent's real ones: its
 ``ingest`` queue and, where a test configures one, a file tail)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from pathlib import Path
@@ -50,6 +53,7 @@ class Runtime:
     def __init__(self, inputs: tuple[str, ...] = (), due: float = math.inf) -> None:
         self.inputs = inputs
         self.due = due
+        self.read: list[Any] = []  # the records its ticks fed it
 
     def backlog_full(self) -> bool:
         return False
@@ -58,6 +62,7 @@ class Runtime:
         return self.due
 
     def work(self, batches: dict[str, Any]) -> list[Any]:
+        self.read.extend(r for batch in batches.values() for r in batch)
         return []
 
     def deliver(self, closed: Any, now: float) -> None:
@@ -140,15 +145,35 @@ async def test_a_job_reading_pushed_input_is_ticked_when_due() -> None:
         await stop(ticks, loop)
 
 
-async def test_a_job_reading_a_file_tail_brings_the_full_pace(tmp_path: Path) -> None:
+async def test_a_quiet_file_tail_wakes_the_record_thread_only_when_it_grows(
+    tmp_path: Path,
+) -> None:
     records = CountingRecords()
     runtimes: dict[str, Any] = {"job": Runtime(("web",))}
     path = tmp_path / "access.log"
     path.write_text("")
     ticks = make_ticks(records, runtimes, inputs=(InputConfig(name="web", path=str(path)),))
     loop = asyncio.create_task(ticks.tick_loop())
+    tick = ticks.tunables.tick_seconds
     try:
+        await ticks_within(records, 0.5)  # the job's first tick reads the empty file
         window = 2.5 * IDLE_TICK_SECONDS
-        assert await ticks_within(records, window) >= window / ticks.tunables.tick_seconds / 2
+        # checked every tick_seconds on the loop (a stat), but nothing to read: the record
+        # thread ticks at the slow pace only (it used to tick every tick_seconds)
+        quiet = await ticks_within(records, window)
+        assert quiet <= window / IDLE_TICK_SECONDS + 1 < window / tick / 2, records.ticks
+        with path.open("a") as f:
+            f.write(json.dumps({"ts": time.time(), "word": "a"}) + "\n")
+        async with asyncio.timeout(20 * tick):
+            while not runtimes["job"].read:
+                await asyncio.sleep(tick / 4)
+        assert [r.get("word") for r in runtimes["job"].read] == ["a"]
+        # due (an epoch to close): a tick comes although the file did not change
+        seen = len(records.at)
+        runtimes["job"].due = due = time.time() + 0.3
+        ticks.tick_now(["web"])  # a tick that learns the new due time
+        async with asyncio.timeout(IDLE_TICK_SECONDS):
+            while not any(t >= due for t in records.at[seen:]):
+                await asyncio.sleep(0.01)
     finally:
         await stop(ticks, loop)
