@@ -20,7 +20,8 @@ are merged. Either way every output row says whether its bucket is exact: ``buck
 (``flagged_epochs == 0``); ``epochs`` counts the epochs merged into the row. A bucket whose
 epochs are all left out still has one row (null keys and estimates, ``complete`` false), so
 no bucket disappears silently. Output columns: ``job, grain, period_start, <keys>,
-<estimates>, epochs, bucket_epochs, flagged_epochs, complete``.
+<estimates>, epochs, bucket_epochs, flagged_epochs, complete`` (unordered: sorting is the
+caller's; the CLI prints by bucket, then keys).
 
 Errors (:class:`RollupError`, a ValueError): a job with no epoch in the lake or the range,
 an unknown key column, an unknown column or one whose sketch is not of the right kind (the
@@ -241,18 +242,23 @@ def rollup(
             F.sum(F.col("flagged").cast("int")).alias("flagged_epochs"),
         )
     )
-    out = buckets.join(merged_rows, "period_start", "left").select(
-        F.lit(job).alias("job"),
-        F.lit(grain).alias("grain"),
-        "period_start",
-        *keys,
-        *(v for v in merged_rows.columns if v not in ("period_start", "epochs", *keys)),
-        F.coalesce(F.col("epochs"), F.lit(0)).alias("epochs"),
-        "bucket_epochs",
-        "flagged_epochs",
-        (F.col("flagged_epochs") == 0).alias("complete"),
+    # the buckets are few (a handful of rows): broadcast, so the join adds no shuffle
+    out = (
+        F.broadcast(buckets)
+        .join(merged_rows, "period_start", "left")
+        .select(
+            F.lit(job).alias("job"),
+            F.lit(grain).alias("grain"),
+            "period_start",
+            *keys,
+            *(v for v in merged_rows.columns if v not in ("period_start", "epochs", *keys)),
+            F.coalesce(F.col("epochs"), F.lit(0)).alias("epochs"),
+            "bucket_epochs",
+            "flagged_epochs",
+            (F.col("flagged_epochs") == 0).alias("complete"),
+        )
     )
-    return out.orderBy("period_start", *keys)
+    return out
 
 
 def percentiles(spark: Any, lake: str, job: str, column: str, grain: str = "day", **kw: Any) -> Any:
@@ -325,8 +331,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         df.write.mode("overwrite").parquet(args.out)
         print(f"{args.what} by {args.by} of {args.job}: {df.count()} rows written to {args.out}")
         return 0
-    for row in df.collect():
-        print(json.dumps(row.asDict(), default=str))
+    # sorted here, not in Spark: a global sort is one more stage for every caller
+    rows = sorted(
+        (r.asDict() for r in df.collect()),
+        key=lambda r: (r["period_start"], *(str(r[k]) for k in keys)),
+    )
+    for row in rows:
+        print(json.dumps(row, default=str))
     return 0
 
 
