@@ -244,3 +244,56 @@ def test_cli_prints_the_rollup_and_refuses_bad_arguments(spark: Any, lake: Any) 
         assert message in result.output, (args, result.output)
     result = runner.invoke(cli, ["spark", "medians"])
     assert result.exit_code == 1 and "percentiles" in result.output and "uniques" in result.output
+
+
+def test_the_parquet_reader_gives_the_rows_format_elf_gives(spark: Any, lake: Any) -> None:
+    """The same rows, flags and HLL unions (deterministic); KLL merges depend on the order the
+    sketches arrive in (random compactions), so the quantiles are held to the bound instead."""
+    path, raw = lake
+    kw: dict[str, Any] = {"keys": ["g"], "include_tentative": True}
+    elf = uniques(spark, path, "sk", "users", "week", **kw).collect()
+    pq_rows = uniques(spark, path, "sk", "users", "week", reader="parquet", **kw).collect()
+    assert sorted(map(repr, pq_rows)) == sorted(map(repr, elf))
+    elf = percentiles(spark, path, "sk", "p99", "day", ps=(0.5, 0.99)).collect()
+    pq_rows = percentiles(spark, path, "sk", "p99", "day", ps=(0.5, 0.99), reader="parquet")
+    pq_rows = pq_rows.collect()
+    assert len(pq_rows) == len(elf) == DAYS
+
+    def exact_part(r: Any) -> str:
+        return repr({k: v for k, v in r.asDict().items() if k not in ("p50", "p99")})
+
+    assert sorted(map(exact_part, pq_rows)) == sorted(map(exact_part, elf))
+    want = truth(raw, "day", skip=TENTATIVE)
+    for row in pq_rows:
+        if row["n"] is not None:
+            values = want[(row["period_start"], None)][1]
+            assert rank_error(values, row["p50"], 0.5) <= KLL_BOUND
+            assert rank_error(values, row["p99"], 0.99) <= KLL_BOUND
+
+
+def test_the_parquet_reader_keeps_only_the_current_version(spark: Any, tmp_path: Path) -> None:
+    """Version 1 and version 2 of an epoch both in the lake: only version 2 is merged."""
+    import datasketches as ds
+
+    from spark_sink.lake import Rollup
+
+    lake = Lake(str(tmp_path / "lake"))
+
+    def rollup(users: range) -> Rollup:
+        hll = ds.hll_sketch(12, ds.tgt_hll_type.HLL_8)
+        for u in users:
+            hll.update(f"u{u}")
+        row = {"g": "web", "users": hll.get_estimate(), "users_sketch": hll.serialize_compact()}
+        return Rollup("sk", 0, 1, START // DAY, float(DAY), [], named_rows=[row])
+
+    lake.write(rollup(range(100)))
+    lake.write(rollup(range(1000)))  # other content: the next version
+    assert [f.version for f in lake.versions("sk")] == [1, 2]
+    for reader in ("elf", "parquet"):
+        [row] = uniques(
+            spark, str(tmp_path / "lake"), "sk", "users", "day", reader=reader
+        ).collect()
+        assert abs(row["uniques"] - 1000) <= HLL_BOUND * 1000, reader
+        assert (row["epochs"], row["complete"]) == (1, True)
+    with pytest.raises(RollupError, match="reader must be one of"):
+        uniques(spark, str(tmp_path / "lake"), "sk", "users", "day", reader="csv")
