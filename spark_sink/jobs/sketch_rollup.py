@@ -166,26 +166,38 @@ def read_current(
     spark: Any, lake: Lake, lake_path: str, files: Sequence[LakeFile], columns: Sequence[str]
 ) -> Any:
     """``columns`` of the current rows of ``files`` (one job's, as :meth:`Lake.files` lists
-    them) through Spark's own Parquet reader: only the listed files are read, and a row is
-    kept when its (epoch, tree) lists the file it came from — the reader rule, as
-    ``format("elf")`` applies it, without the Python data source's per-query cost (planning
-    in Python workers, Arrow batches streamed from Python tasks). The schema is given (the
-    lake's unified one, ``columns`` only), so files of other schemas need no merge."""
+    them) through Spark's own Parquet reader — the reader rule, as ``format("elf")`` applies
+    it, without the Python data source's per-query cost (planning in Python workers, Arrow
+    batches streamed from Python tasks). Only the listed files are read: an epoch file holds
+    exactly its (epoch, tree), so it is read whole; a compacted hour holds several epochs of
+    one tree, and only those the listing names in that file are kept (an epoch whose newer
+    version is an epoch file beside it is read from there). No join: a filter on the file's
+    name and the epoch. The schema is given (the lake's unified one, ``columns`` only), so
+    files of other schemas need no merge."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
     arrow = read_schema(lake, files)
-    wanted = [arrow.field(c) for c in dict.fromkeys(("epoch", "tree", *columns))]
+    schema = from_arrow_schema(pa.schema([arrow.field(c) for c in dict.fromkeys(columns)]))
     base = lake_path.rstrip("/")
     if "://" not in base:
-        base = lake.root  # a relative local path: Spark resolves against its own cwd
-    paths = sorted({base + f.path[len(lake.root) :] for f in files})
-    chosen = spark.createDataFrame(
-        [(f.epoch, f.tree, _tail(f.path)) for f in files], "epoch long, tree int, _tail string"
-    )
-    df = spark.read.schema(from_arrow_schema(pa.schema(wanted))).parquet(*paths)
-    df = df.withColumn("_tail", F.regexp_extract("_metadata.file_path", r"([^/]+/[^/]+/[^/]+)$", 1))
-    return df.join(F.broadcast(chosen), ["epoch", "tree", "_tail"]).drop("_tail")
+        base = lake.root  # a relative local path: Spark would resolve it against its own cwd
+
+    def uri(f: LakeFile) -> str:
+        return base + f.path[len(lake.root) :]
+
+    whole = sorted({uri(f) for f in files if not f.compacted})
+    parts = [spark.read.schema(schema).parquet(*whole)] if whole else []
+    compacted = [f for f in files if f.compacted]
+    if compacted:
+        keep = sorted({f"{_tail(f.path)}#{f.epoch}" for f in compacted})
+        tail = F.regexp_extract("_metadata.file_path", r"([^/]+/[^/]+/[^/]+)$", 1)
+        df = spark.read.schema(schema).parquet(*sorted({uri(f) for f in compacted}))
+        parts.append(df.where(F.concat_ws("#", tail, F.col("epoch").cast("string")).isin(keep)))
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
 
 
 def p_name(p: float) -> str:
@@ -238,7 +250,9 @@ def rollup(
         present = read_schema(lake, chosen).names
         missing = [k for k in keys if k not in present]
         if not missing:
-            df = read_current(spark, lake, lake_path, chosen, ["epoch_start", *keys, sketch])
+            df = read_current(
+                spark, lake, lake_path, chosen, ["epoch", "epoch_start", *keys, sketch]
+            )
     elif reader == "elf":
         df = (
             spark.read.format("elf")

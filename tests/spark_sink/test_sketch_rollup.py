@@ -271,23 +271,23 @@ def test_the_parquet_reader_gives_the_rows_format_elf_gives(spark: Any, lake: An
             assert rank_error(values, row["p99"], 0.99) <= KLL_BOUND
 
 
-def test_the_parquet_reader_keeps_only_the_current_version(spark: Any, tmp_path: Path) -> None:
-    """Version 1 and version 2 of an epoch both in the lake: only version 2 is merged."""
+def hll_rollup(epoch: int, users: range, seconds: float = DAY) -> Any:
     import datasketches as ds
 
     from spark_sink.lake import Rollup
 
+    hll = ds.hll_sketch(12, ds.tgt_hll_type.HLL_8)
+    for u in users:
+        hll.update(f"u{u}")
+    row = {"g": "web", "users": hll.get_estimate(), "users_sketch": hll.serialize_compact()}
+    return Rollup("sk", 0, 1, epoch, seconds, [], named_rows=[row])
+
+
+def test_the_parquet_reader_keeps_only_the_current_version(spark: Any, tmp_path: Path) -> None:
+    """Version 1 and version 2 of an epoch both in the lake: only version 2 is merged."""
     lake = Lake(str(tmp_path / "lake"))
-
-    def rollup(users: range) -> Rollup:
-        hll = ds.hll_sketch(12, ds.tgt_hll_type.HLL_8)
-        for u in users:
-            hll.update(f"u{u}")
-        row = {"g": "web", "users": hll.get_estimate(), "users_sketch": hll.serialize_compact()}
-        return Rollup("sk", 0, 1, START // DAY, float(DAY), [], named_rows=[row])
-
-    lake.write(rollup(range(100)))
-    lake.write(rollup(range(1000)))  # other content: the next version
+    lake.write(hll_rollup(START // DAY, range(100)))
+    lake.write(hll_rollup(START // DAY, range(1000)))  # other content: the next version
     assert [f.version for f in lake.versions("sk")] == [1, 2]
     for reader in ("elf", "parquet"):
         [row] = uniques(
@@ -297,3 +297,25 @@ def test_the_parquet_reader_keeps_only_the_current_version(spark: Any, tmp_path:
         assert (row["epochs"], row["complete"]) == (1, True)
     with pytest.raises(RollupError, match="reader must be one of"):
         uniques(spark, str(tmp_path / "lake"), "sk", "users", "day", reader="csv")
+
+
+def test_the_parquet_reader_reads_compacted_hours_by_the_rule(spark: Any, tmp_path: Path) -> None:
+    """Two ten-minute epochs compacted into their hour's file, then a version 2 of the first:
+    the first is read from its new epoch file, the second from the compacted file."""
+    from spark_sink.compaction import compact_hour
+
+    lake = Lake(str(tmp_path / "lake"))
+    e = START // 600
+    lake.write(hll_rollup(e, range(0, 500), 600.0))
+    lake.write(hll_rollup(e + 1, range(500, 1000), 600.0))
+    (hour,) = {(f.date, f.hour) for f in lake.files("sk")}
+    assert compact_hour(lake, "sk", hour, 0, 1) == 2
+    lake.write(hll_rollup(e, range(2000, 4000), 600.0))  # version 2 of the first epoch
+    listed = {f.epoch: f.compacted for f in lake.files("sk")}
+    assert listed == {e: False, e + 1: True}
+    for reader in ("elf", "parquet"):
+        [row] = uniques(
+            spark, str(tmp_path / "lake"), "sk", "users", "hour", reader=reader
+        ).collect()
+        assert abs(row["uniques"] - 2500) <= HLL_BOUND * 2500, (reader, row["uniques"])
+        assert (row["epochs"], row["complete"]) == (2, True)
