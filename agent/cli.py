@@ -629,15 +629,20 @@ def top(once: bool, api: str, token_file: str | None, secret_file: str | None) -
 @click.argument("job_name")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def spark(job_name: str, args: tuple[str, ...]) -> None:
-    """Run a Spark job over the rollup lake: hourly, daily, promotion-lift, sales-table
-    (`elf spark JOB --help` for its options)."""
+    """Run a Spark job over the rollup lake: hourly, daily, percentiles, uniques,
+    promotion-lift, sales-table (`elf spark JOB --help` for its options)."""
     from spark_sink.jobs import job_main  # pyspark only when asked for
+    from spark_sink.session import JavaMissing
 
     try:
         run = job_main(job_name)
     except KeyError as exc:
         raise click.ClickException(str(exc.args[0])) from None
-    sys.exit(run(list(args)))
+    try:
+        code = run(list(args))
+    except JavaMissing as exc:  # what to install, not a JVM start-up traceback
+        raise click.ClickException(str(exc)) from None
+    sys.exit(code)
 
 
 @cli.command()

@@ -12,16 +12,30 @@ Measured in one run:
 * **Write rate**: rollup rows/s a single master's :class:`~spark_sink.buffer.LakeWriter`
   sustains (pairs → Arrow → Parquet → atomic rename), for small and large rollups, against
   the baseline of ``pyarrow.parquet.write_table`` of the same rows as a ready-made table.
+* **Monthly uniques from daily sketches** (issue 26): a month (``--quick``: a week) of daily
+  epochs of ``SELECT page, approx_distinct(user) AS users FROM * GROUP BY page`` written by
+  the product's path (CBT → ResultStore → LakeSink → lake), and the same raw lines as one
+  Parquet and one JSON-lines file per day. Timed (median of ``--runs`` after a warm-up, one
+  Spark session): monthly uniques per page by :func:`spark_sink.jobs.sketch_rollup.uniques`
+  (``hll_union_agg`` over the daily sketches through ``format("elf")``) against the baseline
+  ``count(DISTINCT user)`` re-scanning the raw lines (Parquet and JSON, schema given); the
+  roll-up both through ``format("elf")`` and with ``reader="parquet"``, and a bare
+  ``hll_union_agg`` SQL over the lake's Parquet (no reader rule, no flags: the floor).
+  Reported: times, ratios, both answers per page with the relative error against 3 × the
+  HLL's relative standard error, and the sketch bytes per (epoch, group) in the lake.
 
-    python bench/spark_sink_bench.py [--quick]
+    python bench/spark_sink_bench.py [--quick] [--part all|write|visibility|uniques]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import platform
+import random
+import statistics
 import sys
 import tempfile
 import threading
@@ -149,6 +163,208 @@ def write_rate(rollups: int, rows: int) -> dict[str, Any]:
     }
 
 
+UNIQUES_QUERY = "SELECT page, approx_distinct(user) AS users FROM * GROUP BY page"
+DAY = 86_400
+PAGES = [f"/page/{i}" for i in range(8)]
+
+
+class _QLJob:
+    """The master-side face of an ELF QL job (agent/jobs/ql_job.py) the lake sink calls."""
+
+    def __init__(self, text: str) -> None:
+        from agent.ql import compile_query
+
+        self.compiled = compile_query(text)
+
+    def result_rows(self, pairs: Any) -> list[dict[str, Any]]:
+        return self.compiled.rows(pairs)
+
+    def lake_rows(self, pairs: Any, sketches: list[Any]) -> list[dict[str, Any]]:
+        return self.compiled.rows(pairs, sketches)
+
+
+def day_lines(day: int, n: int, users: int) -> list[dict[str, Any]]:
+    """One day's raw lines: ``users`` active users a day out of a pool that drifts by a
+    tenth a day (so a month has several times a day's uniques), Zipf-ish pages."""
+    rng = random.Random(f"uniques:{day}")
+    lo = day * users // 10
+    return [
+        {
+            "ts": day * DAY + i * DAY // n,
+            "page": PAGES[min(len(PAGES) - 1, int(rng.expovariate(0.5)))],
+            "user": f"u{lo + rng.randrange(users)}",
+        }
+        for i in range(n)
+    ]
+
+
+def write_uniques_data(work: Path, days: int, per_day: int, users: int) -> dict[str, Any]:
+    """The lake (product path) and the raw lines (Parquet and JSON lines, a file a day);
+    returns their locations and the exact monthly uniques per page."""
+    from types import SimpleNamespace
+
+    from agent.jobs.spec import JobSpec
+    from agent.runtime.results.lake_sink import LakeSink
+    from agent.runtime.results.store import ResultStore
+    from cbt import CompressedBufferTree
+    from spark_sink.buffer import LakeWriter
+
+    job = _QLJob(UNIQUES_QUERY)
+    writer = LakeWriter(Lake(str(work / "lake")), work / "buf")
+    store = ResultStore()
+    spec = JobSpec.from_dict(
+        {"name": "uniq", "creator": "bench", "job_class": "wordcount", "epoch_seconds": DAY}
+    )
+    runtime = SimpleNamespace(name="uniq", store=store, tree_list=[1], tree_set={1}, spec=spec,
+                              operator=None, job=job, count=lambda *a, **k: None,
+                              job_for=lambda epoch: job)  # fmt: skip
+    sink = LakeSink(runtime, writer)
+    (work / "raw_parquet").mkdir()
+    (work / "raw_json").mkdir()
+    exact: dict[str, set[str]] = {p: set() for p in PAGES}
+    # from 2026-11-01 (November: 30 days), so a month (or a week) is one calendar month
+    first = int(dt.datetime(2026, 11, 1, tzinfo=dt.UTC).timestamp()) // DAY
+    started = time.perf_counter()
+    for day in range(first, first + days):
+        lines = day_lines(day, per_day, users)
+        tree = CompressedBufferTree(job.compiled.make_aggregator())
+        for r in lines:
+            exact[r["page"]].add(r["user"])
+            for k, v in job.compiled.map(r):
+                tree.insert(k, v)
+        store.put(1, day, tree.flush(), 0.0)
+        sink.epoch(1, day)
+        table = pa.Table.from_pylist(lines)
+        pq.write_table(table, work / "raw_parquet" / f"{day}.parquet")
+        with open(work / "raw_json" / f"{day}.jsonl", "w") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in lines)
+    assert writer.flush(600)
+    writer.close()
+    return {
+        "lake": str(work / "lake"),
+        "raw_parquet": str(work / "raw_parquet"),
+        "raw_json": str(work / "raw_json"),
+        "exact": {p: len(u) for p, u in exact.items() if u},
+        "generate_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def _dir_bytes(path: str) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def sketch_bytes(lake_dir: str) -> dict[str, Any]:
+    """Bytes of the ``users_sketch`` binaries per (epoch, page) row of the lake, and the
+    Parquet bytes of the lake against its rows."""
+    lake = Lake(lake_dir)
+    from spark_sink.lake import read_table
+
+    table = read_table(lake, lake.files("uniq"))
+    sizes = sorted(len(b) for b in table.column("users_sketch").to_pylist() if b)
+    return {
+        "groups": len(sizes),
+        "sketch_bytes_per_group_median": sizes[len(sizes) // 2],
+        "sketch_bytes_per_group_max": sizes[-1],
+        "sketch_bytes_per_group_min": sizes[0],
+        "lake_parquet_bytes_per_group": round(_dir_bytes(lake_dir) / len(sizes)),
+    }
+
+
+def _median_s(run: Any, runs: int) -> tuple[float, Any]:
+    answer = run()  # warm-up: JVM code paths, Python workers, file listings
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        answer = run()
+        times.append(time.perf_counter() - started)
+    return round(statistics.median(times), 3), answer
+
+
+def monthly_uniques(spark: Any, days: int, per_day: int, users: int, runs: int) -> dict[str, Any]:
+    """Monthly uniques per page: sketches vs a re-scan of the raw lines (module docstring)."""
+    from pyspark.sql import functions as F
+
+    from cbt.sketches import hll_rse
+    from spark_sink.jobs.sketch_rollup import uniques
+
+    work = Path(tempfile.mkdtemp(prefix="elf-bench-uniques-"))
+    data = write_uniques_data(work, days, per_day, users)
+
+    def by_sketch(reader: str) -> Any:
+        def run() -> dict[str, float]:
+            df = uniques(spark, data["lake"], "uniq", "users", "month", keys=["page"],
+                         reader=reader)  # fmt: skip
+            rows = df.collect()
+            assert all(r["complete"] for r in rows) and len(rows) == len(PAGES)  # one month
+            return {r["page"]: r["uniques"] for r in rows}
+
+        return run
+
+    def by_sketch_parquet() -> dict[str, float]:
+        df = spark.read.parquet(data["lake"]).where(F.col("job") == "uniq")
+        rows = df.groupBy("page").agg(
+            F.expr("hll_sketch_estimate(hll_union_agg(users_sketch))").alias("u")
+        )
+        return {r["page"]: r["u"] for r in rows.collect()}
+
+    def by_rescan(fmt: str) -> Any:
+        def run() -> dict[str, int]:
+            if fmt == "parquet":
+                df = spark.read.parquet(data["raw_parquet"])
+            else:
+                df = spark.read.schema("ts long, page string, user string").json(data["raw_json"])
+            rows = df.groupBy("page").agg(F.countDistinct("user").alias("u")).collect()
+            return {r["page"]: r["u"] for r in rows}
+
+        return run
+
+    sketch_s, sketch_answer = _median_s(by_sketch("elf"), runs)
+    rollup_pq_s, rollup_pq_answer = _median_s(by_sketch("parquet"), runs)
+    assert rollup_pq_answer == sketch_answer  # HLL unions are deterministic
+    sketch_pq_s, _ = _median_s(by_sketch_parquet, runs)
+    parquet_s, parquet_answer = _median_s(by_rescan("parquet"), runs)
+    json_s, json_answer = _median_s(by_rescan("json"), runs)
+    exact = data["exact"]
+    assert parquet_answer == exact and json_answer == exact  # the baselines are exact
+    bound = 3 * hll_rse(12)
+    answers = {
+        page: {
+            "exact": exact[page],
+            "sketch": round(sketch_answer[page], 1),
+            "rel_err": round(abs(sketch_answer[page] - exact[page]) / exact[page], 5),
+        }
+        for page in sorted(exact)
+    }
+    worst = max(a["rel_err"] for a in answers.values())
+    return {
+        "days": days,
+        "lines_per_day": per_day,
+        "lines": days * per_day,
+        "active_users_per_day": users,
+        "generate_s": data["generate_s"],
+        "runs": runs,
+        "sketch_rollup_s": sketch_s,
+        "sketch_rollup_parquet_reader_s": rollup_pq_s,
+        "sketch_bare_sql_parquet_s": sketch_pq_s,
+        "rescan_parquet_s": parquet_s,
+        "rescan_json_s": json_s,
+        "rollup_speedup_vs_parquet": round(parquet_s / sketch_s, 2),
+        "rollup_speedup_vs_json": round(json_s / sketch_s, 2),
+        "rollup_parquet_reader_speedup_vs_parquet": round(parquet_s / rollup_pq_s, 2),
+        "rollup_parquet_reader_speedup_vs_json": round(json_s / rollup_pq_s, 2),
+        "bare_sql_speedup_vs_parquet": round(parquet_s / sketch_pq_s, 2),
+        "bare_sql_speedup_vs_json": round(json_s / sketch_pq_s, 2),
+        "max_rel_err": worst,
+        "bound_3rse": round(bound, 5),
+        "within_bound": worst <= bound,
+        "answers": answers,
+        "raw_parquet_bytes": _dir_bytes(data["raw_parquet"]),
+        "raw_json_bytes": _dir_bytes(data["raw_json"]),
+        "lake_bytes": _dir_bytes(data["lake"]),
+        **sketch_bytes(data["lake"]),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few epochs, small rollups")
@@ -156,6 +372,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1000, help="keys per epoch (visibility)")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between epochs")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--part", choices=("all", "write", "visibility", "uniques"), default="all")
+    parser.add_argument("--days", type=int, default=None, help="uniques: days (30; quick 7)")
+    parser.add_argument("--lines", type=int, default=None, help="uniques: lines a day")
+    parser.add_argument("--runs", type=int, default=None, help="uniques: timed runs (median)")
     args = parser.parse_args()
     epochs = args.epochs or (8 if args.quick else 30)
     from spark_sink.session import get_session
@@ -165,15 +385,26 @@ def main() -> None:
         "quick": args.quick,
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
-    rates = [(200, 100), (20, 10_000)] if args.quick else [(1000, 100), (100, 10_000)]
-    out["write_rate"] = [write_rate(n, r) for n, r in rates]
+    if args.part in ("all", "write"):
+        rates = [(200, 100), (20, 10_000)] if args.quick else [(1000, 100), (100, 10_000)]
+        out["write_rate"] = [write_rate(n, r) for n, r in rates]
+    if args.part == "write":
+        print(json.dumps(out, indent=2))
+        return
     spark = get_session(
         args.master, app_name="elf-bench", conf={"spark.sql.shuffle.partitions": "2"}
     )
     out["spark_version"] = spark.version
-    out["visibility"] = [
-        visibility(spark, reader, epochs, args.rows, args.interval) for reader in ("elf", "parquet")
-    ]
+    if args.part in ("all", "visibility"):
+        out["visibility"] = [
+            visibility(spark, reader, epochs, args.rows, args.interval)
+            for reader in ("elf", "parquet")
+        ]
+    if args.part in ("all", "uniques"):
+        days = args.days or (7 if args.quick else 30)
+        per_day = args.lines or (20_000 if args.quick else 100_000)
+        runs = args.runs or (3 if args.quick else 5)
+        out["monthly_uniques"] = monthly_uniques(spark, days, per_day, per_day // 4, runs)
     spark.stop()
     print(json.dumps(out, indent=2))
 

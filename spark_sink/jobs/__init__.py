@@ -5,6 +5,8 @@
   hour / day, written back as Parquet.
 * ``promotion-lift`` (:mod:`spark_sink.jobs.promotion_lift`): micro-promotion's per-epoch top
   products joined with a product catalogue and past sales, promotions ranked by lift.
+* ``percentiles`` / ``uniques`` (:mod:`spark_sink.jobs.sketch_rollup`): a job's KLL / HLL
+  sketches merged per hour / day / week / month, exact-or-flagged.
 * ``sales-table`` (:mod:`spark_sink.jobs.sales`): a deterministic past-sales table for a
   catalogue (demo input).
 """
@@ -20,6 +22,8 @@ JOBS: dict[str, tuple[str, tuple[str, ...]]] = {
     "rollup": ("spark_sink.jobs.rollup", ()),
     "promotion-lift": ("spark_sink.jobs.promotion_lift", ()),
     "sales-table": ("spark_sink.jobs.sales", ()),
+    "percentiles": ("spark_sink.jobs.sketch_rollup", ("percentiles",)),
+    "uniques": ("spark_sink.jobs.sketch_rollup", ("uniques",)),
 }
 
 
