@@ -69,7 +69,7 @@ import psutil
 from checkout import checkout
 from latency import summary
 
-from agent.config import load_config
+from agent.config import InputConfig, load_config
 from agent.jobs.schedule import EpochSchedule
 from agent.runtime.host.agent import JOBS_TREE, Agent, spans_one_tree
 from agent.server.cluster import LocalCluster
@@ -679,9 +679,17 @@ def marginal_agent(seconds: float, code: Path | None = None, more: int = 8) -> d
 async def per_agent_idle(n: int, seconds: float, warm: float = 0.0) -> dict[str, Any]:
     """``n`` logical agents in this process (production timings): the process's CPU per agent
     with no job, then with one job and no input, each over ``seconds`` once settled and
-    ``warm`` seconds more (the overlay's upkeep slows down while nothing changes)."""
+    ``warm`` seconds more (the overlay's upkeep slows down while nothing changes). Each agent
+    tails a log file (one, empty: a webserver's quiet log) that the job reads."""
+    quiet_log = Path(tempfile.mkdtemp(prefix="elf-per-agent-")) / "access.jsonl"
+    quiet_log.touch()
     cfg = load_config(env={"ELF_SECRET": SECRET}, overrides={"logical_agents": n})
-    cfg = dataclasses.replace(cfg, tunables=Tunables(), heartbeat_interval=1.0)
+    cfg = dataclasses.replace(
+        cfg,
+        tunables=Tunables(),
+        heartbeat_interval=1.0,
+        inputs=(InputConfig(name="lines", path=str(quiet_log)),),
+    )
     agents = await start_agents(cfg)
 
     async def cpu_percent() -> float:

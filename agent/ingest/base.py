@@ -78,6 +78,15 @@ class Input(Protocol):
 
 
 @runtime_checkable
+class Watchable(Protocol):
+    """An input that can tell, cheaply and from any thread, that a poll now would find
+    nothing (the agent's tick loop then leaves the record thread asleep). ``unchanged()``
+    is a hint: False whenever it cannot tell."""
+
+    def unchanged(self) -> bool: ...
+
+
+@runtime_checkable
 class Resumable(Protocol):
     """An input whose read position can be persisted and restored (see module docstring).
 

@@ -88,6 +88,10 @@ class IngestQueue:
             "refused_lines": 0,
         }
 
+    def unchanged(self) -> bool:
+        """Nothing queued (any thread; a hint: a push also asks for a tick itself)."""
+        return not self._queue
+
     def __len__(self) -> int:
         return len(self._queue)
 

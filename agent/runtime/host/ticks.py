@@ -5,8 +5,9 @@ serves the input side a job is given (:class:`~agent.runtime.services.InputServi
 timestamp fields, a read-now, durable resume positions) and runs the agent's clock:
 :meth:`Ticks.tick_loop` ticks every ``tick_seconds`` while a job reads an input that is
 polled (a file tail, stdin; at once again while inputs have data) - except that while every
-such input is a file tail whose file did not change since it was read to its end and no job is
-due, the loop only ``stat``\ s the files and wakes the record thread at most every
+input a job reads has nothing new (a file tail whose file did not change since it was read to
+its end, an empty ingest queue) and no job is due, the loop only ``stat``\ s the files and
+wakes the record thread at most every
 :data:`IDLE_TICK_SECONDS` (:meth:`Ticks.quiet`) - and otherwise when a job is
 due (``TickedRuntime.tick_due``: an epoch to close, a timer; at most
 :data:`IDLE_TICK_SECONDS` apart, the period too while the agent runs no job), and whenever
@@ -41,7 +42,7 @@ from typing import Any, Protocol
 
 from agent.config import AgentConfig, InputConfig
 from agent.errors import BadRequest, NotFound
-from agent.ingest.base import Resumable
+from agent.ingest.base import Resumable, Watchable
 from agent.ingest.columnar.pool import ChunkParsePool
 from agent.ingest.columnar.reader import install_columnar
 from agent.ingest.fastpath import install_prefilters
@@ -279,8 +280,9 @@ class Ticks:
     def quiet(self) -> bool:
         """Whether a full tick now would surely find nothing to do: the last tick read
         nothing, no job is due (``tick_due``: an epoch to close, a timer, a backlog), every
-        job has had its first tick, and every input a job reads is a file tail whose file is
-        unchanged since it was read to its end (:meth:`FileTail.unchanged`, a ``stat``).
+        job has had its first tick, and every input a job reads says it has nothing new
+        (``Watchable``: a file tail whose file is unchanged since it was read to its end, a
+        ``stat``; an empty ingest queue).
         False whenever it cannot tell; the record thread's state is only read, as a hint.
         A job's due time can move between ticks (it became a master: its timer), so quiet
         ticks stop ``IDLE_TICK_SECONDS`` after the last real one, as for pushed inputs."""
@@ -293,7 +295,7 @@ class Ticks:
             return False
         names = {name for runtime in runtimes for name in runtime.inputs}
         return all(
-            isinstance(source := self.inputs.get(name), FileTail) and source.unchanged()
+            isinstance(source := self.inputs.get(name), Watchable) and source.unchanged()
             for name in names
         )
 

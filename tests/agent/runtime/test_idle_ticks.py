@@ -149,7 +149,8 @@ async def test_a_quiet_file_tail_wakes_the_record_thread_only_when_it_grows(
     tmp_path: Path,
 ) -> None:
     records = CountingRecords()
-    runtimes: dict[str, Any] = {"job": Runtime(("web",))}
+    # a job reading a file tail and the (empty) ingest queue, as a job naming no input does
+    runtimes: dict[str, Any] = {"job": Runtime(("web", "ingest"))}
     path = tmp_path / "access.log"
     path.write_text("")
     ticks = make_ticks(records, runtimes, inputs=(InputConfig(name="web", path=str(path)),))
