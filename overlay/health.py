@@ -11,8 +11,8 @@ timeout and its suspicion time (``fail_timeout``) by :attr:`LocalHealth.multipli
 ``1 + level``, and the node its detection tick (``probe_interval``): a node that is behind
 probes less often, so the load it adds falls while it recovers instead of feeding the
 overload. Requests and routing hops keep their own timeouts (a late reply to one of them still
-counts): stretching those too slowed hundreds of agents joining an overloaded overlay from
-seconds to minutes, since a join waits on hop after hop.
+counts): a join waits on hop after hop, and the detector is where slow peers were taken for
+dead.
 
 Why not plain fixed timeouts: with a 0.5 s probe timeout, round trips of 0.8 s made every node
 of a simulated 40-node overlay suspect all its contacts (1,139 failures declared in 60 s,
