@@ -170,6 +170,29 @@ def test_oversized_baskets_are_skipped_and_counted() -> None:
     assert as_rows(found) == [{"bundle": "a", "size": 2, "support": 2, "products": ["a", "b"]}]
 
 
+def test_thresholds_change_at_runtime_for_the_next_window() -> None:
+    """A runtime change (``POST .../change {"params": ...}``) re-runs ``setup()`` on the same
+    instance, as ``agent.runtime.job.spec_changes`` does: the next window's bundles use the
+    new thresholds and the query reply names them; a bad value is refused (the change's spec
+    is dry-run like a submission's)."""
+    baskets = [{"a", "b"}] * 4 + [{"c", "d"}] * 4 + [{"b", "c"}] * 2 + [{"x"}] * 10
+    kw = {"epoch_seconds": 1.0, "window_epochs": 1}
+    job = make(**kw, params={"min_lift": 1.0})
+    pairs = [(str(i), sorted(b)) for i, b in enumerate(baskets)]
+    job.on_epoch_result(10, pairs)  # type: ignore[arg-type]  # (group, basket) pairs
+    assert job.on_query({})["largest"] == [4]
+    new = parse_spec(bundling_spec("pb", "t", **kw, params={"min_lift": 1.0, "max_bundle": 3}))
+    job.spec, job.params = new, new.params
+    job.setup()
+    assert job.on_query({})["largest"] == [4]  # the shown window keeps its bundles
+    job.on_epoch_result(11, pairs)  # type: ignore[arg-type]
+    reply = job.on_query({})
+    assert reply["largest"] == [2, 2] and reply["thresholds"]["max_bundle"] == 3
+    assert (reply["baskets"], reply["pairs"], reply["edges"]) == (20, 3, 3)
+    with pytest.raises(ValueError, match=r"params\.min_confidence"):  # refused at the change
+        parse_spec(bundling_spec("pb", "t", **kw, params={"min_confidence": 2}))
+
+
 def demo_window_baskets(seconds: float = 20.0, planted: bool = True) -> list[set[str]]:
     """The baskets of one demo window: 8 agents' feeds (as ``elf demo`` writes them, seed 0,
     100 clicks/s each) over ``seconds``, grouped per (user, session) like the job."""
