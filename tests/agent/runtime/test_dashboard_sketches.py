@@ -2,8 +2,9 @@
 ``POST /api/v1/dashboard/query`` to real in-process agents on loopback, its result read back
 from the results API and from the dashboard's picture and checked against numpy / exact
 counts of the lines fed (percentiles within KLL's rank bound, distinct counts within 3 HLL
-standard errors, CASE-built counts exactly); the picture names the estimate columns and
-their error; and headless Chromium (when present) shows them marked and formatted by kind.
+standard errors, top-k users and CASE-built counts exactly); the picture names the estimate
+columns and their error; and headless Chromium (when present) shows them marked and
+formatted by kind.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 import os
 import random
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ TOKEN = derive_api_token(SECRET.encode())
 JOB = "page-latency"
 QUERY = (
     "SELECT page, approx_percentile(request_time, ARRAY[0.5, 0.99]) AS latency, "
-    "approx_distinct(user) AS users, count(*) AS n, "
+    "approx_distinct(user) AS users, approx_top_k(user, 3) AS regulars, count(*) AS n, "
     "sum(CASE WHEN request_time > 0.25 THEN 1 ELSE 0 END) AS slow "
     "FROM ingest WHERE starts_with(page, '/product/') GROUP BY page ORDER BY n DESC"
 )
@@ -68,6 +70,10 @@ def check_rows(rows: list[dict[str, Any]], fed: list[dict[str, Any]]) -> None:
             assert np.mean(times < est) - eps <= p <= np.mean(times <= est) + eps, (p, est)
         exact = len({r["user"] for r in mine})
         assert abs(row["users"] - exact) <= 3 * rse * exact + 0.5, (row["users"], exact)
+        # fewer than 768 distinct users per page: the frequent-items sketch is exact
+        counts = Counter(r["user"] for r in mine)
+        top = sorted(counts.items(), key=lambda uc: (-uc[1], uc[0]))[:3]
+        assert row["regulars"] == [list(uc) for uc in top]
 
 
 async def test_sketch_query_from_the_query_box_reads_back_exact_or_within_bounds(
@@ -135,7 +141,7 @@ async def check_query(
     shown_res = await wait_for(shown, 30, "a fed epoch's result in the picture")
     check_rows(shown_res["rows"], fed[shown_res["epoch"]])
     est = shown_res["estimates"]
-    assert set(est) == {"latency", "users"}
+    assert set(est) == {"latency", "users", "regulars"}
     assert est["latency"]["kind"] == "percentiles" and est["latency"]["ranks"] == [0.5, 0.99]
     assert "1.33 %" in est["latency"]["error"] and est["users"]["kind"] == "distinct"
 
@@ -181,7 +187,7 @@ async def _check_in_chromium(
             head = await card.locator(".result p").first.inner_text()
             epoch = int(head.split("epoch ")[1].split()[0])
             titles = await card.locator(".result th").all_inner_texts()
-            assert titles == ["page", "latency ≈", "users ≈", "n", "slow"]
+            assert titles == ["page", "latency ≈", "users ≈", "regulars ≈", "n", "slow"]
             tip = await card.locator('.result th[data-estimate="percentiles"]').get_attribute(
                 "title"
             )
@@ -196,6 +202,7 @@ async def _check_in_chromium(
                     r["page"],
                     f"p50 {r['latency'][0]:.6g} · p99 {r['latency'][1]:.6g}",
                     f"≈ {round(r['users']):,}",
+                    ", ".join(f"{u} ×{c}" for u, c in r["regulars"]),
                     str(r["n"]),
                     str(r["slow"]),
                 ]

@@ -463,8 +463,9 @@ function drawResult(card, doc) {
 }
 
 // One result value as a table cell: sketch estimates by kind (percentiles labelled with their
-// percentage, a distinct count rounded, top-k as item×count), other numbers with at most 6
-// significant digits; the exact value (JSON) is the cell's tooltip whenever it is shortened.
+// percentage, a distinct count rounded, top-k as item ×count), other numbers with at most 6
+// significant digits, lists of plain values comma-separated (the first 8); the exact value
+// (JSON) is the cell's tooltip whenever the text differs from it.
 const MAX_LISTED = 8;
 function resultCell(v, estimate) {
   const text = formatValue(v, estimate);
@@ -488,7 +489,10 @@ function formatValue(v, estimate) {
     return listed(v.map((p) => Array.isArray(p) && p.length === 2 ? `${formatValue(p[0])} ×${formatValue(p[1])}` : JSON.stringify(p)), ", ");
   }
   if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(6)));
-  if (Array.isArray(v) && v.every((x) => typeof x === "number" || x === null)) return listed(v.map((x) => formatValue(x)), ", ");
+  // a list of plain values (numbers, text: a bundle's products, collect_set) reads as a list
+  if (Array.isArray(v) && v.every((x) => x === null || ["number", "string", "boolean"].includes(typeof x))) {
+    return listed(v.map((x) => formatValue(x)), ", ");
+  }
   return typeof v === "object" ? JSON.stringify(v) : String(v);
 }
 const percentage = (rank) => String(Number((100 * rank).toPrecision(4)));
