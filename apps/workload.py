@@ -17,11 +17,13 @@ Contract:
   ``quantity`` (buys), ``source_ip`` and ``user_agent`` (fixed per user), ``referer``.
   Opt-in (the default stream is unchanged, draw for draw): ``bundles`` plants "bought
   together" groups (:func:`plant_bundles`): a like or buy of a member makes the session, with
-  probability ``bundle_affinity``, like or buy the group's other members as its next likes and
-  buys; ``request_times=True`` adds ``request_time``, the seconds the product page took to
-  serve (nginx's ``$request_time``, millisecond resolution: a per-page log-normal, the
-  median fixed per product by :func:`page_latency_median`, and a 2 % tail 4–20× slower).
-  Both draw from their own seeded random streams.
+  probability ``bundle_affinity``, like or buy (the same verb) the group's other members as
+  the user's next events in that session (whatever action was drawn for them);
+  ``request_times=True`` adds ``request_time``, the seconds the product page took to serve
+  (nginx's ``$request_time``, millisecond resolution: a per-page log-normal, the median fixed
+  per product by :func:`page_latency_median`, and a 2 % tail 4–20× slower).
+  Both decide from their own seeded random streams (a planted event then changes what the
+  session later picks from its views, as any event would).
 * Tweets: ``tweet_id``, ``user_id``, ``user``, ``followers`` (heavy-tailed, fixed per user),
   ``text``, ``hashtags``, ``location``, ``lang``, ``retweet``, ``campaign`` (None, or the
   name of a "sales"/spam campaign: bursts of near-identical tweets with a link from bot
