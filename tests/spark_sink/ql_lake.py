@@ -37,9 +37,11 @@ class QLLake:
         self.store = ResultStore()
         self.writer = LakeWriter(lake, buffer_dir)
         job = self.job
+        # late_records: no origin reports late records to this stand-in (None: unknown)
         runtime = SimpleNamespace(
             name=name, store=self.store, tree_list=[tree], tree_set={tree}, spec=job.spec,
             operator=None, job=job, count=lambda *a, **k: None, job_for=lambda epoch: job,
+            late_records=lambda epoch: None,
         )  # fmt: skip
         self.sink = LakeSink(runtime, self.writer)
 
