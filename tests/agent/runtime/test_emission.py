@@ -1,0 +1,201 @@
+"""EMIT FINAL / EMIT CHANGES emission filter (agent/runtime/results/emission.py), property-based.
+
+A reference reader model (what the reader knows of each epoch after each poll) against the
+filter, on arbitrary poll sequences; and a state machine of epochs living as a master stores
+them (new tentative or final results, folds, give-ups, re-tentative after a hand-over), polled
+by a FINAL and a CHANGES stream and a stream resumed from a cursor.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from agent.runtime.results.emission import (
+    Cursor,
+    EmissionFilter,
+    Seen,
+    parse_cursor,
+    shown,
+)
+
+STATES = ("final", "tentative", "partial")
+
+seen_st = st.builds(
+    Seen,
+    epoch=st.integers(0, 12),
+    revision=st.integers(1, 6),
+    state=st.sampled_from(STATES),
+)
+polls_st = st.lists(st.lists(seen_st, max_size=8), max_size=10)
+cursor_st = st.none() | st.builds(Cursor, st.integers(0, 12), st.integers(0, 6))
+
+
+def reference(emit: str, after: Cursor | None, polls: list[list[Seen]]) -> list[list[Seen]]:
+    """What a stream must emit per poll: make the reader's view of every shown epoch past
+    the cursor current; without a cursor the reader starts knowing the first poll's shown
+    epochs below its newest shown one."""
+    known: dict[int, tuple[int, str]] = {}
+    out = []
+    for i, poll in enumerate(polls):
+        view = {s.epoch: s for s in poll}  # a poll sees an epoch once: its last word
+        if i == 0 and after is None:
+            showable = [e for e, s in view.items() if shown(emit, s.state)]
+            if showable:  # else nothing is known: every later shown epoch is news
+                start = max(showable)
+                for e, s in view.items():
+                    if e < start and shown(emit, s.state):
+                        known[e] = (s.revision, s.state)
+        emitted = []
+        for e in sorted(view):
+            s = view[e]
+            if not shown(emit, s.state):
+                continue
+            if after is not None and (e, s.revision) <= (after.epoch, after.revision):
+                continue
+            if known.get(e) != (s.revision, s.state):
+                known[e] = (s.revision, s.state)
+                emitted.append(s)
+        out.append(emitted)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(emit=st.sampled_from(("final", "changes")), after=cursor_st, polls=polls_st)
+def test_the_filter_matches_the_reference(
+    emit: str, after: Cursor | None, polls: list[list[Seen]]
+) -> None:
+    filt = EmissionFilter(emit, after)
+    got = [filt.offer(poll) for poll in polls]
+    assert got == reference(emit, after, polls)
+    flat = [s for batch in got for s in batch]
+    if emit == "final":
+        assert all(s.state != "tentative" for s in flat)  # never a tentative version
+    for batch, poll in zip(got, polls, strict=True):
+        assert all(s in poll for s in batch)  # only what was observed, oldest epoch first
+        assert [s.epoch for s in batch] == sorted({s.epoch for s in batch})
+
+
+def test_cursors_parse_and_print() -> None:
+    assert parse_cursor("12:3") == Cursor(12, 3)
+    assert str(Cursor(12, 3)) == "12:3"
+    assert parse_cursor("7").epoch == 7 and parse_cursor("7").revision > 10**9
+    for bad in ("", "a:1", "1:b", "-1:2", "1:-2", "1:2:3"):
+        with pytest.raises(ValueError):
+            parse_cursor(bad)
+    with pytest.raises(ValueError):
+        EmissionFilter("sometimes")
+
+
+def test_final_waits_for_the_final_version_and_shows_partial_flagged() -> None:
+    final, changes = EmissionFilter("final"), EmissionFilter("changes")
+    polls = [
+        [Seen(1, 1, "final"), Seen(2, 1, "tentative")],
+        [Seen(1, 1, "final"), Seen(2, 2, "tentative"), Seen(3, 1, "tentative")],
+        [Seen(2, 3, "final"), Seen(3, 2, "partial")],
+        [Seen(2, 4, "final")],  # a late contribution folded: a correction
+    ]
+    assert [final.offer(p) for p in polls] == [
+        [Seen(1, 1, "final")],
+        [],
+        [Seen(2, 3, "final"), Seen(3, 2, "partial")],
+        [Seen(2, 4, "final")],
+    ]
+    assert [changes.offer(p) for p in polls] == [
+        [Seen(2, 1, "tentative")],  # starts at the newest epoch; epoch 1 is taken as seen
+        [Seen(2, 2, "tentative"), Seen(3, 1, "tentative")],
+        [Seen(2, 3, "final"), Seen(3, 2, "partial")],
+        [Seen(2, 4, "final")],
+    ]
+
+
+class EpochLife(RuleBasedStateMachine):
+    """Epochs as a master stores them, polled by streams (module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.epochs: dict[int, Seen] = {}
+        self.final = EmissionFilter("final")
+        self.changes = EmissionFilter("changes")
+        self.views: dict[str, dict[int, Seen]] = {"final": {}, "changes": {}}
+        self.sent: dict[str, list[Seen]] = {"final": [], "changes": []}
+        self.first_poll: dict[int, Seen] | None = None
+        self.resumed: EmissionFilter | None = None
+        self.resumed_from: Cursor | None = None
+
+    @rule(tentative=st.booleans())
+    def new_epoch(self, tentative: bool) -> None:
+        epoch = max(self.epochs, default=-1) + 1
+        self.epochs[epoch] = Seen(epoch, 1, "tentative" if tentative else "final")
+
+    @rule(data=st.data(), state=st.sampled_from(STATES))
+    def new_version(self, data: st.DataObject, state: str) -> None:
+        """A fold, a give-up (partial), a repair (final), a hand-over's re-tentative."""
+        if not self.epochs:
+            return
+        epoch = data.draw(st.sampled_from(sorted(self.epochs)))
+        old = self.epochs[epoch]
+        self.epochs[epoch] = Seen(epoch, old.revision + 1, state)
+
+    @rule()
+    def poll(self) -> None:
+        poll = list(self.epochs.values())
+        if self.first_poll is None:
+            self.first_poll = dict(self.epochs)
+        for emit, filt in (("final", self.final), ("changes", self.changes)):
+            for s in filt.offer(poll):
+                self.views[emit][s.epoch] = s
+                self.sent[emit].append(s)
+        if self.resumed is not None:
+            for s in self.resumed.offer(poll):
+                assert (s.epoch, s.revision) > (
+                    self.resumed_from.epoch,  # type: ignore[union-attr]
+                    self.resumed_from.revision,  # type: ignore[union-attr]
+                )
+        # the stream's readers are current on every epoch they may see, once polled
+        start = self._start("final")
+        first = self.first_poll
+        for e, s in self.epochs.items():
+            # epochs from the start on, and older ones that were tentative then (not seen)
+            if s.state != "tentative" and (
+                e >= start or e not in first or first[e].state == "tentative"
+            ):
+                assert self.views["final"].get(e) == s
+        start = self._start("changes")
+        for e, s in self.epochs.items():
+            if e >= start:
+                assert self.views["changes"].get(e) == s
+
+    @rule()
+    def resume(self) -> None:
+        """A reader reconnecting with the CHANGES stream's last cursor."""
+        if self.sent["changes"]:
+            last = self.sent["changes"][-1]
+            self.resumed_from = Cursor(last.epoch, last.revision)
+            self.resumed = EmissionFilter("changes", self.resumed_from)
+
+    def _start(self, emit: str) -> int:
+        first = self.first_poll or {}
+        shown_first = [e for e, s in first.items() if shown(emit, s.state)]
+        if shown_first:
+            return max(shown_first)
+        # nothing shown at the first poll: every epoch after it (and its tentative ones) counts
+        return min(first, default=0)
+
+    @invariant()
+    def final_never_shows_tentative(self) -> None:
+        assert all(s.state != "tentative" for s in self.sent["final"])
+
+    @invariant()
+    def no_epoch_repeats_a_version(self) -> None:
+        for sent in self.sent.values():
+            last: dict[int, Seen] = {}
+            for s in sent:
+                assert last.get(s.epoch) != s
+                last[s.epoch] = s
+
+
+EpochLife.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+test_epoch_life = EpochLife.TestCase
