@@ -458,8 +458,10 @@ class Agent:
     async def change_job(self, name: str, change: Any) -> dict[str, Any]:
         return await self.user.change_job(name, change)
 
-    async def results(self, name: str, epoch: int | None) -> dict[str, Any]:
-        return await self.user.results(name, epoch)
+    async def results(
+        self, name: str, epoch: int | None, emit: str | None = None
+    ) -> dict[str, Any]:
+        return await self.user.results(name, epoch, emit)
 
     async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]:
         return await self.user.query(name, message)

@@ -199,8 +199,8 @@ def test_quoted_identifiers_and_dotted_paths() -> None:
             "SELECT a, count(*) AS n FROM t\nGROUP BY a\nFORM x",
             3,
             1,
-            "expected ',', HAVING, ORDER BY, LIMIT, WINDOW, MODE, PARTITIONS, EMIT, ';' or end of query"
-            ", got 'FORM'",
+            "expected ',', HAVING, ORDER BY, LIMIT, WINDOW, MODE, PARTITIONS, EMIT, ';' or end of "
+            "query, got 'FORM'",
         ),
         ("SELECT count(*) AS n FROM t WHERE a = ", 1, 39, "expected an expression"),
         ("SELECT count(*) AS n FROM t LIMIT 0", 1, 35, "expected a positive integer after LIMIT"),
