@@ -110,6 +110,7 @@ queries = st.builds(
     window=windows,
     mode=st.sampled_from([None, "SYNC", "ASYNC"]),
     partitions=st.one_of(st.none(), st.integers(1, 64)),
+    emit=st.sampled_from([None, "FINAL", "CHANGES"]),
 )
 
 
@@ -147,6 +148,9 @@ VOCAB = [
     "regexp_extract(x, '(a)', 1)",
     "split(x, ',')[0]",
     "30 s",
+    "EMIT",
+    "FINAL",
+    "changes",
 ]
 
 
