@@ -1,14 +1,20 @@
 """``elf results --follow`` (agent/cli_follow.py) on the stream's edges, over a real loopback
 HTTP server playing the agent's stream route: a stream cut off without its ``end`` event
-exits non-zero naming the cursor to resume from; a refusal (409, 404) is one line; the flags
-that do not go together are a usage error. (The whole path against real agents, the job
-stopping, is in tests/agent/runtime/test_emit_cluster.py.)"""
+exits non-zero naming the cursor to resume from, and so does Ctrl-C (130, quietly); a refusal
+(404) is one line; the flags that do not go together are a usage error. (The whole path
+against real agents, the job stopping, is in tests/agent/runtime/test_emit_cluster.py.)"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import orjson
 import pytest
@@ -39,6 +45,12 @@ def agent_url() -> Iterator[str]:
                  "rows": []}  # fmt: skip
         await resp.write(orjson.dumps({"event": "keepalive"}) + b"\n")
         await resp.write(orjson.dumps(event) + b"\n")
+        if request.match_info["name"] == "hold":  # open until the client goes
+            with contextlib.suppress(ConnectionError):
+                for _ in range(600):
+                    await asyncio.sleep(0.1)  # a keepalive's pace, as the agent's (faster)
+                    await resp.write(orjson.dumps({"event": "keepalive"}) + b"\n")
+            return resp
         assert request.transport is not None
         request.transport.close()  # cut off: no end event
         return resp
@@ -80,6 +92,22 @@ def test_a_refusal_is_one_line(agent_url: str) -> None:
     result = run("nope", "--follow", "--api", agent_url)
     assert result.exit_code == 1  # type: ignore[attr-defined]
     assert "404: no running job named 'nope'" in result.stderr  # type: ignore[attr-defined]
+
+
+def test_ctrl_c_exits_130_naming_the_cursor(agent_url: str) -> None:
+    env = {**os.environ, "ELF_TOKEN": TOKEN, "PYTHONPATH": str(Path(__file__).parents[2])}
+    cmd = [sys.executable, "-m", "agent.cli", "results", "hold", "--follow", "--api", agent_url]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert orjson.loads(proc.stdout.readline())["cursor"] == "7:2"  # following now
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "stopped; resume with --after 7:2" in err.decode()
+    assert "Traceback" not in err.decode()
 
 
 @pytest.mark.parametrize("flags", [["--after", "1:2"], ["--follow", "--epoch", "3"]])
