@@ -94,7 +94,8 @@ class ResultStreams:
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
-        emit = request.query.get("emit") or self.source.job_emit(name)  # 404: not running
+        job_emit = self.source.job_emit(name)  # 404 for a job not running here, before any line
+        emit = request.query.get("emit") or job_emit
         if emit not in EMITS:
             raise BadRequest(f"emit must be one of {', '.join(EMITS)}, got {emit!r}", field="emit")
         after: Cursor | None = None
@@ -119,8 +120,16 @@ class ResultStreams:
                 }
             )
             await resp.prepare(request)
-            with contextlib.suppress(ConnectionError, TimeoutError):
+            try:
                 reason = await self._follow(resp, name, EmissionFilter(emit, after))
+            except (ConnectionError, TimeoutError):  # gone, or reads nothing: let it go
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
+            except Exception:  # a bug: logged, and the stream ends saying so (no 500 now)
+                log.exception("results stream of %s failed", name)
+                reason = "internal error (logged by the agent)"
+            with contextlib.suppress(ConnectionError, TimeoutError):
                 await self._write(resp, {"event": "end", "reason": reason})
             return resp
         finally:

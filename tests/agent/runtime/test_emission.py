@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from agent.runtime.job.queries import merged_versions
 from agent.runtime.results.emission import (
     Cursor,
     EmissionFilter,
@@ -109,6 +110,17 @@ def test_final_waits_for_the_final_version_and_shows_partial_flagged() -> None:
         [Seen(2, 3, "final"), Seen(3, 2, "partial")],
         [Seen(2, 4, "final")],
     ]
+
+
+def test_the_trees_listings_merge_into_one_version_per_epoch() -> None:
+    """PARTITIONS 2: an epoch shows once both trees' masters hold it; its revision is the sum
+    of their versions (a new version of either part is a new revision), its state the worst."""
+    a = {"epochs": [1, 2, 3], "states": [[1, 1, "final"], [2, 3, "partial"], [3, 1, "final"]]}
+    b = {"epochs": [2, 3, 4], "states": [[2, 1, "final"], [3, 2, "tentative"], [4, 1, "final"]]}
+    assert merged_versions([a, b]) == [Seen(2, 4, "partial"), Seen(3, 3, "tentative")]
+    older_peer = {"epochs": [2, 3]}  # a listing without states: tentative, version 0
+    assert merged_versions([a, older_peer]) == [Seen(2, 3, "tentative"), Seen(3, 1, "tentative")]
+    assert merged_versions([]) == []
 
 
 class EpochLife(RuleBasedStateMachine):

@@ -258,8 +258,9 @@ async def test_the_stream_is_bounded_and_refuses_bad_requests() -> None:
         for query, field in (("?emit=sometimes", "emit"), ("?after=1:x", "after")):
             status, body = await get(agent, f"/api/v1/jobs/{JOB}/results/stream{query}")
             assert status == 400 and body.get("field") == field, body
-        status, body = await get(agent, "/api/v1/jobs/nope/results/stream")
-        assert status == 404
+        for query in ("", "?emit=final"):
+            status, body = await get(agent, f"/api/v1/jobs/nope/results/stream{query}")
+            assert status == 404 and "no running job named 'nope'" in body["error"]
         status, body = await get(agent, f"/api/v1/jobs/{JOB}/results/stream", token="wrong")
         assert status == 401
         # the job's emit changes at runtime: the results API follows it
