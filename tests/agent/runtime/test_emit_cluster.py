@@ -26,11 +26,13 @@ from typing import Any
 import aiohttp
 import jsonschema
 import orjson
+import pytest
 from agent_helpers import lines, running_agents, wait_for
 
 from agent.errors import NotFound, Unavailable
 from agent.jobs.ql_job import spec_from_query
 from agent.runtime.host.agent import Agent
+from agent.runtime.ops import results_stream
 
 JOB = "emitted"
 QUERY = "SELECT line, count(*) AS n FROM * GROUP BY line EMIT FINAL"
@@ -244,7 +246,10 @@ async def test_final_never_shows_a_tentative_version_and_changes_shows_each_flag
             seen[r["epoch"]] = r["revision"]
 
 
-async def test_the_stream_is_bounded_and_refuses_bad_requests() -> None:
+async def test_the_stream_is_bounded_and_refuses_bad_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(results_stream, "KEEPALIVE", 0.5)  # seconds of quiet, not 15
     async with running_agents(1) as agents:
         (agent,) = agents
         await agent.submit(spec_from_query(JOB, "t", "SELECT count(*) AS n FROM *"))
@@ -252,6 +257,9 @@ async def test_the_stream_is_bounded_and_refuses_bad_requests() -> None:
         agent.result_streams.max_streams = 1
         held = Stream(agent)
         await wait_for(lambda: held.status == 200, 10, "the first stream")
+        await wait_for(
+            lambda: {"event": "keepalive"} in held.events, 10, "a keepalive on a quiet stream"
+        )
         status, body = await get(agent, f"/api/v1/jobs/{JOB}/results/stream")
         assert status == 503 and "at most 1 results streams" in body["error"]
         assert agent.result_streams.stats() == {"streams": 1, "refused": 1}
