@@ -6,8 +6,8 @@ one JSON line on stdout (the event's body: ``cursor``, ``epoch``, ``state``, ``v
 ``revision``, ``rows``, ...) and its :func:`agent.cli_views.result_line` on stderr; a ``gone``
 event is one stderr line; keepalives print nothing. It returns when the agent ends the stream
 (the job stopped: exit 0, the reason on stderr); Ctrl-C stops it quietly (exit 130, the last
-cursor on stderr so ``--after`` resumes); a lost connection raises ``ClickException`` naming
-the last cursor.
+event's ``resume`` cursor on stderr for ``--after``); a lost connection raises
+``ClickException`` naming it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def follow(client: ApiClient, name: str, emit: str | None, after: str | None) ->
         for event in client.follow_results(name, emit=emit, after=after):
             kind = event.get("event")
             if kind == "result":
-                cursor = str(event.get("cursor", cursor))
+                cursor = str(event.get("resume") or event.get("cursor") or cursor)
                 click.echo(json.dumps(event, ensure_ascii=False, sort_keys=True))
                 click.echo(result_line(event), err=True)
             elif kind == "gone":

@@ -40,9 +40,9 @@ def agent_url() -> Iterator[str]:
             return web.json_response({"error": "no running job named 'nope'"}, status=404)
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await resp.prepare(request)
-        event = {"event": "result", "cursor": "7:2", "epoch": 7, "state": "tentative",
-                 "version": 2, "revision": 2, "lacking": [LACKING], "coverage": 0.5,
-                 "rows": []}  # fmt: skip
+        event = {"event": "result", "cursor": "7:2", "resume": "5:1", "epoch": 7,
+                 "state": "tentative", "version": 2, "revision": 2, "lacking": [LACKING],
+                 "coverage": 0.5, "rows": []}  # fmt: skip
         await resp.write(orjson.dumps({"event": "keepalive"}) + b"\n")
         await resp.write(orjson.dumps(event) + b"\n")
         if request.match_info["name"] == "hold":  # open until the client goes
@@ -85,7 +85,7 @@ def test_a_cut_stream_names_the_cursor_to_resume_from(agent_url: str) -> None:
     assert [orjson.loads(x)["cursor"] for x in out] == ["7:2"]
     err = result.stderr  # type: ignore[attr-defined]
     assert "epoch 7: tentative (version 2), coverage 50%, lacking abababab" in err
-    assert "resume with --after 7:2" in err
+    assert "resume with --after 5:1" in err  # epoch 5 still unsettled when 7 came
 
 
 def test_a_refusal_is_one_line(agent_url: str) -> None:
@@ -106,7 +106,7 @@ def test_ctrl_c_exits_130_naming_the_cursor(agent_url: str) -> None:
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    assert "stopped; resume with --after 7:2" in err.decode()
+    assert "stopped; resume with --after 5:1" in err.decode()
     assert "Traceback" not in err.decode()
 
 

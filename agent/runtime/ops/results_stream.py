@@ -4,7 +4,9 @@ Contract: :class:`ResultStreams` serves, on the token-authenticated API (its mid
 authenticate and validate first), ``GET /api/v1/jobs/{name}/results/stream[?emit=final|changes]
 [&after=E:R]``, an ``application/x-ndjson`` response of events, one JSON object per line:
 
-* ``{"event": "result", "cursor": "E:R", ...}``: one version of an epoch's result, the body
+* ``{"event": "result", "cursor": "E:R", "resume": "E:R", ...}``: one version of an epoch's
+  result (``cursor``: its epoch and revision; ``resume``: where a reader that got every event
+  so far reconnects, :meth:`~agent.runtime.results.emission.EmissionFilter.resume`), the body
   ``GET /api/v1/jobs/{name}/results?epoch=E`` answers (``state``, ``version``, ``revision``,
   ``coverage``, ``lacking``, ``rows``, ``emit``, ...). Under ``emit=changes`` (the default for
   a job whose spec says so) every version the stream sees, tentative ones included, each
@@ -16,7 +18,7 @@ authenticate and validate first), ``GET /api/v1/jobs/{name}/results/stream[?emit
 * ``{"event": "keepalive"}`` after :data:`KEEPALIVE` seconds without an event.
 * ``{"event": "end", "reason": ...}``, the last line: the job stopped (or is not running here
   any more) or the agent is stopping. A client that reconnects with ``after=<the last
-  cursor>`` misses nothing the masters still hold.
+  resume>`` misses no version of an epoch not settled then (at least once).
 
 The stream polls the job's masters every :data:`POLL` seconds (one listing per tree: epochs,
 versions, states; then the results of the epochs with something to emit, at most
@@ -155,6 +157,7 @@ class ResultStreams:
                 read[s.epoch] = s
                 event = await self._read(name, s.epoch, filt)
                 if event is not None:
+                    event["resume"] = str(filt.resume(seen))
                     await self._write(resp, event)
                     quiet = 0.0
             held = {s.epoch for s in seen}

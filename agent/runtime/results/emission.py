@@ -20,7 +20,13 @@ Contract (pure: no I/O, no clock). A reader observes epochs' results as :class:`
   - without a cursor, the first poll decides where the stream starts: at the newest epoch
     :func:`shown` allows (emitted at once); older epochs are taken as seen as they are (their
     next versions under ``changes``, their first non-tentative one under ``final``, are
-    emitted later); a first poll with nothing shown starts at the epochs that come after it.
+    emitted later); a first poll with nothing shown starts at the epochs that come after it;
+  - :meth:`EmissionFilter.resume` is the cursor a reader reconnects with: since epochs settle
+    out of order (an older epoch stays tentative while newer ones are final), it is the
+    oldest epoch still tentative, not the newest event's position. At least once: what came
+    after it is sent again. A correction of an epoch already settled before that point (a
+    late fold, a retired origin back) made while the reader was away is not re-sent: the
+    results API (``?epoch=E``) and the lake have it.
 
   Memory: at most :data:`MAX_TRACKED` epochs are remembered (the least recently emitted are
   forgotten: far more epochs than a master holds per tree, 256 by default).
@@ -85,6 +91,7 @@ class EmissionFilter:
         self.after = after
         self._last: OrderedDict[int, tuple[int, str]] = OrderedDict()
         self._started = after is not None
+        self._newest: Cursor | None = None  # the highest (epoch, revision) emitted
 
     def wants(self, seen: Seen) -> bool:
         """Whether ``seen`` would be emitted now (nothing is recorded)."""
@@ -101,6 +108,34 @@ class EmissionFilter:
     def emitted(self, seen: Seen) -> None:
         """Record ``seen`` as emitted (the stream sent it)."""
         self._remember(seen)
+        newest = self._newest
+        if newest is None or (seen.epoch, seen.revision) > (newest.epoch, newest.revision):
+            self._newest = Cursor(seen.epoch, seen.revision)
+
+    def resume(self, poll: Iterable[Seen]) -> Cursor | None:
+        """Where a reader that got everything emitted so far reconnects (``after``) without
+        missing a version of an epoch still tentative in ``poll`` (the last poll): the oldest
+        such epoch from the last revision it was shown (or taken as seen) at, else the
+        newest position emitted; None while nothing was emitted (and no cursor given).
+        Versions before it come again (at least once: a reader drops the ``(epoch,
+        revision)`` it has); a correction of an older, settled epoch made while the reader
+        was away is not among them (module doc)."""
+        after = self.after
+        pending = [
+            s.epoch
+            for s in poll
+            if s.state == "tentative" and (after is None or s.epoch >= after.epoch)
+        ]
+        newest = self._newest or after
+        if newest is None:
+            return None
+        if pending and min(pending) <= newest.epoch:
+            epoch = min(pending)
+            revision = self._last.get(epoch, (0, ""))[0]
+            if after is not None and after.epoch == epoch:
+                revision = max(revision, after.revision)
+            return Cursor(epoch, revision)
+        return newest
 
     def select(self, poll: Iterable[Seen]) -> list[Seen]:
         """The observations of one poll to emit, oldest epoch first (one per epoch: a repeated
@@ -116,7 +151,7 @@ class EmissionFilter:
         """:meth:`select`, every observation selected recorded as emitted."""
         out = self.select(poll)
         for s in out:
-            self._remember(s)
+            self.emitted(s)
         return out
 
     def _start(self, batch: list[Seen]) -> None:

@@ -136,6 +136,11 @@ class EpochLife(RuleBasedStateMachine):
         self.first_poll: dict[int, Seen] | None = None
         self.resumed: EmissionFilter | None = None
         self.resumed_from: Cursor | None = None
+        self.last_poll: list[Seen] = []
+        self.pending_at_cut: set[int] = set()
+        self.newest_at_cut = -1
+        self.after_cut: list[Seen] = []  # what the CHANGES stream sent after the cut
+        self.resumed_sent: list[Seen] = []
 
     @rule(tentative=st.booleans())
     def new_epoch(self, tentative: bool) -> None:
@@ -154,18 +159,25 @@ class EpochLife(RuleBasedStateMachine):
     @rule()
     def poll(self) -> None:
         poll = list(self.epochs.values())
+        self.last_poll = poll
         if self.first_poll is None:
             self.first_poll = dict(self.epochs)
         for emit, filt in (("final", self.final), ("changes", self.changes)):
             for s in filt.offer(poll):
                 self.views[emit][s.epoch] = s
                 self.sent[emit].append(s)
+                if emit == "changes" and self.resumed is not None:
+                    self.after_cut.append(s)
         if self.resumed is not None:
+            after = self.resumed_from
+            assert after is not None
             for s in self.resumed.offer(poll):
-                assert (s.epoch, s.revision) > (
-                    self.resumed_from.epoch,  # type: ignore[union-attr]
-                    self.resumed_from.revision,  # type: ignore[union-attr]
-                )
+                assert (s.epoch, s.revision) > (after.epoch, after.revision)
+                self.resumed_sent.append(s)
+            # resuming misses nothing of an epoch unsettled at the cut, nor of a newer one
+            for s in self.after_cut:
+                if s.epoch in self.pending_at_cut or s.epoch > self.newest_at_cut:
+                    assert s in self.resumed_sent, (s, after, self.resumed_sent)
         # the stream's readers are current on every epoch they may see, once polled
         start = self._start("final")
         first = self.first_poll
@@ -182,11 +194,15 @@ class EpochLife(RuleBasedStateMachine):
 
     @rule()
     def resume(self) -> None:
-        """A reader reconnecting with the CHANGES stream's last cursor."""
-        if self.sent["changes"]:
-            last = self.sent["changes"][-1]
-            self.resumed_from = Cursor(last.epoch, last.revision)
-            self.resumed = EmissionFilter("changes", self.resumed_from)
+        """A reader of the CHANGES stream cut off after the last poll reconnects with the
+        stream's resume cursor."""
+        cursor = self.changes.resume(self.last_poll)
+        if cursor is None or self.resumed is not None:
+            return
+        self.resumed_from = cursor
+        self.resumed = EmissionFilter("changes", cursor)
+        self.pending_at_cut = {s.epoch for s in self.last_poll if s.state == "tentative"}
+        self.newest_at_cut = max(s.epoch for s in self.sent["changes"])
 
     def _start(self, emit: str) -> int:
         first = self.first_poll or {}

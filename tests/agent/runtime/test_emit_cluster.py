@@ -218,6 +218,8 @@ async def test_final_never_shows_a_tentative_version_and_changes_shows_each_flag
         for r in stream.results():
             check_contract(r)
             assert r["cursor"] == f"{r['epoch']}:{r['revision']}"
+            resume_epoch, _, resume_revision = r["resume"].partition(":")
+            assert int(resume_epoch) <= r["epoch"] and int(resume_revision) >= 0
     finals = final_stream.results()
     # exact or flagged: a final version holds exactly the lines sent into its epoch, a partial
     # one exactly those of the origins it covers (the crashed agent was fed no more)
