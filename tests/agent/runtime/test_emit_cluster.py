@@ -283,3 +283,29 @@ async def test_the_stream_is_bounded_and_refuses_bad_requests(
             "event": "end",
             "reason": f"job {JOB!r} is not running here any more",
         }
+
+
+async def test_final_over_two_trees_shows_each_epoch_whole_and_exact() -> None:
+    """PARTITIONS 2: an epoch is shown once both trees' masters hold it final; its rows are
+    the whole epoch (both key ranges), exact against the lines sent."""
+    text = "SELECT line, count(*) AS n FROM * GROUP BY line PARTITIONS 2 EMIT FINAL"
+    async with running_agents(3) as agents:
+        await agents[0].submit(spec_from_query(JOB, "t", text))
+        await wait_for(lambda: all(JOB in a.runtimes for a in agents), 10, "the job everywhere")
+        feeder = Feeder(agents)
+        stream = Stream(agents[1])
+        await wait_for(lambda: len(stream.results()) >= 4, 30, "four final epochs")
+        await feeder.stop()
+        await agents[0].stop_job(JOB)
+        await asyncio.wait_for(stream.task, 20)
+    events = stream.results()
+    assert stream.events[-1]["event"] == "end"
+    assert [r["epoch"] for r in events] == sorted({r["epoch"] for r in events})
+    for r in events:
+        check_contract(r)
+        assert r["state"] == "final" and r["complete"] and r["emit"] == "final"
+        assert r["revision"] >= 2  # one version (at least) of each tree's part
+    # the first event may be an epoch the feeder only began; every later one is whole
+    for r in events[1:]:
+        got = Counter({row["line"]: row["n"] for row in r["rows"]})
+        assert got == feeder.sent.get(r["epoch"], Counter()), r["epoch"]
