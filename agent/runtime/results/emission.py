@@ -20,7 +20,8 @@ Contract (pure: no I/O, no clock). A reader observes epochs' results as :class:`
   - without a cursor, the first poll decides where the stream starts: at the newest epoch
     :func:`shown` allows (emitted at once); older epochs are taken as seen as they are (their
     next versions under ``changes``, their first non-tentative one under ``final``, are
-    emitted later); a first poll with nothing shown starts at the epochs that come after it;
+    emitted later); after a first poll with nothing shown (``final``: every epoch still
+    tentative) each of its epochs is emitted once final, and every newer one;
   - :meth:`EmissionFilter.resume` is the cursor a reader reconnects with: since epochs settle
     out of order (an older epoch stays tentative while newer ones are final), it is the
     oldest epoch still tentative, not the newest event's position. At least once: what came
@@ -38,8 +39,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-EMITS = ("changes", "final")
-STATES = ("final", "tentative", "partial")
+from agent.jobs.spec import EMITS
+
+__all__ = ["EMITS", "MAX_TRACKED", "Cursor", "EmissionFilter", "Seen", "parse_cursor", "shown"]
 #: epochs whose last emitted version a filter remembers (masters hold 256 per tree by default)
 MAX_TRACKED = 4096
 
