@@ -343,6 +343,7 @@ def _key_values(items: tuple[str, ...], flag: str) -> dict[str, Any]:
 @click.option("--aggregator", help="New CBT aggregator (a new reduce function), e.g. sum.")
 @click.option("--empty", is_flag=True, help="Empty every agent's windows now.")
 @click.option("--batch", is_flag=True, help="Start a new batch.")
+@click.option("--emit", type=click.Choice(["final", "changes"]), help="What readers see.")
 @fault_options
 @api_options
 def change(
@@ -354,6 +355,7 @@ def change(
     aggregator: str | None,
     empty: bool,
     batch: bool,
+    emit: str | None,
     straggler_epochs: int | None,
     tentative_deadline: float | None,
     checkpoint_replicas: int | None,
@@ -382,6 +384,8 @@ def change(
         body["empty"] = True
     if batch:
         body["batch"] = True
+    if emit is not None:
+        body["emit"] = emit
     body.update(
         _fault_fields(
             straggler_epochs, tentative_deadline, checkpoint_replicas, retire_after, fault_tolerance
@@ -391,8 +395,7 @@ def change(
         raise click.ClickException(
             "nothing to change: give --set, --query, --top-k, --epoch-seconds, --aggregator, "
             "--straggler-epochs, --tentative-deadline, --checkpoint-replicas, --retire-after, "
-            "--fault-tolerance, --empty or "
-            "--batch"
+            "--fault-tolerance, --emit, --empty or --batch"
         )
     call(api_client(api, token_file, secret_file).change, name, body)
 

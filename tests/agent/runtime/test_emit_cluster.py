@@ -277,6 +277,19 @@ async def test_the_stream_is_bounded_and_refuses_bad_requests(
         status, body = await post(agent, f"/api/v1/jobs/{JOB}/change", {"emit": "final"})
         assert status == 200, body
         await wait_for(lambda: agent.runtimes[JOB].queries.emit == "final", 10, "emit=final")
+        status, body = await get(agent, f"/api/v1/jobs/{JOB}/results")
+        assert status == 404 or body["emit"] == "final", body
+        # and back with elf change --emit (a real process)
+        env = {**os.environ, "ELF_TOKEN": agent.config.api_token, "PYTHONPATH": str(ROOT)}
+        cli = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agent.cli", "change", JOB, "--emit", "changes",
+            "--api", agent.api.url, env=env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        changed, err = await asyncio.wait_for(cli.communicate(), 30)
+        assert cli.returncode == 0, err.decode()
+        assert json.loads(changed)["job"] == JOB
+        assert agent.runtimes[JOB].queries.emit == "changes"  # applied everywhere when it returns
         await agent.stop_job(JOB)
         await asyncio.wait_for(held.task, 20)
         assert held.events[-1] == {
