@@ -345,6 +345,7 @@ def _key_values(items: tuple[str, ...], flag: str) -> dict[str, Any]:
 @click.option("--aggregator", help="New CBT aggregator (a new reduce function), e.g. sum.")
 @click.option("--empty", is_flag=True, help="Empty every agent's windows now.")
 @click.option("--batch", is_flag=True, help="Start a new batch.")
+@click.option("--emit", type=click.Choice(["final", "changes"]), help="What readers see.")
 @fault_options
 @api_options
 def change(
@@ -356,6 +357,7 @@ def change(
     aggregator: str | None,
     empty: bool,
     batch: bool,
+    emit: str | None,
     straggler_epochs: int | None,
     tentative_deadline: float | None,
     checkpoint_replicas: int | None,
@@ -384,6 +386,8 @@ def change(
         body["empty"] = True
     if batch:
         body["batch"] = True
+    if emit is not None:
+        body["emit"] = emit
     body.update(
         _fault_fields(
             straggler_epochs, tentative_deadline, checkpoint_replicas, retire_after, fault_tolerance
@@ -393,8 +397,7 @@ def change(
         raise click.ClickException(
             "nothing to change: give --set, --query, --top-k, --epoch-seconds, --aggregator, "
             "--straggler-epochs, --tentative-deadline, --checkpoint-replicas, --retire-after, "
-            "--fault-tolerance, --empty or "
-            "--batch"
+            "--fault-tolerance, --emit, --empty or --batch"
         )
     call(api_client(api, token_file, secret_file).change, name, body)
 
@@ -402,17 +405,40 @@ def change(
 @cli.command()
 @click.argument("name")
 @click.option("--epoch", type=int, help="Epoch index (default: the latest complete one).")
+@click.option(
+    "--emit",
+    type=click.Choice(["final", "changes"]),
+    help="final: final and partial versions only; changes: every version (default: the job's).",
+)
+@click.option("--follow", is_flag=True, help="Follow the results stream until the job stops.")
+@click.option("--after", metavar="E:R", help="With --follow: resume after this cursor.")
 @api_options
 def results(
-    name: str, epoch: int | None, api: str, token_file: str | None, secret_file: str | None
+    name: str,
+    epoch: int | None,
+    emit: str | None,
+    follow: bool,
+    after: str | None,
+    api: str,
+    token_file: str | None,
+    secret_file: str | None,
 ) -> None:
     """Print a job's result for one epoch, fetched from its master.
 
     Stdout: the result as JSON. Stderr: one line saying whether the epoch is final,
     tentative (waiting for an absent origin) or partial (a retired origin's part is missing
     for good), with the master's term, the result version, its coverage and the origins it
-    lacks."""
-    reply = fetch(api_client(api, token_file, secret_file).results, name, epoch)
+    lacks. --follow: one JSON line per version as the job's masters produce them (under
+    --emit final only final and partial ones), each with its line on stderr, until the job
+    stops (Ctrl-C: exit 130; every line's ``cursor`` resumes with --after)."""
+    if follow or after:
+        if epoch is not None or not follow:
+            raise click.UsageError("--follow takes no --epoch; --after needs --follow")
+        from agent.cli_follow import follow as follow_stream
+
+        client = api_client(api, token_file, secret_file)
+        sys.exit(follow_stream(client, name, emit, after))
+    reply = fetch(api_client(api, token_file, secret_file).results, name, epoch, emit)
     print_json(reply)
     click.echo(result_line(reply), err=True)
 

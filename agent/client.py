@@ -86,9 +86,36 @@ class ApiClient:
     def stop_job(self, name: str) -> dict[str, Any]:
         return self.call("DELETE", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}")
 
-    def results(self, name: str, epoch: int | None = None) -> dict[str, Any]:
-        query = "" if epoch is None else f"?epoch={int(epoch)}"
+    def results(
+        self, name: str, epoch: int | None = None, emit: str | None = None
+    ) -> dict[str, Any]:
+        """``GET .../results[?epoch=E][&emit=final|changes]`` (docs/http-api.md)."""
+        params = {k: v for k, v in (("epoch", epoch), ("emit", emit)) if v is not None}
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
         return self.call("GET", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/results{query}")
+
+    def follow_results(
+        self,
+        name: str,
+        emit: str | None = None,
+        after: str | None = None,
+        read_timeout: float = 60.0,
+    ) -> Iterator[dict[str, Any]]:
+        """``GET .../results/stream``: its events (``result``, ``gone``, ``keepalive``,
+        ``end``) as dicts until the agent ends the stream; ``after``: a cursor ``E:R`` to
+        resume from; ``read_timeout``: the longest silence accepted (the agent sends a
+        keepalive at least every 15 s). A connection lost mid-stream raises ``ApiError``
+        (status 0)."""
+        params = {k: v for k, v in (("emit", emit), ("after", after)) if v is not None}
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        path = f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/results/stream{query}"
+        with self._open_stream(path, "application/x-ndjson", read_timeout) as resp:
+            try:
+                for line in resp:
+                    if line.strip():
+                        yield orjson.loads(line)
+            except (OSError, ValueError) as exc:  # a reset, a cut-off line, a read timeout
+                raise ApiError(0, f"results stream from {self.url} lost: {exc}") from None
 
     def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]:
         return self.call("POST", f"/api/v1/jobs/{urllib.parse.quote(name, safe='')}/query", message)
@@ -154,11 +181,35 @@ class ApiClient:
         with resp:
             yield from parse_events(resp)
 
+    def _open_stream(self, path: str, accept: str, read_timeout: float) -> Any:
+        """An open streaming response (a context manager); a refusal raises ``ApiError``
+        with the server's status, message and field, as :meth:`call` does."""
+        req = urllib.request.Request(self.url + path, method="GET")
+        req.add_header("Authorization", f"Bearer {self.token}")
+        req.add_header("Accept", accept)
+        try:
+            return urllib.request.urlopen(req, timeout=read_timeout)
+        except urllib.error.HTTPError as exc:
+            raise _refusal(exc) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
+
     def ingest(self, input_name: str, lines: Sequence[str | bytes]) -> dict[str, Any]:
         """POST lines (text, or bytes sent as they are) to an ingest input."""
         raw = b"".join((x.encode() if isinstance(x, str) else bytes(x)) + b"\n" for x in lines)
         path = f"/api/v1/ingest/{urllib.parse.quote(input_name, safe='')}"
         return self.call("POST", path, raw=raw)
+
+
+def _refusal(exc: urllib.error.HTTPError) -> ApiError:
+    """The ``ApiError`` of an HTTP error answer (its JSON ``error`` and ``field``)."""
+    payload = exc.read()
+    try:
+        doc = orjson.loads(payload)
+        message, field = str(doc.get("error", "")), doc.get("field")
+    except (orjson.JSONDecodeError, AttributeError):
+        message, field = payload.decode("utf-8", "replace")[:200], None
+    return ApiError(exc.code, message, field if isinstance(field, str) else None)
 
 
 def parse_events(lines: Iterable[bytes]) -> Iterator[tuple[str, Any]]:

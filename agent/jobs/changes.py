@@ -18,7 +18,9 @@ Request fields (all optional, at least one):
   running job's except ``top_k`` and the aggregate (a new one is scheduled, below).
 * ``top_k`` / ``top_k_largest`` / ``top_k_approximate``, ``allowed_lateness``,
   ``idle_timeout``, ``max_future``, ``straggler_epochs``, ``tentative_deadline``,
-  ``checkpoint_replicas``, ``retire_after``, ``fault_tolerance``: those spec fields.
+  ``checkpoint_replicas``, ``retire_after``, ``fault_tolerance``, ``emit``: those spec fields
+  (a ``ql`` job whose query has an ``EMIT`` clause changes ``emit`` with a new query; a new
+  query without one keeps the job's ``emit``).
 * ``epoch_seconds``: a new epoch length (batch and iterative jobs). The master picks the
   epoch it starts from: the first one starting at least ``max(EPOCH_SWITCH_LEAD, one current
   epoch)`` after its wall clock (or its newest event time, if that is ahead), so no agent's
@@ -66,6 +68,7 @@ SPEC_FIELDS = (
     "retire_after",
     "checkpoint_replicas",
     "fault_tolerance",
+    "emit",
 )
 CONTROL_FIELDS = ("empty", "batch")
 #: a new aggregate: scheduled from an epoch ahead, like a new epoch length

@@ -1,18 +1,18 @@
 """The ``ql`` job class: a job defined by one ELF QL query (``params = {"query": text}``).
 
 Contract: ``check_spec`` (at submission, through ``agent.jobs.job.parse_spec``: a 400 from the API)
-and ``setup()`` compile ``params["query"]`` (``agent.ql``); a query error becomes a
-``ValueError`` whose message starts ``params.query: line L, column C: ...``, and so does a
-spec whose aggregator, epochs, mode, window, trees (when the query says PARTITIONS), inputs
-(when FROM names them) or ``top_k`` disagree with what the query implies — build specs with
-:func:`spec_from_query` so they agree. ``map`` is the compiled per-record pipeline (an
-instance attribute: no extra call per record); a counting query (``count(*)`` alone, or
-GROUP BY only) gets :class:`QLCountJob`, whose ``map_keys`` feeds the worker's counting fast
-path. Master side: :meth:`QLJob.result_rows` turns the final pairs into named rows (the
-runtime's results use it), ``on_epoch_result`` keeps the last rows this agent mastered
-(``last_epoch``, ``last_rows``; with PARTITIONS > 1 they cover this tree's keys only) and
-``on_query`` answers them. Optional ``params["ts_field"]`` names the timestamp field.
-``keys_problem`` refuses a peer's snapshot whose keys do not decode for the GROUP BY width.
+and ``setup()`` compile ``params["query"]`` (``agent.ql``); a query error becomes a ``ValueError``
+whose message starts ``params.query: line L, column C: ...``, and so does a spec whose aggregator,
+epochs, mode, window, trees (when the query says PARTITIONS), inputs (when FROM names them),
+``emit`` (when the query says EMIT) or ``top_k`` disagree with what the query implies — build specs
+with :func:`spec_from_query` so they agree. ``map`` is the compiled per-record pipeline (an instance
+attribute: no extra call per record); a counting query (``count(*)`` alone, or GROUP BY only) gets
+:class:`QLCountJob`, whose ``map_keys`` feeds the worker's counting fast path. Master side:
+:meth:`QLJob.result_rows` turns the final pairs into named rows (the runtime's results use it),
+``on_epoch_result`` keeps the last rows this agent mastered (``last_epoch``, ``last_rows``; with
+PARTITIONS > 1 they cover this tree's keys only) and ``on_query`` answers them. Optional
+``params["ts_field"]`` names the timestamp field. ``keys_problem`` refuses a peer's snapshot whose
+keys do not decode for the GROUP BY width.
 """
 
 from __future__ import annotations
@@ -178,6 +178,8 @@ def _compile_for(spec: JobSpec) -> CompiledQuery:
         checked.append("trees")
     if compiled.inputs:
         checked.append("inputs")
+    if compiled.query.emit is not None:  # EMIT given: the spec's emit must say the same
+        checked.append("emit")
     bad = [f for f in checked if _norm(getattr(spec, f)) != _norm(want[f])]
     if spec.top_k is not None and (
         spec.top_k != want["top_k"] or spec.top_k_largest != want["top_k_largest"]

@@ -47,6 +47,10 @@ Fields (JSON name: type, default):
 * ``placement``: int salt or null (default): which of the job's candidate tree ids it uses
   (``srt.ids.placement_id``); null lets the cluster pick the least-loaded of two candidate
   masters at submission ("power of two choices").
+* ``emit``: ``"changes"`` (default) | ``"final"`` (changeable at runtime): what readers see by
+  default (``docs/http-api.md``, results and their stream): every version of an epoch's result,
+  tentative ones flagged, or only its non-tentative (final or partial) versions. It changes
+  nothing the agents compute; a ``ql`` query's ``EMIT`` clause sets it.
 * Fault tolerance (``docs/fault-tolerance.md``, changeable at runtime):
   ``straggler_epochs``: int in [0, ``MAX_OPEN_EPOCHS``], default 2 - a tree member this many
   epochs behind another member of its parent is leapt over (the epoch moves up tentative
@@ -88,6 +92,8 @@ from agent.jobs.schedule import EpochSchedule
 from cbt import get_aggregator
 
 MODES = ("batch", "window", "iterative")
+#: what readers see by default: every version (tentative ones flagged), or final ones only
+EMITS = ("changes", "final")
 #: the fields that define the epochs and the snapshots every tree level merges: a running
 #: job cannot change them (agent/jobs/changes.py, Worker.replace_job)
 SNAPSHOT_FIELDS = (
@@ -179,6 +185,7 @@ class JobSpec:
     checkpoint_replicas: int = DEFAULT_CHECKPOINT_REPLICAS
     retire_after: float = DEFAULT_RETIRE_AFTER
     fault_tolerance: FaultPolicy = field(default_factory=FaultPolicy)
+    emit: str = "changes"
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -291,6 +298,9 @@ class JobSpec:
                 "epoch_schedule", "a window job's epoch length is fixed (its window counts epochs)"
             )
         stragglers, deadline, replicas = _fault_fields(data)
+        emit = data.get("emit", "changes")
+        if emit not in EMITS:
+            raise JobSpecError("emit", f"must be one of {', '.join(EMITS)}; got {emit!r}")
         spec = cls(
             name=name,
             creator=creator,
@@ -325,6 +335,7 @@ class JobSpec:
                 high=MAX_RETIRE_AFTER,
             ),
             fault_tolerance=_policy(data),
+            emit=emit,
         )
         size_bytes = len(msgpack.packb(spec.to_dict(), use_bin_type=True))
         if size_bytes > MAX_SPEC_BYTES:

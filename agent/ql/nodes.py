@@ -344,6 +344,7 @@ class Query:
     window: Window | None = None
     mode: str | None = None  # "SYNC" | "ASYNC"
     partitions: int | None = None
+    emit: str | None = None  # "FINAL" | "CHANGES" (None: not given; the spec's default)
     positions: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False)
 
     def to_sql(self) -> str:
@@ -365,6 +366,8 @@ class Query:
             parts.append(f"MODE {self.mode}")
         if self.partitions is not None:
             parts.append(f"PARTITIONS {self.partitions}")
+        if self.emit is not None:
+            parts.append(f"EMIT {self.emit}")
         return "\n".join(parts)
 
 

@@ -8,7 +8,8 @@ Grammar (EBNF, see docs/ql.md)::
 
     query     = SELECT item {"," item} FROM inputs [WHERE expr] [GROUP BY expr {"," expr}]
                 [HAVING expr] [ORDER BY order {"," order}] [LIMIT int]
-                {WINDOW dur [EVERY dur] | MODE (SYNC | ASYNC) | PARTITIONS int} [";"]
+                {WINDOW dur [EVERY dur] | MODE (SYNC | ASYNC) | PARTITIONS int
+                 | EMIT (FINAL | CHANGES)} [";"]
     item      = expr [AS name]              inputs = "*" | name {"," name}
     order     = expr [ASC | DESC]           dur    = number [unit]
     expr      = and {OR and}                and    = not {AND not}
@@ -20,6 +21,8 @@ Grammar (EBNF, see docs/ql.md)::
     unary     = "-" unary | postfix         postfix = primary {"[" expr "]"}
     primary   = number | string | TRUE | FALSE | NULL | "(" expr ")"
               | name "(" [ "*" | [DISTINCT] expr {"," expr} ] ")" | name {"." name}
+    EMIT, FINAL and CHANGES are not keywords (a field may be named emit): an identifier EMIT
+    where a clause may start is the EMIT clause (no expression continues with an identifier).
     approx_percentile's second argument may be ARRAY "[" [expr {"," expr}] "]" (a Call named
     "array"; ARRAY is not a keyword, so a field named array stays a field elsewhere)
 """
@@ -63,7 +66,9 @@ _CLAUSES = (
     ("WINDOW", "WINDOW"),
     ("MODE", "MODE"),
     ("PARTITIONS", "PARTITIONS"),
+    ("EMIT", "EMIT"),
 )
+EMITS = ("FINAL", "CHANGES")
 MAX_DEPTH = 50  # nested (), NOT, unary minus: ~10 Python frames per level
 MAX_TREE_DEPTH = 200  # operator chains: every later stage recurses over the tree
 
@@ -139,14 +144,14 @@ class _Parser:
         group: list[n.Node] = []
         order: list[n.OrderItem] = []
         limit = partitions = None
-        window = mode = None
+        window = mode = emit = None
         done = 0  # clauses before _CLAUSES[done] are no longer allowed
         trailing_seen: set[str] = set()
         while True:
             allowed = [kw for kw, _ in _CLAUSES[done:] if kw not in trailing_seen]
             t = self.tok
-            if t.kind == "KEYWORD" and t.value in allowed:
-                kw = t.value
+            if (t.kind == "KEYWORD" and t.value in allowed) or self.emit_next(allowed):
+                kw = str(t.value).upper()
                 pos[kw] = (t.line, t.column)
                 self.advance()
                 idx = [c for c, _ in _CLAUSES].index(kw)
@@ -172,9 +177,11 @@ class _Parser:
                     if not self.is_kw("SYNC", "ASYNC"):
                         self.fail("SYNC or ASYNC after MODE")
                     mode = self.advance().value
+                elif kw == "EMIT":
+                    emit = self.emit()
                 else:
                     partitions = self.positive_int("PARTITIONS")
-                if idx >= 5:  # WINDOW, MODE, PARTITIONS: any order, once each
+                if idx >= 5:  # WINDOW, MODE, PARTITIONS, EMIT: any order, once each
                     trailing_seen.add(kw)
                     done = max(done, 5)
                 else:
@@ -199,8 +206,22 @@ class _Parser:
             window=window,
             mode=mode,
             partitions=partitions,
+            emit=emit,
             positions=pos,
         )
+
+    def emit_next(self, allowed: list[str]) -> bool:
+        """The identifier EMIT starts the EMIT clause here (it is no keyword: module doc)."""
+        t = self.tok
+        return "EMIT" in allowed and t.kind == "IDENT" and str(t.value).upper() == "EMIT"
+
+    def emit(self) -> str:
+        t = self.tok
+        word = str(t.value).upper() if t.kind in ("IDENT", "KEYWORD") else ""
+        if word not in EMITS:
+            self.fail("FINAL or CHANGES after EMIT")
+        self.advance()
+        return word
 
     def select_item(self) -> n.SelectItem:
         if self.is_op("*"):

@@ -9,7 +9,9 @@ is never evaluated as Python. The result carries:
   none, i.e. GROUP BY only: ``count``), ``epoch_seconds``, ``mode``, ``window_size``,
   ``window_slide``, ``trees`` (PARTITIONS, default 1), ``inputs`` (FROM; ``*`` = all) and
   ``top_k`` / ``top_k_largest`` when the query ranks its only aggregate (``ORDER BY agg
-  [DESC] LIMIT k``, no HAVING: then the reducer trees may cut to k exactly);
+  [DESC] LIMIT k``, no HAVING: then the reducer trees may cut to k exactly), and ``emit``
+  (``"final"`` / ``"changes"``) only when the query has an ``EMIT`` clause (without one the
+  spec's own ``emit`` applies, default ``changes``);
 * ``map(record) -> [(key, value)]``: the per-record pipeline (``agent.ql.compiler``), and
   ``keys(record) -> [key]`` when every value is the count 1 (``count(*)`` alone, GROUP BY
   only), else None: the worker's counting fast path;
@@ -78,6 +80,7 @@ class CompiledQuery:
 
     def spec_fields(self) -> dict[str, Any]:
         """The job-spec fields this query implies (JSON-able)."""
+        emit = {} if self.query.emit is None else {"emit": self.query.emit.lower()}
         return {
             "aggregator": self.aggregator,
             "aggregator_params": self.aggregator_params,
@@ -89,6 +92,7 @@ class CompiledQuery:
             "inputs": list(self.inputs),
             "top_k": self.top_k,
             "top_k_largest": self.top_k_largest,
+            **emit,
         }
 
 

@@ -66,6 +66,7 @@ from agent.runtime.ops.looplag import LoopLag
 from agent.runtime.ops.membership_api import MembershipRoutes
 from agent.runtime.ops.metrics import AgentMetrics
 from agent.runtime.ops.ops_api import install as install_ops_routes
+from agent.runtime.ops.results_stream import ResultStreams
 from agent.runtime.ops.tap_api import TapRoutes
 from agent.runtime.record_thread import InlineRecords, RecordThread
 from agent.runtime.recovery.checkpoints import CheckpointStore
@@ -267,6 +268,9 @@ class Agent:
         #: live samples of a job's records (``elf tap``; agent/runtime/ops/tap_api.py)
         self.tap_routes = TapRoutes(self.user.job_runtime, lambda: self.overlay.id)
         self.tap_routes.install(self.api)
+        #: a job's results as they change (``elf results --follow``; ops/results_stream.py)
+        self.result_streams = ResultStreams(self.user)
+        self.result_streams.install(self.api)
         #: every /agent/v1 route (agent/runtime/host/peer_api.py)
         self.peers = PeerApi(
             self.runtimes,
@@ -454,8 +458,10 @@ class Agent:
     async def change_job(self, name: str, change: Any) -> dict[str, Any]:
         return await self.user.change_job(name, change)
 
-    async def results(self, name: str, epoch: int | None) -> dict[str, Any]:
-        return await self.user.results(name, epoch)
+    async def results(
+        self, name: str, epoch: int | None, emit: str | None = None
+    ) -> dict[str, Any]:
+        return await self.user.results(name, epoch, emit)
 
     async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]:
         return await self.user.query(name, message)

@@ -158,7 +158,8 @@ class InputPort:
 class UserQueries(Protocol):
     """A job's results and queries (:class:`~agent.runtime.job.queries.ResultQueries`)."""
 
-    async def results(self, epoch: int | None) -> dict[str, Any]: ...
+    async def results(self, epoch: int | None, emit: str | None = None) -> dict[str, Any]: ...
+    async def versions(self) -> list[Any]: ...
     async def query_master(self, message: dict[str, Any]) -> dict[str, Any]: ...
 
 
@@ -230,8 +231,18 @@ class UserApi:
         timings = self.job_runtime(name).report.timings()
         return {"job": name, "node_id": f"{self.node_id():040x}", **timings}
 
-    async def results(self, name: str, epoch: int | None) -> dict[str, Any]:
-        return await self.job_runtime(name).queries.results(epoch)
+    async def results(
+        self, name: str, epoch: int | None, emit: str | None = None
+    ) -> dict[str, Any]:
+        return await self.job_runtime(name).queries.results(epoch, emit)
+
+    async def result_versions(self, name: str) -> list[Any]:
+        """The epochs the job's masters hold, with revision and state (the results stream)."""
+        return await self.job_runtime(name).queries.versions()
+
+    def job_emit(self, name: str) -> str:
+        """The job's ``emit`` (its spec's: the results stream's default)."""
+        return str(self.job_runtime(name).queries.emit)
 
     async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]:
         return await self.job_runtime(name).queries.query_master(message)

@@ -14,6 +14,12 @@ Contract (:class:`ResultQueries`, one per job runtime, on the event loop):
 * :meth:`~ResultQueries.results` is the job's result for an epoch: every tree's master is
   asked, the parts merged (top k re-cut), and the answer says whether it is final, partial
   or tentative (docs/fault-tolerance.md); an epoch a bound dropped is 410 ``Gone``.
+* Under ``EMIT FINAL`` (the spec's ``emit``, or the reader's ``emit`` override) a reader never
+  gets a tentative version: without an epoch :meth:`~ResultQueries.results` answers the newest
+  epoch whose result is final or partial (404 if none is yet), and an epoch still tentative
+  is 409 :class:`NotFinal`, naming its state, version and what it lacks.
+  :meth:`~ResultQueries.versions` lists the epochs every tree's master holds with their merged
+  ``revision`` and state (the results stream polls it: ``agent/runtime/ops/results_stream.py``).
 * :meth:`~ResultQueries.accuracy_now` never waits: an estimate not computed yet is computed
   in the background for the next reader.
 """
@@ -25,13 +31,44 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from agent.errors import BadRequest, Gone, NotFound, Unavailable
+from agent.errors import BadRequest, Conflict, Gone, NotFound, Unavailable
 from agent.jsonable import jsonable
 from agent.runtime.job.host import JobHost
+from agent.runtime.results.emission import EMITS, Seen, shown
 from agent.runtime.results.lake_history import provenance
 from agent.runtime.results.topk_accuracy import MISSING, AccuracyCache, merged_accuracy
 from srt import DataPlaneError
 from srt.dataplane.lineage import covered
+
+#: the newest final epochs tried when a newer one turned tentative between listing and reading
+FINAL_TRIES = 3
+
+
+class NotFinal(Conflict):
+    """409: the epoch asked for under ``EMIT FINAL`` is still tentative; ``details`` (sent
+    next to ``error`` by the HTTP API) says its ``state``, ``version``, ``revision``,
+    ``coverage`` and ``lacking``."""
+
+    def __init__(self, message: str, details: dict[str, Any]) -> None:
+        super().__init__(message, field="epoch")
+        self.details = details
+
+
+def merged_versions(listings: list[dict[str, Any]]) -> list[Seen]:
+    """The epochs every tree's listing holds, each with its ``revision`` (the sum of the trees'
+    versions) and merged state (tentative if any part is, else partial if any is, else final).
+    A listing without states (an older peer) reads as tentative version 0."""
+    if not listings:
+        return []
+    common = set.intersection(*(set(x.get("epochs") or ()) for x in listings))
+    per_tree = [{int(e): (int(v), str(st)) for e, v, st in x.get("states") or ()} for x in listings]
+    out = []
+    for epoch in sorted(common):
+        parts = [states.get(epoch, (0, "tentative")) for states in per_tree]
+        got = {st for _, st in parts}
+        state = "tentative" if "tentative" in got else "partial" if "partial" in got else "final"
+        out.append(Seen(epoch, sum(v for v, _ in parts), state))
+    return out
 
 
 class ResultQueries:
@@ -45,6 +82,11 @@ class ResultQueries:
         self._estimating: set[tuple[int, int]] = set()  # (tree, epoch) estimates under way
         self._master_urls: dict[int, tuple[asyncio.Future[str], float]] = {}
         self._master_nodes: dict[int, int] = {}  # tree → the node id its master URL names
+
+    @property
+    def emit(self) -> str:
+        """The job's ``emit`` now (its spec's; changeable at runtime)."""
+        return self.host.spec.emit
 
     def release(self) -> None:
         """The job stopped: forget the cached master lookups."""
@@ -100,7 +142,12 @@ class ResultQueries:
         store, spec = host.store, host.spec
         epochs = store.epochs(tid)
         if epoch is None:
-            return {"epochs": epochs}
+            states = []
+            for e in epochs:
+                held = store.peek(tid, e)
+                if held is not None:
+                    states.append([e, held.version, held.state])
+            return {"epochs": epochs, "states": states}
         result = store.get(tid, int(epoch))
         # the lake answers an epoch this master no longer holds (before it, or dropped), and
         # one it holds unpublished - not settled, a restarted master waiting for its
@@ -195,8 +242,50 @@ class ResultQueries:
                     raise Unavailable(f"the master of {name!r} failed: {exc}") from None
         raise AssertionError("unreachable")
 
-    async def results(self, epoch: int | None) -> dict[str, Any]:
-        """The job's result for ``epoch`` (default: the newest epoch all m masters have)."""
+    async def versions(self) -> list[Seen]:
+        """The epochs all m masters hold, with revision and state (:func:`merged_versions`)."""
+        tree_list = self.host.tree_list
+        listings = await asyncio.gather(*(self._tree_results(t, None) for t in tree_list))
+        return merged_versions(list(listings))
+
+    async def results(self, epoch: int | None, emit: str | None = None) -> dict[str, Any]:
+        """The job's result for ``epoch`` (default: the newest epoch all m masters have) under
+        ``emit`` (default the spec's): ``final`` never answers a tentative version (module
+        contract)."""
+        emit = emit or self.host.spec.emit
+        if emit not in EMITS:
+            raise BadRequest(f"emit must be one of {', '.join(EMITS)}, got {emit!r}", field="emit")
+        if emit == "changes":
+            return {**await self._result(epoch), "emit": emit}
+        if epoch is not None:
+            got = await self._result(epoch)
+            if got["state"] == "tentative":
+                raise NotFinal(
+                    f"job {self.host.name!r}: epoch {epoch} is not final yet (tentative, "
+                    f"lacking {len(got['lacking'])} origin(s)); this job emits final results "
+                    "only (?emit=changes shows tentative versions)",
+                    {key: got[key] for key in ("epoch", "state", "version", "revision",
+                                                "coverage", "lacking")},
+                )  # fmt: skip
+            return {**got, "emit": emit}
+        seen = await self.versions()
+        settled = [s.epoch for s in reversed(seen) if shown(emit, s.state)]
+        for candidate in settled[:FINAL_TRIES]:
+            try:
+                got = await self._result(candidate)
+            except (NotFound, Gone):
+                continue
+            if got["state"] != "tentative":
+                return {**got, "emit": emit}
+        newest = f" (the newest, epoch {seen[-1].epoch}, is tentative)" if seen else ""
+        raise NotFound(
+            f"job {self.host.name!r} has no final epoch yet{newest}; this job emits final "
+            "results only (?emit=changes shows tentative versions)"
+        )
+
+    async def _result(self, epoch: int | None) -> dict[str, Any]:
+        """The job's result for ``epoch`` whatever its state (default: the newest epoch all m
+        masters have)."""
         host = self.host
         name, tree_list = host.name, host.tree_list
         if epoch is not None and epoch < 0:
@@ -246,6 +335,8 @@ class ResultQueries:
             ),
             "lacking": sorted({o for p in parts for o in p.get("lacking") or ()}),
             "version": max((int(p.get("version", 1)) for p in held), default=1),
+            # grows with every new version of any tree's part: the results stream's cursor
+            "revision": sum(int(p.get("version", 1)) for p in held),
             "term": max((int(p.get("term", 0)) for p in held), default=0),
             # the fault-tolerance policy that produced the trees' results (one per policy)
             "policy": sorted({str(p["policy"]) for p in held if p.get("policy")}),

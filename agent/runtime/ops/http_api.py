@@ -16,7 +16,10 @@ GET      /api/v1/jobs                        list jobs
 DELETE   /api/v1/jobs/{name}                 stop a job
 POST     /api/v1/jobs/{name}/change          a runtime change, applied by every agent
 GET      /api/v1/jobs/{name}/timings         this agent's recent epoch and control timings
-GET      /api/v1/jobs/{name}/results         latest complete epoch, or ``?epoch=E``
+GET      /api/v1/jobs/{name}/results         latest complete epoch, or ``?epoch=E``;
+                                             ``?emit=final|changes`` overrides the job's emit
+GET      /api/v1/jobs/{name}/results/stream  NDJSON: every version (changes) or every final
+                                             one (final), ``agent.runtime.ops.results_stream``
 POST     /api/v1/jobs/{name}/query           cross-job query, answered by the job's master
 GET      /api/v1/jobs/{name}/local           ``?k=v``: the job's instance on this agent answers
 GET      /api/v1/status                      node id, neighbours, roles and trees per job
@@ -64,7 +67,9 @@ class AgentFacade(Protocol):
     async def stop_job(self, name: str) -> dict[str, Any]: ...
     async def change_job(self, name: str, change: Any) -> dict[str, Any]: ...
     def job_timings(self, name: str) -> dict[str, Any]: ...
-    async def results(self, name: str, epoch: int | None) -> dict[str, Any]: ...
+    async def results(
+        self, name: str, epoch: int | None, emit: str | None = None
+    ) -> dict[str, Any]: ...
     async def query(self, name: str, message: dict[str, Any]) -> dict[str, Any]: ...
     async def local_query(self, name: str, params: dict[str, str]) -> dict[str, Any]: ...
     def status(self) -> dict[str, Any]: ...
@@ -149,6 +154,7 @@ class HttpApi:
             body = {"error": str(exc)}
             if exc.field:
                 body["field"] = exc.field
+            body.update(getattr(exc, "details", None) or {})  # e.g. NotFinal's state
             return _json(body, exc.status)
         except Exception as exc:  # a bug must answer 500 with its name, not kill the agent
             self._count("internal_error")
@@ -227,7 +233,8 @@ class HttpApi:
                 epoch = int(text)
             except ValueError:
                 raise BadRequest(f"epoch must be an integer, got {text!r}") from None
-        return _json(await self.agent.results(request.match_info["name"], epoch))
+        emit = request.query.get("emit")
+        return _json(await self.agent.results(request.match_info["name"], epoch, emit))
 
     async def _query(self, request: web.Request) -> web.Response:
         body = await self._body(request)

@@ -110,6 +110,7 @@ queries = st.builds(
     window=windows,
     mode=st.sampled_from([None, "SYNC", "ASYNC"]),
     partitions=st.one_of(st.none(), st.integers(1, 64)),
+    emit=st.sampled_from([None, "FINAL", "CHANGES"]),
 )
 
 
@@ -147,6 +148,9 @@ VOCAB = [
     "regexp_extract(x, '(a)', 1)",
     "split(x, ',')[0]",
     "30 s",
+    "EMIT",
+    "FINAL",
+    "changes",
 ]
 
 
@@ -199,8 +203,8 @@ def test_quoted_identifiers_and_dotted_paths() -> None:
             "SELECT a, count(*) AS n FROM t\nGROUP BY a\nFORM x",
             3,
             1,
-            "expected ',', HAVING, ORDER BY, LIMIT, WINDOW, MODE, PARTITIONS, ';' or end of query"
-            ", got 'FORM'",
+            "expected ',', HAVING, ORDER BY, LIMIT, WINDOW, MODE, PARTITIONS, EMIT, ';' or end of "
+            "query, got 'FORM'",
         ),
         ("SELECT count(*) AS n FROM t WHERE a = ", 1, 39, "expected an expression"),
         ("SELECT count(*) AS n FROM t LIMIT 0", 1, 35, "expected a positive integer after LIMIT"),

@@ -51,12 +51,14 @@ schemathesis.serializer.alias("application/x-ndjson", "text/plain")
 # the dashboard's event stream never ends by itself (tests/agent/runtime/test_dashboard.py
 # reads it); leave stops the agent (tests/agent/runtime/test_membership_api.py checks it); a
 # tap waits up to its timeout (60 s) for records: tests/agent/runtime/test_tap.py checks its
-# replies against the document and its 400/401/404/429
+# replies against the document and its 400/401/404/429; a results stream runs until its job
+# stops (tests/agent/runtime/test_emit_cluster.py reads it)
 schema = (
     schemathesis.openapi.from_dict(DOCUMENT)
     .exclude(path="/api/v1/dashboard/events")
     .exclude(path="/api/v1/leave")
     .exclude(path="/api/v1/jobs/{name}/tap")
+    .exclude(path="/api/v1/jobs/{name}/results/stream")
 )
 schema.config.generation.update(
     modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
