@@ -38,7 +38,6 @@ import math
 import threading
 from typing import Any
 
-import datasketches as ds
 import msgpack
 import numpy as np
 
@@ -50,10 +49,24 @@ from cbt.aggregators import (
     register_aggregator,
 )
 
-#: the HLL target type of serialized states: HLL_8, one byte per register (4 KiB at lg_k 12
-#: once dense; HLL_4 would be half): its layout has no exception table, so a hostile binary is
-#: fully checkable before the C++ decoder sees it (cbt/sketch_bytes.py); Spark reads any type
-_HLL_WIRE = ds.tgt_hll_type.HLL_8
+
+def _ds() -> Any:
+    """The ``datasketches`` module, imported on first use: it maps ~18 MB that an agent whose
+    jobs use no sketch never needs (the issue "A lightweight agent"; import is thread-safe
+    and, once done, a dictionary lookup)."""
+    import datasketches
+
+    return datasketches
+
+
+def _hll_wire() -> Any:
+    """The HLL target type of serialized states: HLL_8, one byte per register (4 KiB at
+    lg_k 12 once dense; HLL_4 would be half): its layout has no exception table, so a hostile
+    binary is fully checkable before the C++ decoder sees it (cbt/sketch_bytes.py); Spark
+    reads any type."""
+    return _ds().tgt_hll_type.HLL_8
+
+
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 MIN_LG_K, MAX_LG_K, DEFAULT_LG_K = 4, 21, 12
@@ -116,7 +129,7 @@ def _probe_hll(sk: Any) -> None:
 
 
 def _probe_items(sk: Any) -> None:
-    sk.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_POSITIVES)
+    sk.get_frequent_items(_ds().frequent_items_error_type.NO_FALSE_POSITIVES)
 
 
 def _is_number(v: Any) -> bool:
@@ -146,7 +159,7 @@ def check_kll_k(k: Any) -> int:
 
 def kll_rank_error(k: int) -> float:
     """The KLL sketch's normalized rank error for ``k`` (single quantile, 99 % confidence)."""
-    return float(ds.kll_doubles_sketch.get_normalized_rank_error(k, False))
+    return float(_ds().kll_doubles_sketch.get_normalized_rank_error(k, False))
 
 
 class ApproxQuantiles(Aggregator):
@@ -179,10 +192,10 @@ class ApproxQuantiles(Aggregator):
 
     def empty(self) -> Any:
         """A sketch that has seen nothing (the columnar path's batch start)."""
-        return ds.kll_doubles_sketch(self.k)
+        return _ds().kll_doubles_sketch(self.k)
 
     def lift(self, value: Any) -> Any:
-        return self.add(ds.kll_doubles_sketch(self.k), value)
+        return self.add(_ds().kll_doubles_sketch(self.k), value)
 
     def add(self, state: Any, value: Any) -> Any:
         if not _is_number(value):
@@ -200,7 +213,7 @@ class ApproxQuantiles(Aggregator):
         return a
 
     def copy(self, state: Any) -> Any:
-        return ds.kll_doubles_sketch.deserialize(state.serialize())
+        return _ds().kll_doubles_sketch.deserialize(state.serialize())
 
     def serialize(self, state: Any) -> bytes:
         if not state.is_empty():
@@ -212,7 +225,7 @@ class ApproxQuantiles(Aggregator):
     def deserialize(self, obj: Any) -> Any:
         what = "KLL"
         blob = _vetted(obj, what, sketch_bytes.check_kll, self.k, self._max_bytes)
-        return _decode(what, ds.kll_doubles_sketch.deserialize, blob, _probe_kll)
+        return _decode(what, _ds().kll_doubles_sketch.deserialize, blob, _probe_kll)
 
     def finalize(self, state: Any) -> Any:
         if state.is_empty():
@@ -241,7 +254,7 @@ def check_lg_k(lg_k: Any) -> int:
 
 def hll_rse(lg_k: int) -> float:
     """The relative standard error of a merged (unioned) HLL sketch of ``lg_k``."""
-    return float(ds.hll_sketch.get_rel_err(False, True, lg_k, 1))
+    return float(_ds().hll_sketch.get_rel_err(False, True, lg_k, 1))
 
 
 def hll_item(value: Any) -> int | float | str:
@@ -295,10 +308,10 @@ class ApproxDistinct(Aggregator):
         return {"lg_k": self.lg_k}
 
     def empty(self) -> Any:
-        return ds.hll_union(self.lg_k)
+        return _ds().hll_union(self.lg_k)
 
     def lift(self, value: Any) -> Any:
-        return self.add(ds.hll_union(self.lg_k), value)
+        return self.add(_ds().hll_union(self.lg_k), value)
 
     def add(self, state: Any, value: Any) -> Any:
         state.update(hll_item(value))
@@ -312,24 +325,24 @@ class ApproxDistinct(Aggregator):
         return state
 
     def merge(self, a: Any, b: Any) -> Any:
-        a.update(b.get_result(ds.tgt_hll_type.HLL_8))
+        a.update(b.get_result(_hll_wire()))
         return a
 
     def copy(self, state: Any) -> Any:
-        u = ds.hll_union(self.lg_k)
-        u.update(state.get_result(ds.tgt_hll_type.HLL_8))
+        u = _ds().hll_union(self.lg_k)
+        u.update(state.get_result(_hll_wire()))
         return u
 
     def serialize(self, state: Any) -> bytes:
-        return sketch_bytes.canonical_hll(bytes(state.get_result(_HLL_WIRE).serialize_compact()))
+        return sketch_bytes.canonical_hll(bytes(state.get_result(_hll_wire()).serialize_compact()))
 
     def deserialize(self, obj: Any) -> Any:
         what = "HLL"
         blob = _vetted(obj, what, sketch_bytes.check_hll, self.lg_k, self._max_bytes)
-        sk = _decode(what, ds.hll_sketch.deserialize, blob, _probe_hll)
+        sk = _decode(what, _ds().hll_sketch.deserialize, blob, _probe_hll)
         if sk.lg_config_k != self.lg_k:
             raise _reject(what, f"lg_k={sk.lg_config_k}, expected {self.lg_k}")
-        u = ds.hll_union(self.lg_k)
+        u = _ds().hll_union(self.lg_k)
         u.update(sk)
         return u
 
@@ -338,7 +351,7 @@ class ApproxDistinct(Aggregator):
         # sketch with the composite estimator: the same registers, different estimates. The
         # estimate is that of the canonical binary (sketch_bytes.canonical_hll), a function
         # of the registers alone, whatever the tree shape, merge order, spills and hops.
-        return float(ds.hll_sketch.deserialize(self.serialize(state)).get_estimate())
+        return float(_ds().hll_sketch.deserialize(self.serialize(state)).get_estimate())
 
     def sketch_bytes(self, state: Any) -> bytes:
         """The binary the lake keeps (Spark's ``hll_union_agg`` reads it)."""
@@ -409,7 +422,7 @@ class FrequentState:
             # nothing is in the map, so any string's upper bound is the sketch's offset
             self.lost_error += int(self.sk.get_upper_bound(""))
             self.lost_weight += int(self.sk.total_weight)
-            self.sk = ds.frequent_strings_sketch(lg_max_map_size)
+            self.sk = _ds().frequent_strings_sketch(lg_max_map_size)
         return self
 
 
@@ -434,7 +447,7 @@ class ApproxTopK(Aggregator):
         if not isinstance(lg, int) or isinstance(lg, bool) or not 3 <= lg <= 21:
             raise ValueError(f"expected lg_max_map_size in [3, 21], got {lg!r}")
         self.lg_max_map_size = lg
-        self._epsilon = ds.frequent_strings_sketch.get_epsilon_for_lg_size(lg)
+        self._epsilon = _ds().frequent_strings_sketch.get_epsilon_for_lg_size(lg)
 
     def params(self) -> dict[str, Any]:
         return {"k": self.k, "lg_max_map_size": self.lg_max_map_size}
@@ -443,7 +456,7 @@ class ApproxTopK(Aggregator):
         return float(self._epsilon)
 
     def empty(self) -> FrequentState:
-        return FrequentState(ds.frequent_strings_sketch(self.lg_max_map_size))
+        return FrequentState(_ds().frequent_strings_sketch(self.lg_max_map_size))
 
     def lift(self, value: Any) -> FrequentState:
         return self.add(self.empty(), value)
@@ -467,7 +480,7 @@ class ApproxTopK(Aggregator):
         return a.settle(self.lg_max_map_size)
 
     def copy(self, state: FrequentState) -> FrequentState:
-        sk = ds.frequent_strings_sketch.deserialize(state.sk.serialize())
+        sk = _ds().frequent_strings_sketch.deserialize(state.sk.serialize())
         return FrequentState(sk, state.lost_weight, state.lost_error)
 
     def serialize(self, state: FrequentState) -> Any:
@@ -490,13 +503,13 @@ class ApproxTopK(Aggregator):
         # items are arbitrary strings: bound the whole binary rather than guess their sizes
         check = sketch_bytes.check_frequent
         blob = _vetted(obj, what, check, self.lg_max_map_size, 64 << 20)
-        sk = _decode(what, ds.frequent_strings_sketch.deserialize, blob, _probe_items)
+        sk = _decode(what, _ds().frequent_strings_sketch.deserialize, blob, _probe_items)
         if not math.isclose(sk.epsilon, self._epsilon):
             raise _reject(what, "map size differs from this job's")
         return FrequentState(sk, lost_weight, lost_error)
 
     def finalize(self, state: FrequentState) -> list:
-        rows = state.sk.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_NEGATIVES)
+        rows = state.sk.get_frequent_items(_ds().frequent_items_error_type.NO_FALSE_NEGATIVES)
         # rows: (item, estimate, lower bound, upper bound)
         rows.sort(key=lambda r: (-r[1], r[0]))
         return [[item, int(est)] for item, est, _lo, _hi in rows[: self.k]]

@@ -1,7 +1,7 @@
-"""The agent's Prometheus metrics: one registry per agent, read at scrape time.
+"""The agent's Prometheus metrics: one set per agent, read at scrape time.
 
-Contract: :class:`AgentMetrics` owns a private :class:`prometheus_client.CollectorRegistry`
-(never the process-global one: a test or ``elf agent --agents N`` runs several agents in one
+Contract: :class:`AgentMetrics` renders its own collectors (never ``prometheus_client``'s
+process-global registry: a test or ``elf agent --agents N`` runs several agents in one
 process, each with its own ``/metrics``). Its :class:`AgentCollector` reads the agent's own
 counters through the narrow :class:`MetricsSource` protocol *when scraped* — nothing is copied
 on the hot path — and turns them into metric families (:meth:`AgentMetrics.exposition` is the
@@ -25,22 +25,18 @@ a failed background task as ``task_failed``, without its description), ``role`` 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from prometheus_client import (
-    CONTENT_TYPE_PLAIN_0_0_4,
-    CollectorRegistry,
-    Histogram,
-    ProcessCollector,
-    generate_latest,
-)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
+from agent.runtime.ops.latency_histograms import LatencyHistogram
 from cbt import rejected_binaries
+
+if TYPE_CHECKING:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+#: the Prometheus text format's content type (``prometheus_client.CONTENT_TYPE_PLAIN_0_0_4``,
+#: written out: that library is imported only when a scrape comes, see AgentMetrics)
+CONTENT_TYPE_PLAIN_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 
 ROLES = ("worker", "forwarder", "master")
 #: multicast kinds the runtime sends itself; any other (a job's own) is reported as "job"
@@ -93,12 +89,16 @@ class _Families:
         self._by_name: dict[str, Metric] = {}
 
     def counter(self, name: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
+        from prometheus_client.core import CounterMetricFamily
+
         fam = self._by_name.get(name)
         if fam is None:
             fam = self._by_name[name] = CounterMetricFamily(name, doc, labels=list(labels))
         return fam  # type: ignore[return-value]
 
     def gauge(self, name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+        from prometheus_client.core import GaugeMetricFamily
+
         fam = self._by_name.get(name)
         if fam is None:
             fam = self._by_name[name] = GaugeMetricFamily(name, doc, labels=list(labels))
@@ -108,7 +108,7 @@ class _Families:
         return iter(self._by_name.values())
 
 
-class AgentCollector(Collector):
+class AgentCollector:
     """Reads a :class:`MetricsSource` at scrape time (see the module contract)."""
 
     def __init__(self, source: MetricsSource) -> None:
@@ -512,63 +512,66 @@ def _summed(dicts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 
 
 class AgentMetrics:
-    """One agent's registry: the scrape-time collector, the latency histograms and the
-    process collector. Its :meth:`epoch_stored` / :meth:`multicast_done` are the runtime's
-    :class:`~agent.runtime.services.EpochObserver` (cheap, never raise)."""
+    """One agent's metrics: the scrape-time collector, the latency histograms and the process
+    collector. Its :meth:`epoch_stored` / :meth:`multicast_done` are the runtime's
+    :class:`~agent.runtime.services.EpochObserver` (cheap, never raise).
+
+    ``prometheus_client`` (about 13 MB mapped) is imported by the first scrape, not before:
+    the histograms count into plain lists (:mod:`agent.runtime.ops.latency_histograms`) and
+    the process collector reads ``/proc`` only when scraped anyway."""
 
     def __init__(self, source: MetricsSource, *, process: bool = True) -> None:
         self._source = source
-        self.registry = CollectorRegistry(auto_describe=False)
         self._collector = AgentCollector(source)
-        self.registry.register(self._collector)
-        #: the collectors observed live (thread-safe), rendered beside a read of the source
-        self._live: list[Any] = []
-        if process:
-            self._live.append(ProcessCollector(registry=self.registry))
-        self.rollup = Histogram(
+        self._process = process
+        self._process_collector: Any = None  # built by the first scrape that wants it
+        self.rollup = LatencyHistogram(
             "elf_rollup_latency_seconds",
             "Seconds from an epoch's end to its result stored at this master (lateness included).",
             ["job"],
-            buckets=ROLLUP_BUCKETS,
-            registry=self.registry,
+            ROLLUP_BUCKETS,
         )
-        self.multicast = Histogram(
+        self.multicast = LatencyHistogram(
             "elf_multicast_latency_seconds",
             "Seconds from a master's multicast to the confirmation from its whole tree.",
             ["job", "kind"],
-            buckets=MULTICAST_BUCKETS,
-            registry=self.registry,
+            MULTICAST_BUCKETS,
         )
-        self._lock = threading.Lock()
-        self._observed: set[tuple[str, ...]] = set()  # histogram children (pruned per scrape)
 
     def epoch_stored(self, job: str, epoch_end: float, stored_at: float) -> None:
-        with self._lock:
-            self._observed.add(("rollup", job))
-        self.rollup.labels(job).observe(max(0.0, stored_at - epoch_end))
+        self.rollup.observe((job,), max(0.0, stored_at - epoch_end))
 
     def multicast_done(self, job: str, kind: str, seconds: float) -> None:
         kind = kind if kind in MULTICAST_KINDS else "job"
-        with self._lock:
-            self._observed.add(("multicast", job, kind))
-        self.multicast.labels(job, kind).observe(max(0.0, seconds))
+        self.multicast.observe((job, kind), max(0.0, seconds))
 
     def _prune(self, running: Iterable[str]) -> None:
-        """Remove the histogram children of jobs that no longer run here (bounded labels)."""
+        """Remove the histogram series of jobs that no longer run here (bounded labels)."""
         live = set(running)
-        with self._lock:
-            gone = {key for key in self._observed if key[1] not in live}
-            self._observed -= gone
-        for key in gone:
-            hist = self.rollup if key[0] == "rollup" else self.multicast
-            with contextlib.suppress(KeyError):
-                hist.remove(*key[1:])
+        for hist in (self.rollup, self.multicast):
+            for labels in hist.series():
+                if labels[0] not in live:
+                    hist.remove(labels)
+
+    def _live(self) -> list[Any]:
+        """The collectors read at scrape time besides the agent's figures: the histograms and,
+        if asked for, ``prometheus_client``'s process collector (its CPU, RSS, open files)."""
+        live: list[Any] = [self.rollup, self.multicast]
+        if self._process:
+            if self._process_collector is None:
+                from prometheus_client import ProcessCollector
+
+                self._process_collector = ProcessCollector(registry=None)
+            live.append(self._process_collector)
+        return live
 
     def exposition(self) -> bytes:
-        """The registry in the Prometheus text format (``prometheus_client``), rendered in
+        """The metrics in the Prometheus text format (``prometheus_client``), rendered in
         the calling thread."""
-        text = generate_latest(self.registry)
-        self._prune(self._collector.last_jobs)  # a stopped job's children: gone next scrape
+        from prometheus_client import generate_latest
+
+        text = generate_latest(_Composite([self._collector, *self._live()]))  # type: ignore[arg-type]
+        self._prune(self._collector.last_jobs)  # a stopped job's series: gone next scrape
         return text
 
     async def exposition_async(self) -> bytes:
@@ -577,11 +580,13 @@ class AgentMetrics:
         a worker thread (``prometheus_client``'s formatting dominates: ~15 ms for 50 jobs,
         ``bench/ops_bench.py``), so the loop is never held for the whole scrape."""
         figures = self._collector.read()
+        live = self._live()
 
         def render() -> bytes:
+            from prometheus_client import generate_latest
+
             fixed = self._collector.families(*figures)
-            return generate_latest(_Composite([_Fixed(fixed), self.rollup, self.multicast,
-                                               *self._live]))  # fmt: skip
+            return generate_latest(_Composite([_Fixed(fixed), *live]))  # type: ignore[arg-type]
 
         text = await asyncio.to_thread(render)
         self._prune(self._collector.last_jobs)

@@ -1,5 +1,5 @@
 """Heavy libraries load where they are used (issue "A lightweight agent"): a real agent
-process with nothing to do maps no pyarrow (nor pandas), and the job classes it loads at
+process with nothing to do maps no pyarrow (nor pandas, nor datasketches), and the job classes it loads at
 start - every ``elf.jobs`` entry point - import it only with their first columnar batch.
 
 Observable: the agent process's memory maps (``/proc/<pid>/maps`` via psutil), and a fresh
@@ -18,16 +18,18 @@ import psutil
 from agent.server.chaos import wait_until
 from agent.server.cluster import LocalCluster
 
-HEAVY = ("pyarrow", "pandas")
+HEAVY = ("pyarrow", "pandas", "datasketches")
 
 
 def mapped(pid: int) -> set[str]:
-    """The heavy packages whose files the process maps."""
+    """The heavy packages whose files the process maps (datasketches' extension lies beside
+    its package: ``site-packages/_datasketches.*.so``)."""
     paths = [m.path for m in psutil.Process(pid).memory_maps(grouped=True)]
-    return {h for h in HEAVY for p in paths if f"/site-packages/{h}/" in p}
+    marks = {h: (f"/site-packages/{h}/", f"/site-packages/_{h}.") for h in HEAVY}
+    return {h for h in HEAVY for p in paths if any(m in p for m in marks[h])}
 
 
-def test_an_idle_agent_maps_no_arrow(tmp_path: Path) -> None:
+def test_an_idle_agent_maps_no_arrow_nor_sketches(tmp_path: Path) -> None:
     cluster = LocalCluster(1, tmp_path).start()
     try:
         client = cluster.client(0)
