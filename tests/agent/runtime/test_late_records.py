@@ -252,6 +252,4 @@ def test_malformed_reports_are_refused(body: Any) -> None:
 
 
 def test_a_report_reads_back() -> None:
-    assert parse_report([[3, {"web": 2}], [3, {"web": 1, "api": 4}]]) == {
-        3: {"web": 3, "api": 4}
-    }
+    assert parse_report([[3, {"web": 2}], [3, {"web": 1, "api": 4}]]) == {3: {"web": 3, "api": 4}}
