@@ -62,6 +62,7 @@ def runtime(store: ResultStore, job: QLJob, epoch_seconds: int) -> Any:
         job=job,
         count=lambda what, n=1: None,
         job_for=lambda epoch: job,
+        late_records=lambda epoch: None,
     )
 
 

@@ -81,7 +81,8 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[int, list[
     )
     runtime = SimpleNamespace(name="sk", store=store, tree_list=[TREE], tree_set={TREE},
                               spec=spec, operator=None, job=job, count=lambda *a, **k: None,
-                              job_for=lambda epoch: job)  # fmt: skip
+                              job_for=lambda epoch: job,
+                              late_records=lambda epoch: None)  # fmt: skip
     sink = LakeSink(runtime, writer)
     raw: dict[int, list[dict]] = {}
     for epoch in range(START // DAY, START // DAY + DAYS):
