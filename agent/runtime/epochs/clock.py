@@ -213,11 +213,12 @@ class EpochClock:
         if ok.any():
             self._seen = max(self._seen, float(ts[ok].max()))
         epochs = np.floor(ts / self.epoch_seconds).astype(np.int64)
-        early = np.zeros(count, bool)
+        before = 0
         if self.start_epoch is not None:
             early = ok & (epochs < self.start_epoch)
             ok &= ~early
-        late = np.zeros(count, bool)
+            before = int(early.sum())
+        late = None
         if self._closed_any:
             late = ok & (epochs < self._next)  # type: ignore[operator]
             ok &= ~late
@@ -231,12 +232,13 @@ class EpochClock:
             self._max_ts = float(newest[-1])
             self._raise_watermark(float(marks[-1]))
         ok &= ~late2
-        before = int(early.sum())
         self._late += before
         self._before_start += before
-        late |= late2
-        if late.any():
-            self._note_late_many(epochs[late], ts[late])
+        if late is not None:
+            late2 |= late
+        idx = np.flatnonzero(late2)  # the late rows, in order (usually none)
+        if len(idx):
+            self._note_late_many(epochs[idx], ts[idx])
         accepted = int(ok.sum())
         if accepted:
             self._last_arrival = now
