@@ -349,10 +349,14 @@ class PeerApi:
         body = await json_body(request, "job", "origin", "epochs")
         runtime = runtime_or_reject(self.runtimes, body["job"])
         try:
-            origin = format(int(str(body["origin"]), 16), "x")
+            text = str(body["origin"])
+            node = int(text, 16) if len(text) <= 42 else -1
             epochs = parse_report(body["epochs"])
         except ValueError as exc:
             raise Reject(400, "bad_body", str(exc)[:200]) from None
+        if not 0 <= node < 1 << 160:
+            raise Reject(400, "bad_body", "origin must be a 160-bit hex id")
+        origin = format(node, "x")
         runtime.accept_late_records(origin, epochs)
         return {"ok": True}
 

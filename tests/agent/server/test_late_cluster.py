@@ -7,6 +7,7 @@ and its log a WARNING naming them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
@@ -20,6 +21,8 @@ from agent_helpers import wait_until
 
 from agent.client import ApiClient, ApiError
 from agent.server.cluster import LocalCluster
+from srt import DataPlaneClient
+from srt.config import Tunables
 
 AGENTS = 3
 WORDS = ["alpha", "beta", "gamma", "delta"]
@@ -115,3 +118,36 @@ def test_late_records_are_counted_in_the_result_sampled_and_logged(cluster: Any)
     # the master says how many it was told of
     masters = [local.client(i).status()["jobs"]["wc"]["late_reported"] for i in range(AGENTS)]
     assert [m["records"] for m in masters if m is not None] == [total]
+
+    # a peer holding the secret with malformed reports: a clear 4xx, nothing counted
+    answers = asyncio.run(hostile_reports(local))
+    assert {a for a in answers if a[1] == 400} == {
+        (what, 400, "bad_body") for what in ("origin", "epoch", "count", "long origin")
+    }
+    assert ("unknown job", 503, "unknown_job") in answers
+    assert late_field() == want
+
+
+async def hostile_reports(local: LocalCluster) -> list[tuple[str, int, str | None]]:
+    secret = local.secret_file.read_bytes().strip()
+    client = DataPlaneClient(secret, tunables=Tunables(request_timeout=5.0))
+    good = [[1, {"lines": 1}]]
+    bodies = {
+        "origin": {"job": "wc", "origin": "zz", "epochs": good},
+        "long origin": {"job": "wc", "origin": "f" * 400, "epochs": good},
+        "epoch": {"job": "wc", "origin": "ab", "epochs": [[1.5, {"lines": 1}]]},
+        "count": {"job": "wc", "origin": "ab", "epochs": [[1, {"lines": -3}]]},
+        "unknown job": {"job": "nope", "origin": "ab", "epochs": good},
+    }
+    out = []
+    try:
+        for agent in local.agents():
+            for what, body in bodies.items():
+                status, data = await client.request(
+                    "POST", agent["data_url"], "/agent/v1/late-records",
+                    json.dumps(body).encode(), content_type="application/json",
+                )  # fmt: skip
+                out.append((what, status, json.loads(data or b"{}").get("error")))
+    finally:
+        await client.close()
+    return out
