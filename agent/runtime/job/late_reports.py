@@ -97,7 +97,12 @@ class LateReporter:
         except Exception as exc:  # unreachable, a hand-over: keep the counts, retry later
             self._forget(tid, exc)
             host.count("late_report_retries")
-            log.info("job %s: late report to the master failed: %r; retrying", host.name, exc)
+            self._log.info(
+                f"late-report-retry:{host.name}",
+                "job %s: late report to the master failed: %r; retrying",
+                host.name,
+                exc,
+            )
             self.add(batch)
         finally:
             self._sending = False
