@@ -10,6 +10,7 @@ import logging
 import math
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from agent.runtime.epochs import late as late_mod
 from agent.runtime.epochs.clock import EpochClock
 from agent.runtime.epochs.late import LateRecords, late_dead_letter
 from agent.runtime.epochs.worker import Worker
+from agent.runtime.job.late_reports import LateReporter
 from agent.runtime.results.late_ledger import LateLedger, parse_report
 
 
@@ -253,3 +255,84 @@ def test_malformed_reports_are_refused(body: Any) -> None:
 
 def test_a_report_reads_back() -> None:
     assert parse_report([[3, {"web": 2}], [3, {"web": 1, "api": 4}]]) == {3: {"web": 3, "api": 4}}
+
+
+# ---- the origin's reports to the master -------------------------------------------------------
+
+
+class ReportHost:
+    """The parts of a job runtime the reporter uses, with a master that fails first."""
+
+    def __init__(self) -> None:
+        self.name, self.tree_list = "q", [7]
+        self.counters: Counter = Counter()
+        self.posted: list[dict[str, Any]] = []
+        self.tasks_run: list[Any] = []
+        self.network = SimpleNamespace(
+            node_id=0xAB, data_url="http://me", client=SimpleNamespace(post_json=self.post)
+        )
+        self.tasks = SimpleNamespace(spawn=lambda coro, what: self.tasks_run.append(coro))
+        self.fail = 1
+
+    def count(self, what: str, n: int = 1) -> None:
+        self.counters[what] += n
+
+    async def post(self, url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.fail:
+            self.fail -= 1
+            raise OSError("refused")
+        self.posted.append(body)
+        return {"ok": True}
+
+
+async def test_reports_reach_the_master_once_after_a_failure() -> None:
+    host = ReportHost()
+    local: list[Any] = []
+    forgot: list[int] = []
+
+    async def master_url(tid: int) -> str:
+        return "http://master"
+
+    rep = LateReporter(host, master_url=master_url,  # type: ignore[arg-type]
+                       forget_master_url=lambda tid, exc: forgot.append(tid),
+                       local=lambda origin, epochs: local.append((origin, epochs)))  # fmt: skip
+    rep.add({5: {"web": 2}})
+    rep.flush(now=100.0)
+    rep.flush(now=100.1)  # one in flight: nothing more spawned
+    assert len(host.tasks_run) == 1
+    rep.add({5: {"web": 1}, 6: {"api": 4}})  # while the first is in flight
+    await host.tasks_run.pop()  # the master refused: the counts are kept
+    assert host.counters["late_report_retries"] == 1 and forgot == [7]
+    rep.flush(now=100.5)  # within a second of the last attempt: not yet
+    assert not host.tasks_run
+    rep.flush(now=101.5)
+    await host.tasks_run.pop()
+    assert host.posted == [
+        {"job": "q", "origin": "ab", "epochs": [[5, {"web": 3}], [6, {"api": 4}]]}
+    ]
+    rep.flush(now=103.0)  # nothing pending: nothing sent twice
+    assert not host.tasks_run and not local
+
+
+async def test_a_master_here_takes_the_report_locally() -> None:
+    host = ReportHost()
+    local: list[Any] = []
+
+    async def master_url(tid: int) -> str:
+        return "http://me"
+
+    rep = LateReporter(host, master_url=master_url,  # type: ignore[arg-type]
+                       forget_master_url=lambda tid, exc: None,
+                       local=lambda o, epochs: local.append((o, dict(epochs))))  # fmt: skip
+    rep.add({3: {"web": 1}})
+    rep.flush(now=10.0)
+    await host.tasks_run.pop()
+    assert local == [("ab", {3: Counter({"web": 1})})] and not host.posted
+
+
+def test_pending_reports_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("agent.runtime.job.late_reports.MAX_EPOCHS", 3)
+    host = ReportHost()
+    rep = LateReporter(host, master_url=None, forget_master_url=None, local=None)  # type: ignore[arg-type]
+    rep.add({e: {"web": e} for e in range(1, 6)})  # epochs 1 and 2 dropped, counted
+    assert host.counters["late_report_dropped"] == 3
