@@ -32,6 +32,7 @@ class LateLedger:
         self._inputs: dict[int, Counter[str]] = {}
         self._floor: int | None = None  # the highest epoch forgotten (older: unknown)
         self.total = 0
+        self.by_origin: Counter[str] = Counter()  # every late record reported, per origin
         self.reports = 0
 
     def add(self, origin: str, epochs: Mapping[int, Mapping[str, int]]) -> list[int]:
@@ -44,6 +45,7 @@ class LateLedger:
             if n <= 0:
                 continue
             self.total += n
+            self.by_origin[origin] += n
             if self._floor is not None and epoch <= self._floor:
                 continue
             per = self._origins.get(epoch)
@@ -77,10 +79,12 @@ class LateLedger:
         }
 
     def stats(self) -> dict[str, Any]:
-        """``records`` (every late record reported here), ``epochs`` (with late records,
-        kept), ``forgotten_below`` (epochs at or below it: unknown), ``reports``."""
+        """``records`` (every late record reported here) and ``by_origin``, ``epochs`` (with
+        late records, kept), ``forgotten_below`` (epochs at or below it: unknown),
+        ``reports``."""
         return {
             "records": self.total,
+            "by_origin": dict(self.by_origin),
             "epochs": len(self._origins),
             "forgotten_below": self._floor,
             "reports": self.reports,

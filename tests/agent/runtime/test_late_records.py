@@ -31,40 +31,47 @@ from agent.runtime.job.late_reports import LateReporter
 from agent.runtime.results.late_ledger import LateLedger, parse_report
 
 
-def reference(batches: list[list[float]], e: float, lateness: float) -> tuple[int, Counter]:
+def reference(
+    batches: list[list[float]], e: float, lateness: float
+) -> tuple[int, Counter, list[bool]]:
     """The watermark rule written out: watermark = max event time - lateness; a record is late
     when its epoch ends at or before the watermark or was closed; after each batch every epoch
-    ending at or before the watermark closes. Returns (accepted, late per epoch)."""
+    ending at or before the watermark closes. Returns (accepted, late per epoch, whether each
+    record in offer order is late)."""
     max_ts, mark, nxt, closed = -math.inf, -math.inf, None, False
-    accepted, late = 0, Counter()
+    accepted, late, flags = 0, Counter(), []
     for batch in batches:
         for ts in batch:
             ep = math.floor(ts / e)
             if closed and ep < nxt:
                 late[ep] += 1
+                flags.append(True)
                 continue
             if ts > max_ts:
                 max_ts, mark = ts, max(mark, ts - lateness)
             if (ep + 1) * e <= mark:
                 late[ep] += 1
+                flags.append(True)
                 continue
             accepted += 1
+            flags.append(False)
             if nxt is None or (not closed and ep < nxt):
                 nxt = ep
         while nxt is not None and (nxt + 1) * e <= mark:
             nxt, closed = nxt + 1, True
-    return accepted, late
+    return accepted, late, flags
 
 
 def run_clock(batches: list[list[float]], e: float, lateness: float, vectorized: bool):
     clock = EpochClock(e, lateness, None, lambda: 0.0)
-    accepted, late, firsts = 0, Counter(), []
+    accepted, late, firsts, refused = 0, Counter(), [], []
     for batch in batches:
         if vectorized:
             _, ok = clock.assign_many(np.asarray(batch, dtype=np.float64))
-            accepted += int(ok.sum())
+            refused += (~ok).tolist()
         else:
-            accepted += sum(clock.assign(ts) is not None for ts in batch)
+            refused += [clock.assign(ts) is None for ts in batch]
+        accepted = refused.count(False)
         got = clock.take_late()
         for ep, (n, first) in got.items():
             late[ep] += n
@@ -72,6 +79,7 @@ def run_clock(batches: list[list[float]], e: float, lateness: float, vectorized:
             firsts.append((ep, first, batch))
         for ep in clock.closable():
             clock.close(ep)
+    clock.refused = refused  # type: ignore[attr-defined]
     return clock, accepted, late, firsts
 
 
@@ -93,10 +101,11 @@ def test_late_records_follow_the_watermark_rule(
     batches: list[list[float]], e: float, lateness: float, vectorized: bool
 ) -> None:
     clock, accepted, late, firsts = run_clock(batches, e, lateness, vectorized)
-    want_accepted, want_late = reference(batches, e, lateness)
+    want_accepted, want_late, want_flags = reference(batches, e, lateness)
     offered = sum(len(b) for b in batches)
     assert accepted + sum(late.values()) == offered
     assert accepted == want_accepted
+    assert clock.refused == want_flags  # the very records the rule calls late, no others
     assert late == want_late
     assert clock.stats()["late_dropped"] == sum(want_late.values())
     for ep, first, batch in firsts:
@@ -234,6 +243,7 @@ def test_ledger_sums_reports_per_epoch_origin_and_input() -> None:
     assert ledger.of(5) is None and ledger.records(4) is None
     assert ledger.add("a1", {5: {"web": 9}}) == []  # counted in the total only
     assert ledger.stats()["records"] == 18 and ledger.stats()["forgotten_below"] == 5
+    assert ledger.stats()["by_origin"] == {"a1": 15, "b2": 3}
 
 
 @pytest.mark.parametrize(

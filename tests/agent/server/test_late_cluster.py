@@ -118,6 +118,7 @@ def test_late_records_are_counted_in_the_result_sampled_and_logged(cluster: Any)
     # the master says how many it was told of
     masters = [local.client(i).status()["jobs"]["wc"]["late_reported"] for i in range(AGENTS)]
     assert [m["records"] for m in masters if m is not None] == [total]
+    assert [m["by_origin"] for m in masters if m is not None] == [want_origins]
 
     # a peer holding the secret with malformed reports: a clear 4xx, nothing counted
     answers = asyncio.run(hostile_reports(local))
