@@ -20,6 +20,9 @@ Contract:
   master that windows merged epochs itself.
 * :func:`app_id` — a job's overlay id from its name and creator, the address
   ``context.route`` and ``context.subscribe`` take to reach another job.
+* :func:`spec_from_query` — the complete spec of an ELF QL job (``job_class`` ``ql``), for
+  programs that submit queries beside their job classes (docs/ql.md); raises ``QLError``
+  (a ``ValueError``) for a bad query. The query compiler loads on the first call.
 
 Stability: these names are the interface between the agent and job code; what lies behind
 them (runtime, servers, overlay, trees) may be reorganized without touching a job class.
@@ -29,9 +32,27 @@ project. Importing it has no side effect beyond importing those modules.
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.jobs.job import Job, JobContext, register_job
 from agent.jobs.spec import JobSpec
 from cbt.window import EpochWindows
 from srt.ids import app_id
 
-__all__ = ["EpochWindows", "Job", "JobContext", "JobSpec", "app_id", "register_job"]
+__all__ = [
+    "EpochWindows",
+    "Job",
+    "JobContext",
+    "JobSpec",
+    "app_id",
+    "register_job",
+    "spec_from_query",
+]
+
+
+def spec_from_query(name: str, creator: str, text: str, **fields: Any) -> dict[str, Any]:
+    """The spec dict of an ELF QL job running ``text`` (``fields``: other spec fields such as
+    ``start_epoch``); see :func:`agent.jobs.ql_job.spec_from_query`."""
+    from agent.jobs import ql_job  # the query compiler: only when a query is submitted
+
+    return ql_job.spec_from_query(name, creator, text, **fields)

@@ -5,8 +5,8 @@ default when it is absent, and raises ``ValueError("params.<key>: ...")`` naming
 expected and what came otherwise (``Job.setup`` lets it propagate: the submission's dry run,
 ``agent.jobs.job.dry_run``, turns it into a 400 whose ``field`` is ``params.<key>``). Every
 value is bounded: integers by ``high`` (default the signed 64-bit maximum; the apps pass
-tighter ones for sizes such as k), strings to ``MAX_STR`` characters, lists to ``MAX_LIST``
-items.
+tighter ones for sizes such as k), numbers (:func:`float_param`) to ``[low, high]``, strings
+to ``MAX_STR`` characters, lists to ``MAX_LIST`` items.
 :func:`ranked` orders ``(key, count)`` pairs the way every app ranks: count descending, then
 key ascending (so ties are broken the same way on every agent and in tests).
 """
@@ -35,6 +35,16 @@ def int_param(
     if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
         raise ValueError(f"params.{key}: must be an integer in [{low}, {high}], got {v!r}")
     return v
+
+
+def float_param(
+    params: dict[str, Any], key: str, default: float, *, low: float, high: float
+) -> float:
+    """A finite number (an int is taken as a float) in ``[low, high]``."""
+    v = params.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not low <= v <= high:
+        raise ValueError(f"params.{key}: must be a number in [{low:g}, {high:g}], got {v!r:.80}")
+    return float(v)
 
 
 def optional_int_param(

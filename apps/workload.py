@@ -15,6 +15,15 @@ Contract:
   inactivity or at random), ``product_id``, ``directory``, ``action`` (view, click, like,
   add_to_cart, buy; carts and buys favour products viewed in the session), ``price``,
   ``quantity`` (buys), ``source_ip`` and ``user_agent`` (fixed per user), ``referer``.
+  Opt-in (the default stream is unchanged, draw for draw): ``bundles`` plants "bought
+  together" groups (:func:`plant_bundles`): a like or buy of a member makes the session, with
+  probability ``bundle_affinity``, like or buy (the same verb) the group's other members as
+  the user's next events in that session (whatever action was drawn for them);
+  ``request_times=True`` adds ``request_time``, the seconds the product page took to serve
+  (nginx's ``$request_time``, millisecond resolution: a per-page log-normal, the median fixed
+  per product by :func:`page_latency_median`, and a 2 % tail 4–20× slower).
+  Both decide from their own seeded random streams (a planted event then changes what the
+  session later picks from its views, as any event would).
 * Tweets: ``tweet_id``, ``user_id``, ``user``, ``followers`` (heavy-tailed, fixed per user),
   ``text``, ``hashtags``, ``location``, ``lang``, ``retweet``, ``campaign`` (None, or the
   name of a "sales"/spam campaign: bursts of near-identical tweets with a link from bot
@@ -85,6 +94,7 @@ _USER_AGENTS = (
 )
 _REFERERS = ("-", "https://www.google.com/", "https://shop.example/", "https://t.co/x")
 SESSION_GAP = 1800.0  # seconds of event-time inactivity that end a session
+SLOW_SHARE = 0.02  # page requests in the slow tail (request_times=True)
 _LOCATIONS = (
     "New York",
     "London",
@@ -154,6 +164,41 @@ def make_catalogue(n_products: int = 1000, *, seed: int = 0) -> list[dict[str, A
     return out
 
 
+def plant_bundles(
+    catalogue: list[dict[str, Any]],
+    n: int = 8,
+    *,
+    seed: int = 0,
+    sizes: tuple[int, int] = (2, 5),
+    ranks: tuple[int, int] = (3, 60),
+) -> list[list[str]]:
+    """``n`` disjoint "bought together" groups of ``sizes[0]..sizes[1]`` products of one
+    directory each, drawn among the catalogue's popularity ranks ``ranks[0]..ranks[1]`` (so
+    neither the few products everyone clicks nor ones nobody sees); deterministic for
+    ``seed``. Fewer than ``n`` when the ranks run out."""
+    rng = random.Random(f"bundles:{seed}")
+    pool: dict[str, list[str]] = {}
+    for p in catalogue[ranks[0] - 1 : ranks[1]]:
+        pool.setdefault(p["directory"], []).append(p["product_id"])
+    out: list[list[str]] = []
+    for _ in range(n):
+        size = rng.randint(*sizes)
+        fits = sorted(d for d, ps in pool.items() if len(ps) >= size)
+        if not fits:
+            break
+        members = pool[rng.choice(fits)]
+        rng.shuffle(members)
+        out.append(sorted(members[:size]))
+        del members[:size]
+    return out
+
+
+def page_latency_median(product_id: str) -> float:
+    """The median seconds product ``product_id``'s page takes (10–150 ms, fixed per product:
+    some pages are heavier than others)."""
+    return random.Random(f"page:{product_id}").uniform(0.010, 0.150)
+
+
 def write_catalogue(catalogue: list[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
     """Write the catalogue; the suffix picks the format: ``.csv``, ``.json`` (array) or
     anything else (JSON lines)."""
@@ -207,12 +252,27 @@ class ClickstreamGenerator(_Base):
         product_skew: float = 1.1,
         user_skew: float = 0.8,
         catalogue: list[dict[str, Any]] | None = None,
+        bundles: list[list[str]] | None = None,
+        bundle_affinity: float = 0.8,
+        request_times: bool = False,
     ) -> None:
         super().__init__(seed, rate, start, limit)
         self.catalogue = catalogue if catalogue is not None else make_catalogue(products, seed=seed)
         self.users = users
         self.product_skew = product_skew
         self.user_skew = user_skew
+        if not 0 <= bundle_affinity <= 1:
+            raise ValueError("bundle_affinity must be in [0, 1]")
+        ranks = {p["product_id"]: r for r, p in enumerate(self.catalogue, 1)}
+        self.bundles = [list(g) for g in bundles or ()]
+        self.bundle_affinity = bundle_affinity
+        self.request_times = request_times
+        # product rank → the ranks of its group's other members
+        self._companions: dict[int, list[int]] = {}
+        for group in self.bundles:
+            members = [ranks[p] for p in group]  # KeyError: a product not in the catalogue
+            for r in members:
+                self._companions[r] = [m for m in members if m != r]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         rng = random.Random(f"clicks:{self.seed}")
@@ -221,6 +281,11 @@ class ClickstreamGenerator(_Base):
         sessions: dict[int, tuple[int, float, list[int]]] = {}  # user → (n, last ts, viewed)
         n_sessions = 0
         cat = self.catalogue
+        # the opt-in features' own streams: without them the main stream is unchanged
+        planted = random.Random(f"planted:{self.seed}") if self._companions else None
+        pending: dict[int, tuple[int, str, list[int]]] = {}  # user → (session, verb, owed)
+        slow = random.Random(f"latency:{self.seed}") if self.request_times else None
+        medians: dict[str, float] = {}
         for i, ts in enumerate(self._clock(rng)):
             if self.limit is not None and i >= self.limit:
                 return
@@ -236,6 +301,8 @@ class ClickstreamGenerator(_Base):
                 rank = viewed[rng.randrange(len(viewed))]
             else:
                 rank = products.sample()
+            if planted is not None:
+                action, rank = self._plant(planted, pending, u, sid, action, rank)
             if action == "view" and len(viewed) < 20:
                 viewed.append(rank)
             p = cat[rank - 1]
@@ -253,7 +320,41 @@ class ClickstreamGenerator(_Base):
             }
             if action == "buy":
                 event["quantity"] = 1 + int(rng.expovariate(1.5))
+            if slow is not None:
+                pid = p["product_id"]
+                median = medians.get(pid) or medians.setdefault(pid, page_latency_median(pid))
+                t = median * math.exp(slow.gauss(0.0, 0.5))
+                if slow.random() < SLOW_SHARE:
+                    t *= slow.uniform(4.0, 20.0)
+                event["request_time"] = round(max(t, 0.001), 3)
             yield event
+
+    def _plant(
+        self,
+        planted: random.Random,
+        pending: dict[int, tuple[int, str, list[int]]],
+        user: int,
+        session: int,
+        action: str,
+        rank: int,
+    ) -> tuple[str, int]:
+        """The action and product of ``user``'s event: the next companion its session owes
+        a planted group (liked or bought as the member that started it was), else as drawn
+        (a like or buy of a member may start owing the group's other members)."""
+        sid, verb, owed = pending.get(user, (session, action, []))
+        if sid != session:
+            owed = []  # a new session: the old one's companions are forgotten
+        if owed:
+            action, rank = verb, owed.pop()
+        elif (
+            action in ("like", "buy")
+            and rank in self._companions
+            and planted.random() < self.bundle_affinity
+        ):
+            owed, verb = self._companions[rank][:], action
+            planted.shuffle(owed)
+        pending[user] = (session, verb, owed)
+        return action, rank
 
 
 class TweetGenerator(_Base):

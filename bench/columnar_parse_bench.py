@@ -40,6 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from nginx_main import MAIN, main_lines  # bench/
 from tail_chunks import tail_chunks  # bench/
 
 from agent.ingest.columnar.parse import parse_chunk
@@ -49,10 +50,6 @@ from agent.log_format import PREDEFINED, LogFormat
 from apps.workload import ClickstreamGenerator, access_line, json_line
 
 START = 1_800_000_000
-#: nginx's combined plus the two latency variables (the ``main`` format real sites write)
-MAIN = LogFormat(
-    "nginx", PREDEFINED[("nginx", "combined")] + " $request_time $upstream_response_time"
-)
 COMBINED_AS_FORMAT = LogFormat("nginx", PREDEFINED[("nginx", "combined")])
 PROJECTED: dict[Format, frozenset[str]] = {
     "nginx": frozenset({"status", "bytes"}),
@@ -68,21 +65,6 @@ def nginx_escape(text: str) -> str:
         f"\\x{b:02X}" if b in (0x22, 0x5C) or b < 0x20 or b >= 0x7F else chr(b)
         for b in text.encode()
     )
-
-
-def latencies(i: int) -> str:
-    """``$request_time $upstream_response_time`` as nginx writes them: a static file every
-    10th line (no upstream: ``-``), a retried upstream every 7th, an internal redirect every
-    50th."""
-    request = i * 37 % 2000
-    upstream = f"{max(request - 1, 0) / 1000:.3f}"
-    if i % 10 == 0:
-        upstream = "-"
-    elif i % 7 == 0:
-        upstream = f"0.{i % 1000:03d}, {upstream}"
-    elif i % 50 == 1:
-        upstream = f"{upstream} : 0.{i % 100:03d}"
-    return f"{request / 1000:.3f} {upstream}"
 
 
 def inputs(n: int) -> dict[str, tuple[Format, bytes]]:
@@ -113,7 +95,7 @@ def inputs(n: int) -> dict[str, tuple[Format, bytes]]:
     return {
         "nginx": ("nginx", blob(nginx)),
         "nginx_escaped_ua": ("nginx", blob(escaped)),
-        "nginx_main_log_format": (MAIN, blob([f"{x} {latencies(i)}" for i, x in enumerate(nginx)])),
+        "nginx_main_log_format": (MAIN, blob(main_lines(nginx))),
         "nginx_combined_as_log_format": (COMBINED_AS_FORMAT, blob(nginx)),
         "json": ("json", blob([json_line(e) for e in events])),
         "syslog_5424": ("syslog", blob(syslog5424)),

@@ -40,11 +40,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
+from nginx_main import MAIN, main_lines  # bench/
 
 from agent.ingest.formats import AccessLogParser, RawParser, SyslogParser
 from agent.ingest.log_format import LogFormatParser
 from agent.ingest.records import RecordValidator
-from agent.log_format import PREDEFINED, LogFormat
 from apps.workload import (
     ClickstreamGenerator,
     TweetGenerator,
@@ -54,23 +54,6 @@ from apps.workload import (
 )
 
 START = 1_763_000_000.0
-MAIN = LogFormat(
-    "nginx", PREDEFINED[("nginx", "combined")] + " $request_time $upstream_response_time"
-)
-
-
-def latencies(i: int) -> str:
-    """``$request_time $upstream_response_time`` as nginx writes them: no upstream (``-``)
-    every 10th line, a retry list every 7th, an internal redirect every 50th."""
-    request = i * 37 % 2000
-    upstream = f"{max(request - 1, 0) / 1000:.3f}"
-    if i % 10 == 0:
-        upstream = "-"
-    elif i % 7 == 0:
-        upstream = f"0.{i % 1000:03d}, {upstream}"
-    elif i % 50 == 1:
-        upstream = f"{upstream} : 0.{i % 100:03d}"
-    return f"{request / 1000:.3f} {upstream}"
 
 
 def rate(fn: Callable[[Any], Any], lines: list[Any], reps: int = 3) -> float:
@@ -148,7 +131,7 @@ def sample_lines(n: int) -> dict[str, list[bytes]]:
     return {
         "json": [json_line(c).encode() for c in clicks],
         "nginx": [access_line(c).encode() for c in clicks],
-        "nginx_main": [f"{access_line(c)} {latencies(i)}".encode() for i, c in enumerate(clicks)],
+        "nginx_main": [x.encode() for x in main_lines([access_line(c) for c in clicks])],
         "syslog5424": [
             (
                 f"<165>1 2026-11-21T10:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}Z web-{i % 8} "

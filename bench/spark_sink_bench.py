@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# the product path from an ELF QL job to the lake without agents (shared with the tests)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "spark_sink"))
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -168,21 +170,6 @@ DAY = 86_400
 PAGES = [f"/page/{i}" for i in range(8)]
 
 
-class _QLJob:
-    """The master-side face of an ELF QL job (agent/jobs/ql_job.py) the lake sink calls."""
-
-    def __init__(self, text: str) -> None:
-        from agent.ql import compile_query
-
-        self.compiled = compile_query(text)
-
-    def result_rows(self, pairs: Any) -> list[dict[str, Any]]:
-        return self.compiled.rows(pairs)
-
-    def lake_rows(self, pairs: Any, sketches: list[Any]) -> list[dict[str, Any]]:
-        return self.compiled.rows(pairs, sketches)
-
-
 def day_lines(day: int, n: int, users: int) -> list[dict[str, Any]]:
     """One day's raw lines: ``users`` active users a day out of a pool that drifts by a
     tenth a day (so a month has several times a day's uniques), Zipf-ish pages."""
@@ -201,24 +188,10 @@ def day_lines(day: int, n: int, users: int) -> list[dict[str, Any]]:
 def write_uniques_data(work: Path, days: int, per_day: int, users: int) -> dict[str, Any]:
     """The lake (product path) and the raw lines (Parquet and JSON lines, a file a day);
     returns their locations and the exact monthly uniques per page."""
-    from types import SimpleNamespace
+    from ql_lake import QLLake  # tests/spark_sink: the agent's modules only for this part
 
-    from agent.jobs.spec import JobSpec
-    from agent.runtime.results.lake_sink import LakeSink
-    from agent.runtime.results.store import ResultStore
-    from cbt import CompressedBufferTree
-    from spark_sink.buffer import LakeWriter
-
-    job = _QLJob(UNIQUES_QUERY)
-    writer = LakeWriter(Lake(str(work / "lake")), work / "buf")
-    store = ResultStore()
-    spec = JobSpec.from_dict(
-        {"name": "uniq", "creator": "bench", "job_class": "wordcount", "epoch_seconds": DAY}
-    )
-    runtime = SimpleNamespace(name="uniq", store=store, tree_list=[1], tree_set={1}, spec=spec,
-                              operator=None, job=job, count=lambda *a, **k: None,
-                              job_for=lambda epoch: job)  # fmt: skip
-    sink = LakeSink(runtime, writer)
+    lake = Lake(str(work / "lake"))
+    feed = QLLake(UNIQUES_QUERY, lake, work / "buf", name="uniq", epoch_seconds=DAY, tree=1)
     (work / "raw_parquet").mkdir()
     (work / "raw_json").mkdir()
     exact: dict[str, set[str]] = {p: set() for p in PAGES}
@@ -227,19 +200,14 @@ def write_uniques_data(work: Path, days: int, per_day: int, users: int) -> dict[
     started = time.perf_counter()
     for day in range(first, first + days):
         lines = day_lines(day, per_day, users)
-        tree = CompressedBufferTree(job.compiled.make_aggregator())
         for r in lines:
             exact[r["page"]].add(r["user"])
-            for k, v in job.compiled.map(r):
-                tree.insert(k, v)
-        store.put(1, day, tree.flush(), 0.0)
-        sink.epoch(1, day)
+        feed.epoch(day, lines)
         table = pa.Table.from_pylist(lines)
         pq.write_table(table, work / "raw_parquet" / f"{day}.parquet")
         with open(work / "raw_json" / f"{day}.jsonl", "w") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in lines)
-    assert writer.flush(600)
-    writer.close()
+    feed.close(600)
     return {
         "lake": str(work / "lake"),
         "raw_parquet": str(work / "raw_parquet"),

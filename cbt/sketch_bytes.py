@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,6 +55,38 @@ def _cap_aux(k: int, depth: int) -> int:
     return _cap_aux_aux(_cap_aux_aux(k, half), depth - half)
 
 
+class _Family(NamedTuple):
+    """What the first 8 bytes of one sketch family must say before any other byte is read."""
+
+    id: int
+    name: str
+    layout: str  # the preamble's struct format: preamble ints, serial version, family, ...
+    param: str  # the parameter the job fixes (k, lg_k, lg_max_map_size)
+    param_at: int  # its index among the preamble's fields
+    version_1: bool  # serial version 1 only (KLL checks its versions per layout)
+
+
+_KLL = _Family(15, "KLL", "<BBBBHB", "k", 4, False)
+_HLL = _Family(7, "HLL", "<8B", "lg_k", 3, True)
+_FREQUENT = _Family(10, "frequent items", "<6B", "lg_max_map_size", 3, True)
+
+
+def _preamble(blob: bytes, family: _Family, want: int) -> tuple[int, ...] | str:
+    """The preamble's fields, or what is wrong: too short, another family, another serial
+    version, another parameter than the job's ``want``."""
+    if len(blob) < 8:
+        return f"{len(blob)} bytes is shorter than the preamble"
+    fields = struct.unpack_from(family.layout, blob)
+    ver, fam, param = fields[1], fields[2], fields[family.param_at]
+    if fam != family.id:
+        return f"family id {fam}, expected {family.id} ({family.name})"
+    if family.version_1 and ver != 1:
+        return f"serial version {ver}, expected 1"
+    if param != want:
+        return f"{family.param}={param}, this job's sketches have {family.param}={want}"
+    return fields
+
+
 def kll_capacity(k: int, m: int, num_levels: int) -> int:
     """The item capacity of a KLL sketch (DataSketches' ``compute_total_capacity``)."""
     return sum(max(m, _cap_aux(k, num_levels - h - 1)) for h in range(num_levels))
@@ -61,14 +94,11 @@ def kll_capacity(k: int, m: int, num_levels: int) -> int:
 
 def check_kll(blob: bytes, k: int) -> str | None:
     """None if ``blob`` is a well-formed compact KLL doubles sketch of ``k`` (module doc)."""
+    head = _preamble(blob, _KLL, k)
+    if isinstance(head, str):
+        return head
     size = len(blob)
-    if size < 8:
-        return f"{size} bytes is shorter than the preamble"
-    pre, ver, fam, flags, sk_k, m = struct.unpack_from("<BBBBHB", blob)
-    if fam != 15:
-        return f"family id {fam}, expected 15 (KLL)"
-    if sk_k != k:
-        return f"k={sk_k}, this job's sketches have k={k}"
+    pre, ver, _, flags, _, m = head
     if m != 8:
         return f"m={m}, expected 8"
     if flags & ~0b111:
@@ -110,16 +140,11 @@ def check_kll(blob: bytes, k: int) -> str | None:
 
 def check_hll(blob: bytes, lg_k: int) -> str | None:
     """None if ``blob`` is a well-formed compact HLL_8 sketch of ``lg_k`` (module doc)."""
+    head = _preamble(blob, _HLL, lg_k)
+    if isinstance(head, str):
+        return head
     size = len(blob)
-    if size < 8:
-        return f"{size} bytes is shorter than the preamble"
-    pre, ver, fam, sk_lg_k, lg_arr, flags, count, mode_byte = struct.unpack_from("<8B", blob)
-    if fam != 7:
-        return f"family id {fam}, expected 7 (HLL)"
-    if ver != 1:
-        return f"serial version {ver}, expected 1"
-    if sk_lg_k != lg_k:
-        return f"lg_k={sk_lg_k}, this job's sketches have lg_k={lg_k}"
+    pre, _, _, _, lg_arr, flags, count, mode_byte = head
     mode, tgt = mode_byte & 3, (mode_byte >> 2) & 3
     if mode_byte >> 4 or tgt != _HLL_8:
         return f"mode byte {mode_byte:#x}: only compact HLL_8 sketches are read"
@@ -214,16 +239,11 @@ def _check_coupons(blob: bytes, offset: int, n: int) -> str | None:
 
 def check_frequent(blob: bytes, lg_max_map_size: int) -> str | None:
     """None if ``blob`` is a well-formed frequent-strings sketch of ``lg_max_map_size``."""
+    head = _preamble(blob, _FREQUENT, lg_max_map_size)
+    if isinstance(head, str):
+        return head
     size = len(blob)
-    if size < 8:
-        return f"{size} bytes is shorter than the preamble"
-    pre, ver, fam, lg_max, lg_cur, flags = struct.unpack_from("<6B", blob)
-    if fam != 10:
-        return f"family id {fam}, expected 10 (frequent items)"
-    if ver != 1:
-        return f"serial version {ver}, expected 1"
-    if lg_max != lg_max_map_size:
-        return f"lg_max_map_size={lg_max}, this job's sketches have {lg_max_map_size}"
+    pre, _, _, lg_max, lg_cur, flags = head
     if not 3 <= lg_cur <= lg_max:
         return f"lg_cur_map_size={lg_cur} outside [3, {lg_max}]"
     if flags & ~0b101:

@@ -25,6 +25,10 @@ class Tunables:
     slot_capacity: int = 3  # contacts kept per routing-table slot (designated + backups)
     request_timeout: float = 1.0
     request_retries: int = 2
+    # a graceful leave waits this long for its notices' acknowledgements, then stops anyway:
+    # the notice only speeds up what failure detection does regardless, and a contact that is
+    # itself gone (another logical agent of the same stopping process) never answers
+    leave_wait: float = 0.2
     probe_interval: float = 0.5
     probe_timeout: float = 0.5
     misses_before_suspect: int = 3
@@ -70,6 +74,7 @@ class Tunables:
                 self.probe_interval,
                 self.probe_timeout,
                 self.socket_stats_interval,
+                self.leave_wait,
             )
             <= 0
         ):

@@ -15,12 +15,9 @@ Contract (see ``docs/spark-sink.md``):
   which Spark and pyarrow ignore) hard-linked to the final name, which fails if the name
   exists (``spark_sink/fencing.py``; elsewhere a check, then the write: best effort); on
   object stores (S3, GCS) a single PUT of the final object.
-* **Reader rule.** The *current* result of (job, tree, epoch) is the one of highest **(term,
-  version)**, compared lexicographically: any version of a newer term outranks every version
-  of an older one. Readers of the current result (:meth:`Lake.files`, :meth:`Lake.epoch_file`,
-  batch reads, compaction) see exactly that one row set; :meth:`Lake.versions` lists every
-  (term, version) still in the lake, in that order (the streaming source delivers each higher
-  one as new rows).
+* **Reader rule** and **compacted hours**: which file holds the current result of (job, tree,
+  epoch) (highest (term, version)) and how compacted hours read: :mod:`spark_sink.lake_listing`,
+  whose :class:`~spark_sink.lake_listing.LakeListing` :class:`Lake` extends with the writes.
 * **Writer's promises** (:meth:`Lake.publish`, which :meth:`Lake.write` uses). The rows of a
   (job, tree, epoch, term, version) never change: when its file exists with other content
   (``elf.result``'s ``digest``), the write goes to the next free version of the same term;
@@ -68,25 +65,8 @@ Contract (see ``docs/spark-sink.md``):
   late records go on arriving; not in the digest, so a re-push of the same version writes
   nothing new). Other trees' files and files from before the column read it as null
   (unknown).
-* **Compacted hours** (``spark_sink/compaction.py``): an hour's epoch files of one tree merged
-  into ``compact-tree-<i>-of-<m>.parquet`` in the same hour directory. Its footer's
-  ``elf.sources`` maps each epoch it holds to ``{"term": t, "version": k, "mtime_ns": n,
-  "result": {…}}``: the (term, version) its rows are, the epoch file's mtime and its
-  ``elf.result``. An epoch file of a lower (term, version) is a stale copy (awaiting deletion)
-  and is never listed; a higher one written later wins over the compacted rows of its epoch
-  until the next compaction folds it in. So a reader sees each (epoch, tree) once, before,
-  during and after a compaction. Versions, not modification times, decide: an mtime depends on
-  the clock of the host that wrote the file (two masters of one job on a shared lake), on the
-  file system's granularity, and on copies and restores, and a rollup buffered while the lake
-  was down gets the mtime of its late flush; a version is part of the data. Only between equal
-  (term, version)s — which by the writer's promise hold the same rows, so either is right —
-  does the mtime break the tie (a file not newer than ``n`` is stale). Compacted files written
-  before terms have no ``term`` (0), before versions they map epochs to a bare ``mtime_ns``
-  (term 0, version 1), same rule.
-* **Reading.** :meth:`Lake.files` lists one :class:`LakeFile` per (epoch, tree), its highest
-  (term, version) (parsed from file names; a compacted file's footer is read once and cached);
-  :meth:`Lake.epoch_file` finds one (epoch, tree) listing only its hour directory. A compacted
-  entry has ``compacted=True`` and its reader keeps only that epoch's rows
+* **Reading.** :meth:`Lake.files` lists one :class:`LakeFile` per (epoch, tree)
+  (:mod:`spark_sink.lake_listing`); a compacted entry's reader keeps only that epoch's rows
   (:func:`read_rows`). :func:`read_table` reads a set of files into one table whose schema is
   the union of theirs (missing columns null, int/float promoted). An empty epoch's file has
   the fixed columns only; a column whose values are all null is typed string.
@@ -97,16 +77,14 @@ No pyspark and no agent import here: the agent writes with pyarrow only.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import hashlib
 import json
-import math
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -123,26 +101,12 @@ from spark_sink.columns import (
 )
 from spark_sink.columns import FIXED_NAMES as FIXED_NAMES  # re-exported: the lake's API
 from spark_sink.columns import normalize as normalize
-from spark_sink.fencing import (
-    OBJECT_STORES,
-    FencedWrite,
-    LakeError,
-    create_exclusive,
-    list_directory,
-)
-from spark_sink.lake_names import (
-    COMPACT_RE,
-    EpochName,
-    Rank,
-    Source,
-    epoch_file_name,
-    hour_path,
-    parse_epoch_name,
-    parse_sources,
-    relative_path,
-)
+from spark_sink.fencing import OBJECT_STORES, LakeError, create_exclusive
+from spark_sink.lake_listing import SOURCES_KEY as SOURCES_KEY  # re-exported: the lake's API
+from spark_sink.lake_listing import LakeFile, LakeListing
+from spark_sink.lake_listing import complete_epochs as complete_epochs
+from spark_sink.lake_names import epoch_file_name, parse_epoch_name, relative_path
 
-SOURCES_KEY = b"elf.sources"
 SKETCHES_KEY = b"elf.sketch_columns"  # JSON: sketch column → {"sketch", "estimate"}
 RESULT_KEY = b"elf.result"  # JSON: rows kind, term, version, tentative, partial, coverage, …
 #: versions :meth:`Lake.write` probes past the one asked for before giving up (each probe is
@@ -200,29 +164,6 @@ class Rollup:
         return relative_path(
             self.job, self.epoch_start, self.tree, self.trees, self.epoch, self.version, self.term
         )
-
-
-@dataclass(frozen=True)
-class LakeFile:
-    """One rollup file, described from its path alone."""
-
-    job: str
-    date: str
-    hour: int
-    epoch: int
-    tree: int
-    trees: int
-    path: str  # filesystem path (no scheme)
-    mtime: float | None = None
-    compacted: bool = False  # ``path`` holds an hour of epochs: read only this one's rows
-    mtime_ns: int | None = None
-    version: int = 1
-    term: int = 0
-
-    @property
-    def rank(self) -> Rank:
-        """(term, version): the highest is the current result (module contract)."""
-        return (self.term, self.version)
 
 
 def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
@@ -373,32 +314,16 @@ def _micros(seconds: float) -> int:
 # ---- the lake --------------------------------------------------------------------------------
 
 
-class Lake:
+class Lake(LakeListing):
     """A rollup lake at a local path or any URI pyarrow's filesystems accept (``s3://…``,
-    ``hdfs://…``, ``file://…``)."""
+    ``hdfs://…``, ``file://…``): its listing (:class:`LakeListing`) and its writes."""
 
     def __init__(self, location: str, filesystem: pafs.FileSystem | None = None) -> None:
-        self.location = str(location)
-        if filesystem is not None:
-            self.fs, self.root = filesystem, self.location
-        elif "://" in self.location:
-            try:
-                self.fs, self.root = pafs.FileSystem.from_uri(self.location)
-            except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
-                raise LakeError(f"lake {self.location!r}: {exc}") from None
-        else:
-            import os
-
-            self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(self.location)
-        self.root = self.root.rstrip("/") or "/"
+        super().__init__(location, filesystem)
         self.atomic_put = self.fs.type_name in OBJECT_STORES
-        self._sources: dict[tuple[str, int, int | None], dict[int, Source]] = {}
 
     def __repr__(self) -> str:
         return f"Lake({self.location!r})"
-
-    def path(self, relative: str) -> str:
-        return f"{self.root}/{relative}"
 
     def write(self, rollup: Rollup) -> str:
         """Publish one rollup (:meth:`publish` of its :func:`rollup_table`)."""
@@ -407,18 +332,17 @@ class Lake:
     def publish(self, table: pa.Table) -> str:
         """Write an epoch table made by :func:`rollup_table` under its (term, version), never
         replacing a file (module contract); returns the path holding its content. Raises
-        :class:`FencedWrite` if the lake holds the epoch under a higher term, ``OSError`` or
-        ``pyarrow.ArrowException`` if the lake is unavailable, :class:`LakeError` past
-        :data:`MAX_VERSION_PROBES`."""
+        :class:`~spark_sink.fencing.FencedWrite` if the lake holds the epoch under a higher
+        term (:meth:`~LakeListing.holdings`), ``OSError`` or ``pyarrow.ArrowException`` if the
+        lake is unavailable, :class:`LakeError` past :data:`MAX_VERSION_PROBES`."""
         relative = (table.schema.metadata or {}).get(b"elf.path", b"").decode()
         directory, _, base = relative.rpartition("/")
         name, result = parse_epoch_name(base), result_meta(table.schema)
         if name is None or result is None or not directory.startswith("job="):
             raise LakeError(f"not an epoch table (made by rollup_table): {relative!r}")
         job = unquote(directory.split("/", 1)[0][4:])
-        held, compacted, (top, top_path) = self._held(self.path(directory), name)
-        if top > name.term:  # a newer master owns the epoch: this writer is fenced
-            raise FencedWrite(job, name.tree, name.trees, name.epoch, name.term, top, top_path)
+        # FencedWrite when a newer master owns the epoch
+        held, compacted = self.holdings(self.path(directory), job, name)
         digest = result.get("digest")
         if compacted is not None:
             source, holder = compacted
@@ -449,34 +373,6 @@ class Lake:
             f"{job} epoch {name.epoch} term {name.term}: no free version within "
             f"{MAX_VERSION_PROBES} of {name.version}"
         )
-
-    def _held(
-        self, directory: str, name: EpochName
-    ) -> tuple[dict[Rank, str], tuple[Source, str] | None, tuple[int, str]]:
-        """From one listing of the epoch's hour directory: the epoch files of (epoch, tree,
-        m) by rank, the compacted file's record of the epoch and its path, and the highest
-        term held (0 and "" when none) with a path holding it."""
-        infos = list_directory(self.fs, directory)
-        held: dict[Rank, str] = {}
-        compacted: tuple[Source, str] | None = None
-        top: tuple[int, str] = (0, "")
-        # An hour holds every epoch of every tree of the job (and, while roots flap, several
-        # terms and versions of each): compare names before parsing them.
-        mine = epoch_file_name(name.epoch, name.tree, name.trees, 1).rsplit("-v", 1)[0]
-        for info in infos:
-            base = info.base_name
-            if base.startswith(mine) and base[len(mine) : len(mine) + 1] in ("-", "."):
-                other = parse_epoch_name(base)
-                if other is not None and other[:3] == name[:3]:
-                    held[other.rank] = info.path
-                    top = max(top, (other.term, info.path))
-            elif base.startswith("compact-") and (m := COMPACT_RE.match(base)) and (
-                int(m.group(1)), int(m.group(2))) == (name.tree, name.trees):  # fmt: skip
-                source = self.compacted_sources(info).get(name.epoch)
-                if source is not None:
-                    compacted = (source, info.path)
-                    top = max(top, (source.term, info.path))
-        return held, compacted, top
 
     def _holds(self, path: str, digest: str | None) -> bool:
         """Whether the epoch file at ``path`` holds rows and flags of ``digest``."""
@@ -510,155 +406,6 @@ class Lake:
             raise
         return final
 
-    def jobs(self) -> list[str]:
-        try:
-            infos = list_directory(self.fs, self.root)
-        except (OSError, pa.ArrowException) as exc:
-            raise LakeError(f"lake {self.location!r}: {exc}") from None
-        return sorted(
-            unquote(i.base_name[4:])
-            for i in infos
-            if i.type == pafs.FileType.Directory and i.base_name.startswith("job=")
-        )
-
-    def files(self, job: str | None = None) -> list[LakeFile]:
-        """One entry per (job, epoch, tree) a reader of current results should read — its
-        highest version, in an epoch file or a compacted file — sorted by (job, epoch,
-        tree) (module contract)."""
-        return self._list(job, every_version=False)
-
-    def versions(self, job: str | None = None) -> list[LakeFile]:
-        """Every (job, epoch, tree, version) still in the lake, sorted by (job, epoch, tree,
-        version): each epoch file, and each epoch of a compacted file (the version it
-        records). A version held both ways is listed once (its epoch file)."""
-        return self._list(job, every_version=True)
-
-    def epoch_file(
-        self, job: str, epoch_start: float, tree: int, trees: int, epoch: int
-    ) -> LakeFile | None:
-        """The highest version of one (job, tree of m, epoch), listing only the hour
-        directory it lives in (``epoch_start``: when the epoch starts); None if absent."""
-        directory = self.path(hour_path(job, epoch_start))
-        try:
-            infos = list_directory(self.fs, directory)
-        except (OSError, pa.ArrowException) as exc:
-            raise LakeError(f"lake {self.location!r}: {exc}") from None
-        when = dt.datetime.fromtimestamp(math.floor(epoch_start), dt.UTC)
-        found = self._hour_files(job, f"{when:%Y-%m-%d}", when.hour, list(infos), False)
-        return next((f for f in found if (f.epoch, f.tree, f.trees) == (epoch, tree, trees)), None)
-
-    def _list(self, job: str | None, every_version: bool) -> list[LakeFile]:
-        jobs = [job] if job is not None else self.jobs()
-        out: list[LakeFile] = []
-        for name in jobs:
-            base = self.path(f"job={quote(name, safe='')}")
-            try:
-                infos = list_directory(self.fs, base, recursive=True)
-            except (OSError, pa.ArrowException) as exc:
-                raise LakeError(f"lake {self.location!r}: {exc}") from None
-            by_dir: dict[tuple[str, int], list[pafs.FileInfo]] = {}
-            for info in infos:
-                if info.type != pafs.FileType.File:
-                    continue
-                parts = info.path[len(base) + 1 :].split("/")
-                if len(parts) != 3 or not parts[0].startswith("date="):
-                    continue
-                try:
-                    hour = int(parts[1].removeprefix("hour="))
-                except ValueError:
-                    continue
-                by_dir.setdefault((parts[0][5:], hour), []).append(info)
-            for (date, hour), group in by_dir.items():
-                out.extend(self._hour_files(name, date, hour, group, every_version))
-        out.sort(key=lambda f: (f.job, f.epoch, f.tree, f.term, f.version))
-        return out
-
-    def _hour_files(
-        self, job: str, date: str, hour: int, infos: list[pafs.FileInfo], every_version: bool
-    ) -> list[LakeFile]:
-        # (epoch, tree, m) → (term, version) → the epoch file holding it (a version named
-        # both with and without ``-v1``: the newer file)
-        small: dict[tuple[int, int, int], dict[Rank, pafs.FileInfo]] = {}
-        compacted: dict[tuple[int, int], pafs.FileInfo] = {}
-        for info in infos:
-            if info.type != pafs.FileType.File:
-                continue
-            if name := parse_epoch_name(info.base_name):
-                ranks = small.setdefault(name[:3], {})
-                held = ranks.get(name.rank)
-                if held is None or _mtime_ns(info) > _mtime_ns(held):
-                    ranks[name.rank] = info
-            elif m := COMPACT_RE.match(info.base_name):
-                compacted[(int(m.group(1)), int(m.group(2)))] = info
-        covered: dict[tuple[int, int, int], Source] = {}
-        for (tree, trees), info in compacted.items():
-            for epoch, source in self.compacted_sources(info).items():
-                covered[(epoch, tree, trees)] = source
-        out: list[LakeFile] = []
-        for key in set(small) | set(covered):
-            epoch, tree, trees = key
-            source = covered.get(key)
-            ranks = small.get(key, {})
-            fresh = {
-                r: info
-                for r, info in ranks.items()
-                if source is None or not source.supersedes(r, _mtime_ns(info))
-            }
-            holder = compacted[(tree, trees)] if source is not None else None
-            if every_version:
-                for r, info in ranks.items():
-                    out.append(_lake_file(job, date, hour, key, info, False, r))
-                if holder is not None and source is not None and source.rank not in ranks:
-                    out.append(_lake_file(job, date, hour, key, holder, True, source.rank))
-            elif fresh:
-                r = max(fresh)
-                out.append(_lake_file(job, date, hour, key, fresh[r], False, r))
-            elif holder is not None and source is not None:
-                out.append(_lake_file(job, date, hour, key, holder, True, source.rank))
-        return out
-
-    def compacted_sources(self, info: pafs.FileInfo) -> dict[int, Source]:
-        """epoch → :class:`Source` recorded in a compacted file's footer (cached per file
-        version; an unreadable footer lists nothing and is logged by the caller's read)."""
-        key = (info.path, _mtime_ns(info), info.size)
-        cached = self._sources.get(key)
-        if cached is None:
-            try:
-                meta = pq.read_schema(info.path, filesystem=self.fs).metadata or {}
-                cached = parse_sources(meta.get(SOURCES_KEY))
-            except (OSError, pa.ArrowException, ValueError, TypeError, KeyError):
-                cached = {}
-            if len(self._sources) > 4096:
-                self._sources.clear()
-            self._sources[key] = cached
-        return cached
-
-
-def _mtime_ns(info: pafs.FileInfo) -> int:
-    ns = info.mtime_ns
-    return int(ns) if ns is not None else 0
-
-
-def _lake_file(
-    job: str, date: str, hour: int, key: tuple[int, int, int], info: pafs.FileInfo,
-    compacted: bool, rank: Rank,
-) -> LakeFile:  # fmt: skip
-    epoch, tree, trees = key
-    return LakeFile(
-        job=job,
-        date=date,
-        hour=hour,
-        epoch=epoch,
-        tree=tree,
-        trees=trees,
-        path=info.path,
-        mtime=info.mtime.timestamp() if info.mtime is not None else None,
-        compacted=compacted,
-        mtime_ns=_mtime_ns(info),
-        term=rank[0],
-        version=rank[1],
-    )
-
 
 def with_version(table: pa.Table, version: int) -> pa.Table:
     """An epoch table made by :func:`rollup_table` as version ``version`` of its term: the
@@ -676,16 +423,6 @@ def with_version(table: pa.Table, version: int) -> pa.Table:
     i = table.schema.get_field_index("version")
     column = pa.array([version] * table.num_rows, pa.int64())
     return table.set_column(i, table.schema.field(i), column).replace_schema_metadata(meta)
-
-
-def complete_epochs(files: Iterable[LakeFile]) -> dict[int, bool]:
-    """epoch → whether every one of its m trees has a file (one job's files)."""
-    seen: dict[int, set[int]] = {}
-    want: dict[int, int] = {}
-    for f in files:
-        seen.setdefault(f.epoch, set()).add(f.tree)
-        want[f.epoch] = f.trees
-    return {e: len(trees) >= want[e] for e, trees in sorted(seen.items())}
 
 
 def unified_schema(schemas: Sequence[pa.Schema]) -> pa.Schema:

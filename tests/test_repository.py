@@ -111,6 +111,7 @@ INNER_LAYERS: dict[str, list[set[str]]] = {
         {"server"},  # the process: HTTP API, daemon, local cluster
         # job author's facade; CLI options; `elf top`'s view; the CLI's one-line summaries
         {"api", "cli_common", "cli_views", "top"},
+        {"cli_data"},  # `elf tap` and `elf spark`: the commands that look at a job's data
         {"cli"},  # the `elf` command
     ],
     # Inside the agent's runtime: what a job is given, pure per-epoch state, what a master holds,

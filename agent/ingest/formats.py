@@ -69,6 +69,29 @@ def line_text(line: bytes | str, repairs: EncodingRepairs | None = None) -> str:
     return text[:-1] if text.endswith("\r") else text
 
 
+def matched_line(
+    line: bytes | str, repairs: EncodingRepairs, match: Callable[[str], Any], refusal: str
+) -> tuple[str, Any, int]:
+    """The prologue of the regex line parsers (access logs, custom log formats):
+    ``(text, m, before)``: the line's :func:`line_text` (bad bytes replaced and counted in
+    ``repairs``), ``match(text)`` (a pattern's ``fullmatch``) and ``repairs.lines`` before
+    the line (for :func:`count_repaired`). No match is a ``bad_access_line``
+    :class:`RecordError`: ``<refusal>: <the line>``."""
+    before = repairs.lines
+    text = line_text(line, repairs)
+    m = match(text)
+    if m is None:
+        raise RecordError("bad_access_line", f"{refusal}: {short_repr(text)}")
+    return text, m, before
+
+
+def count_repaired(repairs: EncodingRepairs, before: int, bad: bool) -> None:
+    """Count the line once as repaired when a decoded escape held invalid UTF-8 (``bad``) and
+    its bytes did not count it already (``repairs.lines`` still ``before``)."""
+    if bad and repairs.lines == before:
+        repairs.lines += 1
+
+
 def short_repr(text: str, n: int = 60) -> str:
     """``text`` quoted for an error message, cut to about ``n`` characters."""
     return repr(text) if len(text) <= n else repr(text[: n - 3]) + "..."
@@ -248,6 +271,9 @@ def split_target(target: str) -> tuple[str | None, str | None, str]:
     return m.group(1), m.group(2), rest
 
 
+ACCESS_REFUSAL = "not a combined/common access-log line"
+
+
 class AccessLogParser:
     """nginx/Apache access logs, *combined* (with referer and user agent) or *common* format.
 
@@ -294,15 +320,7 @@ class AccessLogParser:
         return ts
 
     def parse(self, line: bytes | str) -> dict[str, Any]:
-        repairs = self.repairs
-        before = repairs.lines
-        text = line_text(line, repairs)
-        m = self._match(text)
-        if m is None:
-            raise RecordError(
-                "bad_access_line",
-                f"not a combined/common access-log line: {short_repr(text)}",
-            )
+        text, m, before = matched_line(line, self.repairs, self._match, ACCESS_REFUSAL)
         ip, ident, user, ts_text, request, status, size, referer, agent, extra = m.groups()
         bad = False  # an escaped byte sequence that is not UTF-8 (counted once per line)
         if "\\" in text:
@@ -311,8 +329,7 @@ class AccessLogParser:
                 referer, bad_ref = decode_escapes(referer)
                 agent, bad_agent = decode_escapes(agent)
                 bad = bad or bad_ref or bad_agent
-        if bad and repairs.lines == before:
-            repairs.lines += 1
+        count_repaired(self.repairs, before, bad)
         event: dict[str, Any] = {
             "ts": self.timestamp(ts_text),
             "source_ip": ip,

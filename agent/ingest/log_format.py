@@ -46,14 +46,15 @@ import re2
 
 from agent.ingest.formats import (
     AccessLogParser,
+    count_repaired,
     decode_escapes,
-    line_text,
+    matched_line,
     parse_rfc3339,
     severity_of_status,
     short_repr,
     split_request,
 )
-from agent.ingest.records import EncodingRepairs, RecordError
+from agent.ingest.records import EncodingRepairs
 from agent.log_format import Literal, LogFormat, Variable, format_items
 
 #: kinds whose value is text (dash → None, escapes decoded)
@@ -348,25 +349,17 @@ class LogFormatParser:
         self._request = next((i for i, v in enumerate(slots) if v.kind == "request"), None)
         self._has_ts = "ts" in sources
         self._has_body = "body" in sources
-        self._what = short_repr(str(fmt), 80)
+        self._refusal = f"not a line of log format {short_repr(str(fmt), 80)}"
 
     def parse(self, line: bytes | str) -> dict[str, Any]:
-        repairs = self.repairs
-        before = repairs.lines
-        text = line_text(line, repairs)
-        m = self._match(text)
-        if m is None:
-            raise RecordError(
-                "bad_access_line", f"not a line of log format {self._what}: {short_repr(text)}"
-            )
+        text, m, before = matched_line(line, self.repairs, self._match, self._refusal)
         raw = list(m.groups())
         if "\\" in text:
             bad = False
             for i in self._text_slots:
                 raw[i], was_bad = decode_escapes(raw[i])
                 bad = bad or was_bad
-            if bad and repairs.lines == before:
-                repairs.lines += 1
+            count_repaired(self.repairs, before, bad)
         # every variable is converted, read or not: a line with any impossible time is refused
         values = [conv(v) for conv, v in zip(self._converters, raw, strict=True)]
         event = self._template.copy()

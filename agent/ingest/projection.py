@@ -28,14 +28,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from agent.ingest.formats import (
+    ACCESS_REFUSAL,
     AccessLogParser,
+    count_repaired,
     decode_escapes,
-    line_text,
-    short_repr,
+    matched_line,
     split_request,
 )
 from agent.ingest.formats import severity_of_status as _severity
-from agent.ingest.records import EncodingRepairs, RecordError
+from agent.ingest.records import EncodingRepairs
 from agent.ql import nodes as n
 from agent.ql.query import CompiledQuery
 
@@ -88,15 +89,8 @@ class ProjectedAccessLogParser(AccessLogParser):
         if self._fallback:
             full = super().parse(line)
             return {k: full[k] for k in self._want if k in full}
-        repairs = self.repairs
-        before = repairs.lines
-        text = line_text(line, repairs)  # bad bytes replaced and counted, as the full parse
-        m = self._match(text)
-        if m is None:
-            raise RecordError(
-                "bad_access_line",
-                f"not a combined/common access-log line: {short_repr(text)}",
-            )
+        # bad bytes replaced and counted, as the full parse
+        text, m, before = matched_line(line, self.repairs, self._match, ACCESS_REFUSAL)
         want = self.fields
         event: dict[str, Any] = {}
         request = m.group(5)
@@ -106,8 +100,7 @@ class ProjectedAccessLogParser(AccessLogParser):
             request, bad = decode_escapes(request)
             if m.group(8) is not None:
                 bad = decode_escapes(m.group(8))[1] or decode_escapes(m.group(9))[1] or bad
-            if bad and repairs.lines == before:
-                repairs.lines += 1
+            count_repaired(self.repairs, before, bad)
         if "request" in want:
             event["request"] = request
         if "body" in want:

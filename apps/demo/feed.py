@@ -4,8 +4,10 @@ Contract: :class:`LiveFeed` is a daemon thread that, from the moment it starts, 
 each agent's two files (clicks, tweets) the events of one seeded
 :class:`~apps.workload.ClickstreamGenerator` and one :class:`~apps.workload.TweetGenerator`
 per agent (seed ``seed * 1000 + agent index``; :data:`CLICK_USERS` / :data:`TWEET_USERS`
-users, the shared catalogue of :data:`PRODUCTS` products), each event once its event time has
-come, ``rate`` events per second per agent and stream, flushed every ``tick`` seconds.
+users, the shared catalogue of :data:`PRODUCTS` products, the "bought together" groups of
+:func:`demo_bundles` planted in the clicks, every click with the ``request_time`` its product
+page took), each event once its event time has come, ``rate`` events per second per agent
+and stream, flushed every ``tick`` seconds.
 ``written`` counts the lines per stream. ``finish_at(t)`` writes every event before ``t`` and
 stops; ``stop()`` stops now. A failure stops the feed and is kept in ``error`` (the demo
 shows it and goes on without new data); the files are closed either way.
@@ -19,14 +21,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from apps.workload import ClickstreamGenerator, TweetGenerator, json_line, make_catalogue
+from apps.workload import (
+    ClickstreamGenerator,
+    TweetGenerator,
+    json_line,
+    make_catalogue,
+    plant_bundles,
+)
 
 PRODUCTS, CLICK_USERS, TWEET_USERS = 300, 400, 2000
+BUNDLES = 8  # planted "bought together" groups
 
 
 def demo_catalogue(seed: int) -> list[dict[str, Any]]:
     """The catalogue the feed's clicks and the Spark step share."""
     return make_catalogue(PRODUCTS, seed=seed)
+
+
+def demo_bundles(catalogue: list[dict[str, Any]], seed: int) -> list[list[str]]:
+    """The "bought together" groups the feed plants (product-bundling should find them)."""
+    return plant_bundles(catalogue, BUNDLES, seed=seed)
 
 
 class LiveFeed(threading.Thread):
@@ -69,10 +83,17 @@ class LiveFeed(threading.Thread):
 
     def _streams(self, start: float) -> list[tuple[str, Iterator[dict[str, Any]], TextIO]]:
         streams = []
+        bundles = demo_bundles(self.catalogue, self.seed)
         for i, (clicks, tweets) in enumerate(self.files):
             seed = self.seed * 1000 + i
             c = ClickstreamGenerator(
-                seed=seed, users=CLICK_USERS, rate=self.rate, start=start, catalogue=self.catalogue
+                seed=seed,
+                users=CLICK_USERS,
+                rate=self.rate,
+                start=start,
+                catalogue=self.catalogue,
+                bundles=bundles,
+                request_times=True,
             )
             t = TweetGenerator(seed=seed, users=TWEET_USERS, rate=self.rate, start=start)
             streams.append(("clicks", iter(c), open(clicks, "a")))  # noqa: SIM115 - closed in run

@@ -4,7 +4,10 @@ the Spark table.
 Contract: pure functions of a :class:`~apps.demo.state.DemoState` (they read it, never
 write it, and make no API call): :func:`render` returns the ``rich`` renderable of the live
 view (``rich`` imported only then), :func:`plain_lines` the ``[t=..s] result <job> epoch=..
-epochs=.. agents=.. multicast=..`` lines printed when stdout is not a terminal,
+epochs=.. agents=.. multicast=..`` lines printed when stdout is not a terminal (each
+promoted product with its page's p99 from page-latency beside it: ``P000003×45 (p99 212
+ms)``; page-latency's own line lists the busiest pages ``P000003 p50 38 ms p99 212 ms
+n=123``),
 :func:`summary_lines` the closing summary, :func:`spark_lines` the Spark step's table. The
 wording of these lines is part of the demo's interface (``docs/demo.md``; tests parse them).
 """
@@ -16,6 +19,7 @@ from typing import Any
 from apps.demo.jobs import (
     BUNDLING,
     DATA_JOBS,
+    LATENCY,
     PAPER_EPOCH_SECONDS,
     PREDICTION,
     PROMOTION,
@@ -31,7 +35,36 @@ def ms(value: Any) -> str:
     return "?" if value is None else f"{float(value):.1f} ms"
 
 
+def page_latencies(st: DemoState) -> dict[str, list[Any]]:
+    """page → [p50, p99] seconds, from page-latency's shown result."""
+    return {
+        str(r.get("page")): r["latency"]
+        for r in st.jobs[LATENCY].rows
+        if isinstance(r, dict) and isinstance(r.get("latency"), list) and len(r["latency"]) == 2
+    }
+
+
+def _latency_ms(seconds: Any) -> str:
+    return "?" if not isinstance(seconds, int | float) else f"{seconds * 1000:.0f} ms"
+
+
+def _promoted(rows: list[Any], latency: dict[str, list[Any]], n: int = 5) -> str:
+    """Promoted products, each with its page's p99 (page-latency) beside it."""
+    out = []
+    for r in sorted((r for r in rows if isinstance(r, list)), key=lambda r: (-r[1], r[0]))[:n]:
+        p99 = latency.get(str(r[0]), [None, None])[1]
+        out.append(f"{r[0]}×{r[1]}" + ("" if p99 is None else f" (p99 {_latency_ms(p99)})"))
+    return ", ".join(out)
+
+
 def _fmt_rows(name: str, rows: list[Any], n: int = 5) -> str:
+    if name == LATENCY:
+        return ", ".join(
+            f"{r.get('page')} p50 {_latency_ms(r['latency'][0])} p99 "
+            f"{_latency_ms(r['latency'][1])} n={r.get('requests')}"
+            for r in rows[:n]
+            if isinstance(r, dict) and isinstance(r.get("latency"), list) and len(r["latency"]) == 2
+        )
     if name == SPAM:
         return ", ".join(f"{r['user']}×{r['tweets']}" for r in rows[:n] if isinstance(r, dict))
     if name == BUNDLING:
@@ -46,6 +79,13 @@ def _fmt_rows(name: str, rows: list[Any], n: int = 5) -> str:
         return text
     pairs = sorted((r for r in rows if isinstance(r, list)), key=lambda r: (-r[1], r[0]))
     return ", ".join(f"{p}×{c}" for p, c in pairs[:n])
+
+
+def _job_text(st: DemoState, name: str) -> str:
+    """A data job's shown result as one line (promotions with their pages' p99)."""
+    if name == PROMOTION:
+        return _promoted(st.promoted.get("top") or [], page_latencies(st))
+    return _fmt_rows(name, st.jobs[name].rows)
 
 
 def _prediction_text(p: dict[str, Any]) -> str:
@@ -74,12 +114,11 @@ def plain_lines(st: DemoState) -> list[str]:
         if v.epoch is None:
             lines.append(f"{t} {name}: {v.error or 'waiting for the first epoch'}")
             continue
-        rows = st.promoted.get("top") or [] if name == PROMOTION else v.rows
-        what = "promoted (window top)" if name == PROMOTION else "top"
+        what = {PROMOTION: "promoted (window top)", LATENCY: "busiest pages"}.get(name, "top")
         extra = f" filter={st.spam_filter}" if name == SPAM else ""
         lines.append(
             f"{t} result {name} epoch={v.epoch} epochs={v.epochs_done} agents={v.agents} "
-            f"multicast={ms(v.multicast_ms)}{extra} {what}: {_fmt_rows(name, rows)}"
+            f"multicast={ms(v.multicast_ms)}{extra} {what}: {_job_text(st, name)}"
         )
     if st.prediction or st.jobs[PREDICTION].error:
         text = st.jobs[PREDICTION].error or _prediction_text(st.prediction)
@@ -131,8 +170,10 @@ def render(st: DemoState) -> Any:
     for name in DATA_JOBS:
         v = st.jobs[name]
         if name == PROMOTION:
-            body = "promoted: " + esc(_fmt_rows(name, st.promoted.get("top") or []) or "-")
+            body = "promoted (page p99): " + esc(_job_text(st, name) or "-")
             body += f"\n[dim]{esc(v.note)}[/dim]" if v.note else ""
+        elif name == LATENCY:
+            body = "p50 / p99 per Video Games page (KLL sketch): " + esc(_job_text(st, name) or "-")
         elif name == SPAM:
             body = f"[yellow]filter: {st.spam_filter}[/yellow]\n" + esc(
                 _fmt_rows(name, v.rows) or "-"
@@ -168,9 +209,8 @@ def summary_lines(st: DemoState, lake: dict[str, int] | None) -> list[str]:
     )
     for name in DATA_JOBS:
         v = st.jobs[name]
-        rows = st.promoted.get("top") or [] if name == PROMOTION else v.rows
         lines.append(
-            f"{name}: {max(v.epochs_done, 0)} epochs (last {v.epoch}); {_fmt_rows(name, rows)}"
+            f"{name}: {max(v.epochs_done, 0)} epochs (last {v.epoch}); {_job_text(st, name)}"
         )
     lines.append(f"{PREDICTION}: {_prediction_text(st.prediction)}")
     if st.gone:

@@ -1,11 +1,13 @@
 """Helpers of the app tests: polling other processes' state, writing events, and the
-independent references (pandas / Counter / breadth-first search) the apps are checked against.
+independent references (pandas / Counter / exact fractions / breadth-first search) the apps
+are checked against.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -53,19 +55,36 @@ def ref_top(df: pd.DataFrame, window: Any, k: int) -> list[list[Any]]:
 
 
 def ref_components(baskets: Iterable[Iterable[str]], min_support: int) -> list[dict[str, Any]]:
-    """Bundles by explicit pair counting and breadth-first components (not the app's
-    union-find), in the app's documented order."""
+    """Connected components of the pairs with support >= min_support, by explicit pair
+    counting and breadth-first search (the rule product-bundling used before issue 26: on
+    real baskets it makes one giant component)."""
     support: Counter = Counter()
     for basket in baskets:
         items = sorted(set(basket))
         for i, a in enumerate(items):
             for b in items[i + 1 :]:
                 support[(a, b)] += 1
+    edges = [(a, b) for (a, b), n in support.items() if n >= min_support]
+    return [
+        _row(comp, sum(support[e] for e in edges if e[0] in comp))
+        for comp in _components(edges, set())
+    ]
+
+
+def _row(products: Iterable[str], support: int) -> dict[str, Any]:
+    ps = sorted(products)
+    return {"bundle": ps[0], "size": len(ps), "support": support, "products": ps}
+
+
+def _components(edges: list[tuple[str, str]], nodes: set[str]) -> list[set[str]]:
+    """Breadth-first connected components of ``edges`` (plus isolated ``nodes``), in the
+    app's order: size descending, then smallest product."""
     graph: dict[str, set[str]] = defaultdict(set)
-    for (a, b), n in support.items():
-        if n >= min_support:
-            graph[a].add(b)
-            graph[b].add(a)
+    for a, b in edges:
+        graph[a].add(b)
+        graph[b].add(a)
+    for v in nodes:
+        graph.setdefault(v, set())
     seen: set[str] = set()
     out = []
     for start in sorted(graph):
@@ -78,13 +97,62 @@ def ref_components(baskets: Iterable[Iterable[str]], min_support: int) -> list[d
                     comp.add(nxt)
                     queue.append(nxt)
         seen |= comp
-        weight = sum(n for (a, _), n in support.items() if n >= min_support and a in comp)
-        products = sorted(comp)
-        out.append(
-            {"bundle": products[0], "size": len(products), "support": weight, "products": products}
-        )
-    out.sort(key=lambda b: (-b["size"], b["bundle"]))
+        out.append(comp)
+    out.sort(key=lambda c: (-len(c), min(c)))
     return out
+
+
+def ref_measures(
+    baskets: Iterable[Iterable[str]], max_basket: int = 50
+) -> dict[tuple[str, str], tuple[int, Fraction, Fraction]]:
+    """Every co-occurring pair's (support, all-confidence, lift) as exact fractions, by brute
+    force: each pair of known products checked against each basket."""
+    kept = [set(b) for b in baskets if len(set(b)) <= max_basket]
+    n = len(kept)
+    products = sorted(set().union(*kept)) if kept else []
+    count = {p: sum(1 for b in kept if p in b) for p in products}
+    out = {}
+    for i, a in enumerate(products):
+        for b in products[i + 1 :]:
+            s = sum(1 for basket in kept if a in basket and b in basket)
+            if s:
+                conf = Fraction(s, max(count[a], count[b]))  # min(P(b|a), P(a|b))
+                out[(a, b)] = (s, conf, Fraction(s * n, count[a] * count[b]))
+    return out
+
+
+def ref_market_bundles(
+    baskets: Iterable[Iterable[str]],
+    *,
+    min_support: int,
+    min_confidence: float,
+    min_lift: float,
+    max_bundle: int,
+    max_basket: int = 50,
+) -> list[dict[str, Any]]:
+    """product-bundling's documented rule by brute force: the pairs passing the three
+    thresholds (exact fractions), taken strongest first (confidence, lift, support, pair),
+    each joining its two products' groups — recomputed by breadth-first search after every
+    step — unless the joined group would exceed ``max_bundle``."""
+    measures = ref_measures(baskets, max_basket)
+    edges = [
+        (pair, m)
+        for pair, m in measures.items()
+        if m[0] >= min_support and m[1] >= Fraction(min_confidence) and m[2] >= Fraction(min_lift)
+    ]
+    edges.sort(key=lambda e: (-e[1][1], -e[1][2], -e[1][0], e[0]))
+    accepted: list[tuple[str, str]] = []
+    nodes = {p for pair, _ in edges for p in pair}
+    for (a, b), _ in edges:
+        groups = _components(accepted, nodes)
+        ga = next(g for g in groups if a in g)
+        gb = next(g for g in groups if b in g)
+        if ga is not gb and len(ga) + len(gb) <= max_bundle:
+            accepted.append((a, b))
+    return [
+        _row(comp, sum(m[0] for (a, b), m in edges if a in comp and b in comp))
+        for comp in _components(accepted, set())
+    ]
 
 
 def ref_baskets(df: pd.DataFrame, window: Any, by: tuple[str, ...] = ("user_id", "session_id")):
@@ -95,7 +163,16 @@ def ref_baskets(df: pd.DataFrame, window: Any, by: tuple[str, ...] = ("user_id",
 
 
 def ref_bundles(df: pd.DataFrame, window: Any, min_support: int) -> list[dict[str, Any]]:
-    return ref_components(ref_baskets(df, window), min_support)
+    """The window's bundles with the job's default thresholds (``apps.bundles``)."""
+    from apps.bundles import MAX_BUNDLE, MIN_CONFIDENCE, MIN_LIFT
+
+    return ref_market_bundles(
+        ref_baskets(df, window),
+        min_support=min_support,
+        min_confidence=MIN_CONFIDENCE,
+        min_lift=MIN_LIFT,
+        max_bundle=MAX_BUNDLE,
+    )
 
 
 # ---- spam-campaign -------------------------------------------------------------------------

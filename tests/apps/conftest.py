@@ -34,7 +34,7 @@ from agent.server.cluster import LocalCluster
 from apps.micro_promotion import promotion_spec
 from apps.product_bundling import bundling_spec
 from apps.sale_prediction import prediction_spec
-from apps.workload import ClickstreamGenerator
+from apps.workload import ClickstreamGenerator, make_catalogue, plant_bundles
 
 CREATOR = "tests"
 INPUTS = ("clicks_p", "clicks_b", "tweets")
@@ -69,6 +69,7 @@ class Shop:
     prediction: str = "predict"
     k: int = 10
     min_support: int = 2
+    max_reply: int = 3  # products per bundling reply: the planted bundles of 4 are truncated
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +92,15 @@ def app_cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="session")
 def shop(app_cluster: AppCluster) -> Shop:
     base = math.floor(time.time()) + LEAD_SECONDS
-    gen = ClickstreamGenerator(seed=11, users=400, products=300, rate=800.0, start=base)
+    catalogue = make_catalogue(300, seed=11)
+    gen = ClickstreamGenerator(
+        seed=11,
+        users=400,
+        rate=800.0,
+        start=base,
+        catalogue=catalogue,
+        bundles=plant_bundles(catalogue, seed=11),  # "bought together" groups to find
+    )
     events = []
     for event in gen:
         if event["ts"] >= base + DATA_EPOCHS:
@@ -104,7 +113,12 @@ def shop(app_cluster: AppCluster) -> Shop:
     client.submit(promotion_spec(shop.promotion, k=shop.k, inputs=["clicks_p"], **common, **extra))
     client.submit(
         bundling_spec(
-            shop.bundling, min_support=shop.min_support, inputs=["clicks_b"], **common, **extra
+            shop.bundling,
+            min_support=shop.min_support,
+            inputs=["clicks_b"],
+            params={"max_reply": shop.max_reply},
+            **common,
+            **extra,
         )
     )
     client.submit(

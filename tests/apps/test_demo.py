@@ -25,8 +25,8 @@ import psutil
 import pytest
 
 from agent.client import ApiClient
-from apps.demo.feed import CLICK_USERS, PRODUCTS, TWEET_USERS, LiveFeed
-from apps.demo.jobs import DATA_JOBS, job_specs
+from apps.demo.feed import CLICK_USERS, PRODUCTS, TWEET_USERS, LiveFeed, demo_bundles
+from apps.demo.jobs import BUNDLING_PARAMS, DATA_JOBS, job_specs
 from apps.demo.state import DemoConfig
 from apps.workload import ClickstreamGenerator, TweetGenerator, make_catalogue
 
@@ -99,6 +99,8 @@ def test_live_feed_writes_each_generator_stream_up_to_its_end(tmp_path: Path) ->
                     rate=400.0,
                     start=feed.started_at,
                     catalogue=catalogue,
+                    bundles=demo_bundles(catalogue, 3),
+                    request_times=True,
                 ),
             ),
             (
@@ -145,6 +147,49 @@ def test_demo_runs_every_app_changes_a_filter_and_fills_the_lake(tmp_path: Path)
     epochs = {r["epoch"] for rows in tables.values() for r in rows}
     assert len(epochs) >= 5
     assert _agent_pids(tmp_path) == []
+    _check_page_latency(tmp_path, tables["page-latency"])
+    # the promotions are shown with their pages' p99 beside them
+    assert re.search(r"promoted \(window top\): P\d{6}×\d+ \(p99 \d+ ms\)", out), out
+    bundles = re.findall(r"result product-bundling .* top: (\d+) bundles, sizes \[([\d, ]+)\]", out)
+    assert bundles and int(bundles[-1][0]) >= 3, out  # several bounded bundles, no giant one
+    assert max(int(x) for x in bundles[-1][1].split(",")) <= BUNDLING_PARAMS["max_bundle"]
+
+
+def _check_page_latency(workdir: Path, rows: list[dict]) -> None:
+    """page-latency's windows in the lake against the feed's own log files (numpy): every
+    page's request count exactly, its p50 and p99 within the KLL rank bound (the estimate's
+    rank among the exact values is within ±kll_rank_error(200) of the percentage)."""
+    import numpy as np
+
+    from cbt.sketches import kll_rank_error
+
+    eps = kll_rank_error(200)
+    clicks = [
+        json.loads(line)
+        for path in sorted((workdir / "logs").glob("clicks-*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    games = [c for c in clicks if c["directory"] == "Video Games"]
+    assert games and all(isinstance(c["request_time"], float) for c in games)
+    first = min(r["epoch"] for r in rows)  # epochs of 1 s: the window is [E - 9, E]
+    checked = 0
+    for r in rows:
+        if r["tentative"] or r["partial"]:
+            continue
+        lo, hi = max(first, r["epoch"] - 9), r["epoch"]
+        times = np.array(
+            [
+                c["request_time"]
+                for c in games
+                if c["product_id"] == r["page"] and lo <= c["ts"] // 1 <= hi
+            ]
+        )
+        assert len(times) == r["requests"], r
+        for p, est in zip((0.5, 0.99), r["latency"], strict=True):
+            below, at_most = np.mean(times < est), np.mean(times <= est)
+            assert below - eps <= p <= at_most + eps, (r["page"], r["epoch"], p, est)
+        checked += 1
+    assert checked >= 50
 
 
 def test_sigint_stops_the_demo_cleanly(tmp_path: Path) -> None:
@@ -239,3 +284,25 @@ def test_the_live_view_marks_a_tentative_result_with_its_quality(tmp_path: Path)
     assert "tentative, coverage 41 %, top-k accuracy ≈ 86 %" in shown()
     view.tentative, view.coverage, view.accuracy = False, 1.0, 1.0
     assert "tentative" not in shown()
+
+
+def test_promotions_are_shown_with_their_pages_p99(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from apps.demo.jobs import LATENCY, PROMOTION
+    from apps.demo.render import plain_lines, render
+    from apps.demo.state import DemoState
+
+    st = DemoState(DemoConfig(), tmp_path)
+    st.promoted = {"top": [["P000003", 45], ["P000007", 12]]}
+    st.jobs[PROMOTION].epoch = st.jobs[LATENCY].epoch = 9
+    st.jobs[LATENCY].rows = [
+        {"page": "P000003", "latency": [0.038, 0.212], "requests": 123},
+        {"page": "P000009", "latency": [0.05, None], "requests": 7},
+    ]
+    lines = "\n".join(plain_lines(st))
+    assert "promoted (window top): P000003×45 (p99 212 ms), P000007×12" in lines
+    assert "busiest pages: P000003 p50 38 ms p99 212 ms n=123, P000009 p50 50 ms p99 ? n=7" in lines
+    console = Console(width=250, record=True)
+    console.print(render(st))
+    assert "P000003×45 (p99 212 ms)" in console.export_text()

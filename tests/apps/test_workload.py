@@ -207,3 +207,25 @@ async def test_post_lines_to_a_real_agent_ingest_endpoint() -> None:
         assert totals == {"accepted": 2500, "rejected": 1, "batches": 3, "retries": 0}
         queued = agents[0].inputs["ingest"].poll()
         assert [r["user_id"] for r in queued] == [c["user_id"] for c in clicks]
+
+
+def test_request_times_are_opt_in_per_page_and_leave_the_stream_alone() -> None:
+    from statistics import median
+
+    from apps.workload import SLOW_SHARE, page_latency_median
+
+    plain = ClickstreamGenerator(seed=4, start=START, products=20).take(20_000)
+    timed = ClickstreamGenerator(seed=4, start=START, products=20, request_times=True).take(20_000)
+    assert "request_time" not in plain[0]
+    assert [{k: v for k, v in e.items() if k != "request_time"} for e in timed] == plain
+    by_page: dict[str, list[float]] = {}
+    for e in timed:
+        t = e["request_time"]
+        assert t >= 0.001 and t == round(t, 3)  # nginx's millisecond resolution
+        by_page.setdefault(e["product_id"], []).append(t)
+    for page, times in by_page.items():
+        if len(times) >= 200:  # the page's own median (log-normal around it, σ 0.5)
+            assert median(times) == pytest.approx(page_latency_median(page), rel=0.15), page
+    # the 2 % tail (4-20x) plus the log-normal's own beyond 3x (1.4 %)
+    slow = sum(e["request_time"] > 3 * page_latency_median(e["product_id"]) for e in timed)
+    assert SLOW_SHARE / 2 < slow / len(timed) < 3 * SLOW_SHARE

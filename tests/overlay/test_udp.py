@@ -4,6 +4,7 @@ detection, partitions."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from overlay_helpers import FAST, SECRET, FilteredUdp, Recorder, start_cluster, stop_all, wait_for
@@ -176,6 +177,24 @@ async def test_graceful_leave_is_immediate() -> None:
         rest = [n for n in nodes if n is not leaver]
         await wait_for(lambda: all(leaver.id not in {c.id for c in n.contacts()} for n in rest), 2)
         assert sum(n.stats()["events"].get("nodes_left", 0) for n in rest) >= 1
+    finally:
+        await stop_all(nodes)
+
+
+async def test_a_leave_does_not_wait_on_a_contact_that_is_gone() -> None:
+    """A contact that stopped silently (another logical agent of the same stopping process)
+    never acknowledges the leave notice: the leave waits ``leave_wait`` for it, not the
+    request timeout (60 s here), and the live contacts still drop the leaver."""
+    slow_requests = dataclasses.replace(FAST, request_timeout=60.0, leave_wait=0.2)
+    nodes = await start_cluster(6, tunables=slow_requests)
+    try:
+        await wait_for(lambda: all(len(n.contacts()) >= 4 for n in nodes), 10)
+        gone, leaver = nodes[1], nodes[3]
+        assert gone.id in {c.id for c in leaver.contacts()}
+        await gone.stop()  # no leave notice: the others still list it
+        await asyncio.wait_for(leaver.leave(), 10)
+        rest = [n for n in nodes if n not in (gone, leaver)]
+        await wait_for(lambda: all(leaver.id not in {c.id for c in n.contacts()} for n in rest), 5)
     finally:
         await stop_all(nodes)
 

@@ -1,5 +1,6 @@
 """One local SparkSession for every Spark test of this directory (JVM start-up is the cost);
-tests/agent's in-process agent helpers made importable."""
+tests/agent's in-process agent helpers and this directory's helpers (``ql_lake``) made
+importable."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "agent"))
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="session")

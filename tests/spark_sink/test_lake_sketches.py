@@ -10,21 +10,15 @@ import json
 import random
 from collections import defaultdict
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import datasketches as ds
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from ql_lake import QLLake  # tests/spark_sink (conftest)
 
-from agent.jobs.spec import JobSpec
-from agent.ql import compile_query
-from agent.runtime.results.lake_sink import LakeSink
-from agent.runtime.results.store import ResultStore
-from cbt import CompressedBufferTree
 from cbt.sketches import hll_rse, kll_rank_error
-from spark_sink.buffer import LakeWriter
 from spark_sink.lake import Lake, read_table
 
 QUERY = """SELECT g, approx_distinct(u) AS users, approx_percentile(v, 0.99) AS p99,
@@ -33,37 +27,6 @@ QUERY = """SELECT g, approx_distinct(u) AS users, approx_percentile(v, 0.99) AS 
            FROM * GROUP BY g"""
 START = 1_795_300_000 - 1_795_300_000 % 86_400  # a UTC midnight
 TREE = 111
-
-
-class QLJob:
-    """The master-side face of an ELF QL job (agent/jobs/ql_job.py) the sink calls."""
-
-    def __init__(self, text: str) -> None:
-        self.compiled = compile_query(text)
-
-    def result_rows(self, pairs: Any) -> list[dict[str, Any]]:
-        return self.compiled.rows(pairs)
-
-    def lake_rows(self, pairs: Any, sketches: list[Any]) -> list[dict[str, Any]]:
-        return self.compiled.rows(pairs, sketches)
-
-
-def runtime(store: ResultStore, job: QLJob, epoch_seconds: int) -> Any:
-    spec = JobSpec.from_dict(
-        {"name": "sk", "creator": "t", "job_class": "wordcount", "epoch_seconds": epoch_seconds}
-    )
-    return SimpleNamespace(
-        name="sk",
-        store=store,
-        tree_list=[TREE],
-        tree_set={TREE},
-        spec=spec,
-        operator=None,
-        job=job,
-        count=lambda what, n=1: None,
-        job_for=lambda epoch: job,
-        late_records=lambda epoch: None,
-    )
 
 
 def lines(epoch: int, n: int) -> list[dict[str, Any]]:
@@ -83,24 +46,15 @@ def lines(epoch: int, n: int) -> list[dict[str, Any]]:
 
 def write_lake(tmp_path: Path, epochs: int, per_epoch: int, epoch_seconds: int) -> tuple:
     """``epochs`` epochs of raw lines through the query's CBT into the lake (LakeSink)."""
-    job = QLJob(QUERY)
     lake = Lake(str(tmp_path / "lake"))
-    writer = LakeWriter(lake, tmp_path / "buf")
-    store = ResultStore()
-    sink = LakeSink(runtime(store, job, epoch_seconds), writer)
+    feed = QLLake(QUERY, lake, tmp_path / "buf", name="sk", epoch_seconds=epoch_seconds, tree=TREE)
     raw: list[dict[str, Any]] = []
     first = START // epoch_seconds
     for epoch in range(first, first + epochs):
         batch = lines(epoch, per_epoch)
         raw += batch
-        tree = CompressedBufferTree(job.compiled.make_aggregator())
-        for r in batch:
-            for k, v in job.compiled.map(r):
-                tree.insert(k, v)
-        store.put(TREE, epoch, tree.flush(), 0.0)
-        sink.epoch(TREE, epoch)
-    assert writer.flush(60)
-    writer.close()
+        feed.epoch(epoch, batch)
+    feed.close(60)
     return lake, raw
 
 

@@ -10,21 +10,15 @@ import json
 import random
 from collections import defaultdict
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from ql_lake import QLLake  # tests/spark_sink (conftest)
 
 from agent.cli import cli
-from agent.jobs.spec import JobSpec
-from agent.ql import compile_query
-from agent.runtime.results.lake_sink import LakeSink
-from agent.runtime.results.store import ResultStore
-from cbt import CompressedBufferTree
 from cbt.sketches import hll_rse, kll_rank_error
-from spark_sink.buffer import LakeWriter
 from spark_sink.jobs.sketch_rollup import RollupError, parse_time, percentiles, uniques
 from spark_sink.lake import Lake
 
@@ -40,19 +34,6 @@ TENTATIVE = START // DAY + 4  # Wed 25 Nov: stored doubtful, so its lake version
 TREE = 7
 HLL_BOUND = 3 * hll_rse(12)  # relative, lg_k 12 (≈ 3 × 1.6 %)
 KLL_BOUND = kll_rank_error(200)  # normalized rank error, k 200 (≈ 1.65 %)
-
-
-class QLJob:
-    """The master-side face of an ELF QL job (agent/jobs/ql_job.py) the sink calls."""
-
-    def __init__(self, text: str) -> None:
-        self.compiled = compile_query(text)
-
-    def result_rows(self, pairs: Any) -> list[dict[str, Any]]:
-        return self.compiled.rows(pairs)
-
-    def lake_rows(self, pairs: Any, sketches: list[Any]) -> list[dict[str, Any]]:
-        return self.compiled.rows(pairs, sketches)
 
 
 def lines(epoch: int, n: int) -> list[dict[str, Any]]:
@@ -73,28 +54,14 @@ def lines(epoch: int, n: int) -> list[dict[str, Any]]:
 def lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[int, list[dict]]]:
     """The lake path and the raw lines of each epoch."""
     tmp = tmp_path_factory.mktemp("rollup")
-    job = QLJob(QUERY)
-    writer = LakeWriter(Lake(str(tmp / "lake")), tmp / "buf")
-    store = ResultStore()
-    spec = JobSpec.from_dict(
-        {"name": "sk", "creator": "t", "job_class": "wordcount", "epoch_seconds": DAY}
+    feed = QLLake(
+        QUERY, Lake(str(tmp / "lake")), tmp / "buf", name="sk", epoch_seconds=DAY, tree=TREE
     )
-    runtime = SimpleNamespace(name="sk", store=store, tree_list=[TREE], tree_set={TREE},
-                              spec=spec, operator=None, job=job, count=lambda *a, **k: None,
-                              job_for=lambda epoch: job,
-                              late_records=lambda epoch: None)  # fmt: skip
-    sink = LakeSink(runtime, writer)
     raw: dict[int, list[dict]] = {}
     for epoch in range(START // DAY, START // DAY + DAYS):
         raw[epoch] = lines(epoch, 2500)
-        tree = CompressedBufferTree(job.compiled.make_aggregator())
-        for r in raw[epoch]:
-            for k, v in job.compiled.map(r):
-                tree.insert(k, v)
-        store.put(TREE, epoch, tree.flush(), 0.0, doubtful=epoch == TENTATIVE)
-        sink.epoch(TREE, epoch)
-    assert writer.flush(60)
-    writer.close()
+        feed.epoch(epoch, raw[epoch], doubtful=epoch == TENTATIVE)
+    feed.close(60)
     return str(tmp / "lake"), raw
 
 

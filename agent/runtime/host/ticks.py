@@ -263,19 +263,27 @@ class Ticks:
                 continue
             if not idle and not self.polling():
                 # nothing to poll: sleep until a job is due (a push ticks its readers itself)
-                wake = min(self._due_monotonic(), now + IDLE_TICK_SECONDS)
-                self.next_full = max(self.next_full, wake)
+                self.next_full = max(self.next_full, self.next_wake(now))
             await self._wait_until(self.next_full)
 
     async def _wait_until(self, at: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.event.wait(), max(0.0, at - time.monotonic()))
 
-    def _due_monotonic(self) -> float:
-        """:attr:`due` (wall clock) as a monotonic time, with :data:`DUE_SLACK`."""
+    def _due_monotonic(self, slack: float = DUE_SLACK) -> float:
+        """:attr:`due` (wall clock) as a monotonic time, plus ``slack``."""
         if self.due == math.inf:
             return math.inf
-        return time.monotonic() + (self.due - time.time()) + DUE_SLACK
+        return time.monotonic() + (self.due - time.time()) + slack
+
+    def next_wake(self, since: float, *, slack: float = DUE_SLACK) -> float:
+        """The monotonic time of the next real tick when nothing is pushed and nothing needs
+        polling: when the earliest job is due (:attr:`due`, plus ``slack``), and at most
+        :data:`IDLE_TICK_SECONDS` after ``since`` (a job's due time can move between ticks:
+        it became a master, its timer). The tick loop sleeps until it (with
+        :data:`DUE_SLACK`, so that a job is due when the loop wakes); :meth:`quiet` skips
+        ticks only before it (without slack: a job due now is never skipped)."""
+        return min(self._due_monotonic(slack), since + IDLE_TICK_SECONDS)
 
     def quiet(self) -> bool:
         """Whether a full tick now would surely find nothing to do: the last tick read
@@ -284,11 +292,10 @@ class Ticks:
         (``Watchable``: a file tail whose file is unchanged since it was read to its end, a
         ``stat``; an empty ingest queue).
         False whenever it cannot tell; the record thread's state is only read, as a hint.
-        A job's due time can move between ticks (it became a master: its timer), so quiet
-        ticks stop ``IDLE_TICK_SECONDS`` after the last real one, as for pushed inputs."""
-        if self.last_busy or time.time() >= self.due:
-            return False
-        if time.monotonic() - self.last_ticked >= IDLE_TICK_SECONDS:
+        Quiet ticks stop at :meth:`next_wake` after the last real one, as the loop's sleep
+        does for pushed inputs."""
+        # the wake first, then the clock: a job due a moment ago or now is never skipped
+        if self.last_busy or self.next_wake(self.last_ticked, slack=0.0) <= time.monotonic():
             return False
         runtimes = list(self.runtimes.values())
         if any(runtime not in self.fed for runtime in runtimes):

@@ -12,10 +12,8 @@ draws new requests (exploration, off CI). Bounded:
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,8 +21,9 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-from agent_helpers import lines, running_agents
+from agent_helpers import lines
 from hypothesis import HealthCheck, settings
+from live_agent import LiveAgent
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -68,54 +67,18 @@ schema.config.generation.update(
 )
 
 
-class LiveAgent:
-    """One agent serving on loopback from its own event loop in a thread (schemathesis calls
-    synchronously), with a running job and some ingested lines."""
-
-    def __init__(self) -> None:
-        self.url = ""
-        self.token = ""
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="live-agent", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:
-            self._error = exc
-            self._ready.set()
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        async with running_agents(1) as (agent,):
-            e = math.floor(time.time())
-            for name in (JOB, VICTIM):
-                await agent.submit({"name": name, "creator": "t", "job_class": "wordcount"})
-            await agent.ingest("ingest", lines(e, ["a b", "c"]))
-            self.url, self.token = agent.api.url, agent.config.api_token
-            self._ready.set()
-            await self._stop.wait()
-
-    def __enter__(self) -> LiveAgent:
-        self._thread.start()
-        assert self._ready.wait(60), "the agent did not start in 60 s"
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(60)
+async def jobs_and_lines(agent: Any) -> None:
+    """A running job (and the one DELETE stops) with some ingested lines."""
+    e = math.floor(time.time())
+    for name in (JOB, VICTIM):
+        await agent.submit({"name": name, "creator": "t", "job_class": "wordcount"})
+    await agent.ingest("ingest", lines(e, ["a b", "c"]))
 
 
 @pytest.fixture(scope="module")
 def live() -> Iterator[LiveAgent]:
-    with LiveAgent() as agent:
+    """One agent serving on loopback (schemathesis calls synchronously)."""
+    with LiveAgent(jobs_and_lines) as agent:
         yield agent
 
 

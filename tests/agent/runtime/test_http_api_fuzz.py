@@ -11,10 +11,8 @@ still answers ``/status`` afterwards.
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
-import threading
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
@@ -22,9 +20,9 @@ from typing import Any
 
 import orjson
 import pytest
-from agent_helpers import running_agents
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from live_agent import LiveAgent
 
 JOB = "fz"
 pytestmark = pytest.mark.timeout(300)
@@ -35,50 +33,16 @@ FUZZ = settings(
 )
 
 
-class AgentThread:
+async def submit_job(agent: Any) -> None:
+    await agent.submit({"name": JOB, "creator": "fuzz", "job_class": "wordcount"})
+
+
+class AgentThread(LiveAgent):
     """An in-process agent on its own event loop, reachable over loopback HTTP."""
 
-    def __init__(self) -> None:
-        self.host = ""
-        self.port = 0
-        self.token = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="fuzz-agent", daemon=True)
-
-    def _run(self) -> None:
-        async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-            async with running_agents(1) as agents:
-                agent = agents[0]
-                await agent.submit({"name": JOB, "creator": "fuzz", "job_class": "wordcount"})
-                self.host, self.port = agent.api.host, agent.api.port
-                self.token = agent.config.api_token
-                self._ready.set()
-                await self._stop.wait()
-
-        try:
-            asyncio.run(main())
-        except BaseException as exc:  # reported by start()
-            self._error = exc
-            self._ready.set()
-
-    def start(self) -> AgentThread:
-        self._thread.start()
-        if not self._ready.wait(60) or self._error is not None:
-            raise RuntimeError(f"agent did not start: {self._error!r}")
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(60)
-
     def call(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        api = self.agent.api
+        conn = http.client.HTTPConnection(api.host, api.port, timeout=30)
         try:
             headers = {"Authorization": f"Bearer {self.token}"}
             if body is not None:
@@ -92,11 +56,8 @@ class AgentThread:
 
 @pytest.fixture(scope="module")
 def agent() -> Iterator[AgentThread]:
-    runner = AgentThread().start()
-    try:
+    with AgentThread(submit_job, name="fuzz-agent") as runner:
         yield runner
-    finally:
-        runner.stop()
 
 
 SEEN: Counter[tuple[str, int]] = Counter()  # (endpoint, status): the fuzz reached past parsing

@@ -326,3 +326,15 @@ async def test_a_new_jobs_tree_root_learns_the_job_table_from_its_children() -> 
                 await newcomer.submit(spec)
         finally:
             await stop_agents([newcomer], timeout=30)
+
+
+async def test_stop_agents_leaves_no_agent_running_past_its_budget(tmp_path: Any) -> None:
+    """A budget too short to stop every agent one by one: the rest are stopped together, so
+    none keeps the event loop busy after the caller returns."""
+    cfg = load_config(env={"ELF_SECRET": "s" * 64}, overrides={"logical_agents": 4})
+    agents = await start_agents(cfg)
+    try:
+        await stop_agents(agents, timeout=0.001)
+        assert not [a for a in agents if a.running()]
+    finally:
+        await stop_agents(agents, timeout=30)

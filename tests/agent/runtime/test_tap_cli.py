@@ -5,7 +5,6 @@ API URL, and a one-line error for an agent it cannot find or a job that does not
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import threading
@@ -15,72 +14,39 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_helpers import lines, running_agents
+from agent_helpers import lines
 from click.testing import CliRunner
+from live_agent import LiveAgent
 
 from agent.cli import cli
 
 WORDS = ["x y", "y z", "z z x"]
 
 
-class LiveAgent:
-    """One agent with a running wordcount job ``wc``, on its own loop in a thread."""
+async def submit_wordcount(agent: Any) -> None:
+    await agent.submit({"name": "wc", "creator": "t", "job_class": "wordcount"})
 
-    def __init__(self) -> None:
-        self.agent: Any = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="tap-agent", daemon=True)
 
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:
-            self._error = exc
-            self._ready.set()
+def feed_when_tapped(live: LiveAgent, texts: list[str]) -> threading.Thread:
+    """Ingest ``texts`` into ``ingest`` as soon as a tap of ``wc`` is open."""
 
-    async def _main(self) -> None:
-        self.loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        async with running_agents(1) as (agent,):
-            await agent.submit({"name": "wc", "creator": "t", "job_class": "wordcount"})
-            self.agent = agent
-            self._ready.set()
-            await self._stop.wait()
+    def feed() -> None:
+        taps = live.agent.runtimes["wc"].taps
+        deadline = time.monotonic() + 30
+        while not taps.active and time.monotonic() < deadline:
+            time.sleep(0.02)  # another thread's state: polled, bounded by the deadline
+        fed = lines(math.floor(time.time()) + 0.1, texts)
+        live.run_coroutine(live.agent.ingest("ingest", fed))
 
-    def __enter__(self) -> LiveAgent:
-        self._thread.start()
-        assert self._ready.wait(60), "the agent did not start in 60 s"
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.loop is not None and self._stop is not None:
-            self.loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(60)
-
-    def feed_when_tapped(self, texts: list[str]) -> threading.Thread:
-        """Ingest ``texts`` into ``ingest`` as soon as a tap of ``wc`` is open."""
-
-        def feed() -> None:
-            taps = self.agent.runtimes["wc"].taps
-            deadline = time.monotonic() + 30
-            while not taps.active and time.monotonic() < deadline:
-                time.sleep(0.02)  # another thread's state: polled, bounded by the deadline
-            fed = lines(math.floor(time.time()) + 0.1, texts)
-            assert self.loop is not None
-            asyncio.run_coroutine_threadsafe(self.agent.ingest("ingest", fed), self.loop).result(30)
-
-        thread = threading.Thread(target=feed, daemon=True)
-        thread.start()
-        return thread
+    thread = threading.Thread(target=feed, daemon=True)
+    thread.start()
+    return thread
 
 
 @pytest.fixture(scope="module")
 def live() -> Iterator[LiveAgent]:
-    with LiveAgent() as agent:
+    """One agent with a running wordcount job ``wc``."""
+    with LiveAgent(submit_wordcount, name="tap-agent") as agent:
         yield agent
 
 
@@ -98,7 +64,7 @@ def tap(live: LiveAgent, token_file: str, *extra: str) -> Any:
 
 
 def test_elf_tap_prints_the_records_one_per_line(live: LiveAgent, token_file: str) -> None:
-    feeder = live.feed_when_tapped(WORDS)
+    feeder = feed_when_tapped(live, WORDS)
     result = tap(live, token_file, "--limit", "2", "--timeout", "30")
     feeder.join(30)
     assert result.exit_code == 0, result.output
@@ -113,7 +79,7 @@ def test_elf_tap_prints_the_records_one_per_line(live: LiveAgent, token_file: st
 @pytest.mark.parametrize("how", ["prefix", "url"])
 def test_elf_tap_agent_picks_the_agent(live: LiveAgent, token_file: str, how: str) -> None:
     which = f"{live.agent.overlay.id:040x}"[:6] if how == "prefix" else live.agent.api.url
-    feeder = live.feed_when_tapped(WORDS[:1])
+    feeder = feed_when_tapped(live, WORDS[:1])
     result = tap(live, token_file, "--agent", which, "--limit", "1", "--timeout", "30")
     feeder.join(30)
     assert result.exit_code == 0, result.output

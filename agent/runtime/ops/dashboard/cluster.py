@@ -7,7 +7,8 @@ failed as the overlay declared it; agents known but not asked are counted), and 
 trees as nodes with parent links colored by epoch lag, its masters' newest epochs (roll-up
 latency, tentative and partial epochs, coverage, term) and the origins they count absent,
 retired or left (:mod:`agent.runtime.ops.dashboard.membership`), the newest result (at most
-:data:`RESULT_ROWS` rows, fetched once per new epoch), series of throughput and roll-up
+:data:`RESULT_ROWS` rows, fetched once per new epoch, with ``estimates``: its sketch columns,
+:mod:`agent.runtime.ops.dashboard.columns`), series of throughput and roll-up
 latency, which agents applied which spec version, and a timeline of failures, failovers,
 recoveries and tentative epochs.
 
@@ -32,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
+from agent.runtime.ops.dashboard.columns import estimate_columns
 from agent.runtime.ops.dashboard.membership import merge_membership
 from agent.runtime.ops.dashboard.summary import (
     ProcessSampler,
@@ -556,7 +558,11 @@ class ClusterPicture:
                 else:
                     track.result = {"error": f"no result within {self.peer_timeout:g} s"}
         for name, job in jobs.items():
-            job["result"] = self._jobs[name].result
+            result = self._jobs[name].result
+            if result is not None and "rows" in result:
+                # which columns are sketch estimates, and their error: shown marked (≈)
+                result = {**result, "estimates": estimate_columns(job["spec"])}
+            job["result"] = result
 
     async def _result(self, name: str, epoch: int) -> dict[str, Any] | None:
         read = self.agent.result_reader(name)

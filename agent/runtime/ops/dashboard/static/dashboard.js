@@ -445,20 +445,58 @@ function drawResult(card, doc) {
   if (!r) return;
   if (r.error) { holder.append(el("p", { class: "muted" }, "result: " + r.error)); return; }
   const st = epochState(r);
-  holder.append(el("p", { "data-state": st }, `newest result: epoch ${r.epoch}` +
+  holder.append(el("p", { "data-state": st, class: st === "final" ? "" : st }, `newest result: epoch ${r.epoch}` +
     (st !== "final" ? ` (${st}, coverage ${(100 * r.coverage).toFixed(0)} %` +
+      (r.lacking && r.lacking.length ? ", lacking " + r.lacking.map(origin).join(", ") : "") +
       (r.accuracy == null ? "" : `, top-k accuracy ≈ ${(100 * r.accuracy).toFixed(0)} %`) + ")" : " (final)") +
     ` · version ${versionTerm(r)}` +
     ` · ${r.rows_total} rows` + (r.rows_total > r.rows.length ? `, first ${r.rows.length} shown` : "")));
   if (!r.rows.length) return;
   const first = r.rows[0];
   const cols = Array.isArray(first) ? ["key", "value"] : Object.keys(first);
-  const cell = (v) => el("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v));
-  holder.append(el("table", { class: "rows" },
-    el("thead", {}, el("tr", {}, ...cols.map((c) => el("th", {}, c)))),
+  const est = r.estimates || {};
+  const head = (c) => est[c] ? el("th", { title: est[c].error, "data-estimate": est[c].kind }, c + " ≈") : el("th", {}, c);
+  holder.append(el("table", { class: "rows", "data-state": st },
+    el("thead", {}, el("tr", {}, ...cols.map(head))),
     el("tbody", {}, ...r.rows.map((row) => el("tr", {},
-      ...(Array.isArray(row) ? row : cols.map((c) => row[c])).map(cell))))));
+      ...(Array.isArray(row) ? row : cols.map((c) => row[c])).map((v, i) => resultCell(v, est[cols[i]])))))));
 }
+
+// One result value as a table cell: sketch estimates by kind (percentiles labelled with their
+// percentage, a distinct count rounded, top-k as item ×count), other numbers with at most 6
+// significant digits, lists of plain values comma-separated (the first 8); the exact value
+// (JSON) is the cell's tooltip whenever the text differs from it.
+const MAX_LISTED = 8;
+function resultCell(v, estimate) {
+  const text = formatValue(v, estimate);
+  const exact = v === null || v === undefined ? "NULL" : typeof v === "object" ? JSON.stringify(v) : String(v);
+  const attrs = text === exact ? {} : { title: exact };
+  if (v === null || v === undefined) attrs.class = "muted";
+  return el("td", attrs, text);
+}
+function formatValue(v, estimate) {
+  if (v === null || v === undefined) return "NULL";
+  const kind = estimate && estimate.kind;
+  if ((kind === "percentiles" || kind === "quantiles") && estimate.ranks) {
+    const values = estimate.array ? v : [v];
+    if (Array.isArray(values) && values.length === estimate.ranks.length) {
+      const parts = values.map((x, i) => "p" + percentage(estimate.ranks[i]) + " " + formatValue(x));
+      return listed(parts, " · ");
+    }
+  }
+  if (kind === "distinct" && typeof v === "number") return "≈ " + Math.round(v).toLocaleString("en-US");
+  if (kind === "top_k" && Array.isArray(v)) {
+    return listed(v.map((p) => Array.isArray(p) && p.length === 2 ? `${formatValue(p[0])} ×${formatValue(p[1])}` : JSON.stringify(p)), ", ");
+  }
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(6)));
+  // a list of plain values (numbers, text: a bundle's products, collect_set) reads as a list
+  if (Array.isArray(v) && v.every((x) => x === null || ["number", "string", "boolean"].includes(typeof x))) {
+    return listed(v.map((x) => formatValue(x)), ", ");
+  }
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
+}
+const percentage = (rank) => String(Number((100 * rank).toPrecision(4)));
+const listed = (parts, sep) => parts.slice(0, MAX_LISTED).join(sep) + (parts.length > MAX_LISTED ? `${sep}… (${parts.length})` : "");
 
 // "passive", "replicated:R", "budget:R" or "adaptive:T" (the select's values) as the spec's
 // fault_tolerance field

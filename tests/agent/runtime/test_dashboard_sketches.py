@@ -1,0 +1,213 @@
+"""The dashboard's query box with sketch aggregates and CASE: a query submitted through
+``POST /api/v1/dashboard/query`` to real in-process agents on loopback, its result read back
+from the results API and from the dashboard's picture and checked against numpy / exact
+counts of the lines fed (percentiles within KLL's rank bound, distinct counts within 3 HLL
+standard errors, top-k users and CASE-built counts exactly); the picture names the estimate
+columns and their error; and headless Chromium (when present) shows them marked and
+formatted by kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import orjson
+from agent_helpers import SECRET, running_agents, wait_for
+
+from agent.config import derive_api_token
+from cbt.sketches import hll_rse, kll_rank_error
+
+TOKEN = derive_api_token(SECRET.encode())
+JOB = "page-latency"
+QUERY = (
+    "SELECT page, approx_percentile(request_time, ARRAY[0.5, 0.99]) AS latency, "
+    "approx_distinct(user) AS users, approx_top_k(user, 3) AS regulars, count(*) AS n, "
+    "sum(CASE WHEN request_time > 0.25 THEN 1 ELSE 0 END) AS slow "
+    "FROM ingest WHERE starts_with(page, '/product/') GROUP BY page ORDER BY n DESC"
+)
+PAGES = ["/product/a", "/product/b", "/product/c", "/cart"]
+CHROMIUM = "/usr/bin/chromium"
+
+
+def records(epoch: int, agent: int, n: int = 600) -> list[dict[str, Any]]:
+    """One agent's seeded page requests in ``epoch`` (each page its own latency)."""
+    rng = random.Random(f"{epoch}:{agent}")
+    out = []
+    for i in range(n):
+        page = rng.choice(PAGES)
+        base = 0.02 * (1 + PAGES.index(page))
+        t = round(base * math.exp(rng.gauss(0, 0.6)) * (10 if rng.random() < 0.02 else 1), 3)
+        user = f"u{rng.randrange(5000 if page == '/product/a' else 90)}"
+        out.append({"ts": epoch + i / n, "page": page, "request_time": t, "user": user})
+    return out
+
+
+def check_rows(rows: list[dict[str, Any]], fed: list[dict[str, Any]]) -> None:
+    """``rows`` against the fed records: numpy percentiles' ranks, exact distinct and counts."""
+    eps, rse = kll_rank_error(200), hll_rse(12)
+    product = [r for r in fed if r["page"].startswith("/product/")]
+    # ORDER BY n DESC, ties by the GROUP BY value
+    assert [r["page"] for r in rows] == sorted(
+        {r["page"] for r in product}, key=lambda p: (-sum(r["page"] == p for r in product), p)
+    )
+    for row in rows:
+        mine = [r for r in product if r["page"] == row["page"]]
+        times = np.array([r["request_time"] for r in mine])
+        assert row["n"] == len(mine)
+        assert row["slow"] == int((times > 0.25).sum())
+        for p, est in zip((0.5, 0.99), row["latency"], strict=True):
+            assert np.mean(times < est) - eps <= p <= np.mean(times <= est) + eps, (p, est)
+        exact = len({r["user"] for r in mine})
+        assert abs(row["users"] - exact) <= 3 * rse * exact + 0.5, (row["users"], exact)
+        # fewer than 768 distinct users per page: the frequent-items sketch is exact
+        counts = Counter(r["user"] for r in mine)
+        top = sorted(counts.items(), key=lambda uc: (-uc[1], uc[0]))[:3]
+        assert row["regulars"] == [list(uc) for uc in top]
+
+
+async def test_sketch_query_from_the_query_box_reads_back_exact_or_within_bounds(
+    tmp_path: Path,
+) -> None:
+    async with running_agents(2) as agents:
+        body = {"name": JOB, "query": QUERY, "epoch_seconds": 1}
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with aiohttp.ClientSession(headers=headers) as http:
+            url = agents[0].api.url + "/api/v1/dashboard/query"
+            async with http.post(url, data=orjson.dumps(body)) as resp:
+                assert resp.status == 201, await resp.text()
+        await wait_for(
+            lambda: all(a.table.get(JOB) is not None for a in agents), 20, "the job everywhere"
+        )
+        first = math.floor(time.time()) + 2
+        fed: dict[int, list[dict[str, Any]]] = {}
+        stop = asyncio.Event()
+
+        async def feed() -> None:
+            """Every epoch's records, about a second ahead of the clock, until stopped."""
+            e = first
+            while not stop.is_set():
+                fed[e] = []
+                for i, a in enumerate(agents):
+                    recs = records(e, i)
+                    fed[e] += recs
+                    await a.ingest("ingest", [json.dumps(r) for r in recs])
+                e += 1
+                with contextlib.suppress(TimeoutError):  # the pace of the feed
+                    await asyncio.wait_for(stop.wait(), max(0.0, e - 1.5 - time.time()))
+
+        feeder = asyncio.ensure_future(feed())
+        try:
+            await check_query(agents, fed, first, tmp_path)
+        finally:
+            stop.set()
+            await feeder
+
+
+async def check_query(
+    agents: list[Any], fed: dict[int, list[dict[str, Any]]], first: int, tmp_path: Path
+) -> None:
+    """The result through the results API, the picture and (if present) Chromium."""
+
+    async def complete() -> dict[str, Any] | None:
+        try:
+            res = await agents[1].results(JOB, first + 1)
+        except Exception:
+            return None
+        return res if res["complete"] and res["rows"] else None
+
+    res = await wait_for(complete, 30, "the first full epoch's complete result")
+    assert res["state"] == "final" and not res["tentative"]
+    check_rows(res["rows"], fed[first + 1])
+
+    # the dashboard's picture: the same newest result, with its estimate columns named
+    picture = agents[1].dashboard
+
+    async def shown() -> dict[str, Any] | None:
+        snap = await picture.snapshot(max_age=0)
+        r = (snap["jobs"].get(JOB) or {}).get("result") or {}
+        return r if r.get("epoch") in fed and r.get("rows") else None
+
+    shown_res = await wait_for(shown, 30, "a fed epoch's result in the picture")
+    check_rows(shown_res["rows"], fed[shown_res["epoch"]])
+    est = shown_res["estimates"]
+    assert set(est) == {"latency", "users", "regulars"}
+    assert est["latency"]["kind"] == "percentiles" and est["latency"]["ranks"] == [0.5, 0.99]
+    assert "1.33 %" in est["latency"]["error"] and est["users"]["kind"] == "distinct"
+
+    if os.access(CHROMIUM, os.X_OK) and _has_playwright():
+        await _check_in_chromium(agents[1].api.url, fed, tmp_path)
+
+
+def _has_playwright() -> bool:
+    try:
+        import playwright.async_api  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+async def _check_in_chromium(
+    api_url: str, fed: dict[int, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """The page marks the estimate columns (≈, their error as tooltip) and formats them:
+    ``p50 x · p99 y``, ``≈ n``; its cells are the results API's rows for the shown epoch."""
+    from playwright.async_api import async_playwright
+
+    from agent.client import ApiClient
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
+        )
+        try:
+            page = await browser.new_page()
+            await page.goto(ApiClient(api_url, TOKEN).dashboard_url(with_token=True))
+            ready = (
+                f"""() => !!document.querySelector('.job[data-job="{JOB}"] .result table.rows')"""
+            )
+            deadline = time.monotonic() + 30
+            while not await page.evaluate(ready):
+                assert time.monotonic() < deadline, "no result table on the page"
+                await asyncio.sleep(0.1)  # polling the page, as test_dashboard_browser does
+            card = page.locator(f'.job[data-job="{JOB}"]')
+            head = await card.locator(".result p").first.inner_text()
+            epoch = int(head.split("epoch ")[1].split()[0])
+            titles = await card.locator(".result th").all_inner_texts()
+            assert titles == ["page", "latency ≈", "users ≈", "regulars ≈", "n", "slow"]
+            tip = await card.locator('.result th[data-estimate="percentiles"]').get_attribute(
+                "title"
+            )
+            assert tip and "rank error" in tip
+            res = await asyncio.to_thread(ApiClient(api_url, TOKEN).results, JOB, epoch)
+            cells = [
+                await tr.locator("td").all_inner_texts()
+                for tr in await card.locator(".result tbody tr").all()
+            ]
+            want = [
+                [
+                    r["page"],
+                    f"p50 {r['latency'][0]:.6g} · p99 {r['latency'][1]:.6g}",
+                    f"≈ {round(r['users']):,}",
+                    ", ".join(f"{u} ×{c}" for u, c in r["regulars"]),
+                    str(r["n"]),
+                    str(r["slow"]),
+                ]
+                for r in res["rows"]
+            ]
+            assert cells == want
+        finally:
+            await browser.close()
