@@ -124,8 +124,9 @@ class PeerRuntime(Protocol):
     def control(self) -> PeerControl: ...
     @property
     def queries(self) -> PeerQueries: ...
-    def accept_late_records(self, origin: str, epochs: Mapping[int, Mapping[str, int]]) -> None:
-        """An origin's late-record report (agent/runtime/job/late_reports.py)."""
+    def accept_late_records(self, origin: str, epochs: Mapping[int, Mapping[str, int]]) -> bool:
+        """An origin's late-record report (agent/runtime/job/late_reports.py); False when
+        this agent is not the job's master (any more)."""
 
 
 class HeldCheckpoints(Protocol):
@@ -356,8 +357,9 @@ class PeerApi:
             raise Reject(400, "bad_body", str(exc)[:200]) from None
         if not 0 <= node < 1 << 160:
             raise Reject(400, "bad_body", "origin must be a 160-bit hex id")
-        origin = format(node, "x")
-        runtime.accept_late_records(origin, epochs)
+        if not runtime.accept_late_records(format(node, "x"), epochs):
+            # a stale master lookup: the sender forgets it and sends to the master again
+            raise Reject(503, "not_master", f"not the master of {body['job']!r} (any more)")
         return {"ok": True}
 
     async def serve_resend(self, request: web.Request) -> dict[str, Any]:

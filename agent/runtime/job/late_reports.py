@@ -7,7 +7,8 @@ report in flight, :meth:`LateReporter.flush` sends what accumulated to the maste
 first tree (``POST /agent/v1/late-records``, an authenticated peer route: ``{"job", "origin",
 "epochs": [[epoch, {input: n}], ...]}``), or hands it to the local ledger when this agent is
 that master. A failed send keeps the counts for the next one (counted:
-``late_report_retries``); past :data:`MAX_EPOCHS` pending epochs (a master out of reach for
+``late_report_retries``; an agent that is no longer the master answers 503 ``not_master``);
+past :data:`MAX_EPOCHS` pending epochs (a master out of reach for
 long) the oldest epochs' counts are dropped from the report - counted
 (``late_report_dropped``, records) and logged at WARNING within a budget - and stay in this
 agent's status and metrics. Every count is sent once: a report the master answered 200 is not
@@ -33,7 +34,8 @@ MAX_EPOCHS = 4096  # epochs pending for the master (oldest dropped past it, coun
 
 class LateReporter:
     """Sends this origin's late counts to the job's master (module contract). ``local`` takes
-    a report when this agent is the master (origin hex id, epoch → input → count)."""
+    a report when this agent is the master (origin hex id, epoch → input → count; False: it
+    is not, the report is kept and sent again)."""
 
     def __init__(
         self,
@@ -41,7 +43,7 @@ class LateReporter:
         *,
         master_url: Callable[[int], Awaitable[str]],
         forget_master_url: Callable[[int, BaseException | None], None],
-        local: Callable[[str, Mapping[int, Mapping[str, int]]], None],
+        local: Callable[[str, Mapping[int, Mapping[str, int]]], bool],
     ) -> None:
         self.host = host
         self._master_url = master_url
@@ -86,7 +88,8 @@ class LateReporter:
         try:
             url = await self._master_url(tid)
             if url == host.network.data_url:
-                self._local(origin, batch)
+                if not self._local(origin, batch):  # stopped being the master meanwhile
+                    raise LookupError("not the job's master here any more")
                 return
             body = {
                 "job": host.name,

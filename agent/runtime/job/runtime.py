@@ -400,11 +400,15 @@ class JobRuntime:
                 warm_imports()  # a master writes the lake: its modules load off the loop
             self.recovery.became_root(tid)
 
-    def accept_late_records(self, origin: str, epochs: Mapping[int, Mapping[str, int]]) -> None:
+    def accept_late_records(self, origin: str, epochs: Mapping[int, Mapping[str, int]]) -> bool:
         """An origin's late-record report (agent/runtime/job/late_reports.py): into the
-        ledger behind each epoch's ``late`` field (agent/runtime/results/late_ledger.py)."""
+        ledger behind each epoch's ``late`` field (agent/runtime/results/late_ledger.py).
+        False, and nothing counted, when this agent is not the job's master (any more)."""
+        if not self.is_master:
+            return False
         self.late_ledger.add(origin, epochs)
         self.count("late_reports")
+        return True
 
     def late_records(self, epoch: int) -> int | None:
         """As master: the late records reported for ``epoch`` so far (None: forgotten)."""

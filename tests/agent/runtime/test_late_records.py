@@ -333,7 +333,7 @@ async def test_a_master_here_takes_the_report_locally() -> None:
 
     rep = LateReporter(host, master_url=master_url,  # type: ignore[arg-type]
                        forget_master_url=lambda tid, exc: None,
-                       local=lambda o, epochs: local.append((o, dict(epochs))))  # fmt: skip
+                       local=lambda o, epochs: not local.append((o, dict(epochs))))  # fmt: skip
     rep.add({3: {"web": 1}})
     rep.flush(now=10.0)
     await host.tasks_run.pop()
@@ -346,3 +346,26 @@ def test_pending_reports_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     rep = LateReporter(host, master_url=None, forget_master_url=None, local=None)  # type: ignore[arg-type]
     rep.add({e: {"web": e} for e in range(1, 6)})  # epochs 1 and 2 dropped, counted
     assert host.counters["late_report_dropped"] == 3
+
+
+async def test_a_report_this_agent_can_no_longer_take_is_kept() -> None:
+    host = ReportHost()
+    answers = [False, True]
+    taken: list[Any] = []
+
+    async def master_url(tid: int) -> str:
+        return "http://me"
+
+    def local(origin: str, epochs: Any) -> bool:
+        taken.append(dict(epochs))
+        return answers.pop(0)
+
+    rep = LateReporter(host, master_url=master_url,  # type: ignore[arg-type]
+                       forget_master_url=lambda tid, exc: None, local=local)  # fmt: skip
+    rep.add({3: {"web": 2}})
+    rep.flush(now=10.0)
+    await host.tasks_run.pop()  # stopped being the master: kept
+    assert host.counters["late_report_retries"] == 1
+    rep.flush(now=11.5)
+    await host.tasks_run.pop()
+    assert taken == [{3: Counter({"web": 2})}] * 2
