@@ -217,6 +217,12 @@ def _policy_flag(text: str) -> Any:
 @click.option("--epoch-seconds", type=float, help="Epoch length in seconds.")
 @click.option("--param", "params", multiple=True, help="KEY=VALUE job parameter (JSON value).")
 @click.option("--query", help="An ELF QL query, or a file holding one (with --name).")
+@click.option(
+    "--allowed-lateness",
+    type=float,
+    help="Seconds of event time a record may lag the newest one and still count (later ones "
+    "are counted as late, never silently dropped).",
+)
 @fault_options
 @api_options
 def submit(
@@ -227,6 +233,7 @@ def submit(
     epoch_seconds: float | None,
     params: tuple[str, ...],
     query: str | None,
+    allowed_lateness: float | None,
     straggler_epochs: int | None,
     tentative_deadline: float | None,
     checkpoint_replicas: int | None,
@@ -242,12 +249,14 @@ def submit(
     --input sets the inputs of a query FROM * (a FROM naming others is refused),
     --epoch-seconds the epochs of a query without WINDOW (a WINDOW fixes them: refused unless
     equal), --param sets params (the ql job accepts ts_field), --job must be ql; a
-    SPEC_FILE takes no other job flag. --straggler-epochs, --tentative-deadline,
-    --checkpoint-replicas, --retire-after and --fault-tolerance set those spec fields
-    (docs/fault-tolerance.md)."""
+    SPEC_FILE takes no other job flag. --allowed-lateness sets allowed_lateness;
+    --straggler-epochs, --tentative-deadline, --checkpoint-replicas, --retire-after and
+    --fault-tolerance set those spec fields (docs/fault-tolerance.md)."""
     faults = _fault_fields(
         straggler_epochs, tentative_deadline, checkpoint_replicas, retire_after, fault_tolerance
     )
+    if allowed_lateness is not None:
+        faults["allowed_lateness"] = allowed_lateness  # a SPEC_FILE refuses it as the others
     if spec_file is not None:
         given = [
             flag
@@ -604,6 +613,12 @@ def top(once: bool, api: str, token_file: str | None, secret_file: str | None) -
 )
 @click.option("--row-path", is_flag=True, help="Parse line by line (no columnar path).")
 @click.option(
+    "--allowed-lateness",
+    type=click.FloatRange(min=0),
+    help="Apply an agent's lateness rule: a row whose epoch ended this many seconds before the "
+    "newest timestamp so far is late (left out, counted per epoch). Default: none is late.",
+)
+@click.option(
     "--cores",
     type=click.IntRange(1, 64),
     default=1,
@@ -611,17 +626,20 @@ def top(once: bool, api: str, token_file: str | None, secret_file: str | None) -
     help="Worker processes parsing and pre-aggregating chunks.",
 )
 def run(query: str, path: str, fmt: str | None, log_format: str | None,
-        epoch_seconds: float | None, output: str, row_path: bool, cores: int) -> None:  # fmt: skip
+        epoch_seconds: float | None, output: str, row_path: bool, cores: int,
+        allowed_lateness: float | None) -> None:  # fmt: skip
     """Run QUERY (ELF QL, or a file holding it) over a finished file, locally: epochs from
-    the file's own timestamps (none dropped as late), per-epoch results printed."""
+    the file's own timestamps (none late unless --allowed-lateness; late rows are counted
+    on stderr), per-epoch results printed."""
     text = Path(query).read_text() if os.path.isfile(query) else query
     line_format: Any = fmt
     if log_format is not None:
         line_format = _custom_format(fmt, log_format)
     try:
         result = run_with_progress(
-            text, path, line_format, epoch_seconds, columnar=not row_path, processes=cores
-        )
+            text, path, line_format, epoch_seconds, columnar=not row_path, processes=cores,
+            allowed_lateness=allowed_lateness,
+        )  # fmt: skip
     except (ValueError, QLError) as exc:
         raise click.ClickException(str(exc)) from None
     print_results(result, output)
@@ -647,13 +665,14 @@ def _custom_format(fmt: str | None, log_format: str) -> Any:
 
 def run_with_progress(
     text: str, path: str, fmt: Any, epoch_seconds: float | None, *, columnar: bool,
-    processes: int = 1,
+    processes: int = 1, allowed_lateness: float | None = None,
 ) -> Any:  # fmt: skip
     """:func:`agent.runtime.local.oneshot.run_file`, with a progress bar (rich, on stderr) when
     stderr is a terminal."""
     from agent.runtime.local.oneshot import run_file
 
-    kw = {"epoch_seconds": epoch_seconds, "columnar": columnar, "processes": processes}
+    kw = {"epoch_seconds": epoch_seconds, "columnar": columnar, "processes": processes,
+          "allowed_lateness": allowed_lateness}  # fmt: skip
     if not sys.stderr.isatty():
         return run_file(text, path, fmt, **kw)
     from rich.console import Console
@@ -699,11 +718,20 @@ def print_results(result: Any, output: str) -> None:
             table.add_row(*(json.dumps(jsonable(row.get(c)), ensure_ascii=False) for c in columns))
         Console().print(table)
     stats = result.input
+    late = getattr(result, "late", {})
     click.echo(
         f"{stats['lines']} lines, {stats['records']} records, {stats['rejected']} rejected, "
-        f"{len(result.epochs)} epochs",
+        f"{len(result.epochs)} epochs, {sum(late.values())} late",
         err=True,
     )
+    if late:  # never silent: which epochs' rows lack how many late records
+        worst = sorted(late.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+        click.echo(
+            "late (later than --allowed-lateness, not in the rows): "
+            + ", ".join(f"epoch {e}: {n}" for e, n in worst)
+            + (f" (+{len(late) - 5} more epochs)" if len(late) > 5 else ""),
+            err=True,
+        )
 
 
 def load_commands(group: click.Group, ep_group: str = COMMANDS_GROUP) -> list[str]:

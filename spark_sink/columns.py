@@ -6,7 +6,8 @@ Contract (the layout and the reader rule are in ``spark_sink/lake.py``; see
 :func:`key_value_columns` (a job's (key, value) pairs) or :func:`named_columns` (a job's named
 rows) type each column when pyarrow infers one of the plain types for all its values, and hold
 JSON text (:func:`to_json`) otherwise. A column name never collides with a fixed column, a
-partition column (``date``, ``hour``) or ``accuracy``: it gets ``_`` prefixes instead.
+partition column (``date``, ``hour``), ``accuracy`` or ``late_records``: it gets ``_`` prefixes
+instead.
 
 pyarrow only; no agent import.
 """
@@ -41,6 +42,10 @@ FIXED_FIELDS: tuple[pa.Field, ...] = (
 )
 FIXED_NAMES = frozenset(f.name for f in FIXED_FIELDS)
 ACCURACY = pa.field("accuracy", pa.float64(), nullable=True)  # top-k jobs only (module doc)
+#: records refused as late for the epoch, as the job's master knew when it wrote the file (the
+#: first tree's files only; null where unknown: other trees, files from before the column)
+LATE_RECORDS = pa.field("late_records", pa.int64(), nullable=True)
+OPTIONAL_NAMES = frozenset({ACCURACY.name, LATE_RECORDS.name})
 PARTITION_NAMES = frozenset({"date", "hour"})
 
 # ---- values → columns ------------------------------------------------------------------------
@@ -130,7 +135,7 @@ def _plain(t: pa.DataType) -> bool:
 
 def _column_name(name: str, taken: set[str]) -> str:
     name = str(name) or "_"
-    while name in taken or name in FIXED_NAMES or name in PARTITION_NAMES or name == ACCURACY.name:
+    while name in taken or name in FIXED_NAMES or name in PARTITION_NAMES or name in OPTIONAL_NAMES:
         name = f"_{name}"
     taken.add(name)
     return name

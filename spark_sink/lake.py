@@ -58,7 +58,13 @@ Contract (see ``docs/spark-sink.md``):
   first) get one more column after the fixed ones, ``accuracy`` (float64: the estimated share
   of this tree's tentative top k that is in the accurate top k; 1.0 when final), and
   ``"accuracy"`` in ``elf.result`` (and in the digest's flags); other jobs' files are
-  unchanged.
+  unchanged. **Late records**: the files of a job's first tree (tree 0, whose master keeps the
+  origins' late-record reports) get a ``late_records`` column (int64, after ``accuracy``) and
+  ``"late_records"`` in ``elf.result``: the records refused as later than the job's
+  ``allowed_lateness`` for the epoch, as known when this version was written (a lower bound:
+  late records go on arriving; not in the digest, so a re-push of the same version writes
+  nothing new). Other trees' files and files from before the column read it as null
+  (unknown).
 * **Reading.** :meth:`Lake.files` lists one :class:`LakeFile` per (epoch, tree)
   (:mod:`spark_sink.lake_listing`); a compacted entry's reader keeps only that epoch's rows
   (:func:`read_rows`). :func:`read_table` reads a set of files into one table whose schema is
@@ -87,6 +93,7 @@ import pyarrow.parquet as pq
 from spark_sink.columns import (
     ACCURACY,
     FIXED_FIELDS,
+    LATE_RECORDS,
     TS,
     key_value_columns,
     named_columns,
@@ -142,6 +149,10 @@ class Rollup:
     #: the job's fault-tolerance policy that produced it (``passive``, ``replicated:r``;
     #: None: not known), in ``elf.result`` only: not part of the rows or the digest
     policy: str | None = None
+    #: records refused as later than the job's allowed lateness for this epoch, as the master
+    #: knew when it wrote this version (None: unknown here - not the job's first tree); a
+    #: ``late_records`` column and ``elf.result`` entry, not part of the digest
+    late_records: int | None = None
 
     @property
     def epoch_start(self) -> float:
@@ -194,6 +205,9 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
     if rollup.accuracy is not None:
         arrays.append(pa.array([float(rollup.accuracy)] * n, pa.float64()))
         fields.append(ACCURACY)
+    if rollup.late_records is not None:
+        arrays.append(pa.array([int(rollup.late_records)] * n, pa.int64()))
+        fields.append(LATE_RECORDS)
     sketch_cols: list[tuple[str, pa.Array]] = []
     if named is None:
         key_cols, value_cols = key_value_columns(rollup.rows, rollup.key_names, rollup.value_names)
@@ -225,6 +239,7 @@ def rollup_table(rollup: Rollup, written_at: float | None = None) -> pa.Table:
                 "lacking": lacking,
                 **({} if rollup.accuracy is None else {"accuracy": float(rollup.accuracy)}),
                 **({} if rollup.policy is None else {"policy": rollup.policy}),
+                **({} if rollup.late_records is None else {"late_records": rollup.late_records}),
                 "digest": _content_digest(key_texts, value_texts, rollup, lacking),
             }
         ).encode(),

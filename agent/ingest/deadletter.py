@@ -83,9 +83,11 @@ class DeadLetterFile:
         line_no: int | None = None,
         offset: int | None = None,
         message: str | None = None,
+        fields: dict[str, Any] | None = None,
     ) -> bool:
         """Append one sample unless this hour's quota for ``reason`` is used up; True if
-        written. Never raises."""
+        written. ``fields`` (JSON-able) are added to the entry before ``line`` (a late record's
+        job, epoch, origin, event time: agent/runtime/epochs/late.py). Never raises."""
         now = self.clock()
         hour = int(now // 3600)
         if hour != self._hour:
@@ -106,6 +108,8 @@ class DeadLetterFile:
             entry["line_no"] = line_no
         if offset is not None:
             entry["offset"] = offset
+        if fields:
+            entry.update(fields)
         entry["line"] = text[: self.max_line_chars]
         entry["truncated"] = truncated
         data = orjson.dumps(entry) + b"\n"

@@ -111,3 +111,17 @@ def test_stream_restarted_from_its_checkpoint_yields_every_epoch_once(spark, tmp
     run_stream(spark, str(lake_dir), out, checkpoint)  # restarted from the checkpoint
     got = rows_of(spark.read.parquet(str(out)))
     assert got == want  # every row of every epoch, none twice
+
+
+def test_late_records_read_in_spark_beside_files_without_them(spark, tmp_path: Path):
+    """The first tree's files carry ``late_records`` (the epoch's late count when written);
+    another tree's files and files from before the column read null in Spark, never 0."""
+    lake = Lake(str(tmp_path))
+    lake.write(Rollup("wc", 0, 2, E, 1.0, [("a", 1)], late_records=4))
+    lake.write(Rollup("wc", 1, 2, E, 1.0, [("b", 2)]))  # tree 1: unknown here
+    lake.write(Rollup("wc", 0, 2, E + 1, 1.0, [("c", 3)]))  # as before the column
+    df = spark.read.format("elf").option("job", "wc").load(str(tmp_path))
+    got = {(r["epoch"], r["tree"]): r["late_records"] for r in df.collect()}
+    assert got == {(E, 0): 4, (E, 1): None, (E + 1, 0): None}
+    late = df.where("tree = 0").groupBy("epoch").agg({"late_records": "max"}).collect()
+    assert {r["epoch"]: r["max(late_records)"] for r in late} == {E: 4, E + 1: None}

@@ -50,6 +50,7 @@ def runtime(store: ResultStore, top_k: int | None) -> Any:
         operator=level_operator_for(CompressedBufferTree("count").agg, top_k=top_k),
         job=Job(), counters=counters, count=lambda what, n=1: counters.update({what: n}),
         job_for=lambda epoch: Job(),
+        late_records=lambda epoch: None,
     )  # fmt: skip
 
 

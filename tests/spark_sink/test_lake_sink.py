@@ -42,8 +42,9 @@ class Job:
         return [{"product": k, "clicks": v} for k, v in pairs]
 
 
-def runtime(store: ResultStore, job: Job) -> Any:
+def runtime(store: ResultStore, job: Job, late: dict[int, int] | None = None) -> Any:
     counters: Counter = Counter()
+    late = late or {}
     return SimpleNamespace(
         name="wc",
         store=store,
@@ -55,6 +56,7 @@ def runtime(store: ResultStore, job: Job) -> Any:
         counters=counters,
         count=lambda what, n=1: counters.update({what: n}),
         job_for=lambda epoch: job,
+        late_records=lambda epoch: late.get(epoch),
     )
 
 
@@ -85,6 +87,38 @@ def test_stored_then_updated_epoch_is_a_new_version(tmp_path: Path) -> None:
     sink.epoch(TREES[0], EPOCH)  # nothing stored for that tree: nothing written
     assert writer.flush(10)
     assert len(lake.files("wc")) == 1
+    writer.close()
+
+
+def test_the_first_trees_files_carry_the_epochs_late_records(tmp_path: Path) -> None:
+    """The first tree's master keeps the late-record reports: its file gets ``late_records``
+    (column and footer); another tree's file has none, and reading both (and a file from
+    before the column) gives null there - never a made-up zero."""
+    lake = Lake(str(tmp_path / "lake"))
+    writer = LakeWriter(lake, tmp_path / "buf")
+    store = ResultStore()
+    sink = LakeSink(runtime(store, Job(), late={EPOCH: 7, EPOCH + 1: 0}), writer)
+    for tid in TREES:
+        store.put(tid, EPOCH, snapshot(["a", "b"] if tid == TREES[0] else ["c"]), 0.0)
+        sink.epoch(tid, EPOCH)
+    store.put(TREES[0], EPOCH + 1, snapshot(["a"]), 0.0)
+    sink.epoch(TREES[0], EPOCH + 1)
+    assert writer.flush(10)
+    rows = read_table(lake, lake.files("wc")).to_pylist()
+    got = sorted((r["epoch"], r["tree"], r["key"], r["late_records"]) for r in rows)
+    assert got == [(EPOCH, 0, "a", 7), (EPOCH, 0, "b", 7), (EPOCH, 1, "c", None),
+                   (EPOCH + 1, 0, "a", 0)]  # fmt: skip
+    # a file written before the column (no late_records) reads as null beside the new ones
+    old = Rollup(job="wc", tree=0, trees=2, epoch=EPOCH + 2, epoch_seconds=1.0,
+                 rows=[("z", 1)])  # fmt: skip
+    assert old.late_records is None
+    lake.write(old)
+    rows = read_table(lake, lake.files("wc")).to_pylist()
+    assert {r["epoch"]: r["late_records"] for r in rows if r["tree"] == 0} == {
+        EPOCH: 7,
+        EPOCH + 1: 0,
+        EPOCH + 2: None,
+    }
     writer.close()
 
 

@@ -22,7 +22,10 @@ Contract (:class:`EpochClock`):
   ``close(epoch)`` closes the lowest open epoch; epochs close in order, each exactly once.
 * **Lateness policy: drop and count.** A record whose epoch is already closed or closable (its
   epoch's end ``<= watermark``), or that precedes ``start_epoch``, is *late*: ``assign``
-  returns ``None`` and ``stats()["late_dropped"]`` counts it. Records at most
+  returns ``None`` and ``stats()["late_dropped"]`` counts it; :meth:`EpochClock.take_late`
+  hands the late ones (not those before ``start_epoch``) to the caller per epoch they would
+  have belonged to, with the first one's event time (agent/runtime/epochs/late.py makes them
+  visible). Records at most
   ``allowed_lateness`` behind the newest one are accepted even if they arrive out of order
   (unless an idle stretch advanced the watermark past them). Optionally (``max_future``) a record
   more than that many seconds ahead of the wall clock is dropped as ``future_dropped`` so one
@@ -45,6 +48,9 @@ from collections.abc import Callable
 import numpy as np
 
 from agent.jobs.schedule import EpochSchedule
+
+#: epochs whose late records :meth:`EpochClock.take_late` holds between two calls
+LATE_EPOCHS = 4096
 
 
 class EpochClock:
@@ -96,6 +102,9 @@ class EpochClock:
         #: the per-origin counts lineage carries (docs/fault-tolerance.md, "quality")
         self._records: dict[int, int] = {}
         self._late = 0
+        self._before_start = 0  # of _late: records before start_epoch (not late for a result)
+        #: epoch → [late records, first late event time] since the last :meth:`take_late`
+        self._late_new: dict[int, list[float]] = {}
         self._future = 0
         self._closed = 0
 
@@ -160,16 +169,18 @@ class EpochClock:
         if ts > self._seen:
             self._seen = ts
         epoch = math.floor(ts / self.epoch_seconds) if self._uniform else self.schedule.epoch_of(ts)
-        if (self.start_epoch is not None and epoch < self.start_epoch) or (
-            self._closed_any and epoch < self._next  # type: ignore[operator]
-        ):
+        if self.start_epoch is not None and epoch < self.start_epoch:
             self._late += 1
+            self._before_start += 1
+            return None
+        if self._closed_any and epoch < self._next:  # type: ignore[operator]
+            self._note_late(epoch, ts)
             return None
         if ts > self._max_ts:
             self._max_ts = ts
             self._raise_watermark(ts - self.allowed_lateness)
         if self.epoch_end(epoch) <= self._watermark:
-            self._late += 1
+            self._note_late(epoch, ts)
             return None
         self._last_arrival = now  # only records that count keep the source "active"
         if self._next is None or (not self._closed_any and epoch < self._next):
@@ -202,13 +213,15 @@ class EpochClock:
         if ok.any():
             self._seen = max(self._seen, float(ts[ok].max()))
         epochs = np.floor(ts / self.epoch_seconds).astype(np.int64)
-        late = np.zeros(count, bool)
+        before = 0
         if self.start_epoch is not None:
-            late |= epochs < self.start_epoch
+            early = ok & (epochs < self.start_epoch)
+            ok &= ~early
+            before = int(early.sum())
+        late = None
         if self._closed_any:
-            late |= epochs < self._next  # type: ignore[operator]
-        late &= ok
-        ok &= ~late
+            late = ok & (epochs < self._next)  # type: ignore[operator]
+            ok &= ~late
         # the watermark each record sees: max(previous, newest event time so far - lateness)
         newest = np.maximum.accumulate(np.where(ok, ts, -math.inf))
         newest = np.maximum(newest, self._max_ts)
@@ -219,7 +232,13 @@ class EpochClock:
             self._max_ts = float(newest[-1])
             self._raise_watermark(float(marks[-1]))
         ok &= ~late2
-        self._late += int(late.sum()) + int(late2.sum())
+        self._late += before
+        self._before_start += before
+        if late is not None:
+            late2 |= late
+        idx = np.flatnonzero(late2)  # the late rows, in order (usually none)
+        if len(idx):
+            self._note_late_many(epochs[idx], ts[idx])
         accepted = int(ok.sum())
         if accepted:
             self._last_arrival = now
@@ -231,6 +250,38 @@ class EpochClock:
                 if self._next is None or low < self._next:
                     self._next = low
         return epochs, ok
+
+    def _note_late(self, epoch: int, ts: float) -> None:
+        self._late += 1
+        got = self._late_new.get(epoch)
+        if got is not None:
+            got[0] += 1
+        elif len(self._late_new) < LATE_EPOCHS:
+            self._late_new[epoch] = [1, ts]
+
+    def _note_late_many(self, epochs: np.ndarray, ts: np.ndarray) -> None:
+        """:meth:`_note_late` for a column of late records (vectorized per epoch)."""
+        self._late += len(epochs)
+        uniq, first, counts = np.unique(epochs, return_index=True, return_counts=True)
+        for e, i, n in zip(uniq.tolist(), first.tolist(), counts.tolist(), strict=True):
+            got = self._late_new.get(e)
+            if got is not None:
+                got[0] += n
+            elif len(self._late_new) < LATE_EPOCHS:
+                self._late_new[e] = [n, float(ts[i])]
+
+    def take_late(self) -> dict[int, tuple[int, float]]:
+        """The records refused as late since the last call, per epoch they would have
+        belonged to: ``epoch → (count, event time of the first one)``. Records before
+        ``start_epoch`` are not among them (they belong to no result of this job: counted in
+        ``stats()["before_start"]``). At most one entry per late record offered since the
+        last call, and at most :data:`LATE_EPOCHS` epochs (a caller that never takes them
+        costs no memory; records of further epochs count in ``late_dropped`` only): the
+        caller takes them after every batch."""
+        if not self._late_new:
+            return {}
+        out, self._late_new = self._late_new, {}
+        return {e: (int(v[0]), v[1]) for e, v in out.items()}
 
     @property
     def max_seen_time(self) -> float:
@@ -263,6 +314,12 @@ class EpochClock:
     def watermark(self) -> float:
         """The current watermark in event-time seconds (``-inf`` before any progress)."""
         self._tick()
+        return self._watermark
+
+    @property
+    def current_watermark(self) -> float:
+        """The watermark as it stands, without the idle check :attr:`watermark` makes (for
+        reports between two records)."""
         return self._watermark
 
     @property
@@ -349,11 +406,13 @@ class EpochClock:
         return self._records.pop(epoch, 0)
 
     def stats(self) -> dict[str, float | int | None]:
-        """Counters: ``assigned``, ``late_dropped``, ``future_dropped``, ``epochs_closed``,
-        plus ``watermark``, ``max_event_time`` and ``next_epoch``."""
+        """Counters: ``assigned``, ``late_dropped`` (``before_start`` of them preceded
+        ``start_epoch``), ``future_dropped``, ``epochs_closed``, plus ``watermark``,
+        ``max_event_time`` and ``next_epoch``."""
         return {
             "assigned": self._assigned,
             "late_dropped": self._late,
+            "before_start": self._before_start,
             "future_dropped": self._future,
             "epochs_closed": self._closed,
             "watermark": self.watermark,

@@ -1,13 +1,12 @@
 """The worker role of one job on one agent, independent of networking.
 
 Contract (:class:`Worker`): ``process(records)`` runs ``job.map`` over validated records,
-assigns each to an event-time epoch with an :class:`~agent.runtime.epochs.clock.EpochClock` and
-folds its
-pairs into that epoch's CBT; ``poll()`` returns ``[(epoch, Snapshot), ...]`` for every epoch
-the watermark closed, in order, each exactly once, with no gaps (an epoch without records
-yields an empty snapshot, so the parent's barrier is never blocked). Snapshots use the spec's
-aggregator (so they merge with every other agent's). ``finish()`` closes everything that is
-open (end of input).
+assigns each to an event-time epoch with an :class:`~agent.runtime.epochs.clock.EpochClock`,
+folds its pairs into that epoch's CBT; ``poll()`` returns ``[(epoch, Snapshot), ...]`` for
+every epoch the watermark closed, in order, each exactly once, with no gaps (an epoch without
+records yields an empty snapshot, so the parent's barrier is never blocked). Snapshots use
+the spec's aggregator (so they merge with every other agent's). ``finish()`` closes
+everything that is open (end of input).
 
 ``job.map_keys`` (keys only, value 1) is used instead of ``job.map`` when the job class
 overrides it: no pair tuples, and the CBT's C counting path for ``count``.
@@ -49,6 +48,7 @@ Execution models (``spec.mode``):
 Counters (``stats()``): ``records_in``, ``records_accepted``, ``pairs_out``, ``map_errors``,
 ``prefiltered`` (lines skipped unparsed by the input's prefilter, see :mod:`agent.ingest.fastpath`),
 ``bad_records`` (no/invalid timestamp), ``late_dropped``, ``future_dropped`` (from the clock),
+``late`` (:class:`~agent.runtime.epochs.late.LateRecords`: per input and epoch),
 ``epochs_emitted``, ``empty_epochs``, ``open_epochs``, ``epochs_rebucketed`` and
 ``epoch_switch_late`` (see :meth:`Worker.replace_job`). (Splitting a snapshot among the job's
 m trees is ``Snapshot.split_by_hash(m)``.) A ``map`` that raises, or yields a pair
@@ -72,6 +72,7 @@ from agent.jobs.schedule import EpochSchedule
 from agent.jobs.spec import SNAPSHOT_FIELDS, JobSpec
 from agent.ql.fallback import Unsupported
 from agent.runtime.epochs.clock import EpochClock
+from agent.runtime.epochs.late import LateRecords
 from cbt import Aggregator, CompressedBufferTree, EpochWindows, Snapshot
 
 if TYPE_CHECKING:  # the Arrow stack loads with the first columnar batch (agent/ql/fallback.py)
@@ -100,6 +101,7 @@ class Worker:
         tree_options: dict[str, Any] | None = None,
         memory_budget_bytes: int | None = None,
         spill_dir: str | None = None,
+        late: LateRecords | None = None,
     ) -> None:
         spec = job.spec
         self.job = job
@@ -118,6 +120,9 @@ class Worker:
             max_future=spec.max_future,
             schedule=spec.schedule,
         )
+        #: the records the clock refused as late: whoever feeds the worker hands them over
+        #: after each batch (``late.collect(input, clock.take_late())``; epochs/late.py)
+        self.late = late or LateRecords(spec.name, "local")
         self._tree_options = dict(tree_options or {})
         if spill_dir is not None:
             self._tree_options.setdefault("spill_dir", spill_dir)
@@ -772,6 +777,7 @@ class Worker:
         return {
             **self.counters,
             "late_dropped": clock["late_dropped"],
+            "late": self.late.stats(),
             "future_dropped": clock["future_dropped"],
             "open_epochs": len(self._trees),
             "memory_bytes": self.memory_bytes(),

@@ -6,10 +6,11 @@ authenticates every request with the cluster secret) the routes other agents cal
 * the job table's anti-entropy (``/agent/v1/jobs``) and the dashboard's summary
   (``/agent/v1/summary``);
 * a job's runtimes talking to one another: results (``/results``), hand-over (``/handover``),
-  late contributions (``/late``), repair pulls (``/resend``), standby replication
-  (``/replica``), origins joining and leaving (``/origin``, ``/leave``), the master's
-  membership copies (``/members``), a replicated master's position (``/position``, and its
-  members' epochs on ``/srt/v1/replica-snapshot``), hot-replica checkpoints (``/checkpoint``,
+  late contributions (``/late``), origins' late-record counts (``/late-records``), repair
+  pulls (``/resend``), standby replication (``/replica``), origins joining and leaving
+  (``/origin``, ``/leave``), the master's membership copies (``/members``), a replicated
+  master's position (``/position``, and its members' epochs on
+  ``/srt/v1/replica-snapshot``), hot-replica checkpoints (``/checkpoint``,
   ``/checkpoint/fetch``), a job's ``send_to`` (``/recv``), the operator's retirement relayed to
   a master (``/retire``), and the SRT snapshot push (``/srt/v1/snapshot``).
 
@@ -39,6 +40,7 @@ from aiohttp import web
 
 from agent.errors import BadRequest, NotFound, Unavailable
 from agent.jsonable import jsonable
+from agent.runtime.job.late_reports import PATH as LATE_RECORDS_PATH
 from agent.runtime.ops.dashboard.cluster import SUMMARY_PATH
 from agent.runtime.ops.membership_api import RETIRE_PATH, parse_origin, parse_why, retire_here
 from agent.runtime.recovery.active_replicas import EVENTS, POSITION_PATH, REPLICAS_PATH
@@ -46,6 +48,7 @@ from agent.runtime.recovery.budget_positions import REPORT_PATH
 from agent.runtime.recovery.checkpoints import decode_epochs, decode_records
 from agent.runtime.recovery.position_forward import EVENT_PATH
 from agent.runtime.recovery.result_items import decode_items
+from agent.runtime.results.late_ledger import parse_report
 from cbt import Snapshot, SnapshotError
 from srt import SnapshotName
 from srt.dataplane.lineage import decode as lineage_of
@@ -121,6 +124,9 @@ class PeerRuntime(Protocol):
     def control(self) -> PeerControl: ...
     @property
     def queries(self) -> PeerQueries: ...
+    def accept_late_records(self, origin: str, epochs: Mapping[int, Mapping[str, int]]) -> bool:
+        """An origin's late-record report (agent/runtime/job/late_reports.py); False when
+        this agent is not the job's master (any more)."""
 
 
 class HeldCheckpoints(Protocol):
@@ -201,6 +207,7 @@ class PeerApi:
             ("/agent/v1/results", self.serve_results),
             ("/agent/v1/handover", self.serve_handover),
             ("/agent/v1/late", self.serve_late),
+            (LATE_RECORDS_PATH, self.serve_late_records),
             ("/agent/v1/resend", self.serve_resend),
             ("/agent/v1/replica", self.serve_replica),
             (POSITION_PATH, self.serve_position),
@@ -336,6 +343,24 @@ class PeerApi:
             return await runtime.queries.local_results(int(body["tree"]), body.get("epoch"))
         except (TypeError, ValueError, OverflowError) as exc:  # int(1e400): OverflowError
             raise Reject(400, "bad_body", f"bad tree or epoch: {exc}") from None
+
+    async def serve_late_records(self, request: web.Request) -> dict[str, Any]:
+        """An origin's late-record counts, to the job's master (``{"job", "origin",
+        "epochs": [[epoch, {input: n}], ...]}``; agent/runtime/job/late_reports.py)."""
+        body = await json_body(request, "job", "origin", "epochs")
+        runtime = runtime_or_reject(self.runtimes, body["job"])
+        try:
+            text = str(body["origin"])
+            node = int(text, 16) if len(text) <= 42 else -1
+            epochs = parse_report(body["epochs"])
+        except ValueError as exc:
+            raise Reject(400, "bad_body", str(exc)[:200]) from None
+        if not 0 <= node < 1 << 160:
+            raise Reject(400, "bad_body", "origin must be a 160-bit hex id")
+        if not runtime.accept_late_records(format(node, "x"), epochs):
+            # a stale master lookup: the sender forgets it and sends to the master again
+            raise Reject(503, "not_master", f"not the master of {body['job']!r} (any more)")
+        return {"ok": True}
 
     async def serve_resend(self, request: web.Request) -> dict[str, Any]:
         """A master repairing a tentative epoch asks this origin for its own snapshots."""

@@ -25,6 +25,7 @@ from agent.jobs.job import Job, JobContext
 from agent.jobs.spec import JobSpec
 from agent.runtime.epochs.worker import Worker
 from agent.runtime.results.lake_sink import LakeSink
+from agent.runtime.results.late_ledger import LateLedger
 from agent.runtime.results.previews import Previews
 from agent.runtime.results.store import ResultStore
 from agent.runtime.services import (
@@ -159,6 +160,7 @@ class JobHost(Protocol):
     combiners: dict[int, EpochCombiner]
     senders: dict[int, UpstreamSender]
     store: ResultStore
+    late_ledger: LateLedger
     previews: Previews
     lake: LakeSink | None
     observer: EpochObserver

@@ -19,6 +19,10 @@ Contract (:class:`EpochPipeline`, one per job runtime):
   (:meth:`~EpochPipeline.send_up`; when is kept for the timings); at the root the runtime
   stores it and the master's hooks run (:meth:`~EpochPipeline.master_epoch`: the job's
   ``on_epoch_result``, then a feedback or "empty" multicast for iterative and batch jobs).
+* **Late records**: after each batch, what the clock refused as late goes to the worker's
+  :class:`~agent.runtime.epochs.late.LateRecords` (counted, sampled to the dead-letter file,
+  logged); the counts it queued for the master go to the loop with the closed epochs and on to
+  :attr:`EpochPipeline.late_reports` (:mod:`agent.runtime.job.late_reports`).
 * **Taps**: each batch the worker is about to process is offered to the job's open taps
   (:attr:`EpochPipeline.taps`, :mod:`agent.runtime.job.tap`): one check per batch when none is
   open; a tap copies at most its limit of records and never blocks or changes them.
@@ -39,6 +43,7 @@ import numpy as np
 
 from agent.runtime.epochs.cpu_budget import CpuBudget
 from agent.runtime.job.host import JobHost
+from agent.runtime.job.late_reports import LateReporter
 from agent.runtime.job.tap import JobTaps
 from cbt import Snapshot
 from srt import SnapshotName
@@ -70,6 +75,10 @@ class EpochPipeline:
         self.sent_at: OrderedDict[tuple[int, int], float] = OrderedDict()  # upward sends
         #: live samples of the records the worker processes (``elf tap``; agent/runtime/job/tap.py)
         self.taps = JobTaps()
+        #: late counts for the master, from the record thread to the loop (epochs/late.py)
+        self._late_out: deque[dict[int, dict[str, int]]] = deque()
+        #: sends them to the master (set by the runtime; None: counted here only)
+        self.late_reports: LateReporter | None = None
 
     def tick(self, batches: dict[str, list[dict[str, Any]]], now: float) -> None:
         """Feed new records (per input name) to the worker, offer closed epochs to the trees'
@@ -99,6 +108,9 @@ class EpochPipeline:
             if self.taps.active:  # one check per batch; empty while nobody taps
                 self.taps.offer(name, records, ts_field, worker.clock.epoch_of)
             worker.process(records, ts_field=ts_field, skipped=getattr(records, "skipped", 0))
+            if late := worker.clock.take_late():  # counted, sampled, logged (epochs/late.py)
+                mark = worker.clock.current_watermark
+                worker.late.collect(name, late, watermark=mark, records=records, ts_field=ts_field)
             spent = time.thread_time() - started
             self.cpu.charge(spent)
             started += spent
@@ -115,6 +127,8 @@ class EpochPipeline:
         # the records of each closed epoch travel with its lineage (the master's coverage);
         # handed to the loop with the epochs (deliver pops them: bounded by what it delivers)
         self._closed_records.update(worker.take_closed_records())
+        if report := worker.late.take_report():
+            self._late_out.append(report)  # bounded: deliver drains it every tick
         self.cpu.charge(time.thread_time() - started)
         self._worker_stats = worker.stats()
         return closed
@@ -201,6 +215,12 @@ class EpochPipeline:
         if closed:
             for tid in host.tree_list:
                 host.previews.watch(tid)
+        while self._late_out:
+            report = self._late_out.popleft()
+            if self.late_reports is not None:
+                self.late_reports.add(report)
+        if self.late_reports is not None:
+            self.late_reports.flush()
         interval = type(host.job).timer_interval
         if interval and now - self._last_timer >= interval and host.is_master:
             self._last_timer = now

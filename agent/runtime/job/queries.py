@@ -195,6 +195,9 @@ class ResultQueries:
             "lacking": list(result.lacking),
             "origins": None if result.origins is None else len(covered(result.origins)),
             **quality,
+            # records refused as later than allowed_lateness (the job's first tree's master
+            # keeps the origins' reports; results/late_ledger.py)
+            **({"late": host.late_ledger.of(int(epoch))} if tid == host.tree_list[0] else {}),
         }
 
     def accuracy_now(self, tid: int, epoch: int, result: Any) -> float | None:
@@ -341,6 +344,8 @@ class ResultQueries:
             # the fault-tolerance policy that produced the trees' results (one per policy)
             "policy": sorted({str(p["policy"]) for p in held if p.get("policy")}),
             "rows": rows if named is None else named,
+            # records offered for the epoch but refused as late: not in its rows (None: unknown)
+            "late": parts[0].get("late"),
             **provenance(parts),
         }
 

@@ -101,6 +101,8 @@ class JobReport:
             "counters": dict(host.counters),
             **host.recovery.status(),
             "lake": host.lake.stats() if host.lake is not None else None,
+            # as master: the late records the origins reported (results/late_ledger.py)
+            "late_reported": host.late_ledger.stats() if self.is_master else None,
         }
 
     def _stragglers(self) -> dict[str, Any]:

@@ -64,7 +64,7 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +72,12 @@ from agent.jobs.job import Job, create_job, maybe_await
 from agent.jobs.spec import JobSpec
 from agent.jobs.table import JobEntry
 from agent.runtime.epochs.clock import EpochClock
+from agent.runtime.epochs.late import LateRecords, late_dead_letter
 from agent.runtime.epochs.worker import Worker
 from agent.runtime.job.context import RuntimeContext
 from agent.runtime.job.control import JobControl
 from agent.runtime.job.host import is_root, tree_view
+from agent.runtime.job.late_reports import LateReporter
 from agent.runtime.job.pipeline import EpochPipeline
 from agent.runtime.job.queries import ResultQueries
 from agent.runtime.job.report import JobReport
@@ -86,6 +88,7 @@ from agent.runtime.record_thread import InlineRecords
 from agent.runtime.recovery.offsets import TreeOutflow
 from agent.runtime.recovery.recovery import Recovery
 from agent.runtime.results.lake_sink import LakeTarget, sink_for, warm_imports
+from agent.runtime.results.late_ledger import LateLedger
 from agent.runtime.results.previews import Previews
 from agent.runtime.results.spill import ResultSpill
 from agent.runtime.results.store import ResultStore
@@ -108,13 +111,17 @@ log = logging.getLogger(__name__)
 
 
 def _worker_for(
-    job: Job, inputs: list[str], tunables: RuntimeTunables, data_dir: str | None
+    job: Job, inputs: list[str], tunables: RuntimeTunables, data_dir: str | None, origin: int
 ) -> Worker | None:
-    """The job's worker here (None: this agent has none of the job's inputs)."""
+    """The job's worker here (None: this agent has none of the job's inputs); its late
+    records are sampled to ``<data_dir>/deadletter/late/<job>.jsonl``."""
     if not inputs:
         return None
     spill = str(Path(data_dir) / "spill") if data_dir else None
-    return Worker(job, memory_budget_bytes=tunables.worker_memory_bytes, spill_dir=spill)
+    name = job.spec.name
+    dead = late_dead_letter(data_dir, name) if data_dir else None
+    late = LateRecords(name, format(origin, "x"), dead_letter=dead)
+    return Worker(job, memory_budget_bytes=tunables.worker_memory_bytes, spill_dir=spill, late=late)
 
 
 def _store_for(name: str, tunables: RuntimeTunables, data_dir: str | None) -> ResultStore:
@@ -167,7 +174,7 @@ class JobRuntime:
         self.tree_set = set(self.tree_list)
         wanted = set(self.spec.inputs) if self.spec.inputs else inputs.input_names()
         self.inputs = sorted(wanted & inputs.input_names())
-        self.worker = _worker_for(self.job, self.inputs, t, data_dir)
+        self.worker = _worker_for(self.job, self.inputs, t, data_dir, network.node_id)
         self.operator = operator_for(self.job, self.spec)
         self.combiners: dict[int, EpochCombiner] = {}
         self.senders: dict[int, UpstreamSender] = {}
@@ -182,7 +189,15 @@ class JobRuntime:
         self.pipeline, self.control = EpochPipeline(self), JobControl(self)
         #: the job's tap point (``elf tap``: live samples of its records; the pipeline's)
         self.taps = self.pipeline.taps
+        #: as master: the late records the origins reported, per epoch (results' ``late``)
+        self.late_ledger = LateLedger()
         self.changes, self.queries = SpecChanges(self), ResultQueries(self)
+        self.pipeline.late_reports = LateReporter(
+            self,
+            master_url=self.queries.master_url,
+            forget_master_url=self.queries.forget_master_url,
+            local=self.accept_late_records,
+        )
         self.report = JobReport(self)
         self.job.bind(self.context)
         #: all fault tolerance (agent/runtime/recovery/); it reaches this runtime only
@@ -384,6 +399,20 @@ class JobRuntime:
             if self.lake is not None:
                 warm_imports()  # a master writes the lake: its modules load off the loop
             self.recovery.became_root(tid)
+
+    def accept_late_records(self, origin: str, epochs: Mapping[int, Mapping[str, int]]) -> bool:
+        """An origin's late-record report (agent/runtime/job/late_reports.py): into the
+        ledger behind each epoch's ``late`` field (agent/runtime/results/late_ledger.py).
+        False, and nothing counted, when this agent is not the job's master (any more)."""
+        if not self.is_master:
+            return False
+        self.late_ledger.add(origin, epochs)
+        self.count("late_reports")
+        return True
+
+    def late_records(self, epoch: int) -> int | None:
+        """As master: the late records reported for ``epoch`` so far (None: forgotten)."""
+        return self.late_ledger.records(epoch)
 
     def lake_fenced(self, tid: int, epoch: int, newer_term: int) -> None:
         """The lake holds a newer term's version of (tree, epoch) (results/lake_sink.py)."""

@@ -4,7 +4,10 @@ Contract: :func:`run_file` reads ``path`` in chunks of whole lines (``chunk_byte
 :class:`~agent.ingest.tail.FileTail` with the columnar path installed (bad lines counted and
 kept as samples exactly as an agent does), runs the query's worker with epochs from the
 file's own timestamps and a watermark that never drops a row as late (every epoch stays open
-until the end of the file, so out-of-order lines are kept; CBT buffers past
+until the end of the file, so out-of-order lines are kept) - unless ``allowed_lateness`` is
+given (``elf run --allowed-lateness``): then the agent's rule applies (a row whose epoch ended
+at or before the newest timestamp so far minus it is late: left out of the results, counted
+per epoch in :attr:`RunResult.late`, as an agent would count it); CBT buffers past
 ``memory_bytes`` spill to a temporary directory), then returns :class:`RunResult`: per epoch
 (in order; window queries: per window end) the query's result rows after HAVING, ORDER BY and
 LIMIT, exactly what the master's results API would give for one agent holding the file. The
@@ -49,6 +52,13 @@ class RunResult:
     input: dict[str, Any] = field(default_factory=dict)
     worker: dict[str, Any] = field(default_factory=dict)
     rejected_samples: list[dict[str, Any]] = field(default_factory=list)
+    #: with ``allowed_lateness``: epoch → records refused as late (not in its rows)
+    late: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def late_records(self) -> int:
+        """Records later than the allowed lateness: not in any epoch's rows."""
+        return sum(self.late.values())
 
 
 def query_spec(text: str, epoch_seconds: float | None, **overrides: Any) -> dict[str, Any]:
@@ -87,13 +97,15 @@ def run_file(
     memory_bytes: int = 256 << 20,
     progress: Callable[[int, int], None] | None = None,
     processes: int = 1,
+    allowed_lateness: float | None = None,
 ) -> RunResult:
     """Run query ``text`` over the finished file ``path`` (see module docstring)."""
     keep_chunk_memory()
     fmt = fmt or sniff_format(path)
     spec = parse_spec(query_spec(text, epoch_seconds))
     job = create_job(spec)
-    clock = EpochClock(spec.epoch_seconds, _NEVER_LATE, None, schedule=spec.schedule)
+    lateness = _NEVER_LATE if allowed_lateness is None else allowed_lateness
+    clock = EpochClock(spec.epoch_seconds, lateness, None, schedule=spec.schedule)
     total = Path(path).stat().st_size
     quarantine = Quarantine()
     tail = FileTail(
@@ -111,21 +123,22 @@ def run_file(
         if processes > 1:
             return _run_parallel(job, worker, spec, path, fmt, quarantine, processes,
                                  columnar, chunk_bytes, total, progress)  # fmt: skip
+        result = RunResult(list(job.compiled.columns), spec.epoch_seconds)  # type: ignore[attr-defined]
+        name = Path(path).name
         try:
             while True:
                 batch = tail.poll()
-                worker.process(batch)
+                _feed(worker, name, batch)
+                if allowed_lateness is not None:  # epochs the watermark passed are final
+                    _emit(result, job, spec, worker.poll())
                 done = tail.stats()["bytes"]
                 if progress is not None:
                     progress(min(done, total), total)
                 if not batch and not getattr(batch, "skipped", 0) and done >= total:
                     break
-            worker.process(tail.drain())  # an unterminated last line
-            result = RunResult(list(job.compiled.columns), spec.epoch_seconds)  # type: ignore[attr-defined]
-            for epoch, snap in worker.finish():
-                if spec.window_bounds(epoch) is None:
-                    continue  # a sliding window's filler epoch: no window ends here
-                result.epochs.append((epoch, job.result_rows(snap)))  # type: ignore[arg-type]
+            _feed(worker, name, tail.drain())  # an unterminated last line
+            _emit(result, job, spec, worker.finish())
+            result.late = _late(worker)
             result.worker = worker.stats()
         finally:
             worker.close()
@@ -148,14 +161,13 @@ def _run_parallel(
         path, worker, fmt, processes=processes, prefilter=True, quarantine=quarantine,
         read_size=chunk_bytes, max_line_bytes=max(1 << 20, chunk_bytes), columnar=columnar,
     )  # fmt: skip
+    result = RunResult(list(job.compiled.columns), spec.epoch_seconds)
     try:
-        ingest.run()
+        ingest.run(lambda closed: _emit(result, job, spec, closed))
         if progress is not None:
             progress(total, total)
-        result = RunResult(list(job.compiled.columns), spec.epoch_seconds)
-        for epoch, snap in worker.finish():
-            if spec.window_bounds(epoch) is not None:
-                result.epochs.append((epoch, job.result_rows(snap)))
+        _emit(result, job, spec, worker.finish())
+        result.late = _late(worker)
         result.worker = worker.stats()
     finally:
         ingest.close()
@@ -164,3 +176,24 @@ def _run_parallel(
     result.input = {**counters, "quarantine": quarantine.stats()}
     result.rejected_samples = quarantine.entries()
     return result
+
+
+def _feed(worker: Worker, name: str, batch: Any) -> None:
+    """One batch to the worker; the records its clock refused as late counted per epoch."""
+    worker.process(batch)
+    if late := worker.clock.take_late():
+        worker.late.collect(name, late, watermark=worker.clock.current_watermark)
+
+
+def _late(worker: Worker) -> dict[int, int]:
+    """Epoch → late records, from what the worker's late records queued (every epoch up to
+    their report bound; the rest are in ``worker.stats()["late"]`` only)."""
+    return {e: sum(c.values()) for e, c in sorted(worker.late.take_report().items())}
+
+
+def _emit(result: RunResult, job: Any, spec: Any, closed: list[tuple[int, Any]]) -> None:
+    """Closed epochs' result rows into ``result`` (a sliding window's filler epochs - no
+    window ends there - left out)."""
+    for epoch, snap in closed:
+        if spec.window_bounds(epoch) is not None:
+            result.epochs.append((epoch, job.result_rows(snap)))

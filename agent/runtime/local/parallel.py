@@ -458,6 +458,9 @@ class ParallelFileIngest:
             self._consume_columnar(result, base, lambda: self._bytes(source))
         else:
             self._consume_rows(result or self._local_rows(self._bytes(source)), base)
+        clock = self.worker.clock
+        if late := clock.take_late():  # counted per epoch (epochs/late.py)
+            self.worker.late.collect(self.name, late, watermark=clock.current_watermark)
         closed = self.worker.poll()
         if closed and on_epochs is not None:
             on_epochs(closed)

@@ -336,6 +336,12 @@ class AgentCollector:
         future = f.counter(
             "elf_records_future", "Records dropped: further ahead than max_future.", ["job"]
         )
+        late_in = f.counter(
+            "elf_late_records",
+            "Records read here later than the job's allowed_lateness, by input: not in any "
+            "result, counted in its epoch's late field.",
+            ["job", "input"],
+        )
         rec_in = f.counter("elf_job_records", "Records the job's worker took in.", ["job"])
         closed = f.counter("elf_epochs_closed", "Epochs the worker closed here.", ["job"])
         sent = f.counter("elf_epochs_sent", "Epochs handed upward to a parent.", ["job"])
@@ -428,6 +434,8 @@ class AgentCollector:
             worker = st.get("worker") or {}
             late.add_metric([name], _num(worker.get("late_dropped")))
             future.add_metric([name], _num(worker.get("future_dropped")))
+            for source, n in sorted(((worker.get("late") or {}).get("by_input") or {}).items()):
+                late_in.add_metric([name, str(source)], _num(n))
             rec_in.add_metric([name], _num(worker.get("records_in")))
             closed.add_metric([name], _num(worker.get("epochs_emitted")))
             up = _summed((st.get("upstream") or {}).values())

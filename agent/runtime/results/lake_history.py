@@ -83,6 +83,9 @@ def read_epoch(
     accuracy = meta.get("accuracy")
     if isinstance(accuracy, int | float) and not isinstance(accuracy, bool):
         out["accuracy"] = float(accuracy)
+    late = meta.get("late_records")
+    if type(late) is int and late >= 0:  # the first tree's files (spark_sink/lake.py)
+        out["late"] = {"records": late}  # as known when the version was written
     kind = meta.get("rows")
     if table is not None and (kind == "pairs" or (kind is None and table.num_rows == 0)):
         keys = table.column("key_json").to_pylist()

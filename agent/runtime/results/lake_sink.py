@@ -15,7 +15,8 @@ into rows — the same rows the results API reports (top-k applied per tree; a j
 sketches gets ``lake_rows`` with each key's sketch binaries, :func:`lake_sketches`) — and
 writes them with the stored result's
 ``version``, ``tentative``, ``coverage`` and ``lacking`` (the origins a tentative result still
-lacks), its fencing ``term`` and whether it is ``partial`` (it lacks retired origins) - and, for
+lacks), its fencing ``term`` and whether it is ``partial`` (it lacks retired origins), the
+first tree's with the epoch's ``late_records`` as reported so far - and, for
 a top-k job, the tree's ``accuracy`` estimate, computed in that thread
 (:func:`agent.runtime.results.quality.snapshot_accuracy`; 1.0 when final). **Versions**: every call
 writes the epoch's current version as a new lake file; the
@@ -132,6 +133,10 @@ class EpochSource(Protocol):
         """The lake refused this master's result of (tree, epoch): it holds the epoch under
         ``newer_term``, above the stored result's term (a newer master publishes it)."""
 
+    def late_records(self, epoch: int) -> int | None:
+        """As master: the late records the origins reported for ``epoch`` so far (None:
+        unknown)."""
+
 
 class LakeTarget(NamedTuple):
     """Where an agent's rollups go: the lake, and the local buffer directory on the way."""
@@ -213,6 +218,8 @@ class LakeSink:
         partial = bool(getattr(result, "partial", False))
         top_k, operator, spec, job = rt.spec.top_k, rt.operator, rt.spec, rt.job_for(epoch)
         store = rt.store
+        # the first tree's master keeps the job's late-record reports (results/late_ledger.py)
+        late = rt.late_records(epoch) if tid == rt.tree_list[0] else None
 
         from spark_sink.lake import Rollup, normalize
 
@@ -247,6 +254,7 @@ class LakeSink:
                 coverage=coverage,
                 lacking=lacking,
                 accuracy=accuracy,
+                late_records=late,
                 job=rt.name,
                 tree=rt.tree_list.index(tid),
                 trees=len(rt.tree_list),

@@ -1,0 +1,115 @@
+"""The late records of a job's epochs, as its master knows them from the origins' reports.
+
+Contract (:class:`LateLedger`, one per job runtime, on the event loop): each origin (an agent
+reading the job's input) reports the records its clock refused as late - later than the job's
+``allowed_lateness`` - per epoch they would have belonged to and per input
+(agent/runtime/epochs/late.py, agent/runtime/job/late_reports.py); :meth:`LateLedger.add` sums
+them. :meth:`LateLedger.of` is an epoch's ``late`` field in the results API: ``{"records": n,
+"origins": {hex id: n}, "inputs": {input: n}}`` - records offered for the epoch that its result
+does **not** include. It is a running count: late records keep arriving after the epoch's
+result is final (that is what late means), so the figure may grow; the result's rows stay
+exact for the records the watermark accepted. ``None`` means unknown: an epoch older than the
+ledger's window (:data:`MAX_EPOCHS` epochs, the newest kept; the status says how many were
+forgotten). Counts from before this agent became the master stay with the agents' status and
+the lake rows written before (a hand-over starts an empty ledger).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+MAX_EPOCHS = 4096  # epochs whose late counts a master keeps (newest)
+
+
+class LateLedger:
+    """Late-record counts per epoch, origin and input at a job's master (module contract)."""
+
+    def __init__(self, max_epochs: int = MAX_EPOCHS) -> None:
+        self.max_epochs = max_epochs
+        self._origins: dict[int, Counter[str]] = {}
+        self._inputs: dict[int, Counter[str]] = {}
+        self._floor: int | None = None  # the highest epoch forgotten (older: unknown)
+        self.total = 0
+        self.by_origin: Counter[str] = Counter()  # every late record reported, per origin
+        self.reports = 0
+
+    def add(self, origin: str, epochs: Mapping[int, Mapping[str, int]]) -> list[int]:
+        """One origin's report: epoch → input → late records. Returns the epochs it changed
+        (those at or below the forgotten floor are counted in the total only)."""
+        self.reports += 1
+        changed = []
+        for epoch, inputs in epochs.items():
+            n = sum(inputs.values())
+            if n <= 0:
+                continue
+            self.total += n
+            self.by_origin[origin] += n
+            if self._floor is not None and epoch <= self._floor:
+                continue
+            per = self._origins.get(epoch)
+            if per is None:
+                per = self._origins[epoch] = Counter()
+                self._inputs[epoch] = Counter()
+            per[origin] += n
+            self._inputs[epoch].update(inputs)
+            changed.append(epoch)
+        while len(self._origins) > self.max_epochs:
+            old = min(self._origins)
+            del self._origins[old], self._inputs[old]
+            self._floor = old if self._floor is None else max(self._floor, old)
+        return changed
+
+    def records(self, epoch: int) -> int | None:
+        """The late records of ``epoch`` (0: none reported; None: forgotten)."""
+        if self._floor is not None and epoch <= self._floor:
+            return None
+        return sum(self._origins.get(epoch, {}).values())
+
+    def of(self, epoch: int) -> dict[str, Any] | None:
+        """The results API's ``late`` field of ``epoch`` (module contract)."""
+        n = self.records(epoch)
+        if n is None:
+            return None
+        return {
+            "records": n,
+            "origins": dict(self._origins.get(epoch, {})),
+            "inputs": dict(self._inputs.get(epoch, {})),
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """``records`` (every late record reported here) and ``by_origin``, ``epochs`` (with
+        late records, kept), ``forgotten_below`` (epochs at or below it: unknown),
+        ``reports``."""
+        return {
+            "records": self.total,
+            "by_origin": dict(self.by_origin),
+            "epochs": len(self._origins),
+            "forgotten_below": self._floor,
+            "reports": self.reports,
+        }
+
+
+def parse_report(
+    body: Any, *, max_epochs: int = 4096, max_inputs: int = 64
+) -> dict[int, dict[str, int]]:
+    """A late report's ``epochs`` field (``[[epoch, {input: count}], ...]``) checked and read;
+    ``ValueError`` naming what is wrong (the route answers 400)."""
+    if not isinstance(body, list) or len(body) > max_epochs:
+        raise ValueError(f"epochs must be a list of at most {max_epochs} [epoch, counts] pairs")
+    out: dict[int, dict[str, int]] = {}
+    for item in body:
+        if not (isinstance(item, list) and len(item) == 2 and type(item[0]) is int):
+            raise ValueError("each entry is [epoch (int), {input: count}]")
+        epoch, counts = item
+        if not isinstance(counts, dict) or len(counts) > max_inputs:
+            raise ValueError(f"counts must be an object of at most {max_inputs} inputs")
+        per = out.setdefault(epoch, {})
+        for name, n in counts.items():
+            if not isinstance(name, str) or len(name) > 128:
+                raise ValueError("an input name is a string of at most 128 characters")
+            if type(n) is not int or not 0 <= n < 1 << 53:
+                raise ValueError("a count is an integer in [0, 2**53)")
+            per[name] = per.get(name, 0) + n
+    return out
