@@ -1,6 +1,7 @@
 """Heavy libraries load where they are used (issue "A lightweight agent"): a real agent
-process with nothing to do maps no pyarrow (nor pandas, nor datasketches), and the job classes it loads at
-start - every ``elf.jobs`` entry point - import it only with their first columnar batch.
+process with nothing to do maps no pyarrow (nor pandas, nor datasketches), and the job
+classes it loads at start - every ``elf.jobs`` entry point - import it only with their first
+columnar batch.
 
 Observable: the agent process's memory maps (``/proc/<pid>/maps`` via psutil), and a fresh
 interpreter's ``sys.modules`` after the imports an agent makes at start.
