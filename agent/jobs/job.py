@@ -10,10 +10,11 @@ The paper's primitives, in Python:
   ``self.feedback``, the last feedback the master sent, set by the worker before ``map``
   runs again); ``on_recv(node_id, paos)`` receives a direct ``send_to``.
 * master side: ``on_epoch_result(epoch, snapshot)`` gets each epoch's reduced result, in epoch
-  order; ``feedback_for(epoch, snapshot)`` (iterative mode) returns the JSON-able value the
-  runtime multicasts to every worker, or None; ``on_timer()`` runs every
-  ``timer_interval`` seconds; ``on_query(message) -> dict`` answers ``route`` queries from
-  other jobs' masters.
+  order (``on_epoch_quality(epoch, state, lacking)`` just before it: the result's
+  final/tentative/partial state); ``feedback_for(epoch, snapshot)`` (iterative mode) returns the
+  JSON-able value the runtime multicasts to every worker, or None; ``on_timer()`` runs every
+  ``timer_interval`` seconds; ``on_query(message) -> dict`` answers ``route`` queries from other
+  jobs' masters.
 * any agent: ``local_query(params) -> dict`` answers ``GET /api/v1/jobs/{name}/local`` on
   this agent from the job's local instance (no network hop); the default answers
   ``{"error": ..., "status": 404}``.
@@ -211,6 +212,13 @@ class Job:
     # ---- master side ----------------------------------------------------------------------
     def on_epoch_result(self, epoch: int, snapshot: Snapshot) -> Awaitable[None] | None:
         """The job's reduced result for ``epoch`` (window mode: the window ending there)."""
+        return None
+
+    def on_epoch_quality(self, epoch: int, state: str, lacking: list[str]) -> None:
+        """Called just before :meth:`on_epoch_result` (and before each replayed one): the
+        stored result's state (``final``, ``tentative`` or ``partial``) and the origins it
+        lacks (hex ids), for jobs whose state derived from results must be flagged too
+        (``WINDOW SESSION``). A later fold into the epoch does not call it again."""
         return None
 
     def feedback_for(self, epoch: int, snapshot: Snapshot) -> Any:

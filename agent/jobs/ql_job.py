@@ -17,6 +17,7 @@ runtime's results use it), ``on_epoch_result`` keeps the last rows this agent ma
 
 from __future__ import annotations
 
+from collections import deque
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +26,17 @@ from agent.jobs.spec import JobSpec, JobSpecError
 from agent.ql import CompiledQuery, QLError, compile_query
 from agent.ql.checker import analyze
 from agent.ql.keys import keys_problem
+from agent.ql.sessions import SessionTracker, state_items
 from cbt import Snapshot
 
 if TYPE_CHECKING:  # the Arrow plan (pyarrow) loads when the job first needs it
     from agent.ql.arrow_plan import ArrowPlan
+
+#: closed session rows a session query's master keeps for ``on_query`` (older ones are
+#: evicted, counted in ``evicted``; the per-epoch panes stay in the results and the lake)
+MAX_SESSION_ROWS = 10_000
+#: epochs whose quality flags wait for their on_epoch_result (a bound: never hit in order)
+_MAX_PENDING_QUALITY = 1024
 
 _CHECKED = (
     "aggregator",
@@ -97,6 +105,20 @@ class QLJob(Job):
         self.last_epoch: int | None = None
         self.last_rows: list[dict[str, Any]] = []
         self._plan: ArrowPlan | None = None
+        self.sessions: SessionTracker | None = None
+        if self.compiled.session_gap_epochs is not None:
+            schedule = self.spec.schedule
+            self.sessions = SessionTracker(
+                self.make_aggregator(),
+                self.compiled.rows,
+                lambda e: (schedule.start(e), schedule.end(e)),
+                gap_epochs=self.compiled.session_gap_epochs,
+                first_epoch=self.spec.start_epoch,
+                name=self.spec.name,
+            )
+        self.session_rows: deque[dict[str, Any]] = deque(maxlen=MAX_SESSION_ROWS)
+        self.session_evicted = 0
+        self._quality: dict[int, list[str]] = {}
 
     # ---- the columnar path ----------------------------------------------------------------
     def has_batch_path(self) -> bool:
@@ -142,13 +164,41 @@ class QLJob(Job):
         """The named rows plus each sketch column's binary, ``<column>_sketch``."""
         return self.compiled.rows(pairs, sketches)
 
+    def on_epoch_quality(self, epoch: int, state: str, lacking: list[str]) -> None:
+        """A session query flags the sessions a tentative / partial epoch touches or closes."""
+        if self.sessions is None or state == "final":
+            return
+        what = f"{state}: epoch {epoch} lacks origins {', '.join(lacking) or '?'}"
+        self._quality[epoch] = [what]
+        while len(self._quality) > _MAX_PENDING_QUALITY:
+            del self._quality[min(self._quality)]
+
     def on_epoch_result(self, epoch: int, snapshot: Snapshot) -> None:
         if self.spec.window_bounds(epoch) is None:
             return  # window mode filler epoch: no window ends here
         self.last_epoch = epoch
+        if self.sessions is not None:
+            flags = self._quality.pop(epoch, ())
+            closed = self.sessions.feed(epoch, state_items(snapshot), flags)
+            over = len(self.session_rows) + len(closed) - MAX_SESSION_ROWS
+            self.session_evicted += max(0, over)
+            self.session_rows.extend(closed)
+            return
         self.last_rows = self.compiled.rows(snapshot)
 
     def on_query(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self.sessions is not None:
+            # the closed sessions (newest MAX_SESSION_ROWS), and the open ones on request
+            reply = {
+                "epoch": self.last_epoch,
+                "columns": list(self.compiled.output_columns),
+                "rows": list(self.session_rows),
+                "evicted": self.session_evicted,
+                **self.sessions.stats(),
+            }
+            if message.get("open"):
+                reply["open_rows"] = self.sessions.open_rows()
+            return reply
         return {
             "epoch": self.last_epoch,
             "columns": list(self.compiled.columns),

@@ -15,11 +15,14 @@ is never evaluated as Python. The result carries:
   only), else None: the worker's counting fast path;
 * ``rows(pairs) -> [dict]``: the master's named rows (``agent.ql.rows``).
 
-Timing: no WINDOW: 1-second epochs. ``WINDOW w`` (tumbling): epochs of w, one epoch per
-result. ``WINDOW w EVERY s`` (sliding): epochs of gcd(w, s) (to the millisecond), windows of
-w/gcd epochs sliding by s/gcd. ``MODE SYNC`` (the default for tumbling windows) is the
-runtime's ``batch`` mode: the state is emptied every epoch; ``MODE ASYNC``, and every sliding
-window, is ``window`` mode. ``MODE SYNC`` with a sliding window is an error.
+Timing: no WINDOW: 1-second epochs. ``WINDOW SESSION(gap)``: epochs of the gap, each epoch its
+own pane (as a tumbling WINDOW gap); the master closes sessions from them
+(``agent.ql.sessions``); ORDER BY, LIMIT and PARTITIONS are refused with it. ``WINDOW w``
+(tumbling): epochs of w, one epoch per result. ``WINDOW w EVERY s`` (sliding): epochs of gcd(w,
+s) (to the millisecond), windows of w/gcd epochs sliding by s/gcd. ``MODE SYNC`` (the default
+for tumbling windows) is the runtime's ``batch`` mode: the state is emptied every epoch; ``MODE
+ASYNC``, and every sliding window, is ``window`` mode. ``MODE SYNC`` with a sliding window is an
+error.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from agent.ql.compiler import build_pipeline
 from agent.ql.errors import QLError
 from agent.ql.parser import parse
 from agent.ql.rows import build_rows
+from agent.ql.sessions import SESSION_COLUMNS, SESSION_FLAGS
 from cbt import Aggregator, get_aggregator
 
 MAX_EPOCH_SECONDS = 86_400.0
@@ -67,6 +71,16 @@ class CompiledQuery:
     keys: Callable[[dict[str, Any]], list[Any]] | None = field(default=None, repr=False)
     #: the number of GROUP BY columns (the shape of every key: see ``agent.ql.keys``)
     group_width: int = 0
+    #: ``WINDOW SESSION(gap)``: the gap in epochs (the epoch is the gap: 1), else None
+    session_gap_epochs: int | None = None
+
+    @property
+    def output_columns(self) -> tuple[str, ...]:
+        """The columns of a result row: a session query's rows lead with its bounds and
+        end with its flags (``agent.ql.sessions``)."""
+        if self.session_gap_epochs is None:
+            return self.columns
+        return (*SESSION_COLUMNS, *self.columns, SESSION_FLAGS)
 
     @property
     def partitions(self) -> int | None:
@@ -104,6 +118,7 @@ def compile_query(text: str) -> CompiledQuery:
     map_fn, keys_fn = build_pipeline(an)
     if trees > MAX_PARTITIONS:
         raise QLError(*pos, f"expected PARTITIONS in [1, {MAX_PARTITIONS}], got {trees}")
+    session = _session_rules(query, an.columns)
     return CompiledQuery(
         text=text,
         query=query,
@@ -122,7 +137,34 @@ def compile_query(text: str) -> CompiledQuery:
         rows=build_rows(an, query.limit),
         keys=keys_fn,
         group_width=len(an.group_by),
+        session_gap_epochs=session,
     )
+
+
+def _session_rules(q: n.Query, columns: list[str]) -> int | None:
+    """``WINDOW SESSION(gap)``: 1 (the epoch is the gap), after refusing the clauses a
+    session stream cannot honour; None for other queries."""
+    if q.window is None or not q.window.session:
+        return None
+    for clause, why in (
+        ("ORDER", "sessions are emitted as they close, ordered by window_start and key"),
+        ("LIMIT", "sessions are emitted as they close; there is no last set of rows to cut"),
+        ("PARTITIONS", "a key's sessions close at one master, in epoch order"),
+    ):
+        if clause in q.positions:
+            label = "ORDER BY" if clause == "ORDER" else clause
+            raise QLError(
+                *q.positions[clause], f"expected no {label} with WINDOW SESSION(gap): {why}"
+            )
+    for item in q.select:
+        if item.name in (*SESSION_COLUMNS, SESSION_FLAGS):
+            raise QLError(
+                item.expr.line,
+                item.expr.column,
+                f"expected another column name than {item.name!r}: a session row has its own "
+                f"{', '.join((*SESSION_COLUMNS, SESSION_FLAGS))}",
+            )
+    return 1
 
 
 def _timing(q: n.Query) -> tuple[float, str, int, int]:
@@ -154,7 +196,7 @@ def _timing(q: n.Query) -> tuple[float, str, int, int]:
             f"this WINDOW spans {size} epochs of {epoch:g} s; at most {MAX_WINDOW_EPOCHS} "
             "(make WINDOW a small multiple of EVERY)",
         )
-    if size == 1:
+    if size == 1:  # tumbling, and sessions (epochs of the gap, each epoch its own pane)
         return epoch, "window" if q.mode == "ASYNC" else "batch", 1, 1
     if q.mode == "SYNC":
         raise QLError(
