@@ -2,17 +2,18 @@
 
 Contract: :func:`run_file` reads ``path`` in chunks of whole lines (``chunk_bytes``) through a
 :class:`~agent.ingest.tail.FileTail` with the columnar path installed (bad lines counted and
-kept as samples exactly as an agent does), runs the query's worker with epochs from the
-file's own timestamps and a watermark that never drops a row as late (every epoch stays open
-until the end of the file, so out-of-order lines are kept; CBT buffers past
-``memory_bytes`` spill to a temporary directory), then returns :class:`RunResult`: per epoch
-(in order; window queries: per window end) the query's result rows after HAVING, ORDER BY and
-LIMIT, exactly what the master's results API would give for one agent holding the file. The
-query's FROM is not checked (the file is the input). ``epoch_seconds`` replaces the default
-1 s epochs of a query without WINDOW; with a WINDOW it must agree (``ValueError`` otherwise,
-never ignored). ``progress(done_bytes, total_bytes)`` is called after every chunk. ``fmt``
-is a format name or a custom :class:`~agent.log_format.LogFormat` (``elf run --log-format``);
-without one it is sniffed from the first line (json or nginx).
+kept as samples exactly as an agent does), runs the query's worker with epochs from the file's
+own timestamps and a watermark that never drops a row as late (every epoch stays open until the
+end of the file, so out-of-order lines are kept; CBT buffers past ``memory_bytes`` spill to a
+temporary directory), then returns :class:`RunResult`: per epoch (in order; window queries: per
+window end) the query's result rows after HAVING, ORDER BY and LIMIT, exactly what the master's
+results API would give for one agent holding the file (``WINDOW SESSION``:
+:attr:`RunResult.sessions`, every session of the file as a master closes them, the last ones at
+its end). The query's FROM is not checked (the file is the input). ``epoch_seconds`` replaces
+the default 1 s epochs of a query without WINDOW; with a WINDOW it must agree (``ValueError``
+otherwise, never ignored). ``progress(done_bytes, total_bytes)`` is called after every chunk.
+``fmt`` is a format name or a custom :class:`~agent.log_format.LogFormat` (``elf run
+--log-format``); without one it is sniffed from the first line (json or nginx).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.ql import compile_query
+from agent.ql.sessions import state_items
 from agent.runtime.epochs.clock import EpochClock
 from agent.runtime.epochs.worker import Worker
 
@@ -49,6 +51,9 @@ class RunResult:
     input: dict[str, Any] = field(default_factory=dict)
     worker: dict[str, Any] = field(default_factory=dict)
     rejected_samples: list[dict[str, Any]] = field(default_factory=list)
+    #: ``WINDOW SESSION``: the session rows (``columns`` then lead with window_start,
+    #: window_end and end with flags), in the order they closed; else None
+    sessions: list[dict[str, Any]] | None = None
 
 
 def query_spec(text: str, epoch_seconds: float | None, **overrides: Any) -> dict[str, Any]:
@@ -121,17 +126,36 @@ def run_file(
                 if not batch and not getattr(batch, "skipped", 0) and done >= total:
                     break
             worker.process(tail.drain())  # an unterminated last line
-            result = RunResult(list(job.compiled.columns), spec.epoch_seconds)  # type: ignore[attr-defined]
-            for epoch, snap in worker.finish():
-                if spec.window_bounds(epoch) is None:
-                    continue  # a sliding window's filler epoch: no window ends here
-                result.epochs.append((epoch, job.result_rows(snap)))  # type: ignore[arg-type]
+            result = _collect(job, spec, worker.finish())
             result.worker = worker.stats()
         finally:
             worker.close()
             tail.close()
     result.input = tail.stats()
     result.rejected_samples = quarantine.entries()
+    return result
+
+
+def _collect(job: Any, spec: Any, finished: Any) -> RunResult:
+    """The result rows of the worker's finished epochs (in epoch order): per epoch (a sliding
+    window's filler epochs skipped), or, for ``WINDOW SESSION``, the sessions the epochs
+    close, the last ones at the end of the file (``agent.ql.sessions``, as at a master)."""
+    compiled = job.compiled
+    result = RunResult(list(compiled.columns), spec.epoch_seconds)
+    tracker = job.sessions
+    if tracker is not None:
+        result.columns = list(compiled.output_columns)
+        result.sessions = []
+    for epoch, snap in finished:
+        if spec.window_bounds(epoch) is None:
+            continue  # a sliding window's filler epoch: no window ends here
+        if tracker is not None:
+            result.epochs.append((epoch, []))
+            result.sessions.extend(tracker.feed(epoch, state_items(snap)))
+        else:
+            result.epochs.append((epoch, job.result_rows(snap)))
+    if tracker is not None:
+        result.sessions.extend(tracker.flush())
     return result
 
 
@@ -152,10 +176,7 @@ def _run_parallel(
         ingest.run()
         if progress is not None:
             progress(total, total)
-        result = RunResult(list(job.compiled.columns), spec.epoch_seconds)
-        for epoch, snap in worker.finish():
-            if spec.window_bounds(epoch) is not None:
-                result.epochs.append((epoch, job.result_rows(snap)))
+        result = _collect(job, spec, worker.finish())
         result.worker = worker.stats()
     finally:
         ingest.close()
