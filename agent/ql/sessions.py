@@ -192,7 +192,8 @@ class SessionTracker:
 def state_items(snapshot: Any) -> list[tuple[Any, Any]]:
     """A snapshot's ``(key, state)`` pairs (its raw states: what :meth:`SessionTracker.feed`
     merges), from its public key and value columns."""
-    return list(zip(snapshot.keys_column.tolist(), snapshot.values_column, strict=True))
+    # tolist: numpy scalars (count's int64 column) become Python numbers, as finalize gives
+    return list(zip(snapshot.keys_column.tolist(), snapshot.values_column.tolist(), strict=True))
 
 
 def _copy_open(s: _Session) -> _Session:

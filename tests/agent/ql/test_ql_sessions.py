@@ -1,0 +1,258 @@
+"""Session windows (``WINDOW SESSION(gap)``) and the refused count windows.
+
+The property: for random event streams (keys with NULL, timestamps, values with NULL) and a
+gap, ``elf run``'s row path, its columnar path and DuckDB (sessionization of the raw records
+at epoch granularity with ``lag`` and a cumulative sum over the session breaks) give the same
+session rows. Then the tracker's flags (tentative epochs, out-of-order epochs, the bound on
+open sessions, a master's first epoch) and the parser / checker errors with positions."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.ql import QLError, compile_query
+from agent.ql.sessions import SessionTracker, state_items
+from agent.runtime.local.oneshot import run_file
+from cbt import CompressedBufferTree
+
+QUERY = (
+    "SELECT user, count(*) AS n, sum(bytes) AS total, min(bytes) AS lo, max(bytes) AS hi, "
+    "avg(bytes) AS mean FROM log WHERE user IS NULL OR user != 'skip' GROUP BY user "
+    "WINDOW SESSION({gap} s)"
+)
+
+records_st = st.lists(
+    st.fixed_dictionaries(
+        {
+            "user": st.sampled_from(["a", "b", "c", "skip", None]),
+            # quarter seconds: floor(ts / gap) is exact in floats and in DuckDB
+            "ts": st.integers(0, 4 * 120).map(lambda q: 1000 + q / 4),
+            "bytes": st.one_of(st.none(), st.integers(-50, 1000)),
+        }
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+def duckdb_sessions(records: list[dict[str, Any]], gap: int) -> list[dict[str, Any]]:
+    """The reference: raw records sessionized per user at epoch granularity (epoch = gap):
+    a record starts a new session when its epoch is more than one epoch after the previous
+    record's of the same user."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (user VARCHAR, ts DOUBLE, bytes BIGINT)")
+    con.executemany(
+        "INSERT INTO t VALUES (?, ?, ?)", [(r["user"], r["ts"], r["bytes"]) for r in records]
+    )
+    rows = con.execute(
+        f"""
+        WITH e AS (
+            SELECT user, bytes, CAST(floor(ts / {gap}) AS BIGINT) AS ep FROM t
+            WHERE user IS NULL OR user != 'skip'),
+        b AS (
+            SELECT *, CASE WHEN ep - lag(ep) OVER (PARTITION BY user ORDER BY ep) <= 1
+                      THEN 0 ELSE 1 END AS brk FROM e),
+        s AS (
+            SELECT *, sum(brk) OVER (PARTITION BY user ORDER BY ep, brk DESC
+                                     ROWS UNBOUNDED PRECEDING) AS sid FROM b)
+        SELECT min(ep) * {gap} AS ws, (max(ep) + 1) * {gap} AS we, user, count(*) AS n,
+               sum(bytes) AS total, min(bytes) AS lo, max(bytes) AS hi, avg(bytes) AS mean
+        FROM s GROUP BY user, sid
+        """
+    ).fetchall()
+    cols = ["window_start", "window_end", "user", "n", "total", "lo", "hi", "mean"]
+    return [dict(zip(cols, r, strict=True)) for r in rows]
+
+
+def canon(rows: list[dict[str, Any]]) -> list[tuple]:
+    out = []
+    for r in rows:
+        mean = r["mean"]
+        out.append(
+            (
+                float(r["window_start"]),
+                float(r["window_end"]),
+                r["user"] is None,
+                r["user"] or "",
+                r["n"],
+                None if r["total"] is None else int(r["total"]),
+                r["lo"],
+                r["hi"],
+                None if mean is None else round(float(mean), 9),
+            )
+        )
+    return sorted(out)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(records=records_st, gap=st.sampled_from([1, 2, 5, 15]))
+def test_row_path_columnar_path_and_duckdb_give_the_same_sessions(
+    tmp_path: Path, records: list[dict[str, Any]], gap: int
+) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    query = QUERY.format(gap=gap)
+    columnar = run_file(query, path, "json", columnar=True)
+    rows = run_file(query, path, "json", columnar=False)
+    assert columnar.sessions is not None and rows.sessions is not None
+    assert all(r["flags"] == [] for r in columnar.sessions + rows.sessions)
+    want = canon(duckdb_sessions(records, gap))
+    assert canon(columnar.sessions) == want
+    assert canon(rows.sessions) == want
+    assert columnar.columns == ["window_start", "window_end", "user", "n", "total", "lo", "hi",
+                                "mean", "flags"]  # fmt: skip
+
+
+def test_sketches_merge_across_a_session(tmp_path: Path) -> None:
+    # 40 distinct pages over 4 adjacent epochs: one session whose approx_distinct is the
+    # union's (HLL is exact to rounding at this size), and the percentile of all values
+    recs = [{"ts": 2000 + i * 0.5, "user": "u", "page": f"p{i % 40}", "x": i} for i in range(80)]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    q = (
+        "SELECT user, approx_distinct(page) AS pages, approx_percentile(x, 1) AS top, "
+        "count(*) AS n FROM log GROUP BY user WINDOW SESSION(10 s)"
+    )
+    for columnar in (True, False):
+        got = run_file(q, path, "json", columnar=columnar).sessions
+        assert got is not None and len(got) == 1
+        (row,) = got
+        assert (row["window_start"], row["window_end"], row["n"]) == (2000.0, 2040.0, 80)
+        assert round(row["pages"]) == 40 and row["top"] == 79
+
+
+# ---- the tracker's flags and bounds --------------------------------------------------------
+
+
+def _snap(query: Any, recs: list[dict[str, Any]]) -> Any:
+    tree = CompressedBufferTree(query.make_aggregator())
+    for r in recs:
+        for k, v in query.map(r):
+            tree.insert(k, v)
+    return tree.flush()
+
+
+def _tracker(**kw: Any) -> tuple[Any, SessionTracker]:
+    q = compile_query("SELECT k, count(*) AS n FROM t GROUP BY k WINDOW SESSION(10 s)")
+    return q, SessionTracker(q.make_aggregator(), q.rows, lambda e: (e * 10.0, e * 10.0 + 10), **kw)
+
+
+def test_a_tentative_epoch_flags_the_sessions_it_touches_and_closes() -> None:
+    q, tr = _tracker()
+    assert tr.feed(1, state_items(_snap(q, [{"k": "a"}, {"k": "b"}]))) == []
+    flag = "tentative: epoch 2 lacks origins ab12"
+    closed = tr.feed(2, state_items(_snap(q, [{"k": "a"}])), [flag])
+    assert closed == [{"window_start": 10.0, "window_end": 20.0, "k": "b", "n": 1, "flags": [flag]}]
+    closed = tr.feed(3, state_items(_snap(q, [])))
+    assert closed == [{"window_start": 10.0, "window_end": 30.0, "k": "a", "n": 2, "flags": [flag]}]
+    assert tr.stats()["flagged_epochs"] == 1
+
+
+def test_out_of_order_epochs_are_counted_and_flag_their_sessions(caplog: Any) -> None:
+    q, tr = _tracker()
+    tr.feed(5, state_items(_snap(q, [{"k": "a"}])))
+    with caplog.at_level("WARNING"):
+        tr.feed(4, state_items(_snap(q, [{"k": "a"}])))
+    assert "epoch 4 arrived after epoch 5" in caplog.text
+    (row,) = tr.feed(6, state_items(_snap(q, [])))
+    assert (row["window_start"], row["window_end"], row["n"]) == (40.0, 60.0, 2)
+    assert row["flags"] == ["epoch 4 arrived after epoch 5 (out of order)"]
+    assert tr.stats()["out_of_order_epochs"] == 1
+
+
+def test_the_open_sessions_are_bounded_and_early_closes_are_flagged(caplog: Any) -> None:
+    q, tr = _tracker(max_open=2)
+    with caplog.at_level("WARNING"):
+        closed = tr.feed(1, state_items(_snap(q, [{"k": k} for k in "abc"])))
+    assert len(closed) == 1 and closed[0]["flags"] == ["closed early: more than 2 open sessions"]
+    assert tr.stats() == {"open": 2, "closed": 1, "early_closed": 1, "out_of_order_epochs": 0,
+                          "flagged_epochs": 0}  # fmt: skip
+    assert "closed early" in caplog.text
+    assert [r["flags"] for r in tr.flush()] == [[], []]
+
+
+def test_a_master_that_starts_after_the_jobs_first_epoch_flags_its_first_sessions() -> None:
+    q, tr = _tracker(first_epoch=3)
+    tr.feed(7, state_items(_snap(q, [{"k": "a"}])))
+    (row,) = tr.flush()
+    assert row["flags"] == ["may have begun before epoch 7, the first this master holds"]
+    q, tr = _tracker(first_epoch=7)
+    tr.feed(7, state_items(_snap(q, [{"k": "a"}])))
+    assert tr.flush()[0]["flags"] == []
+
+
+def test_having_applies_per_session_and_gaps_longer_than_one_epoch_split() -> None:
+    q = compile_query("SELECT k, count(*) AS n FROM t GROUP BY k HAVING n > 1 WINDOW SESSION(10 s)")
+    tr = SessionTracker(q.make_aggregator(), q.rows, lambda e: (e * 10.0, e * 10.0 + 10))
+    out = []
+    for e, recs in [(0, ["a", "b"]), (1, ["a"]), (3, ["a", "b"]), (4, ["b"])]:
+        out += tr.feed(e, state_items(_snap(q, [{"k": k} for k in recs])))
+    out += tr.flush()
+    assert [(r["k"], r["window_start"], r["window_end"], r["n"]) for r in out] == [
+        ("a", 0.0, 20.0, 2),
+        ("b", 30.0, 50.0, 2),
+    ]
+
+
+# ---- syntax and checks ----------------------------------------------------------------------
+
+
+def test_session_syntax_and_spec_fields() -> None:
+    q = compile_query("select u, count(*) from t group by u window session(2 min) mode async")
+    assert q.query.window is not None and q.query.window.session
+    assert q.query.window.to_sql() == "WINDOW SESSION(120 s)"
+    assert compile_query(q.query.to_sql()).query == q.query
+    assert (q.epoch_seconds, q.mode, q.window_size, q.session_gap_epochs) == (120.0, "window", 1, 1)
+    assert compile_query("SELECT session FROM t GROUP BY session").session_gap_epochs is None
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "what"),
+    [
+        ("SELECT count(*) FROM t\nWINDOW 100 ROWS", 2, 12, "count windows (WINDOW n ROWS) are not"),
+        ("SELECT count(*) FROM t WINDOW SESSION(30 s) EVERY 5 s", 1, 45, "no EVERY after"),
+        ("SELECT count(*) FROM t WINDOW SESSION(30 s", 1, 43, "')' after the SESSION gap"),
+        ("SELECT count(*) FROM t WINDOW SESSION()", 1, 39, "a positive duration after SESSION("),
+        ("SELECT count(*) FROM t WINDOW SESSION(0 s)", 1, 39, "a positive duration"),
+        ("SELECT count(*) FROM t WINDOW SESSION(5 fortnights)", 1, 41, "a time unit"),
+        ("SELECT k, count(*) AS n FROM t GROUP BY k\nORDER BY n LIMIT 3 WINDOW SESSION(1 s)",
+         2, 1, "no ORDER BY with WINDOW SESSION"),
+        ("SELECT k, count(*) AS n FROM t GROUP BY k LIMIT 3 WINDOW SESSION(1 s)",
+         1, 43, "no LIMIT with WINDOW SESSION"),
+        ("SELECT count(*) FROM t WINDOW SESSION(1 s) PARTITIONS 2", 1, 44,
+         "no PARTITIONS with WINDOW SESSION"),
+        ("SELECT count(*) AS flags FROM t WINDOW SESSION(1 s)", 1, 8, "another column name"),
+        ("SELECT count(*) FROM t WINDOW SESSION(0.5 ms)", 1, 24, "at least 1 ms"),
+    ],
+)  # fmt: skip
+def test_session_and_count_window_errors_have_positions(
+    text: str, line: int, column: int, what: str
+) -> None:
+    with pytest.raises(QLError) as info:
+        compile_query(text)
+    assert (info.value.line, info.value.column) == (line, column), str(info.value)
+    assert what in str(info.value)
+
+
+def test_epoch_seconds_of_a_session_query_is_the_gap() -> None:
+    from agent.runtime.local.oneshot import query_spec
+
+    assert query_spec("SELECT count(*) FROM t WINDOW SESSION(30 s)", 30.0)["epoch_seconds"] == 30
+    with pytest.raises(ValueError, match="WINDOW SESSION"):
+        query_spec("SELECT count(*) FROM t WINDOW SESSION(30 s)", 10.0)
+
+
+def test_window_bounds_are_whole_epochs() -> None:
+    assert math.isclose(
+        duckdb_sessions([{"user": "a", "ts": 1000.25, "bytes": 1}], 5)[0]["window_start"], 1000
+    )
