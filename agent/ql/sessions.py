@@ -19,16 +19,17 @@ active epoch, seconds), ``window_end`` (the end of its last active epoch), the S
 (HAVING applied per session: a session that fails it gives no row) and ``flags`` (a sorted
 list of texts, empty when the row is exact).
 
-Flags (exact or flagged): an epoch fed with quality flags (tentative / partial, naming what
-it lacks) flags the sessions it touched *and* the sessions it closed (a key's absence from a
-result that lacks an origin proves no inactivity). An epoch fed at or before the newest fed
-epoch (out of order: its neighbours were already judged) is counted, logged at WARNING and
-flags the sessions it lands in. Sessions active in the first epoch fed may have begun before
-it when that epoch is not the input's first (``first_epoch`` given and later: a master that
-rebuilt its state from the results it holds): flagged. Bound: at most ``max_open`` open
-sessions (:data:`MAX_OPEN_SESSIONS`); opening one more closes the one idle the longest
-*early*, flagged, counted in ``early_closed`` and logged at WARNING. Rows of one ``feed`` are
-ordered by window_start, window_end, then key.
+Flags (exact or flagged): an epoch fed with quality flags (tentative / partial, naming what it
+lacks) flags the sessions it touched *and* the sessions it closed (a key's absence from a result
+that lacks an origin proves no inactivity). An epoch fed at or before the newest fed epoch (out
+of order: its neighbours were already judged) is counted, logged at WARNING and flags the
+sessions it lands in; an epoch fed again (a replay; the newest :data:`MAX_FED_EPOCHS` are
+remembered) is skipped and counted (``refed_epochs``). Sessions active in the first epoch fed
+may have begun before it when that epoch is not the input's first (``first_epoch`` given and
+later: a master that rebuilt its state from the results it holds): flagged. Bound: at most
+``max_open`` open sessions (:data:`MAX_OPEN_SESSIONS`); opening one more closes the one idle the
+longest *early*, flagged, counted in ``early_closed`` and logged at WARNING. Rows of one
+``feed`` are ordered by window_start, window_end, then key.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ MAX_OPEN_SESSIONS = 100_000
 #: a session row's leading columns (seconds, from the epochs' bounds) and its flags column
 SESSION_COLUMNS = ("window_start", "window_end")
 SESSION_FLAGS = "flags"
+#: the epochs a tracker remembers having fed, so a replay of one is skipped, not merged twice
+MAX_FED_EPOCHS = 4096
 
 RowsFn = Callable[..., list[dict[str, Any]]]
 
@@ -93,6 +96,8 @@ class SessionTracker:
         self.early_closed = 0
         self.out_of_order_epochs = 0
         self.flagged_epochs = 0
+        self.refed_epochs = 0
+        self.fed: set[int] = set()  # the newest MAX_FED_EPOCHS epochs fed (replays skipped)
 
     # ---- feeding -----------------------------------------------------------------------
     def feed(
@@ -100,6 +105,15 @@ class SessionTracker:
     ) -> list[dict[str, Any]]:
         """One epoch's ``(key, state)`` pairs and its quality flags; the closed sessions'
         rows."""
+        if epoch in self.fed:
+            # a replay of an epoch already fed (a master rebuilding its state): merging it
+            # again would count it twice; a fuller version than the one fed changes nothing
+            # here, but the first one was flagged then if it lacked an origin
+            self.refed_epochs += 1
+            return []
+        self.fed.add(epoch)
+        while len(self.fed) > MAX_FED_EPOCHS:
+            self.fed.discard(min(self.fed))
         marks = set(flags)
         if marks:
             self.flagged_epochs += 1
@@ -153,13 +167,15 @@ class SessionTracker:
         return rows
 
     def stats(self) -> dict[str, int]:
-        """Counters: open, closed, early_closed, out_of_order_epochs, flagged_epochs."""
+        """Counters: open, closed, early_closed, out_of_order_epochs, flagged_epochs,
+        refed_epochs."""
         return {
             "open": len(self.open),
             "closed": self.closed,
             "early_closed": self.early_closed,
             "out_of_order_epochs": self.out_of_order_epochs,
             "flagged_epochs": self.flagged_epochs,
+            "refed_epochs": self.refed_epochs,
         }
 
     # ---- internals -----------------------------------------------------------------------

@@ -168,6 +168,10 @@ def test_out_of_order_epochs_are_counted_and_flag_their_sessions(caplog: Any) ->
     assert (row["window_start"], row["window_end"], row["n"]) == (40.0, 60.0, 2)
     assert row["flags"] == ["epoch 4 arrived after epoch 5 (out of order)"]
     assert tr.stats()["out_of_order_epochs"] == 1
+    # a replay of an epoch already fed is skipped, not merged twice
+    tr.feed(7, state_items(_snap(q, [{"k": "b"}])))
+    assert tr.feed(7, state_items(_snap(q, [{"k": "b"}]))) == []
+    assert [r["n"] for r in tr.flush()] == [1] and tr.stats()["refed_epochs"] == 1
 
 
 def test_the_open_sessions_are_bounded_and_early_closes_are_flagged(caplog: Any) -> None:
@@ -176,7 +180,7 @@ def test_the_open_sessions_are_bounded_and_early_closes_are_flagged(caplog: Any)
         closed = tr.feed(1, state_items(_snap(q, [{"k": k} for k in "abc"])))
     assert len(closed) == 1 and closed[0]["flags"] == ["closed early: more than 2 open sessions"]
     assert tr.stats() == {"open": 2, "closed": 1, "early_closed": 1, "out_of_order_epochs": 0,
-                          "flagged_epochs": 0}  # fmt: skip
+                          "flagged_epochs": 0, "refed_epochs": 0}  # fmt: skip
     assert "closed early" in caplog.text
     assert [r["flags"] for r in tr.flush()] == [[], []]
 
