@@ -315,7 +315,8 @@ class OrderItem:
 @dataclass(frozen=True)
 class Window:
     """``WINDOW size [EVERY slide]`` in seconds (slide None: tumbling), or ``WINDOW
-    SESSION(gap)`` (``session`` True, ``size`` the gap); positions for errors."""
+    SESSION(gap) [EVERY step]`` (``session`` True, ``size`` the gap, ``slide`` the epoch
+    length or None: the gap); positions for errors."""
 
     size: float
     slide: float | None = None
@@ -324,9 +325,11 @@ class Window:
     session: bool = False
 
     def to_sql(self) -> str:
-        if self.session:
-            return f"WINDOW SESSION({_num(self.size)} s)"
-        text = f"WINDOW {_num(self.size)} s"
+        text = (
+            f"WINDOW SESSION({_num(self.size)} s)"
+            if self.session
+            else f"WINDOW {_num(self.size)} s"
+        )
         return text if self.slide is None else f"{text} EVERY {_num(self.slide)} s"
 
 

@@ -8,7 +8,7 @@ Grammar (EBNF, see docs/ql.md)::
 
     query     = SELECT item {"," item} FROM inputs [WHERE expr] [GROUP BY expr {"," expr}]
                 [HAVING expr] [ORDER BY order {"," order}] [LIMIT int]
-                {WINDOW (dur [EVERY dur] | SESSION "(" dur ")") | MODE (SYNC | ASYNC)
+                {WINDOW (dur | SESSION "(" dur ")") [EVERY dur] | MODE (SYNC | ASYNC)
                  | PARTITIONS int} [";"]
     item      = expr [AS name]              inputs = "*" | name {"," name}
     order     = expr [ASC | DESC]           dur    = number [unit]
@@ -268,14 +268,14 @@ class _Parser:
         return n.Window(size, slide, at.line, at.column)
 
     def session_window(self, at: Token) -> n.Window:
-        """``SESSION "(" gap ")"`` (``SESSION`` is not a keyword: only before ``(`` here)."""
+        """``SESSION "(" gap ")" [EVERY step]`` (``SESSION`` is not a keyword: only before
+        ``(`` here); ``step`` (the epoch length, default the gap) is kept as ``slide``."""
         self.advance()  # SESSION
         self.advance()  # "("
         gap = self.duration("SESSION(")
         self.expect_op(")", "')' after the SESSION gap")
-        if self.is_kw("EVERY"):
-            self.fail("no EVERY after WINDOW SESSION(gap) (a session has no slide)")
-        return n.Window(gap, None, at.line, at.column, session=True)
+        step = self.duration("EVERY") if self.accept_kw("EVERY") else None  # the epoch length
+        return n.Window(gap, step, at.line, at.column, session=True)
 
     def duration(self, clause: str) -> float:
         t = self.tok

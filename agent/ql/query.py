@@ -15,14 +15,14 @@ is never evaluated as Python. The result carries:
   only), else None: the worker's counting fast path;
 * ``rows(pairs) -> [dict]``: the master's named rows (``agent.ql.rows``).
 
-Timing: no WINDOW: 1-second epochs. ``WINDOW SESSION(gap)``: epochs of the gap, each epoch its
-own pane (as a tumbling WINDOW gap); the master closes sessions from them
-(``agent.ql.sessions``); ORDER BY, LIMIT and PARTITIONS are refused with it. ``WINDOW w``
-(tumbling): epochs of w, one epoch per result. ``WINDOW w EVERY s`` (sliding): epochs of gcd(w,
-s) (to the millisecond), windows of w/gcd epochs sliding by s/gcd. ``MODE SYNC`` (the default
-for tumbling windows) is the runtime's ``batch`` mode: the state is emptied every epoch; ``MODE
-ASYNC``, and every sliding window, is ``window`` mode. ``MODE SYNC`` with a sliding window is an
-error.
+Timing: no WINDOW: 1-second epochs. ``WINDOW SESSION(gap) [EVERY step]``: epochs of step
+(default the gap; it divides the gap), each epoch its own pane (as a tumbling WINDOW step); the
+master closes sessions from them (``agent.ql.sessions``); ORDER BY, LIMIT and PARTITIONS are
+refused with it. ``WINDOW w`` (tumbling): epochs of w, one epoch per result. ``WINDOW w EVERY
+s`` (sliding): epochs of gcd(w, s) (to the millisecond), windows of w/gcd epochs sliding by
+s/gcd. ``MODE SYNC`` (the default for tumbling windows) is the runtime's ``batch`` mode: the
+state is emptied every epoch; ``MODE ASYNC``, and every sliding window, is ``window`` mode.
+``MODE SYNC`` with a sliding window is an error.
 """
 
 from __future__ import annotations
@@ -142,10 +142,11 @@ def compile_query(text: str) -> CompiledQuery:
 
 
 def _session_rules(q: n.Query, columns: list[str]) -> int | None:
-    """``WINDOW SESSION(gap)``: 1 (the epoch is the gap), after refusing the clauses a
+    """``WINDOW SESSION(gap) [EVERY step]``: the gap in epochs, after refusing the clauses a
     session stream cannot honour; None for other queries."""
     if q.window is None or not q.window.session:
         return None
+    _, gap_epochs = _session_epochs(q.window)
     for clause, why in (
         ("ORDER", "sessions are emitted as they close, ordered by window_start and key"),
         ("LIMIT", "sessions are emitted as they close; there is no last set of rows to cut"),
@@ -164,7 +165,35 @@ def _session_rules(q: n.Query, columns: list[str]) -> int | None:
                 f"expected another column name than {item.name!r}: a session row has its own "
                 f"{', '.join((*SESSION_COLUMNS, SESSION_FLAGS))}",
             )
-    return 1
+    return gap_epochs
+
+
+def _session_epochs(w: n.Window) -> tuple[float, int]:
+    """A session window's epoch length (EVERY, default the gap) and its gap in epochs."""
+    gap_ms = round(w.size * 1000)
+    step_ms = gap_ms if w.slide is None else round(w.slide * 1000)
+    if gap_ms < 1 or step_ms < 1:
+        raise QLError(w.line, w.column, "expected a SESSION gap and EVERY of at least 1 ms")
+    if abs(gap_ms - w.size * 1000) > 1e-6 or abs(step_ms - (w.slide or w.size) * 1000) > 1e-6:
+        raise QLError(w.line, w.column, "expected a SESSION gap and EVERY in whole milliseconds")
+    if gap_ms % step_ms:
+        raise QLError(
+            w.line,
+            w.column,
+            f"expected EVERY to divide the SESSION gap ({w.size:g} s) into whole epochs, "
+            f"got {step_ms / 1000:g} s",
+        )
+    epoch, gap_epochs = step_ms / 1000, gap_ms // step_ms
+    if epoch > MAX_EPOCH_SECONDS:
+        raise QLError(w.line, w.column, f"expected epochs of at most {MAX_EPOCH_SECONDS:g} s")
+    if gap_epochs > MAX_WINDOW_EPOCHS:
+        raise QLError(
+            w.line,
+            w.column,
+            f"this SESSION gap spans {gap_epochs} epochs of {epoch:g} s; at most "
+            f"{MAX_WINDOW_EPOCHS} (make EVERY a larger share of the gap)",
+        )
+    return epoch, gap_epochs
 
 
 def _timing(q: n.Query) -> tuple[float, str, int, int]:
@@ -172,6 +201,8 @@ def _timing(q: n.Query) -> tuple[float, str, int, int]:
     mode_pos = q.positions.get("MODE", (1, 1))
     if w is None:
         return 1.0, "window" if q.mode == "ASYNC" else "batch", 1, 1
+    if w.session:  # each epoch its own pane, as a tumbling WINDOW of EVERY (the gap)
+        return _session_epochs(w)[0], "window" if q.mode == "ASYNC" else "batch", 1, 1
     size_ms = round(w.size * 1000)
     slide_ms = size_ms if w.slide is None else round(w.slide * 1000)
     if size_ms < 1 or slide_ms < 1:

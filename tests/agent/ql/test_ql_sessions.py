@@ -26,7 +26,7 @@ from cbt import CompressedBufferTree
 QUERY = (
     "SELECT user, count(*) AS n, sum(bytes) AS total, min(bytes) AS lo, max(bytes) AS hi, "
     "avg(bytes) AS mean FROM log WHERE user IS NULL OR user != 'skip' GROUP BY user "
-    "WINDOW SESSION({gap} s)"
+    "WINDOW SESSION({gap} s) EVERY {epoch} s"
 )
 
 records_st = st.lists(
@@ -43,10 +43,10 @@ records_st = st.lists(
 )
 
 
-def duckdb_sessions(records: list[dict[str, Any]], gap: int) -> list[dict[str, Any]]:
-    """The reference: raw records sessionized per user at epoch granularity (epoch = gap):
-    a record starts a new session when its epoch is more than one epoch after the previous
-    record's of the same user."""
+def duckdb_sessions(records: list[dict[str, Any]], epoch: int, g: int) -> list[dict[str, Any]]:
+    """The reference: raw records sessionized per user at epoch granularity (``g`` epochs of
+    ``epoch`` seconds make the gap): a record starts a new session when its epoch is more
+    than ``g`` epochs after the previous record's of the same user."""
     con = duckdb.connect()
     con.execute("CREATE TABLE t (user VARCHAR, ts DOUBLE, bytes BIGINT)")
     con.executemany(
@@ -55,15 +55,15 @@ def duckdb_sessions(records: list[dict[str, Any]], gap: int) -> list[dict[str, A
     rows = con.execute(
         f"""
         WITH e AS (
-            SELECT user, bytes, CAST(floor(ts / {gap}) AS BIGINT) AS ep FROM t
+            SELECT user, bytes, CAST(floor(ts / {epoch}) AS BIGINT) AS ep FROM t
             WHERE user IS NULL OR user != 'skip'),
         b AS (
-            SELECT *, CASE WHEN ep - lag(ep) OVER (PARTITION BY user ORDER BY ep) <= 1
+            SELECT *, CASE WHEN ep - lag(ep) OVER (PARTITION BY user ORDER BY ep) <= {g}
                       THEN 0 ELSE 1 END AS brk FROM e),
         s AS (
             SELECT *, sum(brk) OVER (PARTITION BY user ORDER BY ep, brk DESC
                                      ROWS UNBOUNDED PRECEDING) AS sid FROM b)
-        SELECT min(ep) * {gap} AS ws, (max(ep) + 1) * {gap} AS we, user, count(*) AS n,
+        SELECT min(ep) * {epoch} AS ws, (max(ep) + 1) * {epoch} AS we, user, count(*) AS n,
                sum(bytes) AS total, min(bytes) AS lo, max(bytes) AS hi, avg(bytes) AS mean
         FROM s GROUP BY user, sid
         """
@@ -95,18 +95,18 @@ def canon(rows: list[dict[str, Any]]) -> list[tuple]:
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(records=records_st, gap=st.sampled_from([1, 2, 5, 15]))
+@given(records=records_st, epoch=st.sampled_from([1, 2, 5, 15]), g=st.sampled_from([1, 2, 3]))
 def test_row_path_columnar_path_and_duckdb_give_the_same_sessions(
-    tmp_path: Path, records: list[dict[str, Any]], gap: int
+    tmp_path: Path, records: list[dict[str, Any]], epoch: int, g: int
 ) -> None:
     path = tmp_path / "log.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    query = QUERY.format(gap=gap)
+    query = QUERY.format(gap=epoch * g, epoch=epoch)
     columnar = run_file(query, path, "json", columnar=True)
     rows = run_file(query, path, "json", columnar=False)
     assert columnar.sessions is not None and rows.sessions is not None
     assert all(r["flags"] == [] for r in columnar.sessions + rows.sessions)
-    want = canon(duckdb_sessions(records, gap))
+    want = canon(duckdb_sessions(records, epoch, g))
     assert canon(columnar.sessions) == want
     assert canon(rows.sessions) == want
     assert columnar.columns == ["window_start", "window_end", "user", "n", "total", "lo", "hi",
@@ -218,13 +218,22 @@ def test_session_syntax_and_spec_fields() -> None:
     assert compile_query(q.query.to_sql()).query == q.query
     assert (q.epoch_seconds, q.mode, q.window_size, q.session_gap_epochs) == (120.0, "window", 1, 1)
     assert compile_query("SELECT session FROM t GROUP BY session").session_gap_epochs is None
+    q = compile_query("SELECT count(*) FROM t WINDOW SESSION(2 min) EVERY 30 s")
+    assert q.query.window is not None and q.query.window.to_sql() == (
+        "WINDOW SESSION(120 s) EVERY 30 s"
+    )
+    assert compile_query(q.query.to_sql()).query == q.query
+    assert (q.epoch_seconds, q.mode, q.window_size, q.window_slide) == (30.0, "batch", 1, 1)
+    assert q.session_gap_epochs == 4
 
 
 @pytest.mark.parametrize(
     ("text", "line", "column", "what"),
     [
         ("SELECT count(*) FROM t\nWINDOW 100 ROWS", 2, 12, "count windows (WINDOW n ROWS) are not"),
-        ("SELECT count(*) FROM t WINDOW SESSION(30 s) EVERY 5 s", 1, 45, "no EVERY after"),
+        ("SELECT count(*) FROM t WINDOW SESSION(30 s) EVERY 7 s", 1, 24, "EVERY to divide"),
+        ("SELECT count(*) FROM t WINDOW SESSION(30 s) EVERY 1 min", 1, 24, "EVERY to divide"),
+        ("SELECT count(*) FROM t WINDOW SESSION(1 d) EVERY 1 s", 1, 24, "at most 10000"),
         ("SELECT count(*) FROM t WINDOW SESSION(30 s", 1, 43, "')' after the SESSION gap"),
         ("SELECT count(*) FROM t WINDOW SESSION()", 1, 39, "a positive duration after SESSION("),
         ("SELECT count(*) FROM t WINDOW SESSION(0 s)", 1, 39, "a positive duration"),
@@ -258,5 +267,5 @@ def test_epoch_seconds_of_a_session_query_is_the_gap() -> None:
 
 def test_window_bounds_are_whole_epochs() -> None:
     assert math.isclose(
-        duckdb_sessions([{"user": "a", "ts": 1000.25, "bytes": 1}], 5)[0]["window_start"], 1000
+        duckdb_sessions([{"user": "a", "ts": 1000.25, "bytes": 1}], 5, 1)[0]["window_start"], 1000
     )
