@@ -131,6 +131,22 @@ def test_sketches_merge_across_a_session(tmp_path: Path) -> None:
         assert round(row["pages"]) == 40 and row["top"] == 79
 
 
+def test_elf_run_on_several_processes_gives_the_same_sessions(tmp_path: Path) -> None:
+    recs = [
+        {"ts": 5000 + (i * 7919 % 3000) / 10, "user": f"u{i % 13}", "bytes": i % 97}
+        for i in range(3000)
+        if (i // 13) % 9 != 4  # holes, so users have several sessions
+    ]
+    recs.sort(key=lambda r: r["ts"])
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    q = QUERY.format(gap=4, epoch=2)
+    one = run_file(q, path, "json", chunk_bytes=1 << 16)
+    two = run_file(q, path, "json", chunk_bytes=1 << 16, processes=2)
+    assert one.sessions and canon(one.sessions) == canon(two.sessions or [])
+    assert canon(one.sessions) == canon(duckdb_sessions(recs, 2, 2))
+
+
 # ---- the tracker's flags and bounds --------------------------------------------------------
 
 

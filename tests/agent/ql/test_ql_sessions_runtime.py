@@ -3,7 +3,7 @@ spec from spec_from_query (what ``elf submit --query`` and the dashboard build),
 ingested on every agent across several 1-second epochs, the master closes the sessions and
 its ``on_query`` (``POST /api/v1/jobs/{name}/query``) answers rows equal to an independent
 reference: each user's maximal runs of adjacent active epochs, counted and summed directly
-from the records."""
+from the records - and so does ``elf run`` (columnar and row path) over the same records."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ import json
 import math
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from agent_helpers import running_agents, wait_for
 
 from agent.jobs.ql_job import spec_from_query
+from agent.runtime.local.oneshot import run_file
 
 QUERY = """
 SELECT user, count(*) AS n, sum(bytes) AS total
@@ -61,17 +63,19 @@ def reference(e: int, records: list[tuple[str, int, int]]) -> list[dict[str, Any
     return sorted(rows, key=lambda r: (r["window_start"], r["user"]))
 
 
-async def test_a_session_query_closes_sessions_at_its_master() -> None:
+async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> None:
     async with running_agents(2) as agents:
         e = math.floor(time.time()) + 1
         spec = spec_from_query("sessions", "t", QUERY, start_epoch=e, allowed_lateness=0.5)
         assert spec["epoch_seconds"] == 1.0 and spec["mode"] == "batch"
         await agents[0].submit(spec)
+        everything = []
         for a, plan in zip(agents, PLAN, strict=True):
             # in event-time order: a record more than allowed_lateness behind the newest one
             # is dropped as late by the worker (and counted), before any session sees it
             recs = [{"ts": e + off + 0.25, "user": u, "bytes": b} for u, off, b in plan]
             recs.sort(key=lambda r: r["ts"])
+            everything.extend(recs)
             await a.ingest("ingest", [json.dumps(r) for r in recs])
         want = reference(e, [r for plan in PLAN for r in plan])
 
@@ -87,6 +91,12 @@ async def test_a_session_query_closes_sessions_at_its_master() -> None:
         assert got == want
         assert reply["columns"] == ["window_start", "window_end", "user", "n", "total", "flags"]
         assert reply["early_closed"] == 0
+        # elf run over the same records, columnar and row path: the same sessions
+        path = tmp_path / "all.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in everything))
+        for columnar in (True, False):
+            local = run_file(QUERY, path, "json", columnar=columnar).sessions
+            assert sorted(local or [], key=lambda r: (r["window_start"], r["user"])) == want
         # the per-epoch panes stay in the results API, one row per user active there
         res = await agents[0].results("sessions", e + 3)
         assert sorted((r["user"], r["n"]) for r in res["rows"]) == [("u1", 1), ("u3", 1)]
