@@ -125,6 +125,12 @@ class Job:
     def setup(self) -> None:
         """Validate ``self.params`` and precompute; raise ``ValueError`` with a clear message."""
 
+    def merges_epochs(self) -> bool:
+        """Whether the master merges several epochs' results into state it keeps (ELF QL's
+        ``WINDOW SESSION``): such a job's aggregator and epoch length cannot change while it
+        runs (:mod:`agent.jobs.changes` answers 409, as for window jobs)."""
+        return self.spec.mode == "window"
+
     def bind(self, context: JobContext) -> None:
         """Called by the runtime once the agent's context exists."""
         self.context = context

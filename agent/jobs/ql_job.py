@@ -105,22 +105,47 @@ class QLJob(Job):
         self.last_epoch: int | None = None
         self.last_rows: list[dict[str, Any]] = []
         self._plan: ArrowPlan | None = None
+        self._setup_sessions()
+
+    def _setup_sessions(self) -> None:
+        """A session query's tracker. A re-run of ``setup()`` (a runtime change of the query
+        or params, same aggregate and epochs: ``agent.jobs.changes``) keeps the open sessions
+        and takes the new SELECT / HAVING and gap; a query no longer SESSION closes them,
+        flagged."""
+        gap = self.compiled.session_gap_epochs
+        old: SessionTracker | None = getattr(self, "sessions", None)
+        if not hasattr(self, "session_rows"):
+            self.session_rows: deque[dict[str, Any]] = deque(maxlen=MAX_SESSION_ROWS)
+            self.session_evicted = 0
+            self._quality: dict[int, list[str]] = {}
+        if old is not None and gap is not None:
+            old.rows, old.gap = self.compiled.rows, gap
+            return
+        if old is not None:
+            self._keep(old.flush("closed by a change of the job's query"))
         self.sessions: SessionTracker | None = None
-        if self.compiled.session_gap_epochs is not None:
+        if gap is not None:
             schedule = self.spec.schedule
             self.sessions = SessionTracker(
                 self.make_aggregator(),
                 self.compiled.rows,
                 lambda e: (schedule.start(e), schedule.end(e)),
-                gap_epochs=self.compiled.session_gap_epochs,
+                gap_epochs=gap,
                 first_epoch=self.spec.start_epoch,
                 name=self.spec.name,
             )
-        self.session_rows: deque[dict[str, Any]] = deque(maxlen=MAX_SESSION_ROWS)
-        self.session_evicted = 0
-        self._quality: dict[int, list[str]] = {}
+
+    def _keep(self, closed: list[dict[str, Any]]) -> None:
+        over = len(self.session_rows) + len(closed) - MAX_SESSION_ROWS
+        self.session_evicted += max(0, over)
+        self.session_rows.extend(closed)
 
     # ---- the columnar path ----------------------------------------------------------------
+    def merges_epochs(self) -> bool:
+        """A session query's master merges epochs into sessions (no change of aggregate or
+        epoch length while it runs)."""
+        return self.compiled.session_gap_epochs is not None or super().merges_epochs()
+
     def has_batch_path(self) -> bool:
         return True
 
@@ -179,10 +204,7 @@ class QLJob(Job):
         self.last_epoch = epoch
         if self.sessions is not None:
             flags = self._quality.pop(epoch, ())
-            closed = self.sessions.feed(epoch, state_items(snapshot), flags)
-            over = len(self.session_rows) + len(closed) - MAX_SESSION_ROWS
-            self.session_evicted += max(0, over)
-            self.session_rows.extend(closed)
+            self._keep(self.sessions.feed(epoch, state_items(snapshot), flags))
             return
         self.last_rows = self.compiled.rows(snapshot)
 

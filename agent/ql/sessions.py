@@ -153,10 +153,14 @@ class SessionTracker:
                 out.append((key, s))
         return self._rows(out)
 
-    def flush(self) -> list[dict[str, Any]]:
-        """The end of a finite input: every open session closes; their rows."""
+    def flush(self, why: str | None = None) -> list[dict[str, Any]]:
+        """The end of a finite input: every open session closes; their rows (each flagged
+        ``why`` when given: closed for another reason than the input's end)."""
         out = list(self.open.items())
         self.open.clear()
+        if why is not None:
+            for _, s in out:
+                s.flags.add(why)
         return self._rows(out)
 
     def open_rows(self) -> list[dict[str, Any]]:

@@ -285,3 +285,44 @@ def test_window_bounds_are_whole_epochs() -> None:
     assert math.isclose(
         duckdb_sessions([{"user": "a", "ts": 1000.25, "bytes": 1}], 5, 1)[0]["window_start"], 1000
     )
+
+
+# ---- the job class: runtime changes -----------------------------------------------------------
+
+
+def test_a_session_job_refuses_changes_of_aggregate_and_epochs_and_keeps_sessions_on_others() -> (
+    None
+):
+    from agent.errors import Conflict
+    from agent.jobs.changes import parse_change
+    from agent.jobs.job import create_job, parse_spec
+    from agent.jobs.ql_job import spec_from_query
+
+    text = "SELECT k, count(*) AS n FROM t GROUP BY k WINDOW SESSION(10 s)"
+    spec = parse_spec(spec_from_query("s", "t", text, start_epoch=1))
+    with pytest.raises(Conflict, match="cannot change the aggregator"):
+        parse_change({"query": text.replace("count(*)", "max(x)")}).apply(spec)
+    with pytest.raises(Conflict, match="cannot change epoch_seconds"):
+        parse_change({"epoch_seconds": 5}).apply(spec)
+    # a new HAVING: the same aggregate and epochs, applied as every agent does (setup again)
+    having = text.replace("GROUP BY k", "GROUP BY k HAVING n > 1")
+    new = parse_change({"query": having}).apply(spec)
+    assert new is not None
+    job = create_job(spec)
+    q = compile_query(text)
+    job.on_epoch_result(1, _snap(q, [{"k": "a"}, {"k": "b"}]))
+    job.spec, job.params = new, new.params
+    job.setup()
+    job.on_epoch_result(2, _snap(q, [{"k": "a"}]))
+    job.on_epoch_result(3, _snap(q, []))
+    reply = job.on_query({})
+    # b (one record) fails the new HAVING; a's session kept its first epoch across the change
+    assert [(r["k"], r["n"], r["window_start"]) for r in reply["rows"]] == [("a", 2, 10.0)]
+    # a query without SESSION closes the open ones, flagged
+    job.on_epoch_result(4, _snap(q, [{"k": "c"}, {"k": "c"}]))
+    plain = parse_spec(spec_from_query("s", "t", "SELECT k, count(*) AS n FROM t GROUP BY k",
+                                       start_epoch=1, epoch_seconds=10))  # fmt: skip
+    job.spec, job.params = plain, plain.params
+    job.setup()
+    assert job.session_rows[-1]["flags"] == ["closed by a change of the job's query"]
+    assert job.sessions is None
