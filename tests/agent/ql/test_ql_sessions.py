@@ -326,3 +326,66 @@ def test_a_session_job_refuses_changes_of_aggregate_and_epochs_and_keeps_session
     job.setup()
     assert job.session_rows[-1]["flags"] == ["closed by a change of the job's query"]
     assert job.sessions is None
+
+
+# ---- the command line --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("output", ["table", "jsonl", "csv"])
+def test_elf_run_prints_the_sessions(tmp_path: Path, output: str) -> None:
+    import csv
+    import io
+
+    from click.testing import CliRunner
+
+    import agent.cli as cli_module
+
+    recs = [
+        {"ts": 1000.5, "user": "a", "bytes": 10},
+        {"ts": 1001, "user": "b", "bytes": 5},
+        {"ts": 1035, "user": "a", "bytes": 1},
+        {"ts": 1100, "user": "a", "bytes": 3},
+    ]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs) + "not json\n")
+    q = "SELECT user, count(*) AS n, sum(bytes) AS b FROM log GROUP BY user WINDOW SESSION(30 s)"
+    r = CliRunner().invoke(cli_module.cli, ["run", q, "--file", str(path), "--output", output])
+    assert r.exit_code == 0, r.output
+    want = [(990.0, 1020.0, "b", 1, 5), (990.0, 1050.0, "a", 2, 11), (1080.0, 1110.0, "a", 1, 3)]
+    if output == "jsonl":
+        rows = [json.loads(x) for x in r.stdout.splitlines()]
+        got = [(x["window_start"], x["window_end"], x["user"], x["n"], x["b"]) for x in rows]
+        assert got == want and all(x["flags"] == [] for x in rows)
+    elif output == "csv":
+        rows = list(csv.DictReader(io.StringIO(r.stdout)))
+        assert list(rows[0]) == ["window_start", "window_end", "user", "n", "b", "flags"]
+        assert [(float(x["window_start"]), x["user"], int(x["n"])) for x in rows] == [
+            (w[0], w[2], w[3]) for w in want
+        ]
+    else:
+        assert "window_start" in r.stdout and "flags" in r.stdout
+    assert "1 rejected" in r.stderr and "3 sessions" in r.stderr
+
+
+def test_elf_submit_sends_a_session_query_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    import agent.cli as cli_module
+
+    specs: list[dict[str, Any]] = []
+
+    class Client:
+        def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+            specs.append(spec)
+            return {"ok": True}
+
+    monkeypatch.setattr(cli_module, "api_client", lambda *a: Client())
+    q = "SELECT user, count(*) FROM log GROUP BY user WINDOW SESSION(1 min) EVERY 10 s"
+    r = CliRunner().invoke(cli_module.cli, ["submit", "--name", "s", "--query", q])
+    assert r.exit_code == 0, r.output
+    (spec,) = specs
+    assert (spec["epoch_seconds"], spec["mode"], spec["window_size"]) == (10.0, "batch", 1)
+    r = CliRunner().invoke(
+        cli_module.cli, ["submit", "--name", "s", "--query", q, "--epoch-seconds", "60"]
+    )
+    assert r.exit_code != 0 and "disagrees" in r.output
