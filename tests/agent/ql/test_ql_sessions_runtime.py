@@ -100,3 +100,53 @@ async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> 
         # the per-epoch panes stay in the results API, one row per user active there
         res = await agents[0].results("sessions", e + 3)
         assert sorted((r["user"], r["n"]) for r in res["rows"]) == [("u1", 1), ("u3", 1)]
+
+
+async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> None:
+    """The master's epoch pipeline (agent/runtime/job/pipeline.py) over a real ResultStore:
+    an epoch stored lacking an expected origin is tentative, and the job hears it
+    (``on_epoch_quality``) before its result, so the sessions it touches are flagged."""
+    from types import SimpleNamespace
+
+    from agent.jobs.job import create_job, parse_spec
+    from agent.runtime.job.pipeline import EpochPipeline
+    from agent.runtime.results.store import ResultStore
+    from agent.tunables import RuntimeTunables
+    from cbt import CompressedBufferTree
+
+    text = "SELECT user, count(*) AS n FROM ingest GROUP BY user WINDOW SESSION(1 s)"
+    job = create_job(parse_spec(spec_from_query("s", "t", text, start_epoch=1)))
+    store = ResultStore()
+
+    async def call_job(fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
+    multicasts: list[dict[str, Any]] = []
+
+    async def multicast(tid: int, message: dict[str, Any]) -> None:
+        multicasts.append(message)
+
+    host = SimpleNamespace(
+        tunables=RuntimeTunables(), worker=None, store=store, spec=job.spec,
+        changes=SimpleNamespace(job_for=lambda epoch: job), call_job=call_job,
+        control=SimpleNamespace(multicast=multicast),
+    )  # fmt: skip
+    pipeline = EpochPipeline(host)  # type: ignore[arg-type]
+    for epoch, users, origins in [(1, "ab", {1, 2}), (2, "a", {1}), (3, "", {1, 2})]:
+        tree = CompressedBufferTree(job.make_aggregator())
+        for u in users:
+            for k, v in job.compiled.map({"user": u}):
+                tree.insert(k, v)
+        snap = tree.flush()
+        store.put(
+            0, epoch, snap, time.time(), origins=frozenset(origins), expected=frozenset({1, 2})
+        )
+        await pipeline.master_epoch(0, epoch, snap)
+    rows = {r["user"]: r for r in job.on_query({})["rows"]}
+    assert rows["a"]["n"] == 2 and rows["b"]["n"] == 1
+    # epoch 2 lacked origin 2: a's session holds it, b's was closed by it
+    for user in "ab":
+        (flag,) = rows[user]["flags"]
+        assert flag.startswith("tentative: epoch 2 lacks origins"), flag
+    assert job.on_query({})["flagged_epochs"] == 1
+    assert [m["kind"] for m in multicasts] == ["empty"] * 3  # batch mode, as before
