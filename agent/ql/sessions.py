@@ -23,10 +23,11 @@ Flags (exact or flagged): an epoch fed with quality flags (tentative / partial, 
 lacks) flags the sessions it touched *and* the sessions it closed (a key's absence from a result
 that lacks an origin proves no inactivity). An epoch fed at or before the newest fed epoch (out
 of order: its neighbours were already judged) is counted, logged at WARNING and flags the
-sessions it lands in; an epoch fed again (a replay; the newest :data:`MAX_FED_EPOCHS` are
-remembered) is skipped and counted (``refed_epochs``). Sessions active in the first epoch fed
-may have begun before it when that epoch is not the input's first (``first_epoch`` given and
-later: a master that rebuilt its state from the results it holds): flagged. Bound: at most
+sessions it lands in: merged into the key's open session when within gap of it, else a session
+of its own, closed at once. An epoch fed again (a replay; the newest :data:`MAX_FED_EPOCHS` are
+remembered) is skipped and counted (``refed_epochs``). Sessions starting within gap of the first
+epoch fed may have begun before it when that epoch is not the input's first (``first_epoch``
+given and earlier: a master that took over with the results it holds): flagged. Bound: at most
 ``max_open`` open sessions (:data:`MAX_OPEN_SESSIONS`); opening one more closes the one idle the
 longest *early*, flagged, counted in ``early_closed`` and logged at WARNING. Rows of one
 ``feed`` are ordered by window_start, window_end, then key.
@@ -92,6 +93,7 @@ class SessionTracker:
         # key -> session, least recently active first (closing scans from the front)
         self.open: OrderedDict[Any, _Session] = OrderedDict()
         self.frontier: int | None = None  # the newest epoch fed
+        self.began: int | None = None  # the first epoch fed
         self.closed = 0
         self.early_closed = 0
         self.out_of_order_epochs = 0
@@ -126,21 +128,38 @@ class SessionTracker:
                 self.name, epoch, self.frontier,
             )  # fmt: skip
             marks.add(f"epoch {epoch} arrived after epoch {self.frontier} (out of order)")
-        elif self.frontier is None and self.first_epoch is not None and epoch > self.first_epoch:
-            marks.add(f"may have begun before epoch {epoch}, the first this master holds")
+        if self.began is None:
+            self.began = epoch
+        # a session starting within gap of this tracker's first epoch may continue activity
+        # before it, when that epoch is not the input's first (a master that took over)
+        inherited = (
+            self.first_epoch is not None
+            and self.began > self.first_epoch
+            and epoch - self.began < self.gap
+        )
         for key, state in items:
             s = self.open.get(key)
-            if s is not None and (late or epoch - s.last <= self.gap):
+            if s is not None and s.start - self.gap <= epoch <= s.last + self.gap:
                 s.state = self.agg.merge(s.state, state)
-                s.start, s.last = min(s.start, epoch), max(s.last, epoch)
                 s.flags |= marks
-                self.open.move_to_end(key)
+                if epoch > s.last:
+                    s.last = epoch
+                    self.open.move_to_end(key)
+                s.start = min(s.start, epoch)
+                continue
+            fresh = _Session(epoch, epoch, self.agg.copy(state), set(marks))
+            if inherited:
+                fresh.flags.add(
+                    f"may have begun before epoch {self.began}, the first this master holds"
+                )
+            if late:  # its neighbours were judged already: a session of its own, closed now
+                out.append((key, fresh))
                 continue
             if s is not None:  # the key's previous session ended more than gap ago
                 out.append((key, self.open.pop(key)))
             if len(self.open) >= self.max_open:
                 out.append(self._close_early())
-            self.open[key] = _Session(epoch, epoch, self.agg.copy(state), set(marks))
+            self.open[key] = fresh
         if not late:
             self.frontier = epoch
             # the keys idle for gap epochs now: their absence from a flagged epoch is no proof

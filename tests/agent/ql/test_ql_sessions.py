@@ -184,9 +184,15 @@ def test_out_of_order_epochs_are_counted_and_flag_their_sessions(caplog: Any) ->
     assert (row["window_start"], row["window_end"], row["n"]) == (40.0, 60.0, 2)
     assert row["flags"] == ["epoch 4 arrived after epoch 5 (out of order)"]
     assert tr.stats()["out_of_order_epochs"] == 1
+    # out of order and not within gap of an open session: a session of its own, closed now
+    tr.feed(9, state_items(_snap(q, [{"k": "c"}])))
+    (alone,) = tr.feed(2, state_items(_snap(q, [{"k": "c"}, {"k": "d"}])))[:1]
+    assert (alone["k"], alone["window_start"], alone["n"]) == ("c", 20.0, 1)
+    assert alone["flags"] == ["epoch 2 arrived after epoch 9 (out of order)"]
+    assert [r["k"] for r in tr.flush()] == ["c"]
     # a replay of an epoch already fed is skipped, not merged twice
-    tr.feed(7, state_items(_snap(q, [{"k": "b"}])))
-    assert tr.feed(7, state_items(_snap(q, [{"k": "b"}]))) == []
+    tr.feed(10, state_items(_snap(q, [{"k": "b"}])))
+    assert tr.feed(10, state_items(_snap(q, [{"k": "b"}]))) == []
     assert [r["n"] for r in tr.flush()] == [1] and tr.stats()["refed_epochs"] == 1
 
 
@@ -209,6 +215,13 @@ def test_a_master_that_starts_after_the_jobs_first_epoch_flags_its_first_session
     q, tr = _tracker(first_epoch=7)
     tr.feed(7, state_items(_snap(q, [{"k": "a"}])))
     assert tr.flush()[0]["flags"] == []
+    # gap of 3 epochs: a session starting at 8 or 9 may continue activity at 5 or 6 too
+    q, tr = _tracker(first_epoch=3, gap_epochs=3)
+    out = []
+    for e, keys in [(7, "a"), (8, "b"), (9, "c"), (10, "d")]:
+        out += tr.feed(e, state_items(_snap(q, [{"k": k} for k in keys])))
+    flagged = {r["k"]: bool(r["flags"]) for r in out + tr.flush()}
+    assert flagged == {"a": True, "b": True, "c": True, "d": False}
 
 
 def test_having_applies_per_session_and_gaps_longer_than_one_epoch_split() -> None:
