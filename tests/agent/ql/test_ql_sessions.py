@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.ql import QLError, compile_query
+from agent.ql import QLError, compile_query, parse
 from agent.ql.sessions import SessionTracker, state_items
 from agent.runtime.local.oneshot import run_file
 from cbt import CompressedBufferTree
@@ -254,6 +254,53 @@ def test_session_syntax_and_spec_fields() -> None:
     assert compile_query(q.query.to_sql()).query == q.query
     assert (q.epoch_seconds, q.mode, q.window_size, q.window_slide) == (30.0, "batch", 1, 1)
     assert q.session_gap_epochs == 4
+
+
+session_windows = st.builds(
+    lambda gap, step, mode: (gap, step, mode),
+    st.integers(1, 10**6).map(lambda ms: ms / 1000),
+    st.one_of(st.none(), st.integers(1, 10**5).map(lambda ms: ms / 1000)),
+    st.sampled_from(["", " MODE SYNC", " MODE ASYNC"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(session_windows, st.sampled_from(["ms", "s", "min"]))
+def test_session_windows_print_back_and_compile_or_say_why(w: Any, unit: str) -> None:
+    gap, step, mode = w
+    scale = {"ms": 1000, "s": 1, "min": 1 / 60}[unit]
+    every = "" if step is None else f" EVERY {step * scale!r} {unit}"
+    window = f"WINDOW SESSION({gap * scale!r} {unit}){every}{mode}"
+    text = f"SELECT k, count(*) AS n FROM t GROUP BY k {window}"
+    try:
+        q = compile_query(text)
+    except QLError as exc:  # whole ms, EVERY dividing the gap, at most 10 000 epochs
+        assert exc.line == 1 and exc.column >= 1
+        assert any(
+            why in str(exc) for why in ("whole milliseconds", "divide", "at most", "at least 1 ms")
+        ), str(exc)
+        return
+    assert q.query.window is not None and q.query.window.session
+    assert parse(q.query.to_sql()) == q.query
+    gap_ms = round(gap * 1000)
+    step_ms = gap_ms if step is None else round(step * 1000)
+    assert q.epoch_seconds == step_ms / 1000 and q.session_gap_epochs == gap_ms // step_ms
+    assert gap_ms % step_ms == 0 and q.session_gap_epochs <= 10_000
+
+
+SOUP = ["SELECT", "count(*)", "FROM", "t", "WINDOW", "SESSION", "(", ")", "30", "s", "EVERY",
+        "ROWS", "ROW", "10", "GROUP", "BY", "k", "k,", "ORDER", "LIMIT", "MODE", "ASYNC", "min",
+        "PARTITIONS", "AS", "flags", "session", ";"]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(SOUP), max_size=14))
+def test_window_token_soup_raises_only_qlerror(words: list[str]) -> None:
+    for text in (" ".join(words), "SELECT k, count(*) AS n FROM t GROUP BY k " + " ".join(words)):
+        try:
+            compile_query(text)
+        except QLError as exc:
+            assert exc.line >= 1 and exc.column >= 1
 
 
 @pytest.mark.parametrize(
