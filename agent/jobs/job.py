@@ -10,8 +10,8 @@ The paper's primitives, in Python:
   ``self.feedback``, the last feedback the master sent, set by the worker before ``map``
   runs again); ``on_recv(node_id, paos)`` receives a direct ``send_to``.
 * master side: ``on_epoch_result(epoch, snapshot)`` gets each epoch's reduced result, in epoch
-  order (``on_epoch_quality(epoch, state, lacking)`` just before it: the result's
-  final/tentative/partial state); ``feedback_for(epoch, snapshot)`` (iterative mode) returns the
+  order (``on_epoch_quality(epoch, state, lacking)`` just before it when the result is
+  tentative or partial); ``feedback_for(epoch, snapshot)`` (iterative mode) returns the
   JSON-able value the runtime multicasts to every worker, or None; ``on_timer()`` runs every
   ``timer_interval`` seconds; ``on_query(message) -> dict`` answers ``route`` queries from other
   jobs' masters.
@@ -221,9 +221,9 @@ class Job:
         return None
 
     def on_epoch_quality(self, epoch: int, state: str, lacking: list[str]) -> None:
-        """Called just before :meth:`on_epoch_result` (and before each replayed one): the
-        stored result's state (``final``, ``tentative`` or ``partial``) and the origins it
-        lacks (hex ids), for jobs whose state derived from results must be flagged too
+        """Called just before :meth:`on_epoch_result` (and before each replayed one) when the
+        stored result is not final: its state (``tentative`` or ``partial``) and the origins
+        it lacks (hex ids), for jobs whose state derived from results must be flagged too
         (``WINDOW SESSION``). A later fold into the epoch does not call it again."""
         return None
 

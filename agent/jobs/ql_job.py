@@ -141,11 +141,6 @@ class QLJob(Job):
         self.session_rows.extend(closed)
 
     # ---- the columnar path ----------------------------------------------------------------
-    def merges_epochs(self) -> bool:
-        """A session query's master merges epochs into sessions (no change of aggregate or
-        epoch length while it runs)."""
-        return self.compiled.session_gap_epochs is not None or super().merges_epochs()
-
     def has_batch_path(self) -> bool:
         return True
 
@@ -188,6 +183,11 @@ class QLJob(Job):
     def lake_rows(self, pairs: Any, sketches: list[Any]) -> list[dict[str, Any]]:
         """The named rows plus each sketch column's binary, ``<column>_sketch``."""
         return self.compiled.rows(pairs, sketches)
+
+    def merges_epochs(self) -> bool:
+        """A session query's master merges epochs into sessions (no change of aggregate or
+        epoch length while it runs)."""
+        return self.compiled.session_gap_epochs is not None or super().merges_epochs()
 
     def on_epoch_quality(self, epoch: int, state: str, lacking: list[str]) -> None:
         """A session query flags the sessions a tentative / partial epoch touches or closes."""

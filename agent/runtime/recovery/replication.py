@@ -194,7 +194,8 @@ class Replication:
             if parts.host.stopped:
                 return
             try:
-                quality = (result.state, list(result.lacking))
+                final = result.state == "final"
+                quality = None if final else (result.state, list(result.lacking))
                 await parts.host.replay_result(epoch, snap, quality)
             except Exception as exc:  # the job's own hook failed: its state lacks the epoch
                 parts.host.count("replay_errors")
