@@ -50,7 +50,7 @@ def run(keys: int, epochs: int, seed: int = 1) -> dict[str, Any]:
     tumbling = compile_query(SELECT + " WINDOW 1 s")
     session = compile_query(SELECT + " WINDOW SESSION(1 s)")
     tracker = SessionTracker(
-        session.make_aggregator(), session.rows, lambda e: (float(e), e + 1.0), max_open=keys
+        session.make_aggregator(), session.row, lambda e: (float(e), e + 1.0), max_open=keys
     )
     rng = random.Random(seed)
     base_ns, sess_ns, rows_out = [], [], 0

@@ -119,7 +119,7 @@ class QLJob(Job):
             self.session_evicted = 0
             self._quality: dict[int, list[str]] = {}
         if old is not None and gap is not None:
-            old.rows, old.gap = self.compiled.rows, gap
+            old.row, old.gap = self.compiled.row, gap
             return
         if old is not None:
             self._keep(old.flush("closed by a change of the job's query"))
@@ -128,7 +128,7 @@ class QLJob(Job):
             schedule = self.spec.schedule
             self.sessions = SessionTracker(
                 self.make_aggregator(),
-                self.compiled.rows,
+                self.compiled.row,
                 lambda e: (schedule.start(e), schedule.end(e)),
                 gap_epochs=gap,
                 first_epoch=self.spec.start_epoch,

@@ -37,7 +37,7 @@ from agent.ql.checker import Analysis, analyze
 from agent.ql.compiler import build_pipeline
 from agent.ql.errors import QLError
 from agent.ql.parser import parse
-from agent.ql.rows import build_rows
+from agent.ql.rows import build_row, build_rows
 from agent.ql.sessions import SESSION_COLUMNS, SESSION_FLAGS
 from cbt import Aggregator, get_aggregator
 
@@ -67,6 +67,8 @@ class CompiledQuery:
     map: Callable[[dict[str, Any]], list[tuple[Any, Any]]] = field(repr=False)
     #: ``rows(pairs, sketches=None)``: named rows (``agent.ql.rows``)
     rows: Callable[..., list[dict[str, Any]]] = field(repr=False)
+    #: ``row(key, value)``: one group's named row, None when HAVING drops it (sessions)
+    row: Callable[[Any, Any], dict[str, Any] | None] = field(default=lambda k, v: None, repr=False)
     #: ``keys(record) -> [key]`` when every value is the count 1 (else None): ``map_keys``
     keys: Callable[[dict[str, Any]], list[Any]] | None = field(default=None, repr=False)
     #: the number of GROUP BY columns (the shape of every key: see ``agent.ql.keys``)
@@ -135,6 +137,7 @@ def compile_query(text: str) -> CompiledQuery:
         top_k_largest=largest,
         map=map_fn,
         rows=build_rows(an, query.limit),
+        row=build_row(an),
         keys=keys_fn,
         group_width=len(an.group_by),
         session_gap_epochs=session,

@@ -53,7 +53,7 @@ SESSION_FLAGS = "flags"
 #: the epochs a tracker remembers having fed, so a replay of one is skipped, not merged twice
 MAX_FED_EPOCHS = 4096
 
-RowsFn = Callable[..., list[dict[str, Any]]]
+RowFn = Callable[[Any, Any], dict[str, Any] | None]
 
 
 @dataclass
@@ -67,13 +67,14 @@ class _Session:
 class SessionTracker:
     """Open sessions per key and the rows of those that close (see module docstring).
 
-    ``rows(pairs)`` names one group's finalized value (``agent.ql.rows``, HAVING applied);
+    ``row(key, value)`` names one group's finalized value (``agent.ql.rows.build_row``: None
+    when HAVING drops it);
     ``bounds(epoch)`` is the epoch's ``(start, end)`` in seconds; ``name`` labels log lines."""
 
     def __init__(
         self,
         agg: Aggregator,
-        rows: RowsFn,
+        row: RowFn,
         bounds: Callable[[int], tuple[float, float]],
         *,
         gap_epochs: int = 1,
@@ -84,7 +85,7 @@ class SessionTracker:
         if gap_epochs < 1 or max_open < 1:
             raise ValueError("gap_epochs and max_open must be at least 1")
         self.agg = agg
-        self.rows = rows
+        self.row = row
         self.bounds = bounds
         self.gap = gap_epochs
         self.max_open = max_open
@@ -218,11 +219,11 @@ class SessionTracker:
         out = []
         for key, s in closed:
             self.closed += 1
-            named = self.rows([(key, self.agg.finalize(s.state))])
-            if not named:  # HAVING dropped it
+            named = self.row(key, self.agg.finalize(s.state))
+            if named is None:  # HAVING dropped it
                 continue
             start, end = self.bounds(s.start)[0], self.bounds(s.last)[1]
-            row = {SESSION_COLUMNS[0]: start, SESSION_COLUMNS[1]: end, **named[0]}
+            row = {SESSION_COLUMNS[0]: start, SESSION_COLUMNS[1]: end, **named}
             row[SESSION_FLAGS] = sorted(s.flags)
             out.append(row)
         return out

@@ -160,7 +160,7 @@ def _snap(query: Any, recs: list[dict[str, Any]]) -> Any:
 
 def _tracker(**kw: Any) -> tuple[Any, SessionTracker]:
     q = compile_query("SELECT k, count(*) AS n FROM t GROUP BY k WINDOW SESSION(10 s)")
-    return q, SessionTracker(q.make_aggregator(), q.rows, lambda e: (e * 10.0, e * 10.0 + 10), **kw)
+    return q, SessionTracker(q.make_aggregator(), q.row, lambda e: (e * 10.0, e * 10.0 + 10), **kw)
 
 
 def test_a_tentative_epoch_flags_the_sessions_it_touches_and_closes() -> None:
@@ -226,7 +226,7 @@ def test_a_master_that_starts_after_the_jobs_first_epoch_flags_its_first_session
 
 def test_having_applies_per_session_and_gaps_longer_than_one_epoch_split() -> None:
     q = compile_query("SELECT k, count(*) AS n FROM t GROUP BY k HAVING n > 1 WINDOW SESSION(10 s)")
-    tr = SessionTracker(q.make_aggregator(), q.rows, lambda e: (e * 10.0, e * 10.0 + 10))
+    tr = SessionTracker(q.make_aggregator(), q.row, lambda e: (e * 10.0, e * 10.0 + 10))
     out = []
     for e, recs in [(0, ["a", "b"]), (1, ["a"]), (3, ["a", "b"]), (4, ["b"])]:
         out += tr.feed(e, state_items(_snap(q, [{"k": k} for k in recs])))
