@@ -190,10 +190,12 @@ class SessionTracker:
         self.closed = closed
         return rows
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, int | None]:
         """Counters: open, closed, early_closed, out_of_order_epochs, flagged_epochs,
-        refed_epochs."""
+        refed_epochs; ``since_epoch``: the first epoch fed (a master that took over after the
+        job's first epoch holds no session state from before it)."""
         return {
+            "since_epoch": self.began,
             "open": len(self.open),
             "closed": self.closed,
             "early_closed": self.early_closed,

@@ -201,8 +201,9 @@ def test_the_open_sessions_are_bounded_and_early_closes_are_flagged(caplog: Any)
     with caplog.at_level("WARNING"):
         closed = tr.feed(1, state_items(_snap(q, [{"k": k} for k in "abc"])))
     assert len(closed) == 1 and closed[0]["flags"] == ["closed early: more than 2 open sessions"]
-    assert tr.stats() == {"open": 2, "closed": 1, "early_closed": 1, "out_of_order_epochs": 0,
-                          "flagged_epochs": 0, "refed_epochs": 0}  # fmt: skip
+    assert tr.stats() == {"since_epoch": 1, "open": 2, "closed": 1, "early_closed": 1,
+                          "out_of_order_epochs": 0, "flagged_epochs": 0,
+                          "refed_epochs": 0}  # fmt: skip
     assert "closed early" in caplog.text
     assert [r["flags"] for r in tr.flush()] == [[], []]
 

@@ -90,7 +90,7 @@ async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> 
         got = sorted(reply["rows"], key=lambda r: (r["window_start"], r["user"]))
         assert got == want
         assert reply["columns"] == ["window_start", "window_end", "user", "n", "total", "flags"]
-        assert reply["early_closed"] == 0
+        assert reply["early_closed"] == 0 and reply["since_epoch"] >= e
         # elf run over the same records, columnar and row path: the same sessions
         path = tmp_path / "all.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in everything))
