@@ -25,9 +25,11 @@ that lacks an origin proves no inactivity). An epoch fed at or before the newest
 of order: its neighbours were already judged) is counted, logged at WARNING and flags the
 sessions it lands in: merged into the key's open session when within gap of it, else a session
 of its own, closed at once. An epoch fed again (a replay; the newest :data:`MAX_FED_EPOCHS` are
-remembered) is skipped and counted (``refed_epochs``). Sessions starting within gap of the first
-epoch fed may have begun before it when that epoch is not the input's first (``first_epoch``
-given and earlier: a master that took over with the results it holds): flagged. Bound: at most
+remembered) is skipped and counted (``refed_epochs``). A hole in the epochs fed (epochs close in
+order, empty ones too, so a hole is results never received) is counted (``skipped_epochs``),
+logged, and flags the sessions closed across it. Sessions starting within gap of the first epoch
+fed may have begun before it when that epoch is not the input's first (``first_epoch`` given and
+earlier: a master that took over with the results it holds): flagged. Bound: at most
 ``max_open`` open sessions (:data:`MAX_OPEN_SESSIONS`); opening one more closes the one idle the
 longest *early*, flagged, counted in ``early_closed`` and logged at WARNING. Rows of one
 ``feed`` are ordered by window_start, window_end, then key.
@@ -100,6 +102,7 @@ class SessionTracker:
         self.out_of_order_epochs = 0
         self.flagged_epochs = 0
         self.refed_epochs = 0
+        self.skipped_epochs = 0
         self.fed: set[int] = set()  # the newest MAX_FED_EPOCHS epochs fed (replays skipped)
 
     # ---- feeding -----------------------------------------------------------------------
@@ -131,6 +134,16 @@ class SessionTracker:
             marks.add(f"epoch {epoch} arrived after epoch {self.frontier} (out of order)")
         if self.began is None:
             self.began = epoch
+        skipped = ()
+        if not late and self.frontier is not None and epoch > self.frontier + 1:
+            # epochs close in order, empty ones too: a hole means results this tracker never
+            # got, so a silence inferred across it proves nothing
+            self.skipped_epochs += epoch - self.frontier - 1
+            skipped = (f"epochs {self.frontier + 1}-{epoch - 1} had no result here",)
+            log.warning(
+                "session query %s: no result for epochs %d-%d; sessions closed across them "
+                "are flagged", self.name, self.frontier + 1, epoch - 1,
+            )  # fmt: skip
         # a session starting within gap of this tracker's first epoch may continue activity
         # before it, when that epoch is not the input's first (a master that took over)
         inherited = (
@@ -157,7 +170,10 @@ class SessionTracker:
                 out.append((key, fresh))
                 continue
             if s is not None:  # the key's previous session ended more than gap ago
-                out.append((key, self.open.pop(key)))
+                ended = self.open.pop(key)
+                if skipped:
+                    ended.flags.update(skipped)
+                out.append((key, ended))
             if len(self.open) >= self.max_open:
                 out.append(self._close_early())
             self.open[key] = fresh
@@ -170,6 +186,7 @@ class SessionTracker:
                     break
                 del self.open[key]
                 s.flags |= marks
+                s.flags.update(skipped)
                 out.append((key, s))
         return self._rows(out)
 
@@ -192,8 +209,8 @@ class SessionTracker:
 
     def stats(self) -> dict[str, int | None]:
         """Counters: open, closed, early_closed, out_of_order_epochs, flagged_epochs,
-        refed_epochs; ``since_epoch``: the first epoch fed (a master that took over after the
-        job's first epoch holds no session state from before it)."""
+        refed_epochs, skipped_epochs; ``since_epoch``: the first epoch fed (a master that took
+        over after the job's first epoch holds no session state from before it)."""
         return {
             "since_epoch": self.began,
             "open": len(self.open),
@@ -202,6 +219,7 @@ class SessionTracker:
             "out_of_order_epochs": self.out_of_order_epochs,
             "flagged_epochs": self.flagged_epochs,
             "refed_epochs": self.refed_epochs,
+            "skipped_epochs": self.skipped_epochs,
         }
 
     # ---- internals -----------------------------------------------------------------------

@@ -203,9 +203,21 @@ def test_the_open_sessions_are_bounded_and_early_closes_are_flagged(caplog: Any)
     assert len(closed) == 1 and closed[0]["flags"] == ["closed early: more than 2 open sessions"]
     assert tr.stats() == {"since_epoch": 1, "open": 2, "closed": 1, "early_closed": 1,
                           "out_of_order_epochs": 0, "flagged_epochs": 0,
-                          "refed_epochs": 0}  # fmt: skip
+                          "refed_epochs": 0, "skipped_epochs": 0}  # fmt: skip
     assert "closed early" in caplog.text
     assert [r["flags"] for r in tr.flush()] == [[], []]
+
+
+def test_a_hole_in_the_epochs_flags_the_sessions_closed_across_it(caplog: Any) -> None:
+    q, tr = _tracker()
+    tr.feed(1, state_items(_snap(q, [{"k": "a"}, {"k": "b"}])))
+    with caplog.at_level("WARNING"):
+        closed = tr.feed(4, state_items(_snap(q, [{"k": "b"}])))
+    hole = ["epochs 2-3 had no result here"]
+    assert [(r["k"], r["flags"]) for r in closed] == [("a", hole), ("b", hole)]
+    assert "no result for epochs 2-3" in caplog.text
+    assert tr.stats()["skipped_epochs"] == 2
+    assert [(r["k"], r["window_start"], r["flags"]) for r in tr.flush()] == [("b", 40.0, [])]
 
 
 def test_a_master_that_starts_after_the_jobs_first_epoch_flags_its_first_sessions() -> None:
