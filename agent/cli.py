@@ -695,12 +695,15 @@ def print_results(result: Any, output: str) -> None:
 
     from agent.jsonable import jsonable
 
-    columns = ["epoch", "epoch_start", *result.columns]
-    rows = [
-        {"epoch": e, "epoch_start": e * result.epoch_seconds, **row}
-        for e, epoch_rows in result.epochs
-        for row in epoch_rows
-    ]
+    if result.sessions is not None:  # WINDOW SESSION: one row per session, bounds in it
+        columns, rows = list(result.columns), result.sessions
+    else:
+        columns = ["epoch", "epoch_start", *result.columns]
+        rows = [
+            {"epoch": e, "epoch_start": e * result.epoch_seconds, **row}
+            for e, epoch_rows in result.epochs
+            for row in epoch_rows
+        ]
     if output == "jsonl":
         for row in rows:
             click.echo(json.dumps(jsonable(row), ensure_ascii=False))
@@ -721,7 +724,8 @@ def print_results(result: Any, output: str) -> None:
     late = getattr(result, "late", {})
     click.echo(
         f"{stats['lines']} lines, {stats['records']} records, {stats['rejected']} rejected, "
-        f"{len(result.epochs)} epochs, {sum(late.values())} late",
+        f"{len(result.epochs)} epochs, {sum(late.values())} late"
+        + ("" if result.sessions is None else f", {len(result.sessions)} sessions"),
         err=True,
     )
     if late:  # never silent: which epochs' rows lack how many late records

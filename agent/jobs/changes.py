@@ -27,13 +27,15 @@ Request fields (all optional, at least one):
   records have reached it yet (for logs replayed far behind the wall clock the new length
   thus starts when event time reaches the present); the spec's ``epoch_schedule`` records
   it and every agent's clock cuts epochs from there with the new length, indices continuing
-  (``agent/jobs/schedule.py``). A window job's windows count epochs: 409.
+  (``agent/jobs/schedule.py``). A window job's windows count epochs, as do a ``WINDOW
+  SESSION`` query's sessions (``Job.merges_epochs``): 409.
 * ``aggregator`` / ``aggregator_params``, or a ``query`` whose aggregates differ: a new
   aggregate (new map and reduce functions). Like a new epoch length it is scheduled: the
   spec's ``aggregator_since`` is the first epoch that starts at least that lead ahead; every
   agent keeps the old job instance (map and aggregator) for earlier epochs until they close,
   and the master renders each epoch's result with the instance that reduced it. A worker
-  that never ran the old aggregate starts at ``aggregator_since``. Window jobs: 409; a second
+  that never ran the old aggregate starts at ``aggregator_since``. Window jobs and session
+  queries (``Job.merges_epochs``): 409; a second
   change of aggregate before the previous one took effect everywhere: 409.
 * ``empty: true``: every agent empties its window state now; ``batch: true``: a new batch
   (window state and iterative feedback are cleared and the job's ``on_multicast`` sees
@@ -53,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.errors import BadRequest, Conflict
-from agent.jobs.job import create_job, dry_run
+from agent.jobs.job import Job, create_job, dry_run
 from agent.jobs.spec import MAX_EPOCH_SECONDS, MIN_EPOCH_SECONDS, SNAPSHOT_FIELDS, JobSpec
 
 SPEC_FIELDS = (
@@ -126,8 +128,10 @@ class JobChange:
         if self.query is not None:
             data.update(self._query_fields(spec))
         data.update(self.fields)
+        running: Job | None = None
         if self.epoch_seconds is not None:
-            data["epoch_schedule"] = self._schedule(spec, event_time)
+            running = _running(spec)
+            data["epoch_schedule"] = self._schedule(spec, event_time, running.merges_epochs())
         try:
             new = JobSpec.from_dict(data)
         except ValueError as exc:
@@ -141,16 +145,17 @@ class JobChange:
             raise Conflict(_fixed_message(changed), field=changed[0])
         try:
             # the new spec runs the class's setup() as every agent will (a dry run)
-            old_agg, new_agg = create_job(spec).make_aggregator(), dry_run(new).make_aggregator()
+            running = running or create_job(spec)
+            old_agg, new_agg = running.make_aggregator(), dry_run(new).make_aggregator()
         except ValueError as exc:
             raise _invalid(exc) from None
         if (old_agg.name, old_agg.params()) == (new_agg.name, new_agg.params()):
             return new
-        if spec.mode == "window":
+        if running.merges_epochs():
             raise Conflict(
                 f"cannot change the aggregator of window job {spec.name!r} (running "
                 f"{old_agg.name} {old_agg.params()}, asked {new_agg.name}): its window panes "
-                "merge across epochs; stop the job and submit the new spec"
+                "(or sessions) merge across epochs; stop the job and submit the new spec"
             )
         schedule = new.schedule
         if spec.aggregator_since is not None:
@@ -175,11 +180,13 @@ class JobChange:
         except ValueError as exc:
             raise _invalid(exc) from None
 
-    def _schedule(self, spec: JobSpec, event_time: float | None) -> list[list[Any]]:
-        if spec.mode == "window":
+    def _schedule(
+        self, spec: JobSpec, event_time: float | None, merges_epochs: bool
+    ) -> list[list[Any]]:
+        if merges_epochs:
             raise Conflict(
-                f"cannot change epoch_seconds of window job {spec.name!r}: its windows count "
-                "epochs; stop the job and submit the new spec"
+                f"cannot change epoch_seconds of window job {spec.name!r}: its windows (or "
+                "sessions) count epochs; stop the job and submit the new spec"
             )
         schedule = spec.schedule
         seconds = self.epoch_seconds
@@ -224,6 +231,14 @@ class JobChange:
             out["version"] = version
             out["spec"] = spec.to_dict()
         return out
+
+
+def _running(spec: JobSpec) -> Job:
+    """The running spec's job instance (what it is made of); a failure is a 400."""
+    try:
+        return create_job(spec)
+    except ValueError as exc:
+        raise _invalid(exc) from None
 
 
 def _invalid(exc: ValueError, rename: dict[str, str] | None = None) -> BadRequest:

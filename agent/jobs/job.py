@@ -10,10 +10,11 @@ The paper's primitives, in Python:
   ``self.feedback``, the last feedback the master sent, set by the worker before ``map``
   runs again); ``on_recv(node_id, paos)`` receives a direct ``send_to``.
 * master side: ``on_epoch_result(epoch, snapshot)`` gets each epoch's reduced result, in epoch
-  order; ``feedback_for(epoch, snapshot)`` (iterative mode) returns the JSON-able value the
-  runtime multicasts to every worker, or None; ``on_timer()`` runs every
-  ``timer_interval`` seconds; ``on_query(message) -> dict`` answers ``route`` queries from
-  other jobs' masters.
+  order (``on_epoch_quality(epoch, state, lacking)`` just before it when the result is
+  tentative or partial); ``feedback_for(epoch, snapshot)`` (iterative mode) returns the
+  JSON-able value the runtime multicasts to every worker, or None; ``on_timer()`` runs every
+  ``timer_interval`` seconds; ``on_query(message) -> dict`` answers ``route`` queries from other
+  jobs' masters.
 * any agent: ``local_query(params) -> dict`` answers ``GET /api/v1/jobs/{name}/local`` on
   this agent from the job's local instance (no network hop); the default answers
   ``{"error": ..., "status": 404}``.
@@ -124,6 +125,12 @@ class Job:
     def setup(self) -> None:
         """Validate ``self.params`` and precompute; raise ``ValueError`` with a clear message."""
 
+    def merges_epochs(self) -> bool:
+        """Whether the master merges several epochs' results into state it keeps (ELF QL's
+        ``WINDOW SESSION``): such a job's aggregator and epoch length cannot change while it
+        runs (:mod:`agent.jobs.changes` answers 409, as for window jobs)."""
+        return self.spec.mode == "window"
+
     def bind(self, context: JobContext) -> None:
         """Called by the runtime once the agent's context exists."""
         self.context = context
@@ -211,6 +218,13 @@ class Job:
     # ---- master side ----------------------------------------------------------------------
     def on_epoch_result(self, epoch: int, snapshot: Snapshot) -> Awaitable[None] | None:
         """The job's reduced result for ``epoch`` (window mode: the window ending there)."""
+        return None
+
+    def on_epoch_quality(self, epoch: int, state: str, lacking: list[str]) -> None:
+        """Called just before :meth:`on_epoch_result` (and before each replayed one) when the
+        stored result is not final: its state (``tentative`` or ``partial``) and the origins
+        it lacks (hex ids), for jobs whose state derived from results must be flagged too
+        (``WINDOW SESSION``). A later fold into the epoch does not call it again."""
         return None
 
     def feedback_for(self, epoch: int, snapshot: Snapshot) -> Any:

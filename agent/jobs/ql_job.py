@@ -17,6 +17,7 @@ keys do not decode for the GROUP BY width.
 
 from __future__ import annotations
 
+from collections import deque
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +26,17 @@ from agent.jobs.spec import JobSpec, JobSpecError
 from agent.ql import CompiledQuery, QLError, compile_query
 from agent.ql.checker import analyze
 from agent.ql.keys import keys_problem
+from agent.ql.sessions import SessionTracker, state_items
 from cbt import Snapshot
 
 if TYPE_CHECKING:  # the Arrow plan (pyarrow) loads when the job first needs it
     from agent.ql.arrow_plan import ArrowPlan
+
+#: closed session rows a session query's master keeps for ``on_query`` (older ones are
+#: evicted, counted in ``evicted``; the per-epoch panes stay in the results and the lake)
+MAX_SESSION_ROWS = 10_000
+#: epochs whose quality flags wait for their on_epoch_result (a bound: never hit in order)
+_MAX_PENDING_QUALITY = 1024
 
 _CHECKED = (
     "aggregator",
@@ -97,6 +105,40 @@ class QLJob(Job):
         self.last_epoch: int | None = None
         self.last_rows: list[dict[str, Any]] = []
         self._plan: ArrowPlan | None = None
+        self._setup_sessions()
+
+    def _setup_sessions(self) -> None:
+        """A session query's tracker. A re-run of ``setup()`` (a runtime change of the query
+        or params, same aggregate and epochs: ``agent.jobs.changes``) keeps the open sessions
+        and takes the new SELECT / HAVING and gap; a query no longer SESSION closes them,
+        flagged."""
+        gap = self.compiled.session_gap_epochs
+        old: SessionTracker | None = getattr(self, "sessions", None)
+        if not hasattr(self, "session_rows"):
+            self.session_rows: deque[dict[str, Any]] = deque(maxlen=MAX_SESSION_ROWS)
+            self.session_evicted = 0
+            self._quality: dict[int, list[str]] = {}
+        if old is not None and gap is not None:
+            old.row, old.gap = self.compiled.row, gap
+            return
+        if old is not None:
+            self._keep(old.flush("closed by a change of the job's query"))
+        self.sessions: SessionTracker | None = None
+        if gap is not None:
+            schedule = self.spec.schedule
+            self.sessions = SessionTracker(
+                self.make_aggregator(),
+                self.compiled.row,
+                lambda e: (schedule.start(e), schedule.end(e)),
+                gap_epochs=gap,
+                first_epoch=self.spec.start_epoch,
+                name=self.spec.name,
+            )
+
+    def _keep(self, closed: list[dict[str, Any]]) -> None:
+        over = len(self.session_rows) + len(closed) - MAX_SESSION_ROWS
+        self.session_evicted += max(0, over)
+        self.session_rows.extend(closed)
 
     # ---- the columnar path ----------------------------------------------------------------
     def has_batch_path(self) -> bool:
@@ -142,13 +184,43 @@ class QLJob(Job):
         """The named rows plus each sketch column's binary, ``<column>_sketch``."""
         return self.compiled.rows(pairs, sketches)
 
+    def merges_epochs(self) -> bool:
+        """A session query's master merges epochs into sessions (no change of aggregate or
+        epoch length while it runs)."""
+        return self.compiled.session_gap_epochs is not None or super().merges_epochs()
+
+    def on_epoch_quality(self, epoch: int, state: str, lacking: list[str]) -> None:
+        """A session query flags the sessions a tentative / partial epoch touches or closes."""
+        if self.sessions is None or state == "final":
+            return
+        what = f"{state}: epoch {epoch} lacks origins {', '.join(lacking) or '?'}"
+        self._quality[epoch] = [what]
+        while len(self._quality) > _MAX_PENDING_QUALITY:
+            del self._quality[min(self._quality)]
+
     def on_epoch_result(self, epoch: int, snapshot: Snapshot) -> None:
         if self.spec.window_bounds(epoch) is None:
             return  # window mode filler epoch: no window ends here
         self.last_epoch = epoch
+        if self.sessions is not None:
+            flags = self._quality.pop(epoch, ())
+            self._keep(self.sessions.feed(epoch, state_items(snapshot), flags))
+            return
         self.last_rows = self.compiled.rows(snapshot)
 
     def on_query(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self.sessions is not None:
+            # the closed sessions (newest MAX_SESSION_ROWS), and the open ones on request
+            reply = {
+                "epoch": self.last_epoch,
+                "columns": list(self.compiled.output_columns),
+                "rows": list(self.session_rows),
+                "evicted": self.session_evicted,
+                **self.sessions.stats(),
+            }
+            if message.get("open"):
+                reply["open_rows"] = self.sessions.open_rows()
+            return reply
         return {
             "epoch": self.last_epoch,
             "columns": list(self.compiled.columns),

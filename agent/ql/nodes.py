@@ -314,15 +314,22 @@ class OrderItem:
 
 @dataclass(frozen=True)
 class Window:
-    """``WINDOW size [EVERY slide]`` in seconds (slide None: tumbling); positions for errors."""
+    """``WINDOW size [EVERY slide]`` in seconds (slide None: tumbling), or ``WINDOW
+    SESSION(gap) [EVERY step]`` (``session`` True, ``size`` the gap, ``slide`` the epoch
+    length or None: the gap); positions for errors."""
 
     size: float
     slide: float | None = None
     line: int = field(default=0, compare=False)
     column: int = field(default=0, compare=False)
+    session: bool = False
 
     def to_sql(self) -> str:
-        text = f"WINDOW {_num(self.size)} s"
+        text = (
+            f"WINDOW SESSION({_num(self.size)} s)"
+            if self.session
+            else f"WINDOW {_num(self.size)} s"
+        )
         return text if self.slide is None else f"{text} EVERY {_num(self.slide)} s"
 
 

@@ -8,8 +8,8 @@ Grammar (EBNF, see docs/ql.md)::
 
     query     = SELECT item {"," item} FROM inputs [WHERE expr] [GROUP BY expr {"," expr}]
                 [HAVING expr] [ORDER BY order {"," order}] [LIMIT int]
-                {WINDOW dur [EVERY dur] | MODE (SYNC | ASYNC) | PARTITIONS int
-                 | EMIT (FINAL | CHANGES)} [";"]
+                {WINDOW (dur | SESSION "(" dur ")") [EVERY dur] | MODE (SYNC | ASYNC)
+                 | PARTITIONS int | EMIT (FINAL | CHANGES)} [";"]
     item      = expr [AS name]              inputs = "*" | name {"," name}
     order     = expr [ASC | DESC]           dur    = number [unit]
     expr      = and {OR and}                and    = not {AND not}
@@ -69,6 +69,11 @@ _CLAUSES = (
     ("EMIT", "EMIT"),
 )
 EMITS = ("FINAL", "CHANGES")
+COUNT_WINDOWS_REFUSED = (
+    "expected a duration: count windows (WINDOW n ROWS) are not supported - epochs are "
+    "intervals of event time, and a window of n rows per key has no epoch it ends in "
+    "(docs/ql.md, Known limits); use a time WINDOW, or WINDOW SESSION(gap)"
+)
 MAX_DEPTH = 50  # nested (), NOT, unary minus: ~10 Python frames per level
 MAX_TREE_DEPTH = 200  # operator chains: every later stage recurses over the tree
 
@@ -273,9 +278,24 @@ class _Parser:
         return int(t.value)
 
     def window(self, at: Token) -> n.Window:
+        t, nxt = self.tok, self.toks[min(self.i + 1, len(self.toks) - 1)]
+        if t.kind == "IDENT" and t.value.upper() == "SESSION" and self.is_op_at(self.i + 1, "("):
+            return self.session_window(at)
+        if t.kind == "NUMBER" and nxt.kind == "IDENT" and nxt.value.upper() in ("ROW", "ROWS"):
+            raise QLError(nxt.line, nxt.column, COUNT_WINDOWS_REFUSED)
         size = self.duration("WINDOW")
         slide = self.duration("EVERY") if self.accept_kw("EVERY") else None
         return n.Window(size, slide, at.line, at.column)
+
+    def session_window(self, at: Token) -> n.Window:
+        """``SESSION "(" gap ")" [EVERY step]`` (``SESSION`` is not a keyword: only before
+        ``(`` here); ``step`` (the epoch length, default the gap) is kept as ``slide``."""
+        self.advance()  # SESSION
+        self.advance()  # "("
+        gap = self.duration("SESSION(")
+        self.expect_op(")", "')' after the SESSION gap")
+        step = self.duration("EVERY") if self.accept_kw("EVERY") else None  # the epoch length
+        return n.Window(gap, step, at.line, at.column, session=True)
 
     def duration(self, clause: str) -> float:
         t = self.tok

@@ -17,11 +17,14 @@ is never evaluated as Python. The result carries:
   only), else None: the worker's counting fast path;
 * ``rows(pairs) -> [dict]``: the master's named rows (``agent.ql.rows``).
 
-Timing: no WINDOW: 1-second epochs. ``WINDOW w`` (tumbling): epochs of w, one epoch per
-result. ``WINDOW w EVERY s`` (sliding): epochs of gcd(w, s) (to the millisecond), windows of
-w/gcd epochs sliding by s/gcd. ``MODE SYNC`` (the default for tumbling windows) is the
-runtime's ``batch`` mode: the state is emptied every epoch; ``MODE ASYNC``, and every sliding
-window, is ``window`` mode. ``MODE SYNC`` with a sliding window is an error.
+Timing: no WINDOW: 1-second epochs. ``WINDOW SESSION(gap) [EVERY step]``: epochs of step
+(default the gap; it divides the gap), each epoch its own pane (as a tumbling WINDOW step); the
+master closes sessions from them (``agent.ql.sessions``); ORDER BY, LIMIT and PARTITIONS are
+refused with it. ``WINDOW w`` (tumbling): epochs of w, one epoch per result. ``WINDOW w EVERY
+s`` (sliding): epochs of gcd(w, s) (to the millisecond), windows of w/gcd epochs sliding by
+s/gcd. ``MODE SYNC`` (the default for tumbling windows) is the runtime's ``batch`` mode: the
+state is emptied every epoch; ``MODE ASYNC``, and every sliding window, is ``window`` mode.
+``MODE SYNC`` with a sliding window is an error.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from agent.ql.checker import Analysis, analyze
 from agent.ql.compiler import build_pipeline
 from agent.ql.errors import QLError
 from agent.ql.parser import parse
-from agent.ql.rows import build_rows
+from agent.ql.rows import build_row, build_rows
+from agent.ql.sessions import SESSION_COLUMNS, SESSION_FLAGS
 from cbt import Aggregator, get_aggregator
 
 MAX_EPOCH_SECONDS = 86_400.0
@@ -65,10 +69,22 @@ class CompiledQuery:
     map: Callable[[dict[str, Any]], list[tuple[Any, Any]]] = field(repr=False)
     #: ``rows(pairs, sketches=None)``: named rows (``agent.ql.rows``)
     rows: Callable[..., list[dict[str, Any]]] = field(repr=False)
+    #: ``row(key, value)``: one group's named row, None when HAVING drops it (sessions)
+    row: Callable[[Any, Any], dict[str, Any] | None] = field(default=lambda k, v: None, repr=False)
     #: ``keys(record) -> [key]`` when every value is the count 1 (else None): ``map_keys``
     keys: Callable[[dict[str, Any]], list[Any]] | None = field(default=None, repr=False)
     #: the number of GROUP BY columns (the shape of every key: see ``agent.ql.keys``)
     group_width: int = 0
+    #: ``WINDOW SESSION(gap)``: the gap in epochs (the epoch is the gap: 1), else None
+    session_gap_epochs: int | None = None
+
+    @property
+    def output_columns(self) -> tuple[str, ...]:
+        """The columns of a result row: a session query's rows lead with its bounds and
+        end with its flags (``agent.ql.sessions``)."""
+        if self.session_gap_epochs is None:
+            return self.columns
+        return (*SESSION_COLUMNS, *self.columns, SESSION_FLAGS)
 
     @property
     def partitions(self) -> int | None:
@@ -108,6 +124,7 @@ def compile_query(text: str) -> CompiledQuery:
     map_fn, keys_fn = build_pipeline(an)
     if trees > MAX_PARTITIONS:
         raise QLError(*pos, f"expected PARTITIONS in [1, {MAX_PARTITIONS}], got {trees}")
+    session = _session_rules(query, an.columns)
     return CompiledQuery(
         text=text,
         query=query,
@@ -124,9 +141,66 @@ def compile_query(text: str) -> CompiledQuery:
         top_k_largest=largest,
         map=map_fn,
         rows=build_rows(an, query.limit),
+        row=build_row(an),
         keys=keys_fn,
         group_width=len(an.group_by),
+        session_gap_epochs=session,
     )
+
+
+def _session_rules(q: n.Query, columns: list[str]) -> int | None:
+    """``WINDOW SESSION(gap) [EVERY step]``: the gap in epochs, after refusing the clauses a
+    session stream cannot honour; None for other queries."""
+    if q.window is None or not q.window.session:
+        return None
+    _, gap_epochs = _session_epochs(q.window)
+    for clause, why in (
+        ("ORDER", "sessions are emitted as they close, ordered by window_start and key"),
+        ("LIMIT", "sessions are emitted as they close; there is no last set of rows to cut"),
+        ("PARTITIONS", "a key's sessions close at one master, in epoch order"),
+    ):
+        if clause in q.positions:
+            label = "ORDER BY" if clause == "ORDER" else clause
+            raise QLError(
+                *q.positions[clause], f"expected no {label} with WINDOW SESSION(gap): {why}"
+            )
+    for item in q.select:
+        if item.name in (*SESSION_COLUMNS, SESSION_FLAGS):
+            raise QLError(
+                item.expr.line,
+                item.expr.column,
+                f"expected another column name than {item.name!r}: a session row has its own "
+                f"{', '.join((*SESSION_COLUMNS, SESSION_FLAGS))}",
+            )
+    return gap_epochs
+
+
+def _session_epochs(w: n.Window) -> tuple[float, int]:
+    """A session window's epoch length (EVERY, default the gap) and its gap in epochs."""
+    gap_ms = round(w.size * 1000)
+    step_ms = gap_ms if w.slide is None else round(w.slide * 1000)
+    if gap_ms < 1 or step_ms < 1:
+        raise QLError(w.line, w.column, "expected a SESSION gap and EVERY of at least 1 ms")
+    if abs(gap_ms - w.size * 1000) > 1e-6 or abs(step_ms - (w.slide or w.size) * 1000) > 1e-6:
+        raise QLError(w.line, w.column, "expected a SESSION gap and EVERY in whole milliseconds")
+    if gap_ms % step_ms:
+        raise QLError(
+            w.line,
+            w.column,
+            f"expected EVERY to divide the SESSION gap ({w.size:g} s) into whole epochs, "
+            f"got {step_ms / 1000:g} s",
+        )
+    epoch, gap_epochs = step_ms / 1000, gap_ms // step_ms
+    if epoch > MAX_EPOCH_SECONDS:
+        raise QLError(w.line, w.column, f"expected epochs of at most {MAX_EPOCH_SECONDS:g} s")
+    if gap_epochs > MAX_WINDOW_EPOCHS:
+        raise QLError(
+            w.line,
+            w.column,
+            f"this SESSION gap spans {gap_epochs} epochs of {epoch:g} s; at most "
+            f"{MAX_WINDOW_EPOCHS} (make EVERY a larger share of the gap)",
+        )
+    return epoch, gap_epochs
 
 
 def _timing(q: n.Query) -> tuple[float, str, int, int]:
@@ -134,6 +208,8 @@ def _timing(q: n.Query) -> tuple[float, str, int, int]:
     mode_pos = q.positions.get("MODE", (1, 1))
     if w is None:
         return 1.0, "window" if q.mode == "ASYNC" else "batch", 1, 1
+    if w.session:  # each epoch its own pane, as a tumbling WINDOW of EVERY (the gap)
+        return _session_epochs(w)[0], "window" if q.mode == "ASYNC" else "batch", 1, 1
     size_ms = round(w.size * 1000)
     slide_ms = size_ms if w.slide is None else round(w.slide * 1000)
     if size_ms < 1 or slide_ms < 1:
@@ -158,7 +234,7 @@ def _timing(q: n.Query) -> tuple[float, str, int, int]:
             f"this WINDOW spans {size} epochs of {epoch:g} s; at most {MAX_WINDOW_EPOCHS} "
             "(make WINDOW a small multiple of EVERY)",
         )
-    if size == 1:
+    if size == 1:  # tumbling, and sessions (epochs of the gap, each epoch its own pane)
         return epoch, "window" if q.mode == "ASYNC" else "batch", 1, 1
     if q.mode == "SYNC":
         raise QLError(

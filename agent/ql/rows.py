@@ -12,7 +12,8 @@ ordered by the GROUP BY values ascending, so results are deterministic; LIMIT cu
 the output column names to JSON-ready values (``topk(x, k)`` gives the k largest values,
 ``topk(item, weight, k)`` ``[item, weight]`` pairs, ``collect_set`` a list sorted by repr).
 For the lake, ``rows(pairs, sketches)`` also gives each sketch aggregate's DataSketches binary
-as ``<column>_sketch`` (bytes) beside its estimate.
+as ``<column>_sketch`` (bytes) beside its estimate. :func:`build_row` gives ``row(key, value)``:
+one group's row, or None when HAVING drops it.
 """
 
 from __future__ import annotations
@@ -73,50 +74,78 @@ def _sketch_columns(an: Analysis) -> list[tuple[str, int, int]]:
     return out
 
 
+class _Rendering:
+    """What turns one pair into an output row: the compiled SELECT, HAVING and ORDER BY over
+    ``(GROUP BY values, aggregate values)`` environments."""
+
+    def __init__(self, an: Analysis) -> None:
+        group = an.group_by
+        self.width = len(group)
+        aggs = an.aggregates
+
+        def resolve(node: n.Node) -> Fn | None:
+            for i, g in enumerate(group):
+                if node == g:
+                    return lambda e, i=i: e[0][i]
+            for j, spec in enumerate(aggs):
+                if node == spec.call:
+                    return lambda e, j=j: e[1][j]
+            return None
+
+        comp = ExprCompiler(resolve)
+        self.select = [comp.value(x) for x in an.select]
+        self.having = comp.pred(an.having, True) if an.having is not None else None
+        self.order = [(comp.value(x), desc) for x, desc in an.order]
+        self.outs = [_part_output(s) for s in aggs]
+        self.columns = list(an.columns)
+
+    def values(self, v: Any) -> tuple:
+        outs = self.outs
+        if not outs:
+            return ()
+        if len(outs) == 1:
+            return (outs[0](v),)
+        if not isinstance(v, list | tuple) or len(v) != len(outs):
+            raise ValueError(f"expected {len(outs)} aggregate values, got {v!r}")
+        return tuple(o(x) for o, x in zip(outs, v, strict=True))
+
+    def env(self, k: Any, v: Any) -> Env | None:
+        """The group's environment, or None when HAVING drops it."""
+        env = (keys.decode_key(k, self.width), self.values(v))
+        return env if self.having is None or self.having(env) else None
+
+    def row(self, env: Env) -> dict[str, Any]:
+        return {name: jsonable(f(env)) for name, f in zip(self.columns, self.select, strict=True)}
+
+
+def build_row(an: Analysis) -> Callable[[Any, Any], dict[str, Any] | None]:
+    """``row(key, value)``: one group's named row, or None when HAVING drops it (no ORDER BY
+    or LIMIT: a single group; what a closed session is, ``agent.ql.sessions``)."""
+    r = _Rendering(an)
+
+    def row(k: Any, v: Any) -> dict[str, Any] | None:
+        env = r.env(k, v)
+        return None if env is None else r.row(env)
+
+    return row
+
+
 def build_rows(an: Analysis, limit: int | None) -> RowsFn:
     """``rows(pairs, sketches=None)`` for the analysed query (see module docstring).
 
     ``sketches`` (the lake's form), aligned with ``pairs``: per pair a tuple of each
     aggregate's DataSketches binary or None (``cbt.sketches.sketch_binaries``); then every
     SELECT column that is a sketch aggregate gets a ``<column>_sketch`` field beside it."""
-    group = an.group_by
-    width = len(group)
-    aggs = an.aggregates
-
-    def resolve(node: n.Node) -> Fn | None:
-        for i, g in enumerate(group):
-            if node == g:
-                return lambda e, i=i: e[0][i]
-        for j, spec in enumerate(aggs):
-            if node == spec.call:
-                return lambda e, j=j: e[1][j]
-        return None
-
-    comp = ExprCompiler(resolve)
-    select = [comp.value(x) for x in an.select]
-    having = comp.pred(an.having, True) if an.having is not None else None
-    order = [(comp.value(x), desc) for x, desc in an.order]
-    outs = [_part_output(s) for s in aggs]
-    columns = list(an.columns)
-    decode_key = keys.decode_key
-
-    def values(v: Any) -> tuple:
-        if not aggs:
-            return ()
-        if len(aggs) == 1:
-            return (outs[0](v),)
-        if not isinstance(v, list | tuple) or len(v) != len(aggs):
-            raise ValueError(f"expected {len(aggs)} aggregate values, got {v!r}")
-        return tuple(o(x) for o, x in zip(outs, v, strict=True))
-
+    r = _Rendering(an)
+    order = r.order
     sketch_cols = _sketch_columns(an)
 
     def rows(pairs: Iterable[Any], sketches: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         envs: list[Env] = []
         binaries: dict[int, Any] = {}  # id(env) -> that group's sketch binaries
         for i, (k, v) in enumerate(pairs):
-            env = (decode_key(k, width), values(v))
-            if having is None or having(env):
+            env = r.env(k, v)
+            if env is not None:
                 envs.append(env)
                 if sketches is not None:
                     binaries[id(env)] = sketches[i]
@@ -125,9 +154,7 @@ def build_rows(an: Analysis, limit: int | None) -> RowsFn:
             envs.sort(key=lambda e, f=f, desc=desc: _order_key(f(e), desc), reverse=desc)
         if limit is not None:
             del envs[limit:]
-        out = [
-            {name: jsonable(f(e)) for name, f in zip(columns, select, strict=True)} for e in envs
-        ]
+        out = [r.row(e) for e in envs]
         if sketches is not None and sketch_cols:
             for row, e in zip(out, envs, strict=True):
                 parts = binaries[id(e)] or ()

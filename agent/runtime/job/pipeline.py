@@ -264,6 +264,9 @@ class EpochPipeline:
         (iterative jobs) or "empty" (batch jobs) multicast down the tree."""
         host = self.host
         job = host.changes.job_for(epoch)
+        stored = host.store.peek(tid, epoch)
+        if stored is not None and stored.state != "final":  # final: no hop to the job
+            await host.call_job(job.on_epoch_quality, epoch, stored.state, list(stored.lacking))
         await host.call_job(job.on_epoch_result, epoch, snap)
         if host.spec.mode == "iterative":
             value = await host.call_job(job.feedback_for, epoch, snap)

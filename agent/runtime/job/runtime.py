@@ -553,9 +553,14 @@ class _Host:
     def forget_master_url(self, tid: int, exc: BaseException | None = None) -> None:
         self._rt.queries.forget_master_url(tid, exc)
 
-    async def replay_result(self, epoch: int, snap: Snapshot) -> None:
+    async def replay_result(
+        self, epoch: int, snap: Snapshot, quality: tuple[str, list[str]] | None = None
+    ) -> None:
         rt = self._rt
-        await rt.call_job(rt.job_for(epoch).on_epoch_result, epoch, snap)
+        job = rt.job_for(epoch)
+        if quality is not None:
+            await rt.call_job(job.on_epoch_quality, epoch, *quality)
+        await rt.call_job(job.on_epoch_result, epoch, snap)
 
     def bound_results(self) -> None:
         self._rt.pipeline.bound_results()

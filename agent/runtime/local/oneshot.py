@@ -10,8 +10,9 @@ at or before the newest timestamp so far minus it is late: left out of the resul
 per epoch in :attr:`RunResult.late`, as an agent would count it); CBT buffers past
 ``memory_bytes`` spill to a temporary directory), then returns :class:`RunResult`: per epoch
 (in order; window queries: per window end) the query's result rows after HAVING, ORDER BY and
-LIMIT, exactly what the master's results API would give for one agent holding the file. The
-query's FROM is not checked (the file is the input). ``epoch_seconds`` replaces the default
+LIMIT, exactly what the master's results API would give for one agent holding the file
+(``WINDOW SESSION``: :attr:`RunResult.sessions`, every session of the file as a master closes
+them, the last ones at its end). The query's FROM is not checked (the file is the input). ``epoch_seconds`` replaces the default
 1 s epochs of a query without WINDOW; with a WINDOW it must agree (``ValueError`` otherwise,
 never ignored). ``progress(done_bytes, total_bytes)`` is called after every chunk. ``fmt``
 is a format name or a custom :class:`~agent.log_format.LogFormat` (``elf run --log-format``);
@@ -35,6 +36,7 @@ from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.ql import compile_query
+from agent.ql.sessions import state_items
 from agent.runtime.epochs.clock import EpochClock
 from agent.runtime.epochs.worker import Worker
 
@@ -52,6 +54,9 @@ class RunResult:
     input: dict[str, Any] = field(default_factory=dict)
     worker: dict[str, Any] = field(default_factory=dict)
     rejected_samples: list[dict[str, Any]] = field(default_factory=list)
+    #: ``WINDOW SESSION``: the session rows (``columns`` then lead with window_start,
+    #: window_end and end with flags), in the order they closed; else None
+    sessions: list[dict[str, Any]] | None = None
     #: with ``allowed_lateness``: epoch → records refused as late (not in its rows)
     late: dict[int, int] = field(default_factory=dict)
 
@@ -123,7 +128,7 @@ def run_file(
         if processes > 1:
             return _run_parallel(job, worker, spec, path, fmt, quarantine, processes,
                                  columnar, chunk_bytes, total, progress)  # fmt: skip
-        result = RunResult(list(job.compiled.columns), spec.epoch_seconds)  # type: ignore[attr-defined]
+        result = _new_result(job, spec)
         name = Path(path).name
         try:
             while True:
@@ -137,14 +142,23 @@ def run_file(
                 if not batch and not getattr(batch, "skipped", 0) and done >= total:
                     break
             _feed(worker, name, tail.drain())  # an unterminated last line
-            _emit(result, job, spec, worker.finish())
-            result.late = _late(worker)
+            _finish(result, job, spec, worker)
             result.worker = worker.stats()
         finally:
             worker.close()
             tail.close()
     result.input = tail.stats()
     result.rejected_samples = quarantine.entries()
+    return result
+
+
+def _new_result(job: Any, spec: Any) -> RunResult:
+    """An empty result of the query: for ``WINDOW SESSION``, with the session columns."""
+    compiled = job.compiled
+    result = RunResult(list(compiled.columns), spec.epoch_seconds)
+    if job.sessions is not None:
+        result.columns = list(compiled.output_columns)
+        result.sessions = []
     return result
 
 
@@ -161,13 +175,12 @@ def _run_parallel(
         path, worker, fmt, processes=processes, prefilter=True, quarantine=quarantine,
         read_size=chunk_bytes, max_line_bytes=max(1 << 20, chunk_bytes), columnar=columnar,
     )  # fmt: skip
-    result = RunResult(list(job.compiled.columns), spec.epoch_seconds)
+    result = _new_result(job, spec)
     try:
         ingest.run(lambda closed: _emit(result, job, spec, closed))
         if progress is not None:
             progress(total, total)
-        _emit(result, job, spec, worker.finish())
-        result.late = _late(worker)
+        _finish(result, job, spec, worker)
         result.worker = worker.stats()
     finally:
         ingest.close()
@@ -192,8 +205,23 @@ def _late(worker: Worker) -> dict[int, int]:
 
 
 def _emit(result: RunResult, job: Any, spec: Any, closed: list[tuple[int, Any]]) -> None:
-    """Closed epochs' result rows into ``result`` (a sliding window's filler epochs - no
-    window ends there - left out)."""
+    """Closed epochs' result rows into ``result``, in epoch order (a sliding window's filler
+    epochs - no window ends there - left out); for ``WINDOW SESSION``, the sessions those
+    epochs close (``agent.ql.sessions``, as at a master)."""
+    tracker = job.sessions
     for epoch, snap in closed:
-        if spec.window_bounds(epoch) is not None:
+        if spec.window_bounds(epoch) is None:
+            continue
+        if tracker is not None:
+            result.epochs.append((epoch, []))
+            result.sessions.extend(tracker.feed(epoch, state_items(snap)))  # type: ignore[union-attr]
+        else:
             result.epochs.append((epoch, job.result_rows(snap)))
+
+
+def _finish(result: RunResult, job: Any, spec: Any, worker: Worker) -> None:
+    """The end of the input: the epochs still open, the sessions still open, the late counts."""
+    _emit(result, job, spec, worker.finish())
+    if job.sessions is not None:
+        result.sessions.extend(job.sessions.flush())  # type: ignore[union-attr]
+    result.late = _late(worker)

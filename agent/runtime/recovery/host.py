@@ -84,8 +84,11 @@ class RecoveryHost(Protocol):
 
     def forget_master_url(self, tid: int, exc: BaseException | None = None) -> None: ...
 
-    async def replay_result(self, epoch: int, snap: Snapshot) -> None:
-        """Run the job's ``on_epoch_result`` for a result taken over (job state rebuilt)."""
+    async def replay_result(
+        self, epoch: int, snap: Snapshot, quality: tuple[str, list[str]] | None = None
+    ) -> None:
+        """Run the job's ``on_epoch_result`` for a result taken over (job state rebuilt),
+        after ``on_epoch_quality(epoch, *quality)`` when ``quality`` is given."""
         ...
 
     def bound_results(self) -> None:

@@ -194,7 +194,9 @@ class Replication:
             if parts.host.stopped:
                 return
             try:
-                await parts.host.replay_result(epoch, snap)
+                final = result.state == "final"
+                quality = None if final else (result.state, list(result.lacking))
+                await parts.host.replay_result(epoch, snap, quality)
             except Exception as exc:  # the job's own hook failed: its state lacks the epoch
                 parts.host.count("replay_errors")
                 log.warning("job %s: replaying epoch %d failed: %r", parts.name, epoch, exc)
