@@ -12,11 +12,12 @@ per epoch in :attr:`RunResult.late`, as an agent would count it); CBT buffers pa
 (in order; window queries: per window end) the query's result rows after HAVING, ORDER BY and
 LIMIT, exactly what the master's results API would give for one agent holding the file
 (``WINDOW SESSION``: :attr:`RunResult.sessions`, every session of the file as a master closes
-them, the last ones at its end). The query's FROM is not checked (the file is the input). ``epoch_seconds`` replaces the default
-1 s epochs of a query without WINDOW; with a WINDOW it must agree (``ValueError`` otherwise,
-never ignored). ``progress(done_bytes, total_bytes)`` is called after every chunk. ``fmt``
-is a format name or a custom :class:`~agent.log_format.LogFormat` (``elf run --log-format``);
-without one it is sniffed from the first line (json or nginx).
+them, the last ones at its end). The query's FROM is not checked (the file is the input).
+``epoch_seconds`` replaces the default 1 s epochs of a query without WINDOW; with a WINDOW it
+must agree (``ValueError`` otherwise, never ignored). ``progress(done_bytes, total_bytes)`` is
+called after every chunk. ``fmt`` is a format name or a custom
+:class:`~agent.log_format.LogFormat` (``elf run --log-format``); without one it is sniffed from
+the first line (json or nginx).
 """
 
 from __future__ import annotations
