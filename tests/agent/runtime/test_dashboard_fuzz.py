@@ -14,7 +14,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_http_api_fuzz import FUZZ, SEEN, AgentThread, _dumps, check, json_values
+from test_http_api_fuzz import FUZZ, SEEN, AgentThread, _dumps, check, json_values, submit_job
 
 pytestmark = pytest.mark.timeout(300)
 QUERY_FIELDS = ["name", "query", "epoch_seconds"]
@@ -28,11 +28,8 @@ QUERIES = [
 
 @pytest.fixture(scope="module")
 def agent() -> Iterator[AgentThread]:
-    runner = AgentThread().start()
-    try:
+    with AgentThread(submit_job, name="dashboard-fuzz-agent") as runner:
         yield runner
-    finally:
-        runner.stop()
 
 
 @st.composite
