@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agent_helpers import running_agents, wait_for
 
 from agent.jobs.ql_job import spec_from_query
@@ -100,6 +101,16 @@ async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> 
         # the per-epoch panes stay in the results API, one row per user active there
         res = await agents[0].results("sessions", e + 3)
         assert sorted((r["user"], r["n"]) for r in res["rows"]) == [("u1", 1), ("u3", 1)]
+        # and each epoch's reply carries the sessions it closed: a session whose last active
+        # epoch is L closes with epoch L + 1 (gap 1), so its window_end is that epoch's start;
+        # over the epochs, every session once, equal to the reference
+        from_api = []
+        for epoch in range(e, reply["epoch"] + 1):
+            got_e = (await agents[1].results("sessions", epoch))["sessions"]
+            assert got_e["columns"] == reply["columns"] and got_e["since_epoch"] == e
+            assert all(r["window_end"] == float(epoch) for r in got_e["rows"]), (epoch, got_e)
+            from_api.extend(got_e["rows"])
+        assert sorted(from_api, key=lambda r: (r["window_start"], r["user"])) == want
 
 
 async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> None:
@@ -150,3 +161,42 @@ async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> 
         assert flag.startswith("tentative: epoch 2 lacks origins"), flag
     assert job.on_query({})["flagged_epochs"] == 1
     assert [m["kind"] for m in multicasts] == ["empty"] * 3  # batch mode, as before
+
+    # the results API (agent/runtime/job/queries.py, as GET /api/v1/jobs/{name}/results
+    # answers) carries each epoch's closed sessions, flagged the same way
+    from agent.runtime.job.queries import NotFinal, ResultQueries
+
+    me = "http://me"
+    host.__dict__.update(
+        name="s", tree_list=[0], lake=None, operator=None, count=lambda *a: None,
+        network=SimpleNamespace(
+            data_url=me, trees=SimpleNamespace(view=lambda t: SimpleNamespace(is_root=True))
+        ),
+        recovery=SimpleNamespace(unpublished=lambda t, e: False),
+        late_ledger=SimpleNamespace(of=lambda e: None),
+    )  # fmt: skip
+    queries = ResultQueries(host)  # type: ignore[arg-type]
+    by_epoch = {}
+    for epoch in (1, 2, 3):
+        res = await queries.results(epoch, "changes")
+        by_epoch[epoch] = res["sessions"]
+        assert res["state"] == ("tentative" if epoch == 2 else "final")
+    assert by_epoch[1]["rows"] == []  # nothing closed with epoch 1 (gap 1: a and b go on)
+    (b_row,) = by_epoch[2]["rows"]  # b's session [1, 2) closed by the tentative epoch 2
+    (a_row,) = by_epoch[3]["rows"]  # a's [1, 3) closed by the final epoch 3, still flagged
+    assert (b_row["user"], b_row["n"], a_row["user"], a_row["n"]) == ("b", 1, "a", 2)
+    assert (b_row["window_start"], b_row["window_end"]) == (1.0, 2.0)
+    assert (a_row["window_start"], a_row["window_end"]) == (1.0, 3.0)
+    for row in (a_row, b_row):
+        (flag,) = row["flags"]
+        assert flag == "tentative: epoch 2 lacks origins 2", flag
+    assert by_epoch[3]["columns"] == ["window_start", "window_end", "user", "n", "flags"]
+    # EMIT FINAL: the tentative epoch is refused, the final epoch 3 shows a's session flagged
+    with pytest.raises(NotFinal):
+        await queries.results(2, "final")
+    assert (await queries.results(3, "final"))["sessions"]["rows"] == [a_row]
+    # an epoch the master never fed: said so, no rows guessed
+    assert job.closed_windows(9) == {
+        "columns": by_epoch[3]["columns"], "since_epoch": 1, "rows": None, "pending": True,
+        "why": "epoch 9 not fed yet",
+    }  # fmt: skip
