@@ -14,11 +14,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from agent_helpers import running_agents, wait_for
 
 from agent.jobs.ql_job import spec_from_query
 from agent.runtime.local.oneshot import run_file
+from agent.runtime.ops.openapi import DOCUMENT
 
 QUERY = """
 SELECT user, count(*) AS n, sum(bytes) AS total
@@ -105,8 +107,14 @@ async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> 
         # epoch is L closes with epoch L + 1 (gap 1), so its window_end is that epoch's start;
         # over the epochs, every session once, equal to the reference
         from_api = []
+        schema = {
+            **DOCUMENT["components"]["schemas"]["Results"],
+            "components": DOCUMENT["components"],
+        }
         for epoch in range(e, reply["epoch"] + 1):
-            got_e = (await agents[1].results("sessions", epoch))["sessions"]
+            res = await agents[1].results("sessions", epoch)
+            jsonschema.validate(res, schema)  # the reply the OpenAPI document describes
+            got_e = res["sessions"]
             assert got_e["columns"] == reply["columns"] and got_e["since_epoch"] == e
             assert all(r["window_end"] == float(epoch) for r in got_e["rows"]), (epoch, got_e)
             from_api.extend(got_e["rows"])
