@@ -18,7 +18,8 @@ Contract (:class:`EpochPipeline`, one per job runtime):
 * **Up or stored**: an epoch a barrier emits below the root is sent to the parent
   (:meth:`~EpochPipeline.send_up`; when is kept for the timings); at the root the runtime
   stores it and the master's hooks run (:meth:`~EpochPipeline.master_epoch`: the job's
-  ``on_epoch_result``, then a feedback or "empty" multicast for iterative and batch jobs).
+  ``on_epoch_result``, a session query's closed sessions to the lake, then a feedback or
+  "empty" multicast for iterative and batch jobs).
 * **Late records**: after each batch, what the clock refused as late goes to the worker's
   :class:`~agent.runtime.epochs.late.LateRecords` (counted, sampled to the dead-letter file,
   logged); the counts it queued for the master go to the loop with the closed epochs and on to
@@ -268,6 +269,11 @@ class EpochPipeline:
         if stored is not None and stored.state != "final":  # final: no hop to the job
             await host.call_job(job.on_epoch_quality, epoch, stored.state, list(stored.lacking))
         await host.call_job(job.on_epoch_result, epoch, snap)
+        if host.lake is not None and tid == host.tree_list[0]:
+            # a session query's sessions closed with this epoch: to the lake beside it
+            closed = job.closed_windows(epoch)
+            if closed is not None and isinstance(closed.get("rows"), list):
+                host.lake.sessions(tid, epoch, closed["rows"])
         if host.spec.mode == "iterative":
             value = await host.call_job(job.feedback_for, epoch, snap)
             if value is not None:

@@ -21,6 +21,7 @@ from agent_helpers import running_agents, wait_for
 from agent.jobs.ql_job import spec_from_query
 from agent.runtime.local.oneshot import run_file
 from agent.runtime.ops.openapi import DOCUMENT
+from spark_sink.lake import Lake, read_table
 
 QUERY = """
 SELECT user, count(*) AS n, sum(bytes) AS total
@@ -67,7 +68,8 @@ def reference(e: int, records: list[tuple[str, int, int]]) -> list[dict[str, Any
 
 
 async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> None:
-    async with running_agents(2) as agents:
+    lake = tmp_path / "lake"
+    async with running_agents(2, lake=str(lake), data_dir=str(tmp_path / "data")) as agents:
         e = math.floor(time.time()) + 1
         spec = spec_from_query("sessions", "t", QUERY, start_epoch=e, allowed_lateness=0.5)
         assert spec["epoch_seconds"] == 1.0 and spec["mode"] == "batch"
@@ -120,6 +122,21 @@ async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> 
             from_api.extend(got_e["rows"])
         assert sorted(from_api, key=lambda r: (r["window_start"], r["user"])) == want
 
+        # the lake: each epoch's sessions under the job "sessions~sessions", one named row
+        # per session (Spark reads them as any job's rows), the same sessions once each
+        def in_lake() -> list[dict[str, Any]] | None:
+            files = Lake(str(lake)).files("sessions~sessions")
+            if not set(range(e, reply["epoch"] + 1)) <= {f.epoch for f in files}:
+                return None
+            table = read_table(Lake(str(lake)), files)
+            cols = ["epoch", "window_start", "window_end", "user", "n", "total", "flags"]
+            return [{c: r.get(c) for c in cols} for r in table.to_pylist()]
+
+        written = await wait_for(in_lake, 30, "the sessions in the lake")
+        assert all(r["window_end"] == float(r["epoch"]) for r in written)
+        got_lake = [{k: v for k, v in r.items() if k != "epoch"} for r in written]
+        assert sorted(got_lake, key=lambda r: (r["window_start"], r["user"])) == want
+
 
 async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> None:
     """The master's epoch pipeline (agent/runtime/job/pipeline.py) over a real ResultStore:
@@ -148,7 +165,7 @@ async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> 
     host = SimpleNamespace(
         tunables=RuntimeTunables(), worker=None, store=store, spec=job.spec,
         changes=SimpleNamespace(job_for=lambda epoch: job), call_job=call_job,
-        control=SimpleNamespace(multicast=multicast),
+        control=SimpleNamespace(multicast=multicast), lake=None, tree_list=[0],
     )  # fmt: skip
     pipeline = EpochPipeline(host)  # type: ignore[arg-type]
     for epoch, users, origins in [(1, "ab", {1, 2}), (2, "a", {1}), (3, "", {1, 2})]:
@@ -176,7 +193,7 @@ async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> 
 
     me = "http://me"
     host.__dict__.update(
-        name="s", tree_list=[0], lake=None, operator=None, count=lambda *a: None,
+        name="s", operator=None, count=lambda *a: None,
         network=SimpleNamespace(
             data_url=me, trees=SimpleNamespace(view=lambda t: SimpleNamespace(is_root=True))
         ),
