@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from agent.jobs.job import Job
 from agent.runtime.epochs.cpu_budget import CpuBudget
 from agent.runtime.job.host import JobHost
 from agent.runtime.job.late_reports import LateReporter
@@ -269,11 +270,8 @@ class EpochPipeline:
         if stored is not None and stored.state != "final":  # final: no hop to the job
             await host.call_job(job.on_epoch_quality, epoch, stored.state, list(stored.lacking))
         await host.call_job(job.on_epoch_result, epoch, snap)
-        if host.lake is not None and tid == host.tree_list[0]:
-            # a session query's sessions closed with this epoch: to the lake beside it
-            closed = job.closed_windows(epoch)
-            if closed is not None and isinstance(closed.get("rows"), list):
-                host.lake.sessions(tid, epoch, closed["rows"])
+        if tid == host.tree_list[0]:
+            self.sessions_to_lake(job, epoch)
         if host.spec.mode == "iterative":
             value = await host.call_job(job.feedback_for, epoch, snap)
             if value is not None:
@@ -282,6 +280,17 @@ class EpochPipeline:
                 )
         elif host.spec.mode == "batch":
             await host.control.multicast(tid, {"kind": "empty", "epoch": epoch})
+
+    def sessions_to_lake(self, job: Job, epoch: int) -> None:
+        """As master, once ``job`` merged ``epoch`` (stored, or replayed by a master that
+        took over): the windows it closed with the epoch (``Job.closed_windows``: a session
+        query's sessions) to the lake, beside the epoch's own rows."""
+        host = self.host
+        if host.lake is None:
+            return
+        closed = job.closed_windows(epoch)
+        if closed is not None and isinstance(closed.get("rows"), list):
+            host.lake.sessions(host.tree_list[0], epoch, closed["rows"])
 
     def bound_results(self) -> None:
         """Past the results' byte budget, spill the oldest epochs (one background task at a

@@ -3,10 +3,15 @@ spec from spec_from_query (what ``elf submit --query`` and the dashboard build),
 ingested on every agent across several 1-second epochs, the master closes the sessions and
 its ``on_query`` (``POST /api/v1/jobs/{name}/query``) answers rows equal to an independent
 reference: each user's maximal runs of adjacent active epochs, counted and summed directly
-from the records - and so does ``elf run`` (columnar and row path) over the same records."""
+from the records - and so do ``elf run`` (columnar and row path) over the same records, the
+results API's ``sessions`` read epoch by epoch (each session in the epoch that closed it;
+replies valid against the OpenAPI document), the results stream, and the lake the master
+writes (``<name>~sessions``). A tentative epoch's sessions come flagged through the results
+API, also under EMIT FINAL."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -14,10 +19,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import jsonschema
 import pytest
-from agent_helpers import running_agents, wait_for
+from agent_helpers import SECRET, running_agents, wait_for
 
+from agent.config import derive_api_token
 from agent.jobs.ql_job import spec_from_query
 from agent.runtime.local.oneshot import run_file
 from agent.runtime.ops.openapi import DOCUMENT
@@ -122,6 +129,11 @@ async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> 
             from_api.extend(got_e["rows"])
         assert sorted(from_api, key=lambda r: (r["window_start"], r["user"])) == want
 
+        # the results stream (GET .../results/stream, elf results --follow) carries the same
+        # reply: each epoch's sessions, once per epoch
+        streamed = await stream_sessions(agents[0].api.url, e, int(reply["epoch"]))
+        assert sorted(streamed, key=lambda r: (r["window_start"], r["user"])) == want
+
         # the lake: each epoch's sessions under the job "sessions~sessions", one named row
         # per session (Spark reads them as any job's rows), the same sessions once each
         def in_lake() -> list[dict[str, Any]] | None:
@@ -136,6 +148,24 @@ async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> 
         assert all(r["window_end"] == float(r["epoch"]) for r in written)
         got_lake = [{k: v for k, v in r.items() if k != "epoch"} for r in written]
         assert sorted(got_lake, key=lambda r: (r["window_start"], r["user"])) == want
+
+
+async def stream_sessions(api_url: str, first: int, last: int) -> list[dict[str, Any]]:
+    """The sessions of epochs first..last read from the results stream (one per epoch: a
+    newer version of an epoch carries the same sessions)."""
+    headers = {"Authorization": f"Bearer {derive_api_token(SECRET.encode())}"}
+    url = f"{api_url}/api/v1/jobs/sessions/results/stream?emit=changes&after={first - 1}:0"
+    by_epoch: dict[int, list[dict[str, Any]]] = {}
+    async with aiohttp.ClientSession(headers=headers) as http, http.get(url) as resp:
+        assert resp.status == 200, await resp.text()
+        async with asyncio.timeout(30):
+            async for line in resp.content:
+                event = json.loads(line)
+                if event["event"] == "result" and first <= event["epoch"] <= last:
+                    by_epoch[event["epoch"]] = event["sessions"]["rows"]
+                if len(by_epoch) == last - first + 1:
+                    break
+    return [row for rows in by_epoch.values() for row in rows]
 
 
 async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> None:
