@@ -229,13 +229,14 @@ class Job:
         (``WINDOW SESSION``). A later fold into the epoch does not call it again."""
         return None
 
-    def closed_windows(self, epoch: int) -> dict[str, Any] | None:
+    def closed_windows(self, epoch: int, limit: int | None = None) -> dict[str, Any] | None:
         """The windows the master closed when it got ``epoch``'s result, for the results API's
         ``sessions`` field (jobs that merge epochs into windows of their own: ELF QL's
         ``WINDOW SESSION``): ``{"columns", "rows", ...}`` with ``rows`` None (and ``pending``
         True while ``epoch`` waits for its ``on_epoch_result``, else ``why``) when the job does
-        not hold them. None, the default: the job closes no windows of its own. Bounded by the
-        job: it keeps the newest epochs' rows only. Called on the event loop (and again on the
+        not hold them; at most ``limit`` rows (None: all), the rest counted in ``omitted``.
+        None, the default: the job closes no windows of its own. Bounded by the job: it keeps
+        the newest epochs' rows only. Called on the event loop (and again on the
         record thread while pending): a lookup, never blocking, reading state ``on_epoch_result``
         replaces whole (no iteration over what that thread mutates)."""
         return None

@@ -162,11 +162,12 @@ class QLJob(Job):
             self._closed_at_rows -= len(self._closed_at.pop(oldest))
             self._closed_at_dropped = max(oldest, self._closed_at_dropped or oldest)
 
-    def closed_windows(self, epoch: int) -> dict[str, Any] | None:
+    def closed_windows(self, epoch: int, limit: int | None = None) -> dict[str, Any] | None:
         """The sessions closed when the master fed ``epoch`` (module docstring): ``rows``
         (None with ``pending`` while the epoch waits for ``on_epoch_result``, else with
-        ``why``), ``since_epoch`` (where this master's sessions begin); None for a query
-        without SESSION."""
+        ``why``; the first ``limit``, the rest counted in ``omitted``), ``since_epoch``
+        (where this master's sessions begin); None for a query without SESSION. The newest
+        epoch's are kept whole whatever their number (the lake gets them all)."""
         if self.sessions is None:
             return None
         out: dict[str, Any] = {
@@ -175,6 +176,8 @@ class QLJob(Job):
         }
         rows = self._closed_at.get(epoch)
         if rows is not None:
+            if limit is not None and len(rows) > limit:
+                return {**out, "rows": rows[:limit], "omitted": len(rows) - limit}
             return {**out, "rows": list(rows)}
         began, frontier = self.sessions.began, self.sessions.frontier
         if self._closed_at_dropped is not None and epoch <= self._closed_at_dropped:

@@ -49,6 +49,9 @@ FINAL_TRIES = 3
 #: record-thread round trips a master waits for a stored epoch's on_epoch_result to run
 #: before answering its ``sessions`` as pending (the hook runs right after the store)
 SESSION_WAITS = 8
+#: the sessions one results reply carries at most (the rest counted in ``omitted``: the lake
+#: has every one)
+SESSION_ROWS = 10_000
 
 
 class NotFinal(Conflict):
@@ -219,11 +222,11 @@ class ResultQueries:
         if tid != host.tree_list[0]:
             return {}
         job = host.changes.job_for(epoch)
-        got = job.closed_windows(epoch)  # a lookup, on the loop (its contract)
+        got = job.closed_windows(epoch, SESSION_ROWS)  # a lookup, on the loop (its contract)
         for _ in range(SESSION_WAITS if held else 0):
             if not isinstance(got, dict) or not got.get("pending"):
                 break
-            got = await host.call_job(job.closed_windows, epoch)
+            got = await host.call_job(job.closed_windows, epoch, SESSION_ROWS)
         return {} if got is None else {"sessions": got}
 
     def accuracy_now(self, tid: int, epoch: int, result: Any) -> float | None:

@@ -255,3 +255,42 @@ async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> 
         "columns": by_epoch[3]["columns"], "since_epoch": 1, "rows": None, "pending": True,
         "why": "epoch 9 not fed yet",
     }  # fmt: skip
+
+
+def test_the_sessions_kept_per_epoch_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``QLJob.closed_windows``: the newest MAX_SESSION_EPOCHS epochs within MAX_SESSION_ROWS
+    rows (the newest epoch whole however many), older ones answered null with why, a reply
+    cut at ``limit`` counts the rest in ``omitted``."""
+    from agent.jobs import ql_job
+    from agent.jobs.job import create_job, parse_spec
+    from cbt import CompressedBufferTree
+
+    monkeypatch.setattr(ql_job, "MAX_SESSION_EPOCHS", 3)
+    monkeypatch.setattr(ql_job, "MAX_SESSION_ROWS", 4)
+    text = "SELECT user, count(*) AS n FROM ingest GROUP BY user WINDOW SESSION(1 s)"
+    job = create_job(parse_spec(spec_from_query("s", "t", text, start_epoch=1)))
+
+    def feed(epoch: int, users: list[str]) -> None:
+        tree = CompressedBufferTree(job.make_aggregator())
+        for u in users:
+            for k, v in job.compiled.map({"user": u}):
+                tree.insert(k, v)
+        job.on_epoch_result(epoch, tree.flush())
+
+    for epoch in range(1, 7):  # u<k> active in epoch k alone: its session closes with k + 1
+        feed(epoch, [f"u{epoch}"])
+    assert [r["user"] for r in job.closed_windows(6)["rows"]] == ["u5"]
+    assert [r["user"] for r in job.closed_windows(4)["rows"]] == ["u3"]
+    old = job.closed_windows(3)
+    assert old["rows"] is None and "newest 3 epochs within 4 rows" in old["why"]
+    assert "pending" not in old
+    feed(7, [f"v{i}" for i in range(5)])
+    feed(8, [])  # closes the five v sessions: more than the row budget, kept whole
+    whole = job.closed_windows(8)
+    assert sorted(r["user"] for r in whole["rows"]) == [f"v{i}" for i in range(5)]
+    assert job.closed_windows(7)["rows"] is None  # the budget dropped every older epoch
+    cut = job.closed_windows(8, 2)
+    assert cut["rows"] == whole["rows"][:2] and cut["omitted"] == 3
+    # replaying an epoch (a master rebuilding) keeps its first sessions
+    feed(8, ["v0"])
+    assert job.closed_windows(8)["rows"] == whole["rows"]
