@@ -608,7 +608,8 @@ def _sessions_shown(sessions: Any) -> dict[str, Any]:
     shown = {k: sessions.get(k) for k in ("columns", "since_epoch", "why", "pending")}
     if not isinstance(rows, list):
         return {"sessions": {**shown, "rows": None, "rows_total": 0}}
-    return {"sessions": {**shown, "rows": rows[:RESULT_ROWS], "rows_total": len(rows)}}
+    total = len(rows) + int(sessions.get("omitted") or 0)  # a reply's cut, counted
+    return {"sessions": {**shown, "rows": rows[:RESULT_ROWS], "rows_total": total}}
 
 
 def _describe(exc: BaseException) -> str:
