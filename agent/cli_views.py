@@ -5,7 +5,8 @@ older agent, a job without a master here): :func:`membership_lines` names, per j
 ``GET /api/v1/status`` reply, the origins its masters here count absent (since when, their
 last epoch, when they are retired automatically), retired (when, from which epoch, why) and
 left; :func:`result_line` says of a ``GET /api/v1/jobs/{name}/results`` reply whether the
-epoch is final, tentative or partial, with its term, version, coverage and lacking origins;
+epoch is final, tentative or partial, with its term, version, coverage and lacking origins
+(and, for a session query, how many sessions the epoch closed and how many are flagged);
 :func:`retire_problem` says why a retirement reply is not complete (None when it is);
 :func:`tap_line` sums up a ``GET /api/v1/jobs/{name}/tap`` reply. Node ids
 are shortened to 8 hex digits after padding to 40 (results name them without leading zeros).
@@ -93,6 +94,14 @@ def result_line(result: dict[str, Any]) -> str:
         lacking = result.get("lacking")
         if isinstance(lacking, list) and lacking:
             line += ", lacking " + " ".join(short(o) for o in lacking)
+    sessions = result.get("sessions")
+    if isinstance(sessions, dict):  # a session query: what this epoch closed, or why not
+        rows = sessions.get("rows")
+        if isinstance(rows, list):
+            flagged = sum(1 for r in rows if isinstance(r, dict) and r.get("flags"))
+            line += f"; {len(rows)} sessions closed" + (f" ({flagged} flagged)" if flagged else "")
+        else:
+            line += f"; sessions unknown here: {sessions.get('why', '?')}"
     return line
 
 

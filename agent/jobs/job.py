@@ -11,7 +11,9 @@ The paper's primitives, in Python:
   runs again); ``on_recv(node_id, paos)`` receives a direct ``send_to``.
 * master side: ``on_epoch_result(epoch, snapshot)`` gets each epoch's reduced result, in epoch
   order (``on_epoch_quality(epoch, state, lacking)`` just before it when the result is
-  tentative or partial); ``feedback_for(epoch, snapshot)`` (iterative mode) returns the
+  tentative or partial); ``closed_windows(epoch)`` answers the rows of the windows the master
+  closed with that epoch (state merged across epochs, ELF QL's ``WINDOW SESSION``) for the
+  results API; ``feedback_for(epoch, snapshot)`` (iterative mode) returns the
   JSON-able value the runtime multicasts to every worker, or None; ``on_timer()`` runs every
   ``timer_interval`` seconds; ``on_query(message) -> dict`` answers ``route`` queries from other
   jobs' masters.
@@ -225,6 +227,18 @@ class Job:
         stored result is not final: its state (``tentative`` or ``partial``) and the origins
         it lacks (hex ids), for jobs whose state derived from results must be flagged too
         (``WINDOW SESSION``). A later fold into the epoch does not call it again."""
+        return None
+
+    def closed_windows(self, epoch: int, limit: int | None = None) -> dict[str, Any] | None:
+        """The windows the master closed when it got ``epoch``'s result, for the results API's
+        ``sessions`` field (jobs that merge epochs into windows of their own: ELF QL's
+        ``WINDOW SESSION``): ``{"columns", "rows", ...}`` with ``rows`` None (and ``pending``
+        True while ``epoch`` waits for its ``on_epoch_result``, else ``why``) when the job does
+        not hold them; at most ``limit`` rows (None: all), the rest counted in ``omitted``.
+        None, the default: the job closes no windows of its own. Bounded by the job: it keeps
+        the newest epochs' rows only. Called on the event loop (and again on the
+        record thread while pending): a lookup, never blocking, reading state ``on_epoch_result``
+        replaces whole (no iteration over what that thread mutates)."""
         return None
 
     def feedback_for(self, epoch: int, snapshot: Snapshot) -> Any:

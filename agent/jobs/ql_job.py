@@ -10,7 +10,11 @@ attribute: no extra call per record); a counting query (``count(*)`` alone, or G
 :class:`QLCountJob`, whose ``map_keys`` feeds the worker's counting fast path. Master side:
 :meth:`QLJob.result_rows` turns the final pairs into named rows (the runtime's results use it),
 ``on_epoch_result`` keeps the last rows this agent mastered (``last_epoch``, ``last_rows``; with
-PARTITIONS > 1 they cover this tree's keys only) and ``on_query`` answers them. Optional
+PARTITIONS > 1 they cover this tree's keys only) and ``on_query`` answers them. A ``WINDOW
+SESSION`` query's master keeps the closed sessions (the newest :data:`MAX_SESSION_ROWS`) for
+``on_query``, and per epoch - the sessions each epoch closed, the newest
+:data:`MAX_SESSION_EPOCHS` epochs within the same row budget - for ``closed_windows`` (the
+results API's ``sessions``). Optional
 ``params["ts_field"]`` names the timestamp field. ``keys_problem`` refuses a peer's snapshot whose
 keys do not decode for the GROUP BY width.
 """
@@ -35,6 +39,9 @@ if TYPE_CHECKING:  # the Arrow plan (pyarrow) loads when the job first needs it
 #: closed session rows a session query's master keeps for ``on_query`` (older ones are
 #: evicted, counted in ``evicted``; the per-epoch panes stay in the results and the lake)
 MAX_SESSION_ROWS = 10_000
+#: epochs whose closed sessions a session query's master keeps for the results API
+#: (``closed_windows``); they share the MAX_SESSION_ROWS budget (the oldest epochs go first)
+MAX_SESSION_EPOCHS = 1024
 #: epochs whose quality flags wait for their on_epoch_result (a bound: never hit in order)
 _MAX_PENDING_QUALITY = 1024
 
@@ -118,6 +125,10 @@ class QLJob(Job):
             self.session_rows: deque[dict[str, Any]] = deque(maxlen=MAX_SESSION_ROWS)
             self.session_evicted = 0
             self._quality: dict[int, list[str]] = {}
+            # epoch -> the rows of the sessions it closed (oldest epoch first), and their total
+            self._closed_at: dict[int, list[dict[str, Any]]] = {}
+            self._closed_at_rows = 0
+            self._closed_at_dropped: int | None = None  # the newest epoch dropped by the bound
         if old is not None and gap is not None:
             old.row, old.gap = self.compiled.row, gap
             return
@@ -135,10 +146,53 @@ class QLJob(Job):
                 name=self.spec.name,
             )
 
-    def _keep(self, closed: list[dict[str, Any]]) -> None:
+    def _keep(self, closed: list[dict[str, Any]], epoch: int | None = None) -> None:
         over = len(self.session_rows) + len(closed) - MAX_SESSION_ROWS
         self.session_evicted += max(0, over)
         self.session_rows.extend(closed)
+        if epoch is None:
+            return
+        # the same row dicts as session_rows: the per-epoch map costs its keys and lists only
+        self._closed_at[epoch] = closed
+        self._closed_at_rows += len(closed)
+        while len(self._closed_at) > 1 and (
+            len(self._closed_at) > MAX_SESSION_EPOCHS or self._closed_at_rows > MAX_SESSION_ROWS
+        ):
+            oldest = min(self._closed_at)
+            self._closed_at_rows -= len(self._closed_at.pop(oldest))
+            self._closed_at_dropped = max(oldest, self._closed_at_dropped or oldest)
+
+    def closed_windows(self, epoch: int, limit: int | None = None) -> dict[str, Any] | None:
+        """The sessions closed when the master fed ``epoch`` (module docstring): ``rows``
+        (None with ``pending`` while the epoch waits for ``on_epoch_result``, else with
+        ``why``; the first ``limit``, the rest counted in ``omitted``), ``since_epoch``
+        (where this master's sessions begin); None for a query without SESSION. The newest
+        epoch's are kept whole whatever their number (the lake gets them all)."""
+        if self.sessions is None:
+            return None
+        out: dict[str, Any] = {
+            "columns": list(self.compiled.output_columns),
+            "since_epoch": self.sessions.began,
+        }
+        rows = self._closed_at.get(epoch)
+        if rows is not None:
+            if limit is not None and len(rows) > limit:
+                return {**out, "rows": rows[:limit], "omitted": len(rows) - limit}
+            return {**out, "rows": list(rows)}
+        began, frontier = self.sessions.began, self.sessions.frontier
+        if self._closed_at_dropped is not None and epoch <= self._closed_at_dropped:
+            why = (
+                f"this master keeps the sessions of its newest {MAX_SESSION_EPOCHS} epochs "
+                f"within {MAX_SESSION_ROWS} rows; epoch {epoch} is older (POST "
+                "/api/v1/jobs/{name}/query answers the newest sessions)"
+            )
+        elif began is not None and epoch < began:
+            why = f"this master's sessions begin at epoch {began} (since_epoch)"
+        elif frontier is not None and epoch <= frontier:
+            why = f"epoch {epoch} had no result at this master (a hole in its epochs)"
+        else:  # not fed yet: the master's on_epoch_result for it is still to run
+            return {**out, "rows": None, "pending": True, "why": f"epoch {epoch} not fed yet"}
+        return {**out, "rows": None, "why": why}
 
     # ---- the columnar path ----------------------------------------------------------------
     def has_batch_path(self) -> bool:
@@ -204,7 +258,10 @@ class QLJob(Job):
         self.last_epoch = epoch
         if self.sessions is not None:
             flags = self._quality.pop(epoch, ())
-            self._keep(self.sessions.feed(epoch, state_items(snapshot), flags))
+            refed = self.sessions.refed_epochs
+            closed = self.sessions.feed(epoch, state_items(snapshot), flags)
+            # a replayed epoch closes nothing again: its first feed's sessions stay its own
+            self._keep(closed, None if self.sessions.refed_epochs > refed else epoch)
             return
         self.last_rows = self.compiled.rows(snapshot)
 

@@ -81,6 +81,19 @@ def test_result_line_says_the_state_term_and_version() -> None:
     )
 
 
+def test_result_line_counts_a_session_querys_closed_sessions() -> None:
+    base = {"epoch": 7, "state": "final", "term": 3, "version": 2}
+    rows = [{"flags": []}, {"flags": ["tentative: epoch 6 lacks origins 2"]}, {"flags": []}]
+    assert result_line({**base, "sessions": {"rows": rows}}) == (
+        "epoch 7: final (term 3, version 2); 3 sessions closed (1 flagged)"
+    )
+    assert result_line({**base, "sessions": {"rows": []}}).endswith("; 0 sessions closed")
+    gone = {"rows": None, "why": "this master's sessions begin at epoch 9 (since_epoch)"}
+    assert result_line({**base, "sessions": gone}).endswith(
+        "; sessions unknown here: this master's sessions begin at epoch 9 (since_epoch)"
+    )
+
+
 def test_retire_problem_names_the_masters_that_refused() -> None:
     ok = {"master": "http://a", "status": 200}
     bad = {"master": "http://b", "status": 503, "error": "not the master"}

@@ -125,3 +125,40 @@ def test_late_records_read_in_spark_beside_files_without_them(spark, tmp_path: P
     assert got == {(E, 0): 4, (E, 1): None, (E + 1, 0): None}
     late = df.where("tree = 0").groupBy("epoch").agg({"late_records": "max"}).collect()
     assert {r["epoch"]: r["max(late_records)"] for r in late} == {E: 4, E + 1: None}
+
+
+def test_a_session_querys_sessions_read_in_spark_as_their_own_job(spark, tmp_path: Path):
+    """A session query's master writes each epoch's closed sessions under the job
+    ``<name>~sessions`` (agent/runtime/results/lake_sink.py): Spark reads them as one row per
+    session, with the window bounds, the SELECT columns and the flags (an array: empty when
+    exact), beside the job's own per-epoch rows."""
+    from agent.runtime.results.lake_sink import sessions_job
+
+    lake = Lake(str(tmp_path))
+    flag = "tentative: epoch 101 lacks origins 2"
+    closed = {
+        E: [],
+        E + 1: [{"window_start": E - 2.0, "window_end": E + 1.0, "user": "a", "n": 5, "flags": []}],
+        E + 2: [
+            {"window_start": E - 1.0, "window_end": E + 2.0, "user": "b", "n": 2, "flags": [flag]},
+            {"window_start": E + 1.0, "window_end": E + 2.0, "user": "c", "n": 1, "flags": []},
+        ],
+    }
+    for epoch, rows in closed.items():
+        lake.write(Rollup("visits", 0, 1, epoch, 1.0, [], named_rows=[{"user": "a", "n": 1}]))
+        lake.write(Rollup(sessions_job("visits"), 0, 1, epoch, 1.0, [], named_rows=rows))
+    df = spark.read.format("elf").option("job", "visits~sessions").load(str(tmp_path))
+    got = sorted(
+        (r["epoch"], r["window_start"], r["window_end"], r["user"], r["n"], list(r["flags"]))
+        for r in df.collect()
+    )
+    want = sorted(
+        (e, r["window_start"], r["window_end"], r["user"], r["n"], r["flags"])
+        for e, rows in closed.items()
+        for r in rows
+    )
+    assert got == want
+    assert {r["user"] for r in df.where("size(flags) = 0").collect()} == {"a", "c"}
+    # a read of every job has both, told apart by the job column
+    jobs = spark.read.format("elf").load(str(tmp_path)).groupBy("job").count().collect()
+    assert {r["job"]: r["count"] for r in jobs} == {"visits": 3, "visits~sessions": 3}

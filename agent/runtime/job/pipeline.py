@@ -18,7 +18,8 @@ Contract (:class:`EpochPipeline`, one per job runtime):
 * **Up or stored**: an epoch a barrier emits below the root is sent to the parent
   (:meth:`~EpochPipeline.send_up`; when is kept for the timings); at the root the runtime
   stores it and the master's hooks run (:meth:`~EpochPipeline.master_epoch`: the job's
-  ``on_epoch_result``, then a feedback or "empty" multicast for iterative and batch jobs).
+  ``on_epoch_result``, a session query's closed sessions to the lake, then a feedback or
+  "empty" multicast for iterative and batch jobs).
 * **Late records**: after each batch, what the clock refused as late goes to the worker's
   :class:`~agent.runtime.epochs.late.LateRecords` (counted, sampled to the dead-letter file,
   logged); the counts it queued for the master go to the loop with the closed epochs and on to
@@ -41,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from agent.jobs.job import Job
 from agent.runtime.epochs.cpu_budget import CpuBudget
 from agent.runtime.job.host import JobHost
 from agent.runtime.job.late_reports import LateReporter
@@ -268,6 +270,8 @@ class EpochPipeline:
         if stored is not None and stored.state != "final":  # final: no hop to the job
             await host.call_job(job.on_epoch_quality, epoch, stored.state, list(stored.lacking))
         await host.call_job(job.on_epoch_result, epoch, snap)
+        if tid == host.tree_list[0]:
+            self.sessions_to_lake(job, epoch)
         if host.spec.mode == "iterative":
             value = await host.call_job(job.feedback_for, epoch, snap)
             if value is not None:
@@ -276,6 +280,17 @@ class EpochPipeline:
                 )
         elif host.spec.mode == "batch":
             await host.control.multicast(tid, {"kind": "empty", "epoch": epoch})
+
+    def sessions_to_lake(self, job: Job, epoch: int) -> None:
+        """As master, once ``job`` merged ``epoch`` (stored, or replayed by a master that
+        took over): the windows it closed with the epoch (``Job.closed_windows``: a session
+        query's sessions) to the lake, beside the epoch's own rows."""
+        host = self.host
+        if host.lake is None:
+            return
+        closed = job.closed_windows(epoch)
+        if closed is not None and isinstance(closed.get("rows"), list):
+            host.lake.sessions(host.tree_list[0], epoch, closed["rows"])
 
     def bound_results(self) -> None:
         """Past the results' byte budget, spill the oldest epochs (one background task at a

@@ -20,6 +20,10 @@ Contract (:class:`ResultQueries`, one per job runtime, on the event loop):
   is 409 :class:`NotFinal`, naming its state, version and what it lacks.
   :meth:`~ResultQueries.versions` lists the epochs every tree's master holds with their merged
   ``revision`` and state (the results stream polls it: ``agent/runtime/ops/results_stream.py``).
+* A job that closes windows of its own (``Job.closed_windows``: ELF QL's ``WINDOW SESSION``)
+  gets, from its first tree's master, the windows each epoch closed in the reply's
+  ``sessions`` (``docs/ql.md``); a stored epoch whose ``on_epoch_result`` has not run yet is
+  waited for (at most :data:`SESSION_WAITS` record-thread round trips, queued behind it).
 * :meth:`~ResultQueries.accuracy_now` never waits: an estimate not computed yet is computed
   in the background for the next reader.
 """
@@ -42,6 +46,12 @@ from srt.dataplane.lineage import covered
 
 #: the newest final epochs tried when a newer one turned tentative between listing and reading
 FINAL_TRIES = 3
+#: record-thread round trips a master waits for a stored epoch's on_epoch_result to run
+#: before answering its ``sessions`` as pending (the hook runs right after the store)
+SESSION_WAITS = 8
+#: the sessions one results reply carries at most (the rest counted in ``omitted``: the lake
+#: has every one)
+SESSION_ROWS = 10_000
 
 
 class NotFinal(Conflict):
@@ -154,6 +164,7 @@ class ResultQueries:
         # predecessor's hand-over - when the lake's version lacks fewer origins than ours
         # (ours may be our own re-read share alone; a repair here may know more than both)
         waiting = result is not None and host.recovery.unpublished(tid, int(epoch))
+        sessions = await self._closed_sessions(tid, int(epoch), held=result is not None)
         found = None
         if host.lake is not None and (result is None or waiting):
             found = await host.lake.history(tid, int(epoch))
@@ -162,7 +173,7 @@ class ResultQueries:
                 and found["rows"] is not None
                 and (result is None or len(found.get("lacking") or ()) < len(result.lacking))
             ):
-                return {"epochs": epochs, **found}
+                return {"epochs": epochs, **found, **sessions}
         if result is None:
             gone = store.gone(tid, int(epoch)) or (found or {}).get("gone")
             return {"epochs": epochs, "rows": None, "gone": gone}
@@ -198,7 +209,25 @@ class ResultQueries:
             # records refused as later than allowed_lateness (the job's first tree's master
             # keeps the origins' reports; results/late_ledger.py)
             **({"late": host.late_ledger.of(int(epoch))} if tid == host.tree_list[0] else {}),
+            **sessions,
         }
+
+    async def _closed_sessions(self, tid: int, epoch: int, *, held: bool) -> dict[str, Any]:
+        """``{"sessions": ...}``: the windows the job closed with ``epoch``
+        (``Job.closed_windows``), asked of the first tree's master; ``{}`` for other trees and
+        jobs that close none. A held epoch not fed to the job yet is waited for: its
+        ``on_epoch_result`` is queued on the record thread right after the store, so a few
+        round trips there (the hook asked again behind it) reach it."""
+        host = self.host
+        if tid != host.tree_list[0]:
+            return {}
+        job = host.changes.job_for(epoch)
+        got = job.closed_windows(epoch, SESSION_ROWS)  # a lookup, on the loop (its contract)
+        for _ in range(SESSION_WAITS if held else 0):
+            if not isinstance(got, dict) or not got.get("pending"):
+                break
+            got = await host.call_job(job.closed_windows, epoch, SESSION_ROWS)
+        return {} if got is None else {"sessions": got}
 
     def accuracy_now(self, tid: int, epoch: int, result: Any) -> float | None:
         """As master of a top-k job: the accuracy estimate of a stored result if computed
@@ -346,6 +375,8 @@ class ResultQueries:
             "rows": rows if named is None else named,
             # records offered for the epoch but refused as late: not in its rows (None: unknown)
             "late": parts[0].get("late"),
+            # a session query's sessions closed with this epoch (its first tree's master)
+            **({"sessions": parts[0]["sessions"]} if parts[0].get("sessions") else {}),
             **provenance(parts),
         }
 

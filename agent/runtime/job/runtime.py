@@ -561,6 +561,7 @@ class _Host:
         if quality is not None:
             await rt.call_job(job.on_epoch_quality, epoch, *quality)
         await rt.call_job(job.on_epoch_result, epoch, snap)
+        rt.pipeline.sessions_to_lake(job, epoch)
 
     def bound_results(self) -> None:
         self._rt.pipeline.bound_results()

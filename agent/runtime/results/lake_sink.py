@@ -31,6 +31,13 @@ under a lower term than it holds for the epoch (``spark_sink/fencing.py``): that
 retried, it is counted (``lake_fenced_writes``), logged at WARNING (job, tree, epoch, both
 terms; within a log budget) and reported to the runtime's
 :meth:`EpochSource.lake_fenced`, on the event loop when the epoch was handed over from one.
+**Sessions**: a job that closes windows of its own (``Job.closed_windows``: ELF QL's ``WINDOW
+SESSION``) gets, with :meth:`LakeSink.sessions` (called by the master once the job was fed the
+epoch), one more file per epoch under the job name :func:`sessions_job` (``<name>~sessions``:
+``~`` is never in a job name): the sessions that epoch closed, one named row each
+(``window_start``, ``window_end``, the SELECT columns, ``flags``), version 1 under the stored
+result's term and with its state (an epoch closes its sessions once; a new master's term
+supersedes them with the ones it rebuilt), empty when it closed none.
 :meth:`LakeSink.history` reads an epoch this master does not hold back from the lake
 (``agent/runtime/results/lake_history.py``). The buffer directory is ``<data_dir>/lake-buffer`` (or
 a per-node one under the system temp directory when the agent has no data directory). A
@@ -271,6 +278,46 @@ class LakeSink:
         self.writer.submit(build, fenced=self._on_fenced(tid, epoch, term))
         rt.count("lake_submitted")
 
+    def sessions(self, tid: int, epoch: int, rows: Sequence[dict[str, Any]]) -> None:
+        """Queue the rows of the sessions ``epoch`` closed (module contract: **Sessions**)
+        for the lake, as the job ``sessions_job(name)``; a fenced write is counted
+        (``lake_fenced_session_writes``): the epoch's own file says the rest."""
+        rt = self.runtime
+        result = rt.store.get(tid, epoch)
+        if result is None or tid not in rt.tree_list:
+            return
+        _, tentative, coverage, lacking = result_version(result)
+        term, spec = int(getattr(result, "term", 0) or 0), rt.spec
+        named = list(rows)
+
+        from spark_sink.lake import Rollup
+
+        def build() -> Rollup:
+            return Rollup(
+                policy=result.policy,
+                term=term,
+                version=1,
+                tentative=tentative,
+                partial=bool(getattr(result, "partial", False)),
+                coverage=coverage,
+                lacking=lacking,
+                job=sessions_job(rt.name),
+                tree=0,
+                trees=1,
+                epoch=epoch,
+                epoch_seconds=spec.schedule.seconds_of(epoch),
+                start_time=spec.schedule.start(epoch) if spec.epoch_schedule else None,
+                rows=[],
+                named_rows=named,
+                completed_at=result.completed_at,
+            )
+
+        def fenced(exc: FencedWrite) -> None:
+            rt.count("lake_fenced_session_writes")
+
+        self.writer.submit(build, fenced=fenced)
+        rt.count("lake_session_submitted")
+
     def _on_fenced(self, tid: int, epoch: int, term: int) -> Callable[[FencedWrite], None]:
         """The writer thread's callback for a fenced write of (tree, epoch): handled on the
         event loop this epoch was handed over from (there is none in synchronous use)."""
@@ -341,6 +388,15 @@ class LakeSink:
         if self._writer is None:
             return {"opened": False, "queued": 0, "pending": 0, "last_error": None}
         return {"opened": True, **self._writer.stats()}
+
+
+#: what a job's session rows are written under in the lake (``~`` is never in a job name)
+SESSIONS_SUFFIX = "~sessions"
+
+
+def sessions_job(name: str) -> str:
+    """The lake's job name for the sessions job ``name`` closes (module contract)."""
+    return name + SESSIONS_SUFFIX
 
 
 def lake_sketches(snap: Snapshot, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:

@@ -3,10 +3,15 @@ spec from spec_from_query (what ``elf submit --query`` and the dashboard build),
 ingested on every agent across several 1-second epochs, the master closes the sessions and
 its ``on_query`` (``POST /api/v1/jobs/{name}/query``) answers rows equal to an independent
 reference: each user's maximal runs of adjacent active epochs, counted and summed directly
-from the records - and so does ``elf run`` (columnar and row path) over the same records."""
+from the records - and so do ``elf run`` (columnar and row path) over the same records, the
+results API's ``sessions`` read epoch by epoch (each session in the epoch that closed it;
+replies valid against the OpenAPI document), the results stream, and the lake the master
+writes (``<name>~sessions``). A tentative epoch's sessions come flagged through the results
+API, also under EMIT FINAL."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -14,10 +19,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agent_helpers import running_agents, wait_for
+import aiohttp
+import jsonschema
+import pytest
+from agent_helpers import SECRET, running_agents, wait_for
 
+from agent.config import derive_api_token
 from agent.jobs.ql_job import spec_from_query
 from agent.runtime.local.oneshot import run_file
+from agent.runtime.ops.openapi import DOCUMENT
+from spark_sink.lake import Lake, read_table
 
 QUERY = """
 SELECT user, count(*) AS n, sum(bytes) AS total
@@ -64,7 +75,8 @@ def reference(e: int, records: list[tuple[str, int, int]]) -> list[dict[str, Any
 
 
 async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> None:
-    async with running_agents(2) as agents:
+    lake = tmp_path / "lake"
+    async with running_agents(2, lake=str(lake), data_dir=str(tmp_path / "data")) as agents:
         e = math.floor(time.time()) + 1
         spec = spec_from_query("sessions", "t", QUERY, start_epoch=e, allowed_lateness=0.5)
         assert spec["epoch_seconds"] == 1.0 and spec["mode"] == "batch"
@@ -100,6 +112,60 @@ async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> 
         # the per-epoch panes stay in the results API, one row per user active there
         res = await agents[0].results("sessions", e + 3)
         assert sorted((r["user"], r["n"]) for r in res["rows"]) == [("u1", 1), ("u3", 1)]
+        # and each epoch's reply carries the sessions it closed: a session whose last active
+        # epoch is L closes with epoch L + 1 (gap 1), so its window_end is that epoch's start;
+        # over the epochs, every session once, equal to the reference
+        from_api = []
+        schema = {
+            **DOCUMENT["components"]["schemas"]["Results"],
+            "components": DOCUMENT["components"],
+        }
+        for epoch in range(e, reply["epoch"] + 1):
+            res = await agents[1].results("sessions", epoch)
+            jsonschema.validate(res, schema)  # the reply the OpenAPI document describes
+            got_e = res["sessions"]
+            assert got_e["columns"] == reply["columns"] and got_e["since_epoch"] == e
+            assert all(r["window_end"] == float(epoch) for r in got_e["rows"]), (epoch, got_e)
+            from_api.extend(got_e["rows"])
+        assert sorted(from_api, key=lambda r: (r["window_start"], r["user"])) == want
+
+        # the results stream (GET .../results/stream, elf results --follow) carries the same
+        # reply: each epoch's sessions, once per epoch
+        streamed = await stream_sessions(agents[0].api.url, e, int(reply["epoch"]))
+        assert sorted(streamed, key=lambda r: (r["window_start"], r["user"])) == want
+
+        # the lake: each epoch's sessions under the job "sessions~sessions", one named row
+        # per session (Spark reads them as any job's rows), the same sessions once each
+        def in_lake() -> list[dict[str, Any]] | None:
+            files = Lake(str(lake)).files("sessions~sessions")
+            if not set(range(e, reply["epoch"] + 1)) <= {f.epoch for f in files}:
+                return None
+            table = read_table(Lake(str(lake)), files)
+            cols = ["epoch", "window_start", "window_end", "user", "n", "total", "flags"]
+            return [{c: r.get(c) for c in cols} for r in table.to_pylist()]
+
+        written = await wait_for(in_lake, 30, "the sessions in the lake")
+        assert all(r["window_end"] == float(r["epoch"]) for r in written)
+        got_lake = [{k: v for k, v in r.items() if k != "epoch"} for r in written]
+        assert sorted(got_lake, key=lambda r: (r["window_start"], r["user"])) == want
+
+
+async def stream_sessions(api_url: str, first: int, last: int) -> list[dict[str, Any]]:
+    """The sessions of epochs first..last read from the results stream (one per epoch: a
+    newer version of an epoch carries the same sessions)."""
+    headers = {"Authorization": f"Bearer {derive_api_token(SECRET.encode())}"}
+    url = f"{api_url}/api/v1/jobs/sessions/results/stream?emit=changes&after={first - 1}:0"
+    by_epoch: dict[int, list[dict[str, Any]]] = {}
+    async with aiohttp.ClientSession(headers=headers) as http, http.get(url) as resp:
+        assert resp.status == 200, await resp.text()
+        async with asyncio.timeout(30):
+            async for line in resp.content:
+                event = json.loads(line)
+                if event["event"] == "result" and first <= event["epoch"] <= last:
+                    by_epoch[event["epoch"]] = event["sessions"]["rows"]
+                if len(by_epoch) == last - first + 1:
+                    break
+    return [row for rows in by_epoch.values() for row in rows]
 
 
 async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> None:
@@ -129,7 +195,7 @@ async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> 
     host = SimpleNamespace(
         tunables=RuntimeTunables(), worker=None, store=store, spec=job.spec,
         changes=SimpleNamespace(job_for=lambda epoch: job), call_job=call_job,
-        control=SimpleNamespace(multicast=multicast),
+        control=SimpleNamespace(multicast=multicast), lake=None, tree_list=[0],
     )  # fmt: skip
     pipeline = EpochPipeline(host)  # type: ignore[arg-type]
     for epoch, users, origins in [(1, "ab", {1, 2}), (2, "a", {1}), (3, "", {1, 2})]:
@@ -150,3 +216,81 @@ async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> 
         assert flag.startswith("tentative: epoch 2 lacks origins"), flag
     assert job.on_query({})["flagged_epochs"] == 1
     assert [m["kind"] for m in multicasts] == ["empty"] * 3  # batch mode, as before
+
+    # the results API (agent/runtime/job/queries.py, as GET /api/v1/jobs/{name}/results
+    # answers) carries each epoch's closed sessions, flagged the same way
+    from agent.runtime.job.queries import NotFinal, ResultQueries
+
+    me = "http://me"
+    host.__dict__.update(
+        name="s", operator=None, count=lambda *a: None,
+        network=SimpleNamespace(
+            data_url=me, trees=SimpleNamespace(view=lambda t: SimpleNamespace(is_root=True))
+        ),
+        recovery=SimpleNamespace(unpublished=lambda t, e: False),
+        late_ledger=SimpleNamespace(of=lambda e: None),
+    )  # fmt: skip
+    queries = ResultQueries(host)  # type: ignore[arg-type]
+    by_epoch = {}
+    for epoch in (1, 2, 3):
+        res = await queries.results(epoch, "changes")
+        by_epoch[epoch] = res["sessions"]
+        assert res["state"] == ("tentative" if epoch == 2 else "final")
+    assert by_epoch[1]["rows"] == []  # nothing closed with epoch 1 (gap 1: a and b go on)
+    (b_row,) = by_epoch[2]["rows"]  # b's session [1, 2) closed by the tentative epoch 2
+    (a_row,) = by_epoch[3]["rows"]  # a's [1, 3) closed by the final epoch 3, still flagged
+    assert (b_row["user"], b_row["n"], a_row["user"], a_row["n"]) == ("b", 1, "a", 2)
+    assert (b_row["window_start"], b_row["window_end"]) == (1.0, 2.0)
+    assert (a_row["window_start"], a_row["window_end"]) == (1.0, 3.0)
+    for row in (a_row, b_row):
+        (flag,) = row["flags"]
+        assert flag == "tentative: epoch 2 lacks origins 2", flag
+    assert by_epoch[3]["columns"] == ["window_start", "window_end", "user", "n", "flags"]
+    # EMIT FINAL: the tentative epoch is refused, the final epoch 3 shows a's session flagged
+    with pytest.raises(NotFinal):
+        await queries.results(2, "final")
+    assert (await queries.results(3, "final"))["sessions"]["rows"] == [a_row]
+    # an epoch the master never fed: said so, no rows guessed
+    assert job.closed_windows(9) == {
+        "columns": by_epoch[3]["columns"], "since_epoch": 1, "rows": None, "pending": True,
+        "why": "epoch 9 not fed yet",
+    }  # fmt: skip
+
+
+def test_the_sessions_kept_per_epoch_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``QLJob.closed_windows``: the newest MAX_SESSION_EPOCHS epochs within MAX_SESSION_ROWS
+    rows (the newest epoch whole however many), older ones answered null with why, a reply
+    cut at ``limit`` counts the rest in ``omitted``."""
+    from agent.jobs import ql_job
+    from agent.jobs.job import create_job, parse_spec
+    from cbt import CompressedBufferTree
+
+    monkeypatch.setattr(ql_job, "MAX_SESSION_EPOCHS", 3)
+    monkeypatch.setattr(ql_job, "MAX_SESSION_ROWS", 4)
+    text = "SELECT user, count(*) AS n FROM ingest GROUP BY user WINDOW SESSION(1 s)"
+    job = create_job(parse_spec(spec_from_query("s", "t", text, start_epoch=1)))
+
+    def feed(epoch: int, users: list[str]) -> None:
+        tree = CompressedBufferTree(job.make_aggregator())
+        for u in users:
+            for k, v in job.compiled.map({"user": u}):
+                tree.insert(k, v)
+        job.on_epoch_result(epoch, tree.flush())
+
+    for epoch in range(1, 7):  # u<k> active in epoch k alone: its session closes with k + 1
+        feed(epoch, [f"u{epoch}"])
+    assert [r["user"] for r in job.closed_windows(6)["rows"]] == ["u5"]
+    assert [r["user"] for r in job.closed_windows(4)["rows"]] == ["u3"]
+    old = job.closed_windows(3)
+    assert old["rows"] is None and "newest 3 epochs within 4 rows" in old["why"]
+    assert "pending" not in old
+    feed(7, [f"v{i}" for i in range(5)])
+    feed(8, [])  # closes the five v sessions: more than the row budget, kept whole
+    whole = job.closed_windows(8)
+    assert sorted(r["user"] for r in whole["rows"]) == [f"v{i}" for i in range(5)]
+    assert job.closed_windows(7)["rows"] is None  # the budget dropped every older epoch
+    cut = job.closed_windows(8, 2)
+    assert cut["rows"] == whole["rows"][:2] and cut["omitted"] == 3
+    # replaying an epoch (a master rebuilding) keeps its first sessions
+    feed(8, ["v0"])
+    assert job.closed_windows(8)["rows"] == whole["rows"]

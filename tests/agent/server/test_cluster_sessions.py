@@ -1,8 +1,9 @@
 """A session query on a real cluster: 3 ``elf agent`` processes on loopback tail their own
 files; ``elf submit --query`` (the CLI against the HTTP API) submits ``WINDOW SESSION``; the
-master's closed sessions (``POST /api/v1/jobs/{name}/query``) equal an independent reference
-(each user's maximal runs of active epochs within the gap, counted and summed from the
-records) and ``elf run`` over the same records."""
+master's closed sessions (``POST /api/v1/jobs/{name}/query``), and those ``elf results`` reads
+epoch by epoch (the results API's ``sessions``), equal an independent reference (each user's
+maximal runs of active epochs within the gap, counted and summed from the records) and ``elf
+run`` over the same records."""
 
 from __future__ import annotations
 
@@ -99,6 +100,18 @@ def test_elf_submit_session_query_on_agent_processes(cluster: Any) -> None:
     got = sorted(reply["rows"], key=lambda r: (r["window_start"], r["user"]))
     assert got == want
     assert reply["early_closed"] == 0
+    # elf results (the CLI against GET /api/v1/jobs/{name}/results): each epoch's reply
+    # carries the sessions it closed - a session whose last active epoch is L closes with
+    # epoch L + 2 (gap 2 epochs), so window_end = E - 1 -, every session once over the epochs
+    from_results = []
+    for epoch in range(start, int(reply["epoch"]) + 1):
+        out = CliRunner().invoke(cli, ["results", "sessions", "--epoch", str(epoch), *common])
+        assert out.exit_code == 0, out.output
+        closed_e = json.loads(out.stdout)["sessions"]["rows"]
+        assert all(r["window_end"] == float(epoch - 1) for r in closed_e), (epoch, closed_e)
+        assert f"; {len(closed_e)} sessions closed" in out.stderr
+        from_results.extend(closed_e)
+    assert sorted(from_results, key=lambda r: (r["window_start"], r["user"])) == want
     path = root / "all.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in everything))
     local_rows = run_file(QUERY, path, "json").sessions or []

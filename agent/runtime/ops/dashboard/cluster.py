@@ -8,7 +8,8 @@ trees as nodes with parent links colored by epoch lag, its masters' newest epoch
 latency, tentative and partial epochs, coverage, term) and the origins they count absent,
 retired or left (:mod:`agent.runtime.ops.dashboard.membership`), the newest result (at most
 :data:`RESULT_ROWS` rows, fetched once per new epoch, with ``estimates``: its sketch columns,
-:mod:`agent.runtime.ops.dashboard.columns`), series of throughput and roll-up
+:mod:`agent.runtime.ops.dashboard.columns`; a session query's with the sessions that epoch
+closed, at most :data:`RESULT_ROWS` of them: ``sessions``), series of throughput and roll-up
 latency, which agents applied which spec version, and a timeline of failures, failovers,
 recoveries and tentative epochs.
 
@@ -594,7 +595,21 @@ class ClusterPicture:
             },
             "rows": rows[:RESULT_ROWS],
             "rows_total": len(rows),
+            **_sessions_shown(res.get("sessions")),
         }
+
+
+def _sessions_shown(sessions: Any) -> dict[str, Any]:
+    """A session query's closed sessions as the picture shows them: the first
+    :data:`RESULT_ROWS` rows and their total (rows None: unknown here, and ``why``)."""
+    if not isinstance(sessions, dict):
+        return {}
+    rows = sessions.get("rows")
+    shown = {k: sessions.get(k) for k in ("columns", "since_epoch", "why", "pending")}
+    if not isinstance(rows, list):
+        return {"sessions": {**shown, "rows": None, "rows_total": 0}}
+    total = len(rows) + int(sessions.get("omitted") or 0)  # a reply's cut, counted
+    return {"sessions": {**shown, "rows": rows[:RESULT_ROWS], "rows_total": total}}
 
 
 def _describe(exc: BaseException) -> str:

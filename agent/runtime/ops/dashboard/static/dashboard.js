@@ -451,15 +451,39 @@ function drawResult(card, doc) {
       (r.accuracy == null ? "" : `, top-k accuracy ≈ ${(100 * r.accuracy).toFixed(0)} %`) + ")" : " (final)") +
     ` · version ${versionTerm(r)}` +
     ` · ${r.rows_total} rows` + (r.rows_total > r.rows.length ? `, first ${r.rows.length} shown` : "")));
-  if (!r.rows.length) return;
-  const first = r.rows[0];
-  const cols = Array.isArray(first) ? ["key", "value"] : Object.keys(first);
   const est = r.estimates || {};
+  if (r.rows.length) holder.append(rowsTable(r.rows, est, { class: "rows", "data-state": st }));
+  if (r.sessions) drawSessions(holder, r.epoch, r.sessions, est);
+}
+
+function rowsTable(rows, est, attrs, columns) {
+  const first = rows[0];
+  const cols = columns || (Array.isArray(first) ? ["key", "value"] : Object.keys(first));
   const head = (c) => est[c] ? el("th", { title: est[c].error, "data-estimate": est[c].kind }, c + " ≈") : el("th", {}, c);
-  holder.append(el("table", { class: "rows", "data-state": st },
+  return el("table", attrs,
     el("thead", {}, el("tr", {}, ...cols.map(head))),
-    el("tbody", {}, ...r.rows.map((row) => el("tr", {},
-      ...(Array.isArray(row) ? row : cols.map((c) => row[c])).map((v, i) => resultCell(v, est[cols[i]])))))));
+    el("tbody", {}, ...rows.map((row) => el("tr", {},
+      ...(Array.isArray(row) ? row : cols.map((c) => row[c])).map((v, i) => resultCell(v, est[cols[i]]))))));
+}
+
+// A session query's sessions closed with the shown epoch (the rows above are that epoch's
+// per-key pieces): window bounds as UTC times, a flagged session's row marked and its flags
+// shown in the flags cell; rows null: the master does not hold them, and why.
+function drawSessions(holder, epoch, s, est) {
+  if (!Array.isArray(s.rows)) {
+    holder.append(el("p", { class: "muted sessions" }, `sessions closed with epoch ${epoch}: unknown here (${s.why || "?"})`));
+    return;
+  }
+  const flagged = s.rows.filter((row) => row.flags && row.flags.length).length;
+  holder.append(el("p", { class: "sessions" + (flagged ? " tentative" : "") }, `sessions closed with epoch ${epoch}: ${s.rows_total}` +
+    (flagged ? ` (${flagged} flagged)` : "") + (s.rows_total > s.rows.length ? `, first ${s.rows.length} shown` : "")));
+  if (!s.rows.length) return;
+  const when = (t) => typeof t === "number" ? new Date(t * 1000).toISOString().replace("T", " ").replace(/\.000Z$/, "Z") : t;
+  const rows = s.rows.map((row) => ({ ...row, window_start: when(row.window_start), window_end: when(row.window_end),
+    flags: (row.flags || []).join("; ") }));
+  const table = rowsTable(rows, est, { class: "rows sessions" }, s.columns);
+  s.rows.forEach((row, i) => { if (row.flags && row.flags.length) table.tBodies[0].rows[i].setAttribute("data-state", "flagged"); });
+  holder.append(table);
 }
 
 // One result value as a table cell: sketch estimates by kind (percentiles labelled with their

@@ -1,0 +1,170 @@
+"""The dashboard with a ``WINDOW SESSION`` query: submitted through the query box (``POST
+/api/v1/dashboard/query``) to real in-process agents on loopback, fed a user active every
+epoch, one every other epoch and one every third; the results API's ``sessions`` of an epoch
+and the dashboard's picture of its newest result both equal a reference computed from the
+records fed (the sessions that epoch closed: each user's run of active epochs ending just
+before it, counted), and headless Chromium (when present) renders them as a sessions table
+under the epoch's per-key rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from agent_helpers import SECRET, running_agents, wait_for
+from test_dashboard_sketches import CHROMIUM, _has_playwright
+
+from agent.config import derive_api_token
+
+TOKEN = derive_api_token(SECRET.encode())
+JOB = "visits"
+QUERY = "SELECT user, count(*) AS n FROM ingest GROUP BY user WINDOW SESSION(1 s)"
+#: user -> (records per agent in an active epoch, active every k-th epoch from the first)
+USERS = {"always": (3, 1), "even": (2, 2), "third": (1, 3)}
+
+
+def records(first: int, epoch: int) -> list[dict[str, Any]]:
+    """One agent's records in ``epoch``."""
+    out = []
+    for user, (n, every) in USERS.items():
+        if (epoch - first) % every == 0:
+            out += [{"ts": epoch + (i + 1) / 10, "user": user} for i in range(n)]
+    return out
+
+
+def closed_with(fed: dict[int, list[dict[str, Any]]], epoch: int) -> list[dict[str, Any]]:
+    """Reference: the sessions closed with ``epoch`` (gap one epoch): each user active in
+    ``epoch - 1`` and not in ``epoch``, its run of consecutive active epochs, counted."""
+    active = {e: {r["user"] for r in recs} for e, recs in fed.items()}
+    out = []
+    for user in USERS:
+        if user not in active.get(epoch - 1, ()) or user in active.get(epoch, ()):
+            continue
+        start = epoch - 1
+        while user in active.get(start - 1, ()):
+            start -= 1
+        n = sum(r["user"] == user for e in range(start, epoch) for r in fed[e])
+        row = {"window_start": float(start), "window_end": float(epoch), "user": user, "n": n}
+        out.append({**row, "flags": []})
+    return sorted(out, key=lambda r: (r["window_start"], r["user"]))
+
+
+async def test_the_dashboard_shows_a_session_querys_closed_sessions(tmp_path: Path) -> None:
+    async with running_agents(2) as agents:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with aiohttp.ClientSession(headers=headers) as http:
+            url = agents[0].api.url + "/api/v1/dashboard/query"
+            body = {"name": JOB, "query": QUERY}
+            async with http.post(url, data=orjson.dumps(body)) as resp:
+                assert resp.status == 201, await resp.text()
+        await wait_for(
+            lambda: all(a.table.get(JOB) is not None for a in agents), 20, "the job everywhere"
+        )
+        first = math.floor(time.time()) + 2
+        fed: dict[int, list[dict[str, Any]]] = {}
+        stop = asyncio.Event()
+
+        async def feed() -> None:
+            """Every epoch's records, about a second ahead of the clock, until stopped."""
+            e = first
+            while not stop.is_set():
+                fed[e] = []
+                for a in agents:
+                    recs = records(first, e)
+                    fed[e] += recs
+                    await a.ingest("ingest", [json.dumps(r) for r in recs])
+                e += 1
+                with contextlib.suppress(TimeoutError):  # the pace of the feed
+                    await asyncio.wait_for(stop.wait(), max(0.0, e - 1.5 - time.time()))
+
+        feeder = asyncio.ensure_future(feed())
+        try:
+            await check_sessions(agents, fed, first, tmp_path)
+        finally:
+            stop.set()
+            await feeder
+
+
+async def check_sessions(
+    agents: list[Any], fed: dict[int, list[dict[str, Any]]], first: int, tmp_path: Path
+) -> None:
+    # the results API: epochs first+1..first+6 close "even" and "third"'s sessions in turn
+    for epoch in range(first + 1, first + 7):
+
+        async def final(epoch: int = epoch) -> dict[str, Any] | None:
+            try:
+                res = await agents[1].results(JOB, epoch)
+            except Exception:
+                return None
+            return res if res["state"] == "final" else None
+
+        res = await wait_for(final, 30, f"epoch {epoch}'s final result")
+        assert res["sessions"]["rows"] == closed_with(fed, epoch), epoch
+
+    # the picture: the newest result, its sessions the reference's for that epoch
+    picture = agents[1].dashboard
+
+    async def shown() -> dict[str, Any] | None:
+        snap = await picture.snapshot(max_age=0)
+        r = (snap["jobs"].get(JOB) or {}).get("result") or {}
+        s = r.get("sessions") or {}
+        ok = r.get("epoch") in fed and r.get("epoch", 0) > first and s.get("rows")
+        return r if ok else None
+
+    got = await wait_for(shown, 30, "a result with closed sessions in the picture")
+    assert got["sessions"]["rows"] == closed_with(fed, got["epoch"])
+    assert got["sessions"]["rows_total"] == len(got["sessions"]["rows"])
+    assert got["sessions"]["columns"] == ["window_start", "window_end", "user", "n", "flags"]
+
+    if os.access(CHROMIUM, os.X_OK) and _has_playwright():
+        await _check_in_chromium(agents[1].api.url, tmp_path)
+
+
+async def _check_in_chromium(api_url: str, tmp_path: Path) -> None:
+    """The page shows, under the newest epoch's rows, a table of the sessions that epoch
+    closed: the user and n cells are the results API's sessions for the epoch shown."""
+    from playwright.async_api import async_playwright
+
+    from agent.client import ApiClient
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
+        )
+        try:
+            page = await browser.new_page()
+            await page.goto(ApiClient(api_url, TOKEN).dashboard_url(with_token=True))
+            ready = f"""() => !!document.querySelector(
+                '.job[data-job="{JOB}"] .result table.rows.sessions tbody tr')"""
+            deadline = time.monotonic() + 30
+            while not await page.evaluate(ready):
+                assert time.monotonic() < deadline, "no sessions table on the page"
+                await asyncio.sleep(0.1)  # polling the page, as test_dashboard_browser does
+            card = page.locator(f'.job[data-job="{JOB}"]')
+            said = await card.locator(".result p.sessions").inner_text()
+            epoch = int(said.split("epoch ")[1].split(":")[0])
+            titles = await card.locator(".result table.sessions th").all_inner_texts()
+            assert titles == ["window_start", "window_end", "user", "n", "flags"]
+            res = await asyncio.to_thread(ApiClient(api_url, TOKEN).results, JOB, epoch)
+            cells = [
+                await tr.locator("td").all_inner_texts()
+                for tr in await card.locator(".result table.sessions tbody tr").all()
+            ]
+            assert [c[2:4] for c in cells] == [
+                [r["user"], str(r["n"])] for r in res["sessions"]["rows"]
+            ]
+            assert all(c[0].endswith("Z") and c[4] == "" for c in cells), cells
+        finally:
+            await browser.close()
