@@ -152,19 +152,35 @@ async def _check_in_chromium(api_url: str, tmp_path: Path) -> None:
             while not await page.evaluate(ready):
                 assert time.monotonic() < deadline, "no sessions table on the page"
                 await asyncio.sleep(0.1)  # polling the page, as test_dashboard_browser does
-            card = page.locator(f'.job[data-job="{JOB}"]')
-            said = await card.locator(".result p.sessions").inner_text()
-            epoch = int(said.split("epoch ")[1].split(":")[0])
-            titles = await card.locator(".result table.sessions th").all_inner_texts()
-            assert titles == ["window_start", "window_end", "user", "n", "flags"]
-            res = await asyncio.to_thread(ApiClient(api_url, TOKEN).results, JOB, epoch)
-            cells = [
-                await tr.locator("td").all_inner_texts()
-                for tr in await card.locator(".result table.sessions tbody tr").all()
-            ]
-            assert [c[2:4] for c in cells] == [
-                [r["user"], str(r["n"])] for r in res["sessions"]["rows"]
-            ]
+            # the heading, the titles and the cells in one evaluation: the page moves on to
+            # newer epochs while the test reads, so a shown epoch is compared with the API's
+            # answer for it, read again when the page moved on between the two reads
+            shown = f"""() => {{
+                const card = document.querySelector('.job[data-job="{JOB}"] .result');
+                const said = card && card.querySelector('p.sessions');
+                const table = card && card.querySelector('table.sessions');
+                if (!said || !table) return null;
+                return {{said: said.innerText,
+                         titles: [...table.querySelectorAll('th')].map(th => th.innerText),
+                         cells: [...table.querySelectorAll('tbody tr')].map(
+                             tr => [...tr.querySelectorAll('td')].map(td => td.innerText))}};
+            }}"""
+            got: Any = None
+            want: Any = None
+            for _ in range(20):
+                picture = await page.evaluate(shown)
+                if picture is not None:
+                    epoch = int(picture["said"].split("epoch ")[1].split(":")[0])
+                    res = await asyncio.to_thread(ApiClient(api_url, TOKEN).results, JOB, epoch)
+                    got = picture
+                    want = [[r["user"], str(r["n"])] for r in res["sessions"]["rows"]]
+                    if [c[2:4] for c in picture["cells"]] == want:
+                        break
+                await asyncio.sleep(0.5)
+            assert got is not None, "no sessions table on the page"
+            assert got["titles"] == ["window_start", "window_end", "user", "n", "flags"]
+            cells = got["cells"]
+            assert [c[2:4] for c in cells] == want
             assert all(c[0].endswith("Z") and c[4] == "" for c in cells), cells
         finally:
             await browser.close()

@@ -184,30 +184,39 @@ async def _check_in_chromium(
                 assert time.monotonic() < deadline, "no result table on the page"
                 await asyncio.sleep(0.1)  # polling the page, as test_dashboard_browser does
             card = page.locator(f'.job[data-job="{JOB}"]')
-            head = await card.locator(".result p").first.inner_text()
-            epoch = int(head.split("epoch ")[1].split()[0])
             titles = await card.locator(".result th").all_inner_texts()
             assert titles == ["page", "latency ≈", "users ≈", "regulars ≈", "n", "slow"]
             tip = await card.locator('.result th[data-estimate="percentiles"]').get_attribute(
                 "title"
             )
             assert tip and "rank error" in tip
-            res = await asyncio.to_thread(ApiClient(api_url, TOKEN).results, JOB, epoch)
-            cells = [
-                await tr.locator("td").all_inner_texts()
-                for tr in await card.locator(".result tbody tr").all()
-            ]
-            want = [
-                [
-                    r["page"],
-                    f"p50 {r['latency'][0]:.6g} · p99 {r['latency'][1]:.6g}",
-                    f"≈ {round(r['users']):,}",
-                    ", ".join(f"{u} ×{c}" for u, c in r["regulars"]),
-                    str(r["n"]),
-                    str(r["slow"]),
+            # the heading and the cells in one evaluation: the page moves to newer epochs (and
+            # versions) while the test reads, so a shown epoch is compared with the API's
+            # answer for it, retried when the page moved on between the two reads
+            shown = f"""() => {{
+                const card = document.querySelector('.job[data-job="{JOB}"] .result');
+                return {{head: card.querySelector('p').innerText,
+                         cells: [...card.querySelectorAll('tbody tr')].map(
+                             tr => [...tr.querySelectorAll('td')].map(td => td.innerText))}};
+            }}"""
+            for _ in range(20):
+                picture = await page.evaluate(shown)
+                epoch = int(picture["head"].split("epoch ")[1].split()[0])
+                res = await asyncio.to_thread(ApiClient(api_url, TOKEN).results, JOB, epoch)
+                want = [
+                    [
+                        r["page"],
+                        f"p50 {r['latency'][0]:.6g} · p99 {r['latency'][1]:.6g}",
+                        f"≈ {round(r['users']):,}",
+                        ", ".join(f"{u} ×{c}" for u, c in r["regulars"]),
+                        str(r["n"]),
+                        str(r["slow"]),
+                    ]
+                    for r in res["rows"]
                 ]
-                for r in res["rows"]
-            ]
-            assert cells == want
+                if picture["cells"] == want:
+                    break
+                await asyncio.sleep(0.5)  # a newer version of the epoch: read both again
+            assert picture["cells"] == want
         finally:
             await browser.close()
