@@ -10,22 +10,12 @@ under the epoch's per-key rows.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import math
-import os
-import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import orjson
-from agent_helpers import SECRET, running_agents, wait_for
-from test_dashboard_sketches import CHROMIUM, _has_playwright
+from agent_helpers import running_agents, wait_for
+from dashboard_harness import TOKEN, chromium_available, dashboard_page, submit_and_feed
 
-from agent.config import derive_api_token
-
-TOKEN = derive_api_token(SECRET.encode())
 JOB = "visits"
 QUERY = "SELECT user, count(*) AS n FROM ingest GROUP BY user WINDOW SESSION(1 s)"
 #: user -> (records per agent in an active epoch, active every k-th epoch from the first)
@@ -60,38 +50,12 @@ def closed_with(fed: dict[int, list[dict[str, Any]]], epoch: int) -> list[dict[s
 
 async def test_the_dashboard_shows_a_session_querys_closed_sessions(tmp_path: Path) -> None:
     async with running_agents(2) as agents:
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with aiohttp.ClientSession(headers=headers) as http:
-            url = agents[0].api.url + "/api/v1/dashboard/query"
-            body = {"name": JOB, "query": QUERY}
-            async with http.post(url, data=orjson.dumps(body)) as resp:
-                assert resp.status == 201, await resp.text()
-        await wait_for(
-            lambda: all(a.table.get(JOB) is not None for a in agents), 20, "the job everywhere"
+        await submit_and_feed(
+            agents,
+            {"name": JOB, "query": QUERY},
+            lambda first, epoch, _agent: records(first, epoch),
+            lambda fed, first: check_sessions(agents, fed, first, tmp_path),
         )
-        first = math.floor(time.time()) + 2
-        fed: dict[int, list[dict[str, Any]]] = {}
-        stop = asyncio.Event()
-
-        async def feed() -> None:
-            """Every epoch's records, about a second ahead of the clock, until stopped."""
-            e = first
-            while not stop.is_set():
-                fed[e] = []
-                for a in agents:
-                    recs = records(first, e)
-                    fed[e] += recs
-                    await a.ingest("ingest", [json.dumps(r) for r in recs])
-                e += 1
-                with contextlib.suppress(TimeoutError):  # the pace of the feed
-                    await asyncio.wait_for(stop.wait(), max(0.0, e - 1.5 - time.time()))
-
-        feeder = asyncio.ensure_future(feed())
-        try:
-            await check_sessions(agents, fed, first, tmp_path)
-        finally:
-            stop.set()
-            await feeder
 
 
 async def check_sessions(
@@ -125,62 +89,45 @@ async def check_sessions(
     assert got["sessions"]["rows_total"] == len(got["sessions"]["rows"])
     assert got["sessions"]["columns"] == ["window_start", "window_end", "user", "n", "flags"]
 
-    if os.access(CHROMIUM, os.X_OK) and _has_playwright():
+    if chromium_available():
         await _check_in_chromium(agents[1].api.url, tmp_path)
 
 
 async def _check_in_chromium(api_url: str, tmp_path: Path) -> None:
     """The page shows, under the newest epoch's rows, a table of the sessions that epoch
     closed: the user and n cells are the results API's sessions for the epoch shown."""
-    from playwright.async_api import async_playwright
-
     from agent.client import ApiClient
 
-    async with async_playwright() as p:
-        browser = await p.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
-        )
-        try:
-            page = await browser.new_page()
-            await page.goto(ApiClient(api_url, TOKEN).dashboard_url(with_token=True))
-            ready = f"""() => !!document.querySelector(
-                '.job[data-job="{JOB}"] .result table.rows.sessions tbody tr')"""
-            deadline = time.monotonic() + 30
-            while not await page.evaluate(ready):
-                assert time.monotonic() < deadline, "no sessions table on the page"
-                await asyncio.sleep(0.1)  # polling the page, as test_dashboard_browser does
-            # the heading, the titles and the cells in one evaluation: the page moves on to
-            # newer epochs while the test reads, so a shown epoch is compared with the API's
-            # answer for it, read again when the page moved on between the two reads
-            shown = f"""() => {{
-                const card = document.querySelector('.job[data-job="{JOB}"] .result');
-                const said = card && card.querySelector('p.sessions');
-                const table = card && card.querySelector('table.sessions');
-                if (!said || !table) return null;
-                return {{said: said.innerText,
-                         titles: [...table.querySelectorAll('th')].map(th => th.innerText),
-                         cells: [...table.querySelectorAll('tbody tr')].map(
-                             tr => [...tr.querySelectorAll('td')].map(td => td.innerText))}};
-            }}"""
-            got: Any = None
-            want: Any = None
-            for _ in range(20):
-                picture = await page.evaluate(shown)
-                if picture is not None:
-                    epoch = int(picture["said"].split("epoch ")[1].split(":")[0])
-                    res = await asyncio.to_thread(ApiClient(api_url, TOKEN).results, JOB, epoch)
-                    got = picture
-                    want = [[r["user"], str(r["n"])] for r in res["sessions"]["rows"]]
-                    if [c[2:4] for c in picture["cells"]] == want:
-                        break
-                await asyncio.sleep(0.5)
-            assert got is not None, "no sessions table on the page"
-            assert got["titles"] == ["window_start", "window_end", "user", "n", "flags"]
-            cells = got["cells"]
-            assert [c[2:4] for c in cells] == want
-            assert all(c[0].endswith("Z") and c[4] == "" for c in cells), cells
-        finally:
-            await browser.close()
+    ready = f"""() => !!document.querySelector(
+        '.job[data-job="{JOB}"] .result table.rows.sessions tbody tr')"""
+    async with dashboard_page(api_url, tmp_path, ready, "sessions table") as page:
+        # the heading, the titles and the cells in one evaluation: the page moves on to
+        # newer epochs while the test reads, so a shown epoch is compared with the API's
+        # answer for it, read again when the page moved on between the two reads
+        shown = f"""() => {{
+            const card = document.querySelector('.job[data-job="{JOB}"] .result');
+            const said = card && card.querySelector('p.sessions');
+            const table = card && card.querySelector('table.sessions');
+            if (!said || !table) return null;
+            return {{said: said.innerText,
+                     titles: [...table.querySelectorAll('th')].map(th => th.innerText),
+                     cells: [...table.querySelectorAll('tbody tr')].map(
+                         tr => [...tr.querySelectorAll('td')].map(td => td.innerText))}};
+        }}"""
+        got: Any = None
+        want: Any = None
+        for _ in range(20):
+            picture = await page.evaluate(shown)
+            if picture is not None:
+                epoch = int(picture["said"].split("epoch ")[1].split(":")[0])
+                res = await asyncio.to_thread(ApiClient(api_url, TOKEN).results, JOB, epoch)
+                got = picture
+                want = [[r["user"], str(r["n"])] for r in res["sessions"]["rows"]]
+                if [c[2:4] for c in picture["cells"]] == want:
+                    break
+            await asyncio.sleep(0.5)
+        assert got is not None, "no sessions table on the page"
+        assert got["titles"] == ["window_start", "window_end", "user", "n", "flags"]
+        cells = got["cells"]
+        assert [c[2:4] for c in cells] == want
+        assert all(c[0].endswith("Z") and c[4] == "" for c in cells), cells

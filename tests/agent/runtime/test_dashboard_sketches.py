@@ -10,25 +10,18 @@ formatted by kind.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import math
-import os
 import random
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import numpy as np
-import orjson
-from agent_helpers import SECRET, running_agents, wait_for
+from agent_helpers import running_agents, wait_for
+from dashboard_harness import TOKEN, chromium_available, dashboard_page, submit_and_feed
 
-from agent.config import derive_api_token
 from cbt.sketches import hll_rse, kll_rank_error
 
-TOKEN = derive_api_token(SECRET.encode())
 JOB = "page-latency"
 QUERY = (
     "SELECT page, approx_percentile(request_time, ARRAY[0.5, 0.99]) AS latency, "
@@ -37,7 +30,6 @@ QUERY = (
     "FROM ingest WHERE starts_with(page, '/product/') GROUP BY page ORDER BY n DESC"
 )
 PAGES = ["/product/a", "/product/b", "/product/c", "/cart"]
-CHROMIUM = "/usr/bin/chromium"
 
 
 def records(epoch: int, agent: int, n: int = 600) -> list[dict[str, Any]]:
@@ -80,38 +72,12 @@ async def test_sketch_query_from_the_query_box_reads_back_exact_or_within_bounds
     tmp_path: Path,
 ) -> None:
     async with running_agents(2) as agents:
-        body = {"name": JOB, "query": QUERY, "epoch_seconds": 1}
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with aiohttp.ClientSession(headers=headers) as http:
-            url = agents[0].api.url + "/api/v1/dashboard/query"
-            async with http.post(url, data=orjson.dumps(body)) as resp:
-                assert resp.status == 201, await resp.text()
-        await wait_for(
-            lambda: all(a.table.get(JOB) is not None for a in agents), 20, "the job everywhere"
+        await submit_and_feed(
+            agents,
+            {"name": JOB, "query": QUERY, "epoch_seconds": 1},
+            lambda _first, epoch, agent: records(epoch, agent),
+            lambda fed, first: check_query(agents, fed, first, tmp_path),
         )
-        first = math.floor(time.time()) + 2
-        fed: dict[int, list[dict[str, Any]]] = {}
-        stop = asyncio.Event()
-
-        async def feed() -> None:
-            """Every epoch's records, about a second ahead of the clock, until stopped."""
-            e = first
-            while not stop.is_set():
-                fed[e] = []
-                for i, a in enumerate(agents):
-                    recs = records(e, i)
-                    fed[e] += recs
-                    await a.ingest("ingest", [json.dumps(r) for r in recs])
-                e += 1
-                with contextlib.suppress(TimeoutError):  # the pace of the feed
-                    await asyncio.wait_for(stop.wait(), max(0.0, e - 1.5 - time.time()))
-
-        feeder = asyncio.ensure_future(feed())
-        try:
-            await check_query(agents, fed, first, tmp_path)
-        finally:
-            stop.set()
-            await feeder
 
 
 async def check_query(
@@ -145,16 +111,8 @@ async def check_query(
     assert est["latency"]["kind"] == "percentiles" and est["latency"]["ranks"] == [0.5, 0.99]
     assert "1.33 %" in est["latency"]["error"] and est["users"]["kind"] == "distinct"
 
-    if os.access(CHROMIUM, os.X_OK) and _has_playwright():
+    if chromium_available():
         await _check_in_chromium(agents[1].api.url, fed, tmp_path)
-
-
-def _has_playwright() -> bool:
-    try:
-        import playwright.async_api  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 async def _check_in_chromium(
@@ -162,61 +120,40 @@ async def _check_in_chromium(
 ) -> None:
     """The page marks the estimate columns (≈, their error as tooltip) and formats them:
     ``p50 x · p99 y``, ``≈ n``; its cells are the results API's rows for the shown epoch."""
-    from playwright.async_api import async_playwright
-
     from agent.client import ApiClient
 
-    async with async_playwright() as p:
-        browser = await p.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
-        )
-        try:
-            page = await browser.new_page()
-            await page.goto(ApiClient(api_url, TOKEN).dashboard_url(with_token=True))
-            ready = (
-                f"""() => !!document.querySelector('.job[data-job="{JOB}"] .result table.rows')"""
-            )
-            deadline = time.monotonic() + 30
-            while not await page.evaluate(ready):
-                assert time.monotonic() < deadline, "no result table on the page"
-                await asyncio.sleep(0.1)  # polling the page, as test_dashboard_browser does
-            card = page.locator(f'.job[data-job="{JOB}"]')
-            titles = await card.locator(".result th").all_inner_texts()
-            assert titles == ["page", "latency ≈", "users ≈", "regulars ≈", "n", "slow"]
-            tip = await card.locator('.result th[data-estimate="percentiles"]').get_attribute(
-                "title"
-            )
-            assert tip and "rank error" in tip
-            # the heading and the cells in one evaluation: the page moves to newer epochs (and
-            # versions) while the test reads, so a shown epoch is compared with the API's
-            # answer for it, retried when the page moved on between the two reads
-            shown = f"""() => {{
-                const card = document.querySelector('.job[data-job="{JOB}"] .result');
-                return {{head: card.querySelector('p').innerText,
-                         cells: [...card.querySelectorAll('tbody tr')].map(
-                             tr => [...tr.querySelectorAll('td')].map(td => td.innerText))}};
-            }}"""
-            for _ in range(20):
-                picture = await page.evaluate(shown)
-                epoch = int(picture["head"].split("epoch ")[1].split()[0])
-                res = await asyncio.to_thread(ApiClient(api_url, TOKEN).results, JOB, epoch)
-                want = [
-                    [
-                        r["page"],
-                        f"p50 {r['latency'][0]:.6g} · p99 {r['latency'][1]:.6g}",
-                        f"≈ {round(r['users']):,}",
-                        ", ".join(f"{u} ×{c}" for u, c in r["regulars"]),
-                        str(r["n"]),
-                        str(r["slow"]),
-                    ]
-                    for r in res["rows"]
+    ready = f"""() => !!document.querySelector('.job[data-job="{JOB}"] .result table.rows')"""
+    async with dashboard_page(api_url, tmp_path, ready, "result table") as page:
+        card = page.locator(f'.job[data-job="{JOB}"]')
+        titles = await card.locator(".result th").all_inner_texts()
+        assert titles == ["page", "latency ≈", "users ≈", "regulars ≈", "n", "slow"]
+        tip = await card.locator('.result th[data-estimate="percentiles"]').get_attribute("title")
+        assert tip and "rank error" in tip
+        # the heading and the cells in one evaluation: the page moves to newer epochs (and
+        # versions) while the test reads, so a shown epoch is compared with the API's
+        # answer for it, retried when the page moved on between the two reads
+        shown = f"""() => {{
+            const card = document.querySelector('.job[data-job="{JOB}"] .result');
+            return {{head: card.querySelector('p').innerText,
+                     cells: [...card.querySelectorAll('tbody tr')].map(
+                         tr => [...tr.querySelectorAll('td')].map(td => td.innerText))}};
+        }}"""
+        for _ in range(20):
+            picture = await page.evaluate(shown)
+            epoch = int(picture["head"].split("epoch ")[1].split()[0])
+            res = await asyncio.to_thread(ApiClient(api_url, TOKEN).results, JOB, epoch)
+            want = [
+                [
+                    r["page"],
+                    f"p50 {r['latency'][0]:.6g} · p99 {r['latency'][1]:.6g}",
+                    f"≈ {round(r['users']):,}",
+                    ", ".join(f"{u} ×{c}" for u, c in r["regulars"]),
+                    str(r["n"]),
+                    str(r["slow"]),
                 ]
-                if picture["cells"] == want:
-                    break
-                await asyncio.sleep(0.5)  # a newer version of the epoch: read both again
-            assert picture["cells"] == want
-        finally:
-            await browser.close()
+                for r in res["rows"]
+            ]
+            if picture["cells"] == want:
+                break
+            await asyncio.sleep(0.5)  # a newer version of the epoch: read both again
+        assert picture["cells"] == want
