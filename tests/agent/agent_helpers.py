@@ -9,8 +9,9 @@ import gc
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 from agent.config import load_config
@@ -120,3 +121,22 @@ async def complete_result(agent: Any, job: str, epoch: int) -> Counter | None:
     if rows and isinstance(rows[0], dict):
         return Counter({r["line"]: r["n"] for r in rows})
     return Counter({k: v for k, v in rows})
+
+
+@contextmanager
+def tailing_cluster(root: Path, agents: int) -> Iterator[tuple[Any, dict[int, dict[str, str]]]]:
+    """``agents`` agent processes on loopback, each tailing its own (empty) log file
+    ``root/input-i.jsonl`` as input ``lines``, started and settled; stopped on exit.
+    Yields the cluster and its inputs (agent index -> {input name: path})."""
+    from agent.server.cluster import LocalCluster
+
+    inputs = {i: {"lines": str(root / f"input-{i}.jsonl")} for i in range(agents)}
+    for spec in inputs.values():
+        Path(spec["lines"]).touch()
+    local = LocalCluster(agents, root, inputs=inputs, extra_args=["--log-level", "WARNING"])
+    local.start(timeout=90)
+    try:
+        local.wait_settled(60)
+        yield local, inputs
+    finally:
+        local.stop()

@@ -440,19 +440,12 @@ def test_elf_run_prints_the_sessions(tmp_path: Path, output: str) -> None:
     assert "1 rejected" in r.stderr and "3 sessions" in r.stderr
 
 
-def test_elf_submit_sends_a_session_query_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_elf_submit_sends_a_session_query_spec(sent: list[dict[str, Any]]) -> None:
     from click.testing import CliRunner
 
     import agent.cli as cli_module
 
-    specs: list[dict[str, Any]] = []
-
-    class Client:
-        def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-            specs.append(spec)
-            return {"ok": True}
-
-    monkeypatch.setattr(cli_module, "api_client", lambda *a: Client())
+    specs = sent
     q = "SELECT user, count(*) FROM log GROUP BY user WINDOW SESSION(1 min) EVERY 10 s"
     r = CliRunner().invoke(cli_module.cli, ["submit", "--name", "s", "--query", q])
     assert r.exit_code == 0, r.output

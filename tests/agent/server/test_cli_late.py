@@ -90,15 +90,8 @@ def test_elf_run_prints_the_late_count(tmp_path: Path) -> None:
     assert sum(x["c"] for x in rows) == len(recs) - sum(want_late.values())
 
 
-def test_elf_submit_sets_allowed_lateness(monkeypatch: pytest.MonkeyPatch) -> None:
-    specs: list[dict[str, Any]] = []
-
-    class Client:
-        def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-            specs.append(spec)
-            return {"ok": True}
-
-    monkeypatch.setattr(cli_module, "api_client", lambda *a: Client())
+def test_elf_submit_sets_allowed_lateness(sent: list[dict[str, Any]]) -> None:
+    specs = sent
     r = CliRunner().invoke(
         cli_module.cli,
         ["submit", "--name", "q", "--query", "SELECT count(*) FROM a", "--allowed-lateness", "7"],

@@ -18,19 +18,6 @@ import agent.cli as cli_module
 from agent.runtime.local.oneshot import run_file
 
 
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    specs: list[dict[str, Any]] = []
-
-    class Client:
-        def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-            specs.append(spec)
-            return {"ok": True}
-
-    monkeypatch.setattr(cli_module, "api_client", lambda *a: Client())
-    return specs
-
-
 def submit(*args: str) -> Any:
     return CliRunner().invoke(cli_module.cli, ["submit", *args])
 

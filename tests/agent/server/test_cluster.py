@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_helpers import wait_until
+from agent_helpers import tailing_cluster, wait_until
 
 from agent.client import ApiClient, ApiError
 from agent.server.cluster import LocalCluster
@@ -72,14 +72,8 @@ def result_counter(client: ApiClient, job: str, epoch: int) -> Counter | None:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("cluster")
-    inputs = {i: {"lines": str(root / f"input-{i}.jsonl")} for i in range(AGENTS)}
-    for spec in inputs.values():
-        Path(spec["lines"]).touch()
-    local = LocalCluster(AGENTS, root, inputs=inputs, extra_args=["--log-level", "WARNING"])
-    local.start(timeout=90)
-    local.wait_settled(60)
-    yield local, inputs
-    local.stop()
+    with tailing_cluster(root, AGENTS) as (local, inputs):
+        yield local, inputs
 
 
 def job_tree(local: LocalCluster, job: str = "wc") -> int:

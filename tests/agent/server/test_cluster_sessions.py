@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_helpers import wait_until
+from agent_helpers import tailing_cluster, wait_until
 from click.testing import CliRunner
 
 from agent.cli import cli
 from agent.client import ApiError
 from agent.runtime.local.oneshot import run_file
-from agent.server.cluster import LocalCluster
 
 AGENTS = 3
 QUERY = (
@@ -60,14 +58,8 @@ def reference(start: int) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("sessions")
-    inputs = {i: {"lines": str(root / f"input-{i}.jsonl")} for i in range(AGENTS)}
-    for spec in inputs.values():
-        Path(spec["lines"]).touch()
-    local = LocalCluster(AGENTS, root, inputs=inputs, extra_args=["--log-level", "WARNING"])
-    local.start(timeout=90)
-    local.wait_settled(60)
-    yield local, inputs, root
-    local.stop()
+    with tailing_cluster(root, AGENTS) as (local, inputs):
+        yield local, inputs, root
 
 
 def test_elf_submit_session_query_on_agent_processes(cluster: Any) -> None:
