@@ -175,14 +175,21 @@ def _session_rules(q: n.Query, columns: list[str]) -> int | None:
     return gap_epochs
 
 
+def _whole_ms(w: n.Window, what: str) -> tuple[int, int]:
+    """A window's size and EVERY (default: the size) in milliseconds, both whole and >= 1;
+    ``what`` names the size in the errors (``WINDOW``, ``a SESSION gap``)."""
+    size_ms = round(w.size * 1000)
+    slide_ms = size_ms if w.slide is None else round(w.slide * 1000)
+    if size_ms < 1 or slide_ms < 1:
+        raise QLError(w.line, w.column, f"expected {what} and EVERY of at least 1 ms")
+    if abs(size_ms - w.size * 1000) > 1e-6 or abs(slide_ms - (w.slide or w.size) * 1000) > 1e-6:
+        raise QLError(w.line, w.column, f"expected {what} and EVERY in whole milliseconds")
+    return size_ms, slide_ms
+
+
 def _session_epochs(w: n.Window) -> tuple[float, int]:
     """A session window's epoch length (EVERY, default the gap) and its gap in epochs."""
-    gap_ms = round(w.size * 1000)
-    step_ms = gap_ms if w.slide is None else round(w.slide * 1000)
-    if gap_ms < 1 or step_ms < 1:
-        raise QLError(w.line, w.column, "expected a SESSION gap and EVERY of at least 1 ms")
-    if abs(gap_ms - w.size * 1000) > 1e-6 or abs(step_ms - (w.slide or w.size) * 1000) > 1e-6:
-        raise QLError(w.line, w.column, "expected a SESSION gap and EVERY in whole milliseconds")
+    gap_ms, step_ms = _whole_ms(w, "a SESSION gap")
     if gap_ms % step_ms:
         raise QLError(
             w.line,
@@ -210,12 +217,7 @@ def _timing(q: n.Query) -> tuple[float, str, int, int]:
         return 1.0, "window" if q.mode == "ASYNC" else "batch", 1, 1
     if w.session:  # each epoch its own pane, as a tumbling WINDOW of EVERY (the gap)
         return _session_epochs(w)[0], "window" if q.mode == "ASYNC" else "batch", 1, 1
-    size_ms = round(w.size * 1000)
-    slide_ms = size_ms if w.slide is None else round(w.slide * 1000)
-    if size_ms < 1 or slide_ms < 1:
-        raise QLError(w.line, w.column, "expected WINDOW and EVERY of at least 1 ms")
-    if abs(size_ms - w.size * 1000) > 1e-6 or abs(slide_ms - (w.slide or w.size) * 1000) > 1e-6:
-        raise QLError(w.line, w.column, "expected WINDOW and EVERY in whole milliseconds")
+    size_ms, slide_ms = _whole_ms(w, "WINDOW")
     if slide_ms > size_ms:
         raise QLError(
             w.line,
