@@ -140,3 +140,20 @@ def tailing_cluster(root: Path, agents: int) -> Iterator[tuple[Any, dict[int, di
         yield local, inputs
     finally:
         local.stop()
+
+
+async def master_knowing_every_origin(agents: list[Any], job: str) -> tuple[Any, list[Any]]:
+    """Wait for ``job``'s master among ``agents`` and for it to count every agent as an
+    origin; returns the master and the other agents."""
+    master = await wait_for(
+        lambda: next((a for a in agents if "master" in a.runtimes[job].roles()), None),
+        20,
+        "a master",
+    )
+    membership = master.runtimes[job].recovery.membership
+    await wait_for(
+        lambda: all(membership.is_member(a.overlay.id) for a in agents),
+        20,
+        "the master to know every agent as an origin",
+    )
+    return master, [a for a in agents if a is not master]

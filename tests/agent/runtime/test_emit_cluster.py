@@ -27,7 +27,7 @@ import aiohttp
 import jsonschema
 import orjson
 import pytest
-from agent_helpers import lines, running_agents, wait_for
+from agent_helpers import lines, master_knowing_every_origin, running_agents, wait_for
 
 from agent.errors import NotFound, Unavailable
 from agent.jobs.ql_job import spec_from_query
@@ -125,16 +125,7 @@ async def test_final_never_shows_a_tentative_version_and_changes_shows_each_flag
         await agents[0].submit(spec_from_query(JOB, "t", QUERY))
         await wait_for(lambda: all(JOB in a.runtimes for a in agents), 10, "the job everywhere")
         feeder = Feeder(agents)
-        master = await wait_for(
-            lambda: next((a for a in agents if "master" in a.runtimes[JOB].roles()), None),
-            20,
-            "a master",
-        )
-        membership = master.runtimes[JOB].recovery.membership
-        await wait_for(
-            lambda: all(membership.is_member(a.overlay.id) for a in agents), 20, "every origin"
-        )
-        other, victim = [a for a in agents if a is not master]
+        master, (other, victim) = await master_knowing_every_origin(agents, JOB)
         # the job's emit is the query's: the results API answers final epochs only
         first = await wait_for(lambda: newest(master), 20, "a final epoch")
         assert first["emit"] == "final" and first["state"] == "final"

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from agent_helpers import lines, running_agents, wait_for
+from agent_helpers import lines, master_knowing_every_origin, running_agents, wait_for
 
 from agent.errors import NotFound, Unavailable
 from agent.runtime.host.agent import Agent
@@ -42,18 +42,7 @@ async def a_job_with_members(agents: list[Agent]) -> tuple[Agent, list[Agent]]:
     e = math.floor(time.time())
     for a in agents:
         await a.ingest("ingest", lines(e, ["a b"]))
-    master = await wait_for(
-        lambda: next((a for a in agents if "master" in a.runtimes[JOB].roles()), None),
-        20,
-        "a master",
-    )
-    membership = master.runtimes[JOB].recovery.membership
-    await wait_for(
-        lambda: all(membership.is_member(a.overlay.id) for a in agents),
-        20,
-        "the master to know every agent as an origin",
-    )
-    return master, [a for a in agents if a is not master]
+    return await master_knowing_every_origin(agents, JOB)
 
 
 async def crash_the_job_on(agent: Agent) -> int:
