@@ -80,7 +80,10 @@ def test_close_due_is_when_an_epoch_becomes_closable(
             continue
         assert due > now
         for frac in (0.0, 0.5, 0.999):  # nothing closes before it is due
-            assert not closable_at(clock, wall, now + (due - now) * frac - 1e-9)
+            # strictly before due as a float: near 1e8 s a float's step (~1.5e-8) is coarser
+            # than the 1e-9 margin, and now + margin alone could round up to due itself
+            before = min(now + (due - now) * frac - 1e-9, math.nextafter(due, -math.inf))
+            assert not closable_at(clock, wall, before)
         if closable_at(clock, wall, due + DUE_SLACK):
             continue
         # before the first open epoch is fixed: due is when the source turns idle; the tick
