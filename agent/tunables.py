@@ -11,7 +11,7 @@ the byte budgets of its results and its worker's buffers), the lake sink (flush 
 compaction, retention), the :class:`~agent.runtime.recovery.offsets.OffsetKeeper` and the
 :class:`~agent.runtime.ops.http_api.HttpApi` (its connection limits, ``api_*``).
 ``lake_retention_days``, ``max_cores``, ``nice`` and ``parse_processes`` may be 0 (off);
-``columnar`` is a boolean.
+``columnar`` and ``watch_files`` are booleans.
 
 This module imports nothing of the project, so the config can nest it without a cycle.
 """
@@ -31,6 +31,11 @@ class RuntimeTunables:
 
     # ---- the agent (agent/runtime/host/agent.py)
     tick_seconds: float = 0.1  # inputs are polled (and jobs fed) at least this often
+    # a file input's directory is watched (Linux inotify, agent/ingest/file_watch.py): the file
+    # is read when the kernel reports a change (at most every tick_seconds) and checked once a
+    # second besides, instead of being stat'ed every tick_seconds; off, or where inotify is
+    # unavailable, it is polled
+    watch_files: bool = True
     resync_seconds: float = 10.0  # anti-entropy: the job table is re-fetched this often
     resync_fanout: int = 2  # children a new jobs-tree root pulls the table from
     query_timeout: float = 10.0  # a query to the jobs-tree root or a job's master

@@ -11,14 +11,20 @@ replaced by an inline runner that counts the ticks (the inputs are the agent's r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
+import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent.config import AgentConfig, InputConfig
 from agent.runtime.host.ticks import IDLE_TICK_SECONDS, Ticks
+from agent.tunables import RuntimeTunables
 
 
 class CountingRecords:
@@ -72,13 +78,19 @@ class Runtime:
 RUNNING: set[int] = set()  # the Ticks whose loop runs (ids)
 
 
-def make_ticks(records: CountingRecords, runtimes: dict[str, Any], **config: Any) -> Ticks:
+def make_ticks(
+    records: CountingRecords,
+    runtimes: dict[str, Any],
+    counted: Counter[str] | None = None,
+    **config: Any,
+) -> Ticks:
+    counted = Counter() if counted is None else counted
     ticks: Ticks = Ticks(
         AgentConfig(secret=b"s" * 32, **config),
         runtimes,
         Offsets(),  # type: ignore[arg-type]
         records=lambda: records,  # type: ignore[arg-type,return-value]
-        count=lambda *a: None,
+        count=lambda what, n=1: counted.update({what: n}),
         running=lambda: id(ticks) in RUNNING,
     )
     RUNNING.add(id(ticks))
@@ -178,3 +190,48 @@ async def test_a_quiet_file_tail_wakes_the_record_thread_only_when_it_grows(
                 await asyncio.sleep(0.01)
     finally:
         await stop(ticks, loop)
+
+
+async def wakes_within(records: CountingRecords, counted: Counter[str], seconds: float) -> int:
+    """Loop wake-ups that looked at the inputs in the next ``seconds``: record-thread ticks
+    plus quiet checks (a ``stat`` each)."""
+    before = len(records.ticks) + counted["ticks_quiet"]
+    await asyncio.sleep(seconds)
+    return len(records.ticks) + counted["ticks_quiet"] - before
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="inotify is Linux's")
+async def test_a_watched_file_is_checked_once_a_second_and_read_when_it_changes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "access.log"
+    path.write_text("")
+    inputs = (InputConfig(name="web", path=str(path)),)
+    wakes = {}
+    for watch in (True, False):
+        records, counted = CountingRecords(), Counter[str]()
+        runtimes: dict[str, Any] = {"job": Runtime(("web",))}
+        runtime = dataclasses.replace(RuntimeTunables(), watch_files=watch)
+        ticks = make_ticks(records, runtimes, counted, inputs=inputs, runtime=runtime)
+        assert ("web" in ticks.watches) is watch
+        loop = asyncio.create_task(ticks.tick_loop())
+        tick = ticks.tunables.tick_seconds
+        try:
+            await ticks_within(records, 0.5)  # the first tick reads the empty file
+            wakes[watch] = await wakes_within(records, counted, 2.5 * IDLE_TICK_SECONDS)
+            if watch:
+                word = f"w{len(runtimes['job'].read)}"
+                for change in ("append", "rotate"):
+                    if change == "rotate":  # moved away and re-created, as logrotate does
+                        path.rename(tmp_path / "access.log.1")
+                        word = "after-rotation"
+                    with path.open("a") as f:
+                        f.write(json.dumps({"ts": time.time(), "word": word}) + "\n")
+                    async with asyncio.timeout(0.75 * IDLE_TICK_SECONDS):
+                        while word not in [r.get("word") for r in runtimes["job"].read]:
+                            await asyncio.sleep(tick / 4)
+        finally:
+            await stop(ticks, loop)
+    # watched: the once-a-second safety check; polled: a stat every tick_seconds
+    assert wakes[True] <= 2.5 + 2, wakes
+    assert wakes[False] >= 2.5 / tick / 2, wakes
