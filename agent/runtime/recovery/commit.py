@@ -62,6 +62,7 @@ class Commit:
             return
         parts.committed[tid] = watermark
         parts.retained.commit(tid, watermark)
+        parts.commit_heard(watermark)
         parts.host.count("commits")
         held_hex = {format(o, "x"): e for o, e in held.items() if e <= watermark}
         parts.committed_epochs.hear(tid, watermark, held_hex)
@@ -87,3 +88,4 @@ class Commit:
         if type(epoch) is int and epoch > parts.committed.get(tid, -1):
             parts.committed[tid] = epoch
             parts.retained.commit(tid, epoch)
+            parts.commit_heard(epoch)

@@ -173,6 +173,10 @@ class RecoveryParts(Protocol):
 
     def advance(self, tid: int) -> None: ...
 
+    def commit_heard(self, epoch: int) -> None:
+        """A commit up to ``epoch`` was made here (master) or heard (member): times the
+        recovery timers meant for late commits (commit_lag.py)."""
+
     def schedule_repair(self, tid: int) -> None: ...
 
     def members_changed(self) -> None: ...

@@ -36,6 +36,7 @@ from agent.runtime.recovery.absence import Absence
 from agent.runtime.recovery.active_replicas import ActiveReplicas
 from agent.runtime.recovery.checkpoints import CheckpointSender
 from agent.runtime.recovery.commit import Commit
+from agent.runtime.recovery.commit_lag import CommitLag
 from agent.runtime.recovery.committed_epochs import CommittedEpochs
 from agent.runtime.recovery.handover import Handover
 from agent.runtime.recovery.host import RecoveryHost
@@ -55,6 +56,10 @@ from srt import SnapshotName
 from srt.dataplane.lineage import Lineage
 
 log = logging.getLogger(__name__)
+
+#: the longest a checkpoint round or a laggard probe waits after an epoch's close, however
+#: late this tree's commits come (commit_lag.py)
+LATE_COMMIT_CAP = 5.0
 
 
 class Recovery:
@@ -105,6 +110,10 @@ class Recovery:
             seen=host.seen_epoch,
             now_epoch=lambda: host.spec.schedule.epoch_of(time.time()),
         )
+        #: how late commits come here: times the checkpoint rounds and laggard probes
+        #: (commit_lag.py), from the configured delays up to LATE_COMMIT_CAP
+        self.commit_lag = CommitLag()
+        self._floors = (tunables.checkpoint_delay, tunables.laggard_probe_after)
         #: as master: laggard probes, origins lost for good and their re-issue (loss.py)
         self.loss = OriginLoss(
             _LossHost(self),
@@ -308,6 +317,15 @@ class Recovery:
             submitted_start=self._identity[2],
             incomplete_until=self.incomplete_until,
         )
+
+    def commit_heard(self, epoch: int) -> None:
+        """RecoveryParts: a commit up to ``epoch`` made or heard now (commit_lag.py)."""
+        spec = self.host.spec
+        lag = time.time() - (spec.schedule.end(epoch) + spec.allowed_lateness)
+        self.commit_lag.observe(lag)
+        checkpoint_floor, probe_floor = self._floors
+        self.checkpoints.delay = self.commit_lag.wait(checkpoint_floor, LATE_COMMIT_CAP)
+        self.loss.suspect_after = self.commit_lag.wait(probe_floor, LATE_COMMIT_CAP)
 
     def closed(self, tid: int, epoch: int, part: Snapshot, records: int | None) -> None:
         """As origin: this agent's own whole share of ``epoch`` closed: kept for repair and
@@ -610,6 +628,11 @@ class Recovery:
             "committed": {f"{t:040x}": e for t, e in self.committed.items()},
             "retained": self.retained.stats(),
             "checkpoints": self.checkpoints.stats(),
+            "commit_lag": {
+                **self.commit_lag.status(),
+                "checkpoint_delay_s": round(self.checkpoints.delay, 4),
+                "laggard_probe_after_s": round(self.loss.suspect_after, 4),
+            },
             "losses": self.loss.status(),
             "replication": self.replication.stats(),
             "replicas": {f"{t:040x}": r.stats() for t, r in self.replicas.items()},

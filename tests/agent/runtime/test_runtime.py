@@ -92,6 +92,32 @@ async def test_synchronous_batches_roll_up_exactly_and_empty_reaches_every_worke
             assert {e, e + 1} <= got
 
 
+async def test_the_commit_lag_each_agent_hears_times_its_recovery_timers() -> None:
+    """Commits made (master) and heard (members) feed each agent's commit lag, which sets
+    its checkpoint round's delay and its laggard probes' wait: within [the configured
+    delay, LATE_COMMIT_CAP] (agent/runtime/recovery/commit_lag.py)."""
+    from agent.runtime.recovery.recovery import LATE_COMMIT_CAP
+
+    async with running_agents(3) as agents:
+        e = next_epoch()
+        spec = {"name": "wc", "creator": "t", "job_class": "wordcount", "start_epoch": e}
+        await agents[0].submit(spec)
+        for a in agents:
+            await a.ingest("ingest", lines(e + 0.1, WORDS_A))
+        await wait_for(lambda: _eq(agents[1], "wc", e, word_counts(WORDS_A, 3)), 15, "result")
+
+        def lag(a: Any) -> dict[str, Any]:
+            return a.runtimes["wc"].recovery.status()["commit_lag"]
+
+        await wait_for(lambda: all(lag(a)["observed"] >= 1 for a in agents), 15, "commits")
+        for a in agents:
+            t = a.config.runtime
+            seen = lag(a)
+            assert t.checkpoint_delay <= seen["checkpoint_delay_s"] <= LATE_COMMIT_CAP
+            assert t.laggard_probe_after <= seen["laggard_probe_after_s"] <= LATE_COMMIT_CAP
+            assert seen["srtt_s"] is not None and seen["srtt_s"] >= 0
+
+
 async def _eq(agent: Any, job: str, epoch: int, want: Counter) -> bool:
     return await result(agent, job, epoch) == want
 
