@@ -13,8 +13,29 @@ reads). Rates are lines per CPU-second of this process, best of ``--repeats``:
   with ``fields``: lines, screen, framing, columns, ``ts``, merge);
 * ``json_msgspec_screen`` — the kernel's number screen alone.
 
+**Native decoders** (issue 27: "a native decoder into Arrow with projection"), each into the
+same projected table (``ts`` and ``price`` float64, ``directory`` and ``action`` string), on
+the same chunks, each in a fresh process of its own (a crash costs only that candidate, and
+its peak RSS is its own: ``VmHWM``, reset once the chunks are loaded, less the RSS then, so
+imports count), wall and CPU rates of the best of ``--repeats``:
+
+* ``duckdb_json_extract`` — DuckDB in process, ``json_extract(line, [paths])`` over an Arrow
+  string column of the chunk's lines (zero copy), one connection, ``threads=1``;
+* ``duckdb_json_transform`` — the same with ``json_transform`` to the typed struct;
+* ``duckdb_read_json_chunk`` — DuckDB ``read_json`` over the chunk (written to /dev/shm);
+* ``polars_read_ndjson`` — ``pl.read_ndjson(schema=)``, ``POLARS_MAX_THREADS=1``, ``to_arrow``;
+* ``pyarrow_json`` — ``pyarrow.json.read_json`` with the explicit schema;
+* ``pysimdjson`` — ``simdjson.Parser.parse`` per line, the fields, ``pa.array`` per field;
+* ``elf_kernel`` — today's kernel, ``parse_chunk(..., fields=)`` (msgspec, exact);
+* ``duckdb_t1_query`` — the reference: DuckDB ``threads=1`` running the benchmark query
+  (``directory, action, count(*), sum(price) GROUP BY ...``) with ``read_json`` over the file.
+
+A candidate whose package is not installed reports ``"missing"``; one whose process dies
+reports ``"crashed"``. ``vs_duckdb_t1_query`` is each candidate's rate over the reference's.
+
     python bench/json_kernel_bench.py            # 200,000 lines
     python bench/json_kernel_bench.py --quick    # 50,000 lines
+    python bench/json_kernel_bench.py --native-only
 """
 
 from __future__ import annotations
@@ -62,13 +83,190 @@ def best_of(repeats: int, chunks: list[bytes], fn: Callable[[bytes], Any]) -> fl
     return best
 
 
+SCHEMA_SQL = "{ts: 'DOUBLE', directory: 'VARCHAR', action: 'VARCHAR', price: 'DOUBLE'}"
+TRANSFORM = '{"ts":"DOUBLE","directory":"VARCHAR","action":"VARCHAR","price":"DOUBLE"}'
+
+
+def line_array(c: bytes) -> pa.StringArray:
+    """The chunk's lines (each with its newline: JSON whitespace) over its own buffer."""
+    ends = np.flatnonzero(np.frombuffer(c, np.uint8) == 10)
+    offsets = np.empty(len(ends) + 1, np.int32)
+    offsets[0] = 0
+    offsets[1:] = ends + 1
+    return pa.StringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(c))
+
+
+def native_candidate(name: str) -> Callable[[bytes], Any] | None:
+    """The decoder ``name`` as chunk -> projected table, or None when not installed."""
+    import importlib.util
+
+    schema = pa.schema(
+        [("ts", pa.float64()), ("directory", pa.string()), ("action", pa.string()),
+         ("price", pa.float64())]
+    )  # fmt: skip
+    if name.startswith("duckdb") and importlib.util.find_spec("duckdb"):
+        import duckdb
+
+        con = duckdb.connect(config={"threads": 1})
+        paths = ", ".join(f"'$.{f}'" for f in FIELDS)
+        sql = {
+            "duckdb_json_extract": "SELECT v[1]::DOUBLE AS ts, v[2] AS directory, v[3] AS "
+            f"action, v[4]::DOUBLE AS price FROM (SELECT json_extract_string(line, [{paths}]) "
+            "AS v FROM lines)",
+            "duckdb_json_transform": f"SELECT s.* FROM (SELECT json_transform(line, "
+            f"'{TRANSFORM}') AS s FROM lines)",
+            "duckdb_read_json_chunk": "SELECT * FROM read_json('/dev/shm/elf-json-bench.json', "
+            f"format='newline_delimited', columns={SCHEMA_SQL})",
+        }[name]
+
+        def duck(c: bytes) -> pa.Table:
+            if name == "duckdb_read_json_chunk":
+                Path("/dev/shm/elf-json-bench.json").write_bytes(c)
+            else:
+                con.register("lines", pa.table({"line": line_array(c)}))
+            return con.sql(sql).to_arrow_table()
+
+        return duck
+    if name == "polars_read_ndjson" and importlib.util.find_spec("polars"):
+        import io
+
+        import polars as pl
+
+        pschema = {"ts": pl.Float64, "directory": pl.String, "action": pl.String,
+                   "price": pl.Float64}  # fmt: skip
+        return lambda c: pl.read_ndjson(io.BytesIO(c), schema=pschema).to_arrow()
+    if name == "pyarrow_json":
+
+        def arrow(c: bytes) -> pa.Table:
+            read = pj.ReadOptions(use_threads=False, block_size=len(c) + 1)
+            parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+            return pj.read_json(pa.BufferReader(c), read_options=read, parse_options=parse)
+
+        return arrow
+    if name == "pysimdjson" and importlib.util.find_spec("simdjson"):
+        import simdjson
+
+        parser = simdjson.Parser()
+
+        def simd(c: bytes) -> pa.Table:
+            cols: dict[str, list[Any]] = {f: [] for f in FIELDS}
+            for line in c.split(b"\n")[:-1]:
+                obj = parser.parse(line)
+                for f in FIELDS:
+                    cols[f].append(obj.get(f))
+                del obj  # the parser's document is reused by the next parse
+            return pa.table({f: pa.array(v) for f, v in cols.items()})
+
+        return simd
+    if name == "elf_kernel":
+        return lambda c: parse_chunk("json", c, fields=frozenset(FIELDS) - {"ts"})
+    return None
+
+
+NATIVE = (
+    "duckdb_json_extract",
+    "duckdb_json_transform",
+    "duckdb_read_json_chunk",
+    "polars_read_ndjson",
+    "pyarrow_json",
+    "pysimdjson",
+    "elf_kernel",
+)
+
+
+def _status_mb(key: str) -> float:
+    """``VmRSS`` / ``VmHWM`` of this process in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _duckdb_query(path: str) -> Any:
+    import duckdb
+
+    con = duckdb.connect(config={"threads": 1})
+    src = f"read_json('{path}', format='newline_delimited', columns={SCHEMA_SQL})"
+    return con.sql(
+        f"SELECT directory, action, count(*), sum(price) FROM {src} GROUP BY directory, action"
+    ).fetchall()
+
+
+def run_native(name: str, n: int, repeats: int, path: str) -> dict[str, Any]:
+    """In a fresh process: one candidate's rates (lines/s by wall and by CPU) and peak RSS."""
+    import os
+
+    os.environ["POLARS_MAX_THREADS"] = "1"  # before polars loads
+    chunks = list(tail_chunks(Path(path).read_bytes()))
+    # the file's bytes and chunks are not the candidate's: reset the peak (Linux: "5" resets
+    # VmHWM to the current RSS), and count from here
+    Path("/proc/self/clear_refs").write_text("5")
+    base = _status_mb("VmRSS")
+    if name == "duckdb_t1_query":
+        import importlib.util
+
+        if not importlib.util.find_spec("duckdb"):
+            return {"status": "missing"}
+        fn: Callable[[bytes], Any] | None = None
+    else:
+        fn = native_candidate(name)
+        if fn is None:
+            return {"status": "missing"}
+        fn(chunks[0])  # warm: imports, connections
+    wall = cpu = float("inf")
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        if fn is None:
+            _duckdb_query(path)
+        else:
+            for c in chunks:
+                fn(c)
+        wall = min(wall, time.perf_counter() - t0)
+        cpu = min(cpu, time.process_time() - c0)
+    return {
+        "status": "ok",
+        "lines_per_s": round(n / wall),
+        "lines_per_cpu_s": round(n / cpu),
+        "peak_rss_added_mb": round(_status_mb("VmHWM") - base, 1),
+    }
+
+
+def native_table(n: int, repeats: int) -> dict[str, Any]:
+    """Every native candidate and the DuckDB reference, each in a fresh process."""
+    import tempfile
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    from multiprocessing import get_context
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="elf-json-") as tmp:
+        path = str(Path(tmp) / "clicks.json")
+        Path(path).write_bytes(b"".join(chunks_of(n)))
+        for name in (*NATIVE, "duckdb_t1_query"):
+            with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+                try:
+                    out[name] = pool.submit(run_native, name, n, repeats, path).result()
+                except BrokenProcessPool:
+                    out[name] = {"status": "crashed"}
+    ref = out["duckdb_t1_query"].get("lines_per_s")
+    for entry in out.values():
+        if ref and entry.get("lines_per_s"):
+            entry["vs_duckdb_t1_query"] = round(entry["lines_per_s"] / ref, 2)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="50,000 lines")
     ap.add_argument("--lines", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--native-only", action="store_true", help="only the native decoders")
     args = ap.parse_args()
     n = args.lines or (50_000 if args.quick else 200_000)
+    native = native_table(n, args.repeats)
+    if args.native_only:
+        print(json.dumps({"bench": "json_kernel", "lines": n, "native": native}, indent=2))
+        return
     chunks = chunks_of(n)
     want = frozenset(FIELDS)
     proj = msgspec.defstruct("Proj", [(f, Any, None) for f in FIELDS], gc=False)
@@ -116,6 +314,7 @@ def main() -> None:
                 "chunk_bytes": CHUNK_BYTES,
                 "fields": list(FIELDS),
                 "lines_per_cpu_s": rates,
+                "native": native,
             },
             indent=2,
         )
