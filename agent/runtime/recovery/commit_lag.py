@@ -3,9 +3,11 @@
 Contract: :meth:`CommitLag.observe` takes one lag (seconds from an epoch's close - its end plus
 the allowed lateness - to this agent hearing, or as master making, its commit). The estimate
 is TCP's retransmission timer (RFC 6298: ``srtt`` and ``rttvar`` with gains 1/8 and 1/4);
-:meth:`CommitLag.wait` is ``srtt + 4 * rttvar`` clamped to ``[floor, cap]``, and ``floor``
-before the first observation. Lags outside ``[0, IGNORED_ABOVE]`` are ignored: a catch-up
-or a restart commits epochs long closed, which says nothing about the tree's pace.
+:meth:`CommitLag.wait` is ``srtt + 4 * rttvar`` clamped to ``[floor, cap]``; before the first
+observation it is ``max(floor, INITIAL_WAIT)``, RFC 6298's initial timer (a job's first epochs
+on hundreds of agents commit seconds after their close). Lags outside ``[0, IGNORED_ABOVE]``
+are ignored: a catch-up or a restart commits epochs long closed, which says nothing about the
+tree's pace.
 
 Why: two recovery timers start at an epoch's close - an origin's checkpoint round (its
 uncommitted epochs go to its hot replicas, ``checkpoints.py``) and a master's laggard probes
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 #: a lag longer than this is a catch-up or a restart, not the tree's pace
 IGNORED_ABOVE = 60.0
+#: the wait before any commit was heard (RFC 6298's initial retransmission timer)
+INITIAL_WAIT = 1.0
 
 
 class CommitLag:
@@ -47,7 +51,7 @@ class CommitLag:
     def wait(self, floor: float, cap: float) -> float:
         """How long a timer meant for late commits waits after an epoch's close."""
         if self.srtt is None:
-            return floor
+            return max(floor, min(cap, INITIAL_WAIT))
         return max(floor, min(cap, self.srtt + 4 * self.rttvar))
 
     def status(self) -> dict[str, float | int | None]:

@@ -8,7 +8,7 @@ Contract (``docs/fault-tolerance.md``, "Permanent loss"). At a tree's root (the 
   (its end plus the allowed lateness) more than ``suspect_after`` ago, every expected origin
   its barrier has not received yet is *probed*: an empty ``POST /agent/v1/resend`` to the
   origin's data-plane URL (learnt from its origin announcement; else asked of the overlay),
-  bounded to :data:`MAX_PROBES` origins per round and one probe per origin per second. A refused
+  bounded to :data:`MAX_PROBES` probes per second in all and one per origin per second. A refused
   connection proves the origin's process is gone. A probe that times out (a stopped or slow
   agent: the kernel still accepts its connections) proves nothing: the straggler rules apply.
 * **Declared down** - by such a refusal, by a refused repair pull, or by the overlay's
@@ -46,7 +46,7 @@ from srt.dataplane.lineage import covered
 
 log = logging.getLogger(__name__)
 
-MAX_PROBES = 32  # origins probed per watch round
+MAX_PROBES = 32  # origins probed per second (all rounds together)
 #: the longest a watch round waits (a barrier replaced meanwhile may hold an older epoch)
 MAX_WATCH_SLEEP = 1.0
 PROBE_TIMEOUT = 1.0  # seconds; a probe that takes longer proves nothing
@@ -130,6 +130,7 @@ class OriginLoss:
         self.urls: dict[int, str] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=32)
         self._probed: dict[int, float] = {}
+        self._recent_probes: deque[float] = deque()  # when the last second's probes went
         self._declaring: set[int] = set()
         self._watching: set[int] = set()
         self._silent: set[int] = set()
@@ -195,16 +196,20 @@ class OriginLoss:
 
     def suspect(self, tid: int, origins: Iterable[int], now: float) -> list[int]:
         """Probe ``origins`` (a result of ``tid`` lacks them), each at most once a second and
-        at most :data:`MAX_PROBES` at a time; returns those probed now."""
+        at most :data:`MAX_PROBES` a second in all; returns those probed now."""
         probed = []
+        recent = self._recent_probes
+        while recent and now - recent[0] >= 1.0:
+            recent.popleft()
         for origin in sorted(set(origins) - {self.host.node_id}):
-            if len(probed) == MAX_PROBES:
+            if len(recent) >= MAX_PROBES:  # the budget is per second, not per round
                 break
             if now - self._probed.get(origin, 0.0) < 1.0 or origin in self._declaring:
                 continue
             if self.host.is_absent(origin):
                 continue  # known down: it is noticed when it contributes or announces again
             self._probed[origin] = now
+            recent.append(now)
             probed.append(origin)
             self.host.spawn(self._probe(tid, origin), f"{self.host.name} probe")
         return probed

@@ -99,6 +99,11 @@ class Recovery:
         #: as origin: our own snapshots of uncommitted epochs, for the master's repair
         self.retained = RetainedEpochs(self.name, tunables.retained_bytes)
         self._retained_cap = tunables.retained_bytes
+        #: how late commits come here: times the checkpoint rounds and laggard probes
+        #: (commit_lag.py), from the configured delays up to LATE_COMMIT_CAP
+        self.commit_lag = CommitLag()
+        self._floors = (tunables.checkpoint_delay, tunables.laggard_probe_after)
+        initial = [self.commit_lag.wait(floor, LATE_COMMIT_CAP) for floor in self._floors]
         #: as origin: hot replicas of those snapshots on overlay neighbours (checkpoints.py)
         self.checkpoints = CheckpointSender(
             self.name,
@@ -106,20 +111,16 @@ class Recovery:
             network,
             replicas=lambda: host.spec.checkpoint_replicas,
             committed=self.committed.get,
-            delay=tunables.checkpoint_delay,
+            delay=initial[0],
             seen=host.seen_epoch,
             now_epoch=lambda: host.spec.schedule.epoch_of(time.time()),
         )
-        #: how late commits come here: times the checkpoint rounds and laggard probes
-        #: (commit_lag.py), from the configured delays up to LATE_COMMIT_CAP
-        self.commit_lag = CommitLag()
-        self._floors = (tunables.checkpoint_delay, tunables.laggard_probe_after)
         #: as master: laggard probes, origins lost for good and their re-issue (loss.py)
         self.loss = OriginLoss(
             _LossHost(self),
             network,
             watch_interval=tunables.tick_seconds,
-            suspect_after=tunables.laggard_probe_after,
+            suspect_after=initial[1],
             loss_timeout=tunables.loss_timeout,
         )
         #: as master: what each tree's standby holds; as standby: the masters' replicas

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.runtime.recovery.commit_lag import IGNORED_ABOVE, CommitLag
+from agent.runtime.recovery.commit_lag import IGNORED_ABOVE, INITIAL_WAIT, CommitLag
 
 lags = st.lists(st.floats(min_value=-5.0, max_value=2 * IGNORED_ABOVE), max_size=60)
 
@@ -23,7 +23,7 @@ def reference(observed: list[float], floor: float, cap: float) -> float:
             rttvar = (1 - 1 / 4) * rttvar + 1 / 4 * abs(srtt - r)
             srtt = (1 - 1 / 8) * srtt + 1 / 8 * r
     if srtt is None:
-        return floor
+        return max(floor, min(cap, INITIAL_WAIT))
     return max(floor, min(cap, srtt + 4 * rttvar))
 
 
@@ -39,7 +39,7 @@ def test_the_wait_is_rfc_6298s_timer_clamped(observed: list[float], floor: float
 
 def test_steady_commits_bring_the_wait_down_to_their_lag_and_late_ones_push_it_up() -> None:
     lag = CommitLag()
-    assert lag.wait(0.25, 5.0) == 0.25  # nothing heard yet: the configured delay
+    assert lag.wait(0.25, 5.0) == INITIAL_WAIT  # nothing heard yet: RFC 6298's 1 s
     for _ in range(40):
         lag.observe(0.6)
     assert 0.6 <= lag.wait(0.25, 5.0) < 0.65  # steady: just above the lag itself
