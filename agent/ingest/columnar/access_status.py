@@ -38,6 +38,8 @@ So the accepted lines repair nothing; the deferred lines' repairs are the full k
 
 from __future__ import annotations
 
+import codecs
+
 import numpy as np
 import pyarrow as pa
 from numpy.lib.stride_tricks import sliding_window_view
@@ -59,9 +61,6 @@ _DIGITS = 18
 _POW10 = 10 ** np.arange(_DIGITS, dtype=np.int64)
 _HIGH_HEX = np.zeros(256, bool)
 _HIGH_HEX[list(b"89ABCDEFabcdef")] = True
-_IDS_CLASS = np.zeros(256, np.uint8)  # 1: printable ASCII but space, 2: space, 0: other
-_IDS_CLASS[33:127] = 1
-_IDS_CLASS[32] = 2
 # the row parser's cached time conversion (one per process: a bounded cache)
 _TS_PARSER = AccessLogParser()
 
@@ -97,7 +96,8 @@ def parse_status_size(lines: Lines, want: frozenset[str]) -> KernelResult:
     head = _windows(buf, q1 - _TIME - 4, _TIME + 4)
     ok &= (head[:, 0] == 32) & (head[:, 1] == 91) & (head[:, -2] == 93) & (head[:, -1] == 32)
     ok &= buf[q2 - 1] != 92
-    ok &= _ids_ok(buf, starts, q1 - _TIME - 4 - starts, ok)
+    clean = chunk.isascii() and chunk.find(b"\x7f") < 0 and np.count_nonzero(buf < 32) == len(lines)
+    ok &= _ids_ok(buf, starts, q1 - _TIME - 4 - starts, ok, clean)
     # ` STATUS SIZE`, then the end of the line or a space
     sw = _windows(buf, q2 + 1, 5 + _SIZE)
     digit3 = ((sw[:, 1:4] - 48) <= 9).all(axis=1) & (sw[:, 4] == 32)
@@ -154,19 +154,23 @@ def _windows(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
-def _ids_ok(buf: np.ndarray, starts: np.ndarray, length: np.ndarray, ok: np.ndarray) -> np.ndarray:
+def _ids_ok(
+    buf: np.ndarray, starts: np.ndarray, length: np.ndarray, ok: np.ndarray, clean: bool
+) -> np.ndarray:
     """Whether each line's first ``length`` bytes are three printable-ASCII words separated by
     single spaces (RE2's and Python's ``\\S+ \\S+ \\S+`` agree there); only ``ok`` lines are
-    checked, lines whose part is longer than :data:`_IDS_MAX` are refused."""
+    checked, lines whose part is longer than :data:`_IDS_MAX` are refused. ``clean``: every
+    byte of the chunk is printable ASCII, a space or a newline."""
     good = ok & (length >= 5) & (length <= _IDS_MAX)
     if not good.any():
         return good
     width = int(length[good].max())
-    cls = _IDS_CLASS[_windows(buf, starts, width)]
+    win = _windows(buf, starts, width)
     inside = np.arange(width) < length[:, None]
-    cls[~inside] = 1
-    space = cls == 2
-    good &= (cls != 0).all(axis=1) & (space.sum(axis=1) == 2)
+    space = (win == 32) & inside
+    if not clean:  # some byte of the chunk is neither printable ASCII nor a newline
+        good &= ~(((win - 33) > 93) & ~space & inside).any(axis=1)
+    good &= np.count_nonzero(space, axis=1) == 2
     good &= ~space[:, 0] & ~(space[:, 1:] & space[:, :-1]).any(axis=1)
     last = np.take_along_axis(space, np.clip(length - 1, 0, width - 1)[:, None], axis=1)[:, 0]
     return good & ~last
@@ -200,9 +204,12 @@ def _times(text: np.ndarray, ok: np.ndarray) -> np.ndarray:
 
 def _size_values(size: np.ndarray, length: np.ndarray) -> np.ndarray:
     """The integer of each row's leading ``length`` ASCII digits (0 for length 0: ``-``)."""
-    exp = length[:, None] - 1 - np.arange(_DIGITS)
-    weight = np.where(exp >= 0, _POW10[np.clip(exp, 0, _DIGITS - 1)], 0)
-    return ((size[:, :_DIGITS].astype(np.int64) - 48) * weight).sum(axis=1)
+    width = int(length.max()) if len(length) else 0
+    value = np.zeros(len(size), np.int64)
+    for k in range(width):
+        digit = size[:, k].astype(np.int64) - 48
+        value = np.where(k < length, value * 10 + digit, value)
+    return value
 
 
 def _escape_repairs(
@@ -248,21 +255,45 @@ def _escape_repairs(
     a_ag = np.where(combined, q[4] + 1, q[1])
     b_ag = np.where(combined, q[5], q[1])
     cuts = np.stack([q[0] + 1, q[1], a_ref, b_ref, a_ag, b_ag], axis=1).ravel()
-    cuts = np.append(cuts, len(buf))
-    tiles = pa.Array.from_buffers(
-        pa.large_binary(), len(cuts) - 1, [None, pa.py_buffer(cuts), pa.py_buffer(lines.chunk)]
-    )
-    fields = tiles.take(pa.array(np.arange(0, len(cuts) - 1, 2))).dictionary_encode()
-    bad = np.array(
-        [
-            b"\\x" in v and decode_escapes(v.decode("utf-8"))[1]
-            for v in fields.dictionary.to_pylist()
-        ],
-        bool,
-    )
-    codes = np.asarray(fields.indices.to_numpy(zero_copy_only=False))
-    repaired[rows] = bad[codes].reshape(len(rows), 3).any(axis=1)
+    # the fields holding an escape found above (a cut's even side is inside a field)
+    k = np.searchsorted(cuts, hit[np.isin(np.searchsorted(ends, hit), rows)], "right") - 1
+    fields = np.unique(k[(k >= 0) & (k % 2 == 0)] // 2)
+    if not len(fields):
+        ok[rows[unsure]] = False
+        return
+    chunk = lines.chunk
+    spans = zip(cuts[2 * fields].tolist(), cuts[2 * fields + 1].tolist(), strict=True)
+    verdicts: dict[bytes, bool] = {}
+    bad = np.empty(len(fields), bool)
+    for j, (lo, hi) in enumerate(spans):  # ~ one per escaped field: few per chunk
+        value = chunk[lo:hi]
+        got = verdicts.get(value)
+        if got is None:
+            got = verdicts[value] = _invalid_after_decoding(value)
+        bad[j] = got
+    bad_field = np.zeros(3 * len(rows), bool)
+    bad_field[fields] = bad
+    repaired[rows] = bad_field.reshape(len(rows), 3).any(axis=1)
     ok[rows[unsure]] = False
+
+
+def _invalid_after_decoding(value: bytes) -> bool:
+    """Whether a quoted field's escapes decode to invalid UTF-8 (``decode_escapes``'s flag).
+    Fields whose every backslash starts a ``\\xHH`` escape are decided in C: the bytes with
+    each escape replaced by its byte have the same validity (an escape decode_escapes keeps
+    as text is of a printable ASCII byte: ASCII both ways)."""
+    if value.count(b"\\") == value.count(b"\\x"):
+        try:
+            raw = codecs.escape_decode(value)[0]
+        except ValueError:  # a `\x` without two hex digits
+            pass
+        else:
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return True
+            return False
+    return decode_escapes(value.decode("utf-8"))[1]
 
 
 def _with_deferred(
