@@ -225,7 +225,7 @@ def _escape_repairs(
     """For the ``ok`` lines holding a ``\\x8``-``\\xF`` escape: whether the row parser's
     decoding of their quoted fields (the request; the referer and user agent when the
     combined group matches) is invalid UTF-8 (``repaired``), decided once per distinct field
-    value by :func:`~agent.ingest.formats.decode_escapes`; lines whose referer or agent might
+    value (:func:`_invalid_after_decoding`); lines whose referer or agent might
     end at an escaped quote are refused (``ok`` cleared)."""
     ends = lines.ends
     s = slashes[slashes + 2 < len(buf)]
