@@ -14,6 +14,7 @@ queries; :data:`WINDOW_EPOCH` and :data:`FULL_EPOCH` the epochs whose results ho
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ WINDOW_EPOCH = int(START // 30) + 8  # the last epoch with data: its window hold
 FULL = {
     "micro": {"fmt": ("json", "nginx")},
     "status_bytes": {
-        "fmt": ("nginx",),
+        "fmt": ("nginx", "nginx_esc"),
         "ql": "SELECT status, count(*) AS requests, sum(bytes) AS bytes FROM clicks "
         "GROUP BY status WINDOW 300 s",
     },
@@ -83,16 +84,57 @@ def generate(n: int, out: Path, stream_files: int) -> dict[str, Any]:
         for i in range(stream_files):
             (sdir / f"part-{i:04d}.{fmt}").write_text("".join(lines[i * per : (i + 1) * per]))
         paths[fmt] = {"file": path, "stream_dir": sdir, "bytes": path.stat().st_size}
-    lines = [path_line(e) + "\n" for e in events]
-    path = out / "paths.nginx"
+    for fmt, render in (("paths", path_line), ("nginx_esc", escaped_line)):
+        _write(fmt, [render(e) + "\n" for e in events], out, stream_files, paths)
+    return {"paths": paths, "ref": ref, "full_ref": full_reference(events)}
+
+
+def _write(fmt: str, lines: list[str], out: Path, stream_files: int, paths: dict[str, Any]) -> None:
+    """``lines`` as one file and split into ``stream_files`` files for streaming."""
+    path = out / f"{fmt}.nginx"
     path.write_text("".join(lines))
-    sdir = out / "stream-paths"
+    sdir = out / f"stream-{fmt}"
     sdir.mkdir()
     per = -(-len(lines) // stream_files)
     for i in range(stream_files):
         (sdir / f"part-{i:04d}.nginx").write_text("".join(lines[i * per : (i + 1) * per]))
-    paths["paths"] = {"file": path, "stream_dir": sdir, "bytes": path.stat().st_size}
-    return {"paths": paths, "ref": ref, "full_ref": full_reference(events)}
+    paths[fmt] = {"file": path, "stream_dir": sdir, "bytes": path.stat().st_size}
+
+
+def nginx_escape(text: str) -> str:
+    """``text`` as nginx logs a variable (``ngx_http_log_escape``): ``"``, ``\\``, controls
+    and every byte from 0x7f up as ``\\xHH``."""
+    return "".join(
+        f"\\x{b:02X}" if b in (0x22, 0x5C) or b < 0x20 or b >= 0x7F else chr(b)
+        for b in text.encode()
+    )
+
+
+#: user agents nginx writes with escapes (non-ASCII app names, a quoted word)
+ESCAPED_AGENTS = tuple(
+    nginx_escape(ua)
+    for ua in (
+        "Mozilla/5.0 (Linux; Android 13; 小米 13) MicroMessenger/8.0 微信",
+        "Mozilla/5.0 (iPhone) Яндекс.Браузер/23.9",
+        'curl/8.4 "scripted"',
+        "Mozilla/5.0 (Windows NT 10.0) Edge/120 café",
+    )
+)
+
+
+def escaped_line(click: dict[str, Any]) -> str:
+    """:func:`~apps.workload.access_line` as a real nginx log has it (``status_bytes`` on
+    ``nginx_esc``): one user in 20 (by a hash of the id, so Zipf-weighted by activity) sends
+    a non-ASCII or quoted user agent, one in 97 requests a raw UTF-8 path, both written with
+    nginx's own ``\\xHH`` escapes (≈ 7 % of lines); status and size are unchanged."""
+    line = access_line(click)
+    h = zlib.crc32(click["user_id"].encode())
+    if h % 20 == 0:
+        head = line.rsplit(' "', 1)[0]
+        line = f'{head} "{ESCAPED_AGENTS[h // 20 % len(ESCAPED_AGENTS)]}"'
+    if h % 97 == 1:
+        line = line.replace("GET /product?", f"GET /produkt/{nginx_escape('größe')}?", 1)
+    return line
 
 
 def top10(counter: Counter[str]) -> list[tuple[str, int]]:

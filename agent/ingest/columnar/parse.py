@@ -16,7 +16,8 @@ format does not have is a null column). Over-long lines are the input's to cut o
 (:class:`~agent.ingest.tail.FileTail`), as it does before the row parser. A line the
 row parser refuses is rejected with its reason and message; a blank line (empty or ASCII
 whitespace) it refuses is counted in ``lines`` only, as the inputs skip it. Each format's
-kernel (:mod:`~agent.ingest.columnar.access`, :mod:`~agent.ingest.columnar.log_format`,
+kernel (:mod:`~agent.ingest.columnar.access` — :mod:`~agent.ingest.columnar.access_status`
+when a query reads only what follows the request —, :mod:`~agent.ingest.columnar.log_format`,
 :mod:`~agent.ingest.columnar.syslog`,
 :mod:`~agent.ingest.columnar.json_lines`, :mod:`~agent.ingest.columnar.raw`) parses the lines
 whose shape it can verify with vectorized Arrow compute, and hands every other line to the row
@@ -44,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agent.ingest.columnar.access import parse_access
+from agent.ingest.columnar.access_status import parse_access_projected
 from agent.ingest.columnar.base import KernelResult, UnsupportedChunk, rows_to_table
 from agent.ingest.columnar.chunk import ParsedChunk
 from agent.ingest.columnar.json_lines import parse_json
@@ -90,8 +91,8 @@ def parse_chunk(
 
 Kernel = Callable[[Lines, frozenset[str] | None], KernelResult]
 KERNELS: dict[str, Kernel] = {
-    "nginx": parse_access,
-    "apache": parse_access,
+    "nginx": parse_access_projected,
+    "apache": parse_access_projected,
     "syslog": parse_syslog,
     "raw": parse_raw,
     "json": parse_json,
