@@ -172,7 +172,7 @@ class FailureDetector:
             state = self.membership.get(node_id)
             if state is not None:
                 self._metrics.event("nodes_suspected")
-                self._hood.retire(state.info.id)
+                self._hood.retire(state.info.id, suspected=True)
                 self._probe_queue.clear()
 
     def routable(self, node_id: int) -> bool:

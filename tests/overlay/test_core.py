@@ -251,3 +251,44 @@ def test_every_overlay_exception_derives_from_overlay_error() -> None:
                 found.append(cls)
                 assert issubclass(cls, OverlayError), cls
     assert len(found) >= 8  # the API errors, WireError, SimulationStalled
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(min_value=0, max_value=2**32), st.integers(min_value=0, max_value=60))
+def test_suspected_contacts_are_the_last_resort_before_this_node_is_the_root(
+    seed: int, suspected: int
+) -> None:
+    """overlay/neighbourhood.py: with some contacts retired on suspicion and some failed,
+    ``next_hop`` is a live contact when one is closer (as before), else the closest closer
+    suspect, else None; every hop is strictly closer to the key (no loops)."""
+    from overlay.neighbourhood import Neighbourhood
+
+    rng = random.Random(seed)
+    me = rng.getrandbits(160)
+    hood = Neighbourhood(me, slot_capacity=2, leaf_set_size=8)
+    for i in [rng.getrandbits(160) for _ in range(120)]:
+        hood.admit(info(i))
+    contacts = [c.id for c in hood.contacts()]
+    rng.shuffle(contacts)
+    suspects = set(contacts[:suspected])
+    failed = set(contacts[suspected : suspected + 10])
+    for i in suspects:
+        hood.retire(i, suspected=True)
+    for i in failed:
+        hood.retire(i)
+    reference = Neighbourhood(me, slot_capacity=2, leaf_set_size=8)  # live contacts only
+    for c in hood.contacts():
+        reference.admit(c)
+    for _ in range(30):
+        key = rng.getrandbits(160)
+        hop = hood.next_hop(key)
+        live = reference.next_hop(key)
+        closer_suspects = [s for s in suspects if s ^ key < me ^ key]
+        if live is not None:
+            assert hop is not None and hop.id == live.id
+        elif closer_suspects:
+            assert hop is not None and hop.id == min(closer_suspects, key=lambda s: s ^ key)
+        else:
+            assert hop is None
+        assert hop is None or hop.id ^ key < me ^ key
+        assert hop is None or hop.id not in failed

@@ -158,3 +158,55 @@ def test_a_node_that_crashes_while_round_trips_are_slow_is_still_declared_failed
     out = _slow_round_trips(0.4, stretch=True, crash=True)
     assert out["dead_still_known_by"] == 0
     assert out["agreement"] == 1.0
+
+
+def _false_roots_while_slow(fallback: bool) -> int:
+    """40 simulated nodes, 2 s round trips for 40 s with late replies that only revive (so
+    live nodes are suspected all the time): the most nodes that, at one of the samples taken
+    every second, have no next hop for a key whose true root is another node - nodes that
+    would take a tree's root on a view that suspicion thinned."""
+    from overlay.neighbourhood import Neighbourhood
+
+    async def main() -> int:
+        net = SimNetwork(seed=3)
+        nodes = await start_cluster(net, 40, SECRET, tunables=Tunables(health_max_level=0))
+        await asyncio.sleep(30)
+        rng = random.Random(1)
+        keys = [rng.getrandbits(160) for _ in range(20)]
+        net.latency_min = net.latency_max = 1.0
+        worst = 0
+        for _ in range(40):
+            await asyncio.sleep(1)
+            for key in keys:
+                root = min(nodes, key=lambda n: n.id ^ key)
+                false = sum(1 for n in nodes if n is not root and n.next_hop(key) is None)
+                worst = max(worst, false)
+        for n in nodes:
+            await n.stop()
+        return worst
+
+    if fallback:
+        return run(main())
+    original = Neighbourhood.next_hop
+
+    def live_only(self: Neighbourhood, key: int, exclude: Any = ()) -> Any:
+        saved, self.suspects = self.suspects, {}
+        try:
+            return original(self, key, exclude)
+        finally:
+            self.suspects = saved
+
+    Neighbourhood.next_hop = live_only  # type: ignore[method-assign]
+    try:
+        return run(main())
+    finally:
+        Neighbourhood.next_hop = original  # type: ignore[method-assign]
+
+
+def test_a_node_whose_closer_contacts_are_only_suspected_does_not_call_itself_the_root() -> None:
+    """Pastry's leaf-set safety (overlay/neighbourhood.py): suspected contacts are the last
+    resort before ``next_hop`` says "this node is the root"."""
+    live_only = _false_roots_while_slow(fallback=False)
+    with_suspects = _false_roots_while_slow(fallback=True)
+    assert live_only > 0  # the scenario does thin views: nodes took roots that were not theirs
+    assert with_suspects == 0
