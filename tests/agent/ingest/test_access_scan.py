@@ -9,6 +9,7 @@ arguments are checked."""
 
 from __future__ import annotations
 
+import os
 import sysconfig
 from collections.abc import Iterator
 from shutil import which
@@ -34,7 +35,8 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-FUZZ = settings(SETTINGS, max_examples=1500)
+# ELF_FUZZ_EXAMPLES: fewer for a run under valgrind (docs/ingest.md)
+FUZZ = settings(SETTINGS, max_examples=int(os.environ.get("ELF_FUZZ_EXAMPLES", "1500")))
 compiled = pytest.mark.skipif(access_scan.COMPILED is None, reason="extension not built")
 
 
