@@ -10,8 +10,8 @@ from setuptools import Extension, setup
 EXTENSIONS = [
     # the access-log status/size scan (agent/ingest/columnar/access_scan.py)
     Extension(
-        "agent.ingest.columnar._access_scan",
-        sources=["agent/ingest/columnar/_access_scan.c"],
+        "agent.ingest.columnar.access_scan_c",
+        sources=["agent/ingest/columnar/access_scan_c.c"],
         extra_compile_args=["-O2"],
         optional=True,
     ),

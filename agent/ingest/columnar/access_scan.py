@@ -2,7 +2,7 @@
 
 Contract: :func:`scan` returns, for a chunk's :class:`~agent.ingest.columnar.lines.Lines`,
 a :class:`Scan` of per-line arrays from one C pass over the chunk's bytes
-(``_access_scan.c``: the lines it decides, their ``ts``, status, size and repair flag, exactly
+(``access_scan_c.c``: the lines it decides, their ``ts``, status, size and repair flag, exactly
 as :mod:`~agent.ingest.columnar.access_status`'s numpy kernel decides them), or None when the
 extension is not built (no C compiler at install time), is switched off by the environment
 variable ``ELF_NO_NATIVE=1``, or by :func:`set_enabled` (tests and benchmarks compare both
@@ -23,7 +23,7 @@ import numpy as np
 from agent.ingest.columnar.lines import Lines
 
 try:
-    from agent.ingest.columnar import _access_scan as _compiled
+    from agent.ingest.columnar import access_scan_c as _compiled
 
     COMPILED: ModuleType | None = _compiled
 except ImportError:  # built without a C compiler: the numpy kernel

@@ -34,6 +34,11 @@ per line):
   controls) decode to ASCII and change nothing read here.
 
 So the accepted lines repair nothing; the deferred lines' repairs are the full kernel's.
+
+The decisions are made by the compiled scan (:mod:`~agent.ingest.columnar.access_scan`, one
+C pass per line) when it is built, else by the numpy passes below: the same values for the
+same lines (property-tested), except that the scan defers a line whose escaped field holds a
+backslash not starting ``\\xHH`` (nginx never writes one), which the numpy kernel decodes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The compiled status/size scan (``agent/ingest/columnar/_access_scan.c``, wrapped by
+"""The compiled status/size scan (``agent/ingest/columnar/access_scan_c.c``, wrapped by
 ``access_scan.py``) against the numpy kernel it replaces, the full kernel, the row parser (the
 reference) and DuckDB — on the lines of ``test_access_status.py`` (escapes of every kind,
 odd heads and times, huge, blank, garbage, invalid UTF-8) —, both kernels run in each

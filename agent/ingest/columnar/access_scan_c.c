@@ -361,9 +361,9 @@ static PyMethodDef METHODS[] = {
 };
 
 static struct PyModuleDef MODULE = {
-    PyModuleDef_HEAD_INIT, "_access_scan",
+    PyModuleDef_HEAD_INIT, "access_scan_c",
     "The compiled status/size scan of access-log lines (agent/ingest/columnar/access_scan.py).",
     -1, METHODS, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__access_scan(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit_access_scan_c(void) { return PyModule_Create(&MODULE); }
