@@ -50,7 +50,9 @@ events (counts equal; ties at the cut may order differently).
   columnar: parse and per-chunk aggregation on 2 processes, what ``elf run --cores 2``
   uses), ``elf_columnar_ahead`` (the live agent on two cores: the same FileTail with
   ``parse_processes = 1``, a helper process parsing every second chunk of a backlog,
-  :mod:`agent.ingest.columnar.pool`), ``elf_row`` (the row path),
+  :mod:`agent.ingest.columnar.pool`), ``elf_columnar_numpy`` (``status_bytes`` only:
+  ``elf_columnar`` with the access-log kernel's C scan switched off, i.e. its numpy kernel,
+  as on a machine without a C compiler), ``elf_row`` (the row path),
   ``duckdb_t1`` / ``duckdb_t2`` (DuckDB ``threads=1`` / ``2`` over the same file, the same
   query in SQL; access logs through one regex of the whole line), ``duckdb_t1_extract``
   (``status_bytes`` only: what a DuckDB user writes, ``regexp_extract`` of the two fields
@@ -291,8 +293,15 @@ def elf_engine(
     """(seconds, CPU seconds of this process, answer, counters) of one ELF engine: ``row``,
     ``columnar``, ``columnar_2proc`` or ``columnar_ahead``, with the prefilter the runtime
     installs in front."""
+    from agent.ingest.columnar.access_scan import set_enabled
     from agent.ingest.columnar.reader import ChunkReader
 
+    if mode == "columnar_numpy":  # the access-log kernel without its C scan (no compiler)
+        before = set_enabled(False)
+        try:
+            return elf_engine(path, fmt, query, "columnar")
+        finally:
+            set_enabled(before)
     keep_chunk_memory()  # as the agent daemon does at start (agent/ingest/columnar/allocator.py)
     text = _ql(query, fmt)
     parse_fmt = "nginx" if fmt in ("paths", "nginx_esc") else fmt
@@ -537,7 +546,10 @@ def bench_full(data: dict[str, Any], n: int, repeats: int, spark: Any, work: Pat
                 else (lambda got, query=query: full_agrees(query, got, ref))
             )
             engines: dict[str, Any] = {}
-            for mode in ("columnar", "columnar_2proc", "columnar_ahead", "row"):
+            modes = ["columnar", "columnar_2proc", "columnar_ahead", "row"]
+            if query == "status_bytes":  # the numpy kernel beside the C scan (issue 27)
+                modes.insert(1, "columnar_numpy")
+            for mode in modes:
                 runs = [elf_engine(paths["file"], fmt, query, mode) for _ in range(repeats)]
                 secs, cpu, got, counters = min(runs, key=lambda r: r[0])
                 engines[f"elf_{mode}"] = {
@@ -588,10 +600,16 @@ def bench_full(data: dict[str, Any], n: int, repeats: int, spark: Any, work: Pat
                 "elf_ahead_vs_1core": round(col / engines["elf_columnar_ahead"]["seconds"], 2),
             }
             others = ("duckdb_t1", "duckdb_t2", "duckdb_t1_extract", "spark_batch",
-                      "spark_streaming")  # fmt: skip
+                      "spark_streaming", "elf_columnar_numpy")  # fmt: skip
             for other in others:
                 if other in engines:
                     ratios[f"elf_columnar_vs_{other}"] = round(engines[other]["seconds"] / col, 2)
+            if "elf_columnar_numpy" in engines and "duckdb_t1_extract" in engines:
+                ratios["elf_columnar_numpy_vs_duckdb_t1_extract"] = round(
+                    engines["duckdb_t1_extract"]["seconds"]
+                    / engines["elf_columnar_numpy"]["seconds"],
+                    2,
+                )
             entry["ratios"] = ratios
             entry["all_agree"] = all(e["agrees"] for e in engines.values())
             entry["elf_peak_rss_mb"] = elf_peak_rss(paths["file"], fmt, query)

@@ -34,6 +34,11 @@ per line):
   controls) decode to ASCII and change nothing read here.
 
 So the accepted lines repair nothing; the deferred lines' repairs are the full kernel's.
+
+The decisions are made by the compiled scan (:mod:`~agent.ingest.columnar.access_scan`, one
+C pass per line) when it is built, else by the numpy passes below: the same values for the
+same lines (property-tested), except that the scan defers a line whose escaped field holds a
+backslash not starting ``\\xHH`` (nginx never writes one), which the numpy kernel decodes.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import pyarrow as pa
 from numpy.lib.stride_tricks import sliding_window_view
 
 from agent.ingest.columnar.access import SCHEMA, parse_access
+from agent.ingest.columnar.access_scan import scan
 from agent.ingest.columnar.base import KernelResult, project
 from agent.ingest.columnar.lines import Lines, split_lines
 from agent.ingest.formats import AccessLogParser, decode_escapes
@@ -73,7 +79,22 @@ def parse_access_projected(lines: Lines, want: frozenset[str] | None) -> KernelR
 
 
 def parse_status_size(lines: Lines, want: frozenset[str]) -> KernelResult:
-    """``ts`` and the wanted ones of ``status``, ``bytes`` and ``priority`` of ``lines``."""
+    """``ts`` and the wanted ones of ``status``, ``bytes`` and ``priority`` of ``lines``: by
+    the compiled scan (:mod:`~agent.ingest.columnar.access_scan`) when it is built, else by
+    numpy; the same lines are decided, with the same values, either way."""
+    got = scan(lines)
+    if got is None:
+        return _parse_numpy(lines, want)
+    rows = np.flatnonzero(got.ok)
+    fixed = int(np.count_nonzero(got.repaired[rows]))
+    return _result(
+        lines, want, got.ok, got.ts[rows], got.status[rows], got.null_status[rows],
+        got.size[rows], fixed,
+    )  # fmt: skip
+
+
+def _parse_numpy(lines: Lines, want: frozenset[str]) -> KernelResult:
+    """:func:`parse_status_size` by numpy passes over the chunk (see module docstring)."""
     chunk = lines.chunk
     buf = np.frombuffer(chunk, np.uint8)
     escapes = chunk.find(b"\\x") >= 0
@@ -120,19 +141,39 @@ def parse_status_size(lines: Lines, want: frozenset[str]) -> KernelResult:
         after = q2 + np.where(digit3, 6, 4) + np.maximum(length, 1)  # the size's terminator
         _escape_repairs(lines, buf, quotes, slashes, at, after, ok, repaired)
     rows = np.flatnonzero(ok)
-    cols: dict[str, pa.Array] = {"ts": pa.array(ts[rows], pa.float64())}
+    code = null = values = None
     if want & {"status", "priority"}:
         st = sw[rows, 1:4].astype(np.int64) - 48
         code = st[:, 0] * 100 + st[:, 1] * 10 + st[:, 2]
         null = dash[rows]
+    if "bytes" in want:
+        values = _size_values(size[rows], length[rows])
+    fixed = int(repaired[rows].sum())
+    return _result(lines, want, ok, ts[rows], code, null, values, fixed)
+
+
+def _result(
+    lines: Lines,
+    want: frozenset[str],
+    ok: np.ndarray,
+    ts: np.ndarray,
+    code: np.ndarray | None,
+    null: np.ndarray | None,
+    size: np.ndarray | None,
+    fixed: int,
+) -> KernelResult:
+    """The kernel's table of the ``ok`` lines (their ``ts``, status ``code`` with ``null``
+    for ``-``, and ``size``: None when not wanted), merged with the deferred lines'."""
+    rows = np.flatnonzero(ok)
+    cols: dict[str, pa.Array] = {"ts": pa.array(ts, pa.float64())}
+    if code is not None and null is not None:
         cols["status"] = pa.array(code, pa.int64(), mask=null)
         prio = np.where(code >= 500, 3, np.where(code >= 400, 4, 6))
         cols["priority"] = pa.array(np.where(null, 6, prio), pa.int64())
-    if "bytes" in want:
-        cols["bytes"] = pa.array(_size_values(size[rows], length[rows]), pa.int64())
+    if size is not None:
+        cols["bytes"] = pa.array(size, pa.int64())
     table = pa.table({k: cols[k] for k in project(SCHEMA, want).names})
     deferred = np.flatnonzero(~ok)
-    fixed = int(repaired[rows].sum())
     if not len(deferred):
         return KernelResult(table, rows.astype(np.int64), deferred.astype(np.int64), fixed)
     return _with_deferred(lines, want, table, rows, deferred, fixed)
