@@ -10,7 +10,9 @@ reads). Rates are lines per CPU-second of this process, best of ``--repeats``:
 * ``msgspec_framed`` — the kernel's whole-chunk decode (nonce-framed ``decode_lines``) alone;
 * ``arrow_reader_projected`` — ``pyarrow.json`` with an explicit schema (off in agents);
 * ``parse_chunk`` — the shipped path end to end (:func:`agent.ingest.columnar.parse.parse_chunk`
-  with ``fields``: lines, screen, framing, columns, ``ts``, merge);
+  with ``fields``: lines, the C scanner, columns, ``ts``, merge);
+* ``parse_chunk_msgspec`` — the same with the C scanner off (screen, framing, msgspec, columns);
+* ``json_native_scan`` — the C scanner's pass alone (``_json_scan.scan`` over the chunk);
 * ``json_msgspec_screen`` — the kernel's number screen alone.
 
 **Native decoders** (issue 27: "a native decoder into Arrow with projection"), each into the
@@ -26,7 +28,9 @@ imports count), wall and CPU rates of the best of ``--repeats``:
 * ``polars_read_ndjson`` — ``pl.read_ndjson(schema=)``, ``POLARS_MAX_THREADS=1``, ``to_arrow``;
 * ``pyarrow_json`` — ``pyarrow.json.read_json`` with the explicit schema;
 * ``pysimdjson`` — ``simdjson.Parser.parse`` per line, the fields, ``pa.array`` per field;
-* ``elf_kernel`` — today's kernel, ``parse_chunk(..., fields=)`` (msgspec, exact);
+* ``elf_kernel`` — the shipped kernel, ``parse_chunk(..., fields=)`` (the C scanner
+  ``json_native``, exact; msgspec where the extension is not built);
+* ``elf_kernel_msgspec`` — the same with the C scanner switched off (the msgspec kernel);
 * ``duckdb_t1_query`` — the reference: DuckDB ``threads=1`` running the benchmark query
   (``directory, action, count(*), sum(price) GROUP BY ...``) with ``read_json`` over the file.
 
@@ -59,6 +63,7 @@ import pyarrow.json as pj
 from tail_chunks import tail_chunks  # bench/
 
 from agent.ingest.columnar import json_msgspec
+from agent.ingest.columnar.json_native import SCANNER, native_in_use, use_native
 from agent.ingest.columnar.lines import split_lines
 from agent.ingest.columnar.parse import parse_chunk
 from agent.ingest.tail import CHUNK_BYTES
@@ -158,7 +163,8 @@ def native_candidate(name: str) -> Callable[[bytes], Any] | None:
             return pa.table({f: pa.array(v) for f, v in cols.items()})
 
         return simd
-    if name == "elf_kernel":
+    if name in ("elf_kernel", "elf_kernel_msgspec"):
+        use_native(name == "elf_kernel")  # this process only (a fresh one per candidate)
         return lambda c: parse_chunk("json", c, fields=frozenset(FIELDS) - {"ts"})
     return None
 
@@ -171,6 +177,7 @@ NATIVE = (
     "pyarrow_json",
     "pysimdjson",
     "elf_kernel",
+    "elf_kernel_msgspec",
 )
 
 
@@ -297,14 +304,33 @@ def main() -> None:
         parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
         return pj.read_json(pa.BufferReader(c), read_options=read, parse_options=parse)
 
+    def msgspec_kernel(c: bytes) -> Any:
+        use_native(False)
+        try:
+            return parse_chunk("json", c, fields=want - {"ts"})
+        finally:
+            use_native(True)
+
+    names = tuple(name.encode() for name in FIELDS)
+
+    def scan(c: bytes) -> Any:
+        lines = split_lines(c)
+        m, k = len(lines), len(names)
+        kinds, vals = np.empty(k * m, np.uint8), np.empty(k * m, np.int64)
+        offs, status = np.empty(k * (m + 1), np.int32), np.empty(m, np.uint8)
+        return SCANNER.scan(c, lines.starts, lines.ends, names, kinds, vals, offs, status)
+
     candidates: dict[str, Callable[[bytes], Any]] = {
         "orjson_per_line": orjson_rows,
         "msgspec_per_line": msgspec_rows,
         "msgspec_framed": framed,
         "arrow_reader_projected": arrow,
         "parse_chunk": lambda c: parse_chunk("json", c, fields=want - {"ts"}),
+        "parse_chunk_msgspec": msgspec_kernel,
         "json_msgspec_screen": json_msgspec._screen,
     }
+    if SCANNER is not None:
+        candidates["json_native_scan"] = scan
     rates = {name: round(n / best_of(args.repeats, chunks, fn)) for name, fn in candidates.items()}
     print(
         json.dumps(
@@ -313,6 +339,7 @@ def main() -> None:
                 "lines": n,
                 "chunk_bytes": CHUNK_BYTES,
                 "fields": list(FIELDS),
+                "native_scanner": native_in_use(),
                 "lines_per_cpu_s": rates,
                 "native": native,
             },

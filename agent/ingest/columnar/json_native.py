@@ -129,7 +129,7 @@ def parse_fields(lines: Lines, want: frozenset[str]) -> KernelResult | None:
             arr = _column(types[name], n, kinds[k], vals[k], offs[k], strs[k])
         arrays[name] = arr if keep is None else arr.filter(keep)
     table = pa.table(arrays)
-    to_rows = np.flatnonzero(~ok & ~lines.blank).tolist()
+    to_rows = [] if every else np.flatnonzero(~ok & ~lines.blank).tolist()
     fallback: list[int] = []
     if to_rows:
         extra, fallback = row_records(lines, to_rows)
