@@ -26,6 +26,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sanitizer.json_scan_valgrind import mutated
 from test_columnar_parse import (
     PROJECTABLE,
     check_projected_json,
@@ -247,30 +248,16 @@ def test_random_bytes_as_lines_are_the_row_paths(pieces: list[bytes]) -> None:
 
 
 def test_mutated_lines_never_crash_the_scanner() -> None:
-    """Valid lines with bytes replaced, inserted, deleted and cut short, 100,000 lines per
-    chunk: the scanner reads each within its bounds (the sanitizer run checks that)."""
+    """Valid lines with bytes replaced, inserted, deleted and cut short (the valgrind run's
+    generator), 100,000 lines per chunk and each line alone (an exact-size buffer)."""
     rnd = random.Random(27)
-    base = orjson.dumps({"ts": 1.5, "a": 'x\u00e9"y', "b": [1, {"c": None}], "d": -2e-3})
-    alphabet = b'{}[]":,\\u0aeE-+.9 \t\r\x00\x1f\x7f\x80\xc3\xa9\xed\xf4\xff'
     for _ in range(2):
-        lines = []
-        for _ in range(100_000):
-            line = bytearray(base)
-            for _ in range(rnd.randint(1, 4)):
-                i = rnd.randrange(len(line) + 1)
-                op = rnd.randrange(4)
-                if op == 0 and i < len(line):
-                    line[i] = rnd.choice(alphabet)
-                elif op == 1:
-                    line.insert(i, rnd.choice(alphabet))
-                elif op == 2 and i < len(line):
-                    del line[i]
-                else:
-                    del line[i:]
-            lines.append(bytes(line).replace(b"\n", b""))
+        lines = mutated(rnd, 100_000)
         chunk = b"\n".join(lines) + b"\n"
         split = split_lines(chunk)
         _scan(chunk, split.starts, split.ends, (b"a", b"ts", b"b", b"d"))
+    for x in lines[:5000]:
+        _scan(x, np.zeros(1, np.int64), np.full(1, len(x), np.int64), (b"a", b"ts"))
 
 
 def test_bad_line_bounds_are_refused_before_any_read() -> None:
