@@ -206,6 +206,26 @@ static int string(Cur *c, uint8_t *out, size_t *n, int *esc) {
     return 0;
 }
 
+/* A string at c->p (its opening quote) of plain bytes only, skipped: 1; otherwise 0 with
+ * c->p unmoved (string() then reads it, escapes and UTF-8 included). */
+static inline int plain_string(Cur *c) {
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint8_t *p = c->p + 1, *end = c->end;
+    while (end - p >= 8) {
+        uint64_t t = special8(p);
+        if (t) {
+            p += __builtin_ctzll(t) >> 3;
+            if (*p != '"') return 0;
+            c->p = p + 1;
+            return 1;
+        }
+        p += 8;
+    }
+#endif
+    (void)c;
+    return 0;
+}
+
 /* A number at c->p. With kind != NULL, its value: K_INT (int64), K_FLOAT (exact), or
  * K_FLOAT_TEXT; returns -1 for invalid syntax or anything left to the row parser. */
 static int number(Cur *c, uint8_t *kind, int64_t *val) {
@@ -414,7 +434,8 @@ static int line(Cur *c, Field *fs, int nf, Py_ssize_t i) {
         for (;;) {
             if (c->p >= c->end || *c->p != '"') return -1;
             const uint8_t *key = c->p + 1;
-            if (string(c, NULL, NULL, &esc)) return -1;
+            esc = 0;
+            if (!plain_string(c) && string(c, NULL, NULL, &esc)) return -1;
             Py_ssize_t klen = (c->p - 1) - key;
             ws(c);
             if (c->p >= c->end || *c->p != ':') return -1;
@@ -424,7 +445,8 @@ static int line(Cur *c, Field *fs, int nf, Py_ssize_t i) {
             if (esc) return -1; /* an escaped key may spell a projected one: row parser */
             int hit = -1;
             for (int k = 0; k < nf; k++) {
-                if (fs[k].len == klen && !memcmp(fs[k].name, key, (size_t)klen)) {
+                if (fs[k].len == klen && (!klen || fs[k].name[0] == key[0]) &&
+                    !memcmp(fs[k].name, key, (size_t)klen)) {
                     hit = k;
                     break;
                 }
@@ -433,7 +455,7 @@ static int line(Cur *c, Field *fs, int nf, Py_ssize_t i) {
                 if (seen & ((uint64_t)1 << hit)) return -1; /* given twice: row parser */
                 seen |= (uint64_t)1 << hit;
                 if (field_value(c, &fs[hit], i)) return -1;
-            } else if (skip_value(c)) return -1;
+            } else if (!(*c->p == '"' && plain_string(c)) && skip_value(c)) return -1;
             ws(c);
             if (c->p >= c->end) return -1;
             if (*c->p == ',') {
