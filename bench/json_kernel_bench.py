@@ -40,6 +40,11 @@ reports ``"crashed"``. ``vs_duckdb_t1_query`` is each candidate's rate over the 
     python bench/json_kernel_bench.py            # 200,000 lines
     python bench/json_kernel_bench.py --quick    # 50,000 lines
     python bench/json_kernel_bench.py --native-only
+    python bench/json_kernel_bench.py --end-to-end 7   # the query end to end, alternated
+
+``--end-to-end ROUNDS``: the benchmark query (``directory, action, count(*), sum(price)``) end
+to end on ingest_bench's JSON file — ELF columnar (C scanner), the same with msgspec, DuckDB
+``threads=1`` — alternated ROUNDS times; best and median wall seconds and their ratios.
 """
 
 from __future__ import annotations
@@ -262,14 +267,59 @@ def native_table(n: int, repeats: int) -> dict[str, Any]:
     return out
 
 
+def end_to_end(n: int, rounds: int) -> dict[str, Any]:
+    """``directory, action, count(*), sum(price)`` end to end on ingest_bench's JSON file:
+    ELF columnar (C scanner), ELF columnar with msgspec, DuckDB ``threads=1``, alternated
+    ``rounds`` times (a noisy machine slows all three alike); wall seconds, best and median."""
+    import statistics
+    import tempfile
+
+    import ingest_bench as ib  # bench/
+    from ingest_workload import generate
+
+    engines = {
+        "elf_columnar": lambda p: ib.elf_engine(p, "json", "directory_action", "columnar")[0],
+        "elf_columnar_msgspec": lambda p: ib.elf_engine(
+            p, "json", "directory_action", "columnar_msgspec"
+        )[0],
+        "duckdb_t1": lambda p: ib.duckdb_engine(p, "json", "directory_action", 1)[0],
+    }
+    with tempfile.TemporaryDirectory(prefix="elf-json-e2e-") as tmp:
+        path = generate(n, Path(tmp), 1)["paths"]["json"]["file"]
+        secs: dict[str, list[float]] = {name: [] for name in engines}
+        for fn in engines.values():  # warm
+            fn(path)
+        for _ in range(rounds):
+            for name, fn in engines.items():
+                secs[name].append(fn(path))
+    out: dict[str, Any] = {}
+    for name, s in secs.items():
+        out[name] = {"best_s": round(min(s), 3), "median_s": round(statistics.median(s), 3),
+                     "lines_per_s_best": round(n / min(s))}  # fmt: skip
+    for stat in ("best_s", "median_s"):
+        ref = out["duckdb_t1"][stat]
+        out[f"elf_columnar_vs_duckdb_t1_{stat[:-2]}"] = round(ref / out["elf_columnar"][stat], 2)
+        ms = out["elf_columnar_msgspec"][stat]
+        out[f"elf_columnar_vs_msgspec_{stat[:-2]}"] = round(ms / out["elf_columnar"][stat], 2)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="50,000 lines")
     ap.add_argument("--lines", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--native-only", action="store_true", help="only the native decoders")
+    ap.add_argument(
+        "--end-to-end", type=int, default=0, metavar="ROUNDS",
+        help="only the benchmark query end to end, alternated ROUNDS times",
+    )  # fmt: skip
     args = ap.parse_args()
     n = args.lines or (50_000 if args.quick else 200_000)
+    if args.end_to_end:
+        out = end_to_end(n, args.end_to_end)
+        print(json.dumps({"bench": "json_end_to_end", "lines": n, "engines": out}, indent=2))
+        return
     native = native_table(n, args.repeats)
     if args.native_only:
         print(json.dumps({"bench": "json_kernel", "lines": n, "native": native}, indent=2))
