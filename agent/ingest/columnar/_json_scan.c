@@ -19,9 +19,11 @@
  * exponent anywhere (where orjson may overflow or make a float), projected integers within
  * int64, projected keys unescaped and given once. Anything else is left to the row parser:
  * status 1, with the line's outputs reset (kinds K_MISSING, no string bytes). Blank lines too.
- * Floats are exact: Clinger's fast path (at most 15 significant digits, |exponent| <= 22:
- * one correctly rounded IEEE operation), else K_FLOAT_TEXT for Python's correctly rounded
- * float(). Nested values of projected keys are validated and reported as K_NESTED.
+ * Floats are exact: Clinger's fast path (the digits as an integer <= 2**53, |exponent| <= 22:
+ * one correctly rounded IEEE operation), else glibc's correctly rounded strtod_l in the "C"
+ * locale, else (not glibc) K_FLOAT_TEXT for Python's correctly rounded float(). Nested values
+ * of projected keys are validated and reported as K_NESTED. Plain strings (no escape, ASCII)
+ * are found 8 bytes at a time.
  *
  * Safety: every read is checked against the line's end, every write against its buffer's
  * size (string bytes grow by the line's remaining length before a value is decoded: a decoded

@@ -16,8 +16,8 @@ offsets and bytes. Every other line — invalid, blank, or merely undecided — 
 parser (orjson + validation), as the msgspec kernel leaves its screened lines: its records are
 merged back in line order, the lines it refuses are ``fallback``. Columns are wrapped with
 ``pa.Array.from_buffers`` (no Python object per value) and typed as the row path's
-``pa.array`` would type them: int64, float64 (floats of more than 15 significant digits or an
-exponent beyond 22 by Python's ``float``, correctly rounded as orjson's), bool, string, null.
+``pa.array`` would type them: int64, float64 (correctly rounded as orjson's: Clinger's exact
+fast path, else glibc's ``strtod_l``, else Python's ``float``), bool, string, null.
 A chunk where a projected field holds a nested value or values of two kinds, or whose merged
 row-parser values do not have the column's type, is handed to ``parse_projected`` whole
 (mixed kinds fall back per chunk as before). ``ts``: numbers as float64 (an integer beyond
