@@ -48,7 +48,10 @@ events (counts equal; ties at the cut may order differently).
 * engines: ``elf_columnar`` (FileTail chunks -> Arrow -> ``Worker.process_table``, with the
   prefilter in front when the query has one), ``elf_columnar_2proc`` (``ParallelFileIngest``
   columnar: parse and per-chunk aggregation on 2 processes, what ``elf run --cores 2``
-  uses), ``elf_columnar_ahead`` (the live agent on two cores: the same FileTail with
+  uses), ``elf_columnar_msgspec`` (JSON: ``elf_columnar`` with the C scanner of
+  :mod:`agent.ingest.columnar.json_native` off, i.e. the msgspec kernel;
+  ``elf_columnar_vs_elf_columnar_msgspec`` is the scanner's gain),
+  ``elf_columnar_ahead`` (the live agent on two cores: the same FileTail with
   ``parse_processes = 1``, a helper process parsing every second chunk of a backlog,
   :mod:`agent.ingest.columnar.pool`), ``elf_columnar_numpy`` (``status_bytes`` only:
   ``elf_columnar`` with the access-log kernel's C scan switched off, i.e. its numpy kernel,
@@ -291,9 +294,11 @@ def elf_engine(
     path: Path, fmt: str, query: str, mode: str
 ) -> tuple[float, float, Any, dict[str, Any]]:
     """(seconds, CPU seconds of this process, answer, counters) of one ELF engine: ``row``,
-    ``columnar``, ``columnar_2proc`` or ``columnar_ahead``, with the prefilter the runtime
-    installs in front."""
+    ``columnar``, ``columnar_2proc``, ``columnar_ahead``, ``columnar_numpy`` (the access-log
+    kernel without its C scan) or ``columnar_msgspec`` (the C JSON scanner off), with the
+    prefilter the runtime installs in front."""
     from agent.ingest.columnar.access_scan import set_enabled
+    from agent.ingest.columnar.json_native import use_native
     from agent.ingest.columnar.reader import ChunkReader
 
     if mode == "columnar_numpy":  # the access-log kernel without its C scan (no compiler)
@@ -302,6 +307,12 @@ def elf_engine(
             return elf_engine(path, fmt, query, "columnar")
         finally:
             set_enabled(before)
+    if mode == "columnar_msgspec":  # the JSON kernel without its C scanner
+        use_native(False)
+        try:
+            return elf_engine(path, fmt, query, "columnar")
+        finally:
+            use_native(True)
     keep_chunk_memory()  # as the agent daemon does at start (agent/ingest/columnar/allocator.py)
     text = _ql(query, fmt)
     parse_fmt = "nginx" if fmt in ("paths", "nginx_esc") else fmt
@@ -549,6 +560,8 @@ def bench_full(data: dict[str, Any], n: int, repeats: int, spark: Any, work: Pat
             modes = ["columnar", "columnar_2proc", "columnar_ahead", "row"]
             if query == "status_bytes":  # the numpy kernel beside the C scan (issue 27)
                 modes.insert(1, "columnar_numpy")
+            if fmt == "json" and query != "micro":  # issue 27: the C scanner vs msgspec
+                modes.append("columnar_msgspec")
             for mode in modes:
                 runs = [elf_engine(paths["file"], fmt, query, mode) for _ in range(repeats)]
                 secs, cpu, got, counters = min(runs, key=lambda r: r[0])
@@ -600,7 +613,7 @@ def bench_full(data: dict[str, Any], n: int, repeats: int, spark: Any, work: Pat
                 "elf_ahead_vs_1core": round(col / engines["elf_columnar_ahead"]["seconds"], 2),
             }
             others = ("duckdb_t1", "duckdb_t2", "duckdb_t1_extract", "spark_batch",
-                      "spark_streaming", "elf_columnar_numpy")  # fmt: skip
+                      "spark_streaming", "elf_columnar_numpy", "elf_columnar_msgspec")  # fmt: skip
             for other in others:
                 if other in engines:
                     ratios[f"elf_columnar_vs_{other}"] = round(engines[other]["seconds"] / col, 2)

@@ -10,7 +10,9 @@ reads). Rates are lines per CPU-second of this process, best of ``--repeats``:
 * ``msgspec_framed`` — the kernel's whole-chunk decode (nonce-framed ``decode_lines``) alone;
 * ``arrow_reader_projected`` — ``pyarrow.json`` with an explicit schema (off in agents);
 * ``parse_chunk`` — the shipped path end to end (:func:`agent.ingest.columnar.parse.parse_chunk`
-  with ``fields``: lines, screen, framing, columns, ``ts``, merge);
+  with ``fields``: lines, the C scanner, columns, ``ts``, merge);
+* ``parse_chunk_msgspec`` — the same with the C scanner off (screen, framing, msgspec, columns);
+* ``json_native_scan`` — the C scanner's pass alone (``json_scan_c.scan`` over the chunk);
 * ``json_msgspec_screen`` — the kernel's number screen alone.
 
 **Native decoders** (issue 27: "a native decoder into Arrow with projection"), each into the
@@ -26,7 +28,9 @@ imports count), wall and CPU rates of the best of ``--repeats``:
 * ``polars_read_ndjson`` — ``pl.read_ndjson(schema=)``, ``POLARS_MAX_THREADS=1``, ``to_arrow``;
 * ``pyarrow_json`` — ``pyarrow.json.read_json`` with the explicit schema;
 * ``pysimdjson`` — ``simdjson.Parser.parse`` per line, the fields, ``pa.array`` per field;
-* ``elf_kernel`` — today's kernel, ``parse_chunk(..., fields=)`` (msgspec, exact);
+* ``elf_kernel`` — the shipped kernel, ``parse_chunk(..., fields=)`` (the C scanner
+  ``json_native``, exact; msgspec where the extension is not built);
+* ``elf_kernel_msgspec`` — the same with the C scanner switched off (the msgspec kernel);
 * ``duckdb_t1_query`` — the reference: DuckDB ``threads=1`` running the benchmark query
   (``directory, action, count(*), sum(price) GROUP BY ...``) with ``read_json`` over the file.
 
@@ -36,6 +40,11 @@ reports ``"crashed"``. ``vs_duckdb_t1_query`` is each candidate's rate over the 
     python bench/json_kernel_bench.py            # 200,000 lines
     python bench/json_kernel_bench.py --quick    # 50,000 lines
     python bench/json_kernel_bench.py --native-only
+    python bench/json_kernel_bench.py --end-to-end 7   # the query end to end, alternated
+
+``--end-to-end ROUNDS``: the benchmark query (``directory, action, count(*), sum(price)``) end
+to end on ingest_bench's JSON file — ELF columnar (C scanner), the same with msgspec, DuckDB
+``threads=1`` — alternated ROUNDS times; best and median wall seconds and their ratios.
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ import pyarrow.json as pj
 from tail_chunks import tail_chunks  # bench/
 
 from agent.ingest.columnar import json_msgspec
+from agent.ingest.columnar.json_native import SCANNER, native_in_use, use_native
 from agent.ingest.columnar.lines import split_lines
 from agent.ingest.columnar.parse import parse_chunk
 from agent.ingest.tail import CHUNK_BYTES
@@ -158,7 +168,8 @@ def native_candidate(name: str) -> Callable[[bytes], Any] | None:
             return pa.table({f: pa.array(v) for f, v in cols.items()})
 
         return simd
-    if name == "elf_kernel":
+    if name in ("elf_kernel", "elf_kernel_msgspec"):
+        use_native(name == "elf_kernel")  # this process only (a fresh one per candidate)
         return lambda c: parse_chunk("json", c, fields=frozenset(FIELDS) - {"ts"})
     return None
 
@@ -171,6 +182,7 @@ NATIVE = (
     "pyarrow_json",
     "pysimdjson",
     "elf_kernel",
+    "elf_kernel_msgspec",
 )
 
 
@@ -255,14 +267,59 @@ def native_table(n: int, repeats: int) -> dict[str, Any]:
     return out
 
 
+def end_to_end(n: int, rounds: int) -> dict[str, Any]:
+    """``directory, action, count(*), sum(price)`` end to end on ingest_bench's JSON file:
+    ELF columnar (C scanner), ELF columnar with msgspec, DuckDB ``threads=1``, alternated
+    ``rounds`` times (a noisy machine slows all three alike); wall seconds, best and median."""
+    import statistics
+    import tempfile
+
+    import ingest_bench as ib  # bench/
+    from ingest_workload import generate
+
+    engines = {
+        "elf_columnar": lambda p: ib.elf_engine(p, "json", "directory_action", "columnar")[0],
+        "elf_columnar_msgspec": lambda p: ib.elf_engine(
+            p, "json", "directory_action", "columnar_msgspec"
+        )[0],
+        "duckdb_t1": lambda p: ib.duckdb_engine(p, "json", "directory_action", 1)[0],
+    }
+    with tempfile.TemporaryDirectory(prefix="elf-json-e2e-") as tmp:
+        path = generate(n, Path(tmp), 1)["paths"]["json"]["file"]
+        secs: dict[str, list[float]] = {name: [] for name in engines}
+        for fn in engines.values():  # warm
+            fn(path)
+        for _ in range(rounds):
+            for name, fn in engines.items():
+                secs[name].append(fn(path))
+    out: dict[str, Any] = {}
+    for name, s in secs.items():
+        out[name] = {"best_s": round(min(s), 3), "median_s": round(statistics.median(s), 3),
+                     "lines_per_s_best": round(n / min(s))}  # fmt: skip
+    for stat in ("best_s", "median_s"):
+        ref = out["duckdb_t1"][stat]
+        out[f"elf_columnar_vs_duckdb_t1_{stat[:-2]}"] = round(ref / out["elf_columnar"][stat], 2)
+        ms = out["elf_columnar_msgspec"][stat]
+        out[f"elf_columnar_vs_msgspec_{stat[:-2]}"] = round(ms / out["elf_columnar"][stat], 2)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="50,000 lines")
     ap.add_argument("--lines", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--native-only", action="store_true", help="only the native decoders")
+    ap.add_argument(
+        "--end-to-end", type=int, default=0, metavar="ROUNDS",
+        help="only the benchmark query end to end, alternated ROUNDS times",
+    )  # fmt: skip
     args = ap.parse_args()
     n = args.lines or (50_000 if args.quick else 200_000)
+    if args.end_to_end:
+        out = end_to_end(n, args.end_to_end)
+        print(json.dumps({"bench": "json_end_to_end", "lines": n, "engines": out}, indent=2))
+        return
     native = native_table(n, args.repeats)
     if args.native_only:
         print(json.dumps({"bench": "json_kernel", "lines": n, "native": native}, indent=2))
@@ -297,14 +354,33 @@ def main() -> None:
         parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
         return pj.read_json(pa.BufferReader(c), read_options=read, parse_options=parse)
 
+    def msgspec_kernel(c: bytes) -> Any:
+        use_native(False)
+        try:
+            return parse_chunk("json", c, fields=want - {"ts"})
+        finally:
+            use_native(True)
+
+    names = tuple(name.encode() for name in FIELDS)
+
+    def scan(c: bytes) -> Any:
+        lines = split_lines(c)
+        m, k = len(lines), len(names)
+        kinds, vals = np.empty(k * m, np.uint8), np.empty(k * m, np.int64)
+        offs, status = np.empty(k * (m + 1), np.int32), np.empty(m, np.uint8)
+        return SCANNER.scan(c, lines.starts, lines.ends, names, kinds, vals, offs, status)
+
     candidates: dict[str, Callable[[bytes], Any]] = {
         "orjson_per_line": orjson_rows,
         "msgspec_per_line": msgspec_rows,
         "msgspec_framed": framed,
         "arrow_reader_projected": arrow,
         "parse_chunk": lambda c: parse_chunk("json", c, fields=want - {"ts"}),
+        "parse_chunk_msgspec": msgspec_kernel,
         "json_msgspec_screen": json_msgspec._screen,
     }
+    if SCANNER is not None:
+        candidates["json_native_scan"] = scan
     rates = {name: round(n / best_of(args.repeats, chunks, fn)) for name, fn in candidates.items()}
     print(
         json.dumps(
@@ -313,6 +389,7 @@ def main() -> None:
                 "lines": n,
                 "chunk_bytes": CHUNK_BYTES,
                 "fields": list(FIELDS),
+                "native_scanner": native_in_use(),
                 "lines_per_cpu_s": rates,
                 "native": native,
             },

@@ -6,8 +6,10 @@ for every line; columns are the union of the chunk's top-level keys (a key a lin
 null), or, with ``fields``, exactly those fields (null columns for fields no line has).
 
 Projected chunks (``want`` names the fields, valid UTF-8) go to
-:func:`~agent.ingest.columnar.json_msgspec.parse_projected` in agents and in ``elf run``
-alike (faster than both other paths, and no reader that has crashed on crafted input).
+:func:`~agent.ingest.columnar.json_native.parse_fields` (the C scanner, or msgspec's
+:func:`~agent.ingest.columnar.json_msgspec.parse_projected` where it is not built) in agents
+and in ``elf run`` alike (faster than both other paths, and no reader that has crashed on
+crafted input).
 Otherwise, where :func:`use_arrow_reader` enabled it:
 
 How: Arrow's C++ JSON reader (single-threaded) parses the whole chunk at once. Its answer is
@@ -53,7 +55,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from agent.ingest.columnar.base import KernelResult, UnsupportedChunk
-from agent.ingest.columnar.json_msgspec import parse_projected
+from agent.ingest.columnar.json_native import parse_fields
 from agent.ingest.columnar.lines import Lines
 from agent.ingest.records import RecordError, parse_iso8601
 
@@ -139,9 +141,9 @@ def parse_json(lines: Lines, want: frozenset[str] | None) -> KernelResult:
     if lines.repaired is not None or not n:
         return _everything_to_rows(n)
     if want is not None and TS_FIELD in want:
-        # a query's fields: msgspec decodes only those (json_msgspec), faster than both the
-        # row parser and Arrow's reader, in agents and in ``elf run``
-        out = parse_projected(lines, want)
+        # a query's fields: the C scanner (json_native; msgspec where it is not built) decodes
+        # only those, faster than both the row parser and Arrow's reader, everywhere
+        out = parse_fields(lines, want)
         return _everything_to_rows(n) if out is None else out
     if not _ARROW_READER:
         return _everything_to_rows(n)

@@ -134,7 +134,7 @@ def parse_projected(lines: Lines, want: frozenset[str]) -> KernelResult | None:
     index = fed[~np.isin(fed, np.asarray(refused, np.int64))] if refused else fed
     names = tuple(want)  # the row path's column order: iteration order of ``want``
     get = {name: attrgetter(dec.attr[name]) for name in names}
-    ts, bad = _timestamps(list(map(get[TS_FIELD], records)))
+    ts, bad = float_timestamps(list(map(get[TS_FIELD], records)))
     to_rows = np.flatnonzero(flagged).tolist() + refused
     if bad:
         to_rows += index[bad].tolist()
@@ -146,7 +146,7 @@ def parse_projected(lines: Lines, want: frozenset[str]) -> KernelResult | None:
     columns = {name: list(map(get[name], records)) for name in names if name != TS_FIELD}
     fallback: list[int] = []
     if to_rows:
-        extra, fallback = _row_parser(lines, sorted(to_rows))
+        extra, fallback = row_records(lines, sorted(to_rows))
         if extra:
             index, ts, columns = _merge(index, ts, columns, extra)
     arrays = {}
@@ -261,7 +261,7 @@ def _decode(dec: _Decoders, chunk: bytes, n: int, fed: np.ndarray) -> tuple[list
     return records, refused
 
 
-def _timestamps(values: list[Any]) -> tuple[list[float], list[int]]:
+def float_timestamps(values: list[Any]) -> tuple[list[float], list[int]]:
     """``ts`` values as floats, and the positions whose line the row parser must judge."""
     kinds = set(map(type, values))
     if kinds <= {float}:
@@ -299,7 +299,7 @@ def _timestamps(values: list[Any]) -> tuple[list[float], list[int]]:
     return out, bad
 
 
-def _row_parser(lines: Lines, index: list[int]) -> tuple[list[tuple[int, dict]], list[int]]:
+def row_records(lines: Lines, index: list[int]) -> tuple[list[tuple[int, dict]], list[int]]:
     """The row parser over the lines ``index``: the records it accepts, the lines it refuses
     (``merge_fallback`` parses those again and rejects them with its reason)."""
     parser = make_parser("json", repairs=EncodingRepairs())
@@ -323,7 +323,7 @@ def _merge(
     each column's type over all of them, as the row path does)."""
     all_index = np.concatenate([index, np.asarray([i for i, _ in extra], np.int64)])
     order = np.argsort(all_index, kind="stable").tolist()
-    extra_ts, bad = _timestamps([r[TS_FIELD] for _, r in extra])
+    extra_ts, bad = float_timestamps([r[TS_FIELD] for _, r in extra])
     if bad:  # cannot happen: the row parser left numbers only
         raise UnsupportedChunk("row parser timestamps are not numbers")
     combined_ts = ts + extra_ts
