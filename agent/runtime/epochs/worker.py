@@ -68,7 +68,6 @@ import numpy as np
 
 from agent.ingest.base import ColumnarBatch
 from agent.jobs.job import Job
-from agent.jobs.schedule import EpochSchedule
 from agent.jobs.spec import SNAPSHOT_FIELDS, JobSpec
 from agent.ql.fallback import Unsupported
 from agent.runtime.epochs.clock import EpochClock
@@ -714,7 +713,7 @@ class Worker:
         """New lateness/idle/future limits, or a new epoch length from an open epoch on. Data
         already in an open epoch that the new schedule cuts differently moves to the epoch
         its start falls in (counted: ``epochs_rebucketed``)."""
-        changed_from = _first_difference(old.schedule, new.schedule)
+        changed_from = old.schedule.first_difference(new.schedule)
         nxt = self.clock.next_epoch
         if changed_from is not None and nxt is not None and changed_from < nxt:
             # this agent closed epochs the new lengths re-cut: they were emitted already
@@ -785,14 +784,3 @@ class Worker:
             "watermark": clock["watermark"],
             "next_epoch": clock["next_epoch"],
         }
-
-
-def _first_difference(old: EpochSchedule, new: EpochSchedule) -> int | None:
-    """The first epoch whose length differs between two schedules of one job (None: same)."""
-    if old == new:
-        return None
-    for a, b in zip(old.changes, new.changes, strict=False):
-        if a != b:
-            return min(a[0], b[0])
-    longer = old.changes if len(old.changes) > len(new.changes) else new.changes
-    return longer[min(len(old.changes), len(new.changes))][0]
