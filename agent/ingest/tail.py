@@ -26,6 +26,7 @@ Contract (an :class:`~agent.ingest.base.Input` and :class:`~agent.ingest.base.Re
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections import deque
 from collections.abc import AsyncIterator
@@ -326,7 +327,7 @@ class FileTail:
                     source: Any = chunk
                     if on_proc:  # read there: no 4 MiB through the pipe
                         source = (path, at, len(chunk), xxhash.xxh3_64_intdigest(chunk))
-                    future = pool.submit(reader.fmt, reader.fields, source)
+                    future = pool.submit(reader.fmt, reader.fields, source, reader.plan)
                     self._ahead.append((at, chunk, reader, future))
                     self._ahead_until = at + len(chunk)
                 at += last_nl + 1
@@ -448,7 +449,11 @@ class FileTail:
             except Unsupported:
                 self.counters["row_chunks"] += 1
                 return False
-            rows = parsed.table.num_rows
+            part: Any = parsed.table
+            if parsed.aggregated is not None:  # aggregated by a parse helper: rows on demand
+                part = parsed.aggregated
+                part.reparse = functools.partial(reader.table_of, chunk)
+            rows = part.num_rows
             rejects = parsed.rejects
         else:
             rows, rejects = 0, []
@@ -477,7 +482,7 @@ class FileTail:
             self.counters["prefiltered"] += skipped
             self._skipped += skipped
         if rows:
-            out.add(parsed.table)
+            out.add(part)
         return True
 
     def _scanned(

@@ -3,12 +3,15 @@
 Contract: ``table`` has one row per accepted line, in line order; ``line_index`` (int32) is
 each row's line within the chunk; ``rejects`` are ``(line index, reason, message, line)`` per
 bad line (the row parser's reasons and messages); ``lines`` counts every line of the chunk
-(accepted + rejected + blank-skipped); ``repairs`` the lines whose invalid UTF-8 was replaced.
+(accepted + rejected + blank-skipped); ``repairs`` the lines whose invalid UTF-8 was replaced;
+``aggregated``: set by a parse helper that pre-aggregated the rows
+(:class:`~agent.ingest.columnar.aggregate.AggregatedChunk`; ``table`` is then empty).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -22,3 +25,4 @@ class ParsedChunk:
     rejects: list[tuple[int, str, str, bytes]]
     lines: int
     repairs: int
+    aggregated: Any = None
