@@ -93,6 +93,7 @@ from ingest_workload import (  # bench/: the workload and its reference answers
 from tail_chunks import tail_chunks
 
 import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
+from agent.ingest.columnar.aggregate import plan_for
 from agent.ingest.columnar.allocator import keep_chunk_memory
 from agent.ingest.fastpath import prefilter_for
 from agent.ingest.formats import make_parser
@@ -312,9 +313,11 @@ def elf_engine(
         tail.prefilter = prefilter_for([job], parse_fmt)
         if tail.prefilter is not None:
             tail.parser = projected_parser([job], parse_fmt) or tail.parser
-        if mode in ("columnar", "columnar_ahead"):
+        if mode.startswith("columnar"):
             tail.columnar = ChunkReader(parse_fmt, job.batch_projection(), None)
-        if mode == "columnar_ahead":
+        if mode == "columnar_ahead":  # the helper aggregates too, as the agent installs it
+            tail.columnar.plan = plan_for([job], "ts")
+        if mode.startswith("columnar_ahead"):
             tail.parse_pool = _ahead_pool()
         while True:
             batch = tail.poll()

@@ -426,10 +426,17 @@ class FileTail:
         ``max_line_bytes``, or a chunk the parser cannot represent exactly."""
         reader = self.columnar
         assert reader is not None
+        ahead, longest = None, -1
         if found is None:
             chunk = buf[start : last_nl + 1]
-            ends = newline_positions(chunk)  # found once: the parser reuses them
-            n = kept_count = len(ends)
+            ahead = self._ahead_for(self._pos + start, chunk) if self._ahead else None
+            told = _told(ahead)
+            if told is None:
+                ends = newline_positions(chunk)  # found once: the parser reuses them
+                n = len(ends)
+            else:  # a parse helper found the newlines already
+                ends, (n, longest) = None, told
+            kept_count = n
         else:
             kept_count = len(found[1])
         if not reader.wants(kept_count, prefiltered=found is not None):
@@ -439,12 +446,13 @@ class FileTail:
             n = buf.count(b"\n", start, last_nl + 1)
             chunk = b"\n".join(found[1]) + b"\n"
             ends = newline_positions(chunk)
-        if len(chunk) > self.max_line_bytes and longest_line(ends) > self.max_line_bytes:
-            self.counters["row_chunks"] += 1
-            return False
+        if len(chunk) > self.max_line_bytes:
+            longest = longest if ends is None else longest_line(ends)
+            if longest > self.max_line_bytes:
+                self.counters["row_chunks"] += 1
+                return False
         if kept_count:
             try:
-                ahead = self._ahead_for(self._pos + start, chunk) if self._ahead else None
                 parsed = reader.parse(chunk, ends, ahead)
             except Unsupported:
                 self.counters["row_chunks"] += 1
@@ -645,3 +653,17 @@ class FileTail:
         self._closed = True
         self._drop_ahead()
         self._close_file()
+
+
+def _told(ahead: Future[Any] | None) -> tuple[int, int] | None:
+    """``(lines, longest line)`` of a chunk a parse helper parsed (it found the newlines), or
+    None when there is no such answer (the caller finds them)."""
+    if ahead is None:
+        return None
+    try:
+        parsed = ahead.result()
+    except Exception:  # a dead helper, a declined chunk: the reader sees it again in parse
+        return None
+    if parsed is None or parsed.longest < 0:
+        return None
+    return parsed.lines, parsed.longest

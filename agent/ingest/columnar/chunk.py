@@ -5,7 +5,9 @@ each row's line within the chunk; ``rejects`` are ``(line index, reason, message
 bad line (the row parser's reasons and messages); ``lines`` counts every line of the chunk
 (accepted + rejected + blank-skipped); ``repairs`` the lines whose invalid UTF-8 was replaced;
 ``aggregated``: set by a parse helper that pre-aggregated the rows
-(:class:`~agent.ingest.columnar.aggregate.AggregatedChunk`; ``table`` is then empty).
+(:class:`~agent.ingest.columnar.aggregate.AggregatedChunk`; ``table`` is then empty);
+``longest``: the longest line's length (newline excluded) where a parse helper measured it
+(-1: not measured), so the tail need not find the chunk's newlines again.
 """
 
 from __future__ import annotations
@@ -26,3 +28,4 @@ class ParsedChunk:
     lines: int
     repairs: int
     aggregated: Any = None
+    longest: int = -1

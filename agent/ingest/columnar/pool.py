@@ -86,12 +86,15 @@ def _parse(
 ) -> Any:
     """The chunk's ParsedChunk (pre-aggregated for ``plan`` when it can be), or None when its
     bytes could not be read here."""
+    from agent.ingest.columnar.lines import longest_line, newline_positions
     from agent.ingest.columnar.parse import parse_chunk
 
     chunk = _bytes(source)
     if chunk is None:
         return None
-    parsed = parse_chunk(fmt, chunk, fields=fields)
+    ends = newline_positions(chunk)
+    parsed = parse_chunk(fmt, chunk, fields=fields, ends=ends)
+    parsed.longest = longest_line(ends)  # the tail needs no newline scan of its own
     if plan is not None and parsed.table.num_rows:
         aggregated = plan.aggregate(parsed.table)
         if aggregated is not None:  # the rows stay here: only their aggregates go back
