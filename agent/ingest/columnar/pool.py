@@ -147,6 +147,12 @@ class ChunkParsePool:
             self.restarts += 1
             return self._executor().submit(_parse, fmt, fields, chunk, plan)
 
+    def pids(self) -> list[int]:
+        """The worker processes' ids (none before the first chunk or ``warm``)."""
+        # (the executor keeps them in a private dict: read defensively, for the benchmark)
+        processes = getattr(self._pool, "_processes", None) or {}
+        return [p.pid for p in list(processes.values())]
+
     def close(self) -> None:
         """Stop the worker processes."""
         if self._pool is not None:
