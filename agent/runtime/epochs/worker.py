@@ -17,7 +17,8 @@ Columnar path (docs/ingest.md): ``process`` given a
 ``EpochClock.assign_many``: the same lateness decisions and counts, in row order; then the
 job's ``aggregate_batch`` / ``aggregate_epochs`` gives per-key partial states that
 ``merge_states`` folds into each epoch's CBT) and its row parts through the row path;
-:meth:`Worker.process_partials` takes chunks pre-aggregated on other processes. Whatever the
+:meth:`Worker.process_partials` takes chunks pre-aggregated on other processes (a parse
+helper's chunk in a batch: :meth:`Worker.process_aggregated`). Whatever the
 job cannot compute exactly on Arrow takes ``map`` for those rows; results are the row
 path's. Extra counters: ``columnar_rows``, ``columnar_fallback_rows``, ``partials_out`` (one
 per key per epoch per chunk, instead of ``pairs_out`` per pair), ``map_batch_errors``.
