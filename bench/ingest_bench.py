@@ -368,7 +368,10 @@ def _rss_probe(path: str, fmt: str, query: str, mode: str) -> float:
     """Run in a fresh process: an ELF engine, then the largest peak RSS in MB of this process
     and of its parse helper (``columnar_ahead``)."""
     elf_engine(Path(path), fmt, query, mode)
-    return max([_peak_mb(), *(_peak_mb(pid) for pid in (_POOL[0].pids() if _POOL else []))])
+    peak = max([_peak_mb(), *(_peak_mb(pid) for pid in (_POOL[0].pids() if _POOL else []))])
+    while _POOL:  # stopped here: a helper left running keeps this process from finishing
+        _POOL.pop().close()
+    return peak
 
 
 def elf_peak_rss(path: Path, fmt: str, query: str, mode: str = "columnar") -> float:
