@@ -26,6 +26,7 @@ Contract (an :class:`~agent.ingest.base.Input` and :class:`~agent.ingest.base.Re
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections import deque
 from collections.abc import AsyncIterator
@@ -57,6 +58,10 @@ if TYPE_CHECKING:
 CHUNK_BYTES = 4 << 20
 #: bytes read per poll on the row path
 ROW_READ_BYTES = 1 << 20
+#: with parse-ahead, this thread parses this share of a helper's number of chunks itself: it
+#: also reads, cuts, hands over and merges every chunk (measured, one helper: 1.0 left the
+#: helper idle a fifth of the time; 0.7 balances them)
+AHEAD_LOCAL_SHARE = 0.7
 
 
 class FileTail:
@@ -112,9 +117,11 @@ class FileTail:
         #: optional :class:`~agent.ingest.columnar.pool.ChunkParsePool`: with a backlog,
         #: later chunks of a poll are parsed there (the agent's ``parse_processes``)
         self.parse_pool: ChunkParsePool | None = None
-        #: chunks handed to the parse pool: (file offset, bytes, reader, future), in order
-        self._ahead: deque[tuple[int, bytes, Any, Future[Any]]] = deque()
+        #: chunks handed to the parse pool: (file offset, length, xxh3-64 of the bytes, reader,
+        #: future), in order
+        self._ahead: deque[tuple[int, int, int, Any, Future[Any]]] = deque()
         self._ahead_until = 0  # file offset where the chunks handed over end
+        self._ahead_credit = 1.0  # this thread's share of the chunks dealt (_ahead_local)
         self._reads: deque[bytes] = deque()  # read ahead, not consumed yet (parse-ahead)
         # how many of _reads were cut already, and the carried bytes and offset after them
         self._sim_reads, self._sim_rest, self._sim_at = 0, b"", 0
@@ -276,8 +283,9 @@ class FileTail:
 
     def _poll_ahead(self, want: int, out: list[Record]) -> bool:
         """One poll with parse-ahead (a backlog): consume ``processes + 1`` reads, this thread
-        parsing the first read's chunk and the pool the others, while the next poll's are
-        already read and handed over, so the helper processes never wait for this thread.
+        parsing the chunks dealt to it (:meth:`_ahead_local`) and the pool the others, while
+        the next poll's are already read and handed over, so the helper processes never wait
+        for this thread.
         False when nothing is waiting (the caller goes on: end of file, rotation)."""
         per_poll = self._ahead_reads()
         while len(self._reads) < 2 * per_poll:
@@ -290,15 +298,15 @@ class FileTail:
             self._reads.append(data)
         if not self._reads:
             return False
-        self._hand_over(per_poll)
+        self._hand_over()
         for _ in range(min(per_poll, len(self._reads))):
             self._consume(self._reads.popleft(), out)
             self._sim_reads = max(0, self._sim_reads - 1)
         return True
 
-    def _hand_over(self, per_poll: int) -> None:
+    def _hand_over(self) -> None:
         """Hand the chunks the waiting reads will make to the parse pool (those not handed
-        over yet, except every ``per_poll``-th, which this thread parses): the cuts
+        over yet, except those dealt to this thread, :meth:`_ahead_local`): the cuts
         :meth:`_consume` will make, each read's bytes after the carried partial line up to
         its last newline. Stops at an over-long line (its skipping changes the cuts)."""
         reader, pool = self.columnar, self.parse_pool
@@ -314,26 +322,41 @@ class FileTail:
         for i in range(done, len(self._reads)):
             self._sim_reads = i + 1
             data = self._reads[i]
-            buf = rest + data if rest else data
-            last_nl = buf.rfind(b"\n")
-            if last_nl < 0:
-                rest = buf
-            else:
-                chunk, rest = buf[: last_nl + 1], buf[last_nl + 1 :]
+            nl = data.rfind(b"\n")
+            if nl < 0:
+                rest = rest + data if rest else data
+            else:  # the chunk is rest + data[:cut]: hashed in place, not copied
+                cut = nl + 1
                 # lines not counted: a chunk of fewer than the reader wants is only wasted
                 # work there (this thread takes the row path for it and drops the answer)
-                if i % per_poll and at >= self._ahead_until and not reader.backing_off:
-                    source: Any = chunk
-                    if on_proc:  # read there: no 4 MiB through the pipe
-                        source = (path, at, len(chunk), xxhash.xxh3_64_intdigest(chunk))
-                    future = pool.submit(reader.fmt, reader.fields, source)
-                    self._ahead.append((at, chunk, reader, future))
-                    self._ahead_until = at + len(chunk)
-                at += last_nl + 1
+                mine = self._ahead_local()  # this thread's chunk, or a helper's
+                if not mine and at >= self._ahead_until and not reader.backing_off:
+                    with memoryview(data)[:cut] as head:
+                        digest = xxhash.xxh3_64(rest)
+                        digest.update(head)
+                        length, sum64 = len(rest) + cut, digest.intdigest()
+                        # read there: no 4 MiB through the pipe
+                        source: Any = (path, at, length, sum64) if on_proc else rest + head
+                    future = pool.submit(reader.fmt, reader.fields, source, reader.plan)
+                    self._ahead.append((at, length, sum64, reader, future))
+                    self._ahead_until = at + length
+                at += len(rest) + cut
+                rest = data[cut:]
             self._sim_rest, self._sim_at = rest, at
             if len(rest) > self.max_line_bytes:
                 self._sim_reads = 0  # cut again next poll, after the skipping
                 break
+
+    def _ahead_local(self) -> bool:
+        """Whether the next chunk of a backlog is this thread's to parse: chunks are dealt in
+        file order, :data:`AHEAD_LOCAL_SHARE` of a helper's count to this thread, spread
+        evenly (a credit of the share per chunk; the first is this thread's)."""
+        assert self.parse_pool is not None
+        self._ahead_credit += AHEAD_LOCAL_SHARE / (self.parse_pool.processes + AHEAD_LOCAL_SHARE)
+        if self._ahead_credit >= 1.0:
+            self._ahead_credit -= 1.0
+            return True
+        return False
 
     def _drop_ahead(self) -> None:
         """Forget what was read or handed over ahead (a truncation, an I/O error, close)."""
@@ -345,21 +368,26 @@ class FileTail:
         self._sim_reads, self._sim_rest, self._sim_at = 0, b"", 0
 
     def _ahead_reads(self) -> int:
-        """Reads per poll with parse-ahead: this thread parses the first chunk, each helper
-        process one more (measured: handing them all over leaves this thread idle while it
+        """Reads per poll with parse-ahead: about one chunk for this thread and one for each
+        helper process (measured: handing them all over leaves this thread idle while it
         waits, and is slower)."""
         assert self.parse_pool is not None
         return self.parse_pool.processes + 1
 
     def _ahead_for(self, at: int, chunk: bytes) -> Future[Any] | None:
         """The parse pool's future for ``chunk`` (at file offset ``at``), if it was handed
-        over with these bytes and this reader; older entries are dropped."""
+        over with these bytes (length and digest) and this reader; older entries are
+        dropped."""
         while self._ahead and self._ahead[0][0] < at:
-            self._ahead.popleft()[3].cancel()
+            self._ahead.popleft()[-1].cancel()
         if not self._ahead or self._ahead[0][0] != at:
             return None
-        _, handed, reader, future = self._ahead.popleft()
-        if reader is not self.columnar or len(handed) != len(chunk) or handed != chunk:
+        _, length, sum64, reader, future = self._ahead.popleft()
+        if (
+            reader is not self.columnar
+            or length != len(chunk)
+            or sum64 != xxhash.xxh3_64_intdigest(chunk)
+        ):
             future.cancel()
             return None
         return future
@@ -425,10 +453,17 @@ class FileTail:
         ``max_line_bytes``, or a chunk the parser cannot represent exactly."""
         reader = self.columnar
         assert reader is not None
+        ahead, longest = None, -1
         if found is None:
             chunk = buf[start : last_nl + 1]
-            ends = newline_positions(chunk)  # found once: the parser reuses them
-            n = kept_count = len(ends)
+            ahead = self._ahead_for(self._pos + start, chunk) if self._ahead else None
+            told = _told(ahead)
+            if told is None:
+                ends = newline_positions(chunk)  # found once: the parser reuses them
+                n = len(ends)
+            else:  # a parse helper found the newlines already
+                ends, (n, longest) = None, told
+            kept_count = n
         else:
             kept_count = len(found[1])
         if not reader.wants(kept_count, prefiltered=found is not None):
@@ -438,17 +473,22 @@ class FileTail:
             n = buf.count(b"\n", start, last_nl + 1)
             chunk = b"\n".join(found[1]) + b"\n"
             ends = newline_positions(chunk)
-        if len(chunk) > self.max_line_bytes and longest_line(ends) > self.max_line_bytes:
-            self.counters["row_chunks"] += 1
-            return False
+        if len(chunk) > self.max_line_bytes:
+            longest = longest if ends is None else longest_line(ends)
+            if longest > self.max_line_bytes:
+                self.counters["row_chunks"] += 1
+                return False
         if kept_count:
             try:
-                ahead = self._ahead_for(self._pos + start, chunk) if self._ahead else None
                 parsed = reader.parse(chunk, ends, ahead)
             except Unsupported:
                 self.counters["row_chunks"] += 1
                 return False
-            rows = parsed.table.num_rows
+            part: Any = parsed.table
+            if parsed.aggregated is not None:  # aggregated by a parse helper: rows on demand
+                part = parsed.aggregated
+                part.reparse = functools.partial(reader.table_of, chunk)
+            rows = part.num_rows
             rejects = parsed.rejects
         else:
             rows, rejects = 0, []
@@ -477,7 +517,7 @@ class FileTail:
             self.counters["prefiltered"] += skipped
             self._skipped += skipped
         if rows:
-            out.add(parsed.table)
+            out.add(part)
         return True
 
     def _scanned(
@@ -640,3 +680,17 @@ class FileTail:
         self._closed = True
         self._drop_ahead()
         self._close_file()
+
+
+def _told(ahead: Future[Any] | None) -> tuple[int, int] | None:
+    """``(lines, longest line)`` of a chunk a parse helper parsed (it found the newlines), or
+    None when there is no such answer (the caller finds them)."""
+    if ahead is None:
+        return None
+    try:
+        parsed = ahead.result()
+    except Exception:  # a dead helper, a declined chunk: the reader sees it again in parse
+        return None
+    if parsed is None or parsed.longest < 0:
+        return None
+    return parsed.lines, parsed.longest

@@ -101,6 +101,17 @@ class EpochSchedule:
             first = floor + 1
         return EpochSchedule(self.base, (*self.changes, (first, float(seconds))))
 
+    def first_difference(self, other: EpochSchedule) -> int | None:
+        """The first epoch whose length differs between this schedule and ``other`` of the
+        same job (None: the same schedule)."""
+        if self == other:
+            return None
+        for a, b in zip(self.changes, other.changes, strict=False):
+            if a != b:
+                return min(a[0], b[0])
+        longer = self.changes if len(self.changes) > len(other.changes) else other.changes
+        return longer[min(len(self.changes), len(other.changes))][0]
+
     # ---- wire -------------------------------------------------------------------------------
     def to_wire(self) -> list[list[Any]]:
         return [[first, seconds] for first, seconds in self.changes]

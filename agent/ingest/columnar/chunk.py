@@ -3,12 +3,17 @@
 Contract: ``table`` has one row per accepted line, in line order; ``line_index`` (int32) is
 each row's line within the chunk; ``rejects`` are ``(line index, reason, message, line)`` per
 bad line (the row parser's reasons and messages); ``lines`` counts every line of the chunk
-(accepted + rejected + blank-skipped); ``repairs`` the lines whose invalid UTF-8 was replaced.
+(accepted + rejected + blank-skipped); ``repairs`` the lines whose invalid UTF-8 was replaced;
+``aggregated``: set by a parse helper that pre-aggregated the rows
+(:class:`~agent.ingest.columnar.aggregate.AggregatedChunk`; ``table`` is then empty);
+``longest``: the longest line's length (newline excluded) where a parse helper measured it
+(-1: not measured), so the tail need not find the chunk's newlines again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -22,3 +27,5 @@ class ParsedChunk:
     rejects: list[tuple[int, str, str, bytes]]
     lines: int
     repairs: int
+    aggregated: Any = None
+    longest: int = -1

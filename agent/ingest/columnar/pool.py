@@ -11,6 +11,11 @@ worker process that dies (a crash on a crafted line) breaks the pool: its future
 new pool (``restarts`` counts them). Only bytes of a log and the reader's settings cross the
 process boundary in; Arrow tables (pickled as Arrow IPC buffers) and rejected lines come back.
 
+``submit(..., plan=)`` (an :class:`~agent.ingest.columnar.aggregate.AggregationPlan`): the
+worker process also aggregates the parsed rows for the plan's jobs; when it could, the
+``ParsedChunk`` comes back with ``aggregated`` set and an empty table (timestamps and
+per-epoch partial states cross the pipe instead of the rows), else with the table as above.
+
 Who uses it: :class:`~agent.ingest.tail.FileTail` (``parse_pool``), when a poll finds more
 than one chunk waiting (a backlog: catch-up after a restart, a burst, ``elf run``): it hands
 the later chunks to the pool and parses the first itself, then consumes all in file order, so
@@ -29,6 +34,7 @@ from multiprocessing import get_context
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # a format name or a custom LogFormat (both picklable)
+    from agent.ingest.columnar.aggregate import AggregationPlan
     from agent.ingest.parsers import Format
 
 
@@ -75,12 +81,26 @@ def _bytes(source: ChunkSource) -> bytes | None:
         os.close(fd)
 
 
-def _parse(fmt: Format, fields: frozenset[str] | None, source: ChunkSource) -> Any:
-    """The chunk's ParsedChunk, or None when its bytes could not be read here."""
+def _parse(
+    fmt: Format, fields: frozenset[str] | None, source: ChunkSource, plan: Any = None
+) -> Any:
+    """The chunk's ParsedChunk (pre-aggregated for ``plan`` when it can be), or None when its
+    bytes could not be read here."""
+    from agent.ingest.columnar.lines import longest_line, newline_positions
     from agent.ingest.columnar.parse import parse_chunk
 
     chunk = _bytes(source)
-    return None if chunk is None else parse_chunk(fmt, chunk, fields=fields)
+    if chunk is None:
+        return None
+    ends = newline_positions(chunk)
+    parsed = parse_chunk(fmt, chunk, fields=fields, ends=ends)
+    parsed.longest = longest_line(ends)  # the tail needs no newline scan of its own
+    if plan is not None and parsed.table.num_rows:
+        aggregated = plan.aggregate(parsed.table)
+        if aggregated is not None:  # the rows stay here: only their aggregates go back
+            parsed.aggregated = aggregated
+            parsed.table = parsed.table.schema.empty_table()
+    return parsed
 
 
 class ChunkParsePool:
@@ -107,18 +127,31 @@ class ChunkParsePool:
         for fut in futures:
             fut.result()
 
-    def submit(self, fmt: Format, fields: frozenset[str] | None, chunk: ChunkSource) -> Future[Any]:
-        """A future of ``parse_chunk(fmt, chunk, fields=fields)`` (see module docstring), or
-        of None when the worker process could not read the chunk (the caller parses it)."""
+    def submit(
+        self,
+        fmt: Format,
+        fields: frozenset[str] | None,
+        chunk: ChunkSource,
+        plan: AggregationPlan | None = None,
+    ) -> Future[Any]:
+        """A future of ``parse_chunk(fmt, chunk, fields=fields)`` (see module docstring;
+        pre-aggregated for ``plan`` when given), or of None when the worker process could not
+        read the chunk (the caller parses it)."""
         self.chunks += 1
         try:
-            return self._executor().submit(_parse, fmt, fields, chunk)
+            return self._executor().submit(_parse, fmt, fields, chunk, plan)
         except BrokenProcessPool:  # a worker process died earlier: a new pool
             assert self._pool is not None
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
             self.restarts += 1
-            return self._executor().submit(_parse, fmt, fields, chunk)
+            return self._executor().submit(_parse, fmt, fields, chunk, plan)
+
+    def pids(self) -> list[int]:
+        """The worker processes' ids (none before the first chunk or ``warm``)."""
+        # (the executor keeps them in a private dict: read defensively, for the benchmark)
+        processes = getattr(self._pool, "_processes", None) or {}
+        return [p.pid for p in list(processes.values())]
 
     def close(self) -> None:
         """Stop the worker processes."""

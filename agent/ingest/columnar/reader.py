@@ -8,7 +8,11 @@ the row path for this chunk". :func:`install_columnar` (called by the runtime ev
 cached like the prefilter) sets ``input.columnar`` on each file tail whose every reading job
 has a batch path (an ELF QL query, or a job class with ``map_batch``), projected to the
 fields they read; None (the row path) otherwise, when the runtime's ``columnar`` setting is
-off, or for JSON lines whose timestamp field is not ``ts``.
+off, or for JSON lines whose timestamp field is not ``ts``. The reader it installs carries
+the reading jobs' :class:`~agent.ingest.columnar.aggregate.AggregationPlan` (``plan``; None
+when they cannot be pre-aggregated elsewhere): a tail's parse helpers aggregate the chunks
+they parse for it, and :meth:`ChunkReader.table_of` parses such a chunk again when a worker
+needs its rows.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
 
+from agent.ingest.columnar.aggregate import plan_for
 from agent.ingest.fastpath import jobs_key, same_jobs
 from agent.ingest.formats import FORMATS
 from agent.ingest.parsers import Format, format_label, input_format
@@ -27,6 +32,7 @@ from agent.log_format import LogFormat
 from agent.ql.fallback import Unsupported
 
 if TYPE_CHECKING:  # the parsers (and pyarrow) load with the first chunk parsed, not before
+    from agent.ingest.columnar.aggregate import AggregationPlan
     from agent.ingest.columnar.chunk import ParsedChunk
 
 ParseFn = Callable[..., "ParsedChunk"]
@@ -75,6 +81,8 @@ class ChunkReader:
         self._skip = 0
         self.min_rows = MIN_ROWS
         self.min_prefiltered_rows = MIN_PREFILTERED_ROWS
+        #: what parse helpers aggregate this input's chunks for (None: they only parse)
+        self.plan: AggregationPlan | None = None
 
     def wants(self, lines: int, prefiltered: bool = False) -> bool:
         floor = max(self.min_rows, self.min_prefiltered_rows) if prefiltered else self.min_rows
@@ -118,6 +126,14 @@ class ChunkReader:
                     self.repairs.lines += parsed.repairs
                 return parsed
         return self._counted(lambda: self._parse_here(chunk, ends))
+
+    def table_of(self, chunk: bytes) -> Any:
+        """``chunk``'s table parsed here again, counting nothing (a chunk a parse helper
+        parsed, and so counted, already: its rows when a worker needs them)."""
+        parse, kernel = self._loaded()
+        if kernel == "rows":
+            return parse(self.fmt, chunk, self.fields, None).table
+        return parse(self.fmt, chunk, fields=self.fields).table
 
     def _parse_here(self, chunk: bytes, ends: Any) -> ParsedChunk:
         parse, kernel = self._loaded()
@@ -172,7 +188,9 @@ def reader_for(
             break
         assert fields is not None
         fields |= want
-    return ChunkReader(fmt, None if fields is None else frozenset(fields), repairs)
+    reader = ChunkReader(fmt, None if fields is None else frozenset(fields), repairs)
+    reader.plan = plan_for(jobs, ts_field)
+    return reader
 
 
 def install_columnar(

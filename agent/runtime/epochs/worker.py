@@ -17,7 +17,8 @@ Columnar path (docs/ingest.md): ``process`` given a
 ``EpochClock.assign_many``: the same lateness decisions and counts, in row order; then the
 job's ``aggregate_batch`` / ``aggregate_epochs`` gives per-key partial states that
 ``merge_states`` folds into each epoch's CBT) and its row parts through the row path;
-:meth:`Worker.process_partials` takes chunks pre-aggregated on other processes. Whatever the
+:meth:`Worker.process_partials` takes chunks pre-aggregated on other processes (a parse
+helper's chunk in a batch: :meth:`Worker.process_aggregated`). Whatever the
 job cannot compute exactly on Arrow takes ``map`` for those rows; results are the row
 path's. Extra counters: ``columnar_rows``, ``columnar_fallback_rows``, ``partials_out`` (one
 per key per epoch per chunk, instead of ``pairs_out`` per pair), ``map_batch_errors``.
@@ -68,11 +69,11 @@ import numpy as np
 
 from agent.ingest.base import ColumnarBatch
 from agent.jobs.job import Job
-from agent.jobs.schedule import EpochSchedule
 from agent.jobs.spec import SNAPSHOT_FIELDS, JobSpec
 from agent.ql.fallback import Unsupported
 from agent.runtime.epochs.clock import EpochClock
 from agent.runtime.epochs.late import LateRecords
+from agent.runtime.epochs.partials import inserted_before_error, split_accepted
 from cbt import Aggregator, CompressedBufferTree, EpochWindows, Snapshot
 
 if TYPE_CHECKING:  # the Arrow stack loads with the first columnar batch (agent/ql/fallback.py)
@@ -224,6 +225,8 @@ class Worker:
             extra = skipped if i == 0 else 0
             if isinstance(part, pa.Table):
                 accepted += self.process_table(part, ts_field, skipped=extra)
+            elif hasattr(part, "partials_for"):  # pre-aggregated by a parse helper
+                accepted += self.process_aggregated(part, ts_field, skipped=extra)
             else:
                 accepted += self.process(part, ts_field, skipped=extra)
         if not batch.parts and skipped:
@@ -283,15 +286,31 @@ class Worker:
             self._enforce_budget(self.memory_budget_bytes)
         return done
 
+    def process_aggregated(
+        self, part: Any, ts_field: str | None = None, *, skipped: int = 0
+    ) -> int:
+        """:meth:`process_table` for a chunk a parse helper pre-aggregated (an
+        :class:`~agent.ingest.columnar.aggregate.AggregatedChunk`): its partials when they
+        were computed for this job's spec, timestamp field and epoch length, through
+        :meth:`process_partials`; else its rows (parsed again) through :meth:`process_table`."""
+        ts_field = ts_field or self.ts_field
+        clock = self.clock
+        if self._before is None and not skipped and not clock.schedule.changes:
+            partials = part.partials_for(self.job, ts_field, clock.epoch_seconds)
+            if partials is not None:
+                return self.process_partials(part.ts, partials, part.table)
+        return self.process_table(part.table(), ts_field, skipped=skipped)
+
     def process_partials(
         self, ts: np.ndarray, partials: list[Any], table: Callable[[], pa.Table]
     ) -> int:
-        """A chunk pre-aggregated elsewhere (:mod:`agent.runtime.local.parallel`): ``ts`` is each
-        row's timestamp (NaN: none usable), ``partials`` ``(epoch, keys, states, rows)`` per
-        epoch ``floor(ts / epoch_seconds)``. The clock decides lateness here on ``ts`` (as
-        :meth:`process_table` does); when it accepts every row the partials are merged as
-        they are, else ``table()`` (the chunk's rows, parsed again) is aggregated for the
-        accepted rows only. Same results and counts as :meth:`process_table`."""
+        """A chunk pre-aggregated elsewhere (a parse helper, :mod:`agent.runtime.local.parallel`):
+        ``ts`` is each row's timestamp (NaN: none usable), ``partials`` ``(epoch, keys, states,
+        rows)`` per epoch ``floor(ts / epoch_seconds)``. The clock decides lateness here on
+        ``ts`` (as :meth:`process_table` does); an epoch whose rows it accepted all is merged as
+        computed, one it accepted none of dropped, and only for an epoch it accepted some rows
+        of is ``table()`` (the chunk's rows, parsed again) aggregated for those rows. Same
+        results and counts as :meth:`process_table`."""
         import pyarrow as pa  # (loaded: a columnar batch came with it)
 
         n = len(ts)
@@ -301,19 +320,21 @@ class Worker:
         self.counters["records_in"] += n
         self.counters["bad_records"] += bad
         self.counters["columnar_rows"] += n
-        accepted = int(ok.sum())
-        if not accepted:
+        if not ok.any():
             return 0
-        if accepted == len(ok) and self._before is None:
-            for epoch, keys, states, _rows in partials:
-                self._merge(epoch, keys, states)
-            done = accepted
+        if self._before is None:
+            whole, again = split_accepted(partials, epochs[ok])
         else:
+            whole, again = [], np.unique(epochs[ok]).tolist()
+        done = 0
+        for epoch, keys, states, rows in whole:
+            self._merge(epoch, keys, states)
+            done += rows
+        if again:
             rows = table()
             if bad:
                 rows = rows.filter(pa.array(good))
-            done = 0
-            for e in np.unique(epochs[ok]).tolist():
+            for e in again:
                 done += self._aggregate_part(e, rows.filter(pa.array(ok & (epochs == e))))
         self.counters["records_accepted"] += done
         if self.memory_budget_bytes is not None:
@@ -607,7 +628,7 @@ class Worker:
                 tree.insert_many(keys[start:], None if values is None else values[start:])
             except TypeError as exc:
                 # insert_many inserted exactly the pairs before the offending one
-                done = self._inserted_before_error(tree, keys, values, start)
+                done = inserted_before_error(tree, keys, values, start)
                 self.counters["pairs_out"] += done
                 bad = start + done
                 if bad >= len(keys):  # not reproducible on a fresh tree: give up on the rest
@@ -619,19 +640,6 @@ class Worker:
             else:
                 self.counters["pairs_out"] += len(keys) - start
                 return
-
-    @staticmethod
-    def _inserted_before_error(
-        tree: CompressedBufferTree, keys: list[Any], values: list[Any] | None, start: int
-    ) -> int:
-        # the first pair a fresh tree rejects (the same key and value checks insert makes)
-        probe = CompressedBufferTree(tree.agg)
-        for i in range(start, len(keys)):
-            try:
-                probe.insert(keys[i], 1 if values is None else values[i])
-            except TypeError:
-                return i - start
-        return len(keys) - start
 
     def _error(self, where: str, exc: Exception, item: Any) -> None:
         self.counters["map_errors"] += 1
@@ -714,7 +722,7 @@ class Worker:
         """New lateness/idle/future limits, or a new epoch length from an open epoch on. Data
         already in an open epoch that the new schedule cuts differently moves to the epoch
         its start falls in (counted: ``epochs_rebucketed``)."""
-        changed_from = _first_difference(old.schedule, new.schedule)
+        changed_from = old.schedule.first_difference(new.schedule)
         nxt = self.clock.next_epoch
         if changed_from is not None and nxt is not None and changed_from < nxt:
             # this agent closed epochs the new lengths re-cut: they were emitted already
@@ -785,14 +793,3 @@ class Worker:
             "watermark": clock["watermark"],
             "next_epoch": clock["next_epoch"],
         }
-
-
-def _first_difference(old: EpochSchedule, new: EpochSchedule) -> int | None:
-    """The first epoch whose length differs between two schedules of one job (None: same)."""
-    if old == new:
-        return None
-    for a, b in zip(old.changes, new.changes, strict=False):
-        if a != b:
-            return min(a[0], b[0])
-    longer = old.changes if len(old.changes) > len(new.changes) else new.changes
-    return longer[min(len(old.changes), len(new.changes))][0]

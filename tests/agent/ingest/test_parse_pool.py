@@ -12,7 +12,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import pytest
 from columnar_reference import norm
 
 from agent.ingest.columnar.pool import ChunkParsePool
@@ -43,14 +42,6 @@ def _lines(n: int, seed: int) -> list[bytes]:
             line = line.replace(b"Mozilla", "Möz\\x22illa ☃".encode(), 1)
         out.append(line)
     return out
-
-
-@pytest.fixture(scope="module")
-def pool() -> Any:
-    p = ChunkParsePool(1)
-    p.warm()
-    yield p
-    p.close()
 
 
 def _tail(path: Path, pool: ChunkParsePool | None) -> FileTail:
