@@ -193,7 +193,9 @@ class FileTail:
             self._drop_ahead()
             self._resume = {"inode": self._inode, "offset": self._pos, "line_no": self._line_no}
         out.skipped, self._skipped = self._skipped, 0
-        self._read_to = self._read_to_end() if not out and not out.skipped else None
+        # read to the end, whether or not this poll found lines: the tick loop then knows a
+        # trickle's poll left nothing behind (no second poll at once: Ticks.drained)
+        self._read_to = self._read_to_end()
         return out
 
     def _read_to_end(self) -> tuple[int, int] | None:

@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 IDLE_TICK_SECONDS = 1.0
 #: a due tick comes this much after the due time (a timer may fire a little early)
 DUE_SLACK = 0.005
+#: a watched file whose last tick read fewer records than this is a trickle: its changes are
+#: read after LINGER seconds (or when a job is due), not after tick_seconds
+TRICKLE_RECORDS = 256
+LINGER = 0.5
 
 INGEST_INPUT = "ingest"
 
@@ -100,6 +104,7 @@ class Ticked:
     positions: dict[str, Position]  # resumable inputs' positions right after the poll
     # wall-clock time by which some job needs its next tick if no record arrives
     due: float = math.inf
+    records: int = 0  # records the poll read (a trickle lingers: Ticks.file_changed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +158,8 @@ class Ticks:
         # reports a change, like a pushed input, instead of being polled every tick_seconds
         self.watches: dict[str, FileWatch] = {}
         self.changed = False  # a watched file changed since the last full tick began
+        self.last_records = 0  # records the last tick read
+        self.last_polled: set[str] = set()  # the inputs the last tick polled
         # the inputs that can tell a poll would find nothing (Watchable): their unchanged()
         self.unchanged: dict[str, Callable[[], bool]] = {}
         self.resumable: set[str] = set()  # the inputs whose position persists (Resumable)
@@ -277,22 +284,42 @@ class Ticks:
             except Exception:  # a bug in one job must not stop the agent's clock
                 self.count("tick_errors")
                 log.exception("agent tick failed")
-            if busy:
+            if busy and not self.drained():
+                # more may be waiting than one poll reads (a backlog): read on at once
                 self.next_full = 0.0
                 await asyncio.sleep(0)
                 continue
-            if not idle and not self.polling() and not self.changed:
-                # nothing to poll: sleep until a job is due (a push ticks its readers itself,
-                # a watched file's change wakes the loop: file_changed)
-                self.next_full = max(self.next_full, self.next_wake(now))
+            if not idle and not self.polling():
+                # nothing to poll: sleep until a job is due (a push ticks its readers itself);
+                # a watched file that changed meanwhile is read after its gap (file_changed)
+                wake = self.next_wake(now)
+                if self.changed:
+                    wake = min(self.last_full + self.change_gap(), self._due_monotonic())
+                self.next_full = max(self.next_full, wake)
             await self._wait_until(self.next_full)
+
+    def drained(self) -> bool:
+        """Whether the last tick read every input it polled to its end (each says a poll now
+        would find nothing, ``Watchable``): no need to tick again at once."""
+        unchanged = self.unchanged
+        polled = self.last_polled
+        return bool(polled) and all(name in unchanged and unchanged[name]() for name in polled)
+
+    def change_gap(self) -> float:
+        """How long after the last full tick began a watched file's change is read: a busy
+        log every ``tick_seconds``, a trickle after :data:`LINGER` (file_changed)."""
+        return self.tunables.tick_seconds if self.last_records >= TRICKLE_RECORDS else LINGER
 
     def file_changed(self) -> None:
         """Event loop (``FileWatch``): a watched file's directory changed. The next full tick
-        comes ``tick_seconds`` after the last one began at the earliest, so a busy log is
-        still read in batches, not once per write."""
+        comes ``tick_seconds`` after the last one began at the earliest (a busy log is read in
+        batches, not once per write), :data:`LINGER` after it for a trickle."""
         self.changed = True
-        wake = max(time.monotonic(), self.last_full + self.tunables.tick_seconds)
+        # A trickle lingers (as a producer's linger.ms): a tick that read fewer than
+        # TRICKLE_RECORDS records says the log is quiet, and its next lines are read with the
+        # next second's tick, or at once when a job is due (an epoch closes only after its
+        # records were read, so no result changes). A busy log is read every tick_seconds.
+        wake = max(time.monotonic(), self.last_full + self.change_gap())
         if wake < self.next_full:
             self.next_full = wake
             self.event.set()
@@ -407,7 +434,8 @@ class Ticks:
         for name in polled & self.resumable:
             source = self.inputs[name]
             positions[name] = Position(source.state(), getattr(source, "origin", None))
-        return Ticked(busy, polled, closed, positions, due)
+        records = sum(len(batch) for batch in batches.values())
+        return Ticked(busy, polled, closed, positions, due, records)
 
     def tick_done(self, ticked: Ticked) -> bool:
         """Event loop: offer the closed epochs to the trees, note the offsets."""
@@ -417,6 +445,7 @@ class Ticks:
         self.offsets.observe(ticked.positions, ticked.polled, list(self.runtimes.values()))
         self.due = ticked.due
         self.last_busy = ticked.busy
+        self.last_records, self.last_polled = ticked.records, ticked.polled
         self.last_ticked = time.monotonic()
         wake = max(self._due_monotonic(), self.last_full + self.tunables.tick_seconds)
         if wake < self.next_full:

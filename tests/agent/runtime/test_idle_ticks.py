@@ -227,7 +227,7 @@ async def test_a_watched_file_is_checked_once_a_second_and_read_when_it_changes(
                         word = "after-rotation"
                     with path.open("a") as f:
                         f.write(json.dumps({"ts": time.time(), "word": word}) + "\n")
-                    async with asyncio.timeout(0.75 * IDLE_TICK_SECONDS):
+                    async with asyncio.timeout(0.9 * IDLE_TICK_SECONDS):
                         while word not in [r.get("word") for r in runtimes["job"].read]:
                             await asyncio.sleep(tick / 4)
         finally:
@@ -235,3 +235,37 @@ async def test_a_watched_file_is_checked_once_a_second_and_read_when_it_changes(
     # watched: the once-a-second safety check; polled: a stat every tick_seconds
     assert wakes[True] <= 2.5 + 2, wakes
     assert wakes[False] >= 2.5 / tick / 2, wakes
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="inotify is Linux's")
+async def test_a_trickle_lingers_and_every_line_is_still_read(tmp_path: Path) -> None:
+    """A watched file that gets a line every 0.1 s (a quiet log): its lines are read in
+    batches, about every LINGER seconds, not once per write and not twice per change (a tick
+    that read the file to its end does not tick again at once); every line arrives."""
+    from agent.runtime.host.ticks import LINGER
+
+    path = tmp_path / "access.log"
+    path.write_text("")
+    records = CountingRecords()
+    runtimes: dict[str, Any] = {"job": Runtime(("web",))}
+    ticks = make_ticks(records, runtimes, inputs=(InputConfig(name="web", path=str(path)),))
+    assert "web" in ticks.watches
+    loop = asyncio.create_task(ticks.tick_loop())
+    try:
+        await ticks_within(records, 0.5)
+        before, window, written = len(records.ticks), 2.0, 0
+        started = time.monotonic()
+        while time.monotonic() - started < window:
+            with path.open("a") as f:
+                f.write(json.dumps({"ts": time.time(), "n": written}) + "\n")
+            written += 1
+            await asyncio.sleep(0.1)
+        ticked = len(records.ticks) - before
+        async with asyncio.timeout(5):
+            while len(runtimes["job"].read) < written:
+                await asyncio.sleep(0.05)
+        assert [r["n"] for r in runtimes["job"].read] == list(range(written))
+        # one tick per LINGER (plus the safety tick), against one per write or two before
+        assert ticked <= window / LINGER + 3 < written, (ticked, written)
+    finally:
+        await stop(ticks, loop)
