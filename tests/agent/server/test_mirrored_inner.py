@@ -64,10 +64,9 @@ def test_a_paused_inner_node(chaos: ChaosCluster, watch: VersionWatch, policy: o
         return
     assert figs["over_target"] <= 1, figs  # (the epoch in flight when it was paused)
     others = json.dumps(run.others[:20], default=str)
-    if policy is MIRRORED:
-        assert not run.others, others
-        return
-    # adaptive: a child that re-joins the master while its suspicion of the paused node is
+    # adaptive, and mirrored too (a CI run of 2026-12-07 had the resume epoch lacking two
+    # children under mirror_ratio 1, flagged and named, every epoch exact at the end): a
+    # child that re-joins the master while its suspicion of the paused node is
     # pending sends that epoch to the master, not the mirror, so the mirror's hedged copy
     # lacks it (flagged, named) until the master folds it in - for each child at most the
     # epoch in flight at its re-join (two children re-joining a moment apart may straddle an
