@@ -137,6 +137,9 @@ class _LoopWatcher:
         del self.subscribers[wd], self.wd_of[handle.directory]
         with contextlib.suppress(OSError):  # the directory is gone: the kernel dropped it
             self.inotify.rm_watch(wd)
+        self._stop_reading_when_idle()
+
+    def _stop_reading_when_idle(self) -> None:
         if not self.subscribers and self.reading:
             self.loop.remove_reader(self.inotify.fileno())
             self.reading = False
@@ -180,9 +183,7 @@ class _LoopWatcher:
         for directory, w in list(self.wd_of.items()):
             if w == wd:
                 del self.wd_of[directory]
-        if not self.subscribers and self.reading:
-            self.loop.remove_reader(self.inotify.fileno())
-            self.reading = False
+        self._stop_reading_when_idle()
 
     def _notify(self, wds: list[int]) -> None:
         for wd in wds:

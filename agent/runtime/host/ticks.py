@@ -301,9 +301,12 @@ class Ticks:
     def drained(self) -> bool:
         """Whether the last tick read every input it polled to its end (each says a poll now
         would find nothing, ``Watchable``): no need to tick again at once."""
+        return bool(self.last_polled) and self.all_unchanged(self.last_polled)
+
+    def all_unchanged(self, names: set[str]) -> bool:
+        """Whether each input in ``names`` says a poll now would find nothing (Watchable)."""
         unchanged = self.unchanged
-        polled = self.last_polled
-        return bool(polled) and all(name in unchanged and unchanged[name]() for name in polled)
+        return all(name in unchanged and unchanged[name]() for name in names)
 
     def change_gap(self) -> float:
         """How long after the last full tick began a watched file's change is read: a busy
@@ -358,9 +361,7 @@ class Ticks:
         runtimes = list(self.runtimes.values())
         if any(runtime not in self.fed for runtime in runtimes):
             return False
-        names = {name for runtime in runtimes for name in runtime.inputs}
-        unchanged = self.unchanged
-        return all(name in unchanged and unchanged[name]() for name in names)
+        return self.all_unchanged({name for runtime in runtimes for name in runtime.inputs})
 
     def polling(self) -> bool:
         """Whether some job reads an input that is read by polling (a file tail, stdin)
