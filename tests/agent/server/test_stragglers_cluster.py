@@ -175,8 +175,18 @@ def test_a_sigstopped_agent_is_previewed_on_time_leapt_then_final_and_exact(
             to_final = t["final_at"] - t["closes_at"]
             assert 0 < to_tentative < to_final, (epoch, t)
             figures.append((epoch - s, round(to_tentative, 3), round(to_final, 3)))
-        for epoch in range(start + 1, s - 1):  # steady state before the stop: no preview
-            assert "preview_at" not in timeline[epoch], (epoch, timeline[epoch])
+        # steady state before the stop: a preview only by the deadline's rule - the epoch was
+        # still held a tentative deadline after its first contribution reached the root, and
+        # its barrier's result came after the preview (a loaded CI machine can roll an epoch
+        # up later than the 0.3 s default; the preview is then flagged, and final later)
+        deadline = 0.3  # JobSpec.tentative_deadline_for: max(0.3, 0.1 x 1 s)
+        early = []
+        for epoch in range(start + 1, s - 1):
+            t = timeline[epoch]
+            if "preview_at" in t:
+                early.append(epoch - s)
+                assert t["preview_at"] >= t["opened_at"] + deadline - 0.01, (epoch, t)
+                assert t["stored_at"] >= t["preview_at"], (epoch, t)
         leaps = [
             leap
             for i in range(AGENTS)
@@ -190,6 +200,7 @@ def test_a_sigstopped_agent_is_previewed_on_time_leapt_then_final_and_exact(
         assert all(0 <= leap["leap_ms"] < 1000 for leap in leaps), leaps
         print(
             "time to tentative / final after close (s), per stopped epoch:", figures,
+            "; steady-state epochs previewed (late roll-ups, offset):", early,
             "; leaps (epoch offset, detected -> emitted ms):",
             [(leap["epoch"] - s, round(leap["leap_ms"], 3)) for leap in leaps],
         )  # fmt: skip
