@@ -113,8 +113,17 @@ def _decoders(want: frozenset[str]) -> _Decoders:
     )
 
 
+def renamable(name: str) -> bool:
+    """Whether msgspec can match the JSON key ``name`` (``defstruct``'s ``rename`` refuses
+    names holding ``\\``, ``"`` or a control character: a query on such a key is the row
+    parser's)."""
+    return not any(c in '\\"' or c < " " for c in name)
+
+
 def parse_projected(lines: Lines, want: frozenset[str]) -> KernelResult | None:
     """The rows of ``lines`` projected to ``want`` (see module docstring)."""
+    if not all(map(renamable, want)):
+        return None  # a key msgspec cannot name: the row parser reads the chunk
     n = len(lines)
     chunk = lines.chunk
     dec = _decoders(want)

@@ -307,3 +307,12 @@ def test_split_lines_bounds_are_what_the_scanner_reads() -> None:
     assert split.starts.dtype == np.int64 and split.ends.dtype == np.int64
     got = parsed("json", b'{"ts":1,"a":2}\r', b"", b'{"ts":3}', fields=frozenset({"a"}))
     assert got.table.column("a").to_pylist() == [2, None]
+
+
+@pytest.mark.parametrize("key", ['q"uote', "back\\slash", "tab\there", "nul\x00", "del\x7f"])
+def test_keys_msgspec_cannot_name_are_the_row_parsers(key: str) -> None:
+    """A projected key holding ``"``, ``\\`` or a control character (escaped in the line):
+    msgspec's ``defstruct`` refuses to name it, so that chunk is the row parser's - on the
+    native path and without it, with the same values."""
+    lines = [orjson.dumps({"ts": 1, key: 5}), orjson.dumps({"ts": 2, key: "x", "b": 1}), b"{"]
+    check_three_ways(lines, frozenset({key, "b"}))
