@@ -15,6 +15,13 @@ EXTENSIONS = [
         extra_compile_args=["-O2"],
         optional=True,
     ),
+    # the newline offsets of every columnar chunk (agent/ingest/columnar/lines.py)
+    Extension(
+        "agent.ingest.columnar.newlines_c",
+        sources=["agent/ingest/columnar/newlines_c.c"],
+        extra_compile_args=["-O2"],
+        optional=True,
+    ),
     # the strict JSON-lines scanner of the projected JSON kernel (json_native.py)
     Extension(
         "agent.ingest.columnar.json_scan_c",
