@@ -82,6 +82,7 @@ Prints one JSON document on stdout (lines/s per engine and format, and the ratio
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -318,6 +319,10 @@ def elf_engine(
         finally:
             use_native(True)
     keep_chunk_memory()  # as the agent daemon does at start (agent/ingest/columnar/allocator.py)
+    # and as its freeze_heap does once its agents are up (agent/server/daemon.py): what is
+    # loaded (pyarrow, numpy, the job) is out of the cyclic collector's full scans
+    gc.collect()
+    gc.freeze()
     text = _ql(query, fmt)
     parse_fmt = "nginx" if fmt in ("paths", "nginx_esc") else fmt
     job = create_job(parse_spec(spec_from_query("q", "bench", text)))
