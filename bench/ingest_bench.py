@@ -109,6 +109,7 @@ from tail_chunks import tail_chunks
 import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
 from agent.ingest.columnar.aggregate import plan_for
 from agent.ingest.columnar.allocator import keep_chunk_memory
+from agent.ingest.columnar.pandas_probe import answer_pandas_probe
 from agent.ingest.fastpath import prefilter_for
 from agent.ingest.formats import make_parser
 from agent.ingest.projection import projected_parser
@@ -319,6 +320,7 @@ def elf_engine(
         finally:
             use_native(True)
     keep_chunk_memory()  # as the agent daemon does at start (agent/ingest/columnar/allocator.py)
+    answer_pandas_probe()  # likewise: pyarrow's probe loads no pandas
     # and as its freeze_heap does once its agents are up (agent/server/daemon.py): what is
     # loaded (pyarrow, numpy, the job) is out of the cyclic collector's full scans
     gc.collect()

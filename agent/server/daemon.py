@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from agent.config import AgentConfig
 from agent.ingest.columnar.allocator import keep_chunk_memory
+from agent.ingest.columnar.pandas_probe import answer_pandas_probe
 from agent.runtime.host.agent import Agent
 from agent.runtime.host.cpu_limits import apply_cpu_limits
 
@@ -127,6 +128,7 @@ async def run(config: AgentConfig, out: TextIO = sys.stdout) -> None:
     # before any thread starts: the record thread and the loop inherit the CPU cap
     limits = apply_cpu_limits(config.runtime.max_cores, config.runtime.nice)
     keep_chunk_memory()  # before the first chunk: its buffers are reused, not faulted in anew
+    answer_pandas_probe()  # pyarrow's probe for pandas loads no pandas (40 MB)
     if config.runtime.max_cores or config.runtime.nice:
         log.info("CPU cap: cores %s, niceness %s", limits["cores"], limits["nice"])
     # POST /api/v1/leave takes the first SIGTERM's path (a repeated leave is harmless)

@@ -40,8 +40,10 @@ if TYPE_CHECKING:  # a format name or a custom LogFormat (both picklable)
 
 def _init() -> None:
     from agent.ingest.columnar.allocator import keep_chunk_memory
+    from agent.ingest.columnar.pandas_probe import answer_pandas_probe
 
     keep_chunk_memory()
+    answer_pandas_probe()
 
 
 #: where a worker process finds a chunk: its bytes, or ``(path, offset, length, xxh3-64)`` —

@@ -30,6 +30,7 @@ from typing import Any
 
 from agent.ingest.columnar.allocator import keep_chunk_memory
 from agent.ingest.columnar.json_lines import use_arrow_reader
+from agent.ingest.columnar.pandas_probe import answer_pandas_probe
 from agent.ingest.columnar.reader import ChunkReader
 from agent.ingest.parsers import Format, make_parser
 from agent.ingest.records import Quarantine
@@ -107,6 +108,7 @@ def run_file(
 ) -> RunResult:
     """Run query ``text`` over the finished file ``path`` (see module docstring)."""
     keep_chunk_memory()
+    answer_pandas_probe()
     fmt = fmt or sniff_format(path)
     spec = parse_spec(query_spec(text, epoch_seconds))
     job = create_job(spec)

@@ -51,6 +51,7 @@ import xxhash
 
 from agent.ingest.columnar.allocator import keep_chunk_memory
 from agent.ingest.columnar.lines import longest_line, newline_positions
+from agent.ingest.columnar.pandas_probe import answer_pandas_probe
 from agent.ingest.columnar.pool import read_verified
 from agent.ingest.records import Quarantine, RecordError
 from agent.ingest.tail import CHUNK_BYTES, ROW_READ_BYTES
@@ -123,6 +124,7 @@ def _init(
 ) -> None:  # fmt: skip
     """Worker-process initializer: the job, parser and prefilter from the spec."""
     keep_chunk_memory()
+    answer_pandas_probe()
     _open(path)
     import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
     from agent.ingest.fastpath import prefilter_for
@@ -212,6 +214,7 @@ def _init_columnar(
     """Worker-process initializer of the columnar mode: the job, its chunk reader, the
     prefilter."""
     keep_chunk_memory()
+    answer_pandas_probe()
     _open(path)
     import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
     from agent.ingest.columnar.reader import ChunkReader
