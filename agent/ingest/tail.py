@@ -140,6 +140,7 @@ class FileTail:
             "prefiltered": 0,
             "columnar_chunks": 0,
             "row_chunks": 0,
+            "ahead_chunks": 0,  # chunks handed to the parse helpers (parse_processes)
         }
 
     # ---- opening --------------------------------------------------------------------------
@@ -313,6 +314,7 @@ class FileTail:
         its last newline. Stops at an over-long line (its skipping changes the cuts)."""
         reader, pool = self.columnar, self.parse_pool
         assert reader is not None and pool is not None and self._f is not None
+        full = self._read_size()  # a shorter read is the file's end: this thread's to parse
         path = f"/proc/{os.getpid()}/fd/{self._f.fileno()}"
         on_proc = os.path.exists(path)
         # the cuts of the reads already simulated are known: go on after them
@@ -331,7 +333,9 @@ class FileTail:
                 cut = nl + 1
                 # lines not counted: a chunk of fewer than the reader wants is only wasted
                 # work there (this thread takes the row path for it and drops the answer)
-                mine = self._ahead_local()  # this thread's chunk, or a helper's
+                # this thread's chunk, or a helper's; a tail keeping up with its file (one
+                # short read per poll) hands nothing over
+                mine = len(data) < full or self._ahead_local()
                 if not mine and at >= self._ahead_until and not reader.backing_off:
                     with memoryview(data)[:cut] as head:
                         digest = xxhash.xxh3_64(rest)
@@ -340,6 +344,7 @@ class FileTail:
                         # read there: no 4 MiB through the pipe
                         source: Any = (path, at, length, sum64) if on_proc else rest + head
                     future = pool.submit(reader.fmt, reader.fields, source, reader.plan)
+                    self.counters["ahead_chunks"] += 1
                     self._ahead.append((at, length, sum64, reader, future))
                     self._ahead_until = at + length
                 at += len(rest) + cut

@@ -80,7 +80,7 @@ def run(path: Path, pool: ChunkParsePool | None, read_size: int) -> dict[str, An
         (e["line_no"], e["offset"], e["reason"], e.get("message"))
         for e in tail.quarantine.entries()
     ]
-    skip = ("columnar_chunks", "row_chunks")
+    skip = ("columnar_chunks", "row_chunks", "ahead_chunks")
     return {
         "results": results,
         "worker": {k: v for k, v in worker.stats().items() if k != "memory_bytes"},

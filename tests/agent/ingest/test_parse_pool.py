@@ -71,7 +71,7 @@ def _outcome(tail: FileTail, records: list[Any]) -> dict[str, Any]:
         for e in tail.quarantine.entries()
     ]
     state = {k: v for k, v in tail.state().items() if k in ("offset", "line_no")}
-    skip = ("columnar_chunks", "row_chunks")
+    skip = ("columnar_chunks", "row_chunks", "ahead_chunks")
     counters = {k: v for k, v in tail.counters.items() if k not in skip}
     return {"records": records, "rejects": entries, "state": state, "counters": counters}
 
@@ -135,3 +135,26 @@ def test_a_killed_helper_process_costs_nothing(tmp_path: Path) -> None:
         assert helper.restarts >= 1  # the next chunks went to a new helper process
     finally:
         helper.close()
+
+
+def test_a_tail_keeping_up_hands_nothing_over(tmp_path: Path, pool: ChunkParsePool) -> None:
+    """Appends shorter than a read, polled as they come: every read is the file's end, so the
+    record thread parses it (a helper would only add a round trip); a backlog then is dealt."""
+    path = tmp_path / "trickle.log"
+    path.write_bytes(b"")
+    tail = _tail(path, pool)
+    lines = _lines(1200, seed=5)
+    records: list[Any] = []
+    with path.open("ab") as f:
+        for part in range(120):  # 10 lines (a few KiB, under the 8 KiB read) per poll
+            f.write(b"\n".join(lines[part * 10 : (part + 1) * 10]) + b"\n")
+            f.flush()
+            records += _drain(tail)
+    assert tail.counters["ahead_chunks"] == 0
+    assert tail.counters["lines"] == 1200
+    f_backlog = b"\n".join(_lines(3000, seed=6)) + b"\n"  # then a backlog of many reads
+    with path.open("ab") as f:
+        f.write(f_backlog)
+    _drain(tail)
+    assert tail.counters["ahead_chunks"] > 0
+    tail.close()
