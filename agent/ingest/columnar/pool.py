@@ -22,12 +22,15 @@ the later chunks to the pool and parses the first itself, then consumes all in f
 results, counters, offsets and quarantined lines are those of parsing every chunk itself. A
 tail keeping up with its file reads one chunk per poll and never uses the pool. The agent
 starts one pool of ``parse_processes`` processes (``[runtime]``, default 0: off; docs/ingest.md,
-"Both cores") shared by its file inputs.
+"Both cores") shared by its file inputs. A worker exits within
+:data:`PARENT_CHECK_SECONDS` of its agent's death (kill -9 included): no orphan outlives it.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
@@ -38,12 +41,33 @@ if TYPE_CHECKING:  # a format name or a custom LogFormat (both picklable)
     from agent.ingest.parsers import Format
 
 
-def _init() -> None:
+#: how often a worker process checks that the process that started it is alive: a worker
+#: outlives a killed agent (kill -9, a crash) by at most this long, instead of holding its
+#: memory (~100 MB) as an orphan for good
+PARENT_CHECK_SECONDS = 0.5
+
+
+def _init(parent: int) -> None:
+    """A worker process's start: ``parent`` is the agent's pid, as the agent saw it (a
+    worker that finds another parent here was orphaned while it started: it exits)."""
     from agent.ingest.columnar.allocator import keep_chunk_memory
     from agent.ingest.columnar.pandas_probe import answer_pandas_probe
 
     keep_chunk_memory()
     answer_pandas_probe()
+    watch = threading.Thread(
+        target=_exit_with_parent, args=(parent,), name="parent-watch", daemon=True
+    )
+    watch.start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Exit once the parent is gone (the kernel re-parents an orphan: its ppid changes). A
+    worker blocked on its task queue would never notice otherwise: it holds that pipe's
+    write end too, so no end-of-file reaches it."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)  # a periodic check, not a wait on this process's state
+    os._exit(0)
 
 
 #: where a worker process finds a chunk: its bytes, or ``(path, offset, length, xxh3-64)`` —
@@ -119,7 +143,10 @@ class ChunkParsePool:
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                self.processes, mp_context=get_context("spawn"), initializer=_init
+                self.processes,
+                mp_context=get_context("spawn"),
+                initializer=_init,
+                initargs=(os.getpid(),),
             )
         return self._pool
 
