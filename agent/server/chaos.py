@@ -6,7 +6,8 @@ Contract.
 * :class:`LogWriter` appends JSON lines (``{"ts": now, "line": words, "page": p, "seq": s}``;
   words drawn Zipf-like, pages uniformly)
   to one file per agent at a fixed rate, from a thread, until stopped; it keeps writing the
-  file of an agent that is down (a web server does not stop logging when the agent dies).
+  file of an agent that is down (a web server does not stop logging when the agent dies);
+  :meth:`LogWriter.burst` appends many lines to one file at once (a backlog).
 * :class:`JobPlan` is a job under test: its spec and an independent reference (WordCount:
   the lowercase words split on spaces; QL ``SELECT page, count(*) AS hits ... GROUP BY
   page``: a Counter of ``page``) computed by :func:`reference` from the very files written,
@@ -84,6 +85,11 @@ VERDICTS = (EXACT, WRONG, TENTATIVE, UNNAMED, MISSING, PARTIAL, MISDECLARED)
 # ---- the workload ----------------------------------------------------------------------------
 
 
+#: a burst's lines are built with this timestamp, then stamped with the time of the write
+_BURST_TS = -1.5
+_BURST_STAMP = json.dumps({"ts": _BURST_TS})[1:-1]
+
+
 class LogWriter:
     """Appends JSON lines to ``paths`` at ``rate`` lines per second per file (module
     contract). Lines are timestamped when written; a file's lines are in time order."""
@@ -98,10 +104,26 @@ class LogWriter:
         self._thread = threading.Thread(target=self._run, name="chaos-writer", daemon=True)
         self._seq = 0
         self._silent: set[int] = set()  # files no longer written: their host died for good
+        self._bursts: list[tuple[int, int]] = []  # (file index, lines) to append at once
+        self._bursts_asked = 0
+        self._bursts_done = 0
+        self.burst_stamps: list[float] = []  # each burst's timestamp (all its lines')
 
     def silence(self, index: int) -> None:
         """Stop writing file ``index`` (its host is gone for good, web server included)."""
         self._silent.add(index)
+
+    def burst(self, index: int, lines: int, timeout: float = 60.0) -> None:
+        """Append ``lines`` lines to file ``index`` at once, from the writer's thread (a file
+        is only ever written by it): a backlog, as a burst of traffic or a restarted web
+        server's buffered log leaves one; every line is timestamped with the time of that
+        write. Returns once they are written."""
+        with self._progress:
+            self._bursts.append((index, lines))
+            self._bursts_asked += 1
+            ticket = self._bursts_asked
+            if not self._progress.wait_for(lambda: self._bursts_done >= ticket, timeout):
+                raise TimeoutError(f"a burst of {lines} lines not written in {timeout} s")
 
     def start(self) -> LogWriter:
         for p in self.paths:
@@ -123,17 +145,30 @@ class LogWriter:
                         f.write(self._line() + "\n")
                     f.flush()
                 with self._progress:
-                    self.written += n * len(live)
+                    bursts, self._bursts = self._bursts, []
+                for index, lines in bursts:
+                    # every line of a burst is stamped with the time it is written (building
+                    # 300,000 lines takes seconds: stamped as built, the first would be late)
+                    text = "".join(self._line(_BURST_TS) + "\n" for _ in range(lines))
+                    now = time.time()
+                    self.burst_stamps.append(now)
+                    stamp = json.dumps({"ts": now})[1:-1]
+                    files[index].write(text.replace(_BURST_STAMP, stamp))
+                    files[index].flush()
+                with self._progress:
+                    self.written += n * len(live) + sum(lines for _, lines in bursts)
+                    self._bursts_done += len(bursts)
                     self._progress.notify_all()
         finally:
             for f in files:
                 f.close()
 
-    def _line(self) -> str:
+    def _line(self, ts: float | None = None) -> str:
         self._seq += 1
         n = self.rng.randrange(1, 6)
         words = " ".join(self.rng.choices(WORDS, weights=WORD_WEIGHTS, k=n))
-        record = {"ts": time.time(), "line": words.upper(), "page": self.rng.choice(PAGES)}
+        when = time.time() if ts is None else ts
+        record = {"ts": when, "line": words.upper(), "page": self.rng.choice(PAGES)}
         return json.dumps({**record, "seq": self._seq})
 
     def wait_written(self, lines: int, timeout: float) -> bool:
