@@ -36,7 +36,7 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 # ELF_FUZZ_EXAMPLES: fewer for a run under valgrind (docs/ingest.md)
-FUZZ = settings(SETTINGS, max_examples=int(os.environ.get("ELF_FUZZ_EXAMPLES", "1500")))
+FUZZ = settings(SETTINGS, max_examples=int(os.environ.get("ELF_FUZZ_EXAMPLES", "500")))
 compiled = pytest.mark.skipif(access_scan.COMPILED is None, reason="extension not built")
 
 
