@@ -405,25 +405,39 @@ class FileTail:
         return ROW_READ_BYTES if self.columnar is None else CHUNK_BYTES
 
     def _consume(self, data: bytes, out: list[Record]) -> None:
-        buf = self._buf + data if self._buf else data
-        last_nl = buf.rfind(b"\n")
+        cut = data.rfind(b"\n") + 1  # 0: this read holds no newline
+        if cut:
+            # the whole lines (the carried partial line, then this read up to its last
+            # newline) in one copy, and the partial line after them: a 4 MiB chunk is copied
+            # once, not once to join and again to cut
+            if self._buf:
+                with memoryview(data) as view:
+                    buf = b"".join((self._buf, view[:cut]))
+            else:
+                buf = data if cut == len(data) else data[:cut]
+            after = data[cut:]
+            last_nl = len(buf) - 1
+        else:
+            buf, after = (self._buf + data if self._buf else data), b""
+            last_nl = -1
         if last_nl >= 0:
             start = 0
             if self._skipping:  # the first piece ends an over-long line already quarantined
                 self._skipping = False
                 start = buf.find(b"\n") + 1
             found = None if self.prefilter is None else self.prefilter.scan(buf, start, last_nl)
-            if isinstance(out, ColumnarBatch) and self._columnar_chunk(
+            columnar = isinstance(out, ColumnarBatch) and self._columnar_chunk(
                 buf, start, last_nl, found, out
-            ):
-                rest = buf[last_nl + 1 :]
+            )
+            if columnar:
+                pass  # parsed into the batch's table
             elif found is not None:  # the fast path: only candidate lines become objects
                 self._scanned(buf, start, last_nl, found, out)
-                rest = buf[last_nl + 1 :]
             else:
-                lines = buf.split(b"\n")  # no copy of the chunk: the last piece is the rest
-                rest = lines.pop()
+                lines = buf.split(b"\n")
+                lines.pop()  # empty: buf ends with its last newline
                 self._lines(lines[1:] if start else lines, out, self._pos + start)
+            rest = after
             self._pos += last_nl + 1
         else:
             rest = buf
