@@ -69,6 +69,14 @@ def assert_no_visible_violations(figs: dict[str, Any]) -> None:
     assert figs["violations"] == 0, violation_message(figs)
 
 
+def submit_watched(chaos: ChaosCluster, watch: VersionWatch, plan: JobPlan, settle: int) -> None:
+    """Submit ``plan`` (every agent must take it), watch every version of it from its start
+    epoch, and wait until epoch ``start + settle`` is stored."""
+    assert chaos.submit(plan)["agents_reached"] == chaos.n
+    watch.watch(plan.name, plan.start_epoch)
+    chaos.wait_stored(plan.name, plan.start_epoch + settle, timeout=60)
+
+
 # ---- fault steps: each waits on the cluster's own progress (stored epochs), never a sleep --
 
 

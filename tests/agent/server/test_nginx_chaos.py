@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_chaos import assert_exact_or_flagged, report
+from test_chaos import assert_exact_or_flagged, report, submit_watched
 
 from agent.server.chaos import ChaosCluster, JobPlan, check
 from agent.server.nginx_lab import NginxLab, Traffic, nginx_available
@@ -72,9 +72,7 @@ def test_kill_9_of_a_leaf_under_real_nginx_ends_final_and_exact_and_never_lies(
     try:
         start = math.floor(time.time() / EPOCH_S) + 2
         plan = JobPlan("status", "status", start, epoch_seconds=EPOCH_S, allowed_lateness=1.0)
-        assert chaos.submit(plan)["agents_reached"] == AGENTS
-        watch.watch(plan.name, start)
-        chaos.wait_stored(plan.name, start + 2, timeout=60)
+        submit_watched(chaos, watch, plan, settle=2)
         leaf = chaos.pick(plan.name, "leaf")
         ev = chaos.kill(leaf, plan.name, "leaf")
         back = (ev.stored_before or start) + DOWN_EPOCHS

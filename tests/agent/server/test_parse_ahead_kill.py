@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from agent_helpers import wait_until
-from test_chaos import assert_exact_or_flagged, report
+from test_chaos import assert_exact_or_flagged, report, submit_watched
 
 from agent.client import ApiError
 from agent.server.chaos import ChaosCluster, JobPlan, LogWriter, check
@@ -82,9 +82,7 @@ def test_kill_9_mid_backlog_with_a_parse_helper_keeps_offsets_exact(
     try:
         start = math.floor(time.time() / EPOCH_S) + 2
         plan = JobPlan("pages", "ql", start, epoch_seconds=EPOCH_S, allowed_lateness=1.0)
-        assert chaos.submit(plan)["agents_reached"] == AGENTS
-        watch.watch(plan.name, start)
-        chaos.wait_stored(plan.name, start + 1, timeout=60)
+        submit_watched(chaos, watch, plan, settle=1)
         leaf = chaos.pick(plan.name, "leaf")
         pid = chaos.cluster.procs[leaf].process.pid
         assert helpers_of(pid) == []  # a tail keeping up starts no helper
