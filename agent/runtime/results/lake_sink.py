@@ -45,8 +45,9 @@ sink opens the writer - and with it pyarrow - with its first write (a read-back 
 lake without it), or at once when the buffer directory holds rollups an earlier run left (the
 writer drains them). The writer's modules are imported in a thread once an agent of the
 process becomes a job's master (:func:`warm_imports`, called by the runtime): imported on the
-loop at the first write, pyarrow and pandas stalled every agent of the process for about a
-second, and a 128-agent process missed its probes and heartbeats for that long; its
+loop at the first write, pyarrow (and the pandas its probe then loaded) stalled every agent
+of the process for about a second, and a 128-agent process missed its probes and heartbeats
+for that long; its
 ``stats()`` say ``opened: False`` until then. A stopping job's :meth:`LakeSink.flush` waits at
 most ``stop_flush_seconds`` (``RuntimeTunables``).
 """
@@ -62,6 +63,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from agent.ingest.columnar.pandas_probe import answer_pandas_probe
 from agent.runtime.results import quality
 from agent.runtime.results.lake_history import LakeHistory
 from agent.tunables import RuntimeTunables
@@ -80,8 +82,9 @@ if TYPE_CHECKING:  # spark_sink (pyarrow) is imported only when a lake is config
 log = logging.getLogger(__name__)
 _WRITERS: dict[tuple[str, str], LakeWriter] = {}
 _LOCK = threading.Lock()
-#: what opening a writer and building its first rollup import (a second or more, cold)
-WRITER_MODULES = ("spark_sink.buffer", "spark_sink.compaction", "spark_sink.lake", "pandas")
+#: what opening a writer and building its first rollup import (a second or more, cold); not
+#: pandas: pyarrow's probe for it is answered first (agent/ingest/columnar/pandas_probe.py)
+WRITER_MODULES = ("spark_sink.buffer", "spark_sink.compaction", "spark_sink.lake")
 _warming: threading.Thread | None = None
 
 
@@ -101,6 +104,8 @@ def warm_imports() -> threading.Thread:
 
 def _import_all() -> None:
     import importlib
+
+    answer_pandas_probe()  # before pyarrow loads here: its first pa.array loads no pandas
 
     for module in WRITER_MODULES:
         with contextlib.suppress(Exception):  # its user imports it again and reports

@@ -1,5 +1,6 @@
 """Heavy libraries load where they are used (issue "A lightweight agent"): a real agent
-process with nothing to do maps no pyarrow (nor pandas, nor datasketches), and the job
+process with nothing to do maps no pyarrow (nor pandas, nor datasketches), a job's master
+writing the lake maps pyarrow but no pandas, and the job
 classes it loads at start - every ``elf.jobs`` entry point - import it only with their first
 columnar batch.
 
@@ -10,8 +11,10 @@ interpreter's ``sys.modules`` after the imports an agent makes at start.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -50,3 +53,20 @@ def test_loading_the_job_classes_imports_no_arrow() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_a_master_writing_the_lake_maps_arrow_but_no_pandas(tmp_path: Path) -> None:
+    """A job's master loads pyarrow for its lake and results; pyarrow's probe for pandas is
+    answered "none" (``agent/ingest/columnar/pandas_probe.py``), so pandas (40 MB) stays out."""
+    lake = tmp_path / "lake"
+    cluster = LocalCluster(1, tmp_path / "c", extra_args=["--lake", str(lake)]).start()
+    try:
+        client = cluster.client(0)
+        start = math.floor(time.time()) + 1
+        spec = {"name": "wc", "creator": "t", "job_class": "wordcount", "start_epoch": start}
+        client.submit(spec)
+        wait_until(lambda: any(lake.rglob("*.parquet")), 60, "a lake file from the master")
+        assert mapped(cluster.procs[0].process.pid) >= {"pyarrow"}
+        assert "pandas" not in mapped(cluster.procs[0].process.pid)
+    finally:
+        cluster.stop()
