@@ -21,13 +21,9 @@ from types import ModuleType
 import numpy as np
 
 from agent.ingest.columnar.lines import Lines
+from agent.ingest.columnar.native import optional_extension
 
-try:
-    from agent.ingest.columnar import access_scan_c as _compiled
-
-    COMPILED: ModuleType | None = _compiled
-except ImportError:  # built without a C compiler: the numpy kernel
-    COMPILED = None
+COMPILED: ModuleType | None = optional_extension("access_scan_c")  # None: the numpy kernel
 
 _OK, _NULL_STATUS, _REPAIRED = 1, 2, 4
 _enabled = COMPILED is not None and os.environ.get("ELF_NO_NATIVE", "") in ("", "0")

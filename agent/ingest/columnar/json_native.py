@@ -30,7 +30,6 @@ string bytes at most the chunk's size (grown as needed, copied once into the res
 
 from __future__ import annotations
 
-import importlib
 import math
 from types import ModuleType
 from typing import Any
@@ -41,6 +40,7 @@ import pyarrow as pa
 from agent.ingest.columnar.base import KernelResult, UnsupportedChunk
 from agent.ingest.columnar.json_msgspec import float_timestamps, parse_projected, row_records
 from agent.ingest.columnar.lines import Lines
+from agent.ingest.columnar.native import optional_extension
 from agent.ingest.records import RecordError, parse_iso8601
 
 TS_FIELD = "ts"
@@ -60,14 +60,7 @@ _MAX_FIELDS = 64
 _MAX_CHUNK = (1 << 31) - 1  # Arrow's int32 string offsets
 
 
-def _load() -> ModuleType | None:
-    try:  # optional: built by setup.py where a C compiler is available
-        return importlib.import_module("agent.ingest.columnar.json_scan_c")
-    except ImportError:
-        return None
-
-
-SCANNER: ModuleType | None = _load()
+SCANNER: ModuleType | None = optional_extension("json_scan_c")
 _enabled = SCANNER is not None
 
 

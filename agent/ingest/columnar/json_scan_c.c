@@ -372,6 +372,18 @@ static int literal(Cur *c, uint8_t *kind) {
 }
 
 /* Skip (validating) one value at c->p inside the top-level object (depth 1). */
+/* An object member's key, its colon and the whitespace after: the key skipped (validated),
+ * c->p left at the value. -1 when it is not that. */
+static int member_key(Cur *c) {
+    int esc;
+    if (c->p >= c->end || *c->p != '"' || string(c, NULL, NULL, &esc)) return -1;
+    ws(c);
+    if (c->p >= c->end || *c->p != ':') return -1;
+    c->p++;
+    ws(c);
+    return 0;
+}
+
 static int skip_value(Cur *c) {
     uint8_t stack[MAX_DEPTH]; /* open containers below the top-level object */
     int sp = 0, esc;
@@ -388,13 +400,7 @@ static int skip_value(Cur *c) {
                 c->p++;
                 sp--;
             } else {
-                if (b == '{') {
-                    if (c->p >= c->end || *c->p != '"' || string(c, NULL, NULL, &esc)) return -1;
-                    ws(c);
-                    if (c->p >= c->end || *c->p != ':') return -1;
-                    c->p++;
-                    ws(c);
-                }
+                if (b == '{' && member_key(c)) return -1;
                 continue;
             }
         } else if (b == '"') {
@@ -411,13 +417,7 @@ static int skip_value(Cur *c) {
             if (*c->p == ',') {
                 c->p++;
                 ws(c);
-                if (t == '{') {
-                    if (c->p >= c->end || *c->p != '"' || string(c, NULL, NULL, &esc)) return -1;
-                    ws(c);
-                    if (c->p >= c->end || *c->p != ':') return -1;
-                    c->p++;
-                    ws(c);
-                }
+                if (t == '{' && member_key(c)) return -1;
                 break;
             }
             if (*c->p != (t == '{' ? '}' : ']')) return -1;

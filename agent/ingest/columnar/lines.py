@@ -17,11 +17,12 @@ newline always ends an invalid sequence).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from agent.ingest.columnar.native import optional_extension
 
 if TYPE_CHECKING:  # pyarrow loads with the first text array built (the tailer imports this)
     import pyarrow as pa
@@ -72,14 +73,10 @@ class Lines:
 _SPACE = np.frombuffer(b" \t\n\r\x0b\x0c", np.uint8)
 
 
-def _load_finder() -> Callable[[bytes, np.ndarray], tuple[int, int]] | None:
-    try:  # optional: built by setup.py where a C compiler is available
-        return importlib.import_module("agent.ingest.columnar.newlines_c").newlines
-    except ImportError:
-        return None
-
-
-_FIND_NEWLINES = _load_finder()
+_NEWLINES_C = optional_extension("newlines_c")
+_FIND_NEWLINES: Callable[[bytes, np.ndarray], tuple[int, int]] | None = (
+    None if _NEWLINES_C is None else _NEWLINES_C.newlines
+)
 #: bytes per slot of the C finder's first guess at a chunk's newlines (lines shorter than
 #: this on average overflow it: numpy finds the rest)
 _GUESS_BYTES = 32
