@@ -7,7 +7,8 @@ bad line (the row parser's reasons and messages); ``lines`` counts every line of
 ``aggregated``: set by a parse helper that pre-aggregated the rows
 (:class:`~agent.ingest.columnar.aggregate.AggregatedChunk`; ``table`` is then empty);
 ``longest``: the longest line's length (newline excluded) where a parse helper measured it
-(-1: not measured), so the tail need not find the chunk's newlines again.
+(-1: not measured), so the tail need not find the chunk's newlines again; ``digest``: the
+xxh3-64 of a range a helper read that the tail did not (-1: none; ``handed.py``).
 """
 
 from __future__ import annotations
@@ -29,3 +30,4 @@ class ParsedChunk:
     repairs: int
     aggregated: Any = None
     longest: int = -1
+    digest: int = -1

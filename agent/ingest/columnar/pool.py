@@ -18,7 +18,8 @@ per-epoch partial states cross the pipe instead of the rows), else with the tabl
 
 Who uses it: :class:`~agent.ingest.tail.FileTail` (``parse_pool``), when a poll finds more
 than one chunk waiting (a backlog: catch-up after a restart, a burst, ``elf run``): it hands
-the later chunks to the pool and parses the first itself, then consumes all in file order, so
+some reads to the pool as byte ranges it does not read itself (``handed.py``) and parses the
+others itself, then consumes all in file order, so
 results, counters, offsets and quarantined lines are those of parsing every chunk itself. A
 tail keeping up with its file reads one chunk per poll and never uses the pool. The agent
 starts one pool of ``parse_processes`` processes (``[runtime]``, default 0: off; docs/ingest.md,
@@ -73,8 +74,9 @@ def _exit_with_parent(parent: int) -> None:
 #: where a worker process finds a chunk: its bytes, or ``(path, offset, length, xxh3-64)`` —
 #: the tail's open file as ``/proc/<pid>/fd/<n>`` (the same inode even after a rotation),
 #: read there with ``pread``: piping 4 MiB costs the tail's thread ~3 ms, a fifth of parsing
-#: it; the digest proves the bytes are the ones the tail read
-ChunkSource = bytes | tuple[str, int, int, int]
+#: it; the digest proves the bytes are the ones the tail read — or ``(path, offset, length,
+#: carried length, carried xxh3-64)``: a range the tail did not read (``handed.py``)
+ChunkSource = bytes | tuple[str, int, int, int] | tuple[str, int, int, int, int]
 
 
 def read_verified(fd: int, offset: int, length: int, digest: int) -> bytes | None:
@@ -82,27 +84,27 @@ def read_verified(fd: int, offset: int, length: int, digest: int) -> bytes | Non
     there and hash (xxh3-64) to ``digest``: the bytes the process that handed them over read."""
     import xxhash
 
-    parts, got = [], 0
-    while got < length:
-        part = os.pread(fd, length - got, offset + got)
-        if not part:
-            return None
-        parts.append(part)
-        got += len(part)
-    data = parts[0] if len(parts) == 1 else b"".join(parts)
-    return data if xxhash.xxh3_64_intdigest(data) == digest else None
+    from agent.ingest.columnar.handed import pread_exact
+
+    data = pread_exact(fd, offset, length)
+    return data if data is not None and xxhash.xxh3_64_intdigest(data) == digest else None
 
 
-def _bytes(source: ChunkSource) -> bytes | None:
+def _bytes(source: ChunkSource) -> tuple[bytes, int] | None:
+    """The chunk's bytes and, for a handed range, their xxh3-64 (-1 otherwise)."""
     if isinstance(source, bytes):
-        return source
-    path, offset, length, digest = source
+        return source, -1
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(source[0], os.O_RDONLY)
     except OSError:
         return None
     try:
-        return read_verified(fd, offset, length, digest)
+        if len(source) == 5:
+            from agent.ingest.columnar.handed import read_handed
+
+            return read_handed(fd, *source[1:])
+        data = read_verified(fd, *source[1:])
+        return None if data is None else (data, -1)
     finally:
         os.close(fd)
 
@@ -115,12 +117,14 @@ def _parse(
     from agent.ingest.columnar.lines import longest_line, newline_positions
     from agent.ingest.columnar.parse import parse_chunk
 
-    chunk = _bytes(source)
-    if chunk is None:
+    got = _bytes(source)
+    if got is None:
         return None
+    chunk, digest = got
     ends = newline_positions(chunk)
     parsed = parse_chunk(fmt, chunk, fields=fields, ends=ends)
     parsed.longest = longest_line(ends)  # the tail needs no newline scan of its own
+    parsed.digest = digest
     if plan is not None and parsed.table.num_rows:
         aggregated = plan.aggregate(parsed.table)
         if aggregated is not None:  # the rows stay here: only their aggregates go back

@@ -159,6 +159,7 @@ class Worker:
             "columnar_fallback_rows": 0,
             "partials_out": 0,
             "map_batch_errors": 0,
+            "rows_unreadable": 0,  # pre-aggregated rows not readable again (_rows_again)
         }
 
     # ---- input ----------------------------------------------------------------------------
@@ -299,7 +300,8 @@ class Worker:
             partials = part.partials_for(self.job, ts_field, clock.epoch_seconds)
             if partials is not None:
                 return self.process_partials(part.ts, partials, part.table)
-        return self.process_table(part.table(), ts_field, skipped=skipped)
+        rows = self._rows_again(part.table, "all")
+        return 0 if rows is None else self.process_table(rows, ts_field, skipped=skipped)
 
     def process_partials(
         self, ts: np.ndarray, partials: list[Any], table: Callable[[], pa.Table]
@@ -330,8 +332,7 @@ class Worker:
         for epoch, keys, states, rows in whole:
             self._merge(epoch, keys, states)
             done += rows
-        if again:
-            rows = table()
+        if again and (rows := self._rows_again(table, again)) is not None:
             if bad:
                 rows = rows.filter(pa.array(good))
             for e in again:
@@ -340,6 +341,16 @@ class Worker:
         if self.memory_budget_bytes is not None:
             self._enforce_budget(self.memory_budget_bytes)
         return done
+
+    def _rows_again(self, table: Callable[[], pa.Table], epochs: Any) -> pa.Table | None:
+        """A pre-aggregated chunk's rows parsed again; None when its bytes cannot be read any
+        more (a truncation of its file meanwhile: ``handed.py``), logged and counted."""
+        try:
+            return table()
+        except OSError as exc:
+            self.counters["rows_unreadable"] += 1
+            log.warning("job %s: rows of epochs %s lost: %s", self.spec.name, epochs, exc)
+            return None
 
     def _merge(self, epoch: int, keys: list[Any], states: list[Any]) -> None:
         if not keys:

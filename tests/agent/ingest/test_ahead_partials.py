@@ -194,3 +194,22 @@ def test_a_killed_helper_costs_nothing(tmp_path: Path, monkeypatch: Any) -> None
         helper.close()
     same(got, want)
     assert helper.restarts >= 1 and got["aggregated_parts"] > 0
+
+
+def test_rows_that_cannot_be_read_again_are_logged_and_counted(caplog: Any) -> None:
+    """A pre-aggregated chunk whose rows are needed (here: no partials for this job) after its
+    file was truncated (``RangeRows`` raises ``OSError``): the worker goes on, the rows are
+    counted lost and logged at WARNING with the job."""
+    import numpy as np
+
+    from agent.ingest.columnar.aggregate import AggregatedChunk
+
+    def gone() -> Any:
+        raise OSError("the file no longer holds the 100 bytes at 0 a parse helper aggregated")
+
+    worker = Worker(_job(), wall_clock=lambda: START)
+    part = AggregatedChunk(2, np.array([START, START + 0.1]), "ts", {}, reparse=gone)
+    with caplog.at_level("WARNING"):
+        assert worker.process_aggregated(part) == 0
+    assert worker.counters["rows_unreadable"] == 1
+    assert any("job q: rows of epochs all lost" in r.getMessage() for r in caplog.records)
