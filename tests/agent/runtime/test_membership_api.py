@@ -107,12 +107,14 @@ async def test_an_operator_retires_an_origin_through_an_agent_that_is_not_the_ma
 
 
 async def lacking_epoch(master: Agent, origin: int) -> int | None:
-    """The newest stored epoch if it lacks ``origin`` (None otherwise / none yet)."""
+    """The newest stored epoch if it lacks ``origin`` (None otherwise / none yet), once its
+    barrier gave up waiting (a deadline's preview is not what a retirement turns partial)."""
     try:
         res = await master.results(JOB, None)
     except (NotFound, Unavailable):
         return None
-    return int(res["epoch"]) if f"{origin:x}" in res["lacking"] else None
+    stored = f"{origin:x}" in res["lacking"] and not res.get("preview")
+    return int(res["epoch"]) if stored else None
 
 
 async def final_epoch_from(master: Agent, epoch: int) -> bool:
