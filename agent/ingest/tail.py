@@ -421,9 +421,7 @@ class FileTail:
             self.counters["row_chunks"] += 1
             data = self._reread(handed.at, handed.end - handed.at)
             if data is not None:
-                lines = data.split(b"\n")
-                lines.pop()  # empty: the range ends with its last newline
-                self._lines(lines, out, self._pos)
+                self._row_lines(data, 0, out)
                 self._pos, self._buf = handed.end, handed.rest
             return
         handed.digest = parsed.digest
@@ -483,9 +481,7 @@ class FileTail:
             elif found is not None:  # the fast path: only candidate lines become objects
                 self._scanned(buf, start, last_nl, found, out)
             else:
-                lines = buf.split(b"\n")
-                lines.pop()  # empty: buf ends with its last newline
-                self._lines(lines[1:] if start else lines, out, self._pos + start)
+                self._row_lines(buf, start, out)
             rest = after
             self._pos += last_nl + 1
         else:
@@ -659,6 +655,13 @@ class FileTail:
         if skipped:
             self.counters["prefiltered"] += skipped
             self._skipped += skipped
+
+    def _row_lines(self, buf: bytes, start: int, out: list[Record]) -> None:
+        """The lines of ``buf`` (ending with its last newline) after the first ``start``
+        bytes, on the row path."""
+        lines = buf.split(b"\n")
+        lines.pop()  # empty: buf ends with its last newline
+        self._lines(lines[1:] if start else lines, out, self._pos + start)
 
     def _line(self, line: bytes, out: list[Record]) -> None:
         self._lines([line], out, self._pos)
