@@ -72,6 +72,7 @@ from agent.jobs.job import Job
 from agent.jobs.spec import SNAPSHOT_FIELDS, JobSpec
 from agent.ql.fallback import Unsupported
 from agent.runtime.epochs.clock import EpochClock
+from agent.runtime.epochs.job_change import clock_changed, discard_from, rebucket
 from agent.runtime.epochs.late import LateRecords
 from agent.runtime.epochs.partials import inserted_before_error, split_accepted
 from cbt import Aggregator, CompressedBufferTree, EpochWindows, Snapshot
@@ -487,13 +488,7 @@ class Worker:
                 first,
                 nxt - 1,
             )
-        discarded = 0
-        for epoch in [e for e in self._trees if e >= first]:
-            tree = self._trees.pop(epoch)
-            discarded += len(tree.flush())
-            tree.close()
-        for epoch in [e for e in self._carried if e >= first]:
-            discarded += len(self._carried.pop(epoch))
+        discarded = discard_from(self._trees, self._carried, first)
         if discarded:
             self.counters["switch_discarded_keys"] += discarded
             log.warning(
@@ -506,11 +501,7 @@ class Worker:
         job.feedback = self.job.feedback
         self._before = (first, self.job, self.agg) if nxt is None or nxt < first else None
         self.job, self.spec, self.agg = job, job.spec, new_agg
-        if (job.spec.allowed_lateness, job.spec.max_future, job.spec.schedule) != (
-            old.allowed_lateness,
-            old.max_future,
-            old.schedule,
-        ) or job.spec.effective_idle_timeout != old.effective_idle_timeout:
+        if clock_changed(old, job.spec):
             self._reconfigure_clock(old, job.spec)
 
     def map_function(self) -> tuple[Callable[[dict[str, Any]], Any], bool]:
@@ -720,12 +711,7 @@ class Worker:
         if changed:
             raise ValueError(f"cannot change {', '.join(changed)} of a running worker")
         job.feedback = self.job.feedback
-        if (new.allowed_lateness, new.effective_idle_timeout, new.max_future, new.schedule) != (
-            old.allowed_lateness,
-            old.effective_idle_timeout,
-            old.max_future,
-            old.schedule,
-        ):
+        if clock_changed(old, new):
             self._reconfigure_clock(old, new)
         self.job, self.spec = job, new
 
@@ -750,18 +736,10 @@ class Worker:
             idle_timeout=new.effective_idle_timeout,
             max_future=new.max_future,
         )
-        if changed_from is None:
-            return
-        for epoch in sorted(e for e in self._trees if e >= changed_from):
-            target = new.schedule.epoch_of(old.schedule.start(epoch))
-            if target == epoch:
-                continue
-            tree = self._trees.pop(epoch)
-            moved = tree.flush()
-            tree.close()
-            prior = self._carried.get(target)
-            self._carried[target] = moved if prior is None else prior.merge(moved)
-            self.counters["epochs_rebucketed"] += 1
+        if changed_from is not None:
+            self.counters["epochs_rebucketed"] += rebucket(
+                self._trees, self._carried, old.schedule, new.schedule, changed_from
+            )
 
     # ---- control --------------------------------------------------------------------------
     def set_feedback(self, value: Any) -> None:
