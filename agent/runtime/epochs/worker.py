@@ -160,7 +160,7 @@ class Worker:
             "columnar_fallback_rows": 0,
             "partials_out": 0,
             "map_batch_errors": 0,
-            "rows_unreadable": 0,  # pre-aggregated rows not readable again (_rows_again)
+            "rows_unreadable": 0,  # pre-aggregated rows lost: not readable again (_rows_again)
         }
 
     # ---- input ----------------------------------------------------------------------------
@@ -301,7 +301,7 @@ class Worker:
             partials = part.partials_for(self.job, ts_field, clock.epoch_seconds)
             if partials is not None:
                 return self.process_partials(part.ts, partials, part.table)
-        rows = self._rows_again(part.table, "all")
+        rows = self._rows_again(part.table, "all", len(part.ts))
         return 0 if rows is None else self.process_table(rows, ts_field, skipped=skipped)
 
     def process_partials(
@@ -333,7 +333,8 @@ class Worker:
         for epoch, keys, states, rows in whole:
             self._merge(epoch, keys, states)
             done += rows
-        if again and (rows := self._rows_again(table, again)) is not None:
+        lost = int(np.isin(epochs[ok], again).sum()) if again else 0
+        if again and (rows := self._rows_again(table, again, lost)) is not None:
             if bad:
                 rows = rows.filter(pa.array(good))
             for e in again:
@@ -343,14 +344,15 @@ class Worker:
             self._enforce_budget(self.memory_budget_bytes)
         return done
 
-    def _rows_again(self, table: Callable[[], pa.Table], epochs: Any) -> pa.Table | None:
+    def _rows_again(self, table: Callable[[], pa.Table], epochs: Any, rows: int) -> pa.Table | None:
         """A pre-aggregated chunk's rows parsed again; None when its bytes cannot be read any
-        more (a truncation of its file meanwhile: ``handed.py``), logged and counted."""
+        more (a truncation of its file meanwhile: ``handed.py``): the ``rows`` needed are
+        logged and counted lost."""
         try:
             return table()
         except OSError as exc:
-            self.counters["rows_unreadable"] += 1
-            log.warning("job %s: rows of epochs %s lost: %s", self.spec.name, epochs, exc)
+            self.counters["rows_unreadable"] += rows
+            log.warning("job %s: %d rows of epochs %s lost: %s", self.spec.name, rows, epochs, exc)
             return None
 
     def _merge(self, epoch: int, keys: list[Any], states: list[Any]) -> None:

@@ -211,5 +211,5 @@ def test_rows_that_cannot_be_read_again_are_logged_and_counted(caplog: Any) -> N
     part = AggregatedChunk(2, np.array([START, START + 0.1]), "ts", {}, reparse=gone)
     with caplog.at_level("WARNING"):
         assert worker.process_aggregated(part) == 0
-    assert worker.counters["rows_unreadable"] == 1
-    assert any("job q: rows of epochs all lost" in r.getMessage() for r in caplog.records)
+    assert worker.counters["rows_unreadable"] == 2  # rows, not chunks
+    assert any("job q: 2 rows of epochs all lost" in r.getMessage() for r in caplog.records)
