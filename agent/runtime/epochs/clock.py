@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -250,6 +250,41 @@ class EpochClock:
                 if self._next is None or low < self._next:
                     self._next = low
         return epochs, ok
+
+    def accept_whole(self, low: float, high: float, rows: Mapping[int, int]) -> bool:
+        """:meth:`assign_many`'s effects on a column of finite timestamps whose every row it
+        would accept, known from the column's least (``low``) and greatest (``high``)
+        timestamps and its row count per epoch (``rows``) alone: a chunk a parse helper
+        aggregated needs no pass over its rows when none can be refused. False, with nothing
+        changed, unless that is proven (the caller then calls :meth:`assign_many`): the
+        schedule is uniform, no row is beyond ``max_future`` or before ``start_epoch``, and
+        the oldest row's epoch is open and ends after the watermark the newest row raises."""
+        if not self._uniform or not rows:
+            return False
+        now = self._clock()
+        if self.max_future is not None and high > now + self.max_future:
+            return False
+        first = math.floor(low / self.epoch_seconds)
+        if first != min(rows) or math.floor(high / self.epoch_seconds) != max(rows):
+            return False  # not the epochs this clock cuts
+        if self.start_epoch is not None and first < self.start_epoch:
+            return False
+        if self._closed_any and first < self._next:  # type: ignore[operator]
+            return False
+        newest = max(high, self._max_ts)
+        mark = max(newest - self.allowed_lateness, self._watermark)
+        if float(first + 1) * self.epoch_seconds <= mark:
+            return False  # a row of the oldest epoch may be late: row by row
+        self._seen = max(self._seen, high)
+        self._max_ts = newest
+        self._raise_watermark(mark)
+        self._last_arrival = now
+        self._assigned += sum(rows.values())
+        for e, n in rows.items():
+            self._records[e] = self._records.get(e, 0) + n
+        if not self._closed_any and (self._next is None or first < self._next):
+            self._next = first
+        return True
 
     def _note_late(self, epoch: int, ts: float) -> None:
         self._late += 1

@@ -7,6 +7,8 @@ for data already flushed and carried), never the worker itself.
 
 * :func:`clock_changed`: whether a spec change reaches the epoch clock (lateness, idle
   timeout, future limit, epoch lengths).
+* :func:`closed_before`: whether a change taking effect from an epoch comes after this worker
+  closed that epoch (logged at WARNING: what it emitted stays as it was).
 * :func:`discard_from`: a change of aggregate drops what open epochs from its first epoch on
   hold (mapped for the old aggregate: it cannot be re-mapped); returns the keys dropped.
 * :func:`rebucket`: a new epoch length re-cuts open epochs from its first epoch on; each
@@ -16,12 +18,15 @@ for data already flushed and carried), never the worker itself.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import MutableMapping
 from typing import Protocol
 
 from agent.jobs.schedule import EpochSchedule
 from agent.jobs.spec import JobSpec
 from cbt import Snapshot
+
+log = logging.getLogger(__name__)
 
 
 class OpenTree(Protocol):
@@ -40,6 +45,21 @@ def clock_changed(old: JobSpec, new: JobSpec) -> bool:
         old.max_future,
         old.schedule,
     )
+
+
+def closed_before(job: str, what: str, first: int | None, next_epoch: int | None) -> int:
+    """1 (logged at WARNING) when ``what`` changes from epoch ``first`` but this worker's next
+    epoch to close is already after it; else 0."""
+    if first is None or next_epoch is None or next_epoch <= first:
+        return 0
+    log.warning(
+        "job %s: %s changes from epoch %d but this worker closed up to %d",
+        job,
+        what,
+        first,
+        next_epoch - 1,
+    )
+    return 1
 
 
 def discard_from(

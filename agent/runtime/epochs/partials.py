@@ -10,6 +10,9 @@ Contract:
   only some rows were (their accepted rows must be aggregated again). Epochs none of whose
   rows were accepted are in neither: nothing of them counts. An accepted epoch without a
   partial is in the second list (it does not happen when both cut epochs alike).
+* :func:`whole_rows` ``(partials, rows)``: the row count per epoch of partials that cover
+  ``rows`` rows (one partial per epoch), or None when they do not (the clock then decides
+  row by row).
 * :func:`inserted_before_error` ``(tree, keys, values, start)``: how many pairs from
   ``start`` on a fresh tree takes before the first one it refuses (``TypeError``): what a
   failed ``insert_many`` inserted.
@@ -38,6 +41,16 @@ def split_accepted(
         elif got:
             mixed.append(partial[0])
     return whole, sorted([*mixed, *left])
+
+
+def whole_rows(
+    partials: list[tuple[int, list[Any], list[Any], int]], rows: int
+) -> dict[int, int] | None:
+    """Epoch -> rows of ``partials`` when they hold ``rows`` rows, one partial per epoch."""
+    out = {p[0]: p[3] for p in partials}
+    if len(out) != len(partials) or sum(out.values()) != rows:
+        return None
+    return out
 
 
 def inserted_before_error(

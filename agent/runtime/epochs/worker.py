@@ -72,9 +72,13 @@ from agent.jobs.job import Job
 from agent.jobs.spec import SNAPSHOT_FIELDS, JobSpec
 from agent.ql.fallback import Unsupported
 from agent.runtime.epochs.clock import EpochClock
-from agent.runtime.epochs.job_change import clock_changed, discard_from, rebucket
+from agent.runtime.epochs.job_change import clock_changed, closed_before, discard_from, rebucket
 from agent.runtime.epochs.late import LateRecords
-from agent.runtime.epochs.partials import inserted_before_error, split_accepted
+from agent.runtime.epochs.partials import (
+    inserted_before_error,
+    split_accepted,
+    whole_rows,
+)
 from cbt import Aggregator, CompressedBufferTree, EpochWindows, Snapshot
 
 if TYPE_CHECKING:  # the Arrow stack loads with the first columnar batch (agent/ql/fallback.py)
@@ -319,20 +323,26 @@ class Worker:
         n = len(ts)
         good = np.isfinite(ts)
         bad = n - int(good.sum())
-        epochs, ok = self.clock.assign_many(ts[good] if bad else ts)
+        usable = ts[good] if bad else ts
         self.counters["records_in"] += n
         self.counters["bad_records"] += bad
         self.counters["columnar_rows"] += n
+        # every row accepted (none late, none too far ahead): no pass over the rows
+        if (
+            self._before is None
+            and n > bad
+            and (rows := whole_rows(partials, n - bad)) is not None
+            and self.clock.accept_whole(float(usable.min()), float(usable.max()), rows)
+        ):
+            return self._merge_whole(partials)
+        epochs, ok = self.clock.assign_many(usable)
         if not ok.any():
             return 0
         if self._before is None:
             whole, again = split_accepted(partials, epochs[ok])
         else:
             whole, again = [], np.unique(epochs[ok]).tolist()
-        done = 0
-        for epoch, keys, states, rows in whole:
-            self._merge(epoch, keys, states)
-            done += rows
+        done = self._merge_whole(whole, budget=False)
         lost = int(np.isin(epochs[ok], again).sum()) if again else 0
         if again and (rows := self._rows_again(table, again, lost)) is not None:
             if bad:
@@ -342,6 +352,19 @@ class Worker:
         self.counters["records_accepted"] += done
         if self.memory_budget_bytes is not None:
             self._enforce_budget(self.memory_budget_bytes)
+        return done
+
+    def _merge_whole(self, partials: list[Any], *, budget: bool = True) -> int:
+        """Merge ``partials`` whose rows were all accepted; the rows they stand for (counted
+        accepted, and the memory budget enforced, unless ``budget`` is False)."""
+        done = 0
+        for epoch, keys, states, rows in partials:
+            self._merge(epoch, keys, states)
+            done += rows
+        if budget:
+            self.counters["records_accepted"] += done
+            if self.memory_budget_bytes is not None:
+                self._enforce_budget(self.memory_budget_bytes)
         return done
 
     def _rows_again(self, table: Callable[[], pa.Table], epochs: Any, rows: int) -> pa.Table | None:
@@ -482,14 +505,9 @@ class Worker:
             raise ValueError("a window job's aggregator cannot change while it runs")
         new_agg = job.make_aggregator()
         nxt = self.clock.next_epoch
-        if nxt is not None and nxt > first:
-            self.counters["epoch_switch_late"] += 1
-            log.warning(
-                "job %s: the aggregate changes from epoch %d but this worker closed up to %d",
-                job.spec.name,
-                first,
-                nxt - 1,
-            )
+        self.counters["epoch_switch_late"] += closed_before(
+            job.spec.name, "the aggregate", first, nxt
+        )
         discarded = discard_from(self._trees, self._carried, first)
         if discarded:
             self.counters["switch_discarded_keys"] += discarded
@@ -722,16 +740,9 @@ class Worker:
         already in an open epoch that the new schedule cuts differently moves to the epoch
         its start falls in (counted: ``epochs_rebucketed``)."""
         changed_from = old.schedule.first_difference(new.schedule)
-        nxt = self.clock.next_epoch
-        if changed_from is not None and nxt is not None and changed_from < nxt:
-            # this agent closed epochs the new lengths re-cut: they were emitted already
-            self.counters["epoch_switch_late"] += 1
-            log.warning(
-                "job %s: epoch length changes from epoch %d but this worker closed up to %d",
-                new.name,
-                changed_from,
-                nxt - 1,
-            )
+        # this agent may have closed epochs the new lengths re-cut: they were emitted already
+        late = closed_before(new.name, "epoch length", changed_from, self.clock.next_epoch)
+        self.counters["epoch_switch_late"] += late
         self.clock.reconfigure(
             schedule=new.schedule,
             allowed_lateness=new.allowed_lateness,

@@ -1,0 +1,92 @@
+"""``EpochClock.accept_whole`` (a chunk a parse helper aggregated, taken without a pass over its
+rows) against ``assign_many`` on the same column: two clocks fed the same batches in lockstep,
+one taking each batch whole when ``accept_whole`` proves it may, must agree on every counter,
+the watermark, the epochs they close and the records of each epoch, after every batch."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from agent.runtime.epochs.clock import EpochClock
+
+T0 = 1_000_000.0
+
+batches = st.lists(
+    st.lists(st.floats(-4.0, 12.0, allow_nan=False), min_size=1, max_size=30),
+    min_size=1,
+    max_size=12,
+)
+
+
+def clocks(seconds: float, lateness: float, future: float | None, start: int | None):
+    now = [T0 + 3.0]
+    make = lambda: EpochClock(  # noqa: E731
+        seconds, lateness, None, lambda: now[0], start_epoch=start, max_future=future
+    )
+    return make(), make(), now
+
+
+def rows_of(ts: np.ndarray, seconds: float) -> dict[int, int]:
+    return dict(Counter(math.floor(t / seconds) for t in ts.tolist()))
+
+
+def agree(ref: EpochClock, got: EpochClock) -> None:
+    assert got.stats() == ref.stats()
+    assert got.max_seen_time == ref.max_seen_time
+    closable = ref.closable()
+    assert got.closable() == closable
+    for epoch in closable:
+        ref.close(epoch)
+        got.close(epoch)
+        assert got.take_records(epoch) == ref.take_records(epoch)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    batches,
+    st.sampled_from([0.5, 1.0, 2.0]),
+    st.sampled_from([0.0, 0.5, 3.0]),
+    st.sampled_from([None, 4.0]),
+    st.sampled_from([None, math.floor(T0) - 2]),
+    st.data(),
+)
+def test_accept_whole_changes_what_assign_many_changes(
+    steps, seconds, lateness, future, start, data
+) -> None:
+    if start is not None:
+        start = math.floor(start / seconds)
+    ref, got, now = clocks(seconds, lateness, future, start)
+    taken = 0
+    for i, offsets in enumerate(steps):
+        ts = T0 + i + np.asarray(offsets, dtype=np.float64)
+        now[0] += data.draw(st.sampled_from([0.0, 1.0]))
+        ref.assign_many(ts)
+        if got.accept_whole(float(ts.min()), float(ts.max()), rows_of(ts, seconds)):
+            taken += 1
+        else:
+            got.assign_many(ts)
+        agree(ref, got)
+    event(f"batches taken whole: {min(taken, 3)}+")  # both paths are exercised
+
+
+def test_batches_in_order_are_taken_whole_and_a_late_one_is_not() -> None:
+    ref, got, _ = clocks(1.0, 1.0, None, None)
+    for i in range(5):
+        ts = T0 + i + np.linspace(0.0, 0.9, 50)
+        ref.assign_many(ts)
+        assert got.accept_whole(float(ts.min()), float(ts.max()), rows_of(ts, 1.0))
+        agree(ref, got)
+    late = np.array([T0 + 1.5, T0 + 5.0])  # epoch T0 + 1 closed long ago
+    ref.assign_many(late)
+    assert not got.accept_whole(float(late.min()), float(late.max()), rows_of(late, 1.0))
+    got.assign_many(late)
+    agree(ref, got)
+    assert got.stats()["late_dropped"] == 1
+    # rows that do not match the column's least and greatest epochs: not taken
+    ts = T0 + 6 + np.array([0.1, 0.2])
+    assert not got.accept_whole(float(ts.min()), float(ts.max()), {math.floor(T0) + 5: 2})
