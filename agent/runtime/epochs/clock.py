@@ -286,6 +286,18 @@ class EpochClock:
             self._next = first
         return True
 
+    def accept_one_epoch(self, ts: np.ndarray) -> int | None:
+        """The epoch of every row of ``ts`` (finite timestamps) when they all fall in one and
+        :meth:`accept_whole` takes them all (two passes over the column, not assign_many's
+        dozen); else None, nothing changed."""
+        if not len(ts):
+            return None
+        low, high = float(ts.min()), float(ts.max())
+        first = math.floor(low / self.epoch_seconds)
+        if first != math.floor(high / self.epoch_seconds):
+            return None
+        return first if self.accept_whole(low, high, {first: len(ts)}) else None
+
     def _note_late(self, epoch: int, ts: float) -> None:
         self._late += 1
         got = self._late_new.get(epoch)

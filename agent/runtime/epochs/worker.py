@@ -51,10 +51,9 @@ Counters (``stats()``): ``records_in``, ``records_accepted``, ``pairs_out``, ``m
 ``bad_records`` (no/invalid timestamp), ``late_dropped``, ``future_dropped`` (from the clock),
 ``late`` (:class:`~agent.runtime.epochs.late.LateRecords`: per input and epoch),
 ``epochs_emitted``, ``empty_epochs``, ``open_epochs``, ``epochs_rebucketed`` and
-``epoch_switch_late`` (see :meth:`Worker.replace_job`). (Splitting a snapshot among the job's
-m trees is ``Snapshot.split_by_hash(m)``.) A ``map`` that raises, or yields a pair
-the CBT rejects (``TypeError``: a float key, an unserializable value), costs that record or
-pair only: it is counted and sampled in ``errors()``.
+``epoch_switch_late`` (see :meth:`Worker.replace_job`). A ``map`` that raises, or yields a
+pair the CBT rejects (``TypeError``: a float key, an unserializable value), costs that record
+or pair only: it is counted and sampled in ``errors()``.
 """
 
 from __future__ import annotations
@@ -276,17 +275,21 @@ class Worker:
         if bad:
             table = table.filter(pa.array(good))
             ts = ts[good]
-        epochs, ok = self.clock.assign_many(ts)
-        accepted = int(ok.sum())
         self.counters["records_in"] += n
         self.counters["bad_records"] += bad
         self.counters["columnar_rows"] += n
-        if not accepted:
-            return 0
-        kept = epochs[ok]
-        lo, hi = int(kept.min()), int(kept.max())
-        rows = table if accepted == len(ts) else table.filter(pa.array(ok))
-        done = self._aggregate_part(lo, rows) if lo == hi else self._aggregate_epochs(rows, kept)
+        if (whole := self.clock.accept_one_epoch(ts)) is not None:  # no pass over the rows
+            done = self._aggregate_part(whole, table)
+        else:
+            epochs, ok = self.clock.assign_many(ts)
+            accepted = int(ok.sum())
+            if not accepted:
+                return 0
+            kept = epochs[ok]
+            lo, hi = int(kept.min()), int(kept.max())
+            rows = table if accepted == len(ts) else table.filter(pa.array(ok))
+            part = self._aggregate_part
+            done = part(lo, rows) if lo == hi else self._aggregate_epochs(rows, kept)
         self.counters["records_accepted"] += done
         if self.memory_budget_bytes is not None:
             self._enforce_budget(self.memory_budget_bytes)

@@ -1,7 +1,8 @@
-"""``EpochClock.accept_whole`` (a chunk a parse helper aggregated, taken without a pass over its
-rows) against ``assign_many`` on the same column: two clocks fed the same batches in lockstep,
-one taking each batch whole when ``accept_whole`` proves it may, must agree on every counter,
-the watermark, the epochs they close and the records of each epoch, after every batch."""
+"""``EpochClock.accept_whole`` (a chunk a parse helper aggregated, taken without a pass over
+its rows) and ``accept_one_epoch`` (a table of one epoch) against ``assign_many`` on the same
+column: two clocks fed the same batches in lockstep, one taking each batch whole when it is
+proven it may, must agree on every counter, the watermark, the epochs they close and the
+records of each epoch, after every batch."""
 
 from __future__ import annotations
 
@@ -65,8 +66,17 @@ def test_accept_whole_changes_what_assign_many_changes(
     for i, offsets in enumerate(steps):
         ts = T0 + i + np.asarray(offsets, dtype=np.float64)
         now[0] += data.draw(st.sampled_from([0.0, 1.0]))
-        ref.assign_many(ts)
-        if got.accept_whole(float(ts.min()), float(ts.max()), rows_of(ts, seconds)):
+        ref_epochs, ref_ok = ref.assign_many(ts)
+        if data.draw(st.booleans(), "one epoch"):  # what a worker's own table takes
+            epoch = got.accept_one_epoch(ts)
+            took = epoch is not None
+            if took:
+                assert ref_ok.all() and (ref_epochs == epoch).all()
+        else:  # what a parse helper's partials take
+            took = got.accept_whole(float(ts.min()), float(ts.max()), rows_of(ts, seconds))
+            if took:
+                assert ref_ok.all()
+        if took:
             taken += 1
         else:
             got.assign_many(ts)
