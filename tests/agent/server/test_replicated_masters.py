@@ -17,7 +17,8 @@ epochs itself - but for the restart's window: the epoch in flight when the resta
 takes its root back may be shown with its own share alone, tentative and naming the others, in
 the API and the lake, until the others' shares reach it (a known limit; at most two epochs).
 Under the passive policy the contributions the dead master had acknowledged are gone with it,
-and those epochs are tentative, lacking them, until repaired by pull (``bench/redundancy_bench.py`` measures both).
+and those epochs are tentative, lacking them, until repaired by pull
+(``bench/redundancy_bench.py`` measures both).
 """
 
 from __future__ import annotations
