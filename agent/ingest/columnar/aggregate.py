@@ -19,7 +19,9 @@ Contract:
   ``aggregate_batch`` declines or fails): the record thread then runs exactly the single-core
   path on the table, with its fallbacks and counters.
 * :class:`AggregatedChunk` is what a file tail hands to the workers in place of the chunk's
-  table: ``num_rows``, ``ts``, :meth:`~AggregatedChunk.partials_for` ``(job, ts_field,
+  table: ``num_rows``, ``ts``, :meth:`~AggregatedChunk.rows_in_order` ``(job)`` (no row
+  late against the rows' own running maximum: the record thread's clock then needs no pass
+  over them), :meth:`~AggregatedChunk.partials_for` ``(job, ts_field,
   epoch_seconds)`` (None unless they were computed for this very job spec, timestamp field and
   epoch length), and :meth:`~AggregatedChunk.table`, the chunk's rows parsed again on the
   record thread on first use (a chunk with a late row in a partly accepted epoch, a job that
@@ -87,6 +89,19 @@ def plan_for(jobs: Iterable[Any], ts_field: str) -> AggregationPlan | None:
     return AggregationPlan(ts_field, tuple(planned)) if planned else None
 
 
+def none_late_within(ts: np.ndarray, epoch_seconds: float, allowed_lateness: float) -> bool:
+    """Whether no row of ``ts`` (finite timestamps, in arrival order) is late against the
+    column's own running maximum: each row's epoch ends after that maximum up to it less
+    ``allowed_lateness``, computed as the record thread's ``EpochClock.assign_many``
+    computes it (the ``in_order`` of its ``accept_whole``)."""
+    import numpy as np
+
+    if not len(ts):
+        return True
+    ends = (np.floor(ts / epoch_seconds).astype(np.int64) + 1).astype(np.float64) * epoch_seconds
+    return bool((ends > np.maximum.accumulate(ts) - allowed_lateness).all())
+
+
 def _job(planned: PlannedJob) -> tuple[Any, Any]:
     """The job and aggregator of ``planned``, built once per helper process."""
     got = _JOBS.get(planned.key)
@@ -124,10 +139,14 @@ class AggregationPlan:
             ts = np.full(n, np.nan)
         good = np.isfinite(ts)
         everything = bool(good.all())
+        usable = ts if everything else ts[good]
         partials: dict[str, tuple[float, Partials]] = {}
+        ordered = set()
         for planned in self.jobs:
             try:
                 job, agg = _job(planned)
+                if none_late_within(usable, planned.epoch_seconds, job.spec.allowed_lateness):
+                    ordered.add(planned.key)
                 epochs = np.floor(np.where(good, ts, 0.0) / planned.epoch_seconds)
                 epochs = epochs.astype(np.int64)
                 uniq = np.unique(epochs[good]).tolist()
@@ -140,7 +159,7 @@ class AggregationPlan:
             except Exception:  # declined or failed: the record thread runs the single-core path
                 return None
             partials[planned.key] = (planned.epoch_seconds, out)
-        return AggregatedChunk(n, ts, self.ts_field, partials)
+        return AggregatedChunk(n, ts, self.ts_field, partials, in_order=frozenset(ordered))
 
 
 @dataclass(slots=True)
@@ -153,7 +172,14 @@ class AggregatedChunk:
     partials: dict[str, tuple[float, Partials]]
     #: the chunk's rows parsed again here (set by the tail that received it)
     reparse: Callable[[], pa.Table] | None = None
+    #: the jobs (spec keys) none of whose rows is late against the rows' own running maximum
+    in_order: frozenset[str] = frozenset()
     _table: pa.Table | None = field(default=None, repr=False)
+
+    def rows_in_order(self, job: Any) -> bool:
+        """Whether no row is late for ``job`` against the rows' own running maximum (what
+        ``EpochClock.accept_whole`` needs besides the clock's own state)."""
+        return job_key(job) in self.in_order
 
     def partials_for(self, job: Any, ts_field: str, epoch_seconds: float) -> Partials | None:
         """``job``'s partials, when they were computed for its spec with these timestamps and

@@ -251,14 +251,20 @@ class EpochClock:
                     self._next = low
         return epochs, ok
 
-    def accept_whole(self, low: float, high: float, rows: Mapping[int, int]) -> bool:
+    def accept_whole(
+        self, low: float, high: float, rows: Mapping[int, int], in_order: bool = False
+    ) -> bool:
         """:meth:`assign_many`'s effects on a column of finite timestamps whose every row it
         would accept, known from the column's least (``low``) and greatest (``high``)
         timestamps and its row count per epoch (``rows``) alone: a chunk a parse helper
         aggregated needs no pass over its rows when none can be refused. False, with nothing
         changed, unless that is proven (the caller then calls :meth:`assign_many`): the
         schedule is uniform, no row is beyond ``max_future`` or before ``start_epoch``, and
-        the oldest row's epoch is open and ends after the watermark the newest row raises."""
+        the oldest row's epoch is open and ends after the watermark the newest row raises -
+        or, with ``in_order`` (each row's epoch ends after the column's own running maximum
+        up to it less ``allowed_lateness``: what ``none_late_within`` of
+        ``agent/ingest/columnar/aggregate.py`` computes where the rows are), after the
+        watermark the column starts from."""
         if not self._uniform or not rows:
             return False
         now = self._clock()
@@ -273,7 +279,10 @@ class EpochClock:
             return False
         newest = max(high, self._max_ts)
         mark = max(newest - self.allowed_lateness, self._watermark)
-        if float(first + 1) * self.epoch_seconds <= mark:
+        # a row is late when its epoch ends at or before the watermark it sees: the one before
+        # the column, or its running maximum less the lateness (``in_order``: never)
+        before = max(self._max_ts - self.allowed_lateness, self._watermark)
+        if float(first + 1) * self.epoch_seconds <= (before if in_order else mark):
             return False  # a row of the oldest epoch may be late: row by row
         self._seen = max(self._seen, high)
         self._max_ts = newest
@@ -285,6 +294,10 @@ class EpochClock:
         if not self._closed_any and (self._next is None or first < self._next):
             self._next = first
         return True
+
+    def accept_column(self, ts: np.ndarray, rows: Mapping[int, int], in_order: bool) -> bool:
+        """:meth:`accept_whole` for the non-empty column ``ts`` (its least and greatest)."""
+        return self.accept_whole(float(ts.min()), float(ts.max()), rows, in_order)
 
     def accept_one_epoch(self, ts: np.ndarray) -> int | None:
         """The epoch of every row of ``ts`` (finite timestamps) when they all fall in one and

@@ -291,8 +291,7 @@ class Worker:
             part = self._aggregate_part
             done = part(lo, rows) if lo == hi else self._aggregate_epochs(rows, kept)
         self.counters["records_accepted"] += done
-        if self.memory_budget_bytes is not None:
-            self._enforce_budget(self.memory_budget_bytes)
+        self._enforce_budget()
         return done
 
     def process_aggregated(
@@ -307,12 +306,17 @@ class Worker:
         if self._before is None and not skipped and not clock.schedule.changes:
             partials = part.partials_for(self.job, ts_field, clock.epoch_seconds)
             if partials is not None:
-                return self.process_partials(part.ts, partials, part.table)
+                ordered = part.rows_in_order(self.job)
+                return self.process_partials(part.ts, partials, part.table, ordered)
         rows = self._rows_again(part.table, "all", len(part.ts))
         return 0 if rows is None else self.process_table(rows, ts_field, skipped=skipped)
 
     def process_partials(
-        self, ts: np.ndarray, partials: list[Any], table: Callable[[], pa.Table]
+        self,
+        ts: np.ndarray,
+        partials: list[Any],
+        table: Callable[[], pa.Table],
+        in_order: bool = False,
     ) -> int:
         """A chunk pre-aggregated elsewhere (a parse helper, :mod:`agent.runtime.local.parallel`):
         ``ts`` is each row's timestamp (NaN: none usable), ``partials`` ``(epoch, keys, states,
@@ -320,7 +324,8 @@ class Worker:
         ``ts`` (as :meth:`process_table` does); an epoch whose rows it accepted all is merged as
         computed, one it accepted none of dropped, and only for an epoch it accepted some rows
         of is ``table()`` (the chunk's rows, parsed again) aggregated for those rows. Same
-        results and counts as :meth:`process_table`."""
+        results and counts as :meth:`process_table`. ``in_order``: none of the rows is late
+        against their own running maximum (the helper's ``none_late_within``)."""
         import pyarrow as pa  # (loaded: a columnar batch came with it)
 
         n = len(ts)
@@ -331,12 +336,8 @@ class Worker:
         self.counters["bad_records"] += bad
         self.counters["columnar_rows"] += n
         # every row accepted (none late, none too far ahead): no pass over the rows
-        if (
-            self._before is None
-            and n > bad
-            and (rows := whole_rows(partials, n - bad)) is not None
-            and self.clock.accept_whole(float(usable.min()), float(usable.max()), rows)
-        ):
+        rows = whole_rows(partials, n - bad) if self._before is None and n > bad else None
+        if rows is not None and self.clock.accept_column(usable, rows, in_order):
             return self._merge_whole(partials)
         epochs, ok = self.clock.assign_many(usable)
         if not ok.any():
@@ -353,8 +354,7 @@ class Worker:
             for e in again:
                 done += self._aggregate_part(e, rows.filter(pa.array(ok & (epochs == e))))
         self.counters["records_accepted"] += done
-        if self.memory_budget_bytes is not None:
-            self._enforce_budget(self.memory_budget_bytes)
+        self._enforce_budget()
         return done
 
     def _merge_whole(self, partials: list[Any], *, budget: bool = True) -> int:
@@ -366,8 +366,7 @@ class Worker:
             done += rows
         if budget:
             self.counters["records_accepted"] += done
-            if self.memory_budget_bytes is not None:
-                self._enforce_budget(self.memory_budget_bytes)
+            self._enforce_budget()
         return done
 
     def _rows_again(self, table: Callable[[], pa.Table], epochs: Any, rows: int) -> pa.Table | None:
@@ -581,15 +580,15 @@ class Worker:
                 self._insert(epoch, items, None)
             else:
                 self._insert(epoch, *self._columns(items, self.agg_for(epoch)))
-        if pending and self.memory_budget_bytes is not None:
-            self._enforce_budget(self.memory_budget_bytes)
+        if pending:
+            self._enforce_budget()
 
-    def _enforce_budget(self, budget: int) -> None:
-        """Keep the open epochs' resident compressed buffers within the job's budget: past
-        it, each tree gets an equal share and spills what exceeds it (cbt's spill store).
+    def _enforce_budget(self) -> None:
+        """Keep the open epochs' resident compressed buffers within the job's budget, if any:
+        past it, each tree gets an equal share and spills what exceeds it (cbt's spill store).
         The uncompressed roots are bounded by ``root_capacity`` entries per open epoch."""
-        trees = list(self._trees.values())
-        if sum(t.resident_compressed_bytes() for t in trees) <= budget:
+        trees, budget = list(self._trees.values()), self.memory_budget_bytes
+        if budget is None or sum(t.resident_compressed_bytes() for t in trees) <= budget:
             return
         share = budget // max(1, len(trees))
         for tree in trees:

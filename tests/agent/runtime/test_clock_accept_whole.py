@@ -13,6 +13,7 @@ import numpy as np
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from agent.ingest.columnar.aggregate import none_late_within
 from agent.runtime.epochs.clock import EpochClock
 
 T0 = 1_000_000.0
@@ -65,6 +66,8 @@ def test_accept_whole_changes_what_assign_many_changes(
     taken = 0
     for i, offsets in enumerate(steps):
         ts = T0 + i + np.asarray(offsets, dtype=np.float64)
+        if data.draw(st.booleans(), "in time order"):
+            ts = np.sort(ts)
         now[0] += data.draw(st.sampled_from([0.0, 1.0]))
         ref_epochs, ref_ok = ref.assign_many(ts)
         if data.draw(st.booleans(), "one epoch"):  # what a worker's own table takes
@@ -72,8 +75,9 @@ def test_accept_whole_changes_what_assign_many_changes(
             took = epoch is not None
             if took:
                 assert ref_ok.all() and (ref_epochs == epoch).all()
-        else:  # what a parse helper's partials take
-            took = got.accept_whole(float(ts.min()), float(ts.max()), rows_of(ts, seconds))
+        else:  # what a parse helper's partials take, with what it found of their order
+            ordered = none_late_within(ts, seconds, lateness)
+            took = got.accept_whole(float(ts.min()), float(ts.max()), rows_of(ts, seconds), ordered)
             if took:
                 assert ref_ok.all()
         if took:
@@ -97,6 +101,15 @@ def test_batches_in_order_are_taken_whole_and_a_late_one_is_not() -> None:
     got.assign_many(late)
     agree(ref, got)
     assert got.stats()["late_dropped"] == 1
+    # rows in time order over three epochs, lateness 1 s: no row is late against its own
+    # running maximum, so the column is taken whole with ``in_order`` and not without it
+    ts = T0 + 6 + np.linspace(0.0, 2.9, 30)
+    assert none_late_within(ts, 1.0, 1.0)
+    assert not got.accept_whole(float(ts.min()), float(ts.max()), rows_of(ts, 1.0))
+    ref.assign_many(ts)
+    assert got.accept_whole(float(ts.min()), float(ts.max()), rows_of(ts, 1.0), True)
+    agree(ref, got)
+    assert not none_late_within(ts[::-1], 1.0, 1.0)  # the newest first: the oldest are late
+    ts = T0 + 20 + np.array([0.1, 0.2])
     # rows that do not match the column's least and greatest epochs: not taken
-    ts = T0 + 6 + np.array([0.1, 0.2])
-    assert not got.accept_whole(float(ts.min()), float(ts.max()), {math.floor(T0) + 5: 2})
+    assert not got.accept_whole(float(ts.min()), float(ts.max()), {math.floor(T0) + 19: 2})
