@@ -8,8 +8,10 @@ Contract:
   pre-aggregated elsewhere: no batch path, an epoch length that changed (epochs are cut from
   the timestamps alone, ``floor(ts / epoch_seconds)``, as the clock's ``assign_many`` does), or
   iterative mode (its ``map`` reads the master's feedback, which a helper does not have).
-* :meth:`AggregationPlan.aggregate` ``(table)`` runs in the helper on a parsed chunk: every
-  row's timestamp (float64, NaN where unusable: the worker counts it as bad) and, per job,
+* :meth:`AggregationPlan.aggregate` ``(table)`` runs in the helper on a parsed chunk: a
+  summary of the rows' timestamps (:class:`TimestampColumn`: how many rows, how many with no
+  usable timestamp - the worker counts them bad - and the least and greatest usable one;
+  not the column itself: 8 bytes a row through the helper's pipe stalled it) and, per job,
   ``(epoch, keys, states, rows)`` per epoch of the rows with a usable timestamp (the job's
   ``aggregate_batch``). It decides no lateness: the watermark is the running maximum of the
   timestamps in file order, so the record thread decides it
@@ -19,20 +21,23 @@ Contract:
   ``aggregate_batch`` declines or fails): the record thread then runs exactly the single-core
   path on the table, with its fallbacks and counters.
 * :class:`AggregatedChunk` is what a file tail hands to the workers in place of the chunk's
-  table: ``num_rows``, ``ts``, :meth:`~AggregatedChunk.rows_in_order` ``(job)`` (no row
-  late against the rows' own running maximum: the record thread's clock then needs no pass
-  over them), :meth:`~AggregatedChunk.partials_for` ``(job, ts_field,
-  epoch_seconds)`` (None unless they were computed for this very job spec, timestamp field and
-  epoch length), and :meth:`~AggregatedChunk.table`, the chunk's rows parsed again on the
-  record thread on first use (a chunk with a late row in a partly accepted epoch, a job that
-  changed since the hand-over) and kept. ``column_names``, ``column``, ``slice`` and
-  ``to_pylist`` read that table, so a batch's consumers (taps, late samples, jobs without a
-  batch path) see the rows as from a plain table.
+  table: ``num_rows``, :meth:`~AggregatedChunk.timestamps` (the summary; the values, when
+  the clock must decide row by row, from the rows parsed again),
+  :meth:`~AggregatedChunk.rows_in_order` ``(job)`` (no row late against the rows' own
+  running maximum: the record thread's clock then needs no pass over them),
+  :meth:`~AggregatedChunk.partials_for` ``(job, ts_field, epoch_seconds)`` (None unless they
+  were computed for this very job spec, timestamp field and epoch length), and
+  :meth:`~AggregatedChunk.table`, the chunk's rows parsed again on the record thread on
+  first use (a chunk with a late row in a partly accepted epoch, a job that changed since
+  the hand-over) and kept. ``column_names``, ``column``, ``slice`` and ``to_pylist`` read
+  that table, so a batch's consumers (taps, late samples, jobs without a batch path) see the
+  rows as from a plain table.
 """
 
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -125,41 +130,97 @@ class AggregationPlan:
     jobs: tuple[PlannedJob, ...]
 
     def aggregate(self, table: pa.Table) -> AggregatedChunk | None:
-        """The chunk's timestamps and every job's per-epoch partials, or None (see module)."""
+        """The chunk's timestamp summary and every job's per-epoch partials, or None (see
+        module)."""
         import numpy as np
         import pyarrow as pa
 
-        n = table.num_rows
-        if self.ts_field in table.column_names:
-            col = table.column(self.ts_field)
-            if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
-                return None  # the worker takes the row path for such a column
-            ts = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
-        else:
-            ts = np.full(n, np.nan)
-        good = np.isfinite(ts)
-        everything = bool(good.all())
-        usable = ts if everything else ts[good]
+        ts = timestamps(table, self.ts_field)
+        if ts is None:
+            return None  # the worker takes the row path for such a column
+        column = TimestampColumn.of(ts)
+        good = np.isfinite(ts) if column.bad else None
+        usable = ts if good is None else ts[good]
         partials: dict[str, tuple[float, Partials]] = {}
         ordered = set()
         for planned in self.jobs:
             try:
                 job, agg = _job(planned)
-                if none_late_within(usable, planned.epoch_seconds, job.spec.allowed_lateness):
-                    ordered.add(planned.key)
-                epochs = np.floor(np.where(good, ts, 0.0) / planned.epoch_seconds)
-                epochs = epochs.astype(np.int64)
-                uniq = np.unique(epochs[good]).tolist()
+                lateness = job.spec.allowed_lateness
                 out: Partials = []
-                for e in uniq:
-                    whole = everything and len(uniq) == 1
-                    part = table if whole else table.filter(pa.array(good & (epochs == e)))
-                    keys, states = job.aggregate_batch(part, agg)
-                    out.append((e, keys, states, part.num_rows))
+                span = column.epochs(planned.epoch_seconds)
+                if span is not None and span[0] == span[1] and good is None:
+                    # one epoch: no per-row epochs, and the running maximum's test is the
+                    # greatest row's (the epoch's end is every row's)
+                    if float(span[0] + 1) * planned.epoch_seconds > column.high - lateness:
+                        ordered.add(planned.key)
+                    keys, states = job.aggregate_batch(table, agg)
+                    out.append((span[0], keys, states, table.num_rows))
+                else:
+                    if none_late_within(usable, planned.epoch_seconds, lateness):
+                        ordered.add(planned.key)
+                    where = ts if good is None else np.where(good, ts, 0.0)
+                    epochs = np.floor(where / planned.epoch_seconds).astype(np.int64)
+                    for e in np.unique(epochs if good is None else epochs[good]).tolist():
+                        rows = epochs == e if good is None else good & (epochs == e)
+                        part = table.filter(pa.array(rows))
+                        keys, states = job.aggregate_batch(part, agg)
+                        out.append((e, keys, states, part.num_rows))
             except Exception:  # declined or failed: the record thread runs the single-core path
                 return None
             partials[planned.key] = (planned.epoch_seconds, out)
-        return AggregatedChunk(n, ts, self.ts_field, partials, in_order=frozenset(ordered))
+        return AggregatedChunk(
+            column.rows, column.bad, column.low, column.high, self.ts_field, partials,
+            in_order=frozenset(ordered),
+        )  # fmt: skip
+
+
+def timestamps(table: pa.Table, ts_field: str) -> np.ndarray | None:
+    """Every row's timestamp of ``table`` as float64 (all NaN without a ``ts_field`` column),
+    or None when that column is not numeric (the worker takes the row path for it)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if ts_field not in table.column_names:
+        return np.full(table.num_rows, np.nan)
+    col = table.column(ts_field)
+    if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+        return None
+    return col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampColumn:
+    """A chunk's timestamps as the record thread's clock needs them: ``rows`` in all, ``bad``
+    of them with no usable timestamp (NaN), the least and greatest usable one (``low``,
+    ``high``; NaN when none) and ``values()``, every row's (NaN: unusable). A parse helper's
+    chunk sends only the summary: ``values()`` then parses the chunk again (it raises
+    ``OSError`` when its file no longer holds those bytes), needed only when the clock cannot
+    take the chunk whole (``EpochClock.accept_whole``)."""
+
+    rows: int
+    bad: int
+    low: float
+    high: float
+    values: Callable[[], np.ndarray]
+
+    @classmethod
+    def of(cls, ts: np.ndarray) -> TimestampColumn:
+        """The summary of ``ts`` (every row's timestamp, NaN where unusable)."""
+        import numpy as np
+
+        good = np.isfinite(ts)
+        bad = len(ts) - int(np.count_nonzero(good))
+        if bad == len(ts):
+            return cls(len(ts), bad, math.nan, math.nan, lambda: ts)
+        usable = ts[good] if bad else ts
+        return cls(len(ts), bad, float(usable.min()), float(usable.max()), lambda: ts)
+
+    def epochs(self, epoch_seconds: float) -> tuple[int, int] | None:
+        """The epochs of the least and greatest usable timestamp (None when none is)."""
+        if self.bad == self.rows:
+            return None
+        return math.floor(self.low / epoch_seconds), math.floor(self.high / epoch_seconds)
 
 
 @dataclass(slots=True)
@@ -167,7 +228,10 @@ class AggregatedChunk:
     """A chunk pre-aggregated on a parse helper, standing in for its table (see module)."""
 
     num_rows: int
-    ts: np.ndarray
+    #: rows with no usable timestamp, and the least and greatest usable one
+    bad: int
+    low: float
+    high: float
     ts_field: str
     partials: dict[str, tuple[float, Partials]]
     #: the chunk's rows parsed again here (set by the tail that received it)
@@ -175,6 +239,16 @@ class AggregatedChunk:
     #: the jobs (spec keys) none of whose rows is late against the rows' own running maximum
     in_order: frozenset[str] = frozenset()
     _table: pa.Table | None = field(default=None, repr=False)
+
+    def timestamps(self) -> TimestampColumn:
+        """The chunk's timestamps: the helper's summary; their values parsed again here."""
+        return TimestampColumn(self.num_rows, self.bad, self.low, self.high, self._values)
+
+    def _values(self) -> np.ndarray:
+        got = timestamps(self.table(), self.ts_field)
+        if got is None or len(got) != self.num_rows:  # not the rows the helper parsed
+            raise OSError("the chunk parsed again is not the one a parse helper aggregated")
+        return got
 
     def rows_in_order(self, job: Any) -> bool:
         """Whether no row is late for ``job`` against the rows' own running maximum (what

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agent.ingest.base import ColumnarBatch
+from agent.ingest.columnar.aggregate import TimestampColumn, timestamps
 from agent.jobs.job import Job
 from agent.jobs.spec import SNAPSHOT_FIELDS, JobSpec
 from agent.ql.fallback import Unsupported
@@ -262,15 +263,11 @@ class Worker:
         n = table.num_rows
         if n == 0:
             return 0
-        if ts_field in table.column_names:
-            col = table.column(ts_field)
-            if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
-                self.counters["columnar_fallback_rows"] += n
-                return self.process(table.to_pylist(), ts_field)
-            ts = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
-            good = np.isfinite(ts)  # NULL became NaN
-        else:
-            ts, good = np.zeros(n), np.zeros(n, bool)
+        ts = timestamps(table, ts_field)
+        if ts is None:  # not a numeric column: the row path
+            self.counters["columnar_fallback_rows"] += n
+            return self.process(table.to_pylist(), ts_field)
+        good = np.isfinite(ts)  # NULL became NaN
         bad = n - int(good.sum())
         if bad:
             table = table.filter(pa.array(good))
@@ -290,9 +287,7 @@ class Worker:
             rows = table if accepted == len(ts) else table.filter(pa.array(ok))
             part = self._aggregate_part
             done = part(lo, rows) if lo == hi else self._aggregate_epochs(rows, kept)
-        self.counters["records_accepted"] += done
-        self._enforce_budget()
-        return done
+        return self._accepted(done)
 
     def process_aggregated(
         self, part: Any, ts_field: str | None = None, *, skipped: int = 0
@@ -307,72 +302,74 @@ class Worker:
             partials = part.partials_for(self.job, ts_field, clock.epoch_seconds)
             if partials is not None:
                 ordered = part.rows_in_order(self.job)
-                return self.process_partials(part.ts, partials, part.table, ordered)
-        rows = self._rows_again(part.table, "all", len(part.ts))
+                return self.process_partials(part.timestamps(), partials, part.table, ordered)
+        rows = self._rows_again(part.table, "all", part.num_rows)
         return 0 if rows is None else self.process_table(rows, ts_field, skipped=skipped)
 
     def process_partials(
         self,
-        ts: np.ndarray,
+        ts: TimestampColumn,
         partials: list[Any],
         table: Callable[[], pa.Table],
         in_order: bool = False,
     ) -> int:
         """A chunk pre-aggregated elsewhere (a parse helper, :mod:`agent.runtime.local.parallel`):
-        ``ts`` is each row's timestamp (NaN: none usable), ``partials`` ``(epoch, keys, states,
-        rows)`` per epoch ``floor(ts / epoch_seconds)``. The clock decides lateness here on
-        ``ts`` (as :meth:`process_table` does); an epoch whose rows it accepted all is merged as
-        computed, one it accepted none of dropped, and only for an epoch it accepted some rows
-        of is ``table()`` (the chunk's rows, parsed again) aggregated for those rows. Same
-        results and counts as :meth:`process_table`. ``in_order``: none of the rows is late
-        against their own running maximum (the helper's ``none_late_within``)."""
+        ``ts`` its rows' timestamps (NaN: none usable; the summary, the values read only when
+        needed), ``partials`` ``(epoch, keys, states, rows)`` per epoch ``floor(ts /
+        epoch_seconds)``. The clock decides lateness here (as :meth:`process_table` does): an
+        epoch whose rows it accepted all is merged as computed, one it accepted none of
+        dropped, and only for an epoch it accepted some rows of is ``table()`` (the chunk's
+        rows, parsed again) aggregated for those rows. Same results and counts as
+        :meth:`process_table`. ``in_order``: none of the rows is late against their own
+        running maximum (the helper's ``none_late_within``)."""
         import pyarrow as pa  # (loaded: a columnar batch came with it)
 
-        n = len(ts)
-        good = np.isfinite(ts)
-        bad = n - int(good.sum())
-        usable = ts[good] if bad else ts
+        n, bad = ts.rows, ts.bad
         self.counters["records_in"] += n
         self.counters["bad_records"] += bad
         self.counters["columnar_rows"] += n
+        if bad == n:
+            return 0
         # every row accepted (none late, none too far ahead): no pass over the rows
-        rows = whole_rows(partials, n - bad) if self._before is None and n > bad else None
-        if rows is not None and self.clock.accept_column(usable, rows, in_order):
-            return self._merge_whole(partials)
-        epochs, ok = self.clock.assign_many(usable)
+        rows = whole_rows(partials, n - bad) if self._before is None else None
+        if rows is not None and self.clock.accept_whole(ts.low, ts.high, rows, in_order):
+            return self._accepted(self._merge_whole(partials))
+        values = self._rows_again(ts.values, "all", n - bad)
+        if values is None:
+            return 0
+        good = np.isfinite(values)
+        epochs, ok = self.clock.assign_many(values[good] if bad else values)
         if not ok.any():
             return 0
         if self._before is None:
             whole, again = split_accepted(partials, epochs[ok])
         else:
             whole, again = [], np.unique(epochs[ok]).tolist()
-        done = self._merge_whole(whole, budget=False)
+        done = self._merge_whole(whole)
         lost = int(np.isin(epochs[ok], again).sum()) if again else 0
-        if again and (rows := self._rows_again(table, again, lost)) is not None:
+        if again and (rows_again := self._rows_again(table, again, lost)) is not None:
             if bad:
-                rows = rows.filter(pa.array(good))
+                rows_again = rows_again.filter(pa.array(good))
             for e in again:
-                done += self._aggregate_part(e, rows.filter(pa.array(ok & (epochs == e))))
+                done += self._aggregate_part(e, rows_again.filter(pa.array(ok & (epochs == e))))
+        return self._accepted(done)
+
+    def _merge_whole(self, partials: list[Any]) -> int:
+        """Merge ``partials`` whose rows were all accepted; the rows they stand for."""
+        for epoch, keys, states, _rows in partials:
+            self._merge(epoch, keys, states)
+        return sum(p[3] for p in partials)
+
+    def _accepted(self, done: int) -> int:
+        """Count ``done`` rows accepted and enforce the memory budget; returns ``done``."""
         self.counters["records_accepted"] += done
         self._enforce_budget()
         return done
 
-    def _merge_whole(self, partials: list[Any], *, budget: bool = True) -> int:
-        """Merge ``partials`` whose rows were all accepted; the rows they stand for (counted
-        accepted, and the memory budget enforced, unless ``budget`` is False)."""
-        done = 0
-        for epoch, keys, states, rows in partials:
-            self._merge(epoch, keys, states)
-            done += rows
-        if budget:
-            self.counters["records_accepted"] += done
-            self._enforce_budget()
-        return done
-
-    def _rows_again(self, table: Callable[[], pa.Table], epochs: Any, rows: int) -> pa.Table | None:
-        """A pre-aggregated chunk's rows parsed again; None when its bytes cannot be read any
-        more (a truncation of its file meanwhile: ``handed.py``): the ``rows`` needed are
-        logged and counted lost."""
+    def _rows_again(self, table: Callable[[], Any], epochs: Any, rows: int) -> Any:
+        """A pre-aggregated chunk's rows (or timestamps) parsed again; None when its bytes
+        cannot be read any more (a truncation of its file meanwhile: ``handed.py``): the
+        ``rows`` needed are logged and counted lost."""
         try:
             return table()
         except OSError as exc:

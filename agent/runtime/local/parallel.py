@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
+from agent.ingest.columnar.aggregate import TimestampColumn
 from agent.ingest.columnar.allocator import keep_chunk_memory
 from agent.ingest.columnar.lines import longest_line, newline_positions
 from agent.ingest.columnar.pandas_probe import answer_pandas_probe
@@ -495,7 +496,8 @@ class ParallelFileIngest:
             return
         self._account(n, skipped, blank, len(ts), rejects, base)
         if isinstance(partials, list):
-            self.worker.process_partials(ts, partials, lambda: self._local_table(data()))
+            table = lambda: self._local_table(data())  # noqa: E731
+            self.worker.process_partials(TimestampColumn.of(ts), partials, table)
         else:
             self.worker.process_table(partials, self.ts_field)
 

@@ -200,7 +200,6 @@ def test_rows_that_cannot_be_read_again_are_logged_and_counted(caplog: Any) -> N
     """A pre-aggregated chunk whose rows are needed (here: no partials for this job) after its
     file was truncated (``RangeRows`` raises ``OSError``): the worker goes on, the rows are
     counted lost and logged at WARNING with the job."""
-    import numpy as np
 
     from agent.ingest.columnar.aggregate import AggregatedChunk
 
@@ -208,8 +207,37 @@ def test_rows_that_cannot_be_read_again_are_logged_and_counted(caplog: Any) -> N
         raise OSError("the file no longer holds the 100 bytes at 0 a parse helper aggregated")
 
     worker = Worker(_job(), wall_clock=lambda: START)
-    part = AggregatedChunk(2, np.array([START, START + 0.1]), "ts", {}, reparse=gone)
+    part = AggregatedChunk(2, 0, START, START + 0.1, "ts", {}, reparse=gone)
     with caplog.at_level("WARNING"):
         assert worker.process_aggregated(part) == 0
     assert worker.counters["rows_unreadable"] == 2  # rows, not chunks
     assert any("job q: 2 rows of epochs all lost" in r.getMessage() for r in caplog.records)
+
+
+def test_timestamps_of_a_chunk_the_clock_cannot_take_whole_are_read_again(caplog: Any) -> None:
+    """A helper sends only a summary of its chunk's timestamps. When the clock cannot take
+    the chunk whole (here a row is late), the worker reads the timestamps from the rows parsed
+    again; when the file lost them meanwhile, the rows are counted lost and logged, and nothing
+    of the chunk counts - and otherwise the late row is refused and the others stand."""
+    import pyarrow as pa
+
+    from agent.ingest.columnar.aggregate import AggregatedChunk, job_key
+
+    job = _job()
+    rows = pa.table({"ts": [START + 5.2, START + 1.1], "action": ["a", "b"], "units": [1, 2]})
+    keys_a, states_a = job.aggregate_batch(rows.slice(0, 1), job.make_aggregator())
+    keys_b, states_b = job.aggregate_batch(rows.slice(1, 1), job.make_aggregator())
+    first, second = int(START + 1.1), int(START + 5.2)
+    partials = {job_key(job): (1.0, [(first, keys_b, states_b, 1), (second, keys_a, states_a, 1)])}
+
+    def gone() -> Any:
+        raise OSError("the file no longer holds the 100 bytes at 0 a parse helper aggregated")
+
+    for reparse, accepted in ((gone, 0), (lambda: rows, 1)):
+        worker = Worker(_job(), wall_clock=lambda: START)
+        worker.clock.assign(START + 4.0)  # the watermark: the row at +1.1 is late, +5.2 not
+        part = AggregatedChunk(2, 0, START + 1.1, START + 5.2, "ts", partials, reparse=reparse)
+        with caplog.at_level("WARNING"):
+            assert worker.process_aggregated(part) == accepted
+        assert worker.counters["rows_unreadable"] == (2 if reparse is gone else 0)
+        assert worker.clock.stats()["late_dropped"] == (0 if reparse is gone else 1)
