@@ -94,16 +94,21 @@ def plan_for(jobs: Iterable[Any], ts_field: str) -> AggregationPlan | None:
     return AggregationPlan(ts_field, tuple(planned)) if planned else None
 
 
-def none_late_within(ts: np.ndarray, epoch_seconds: float, allowed_lateness: float) -> bool:
+def none_late_within(
+    ts: np.ndarray, epoch_seconds: float, allowed_lateness: float, epochs: np.ndarray | None = None
+) -> bool:
     """Whether no row of ``ts`` (finite timestamps, in arrival order) is late against the
     column's own running maximum: each row's epoch ends after that maximum up to it less
     ``allowed_lateness``, computed as the record thread's ``EpochClock.assign_many``
-    computes it (the ``in_order`` of its ``accept_whole``)."""
+    computes it (the ``in_order`` of its ``accept_whole``). ``epochs``: the rows' epochs
+    ``floor(ts / epoch_seconds)`` when the caller has them already."""
     import numpy as np
 
     if not len(ts):
         return True
-    ends = (np.floor(ts / epoch_seconds).astype(np.int64) + 1).astype(np.float64) * epoch_seconds
+    if epochs is None:
+        epochs = np.floor(ts / epoch_seconds).astype(np.int64)
+    ends = (epochs + 1).astype(np.float64) * epoch_seconds
     return bool((ends > np.maximum.accumulate(ts) - allowed_lateness).all())
 
 
@@ -157,11 +162,12 @@ class AggregationPlan:
                     keys, states = job.aggregate_batch(table, agg)
                     out.append((span[0], keys, states, table.num_rows))
                 else:
-                    if none_late_within(usable, planned.epoch_seconds, lateness):
-                        ordered.add(planned.key)
                     where = ts if good is None else np.where(good, ts, 0.0)
                     epochs = np.floor(where / planned.epoch_seconds).astype(np.int64)
-                    for e in np.unique(epochs if good is None else epochs[good]).tolist():
+                    kept = epochs if good is None else epochs[good]
+                    if none_late_within(usable, planned.epoch_seconds, lateness, kept):
+                        ordered.add(planned.key)
+                    for e in np.unique(kept).tolist():
                         rows = epochs == e if good is None else good & (epochs == e)
                         part = table.filter(pa.array(rows))
                         keys, states = job.aggregate_batch(part, agg)

@@ -1,22 +1,31 @@
 """``EpochClock.accept_whole`` (a chunk a parse helper aggregated, taken without a pass over
 its rows) and ``accept_one_epoch`` (a table of one epoch) against ``assign_many`` on the same
 column: two clocks fed the same batches in lockstep, one taking each batch whole when it is
-proven it may, must agree on every counter, the watermark, the epochs they close and the
-records of each epoch, after every batch."""
+proven it may (from what a parse helper's own ``AggregationPlan.aggregate`` answers for the
+batch: its least and greatest timestamps, rows per epoch and order), must agree on every
+counter, the watermark, the epochs they close and the records of each epoch, after every
+batch."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from agent.ingest.columnar.aggregate import none_late_within
+import agent.jobs.ql_job  # noqa: F401  (registers the "ql" job class)
+from agent.ingest.columnar.aggregate import job_key, none_late_within, plan_for
+from agent.jobs.job import create_job, parse_spec
+from agent.jobs.ql_job import spec_from_query
 from agent.runtime.epochs.clock import EpochClock
 
 T0 = 1_000_000.0
+QUERY = "SELECT action, count(*) AS n, sum(units) AS total FROM clicks GROUP BY action"
 
 batches = st.lists(
     st.lists(st.floats(-4.0, 12.0, allow_nan=False), min_size=1, max_size=30),
@@ -35,6 +44,20 @@ def clocks(seconds: float, lateness: float, future: float | None, start: int | N
 
 def rows_of(ts: np.ndarray, seconds: float) -> dict[int, int]:
     return dict(Counter(math.floor(t / seconds) for t in ts.tolist()))
+
+
+@functools.cache
+def helper_job(seconds: float, lateness: float) -> Any:
+    spec = spec_from_query("q", "t", QUERY, epoch_seconds=seconds, allowed_lateness=lateness)
+    return create_job(parse_spec(spec))
+
+
+def helper_chunk(ts: np.ndarray, seconds: float, lateness: float) -> Any:
+    """What a parse helper answers for rows with these timestamps (its own code)."""
+    table = pa.table({"ts": ts, "action": ["a"] * len(ts), "units": [1] * len(ts)})
+    got = plan_for([helper_job(seconds, lateness)], "ts").aggregate(table)  # type: ignore[union-attr]
+    assert got is not None
+    return got
 
 
 def agree(ref: EpochClock, got: EpochClock) -> None:
@@ -76,8 +99,14 @@ def test_accept_whole_changes_what_assign_many_changes(
             if took:
                 assert ref_ok.all() and (ref_epochs == epoch).all()
         else:  # what a parse helper's partials take, with what it found of their order
-            ordered = none_late_within(ts, seconds, lateness)
-            took = got.accept_whole(float(ts.min()), float(ts.max()), rows_of(ts, seconds), ordered)
+            part = helper_chunk(ts, seconds, lateness)
+            ordered = part.rows_in_order(helper_job(seconds, lateness))
+            assert ordered == none_late_within(ts, seconds, lateness)
+            assert (part.low, part.high) == (float(ts.min()), float(ts.max()))
+            key = job_key(helper_job(seconds, lateness))
+            rows = {e: n for e, _, _, n in part.partials[key][1]}
+            assert rows == rows_of(ts, seconds)
+            took = got.accept_whole(part.low, part.high, rows, ordered)
             if took:
                 assert ref_ok.all()
         if took:
