@@ -295,10 +295,6 @@ class EpochClock:
             self._next = first
         return True
 
-    def accept_column(self, ts: np.ndarray, rows: Mapping[int, int], in_order: bool) -> bool:
-        """:meth:`accept_whole` for the non-empty column ``ts`` (its least and greatest)."""
-        return self.accept_whole(float(ts.min()), float(ts.max()), rows, in_order)
-
     def accept_one_epoch(self, ts: np.ndarray) -> int | None:
         """The epoch of every row of ``ts`` (finite timestamps) when they all fall in one and
         :meth:`accept_whole` takes them all (two passes over the column, not assign_many's
