@@ -144,8 +144,6 @@ class AggregationPlan:
         if ts is None:
             return None  # the worker takes the row path for such a column
         column = TimestampColumn.of(ts)
-        good = np.isfinite(ts) if column.bad else None
-        usable = ts if good is None else ts[good]
         partials: dict[str, tuple[float, Partials]] = {}
         ordered = set()
         for planned in self.jobs:
@@ -154,7 +152,7 @@ class AggregationPlan:
                 lateness = job.spec.allowed_lateness
                 out: Partials = []
                 span = column.epochs(planned.epoch_seconds)
-                if span is not None and span[0] == span[1] and good is None:
+                if span is not None and span[0] == span[1] and not column.bad:
                     # one epoch: no per-row epochs, and the running maximum's test is the
                     # greatest row's (the epoch's end is every row's)
                     if float(span[0] + 1) * planned.epoch_seconds > column.high - lateness:
@@ -162,14 +160,14 @@ class AggregationPlan:
                     keys, states = job.aggregate_batch(table, agg)
                     out.append((span[0], keys, states, table.num_rows))
                 else:
-                    where = ts if good is None else np.where(good, ts, 0.0)
-                    epochs = np.floor(where / planned.epoch_seconds).astype(np.int64)
-                    kept = epochs if good is None else epochs[good]
-                    if none_late_within(usable, planned.epoch_seconds, lateness, kept):
+                    good = np.isfinite(ts)
+                    epochs = np.floor(np.where(good, ts, 0.0) / planned.epoch_seconds)
+                    epochs = epochs.astype(np.int64)
+                    kept = epochs[good]
+                    if none_late_within(ts[good], planned.epoch_seconds, lateness, kept):
                         ordered.add(planned.key)
                     for e in np.unique(kept).tolist():
-                        rows = epochs == e if good is None else good & (epochs == e)
-                        part = table.filter(pa.array(rows))
+                        part = table.filter(pa.array(good & (epochs == e)))
                         keys, states = job.aggregate_batch(part, agg)
                         out.append((e, keys, states, part.num_rows))
             except Exception:  # declined or failed: the record thread runs the single-core path

@@ -334,7 +334,7 @@ class Worker:
         rows = whole_rows(partials, n - bad) if self._before is None else None
         if rows is not None and self.clock.accept_whole(ts.low, ts.high, rows, in_order):
             return self._accepted(self._merge_whole(partials))
-        values = self._rows_again(ts.values, "all", n - bad)
+        values = self._rows_again(ts.values, [p[0] for p in partials], n - bad)
         if values is None:
             return 0
         good = np.isfinite(values)

@@ -496,8 +496,9 @@ class ParallelFileIngest:
             return
         self._account(n, skipped, blank, len(ts), rejects, base)
         if isinstance(partials, list):
-            table = lambda: self._local_table(data())  # noqa: E731
-            self.worker.process_partials(TimestampColumn.of(ts), partials, table)
+            self.worker.process_partials(
+                TimestampColumn.of(ts), partials, lambda: self._local_table(data())
+            )
         else:
             self.worker.process_table(partials, self.ts_field)
 
