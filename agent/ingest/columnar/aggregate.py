@@ -269,6 +269,20 @@ class AggregatedChunk:
             return None
         return got[1]
 
+    def rows_per_epoch(self, ts_field: str, epoch_seconds: float) -> dict[int, int] | None:
+        """Epoch ``floor(ts / epoch_seconds)`` -> the chunk's rows with a usable ``ts_field``
+        there: from any job's partials of that epoch length (their row counts are taken
+        before the job's filter), else from the summary - exact for a chunk of one epoch; for
+        a chunk spanning several, all on its first (the split is not known here). None when
+        the helper read another timestamp field (the epochs are not known)."""
+        if ts_field != self.ts_field:
+            return None
+        for seconds, partials in self.partials.values():
+            if seconds == epoch_seconds:
+                return {p[0]: p[3] for p in partials if p[3]}
+        span = self.timestamps().epochs(epoch_seconds)
+        return {} if span is None else {span[0]: self.num_rows - self.bad}
+
     def table(self) -> pa.Table:
         """The chunk's rows (parsed again on first use, then kept)."""
         if self._table is None:

@@ -15,6 +15,9 @@ records would have belonged to, a count and the first one's event time) and
   :data:`SAMPLES_PER_EPOCH` per (epoch, input) and the file's ``per_reason_per_hour``
   (:data:`SAMPLES_PER_HOUR`) per job, each with job, epoch, origin, input, event time, the
   watermark that refused it and, where the batch still holds it, the record itself;
+* takes, through :meth:`LateRecords.lost`, records the worker accepted but lost (not
+  readable again: a parse helper's chunk whose file was truncated), counted and reported the
+  same way under the input :data:`UNREADABLE`;
 * **logs** one WARNING per (epoch, input) and batch, naming job, epoch, origin, input and the
   count, within a :class:`~overlay.logbudget.LogBudget` per job (10 a minute, then "[n similar
   suppressed]"): never one line per record.
@@ -45,6 +48,8 @@ MAX_REPORT_EPOCHS = 4096  # epochs queued for the master between two reports
 SAMPLES_PER_EPOCH = 3  # dead-letter samples per (epoch, input)
 SAMPLES_PER_HOUR = 100  # dead-letter samples per job per clock hour
 REASON = "late"
+#: the input name under which records lost unreadable are counted and reported (:meth:`lost`)
+UNREADABLE = "(unreadable)"
 
 
 def late_dead_letter(data_dir: str | Path, job: str) -> DeadLetterFile:
@@ -99,6 +104,27 @@ class LateRecords:
                 _num(watermark),
             )
             self._sample(epoch, input_name, first_ts, watermark, records, ts_field)
+        return n_all
+
+    def lost(self, epochs: Mapping[int, int], why: str) -> int:
+        """Records this worker accepted into no result because it could not read them again
+        (a parse helper aggregated them and the file lost their bytes before they were
+        needed: agent/ingest/columnar/handed.py): epoch -> records. Counted and queued for the
+        master as the late ones are, under the input :data:`UNREADABLE`, so each epoch's
+        ``late`` field in the results API and the lake names them; logged at WARNING per
+        epoch with job, origin and ``why``. Returns how many there were."""
+        n_all = 0
+        for epoch, n in sorted(epochs.items()):
+            if n <= 0:
+                continue
+            n_all += n
+            self._count(epoch, UNREADABLE, n)
+            self._log.warning(
+                f"unreadable:{self.job}",
+                "job %s: %d records of epoch %d from origin %s could not be read again (%s): "
+                "not in its result, counted in its late field as input %r",
+                self.job, n, epoch, self.origin, why, UNREADABLE,
+            )  # fmt: skip
         return n_all
 
     def _count(self, epoch: int, input_name: str, n: int) -> None:

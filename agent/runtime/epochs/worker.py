@@ -39,10 +39,9 @@ Execution models (``spec.mode``):
   barrier moving and merge to nothing). :class:`EpochWindows` computes it: for ``count`` a
   running snapshot updated by the paper's invertible reduce (merge the new pane, subtract the
   one that left); for other aggregators a merge of the panes in the window (exact for floats
-  and non-invertible aggregators). (cbt's ``SlidingWindow`` counts epochs from its first
-  push, so agents that start at different epochs would cut different windows; ``EpochWindows``
-  aligns them to epoch 0 with the same reduce.) ``{"kind": "empty"}`` control drops the panes of the
-  epochs already closed (epochs still open count in the windows that follow).
+  and non-invertible aggregators; aligned to epoch 0, unlike cbt's ``SlidingWindow``, which
+  counts from its first push). ``{"kind": "empty"}`` control drops the panes of the epochs
+  already closed (epochs still open count in the windows that follow).
 * ``iterative`` — like batch, and ``job.map`` reads ``job.feedback``: the last value the
   master fed back (``{"kind": "feedback", ...}`` multicast, see :meth:`Worker.on_multicast`).
 
@@ -61,7 +60,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -147,25 +146,14 @@ class Worker:
             else None
         )
         self._errors: deque[dict[str, Any]] = deque(maxlen=_MAX_ERROR_SAMPLES)
-        self.counters = {
-            "records_in": 0,
-            "records_accepted": 0,
-            "pairs_out": 0,
-            "map_errors": 0,
-            "bad_records": 0,
-            "epochs_emitted": 0,
-            "empty_epochs": 0,
-            "prefiltered": 0,
-            "epochs_rebucketed": 0,
-            "epoch_switch_late": 0,
-            "switch_discarded_keys": 0,
-            "budget_enforcements": 0,
-            "columnar_rows": 0,
-            "columnar_fallback_rows": 0,
-            "partials_out": 0,
-            "map_batch_errors": 0,
-            "rows_unreadable": 0,  # pre-aggregated rows lost: not readable again (_rows_again)
-        }
+        # (rows_unreadable: pre-aggregated rows lost, not readable again: _rows_again)
+        self.counters = dict.fromkeys(
+            ("records_in", "records_accepted", "pairs_out", "map_errors", "bad_records",
+             "epochs_emitted", "empty_epochs", "prefiltered", "epochs_rebucketed",
+             "epoch_switch_late", "switch_discarded_keys", "budget_enforcements", "columnar_rows",
+             "columnar_fallback_rows", "partials_out", "map_batch_errors", "rows_unreadable"),
+            0,
+        )  # fmt: skip
 
     # ---- input ----------------------------------------------------------------------------
     def process(
@@ -298,13 +286,17 @@ class Worker:
         :meth:`process_partials`; else its rows (parsed again) through :meth:`process_table`."""
         ts_field = ts_field or self.ts_field
         clock = self.clock
-        if self._before is None and not skipped and not clock.schedule.changes:
+        if skipped:  # lines a prefilter skipped before this chunk (as process_table counts)
+            self.counters["prefiltered"] += skipped
+            clock.touch()
+        if self._before is None and not clock.schedule.changes:
             partials = part.partials_for(self.job, ts_field, clock.epoch_seconds)
             if partials is not None:
                 ordered = part.rows_in_order(self.job)
                 return self.process_partials(part.timestamps(), partials, part.table, ordered)
-        rows = self._rows_again(part.table, "all", part.num_rows)
-        return 0 if rows is None else self.process_table(rows, ts_field, skipped=skipped)
+        lost = part.rows_per_epoch(ts_field, clock.epoch_seconds)
+        rows = self._rows_again(part.table, lost, part.num_rows)
+        return 0 if rows is None else self.process_table(rows, ts_field)
 
     def process_partials(
         self,
@@ -334,20 +326,21 @@ class Worker:
         rows = whole_rows(partials, n - bad) if self._before is None else None
         if rows is not None and self.clock.accept_whole(ts.low, ts.high, rows, in_order):
             return self._accepted(self._merge_whole(partials))
-        values = self._rows_again(ts.values, [p[0] for p in partials], n - bad)
+        values = self._rows_again(ts.values, {p[0]: p[3] for p in partials}, n - bad)
         if values is None:
             return 0
         good = np.isfinite(values)
         epochs, ok = self.clock.assign_many(values[good] if bad else values)
         if not ok.any():
             return 0
+        kept = epochs[ok]
         if self._before is None:
-            whole, again = split_accepted(partials, epochs[ok])
+            whole, again = split_accepted(partials, kept)
         else:
-            whole, again = [], np.unique(epochs[ok]).tolist()
+            whole, again = [], np.unique(kept).tolist()
         done = self._merge_whole(whole)
-        lost = int(np.isin(epochs[ok], again).sum()) if again else 0
-        if again and (rows_again := self._rows_again(table, again, lost)) is not None:
+        lost = {e: int((kept == e).sum()) for e in again}  # should the rows be gone
+        if again and (rows_again := self._rows_again(table, lost, sum(lost.values()))) is not None:
             if bad:
                 rows_again = rows_again.filter(pa.array(good))
             for e in again:
@@ -366,15 +359,20 @@ class Worker:
         self._enforce_budget()
         return done
 
-    def _rows_again(self, table: Callable[[], Any], epochs: Any, rows: int) -> Any:
-        """A pre-aggregated chunk's rows (or timestamps) parsed again; None when its bytes
-        cannot be read any more (a truncation of its file meanwhile: ``handed.py``): the
-        ``rows`` needed are logged and counted lost."""
+    def _rows_again(
+        self, table: Callable[[], Any], lost: Mapping[int, int] | None, rows: int
+    ) -> Any:
+        """A pre-aggregated chunk's rows (or timestamps) parsed again; None when its bytes are
+        gone (a truncation meanwhile: ``handed.py``): the ``rows`` are counted lost, logged,
+        and ``lost`` (epoch -> rows; None: unknown) goes to each epoch's result (``late``)."""
         try:
             return table()
         except OSError as exc:
             self.counters["rows_unreadable"] += rows
+            epochs = "unknown" if lost is None else sorted(lost)
             log.warning("job %s: %d rows of epochs %s lost: %s", self.spec.name, rows, epochs, exc)
+            if lost:  # (else no epoch to name: the count and the log above only)
+                self.late.lost(lost, str(exc))
             return None
 
     def _merge(self, epoch: int, keys: list[Any], states: list[Any]) -> None:

@@ -28,6 +28,7 @@ from agent.ingest.records import Quarantine
 from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
+from agent.runtime.epochs.late import UNREADABLE
 from agent.runtime.epochs.worker import Worker
 
 QUERY = "SELECT action, count(*) AS n, sum(units) AS total FROM clicks GROUP BY action"
@@ -196,10 +197,11 @@ def test_a_killed_helper_costs_nothing(tmp_path: Path, monkeypatch: Any) -> None
     assert helper.restarts >= 1 and got["aggregated_parts"] > 0
 
 
-def test_rows_that_cannot_be_read_again_are_logged_and_counted(caplog: Any) -> None:
+def test_rows_that_cannot_be_read_again_are_logged_counted_and_reported(caplog: Any) -> None:
     """A pre-aggregated chunk whose rows are needed (here: no partials for this job) after its
     file was truncated (``RangeRows`` raises ``OSError``): the worker goes on, the rows are
-    counted lost and logged at WARNING with the job."""
+    counted lost, logged at WARNING with job, epoch and origin, and queued for the master's
+    late ledger under the input ``(unreadable)`` - what each epoch's ``late`` field shows."""
 
     from agent.ingest.columnar.aggregate import AggregatedChunk
 
@@ -211,7 +213,12 @@ def test_rows_that_cannot_be_read_again_are_logged_and_counted(caplog: Any) -> N
     with caplog.at_level("WARNING"):
         assert worker.process_aggregated(part) == 0
     assert worker.counters["rows_unreadable"] == 2  # rows, not chunks
-    assert any("job q: 2 rows of epochs all lost" in r.getMessage() for r in caplog.records)
+    epoch = int(START)
+    assert worker.late.take_report() == {epoch: {UNREADABLE: 2}}
+    assert worker.stats()["late"]["by_input"] == {UNREADABLE: 2}
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f"job q: 2 rows of epochs [{epoch}] lost" in m for m in said)
+    assert any(f"2 records of epoch {epoch} from origin local" in m for m in said)
 
 
 def test_timestamps_of_a_chunk_the_clock_cannot_take_whole_are_read_again(caplog: Any) -> None:
@@ -241,3 +248,40 @@ def test_timestamps_of_a_chunk_the_clock_cannot_take_whole_are_read_again(caplog
             assert worker.process_aggregated(part) == accepted
         assert worker.counters["rows_unreadable"] == (2 if reparse is gone else 0)
         assert worker.clock.stats()["late_dropped"] == (0 if reparse is gone else 1)
+        # the lost rows per epoch go to the master's ledger; the late one as late
+        lost = {first: {UNREADABLE: 1}, second: {UNREADABLE: 1}}
+        late = {first: {"ts": 1}} if reparse is not gone else {}
+        worker.late.collect("ts", worker.clock.take_late())
+        assert worker.late.take_report() == (lost if reparse is gone else late)
+
+
+def test_rows_of_a_partly_late_epoch_that_cannot_be_read_again_are_reported() -> None:
+    """The timestamps are at hand (``elf run``'s helpers send them) but the rows of an epoch
+    the clock accepted only partly are gone: that epoch's accepted rows are reported lost
+    (the late one stays late), and the epoch taken whole stands."""
+    import numpy as np
+    import pyarrow as pa
+
+    from agent.ingest.columnar.aggregate import TimestampColumn
+
+    job = _job()
+    stamps = [START + 1.2, START + 2.6, START + 1.1]  # 2.6 - 0.5 passes epoch 1's end: 1.1 late
+    rows = pa.table({"ts": stamps, "action": ["a", "b", "a"], "units": [1, 2, 3]})
+    first, second = int(START + 1), int(START + 2)
+    partials = []
+    for e, part in ((first, rows.take([0, 2])), (second, rows.take([1]))):
+        keys, states = job.aggregate_batch(part, job.make_aggregator())
+        partials.append((e, keys, states, part.num_rows))
+
+    def gone() -> Any:
+        raise OSError("the file no longer holds the bytes")
+
+    worker = Worker(_job(), wall_clock=lambda: START)
+    assert worker.process_partials(TimestampColumn.of(np.array(stamps)), partials, gone) == 1
+    assert worker.clock.take_late() == {first: (1, START + 1.1)}
+    assert worker.late.take_report() == {first: {UNREADABLE: 1}}
+    assert worker.counters["rows_unreadable"] == 1
+    assert worker.counters["records_accepted"] == 1
+    snaps = dict(worker.finish())
+    assert job.result_rows(snaps[second].items()) == [{"action": "b", "n": 1, "total": 2}]
+    assert job.result_rows(snaps[first].items()) == []  # its rows lost, its result says so
