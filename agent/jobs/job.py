@@ -229,6 +229,14 @@ class Job:
         (``WINDOW SESSION``). A later fold into the epoch does not call it again."""
         return None
 
+    def on_late_records(self, epoch: int, records: int) -> None:
+        """As master: the origins reported late records for ``epoch`` (``records``: the
+        running total its ``late`` field shows; called again as it grows), records its result
+        does not include - for jobs whose state derived from results must be flagged too
+        (``WINDOW SESSION``). Called on the record thread, like :meth:`on_epoch_result`; the
+        epoch may not have reached ``on_epoch_result`` yet."""
+        return None
+
     def closed_windows(self, epoch: int, limit: int | None = None) -> dict[str, Any] | None:
         """The windows the master closed when it got ``epoch``'s result, for the results API's
         ``sessions`` field (jobs that merge epochs into windows of their own: ELF QL's

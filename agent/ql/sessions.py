@@ -24,8 +24,11 @@ lacks) flags the sessions it touched *and* the sessions it closed (a key's absen
 that lacks an origin proves no inactivity). An epoch fed at or before the newest fed epoch (out
 of order: its neighbours were already judged) is counted, logged at WARNING and flags the
 sessions it lands in: merged into the key's open session when within gap of it, else a session
-of its own, closed at once. An epoch fed again (a replay; the newest :data:`MAX_FED_EPOCHS` are
-remembered) is skipped and counted (``refed_epochs``). A hole in the epochs fed (epochs close in
+of its own, closed at once. Late records of an epoch (:meth:`SessionTracker.mark_late`: their
+keys unknown) flag every session within gap of it, open now or opened or extended later;
+:func:`flag_rows` flags the closed rows a caller keeps the same way. An epoch fed again (a
+replay; the newest :data:`MAX_FED_EPOCHS` are remembered) is skipped and counted
+(``refed_epochs``). A hole in the epochs fed (epochs close in
 order, empty ones too, so a hole is results never received) is counted (``skipped_epochs``),
 logged, and flags the sessions closed across it. Sessions starting within gap of the first epoch
 fed may have begun before it when that epoch is not the input's first (``first_epoch`` given and
@@ -104,6 +107,10 @@ class SessionTracker:
         self.refed_epochs = 0
         self.skipped_epochs = 0
         self.fed: set[int] = set()  # the newest MAX_FED_EPOCHS epochs fed (replays skipped)
+        #: epoch -> flags :meth:`mark_late` left for it (none more than gap behind the
+        #: frontier: see feed; at most MAX_FED_EPOCHS epochs)
+        self.late_marks: dict[int, set[str]] = {}
+        self.late_marked = 0  # mark_late calls that flagged something or left a mark
 
     # ---- feeding -----------------------------------------------------------------------
     def feed(
@@ -120,7 +127,7 @@ class SessionTracker:
         self.fed.add(epoch)
         while len(self.fed) > MAX_FED_EPOCHS:
             self.fed.discard(min(self.fed))
-        marks = set(flags)
+        marks = set(flags) | self.late_marks.get(epoch, set())
         if marks:
             self.flagged_epochs += 1
         out: list[tuple[Any, _Session]] = []
@@ -160,8 +167,12 @@ class SessionTracker:
                     s.last = epoch
                     self.open.move_to_end(key)
                 s.start = min(s.start, epoch)
+                if self.late_marks:
+                    s.flags |= self._late_near(s.start, s.last)
                 continue
             fresh = _Session(epoch, epoch, self.agg.copy(state), set(marks))
+            if self.late_marks:
+                fresh.flags |= self._late_near(epoch, epoch)
             if inherited:
                 fresh.flags.add(
                     f"may have begun before epoch {self.began}, the first this master holds"
@@ -179,6 +190,10 @@ class SessionTracker:
             self.open[key] = fresh
         if not late:
             self.frontier = epoch
+            # a mark further back than gap can only concern sessions open when it was made
+            # (flagged then): new sessions start at or after the frontier
+            for old in [e for e in self.late_marks if e < epoch - self.gap]:
+                del self.late_marks[old]
             # the keys idle for gap epochs now: their absence from a flagged epoch is no proof
             while self.open:
                 key, s = next(iter(self.open.items()))
@@ -189,6 +204,32 @@ class SessionTracker:
                 s.flags.update(skipped)
                 out.append((key, s))
         return self._rows(out)
+
+    def mark_late(self, epoch: int, why: str) -> int:
+        """Records of ``epoch`` that its result does not include (late ones: their keys are not
+        known here). Every session they could belong to, or join, is flagged ``why``: one open
+        now within gap of ``epoch`` (``start - gap <= epoch <= last + gap``), and, from now on,
+        one that comes within gap of it (opened or extended by a later feed) and those the
+        feed of ``epoch`` touches and closes (as a tentative epoch's flags). Returns the open
+        sessions flagged now; closed rows are the caller's (:func:`could_hold`)."""
+        self.late_marks.setdefault(epoch, set()).add(why)
+        while len(self.late_marks) > MAX_FED_EPOCHS:
+            del self.late_marks[min(self.late_marks)]
+        self.late_marked += 1
+        flagged = 0
+        for s in self.open.values():
+            if s.start - self.gap <= epoch <= s.last + self.gap and why not in s.flags:
+                s.flags.add(why)
+                flagged += 1
+        return flagged
+
+    def _late_near(self, first: int, last: int) -> set[str]:
+        """The late marks of the epochs a session of ``first``..``last`` could be joined by."""
+        out: set[str] = set()
+        for epoch, marks in self.late_marks.items():
+            if first - self.gap <= epoch <= last + self.gap:
+                out |= marks
+        return out
 
     def flush(self, why: str | None = None) -> list[dict[str, Any]]:
         """The end of a finite input: every open session closes; their rows (each flagged
@@ -220,6 +261,7 @@ class SessionTracker:
             "flagged_epochs": self.flagged_epochs,
             "refed_epochs": self.refed_epochs,
             "skipped_epochs": self.skipped_epochs,
+            "late_marked": self.late_marked,
         }
 
     # ---- internals -----------------------------------------------------------------------
@@ -254,6 +296,36 @@ def state_items(snapshot: Any) -> list[tuple[Any, Any]]:
     merges), from its public key and value columns."""
     # tolist: numpy scalars (count's int64 column) become Python numbers, as finalize gives
     return list(zip(snapshot.keys_column.tolist(), snapshot.values_column.tolist(), strict=True))
+
+
+def could_hold(
+    row: dict[str, Any], epoch_of: Callable[[float], int], epoch: int, gap_epochs: int
+) -> bool:
+    """Whether a closed session's ``row`` could hold, or have been joined by, a record of
+    ``epoch`` (its epochs ``epoch_of(window_start)`` to ``epoch_of(window_end) - 1``, within
+    ``gap_epochs``): what :meth:`SessionTracker.mark_late` flags among open sessions."""
+    first = epoch_of(row[SESSION_COLUMNS[0]])
+    last = epoch_of(row[SESSION_COLUMNS[1]]) - 1
+    return first - gap_epochs <= epoch <= last + gap_epochs
+
+
+def late_flag(epoch: int) -> str:
+    """The flag of a session that late records of ``epoch`` could change."""
+    return f"late records of epoch {epoch} not included (its result's late field)"
+
+
+def flag_rows(
+    rows: Iterable[dict[str, Any]], epoch: int, epoch_of: Callable[[float], int], gap: int
+) -> int:
+    """Flag (:func:`late_flag`) every closed session row that late records of ``epoch`` could
+    change (:func:`could_hold`); returns how many it flagged."""
+    why, flagged = late_flag(epoch), 0
+    for row in rows:
+        flags = row[SESSION_FLAGS]
+        if why not in flags and could_hold(row, epoch_of, epoch, gap):
+            row[SESSION_FLAGS] = sorted([*flags, why])
+            flagged += 1
+    return flagged
 
 
 def _copy_open(s: _Session) -> _Session:

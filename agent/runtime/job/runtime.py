@@ -406,9 +406,17 @@ class JobRuntime:
         False, and nothing counted, when this agent is not the job's master (any more)."""
         if not self.is_master:
             return False
-        self.late_ledger.add(origin, epochs)
+        changed = self.late_ledger.add(origin, epochs)
         self.count("late_reports")
+        if changed:  # a job whose state derives from results flags it too (WINDOW SESSION)
+            self.tasks.spawn(self._late_to_job(changed), f"{self.name} late records")
         return True
+
+    async def _late_to_job(self, epochs: list[int]) -> None:
+        """The job's ``on_late_records`` for each epoch whose late count grew."""
+        for epoch in epochs:
+            if n := self.late_ledger.records(epoch):
+                await self.call_job(self.changes.job_for(epoch).on_late_records, epoch, n)
 
     def late_records(self, epoch: int) -> int | None:
         """As master: the late records reported for ``epoch`` so far (None: forgotten)."""

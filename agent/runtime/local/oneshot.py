@@ -38,7 +38,7 @@ from agent.ingest.tail import FileTail
 from agent.jobs.job import create_job, parse_spec
 from agent.jobs.ql_job import spec_from_query
 from agent.ql import compile_query
-from agent.ql.sessions import state_items
+from agent.ql.sessions import flag_rows, state_items
 from agent.runtime.epochs.clock import EpochClock
 from agent.runtime.epochs.worker import Worker
 
@@ -228,3 +228,6 @@ def _finish(result: RunResult, job: Any, spec: Any, worker: Worker) -> None:
     if job.sessions is not None:
         result.sessions.extend(job.sessions.flush())  # type: ignore[union-attr]
     result.late = _late(worker)
+    if job.sessions is not None:  # the sessions late records could have changed say so
+        for epoch in result.late:
+            flag_rows(result.sessions, epoch, spec.schedule.epoch_of, job.sessions.gap)  # type: ignore[arg-type]

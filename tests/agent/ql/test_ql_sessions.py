@@ -203,7 +203,7 @@ def test_the_open_sessions_are_bounded_and_early_closes_are_flagged(caplog: Any)
     assert len(closed) == 1 and closed[0]["flags"] == ["closed early: more than 2 open sessions"]
     assert tr.stats() == {"since_epoch": 1, "open": 2, "closed": 1, "early_closed": 1,
                           "out_of_order_epochs": 0, "flagged_epochs": 0,
-                          "refed_epochs": 0, "skipped_epochs": 0}  # fmt: skip
+                          "refed_epochs": 0, "skipped_epochs": 0, "late_marked": 0}  # fmt: skip
     assert "closed early" in caplog.text
     assert [r["flags"] for r in tr.flush()] == [[], []]
 
@@ -275,6 +275,9 @@ session_windows = st.builds(
     st.one_of(st.none(), st.integers(1, 10**5).map(lambda ms: ms / 1000)),
     st.sampled_from(["", " MODE SYNC", " MODE ASYNC"]),
 )
+
+
+RECORD = st.tuples(st.sampled_from("abc"), st.integers(0, 12), st.booleans())  # key, epoch, late
 
 
 @settings(max_examples=200, deadline=None)
@@ -455,3 +458,113 @@ def test_elf_submit_sends_a_session_query_spec(sent: list[dict[str, Any]]) -> No
         cli_module.cli, ["submit", "--name", "s", "--query", q, "--epoch-seconds", "60"]
     )
     assert r.exit_code != 0 and "disagrees" in r.output
+
+
+def _sessions_of(activity: dict[str, list[int]], gap: int) -> set[tuple[str, int, int, int]]:
+    """The reference: (key, first epoch, last epoch, records) of each key's maximal runs of
+    active epochs within ``gap``, from a key -> epochs (one entry per record) map."""
+    out = set()
+    for key, epochs in activity.items():
+        run: list[int] = []
+        for ep in sorted(epochs):
+            if run and ep - run[-1] > gap:
+                out.add((key, run[0], run[-1], len(run)))
+                run = []
+            run.append(ep)
+        if run:
+            out.add((key, run[0], run[-1], len(run)))
+    return out
+
+
+RECORD = st.tuples(st.sampled_from("abc"), st.integers(0, 12), st.booleans())  # key, epoch, late
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    records=st.lists(RECORD, min_size=1, max_size=40),
+    gap=st.sampled_from([1, 2, 3]),
+    told=st.lists(st.integers(0, 14), max_size=40),
+)
+def test_late_records_flag_every_session_they_could_change(
+    records: list[tuple[str, int, bool]], gap: int, told: list[int]
+) -> None:
+    """Exact or flagged with late records: records (key, epoch, late?) where the late ones are
+    in no epoch's result, and the master learns of each late epoch at a random point (``told``:
+    before which epoch's feed; past the last: after the end) - as a master hears the origins'
+    reports, before or after it fed the epoch. Every session row is then either one of the
+    reference's over *all* records (exact) or flagged naming a late epoch; a row closed before
+    the master heard is flagged afterwards by ``could_hold``, as ``QLJob.on_late_records``
+    does. No late record: no flag at all."""
+    from agent.ql.sessions import could_hold, late_flag
+
+    q, tr = _tracker(gap_epochs=gap)
+    everything: dict[str, list[int]] = {}
+    in_time: dict[int, list[dict[str, Any]]] = {e: [] for e in range(13)}
+    late_epochs = []
+    for key, epoch, late in records:
+        everything.setdefault(key, []).append(epoch)
+        if late:
+            late_epochs.append(epoch)
+        else:
+            in_time[epoch].append({"k": key})
+    when = {e: told[i % len(told)] if told else 13 for i, e in enumerate(late_epochs)}
+    rows: list[dict[str, Any]] = []
+
+    def hear(before: int) -> None:
+        for e in [e for e, t in when.items() if t == before]:
+            why = late_flag(e)
+            tr.mark_late(e, why)
+            for row in rows:
+                if could_hold(row, lambda ts: int(ts // 10), e, gap) and why not in row["flags"]:
+                    row["flags"] = sorted([*row["flags"], why])
+
+    for epoch in range(13):
+        hear(epoch)
+        rows += tr.feed(epoch, state_items(_snap(q, in_time[epoch])))
+    for t in (13, 14):
+        hear(t)
+    rows += tr.flush()
+    for t in (13, 14):  # a report after the end flags the rows the run gave
+        hear(t)
+    reference = _sessions_of(everything, gap)
+    for row in rows:
+        got = (row["k"], int(row["window_start"] // 10), int(row["window_end"] // 10) - 1, row["n"])
+        assert got in reference or any("late records" in f for f in row["flags"]), (row, reference)
+        if not late_epochs:
+            assert row["flags"] == []
+
+
+def test_a_master_flags_the_sessions_late_records_could_change(tmp_path: Path) -> None:
+    """At a master (``QLJob.on_late_records``, called as the origins' late reports arrive):
+    a session closed and kept gets the flag in the query reply and in its epoch's
+    ``closed_windows``; an open one closes with it; a session far from the late epoch stays
+    exact. And ``elf run`` flags the sessions its own late records could change."""
+    from agent.jobs.job import create_job, parse_spec
+    from agent.jobs.ql_job import spec_from_query
+    from agent.ql.sessions import late_flag
+
+    text = "SELECT k, count(*) AS n FROM t GROUP BY k WINDOW SESSION(10 s)"
+    job = create_job(parse_spec(spec_from_query("s", "t", text, start_epoch=1)))
+    q = job.compiled
+    job.on_epoch_result(1, _snap(q, [{"k": "a"}]))
+    job.on_epoch_result(2, _snap(q, [{"k": "b"}]))  # a closes (it was active in 1 only)
+    job.on_late_records(2, 1)  # a record of epoch 2 came late: a may have gone on
+    job.on_epoch_result(3, _snap(q, []))  # b closes
+    job.on_late_records(9, 4)  # reported before epoch 9 is fed
+    for epoch, keys in [(4, ["far"]), (5, []), (6, []), (7, []), (8, []), (9, ["c"]), (10, [])]:
+        job.on_epoch_result(epoch, _snap(q, [{"k": k} for k in keys]))
+    reply = job.on_query({})
+    by_key = {r["k"]: r["flags"] for r in reply["rows"]}
+    assert by_key == {"a": [late_flag(2)], "b": [late_flag(2)], "far": [], "c": [late_flag(9)]}
+    assert job.closed_windows(2)["rows"][0]["flags"] == [late_flag(2)]  # type: ignore[index]
+
+    path = tmp_path / "late.jsonl"
+    recs = [{"ts": 10.5, "k": "a"}, {"ts": 50.5, "k": "b"}, {"ts": 20.5, "k": "a"}]  # 20.5 late
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    for columnar in (True, False):
+        got = run_file(text, path, "json", columnar=columnar, allowed_lateness=5.0)
+        assert got.late == {2: 1}
+        assert sorted((r["k"], r["n"], r["flags"]) for r in got.sessions or []) == [
+            ("a", 1, [late_flag(2)]),  # a at 2 would have joined it
+            ("b", 1, []),
+        ]

@@ -26,6 +26,7 @@ from agent_helpers import SECRET, running_agents, wait_for
 
 from agent.config import derive_api_token
 from agent.jobs.ql_job import spec_from_query
+from agent.ql.sessions import late_flag
 from agent.runtime.local.oneshot import run_file
 from agent.runtime.ops.openapi import DOCUMENT
 from spark_sink.lake import Lake, read_table
@@ -77,18 +78,23 @@ def reference(e: int, records: list[tuple[str, int, int]]) -> list[dict[str, Any
 async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> None:
     lake = tmp_path / "lake"
     async with running_agents(2, lake=str(lake), data_dir=str(tmp_path / "data")) as agents:
-        e = math.floor(time.time()) + 1
+        # epoch e starts 2-3 s from now: an agent's idle clock closes an epoch by the wall
+        # clock (idle_timeout 1 s, lateness 0.5 s), so records ingested more than 1.5 s after
+        # their epoch ended would be late (counted, and their sessions flagged); a loaded CI
+        # machine took that long once with e one second ahead
+        e = math.floor(time.time()) + 3
         spec = spec_from_query("sessions", "t", QUERY, start_epoch=e, allowed_lateness=0.5)
         assert spec["epoch_seconds"] == 1.0 and spec["mode"] == "batch"
         await agents[0].submit(spec)
-        everything = []
+        everything, sends = [], []
         for a, plan in zip(agents, PLAN, strict=True):
             # in event-time order: a record more than allowed_lateness behind the newest one
             # is dropped as late by the worker (and counted), before any session sees it
             recs = [{"ts": e + off + 0.25, "user": u, "bytes": b} for u, off, b in plan]
             recs.sort(key=lambda r: r["ts"])
             everything.extend(recs)
-            await a.ingest("ingest", [json.dumps(r) for r in recs])
+            sends.append(a.ingest("ingest", [json.dumps(r) for r in recs]))
+        await asyncio.gather(*sends)
         want = reference(e, [r for plan in PLAN for r in plan])
 
         async def closed() -> dict[str, Any] | None:
@@ -148,6 +154,28 @@ async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> 
         assert all(r["window_end"] == float(r["epoch"]) for r in written)
         got_lake = [{k: v for k, v in r.items() if k != "epoch"} for r in written]
         assert sorted(got_lake, key=lambda r: (r["window_start"], r["user"])) == want
+
+        # a record of epoch e + 1 arriving now is late at its origin: counted in that epoch's
+        # late field, and every session it could belong to or have joined says so (its key is
+        # not known at the master): those spanning e + 1 or ending or starting next to it
+        late = {"ts": e + 1.5, "user": "u2", "bytes": 1}
+        await agents[1].ingest("ingest", [json.dumps(late)])
+        near = {(r["user"], r["window_start"]) for r in want
+                if r["window_start"] - 1 <= e + 1 <= r["window_end"]}  # fmt: skip
+        flag = late_flag(e + 1)
+
+        async def flagged() -> dict[str, Any] | None:
+            reply = await agents[1].query("sessions", {})
+            marked = {(r["user"], r["window_start"]) for r in reply["rows"] if flag in r["flags"]}
+            return reply if marked else None
+
+        reply = await wait_for(flagged, 30, "the late record's flags on the sessions")
+        for row in reply["rows"]:
+            key = (row["user"], row["window_start"])
+            exact = {k: v for k, v in row.items() if k != "flags"}
+            assert exact in [{k: v for k, v in w.items() if k != "flags"} for w in want]
+            assert row["flags"] == ([flag] if key in near else []), row
+        assert (await agents[1].results("sessions", e + 1))["late"]["records"] == 1
 
 
 async def stream_sessions(api_url: str, first: int, last: int) -> list[dict[str, Any]]:
