@@ -229,12 +229,14 @@ class Job:
         (``WINDOW SESSION``). A later fold into the epoch does not call it again."""
         return None
 
-    def on_late_records(self, epoch: int, records: int) -> None:
+    def on_late_records(self, epoch: int, records: int) -> list[int] | None:
         """As master: the origins reported late records for ``epoch`` (``records``: the
         running total its ``late`` field shows; called again as it grows), records its result
         does not include - for jobs whose state derived from results must be flagged too
         (``WINDOW SESSION``). Called on the record thread, like :meth:`on_epoch_result`; the
-        epoch may not have reached ``on_epoch_result`` yet."""
+        epoch may not have reached ``on_epoch_result`` yet. Returns the epochs whose
+        :meth:`closed_windows` it changed (the master writes them to the lake again), or
+        None."""
         return None
 
     def closed_windows(self, epoch: int, limit: int | None = None) -> dict[str, Any] | None:

@@ -252,16 +252,19 @@ class QLJob(Job):
         while len(self._quality) > _MAX_PENDING_QUALITY:
             del self._quality[min(self._quality)]
 
-    def on_late_records(self, epoch: int, records: int) -> None:
+    def on_late_records(self, epoch: int, records: int) -> list[int] | None:
         """A session query flags every session (open, or closed and kept here) that late
         records of ``epoch`` could belong to or have joined (``SessionTracker.mark_late``):
         their keys are not known, their count is the epoch's ``late`` field."""
         if self.sessions is None or records <= 0:
-            return
+            return None
         self.sessions.mark_late(epoch, late_flag(epoch))
         gap, epoch_of = self.sessions.gap, self.spec.schedule.epoch_of
-        for closed_at in [c for c in self._closed_at if c > epoch - gap]:
-            flag_rows(self._closed_at[closed_at], epoch, epoch_of, gap)
+        return [
+            closed_at
+            for closed_at in [c for c in self._closed_at if c > epoch - gap]
+            if flag_rows(self._closed_at[closed_at], epoch, epoch_of, gap)
+        ]
 
     def on_epoch_result(self, epoch: int, snapshot: Snapshot) -> None:
         if self.spec.window_bounds(epoch) is None:

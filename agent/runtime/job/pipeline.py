@@ -281,16 +281,22 @@ class EpochPipeline:
         elif host.spec.mode == "batch":
             await host.control.multicast(tid, {"kind": "empty", "epoch": epoch})
 
-    def sessions_to_lake(self, job: Job, epoch: int) -> None:
+    def sessions_to_lake(self, job: Job, epoch: int, revised: bool = False) -> None:
         """As master, once ``job`` merged ``epoch`` (stored, or replayed by a master that
         took over): the windows it closed with the epoch (``Job.closed_windows``: a session
-        query's sessions) to the lake, beside the epoch's own rows."""
+        query's sessions) to the lake, beside the epoch's own rows; ``revised``: again, as a
+        new version (the job flagged them since: ``Job.on_late_records``)."""
         host = self.host
         if host.lake is None:
             return
         closed = job.closed_windows(epoch)
-        if closed is not None and isinstance(closed.get("rows"), list):
-            host.lake.sessions(host.tree_list[0], epoch, closed["rows"])
+        if closed is None or not isinstance(closed.get("rows"), list):
+            return
+        rows = closed["rows"]
+        # flags are only ever added, a revision adds at least one: 1 + their number grows
+        # with each revision, past the first write's 1, with no state kept here
+        version = 1 + sum(len(r.get("flags") or ()) for r in rows) if revised else 1
+        host.lake.sessions(host.tree_list[0], epoch, rows, version)
 
     def bound_results(self) -> None:
         """Past the results' byte budget, spill the oldest epochs (one background task at a

@@ -413,10 +413,16 @@ class JobRuntime:
         return True
 
     async def _late_to_job(self, epochs: list[int]) -> None:
-        """The job's ``on_late_records`` for each epoch whose late count grew."""
+        """The job's ``on_late_records`` for each epoch whose late count grew; the closed
+        windows it flagged go to the lake again, as new versions."""
         for epoch in epochs:
             if n := self.late_ledger.records(epoch):
-                await self.call_job(self.changes.job_for(epoch).on_late_records, epoch, n)
+                job = self.changes.job_for(epoch)
+                revised = await self.call_job(job.on_late_records, epoch, n)
+                for closed_at in revised if isinstance(revised, list) else ():
+                    if isinstance(closed_at, int):
+                        revise = self.pipeline.sessions_to_lake
+                        revise(self.changes.job_for(closed_at), closed_at, revised=True)
 
     def late_records(self, epoch: int) -> int | None:
         """As master: the late records reported for ``epoch`` so far (None: forgotten)."""

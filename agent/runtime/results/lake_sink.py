@@ -37,7 +37,8 @@ epoch), one more file per epoch under the job name :func:`sessions_job` (``<name
 ``~`` is never in a job name): the sessions that epoch closed, one named row each
 (``window_start``, ``window_end``, the SELECT columns, ``flags``), version 1 under the stored
 result's term and with its state (an epoch closes its sessions once; a new master's term
-supersedes them with the ones it rebuilt), empty when it closed none.
+supersedes them with the ones it rebuilt), empty when it closed none; a new version when the
+master flagged them since (``Job.on_late_records``: late records they could hold).
 :meth:`LakeSink.history` reads an epoch this master does not hold back from the lake
 (``agent/runtime/results/lake_history.py``). The buffer directory is ``<data_dir>/lake-buffer`` (or
 a per-node one under the system temp directory when the agent has no data directory). A
@@ -283,9 +284,12 @@ class LakeSink:
         self.writer.submit(build, fenced=self._on_fenced(tid, epoch, term))
         rt.count("lake_submitted")
 
-    def sessions(self, tid: int, epoch: int, rows: Sequence[dict[str, Any]]) -> None:
+    def sessions(
+        self, tid: int, epoch: int, rows: Sequence[dict[str, Any]], version: int = 1
+    ) -> None:
         """Queue the rows of the sessions ``epoch`` closed (module contract: **Sessions**)
-        for the lake, as the job ``sessions_job(name)``; a fenced write is counted
+        for the lake, as the job ``sessions_job(name)``, as ``version`` (a later one when the
+        master flagged them since: late records); a fenced write is counted
         (``lake_fenced_session_writes``): the epoch's own file says the rest."""
         rt = self.runtime
         result = rt.store.get(tid, epoch)
@@ -293,7 +297,7 @@ class LakeSink:
             return
         _, tentative, coverage, lacking = result_version(result)
         term, spec = int(getattr(result, "term", 0) or 0), rt.spec
-        named = list(rows)
+        named = [dict(r) for r in rows]  # as they are now (the master may flag them later)
 
         from spark_sink.lake import Rollup
 
@@ -301,7 +305,7 @@ class LakeSink:
             return Rollup(
                 policy=result.policy,
                 term=term,
-                version=1,
+                version=version,
                 tentative=tentative,
                 partial=bool(getattr(result, "partial", False)),
                 coverage=coverage,

@@ -177,6 +177,18 @@ async def test_a_session_query_closes_sessions_at_its_master(tmp_path: Path) -> 
             assert row["flags"] == ([flag] if key in near else []), row
         assert (await agents[1].results("sessions", e + 1))["late"]["records"] == 1
 
+        # and the lake's session rows say so too: a new version of each epoch's file whose
+        # sessions the master flagged (the reader rule picks it)
+        def flagged_in_lake() -> list[dict[str, Any]] | None:
+            rows = in_lake()
+            marked = {(r["user"], r["window_start"]) for r in rows or () if flag in r["flags"]}
+            return rows if marked == near else None
+
+        written = await wait_for(flagged_in_lake, 30, "the late record's flags in the lake")
+        assert len(written) == len(want)
+        for row in written:
+            assert row["flags"] == ([flag] if (row["user"], row["window_start"]) in near else [])
+
 
 async def stream_sessions(api_url: str, first: int, last: int) -> list[dict[str, Any]]:
     """The sessions of epochs first..last read from the results stream (one per epoch: a
