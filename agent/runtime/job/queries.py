@@ -185,6 +185,7 @@ class ResultQueries:
                 host.count("result_spill_read_errors")
                 return {"epochs": epochs, "rows": None, "gone": f"spill file unreadable: {exc}"}
         pairs = snap if spec.top_k is None else host.operator.result(snap)
+        span = spec.window_bounds(int(epoch)) or (int(epoch), int(epoch))
         quality: dict[str, Any] = {}
         if spec.top_k is not None:  # the tree's accuracy estimate and its candidates
             quality = await self.accuracy.answer(
@@ -207,8 +208,8 @@ class ResultQueries:
             "origins": None if result.origins is None else len(covered(result.origins)),
             **quality,
             # records refused as later than allowed_lateness (the job's first tree's master
-            # keeps the origins' reports; results/late_ledger.py)
-            **({"late": host.late_ledger.of(int(epoch))} if tid == host.tree_list[0] else {}),
+            # keeps the origins' reports; results/late_ledger.py): a window's, its panes'
+            **({"late": host.late_ledger.of(*span)} if tid == host.tree_list[0] else {}),
             **sessions,
         }
 

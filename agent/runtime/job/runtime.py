@@ -425,8 +425,9 @@ class JobRuntime:
                         revise(self.changes.job_for(closed_at), closed_at, revised=True)
 
     def late_records(self, epoch: int) -> int | None:
-        """As master: the late records reported for ``epoch`` so far (None: forgotten)."""
-        return self.late_ledger.records(epoch)
+        """As master: the late records reported for ``epoch`` so far - a window's: those of
+        its panes (``JobSpec.window_bounds``) - (None: forgotten)."""
+        return self.late_ledger.records(*(self.spec.window_bounds(epoch) or (epoch, epoch)))
 
     def lake_fenced(self, tid: int, epoch: int, newer_term: int) -> None:
         """The lake holds a newer term's version of (tree, epoch) (results/lake_sink.py)."""

@@ -8,7 +8,9 @@ them. :meth:`LateLedger.of` is an epoch's ``late`` field in the results API: ``{
 "origins": {hex id: n}, "inputs": {input: n}}`` - records offered for the epoch that its result
 does **not** include. It is a running count: late records keep arriving after the epoch's
 result is final (that is what late means), so the figure may grow; the result's rows stay
-exact for the records the watermark accepted. ``None`` means unknown: an epoch older than the
+exact for the records the watermark accepted. A sliding window's result (``mode: window``)
+covers the panes of its epochs, so its ``late`` field sums theirs (:meth:`LateLedger.of` with
+the window's last epoch). ``None`` means unknown: an epoch older than the
 ledger's window (:data:`MAX_EPOCHS` epochs, the newest kept; the status says how many were
 forgotten). Counts from before this agent became the master stay with the agents' status and
 the lake rows written before (a hand-over starts an empty ledger).
@@ -61,22 +63,33 @@ class LateLedger:
             self._floor = old if self._floor is None else max(self._floor, old)
         return changed
 
-    def records(self, epoch: int) -> int | None:
-        """The late records of ``epoch`` (0: none reported; None: forgotten)."""
+    def records(self, epoch: int, last: int | None = None) -> int | None:
+        """The late records of ``epoch`` - of epochs ``epoch``..``last`` when given (a
+        window's) - (0: none reported; None: one of them forgotten)."""
+        last = epoch if last is None else last
         if self._floor is not None and epoch <= self._floor:
             return None
-        return sum(self._origins.get(epoch, {}).values())
+        return sum(sum(self._origins.get(e, {}).values()) for e in self._kept(epoch, last))
 
-    def of(self, epoch: int) -> dict[str, Any] | None:
-        """The results API's ``late`` field of ``epoch`` (module contract)."""
-        n = self.records(epoch)
+    def of(self, epoch: int, last: int | None = None) -> dict[str, Any] | None:
+        """The results API's ``late`` field of ``epoch`` (module contract); of a window's
+        epochs ``epoch``..``last`` when given (its panes' late records, summed: none of them
+        is in the window's result)."""
+        n = self.records(epoch, last)
         if n is None:
             return None
-        return {
-            "records": n,
-            "origins": dict(self._origins.get(epoch, {})),
-            "inputs": dict(self._inputs.get(epoch, {})),
-        }
+        origins: Counter[str] = Counter()
+        inputs: Counter[str] = Counter()
+        for e in self._kept(epoch, epoch if last is None else last):
+            origins.update(self._origins[e])
+            inputs.update(self._inputs[e])
+        return {"records": n, "origins": dict(origins), "inputs": dict(inputs)}
+
+    def _kept(self, first: int, last: int) -> list[int]:
+        """The epochs of ``first``..``last`` with late records, ascending."""
+        if last - first < len(self._origins):
+            return [e for e in range(first, last + 1) if e in self._origins]
+        return sorted(e for e in self._origins if first <= e <= last)
 
     def stats(self) -> dict[str, Any]:
         """``records`` (every late record reported here) and ``by_origin``, ``epochs`` (with

@@ -268,7 +268,7 @@ async def test_the_master_pipeline_flags_the_sessions_of_a_tentative_epoch() -> 
             data_url=me, trees=SimpleNamespace(view=lambda t: SimpleNamespace(is_root=True))
         ),
         recovery=SimpleNamespace(unpublished=lambda t, e: False),
-        late_ledger=SimpleNamespace(of=lambda e: None),
+        late_ledger=SimpleNamespace(of=lambda first, last: None),
     )  # fmt: skip
     queries = ResultQueries(host)  # type: ignore[arg-type]
     by_epoch = {}

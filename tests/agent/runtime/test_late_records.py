@@ -246,6 +246,21 @@ def test_ledger_sums_reports_per_epoch_origin_and_input() -> None:
     assert ledger.stats()["by_origin"] == {"a1": 15, "b2": 3}
 
 
+def test_a_windows_late_field_sums_its_panes() -> None:
+    """A sliding window's result covers its panes' epochs: its late field is theirs, summed
+    (none of them is in the window's rows); unknown once one of them is forgotten."""
+    ledger = LateLedger(max_epochs=4)
+    ledger.add("a1", {5: {"web": 2}, 7: {"web": 1, "api": 1}})
+    ledger.add("b2", {7: {"web": 3}})
+    assert ledger.of(5, 7) == {
+        "records": 7, "origins": {"a1": 4, "b2": 3}, "inputs": {"web": 6, "api": 1}
+    }  # fmt: skip
+    assert ledger.records(6, 6) == 0 and ledger.records(6, 8) == 5 and ledger.records(8, 9) == 0
+    assert ledger.of(6, 10**9)["records"] == 5  # type: ignore[index]  (a long span: by epoch)
+    ledger.add("a1", {e: {"web": 1} for e in (8, 9, 10)})  # five epochs: 5 is forgotten
+    assert ledger.of(4, 7) is None and ledger.records(5, 6) is None
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -147,6 +147,23 @@ async def test_sliding_windows_by_invertible_subtraction() -> None:
             for epoch in range(end - 2, end + 1):
                 want += word_counts(per_epoch[epoch], 3)
             await wait_for(lambda ep=end, w=want: _eq(agents[1], "win", ep, w), 20, f"{end}")
+        # a record of pane e + 1 arriving now is late: every window holding that pane lacks
+        # it, so their late fields count it (the master's ledger sums a window's panes), and
+        # the rows stay what the reference says
+        await agents[2].ingest("ingest", lines(e + 1.2, ["late"]))
+
+        async def late_of(epoch: int) -> int | None:
+            return ((await agents[1].results("win", epoch)).get("late") or {}).get("records")
+
+        await wait_for(lambda: _is(late_of(e + 3), 1), 20, "the late record in window e+3")
+        assert await late_of(e + 2) == 1 and await late_of(e + 1) == 1
+        assert await late_of(e) == 0  # the window e-2..e holds no pane e + 1
+        want = sum((word_counts(per_epoch[p], 3) for p in (e + 1, e + 2, e + 3)), Counter())
+        assert await result(agents[1], "win", e + 3) == want
+
+
+async def _is(value: Any, want: Any) -> bool:
+    return await value == want
 
 
 async def test_iterative_jobs_use_last_epochs_feedback() -> None:
