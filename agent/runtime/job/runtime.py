@@ -399,6 +399,9 @@ class JobRuntime:
             if self.lake is not None:
                 warm_imports()  # a master writes the lake: its modules load off the loop
             self.recovery.became_root(tid)
+            if tid == self.tree_list[0] and self.store.term_of(tid) > 1:
+                # another master took the late reports before: their counts are unknown here
+                self.late_ledger.unknown_before(self.spec.schedule.epoch_of(time.time()) + 1)
 
     def accept_late_records(self, origin: str, epochs: Mapping[int, Mapping[str, int]]) -> bool:
         """An origin's late-record report (agent/runtime/job/late_reports.py): into the
@@ -406,17 +409,18 @@ class JobRuntime:
         False, and nothing counted, when this agent is not the job's master (any more)."""
         if not self.is_master:
             return False
-        changed = self.late_ledger.add(origin, epochs)
+        added = self.late_ledger.add(origin, epochs)
         self.count("late_reports")
-        if changed:  # a job whose state derives from results flags it too (WINDOW SESSION)
-            self.tasks.spawn(self._late_to_job(changed), f"{self.name} late records")
+        if added:  # a job whose state derives from results flags it too (WINDOW SESSION)
+            self.tasks.spawn(self._late_to_job(added), f"{self.name} late records")
         return True
 
-    async def _late_to_job(self, epochs: list[int]) -> None:
-        """The job's ``on_late_records`` for each epoch whose late count grew; the closed
-        windows it flagged go to the lake again, as new versions."""
-        for epoch in epochs:
-            if n := self.late_ledger.records(epoch):
+    async def _late_to_job(self, added: dict[int, int]) -> None:
+        """The job's ``on_late_records`` for each epoch whose late count grew (its total, or
+        what this report added where the total is unknown here); the closed windows it
+        flagged go to the lake again, as new versions."""
+        for epoch, more in added.items():
+            if n := self.late_ledger.records(epoch) or more:
                 job = self.changes.job_for(epoch)
                 revised = await self.call_job(job.on_late_records, epoch, n)
                 for closed_at in revised if isinstance(revised, list) else ():

@@ -13,7 +13,9 @@ covers the panes of its epochs, so its ``late`` field sums theirs (:meth:`LateLe
 the window's last epoch). ``None`` means unknown: an epoch older than the
 ledger's window (:data:`MAX_EPOCHS` epochs, the newest kept; the status says how many were
 forgotten). Counts from before this agent became the master stay with the agents' status and
-the lake rows written before (a hand-over starts an empty ledger).
+the lake rows written before: a master that took over from another says so - the counts of
+the epochs before the one after its wall clock's are unknown (``None``) there
+(:meth:`LateLedger.unknown_before`).
 """
 
 from __future__ import annotations
@@ -37,17 +39,19 @@ class LateLedger:
         self.by_origin: Counter[str] = Counter()  # every late record reported, per origin
         self.reports = 0
 
-    def add(self, origin: str, epochs: Mapping[int, Mapping[str, int]]) -> list[int]:
-        """One origin's report: epoch → input → late records. Returns the epochs it changed
-        (those at or below the forgotten floor are counted in the total only)."""
+    def add(self, origin: str, epochs: Mapping[int, Mapping[str, int]]) -> dict[int, int]:
+        """One origin's report: epoch → input → late records. Returns epoch → the records it
+        added there (those at or below the floor - forgotten, or before this master took over
+        - are counted in the total only: their epoch's count stays unknown)."""
         self.reports += 1
-        changed = []
+        changed: dict[int, int] = {}
         for epoch, inputs in epochs.items():
             n = sum(inputs.values())
             if n <= 0:
                 continue
             self.total += n
             self.by_origin[origin] += n
+            changed[epoch] = changed.get(epoch, 0) + n
             if self._floor is not None and epoch <= self._floor:
                 continue
             per = self._origins.get(epoch)
@@ -56,12 +60,22 @@ class LateLedger:
                 self._inputs[epoch] = Counter()
             per[origin] += n
             self._inputs[epoch].update(inputs)
-            changed.append(epoch)
         while len(self._origins) > self.max_epochs:
             old = min(self._origins)
             del self._origins[old], self._inputs[old]
             self._floor = old if self._floor is None else max(self._floor, old)
         return changed
+
+    def unknown_before(self, epoch: int) -> None:
+        """This agent became the job's master after another: the reports before went there,
+        so the counts of epochs before ``epoch`` are unknown here (``None``), as forgotten
+        ones are."""
+        floor = epoch - 1
+        if self._floor is not None and self._floor >= floor:
+            return
+        self._floor = floor
+        for old in [e for e in self._origins if e <= floor]:
+            del self._origins[old], self._inputs[old]
 
     def records(self, epoch: int, last: int | None = None) -> int | None:
         """The late records of ``epoch`` - of epochs ``epoch``..``last`` when given (a

@@ -241,7 +241,8 @@ def test_ledger_sums_reports_per_epoch_origin_and_input() -> None:
     assert ledger.records(6) == 2
     ledger.add("a1", {7: {"web": 1}, 8: {"web": 1}})  # four epochs: 5 is forgotten
     assert ledger.of(5) is None and ledger.records(4) is None
-    assert ledger.add("a1", {5: {"web": 9}}) == []  # counted in the total only
+    assert ledger.add("a1", {5: {"web": 9}}) == {5: 9}  # counted in the total only
+    assert ledger.of(5) is None  # (its count stays unknown; the job still hears of them)
     assert ledger.stats()["records"] == 18 and ledger.stats()["forgotten_below"] == 5
     assert ledger.stats()["by_origin"] == {"a1": 15, "b2": 3}
 
@@ -259,6 +260,21 @@ def test_a_windows_late_field_sums_its_panes() -> None:
     assert ledger.of(6, 10**9)["records"] == 5  # type: ignore[index]  (a long span: by epoch)
     ledger.add("a1", {e: {"web": 1} for e in (8, 9, 10)})  # five epochs: 5 is forgotten
     assert ledger.of(4, 7) is None and ledger.records(5, 6) is None
+
+
+def test_a_master_that_took_over_says_the_counts_before_are_unknown() -> None:
+    """The late reports before a takeover went to the previous master: the epochs before
+    the takeover's answer null (unknown), never a made-up 0; later ones count as before."""
+    ledger = LateLedger()
+    ledger.add("a1", {5: {"web": 2}, 9: {"web": 1}})
+    ledger.unknown_before(8)
+    assert ledger.of(5) is None and ledger.of(7) is None and ledger.of(6, 9) is None
+    assert ledger.of(8) == {"records": 0, "origins": {}, "inputs": {}}
+    assert ledger.records(9) == 1
+    assert ledger.add("b2", {7: {"web": 4}, 8: {"web": 1}}) == {7: 4, 8: 1}
+    assert ledger.records(7) is None and ledger.records(8) == 1
+    ledger.unknown_before(6)  # never lowers the floor
+    assert ledger.of(7) is None and ledger.stats()["forgotten_below"] == 7
 
 
 @pytest.mark.parametrize(
