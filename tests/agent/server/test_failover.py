@@ -142,6 +142,9 @@ def test_kill_9_of_the_master_loses_no_stored_epoch_and_flags_what_it_lacks(
             assert res is not None, f"epoch {epoch} lost with the master"
             assert res["rows"] == answered[epoch]["rows"]  # type: ignore[index]
             assert res.get("source") != "lake"
+            # its late count went with the dead master's ledger: unknown, never a made-up 0
+            assert answered[epoch]["late"] == {"records": 0, "origins": {}, "inputs": {}}  # type: ignore[index]
+            assert res["late"] is None, res["late"]
         # the WordCount instance's recent epochs (behind cross-job queries) came along: its
         # window still starts at the first epoch, stored by the dead master (new epochs may
         # already have joined it: the take-over is quick)
