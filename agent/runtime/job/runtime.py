@@ -411,7 +411,9 @@ class JobRuntime:
             return False
         added = self.late_ledger.add(origin, epochs)
         self.count("late_reports")
-        if added:  # a job whose state derives from results flags it too (WINDOW SESSION)
+        # a job whose state derives from results flags it too (WINDOW SESSION); the others
+        # cost no hop to the record thread per report
+        if added and type(self.job).on_late_records is not Job.on_late_records:
             self.tasks.spawn(self._late_to_job(added), f"{self.name} late records")
         return True
 
