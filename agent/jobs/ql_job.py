@@ -262,8 +262,8 @@ class QLJob(Job):
         gap, epoch_of = self.sessions.gap, self.spec.schedule.epoch_of
         return [
             closed_at
-            for closed_at in [c for c in self._closed_at if c > epoch - gap]
-            if flag_rows(self._closed_at[closed_at], epoch, epoch_of, gap)
+            for closed_at, rows in self._closed_at.items()
+            if closed_at > epoch - gap and flag_rows(rows, [epoch], epoch_of, gap)
         ]
 
     def on_epoch_result(self, epoch: int, snapshot: Snapshot) -> None:

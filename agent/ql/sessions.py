@@ -41,6 +41,7 @@ longest *early*, flagged, counted in ``early_closed`` and logged at WARNING. Row
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -160,7 +161,7 @@ class SessionTracker:
         )
         for key, state in items:
             s = self.open.get(key)
-            if s is not None and s.start - self.gap <= epoch <= s.last + self.gap:
+            if s is not None and near(s.start, s.last, epoch, self.gap):
                 s.state = self.agg.merge(s.state, state)
                 s.flags |= marks
                 if epoch > s.last:
@@ -218,7 +219,7 @@ class SessionTracker:
         self.late_marked += 1
         flagged = 0
         for s in self.open.values():
-            if s.start - self.gap <= epoch <= s.last + self.gap and why not in s.flags:
+            if near(s.start, s.last, epoch, self.gap) and why not in s.flags:
                 s.flags.add(why)
                 flagged += 1
         return flagged
@@ -227,7 +228,7 @@ class SessionTracker:
         """The late marks of the epochs a session of ``first``..``last`` could be joined by."""
         out: set[str] = set()
         for epoch, marks in self.late_marks.items():
-            if first - self.gap <= epoch <= last + self.gap:
+            if near(first, last, epoch, self.gap):
                 out |= marks
         return out
 
@@ -298,15 +299,24 @@ def state_items(snapshot: Any) -> list[tuple[Any, Any]]:
     return list(zip(snapshot.keys_column.tolist(), snapshot.values_column.tolist(), strict=True))
 
 
+def near(first: int, last: int, epoch: int, gap: int) -> bool:
+    """Whether a record of ``epoch`` could belong to, or join, a session of epochs
+    ``first``..``last`` with a gap of ``gap`` epochs."""
+    return first - gap <= epoch <= last + gap
+
+
+def _epochs_of(row: dict[str, Any], epoch_of: Callable[[float], int]) -> tuple[int, int]:
+    """A closed session row's first and last epochs."""
+    return epoch_of(row[SESSION_COLUMNS[0]]), epoch_of(row[SESSION_COLUMNS[1]]) - 1
+
+
 def could_hold(
     row: dict[str, Any], epoch_of: Callable[[float], int], epoch: int, gap_epochs: int
 ) -> bool:
     """Whether a closed session's ``row`` could hold, or have been joined by, a record of
-    ``epoch`` (its epochs ``epoch_of(window_start)`` to ``epoch_of(window_end) - 1``, within
-    ``gap_epochs``): what :meth:`SessionTracker.mark_late` flags among open sessions."""
-    first = epoch_of(row[SESSION_COLUMNS[0]])
-    last = epoch_of(row[SESSION_COLUMNS[1]]) - 1
-    return first - gap_epochs <= epoch <= last + gap_epochs
+    ``epoch`` (:func:`near`): what :meth:`SessionTracker.mark_late` flags among open
+    sessions."""
+    return near(*_epochs_of(row, epoch_of), epoch, gap_epochs)
 
 
 def late_flag(epoch: int) -> str:
@@ -315,15 +325,26 @@ def late_flag(epoch: int) -> str:
 
 
 def flag_rows(
-    rows: Iterable[dict[str, Any]], epoch: int, epoch_of: Callable[[float], int], gap: int
+    rows: Iterable[dict[str, Any]],
+    epochs: Iterable[int],
+    epoch_of: Callable[[float], int],
+    gap: int,
 ) -> int:
-    """Flag (:func:`late_flag`) every closed session row that late records of ``epoch`` could
-    change (:func:`could_hold`); returns how many it flagged."""
-    why, flagged = late_flag(epoch), 0
+    """Flag (:func:`late_flag`) every closed session row that late records of ``epochs``
+    could change (:func:`could_hold`), in one pass over the rows (the epochs searched, not
+    scanned); returns how many rows it flagged."""
+    late = sorted(set(epochs))
+    flagged = 0
     for row in rows:
+        first, last = _epochs_of(row, epoch_of)
+        at = bisect_left(late, first - gap)
+        hits = []
+        while at < len(late) and late[at] <= last + gap:
+            hits.append(late_flag(late[at]))
+            at += 1
         flags = row[SESSION_FLAGS]
-        if why not in flags and could_hold(row, epoch_of, epoch, gap):
-            row[SESSION_FLAGS] = sorted([*flags, why])
+        if new := [h for h in hits if h not in flags]:
+            row[SESSION_FLAGS] = sorted([*flags, *new])
             flagged += 1
     return flagged
 

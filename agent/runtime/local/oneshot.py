@@ -228,6 +228,5 @@ def _finish(result: RunResult, job: Any, spec: Any, worker: Worker) -> None:
     if job.sessions is not None:
         result.sessions.extend(job.sessions.flush())  # type: ignore[union-attr]
     result.late = _late(worker)
-    if job.sessions is not None:  # the sessions late records could have changed say so
-        for epoch in result.late:
-            flag_rows(result.sessions, epoch, spec.schedule.epoch_of, job.sessions.gap)  # type: ignore[arg-type]
+    if job.sessions is not None and result.late:  # sessions late records could change say so
+        flag_rows(result.sessions, result.late, spec.schedule.epoch_of, job.sessions.gap)  # type: ignore[arg-type]

@@ -83,7 +83,7 @@ class LateLedger:
         last = epoch if last is None else last
         if self._floor is not None and epoch <= self._floor:
             return None
-        return sum(sum(self._origins.get(e, {}).values()) for e in self._kept(epoch, last))
+        return sum(sum(self._origins[e].values()) for e in self._kept(epoch, last))
 
     def of(self, epoch: int, last: int | None = None) -> dict[str, Any] | None:
         """The results API's ``late`` field of ``epoch`` (module contract); of a window's
