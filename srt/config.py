@@ -45,6 +45,10 @@ class Tunables:
     upstream_max_backoff: float = 2.0
     max_skew: float = 30.0  # accepted clock difference of signed requests
     max_body: int = 64 << 20  # largest request body the data-plane server reads (bytes)
+    # a snapshot body up to this many bytes goes to the parent as one overlay datagram
+    # (srt.dataplane.datagram; 0: always HTTP), answered within the timeout or posted over HTTP
+    snapshot_datagram_bytes: int = 4096
+    snapshot_datagram_timeout: float = 0.5
     # connections of the data-plane server (srt.dataplane.guard; docs/srt-dataplane.md)
     head_timeout: float = 10.0  # a request's head must arrive within this of its first byte
     body_timeout: float = 60.0  # ... and its body within this of the head (64 MB ≈ 10 Mbit/s)
@@ -67,6 +71,7 @@ class Tunables:
             "head_timeout": self.head_timeout,
             "body_timeout": self.body_timeout,
             "idle_timeout": self.idle_timeout,
+            "snapshot_datagram_timeout": self.snapshot_datagram_timeout,
         }
         for name, value in timings.items():
             if not value > 0:
@@ -81,6 +86,8 @@ class Tunables:
         for name, value in counts.items():
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value!r}")
+        if self.snapshot_datagram_bytes < 0:
+            raise ValueError("snapshot_datagram_bytes must be >= 0")
         if self.lag_slack < 0:
             raise ValueError("lag_slack must be >= 0")
         if not 0 < self.multicast_shrink < 1:

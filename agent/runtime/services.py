@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from overlay import NodeInfo
     from srt import DataPlaneClient, MulticastResult, TreeView
     from srt import Tunables as SrtTunables
+    from srt.dataplane.upstream import SnapshotShortcut
 
 
 class JobTrees(Protocol):
@@ -71,6 +72,11 @@ class NetworkService(Protocol):
     @property
     def client(self) -> DataPlaneClient:
         """The authenticated data-plane client (shared by every job of the agent)."""
+        ...
+
+    @property
+    def snapshot_datagrams(self) -> SnapshotShortcut | None:
+        """Where small snapshots go to a parent by datagram (None: always HTTP)."""
         ...
 
     @property

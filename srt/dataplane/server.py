@@ -157,9 +157,7 @@ class DataPlaneServer:
 
     # ---- request path -------------------------------------------------------------------
     def _reject(self, status: int, reason: str, detail: str = "", nonce: str | None = None):
-        self._rejected[reason] += 1
-        log.debug("data plane rejects: %s %s %s", status, reason, detail)
-        resp = _json(status, {"error": reason, "detail": detail})
+        resp = _json(*self._refusal(status, reason, detail))
         if nonce is not None:
             self._sign(resp, nonce)
         return resp
@@ -219,28 +217,50 @@ class DataPlaneServer:
             handler = self._snapshot_handlers[path]
             if path == REPLICA_SNAPSHOT_PATH and handler is not None:
                 handler = functools.partial(handler, position=position)
-            return self._sign(await self._run_snapshot(handler, name, body, nonce), nonce)
+            status, reply = await self._run_snapshot(handler, name, body)
+            return self._sign(_json(status, reply), nonce)
         return self._sign(await self._run_route(self._routes[key], request, nonce), nonce)
 
+    async def take_snapshot(
+        self, path: str, name: SnapshotName, body: bytes, position: int | None = None
+    ) -> tuple[int, dict[str, str]]:
+        """A snapshot that came by another authenticated way (a datagram:
+        :mod:`srt.dataplane.datagram`) through the handler of ``path``, as if it were posted
+        there: the HTTP status and JSON reply it would have had (``{"result": ...}`` or
+        ``{"error": ..., "detail": ...}``), counted the same way."""
+        self._requests += 1
+        self._bytes_in += len(body)
+        if path not in self._snapshot_handlers:
+            return self._refusal(404, "not_found", path)
+        handler = self._snapshot_handlers[path]
+        if path == REPLICA_SNAPSHOT_PATH and handler is not None:
+            handler = functools.partial(handler, position=position)
+        return await self._run_snapshot(handler, name, body)
+
+    def _refusal(self, status: int, reason: str, detail: str) -> tuple[int, dict[str, str]]:
+        self._rejected[reason] += 1
+        log.debug("data plane rejects: %s %s %s", status, reason, detail)
+        return status, {"error": reason, "detail": detail}
+
     async def _run_snapshot(
-        self, handler: SnapshotHandler | None, name: SnapshotName, body: bytes, nonce: str
-    ) -> web.Response:
+        self, handler: SnapshotHandler | None, name: SnapshotName, body: bytes
+    ) -> tuple[int, dict[str, str]]:
         if handler is None:
-            return self._reject(503, "no_handler", "no snapshot handler registered", nonce)
+            return self._refusal(503, "no_handler", "no snapshot handler registered")
         try:
             result = await handler(name, body)
         except SnapshotError as e:
-            return self._reject(422, "corrupt", str(e), nonce)
+            return self._refusal(422, "corrupt", str(e))
         except Reject as e:
-            return self._reject(e.status, e.reason, e.detail, nonce)
+            return self._refusal(e.status, e.reason, e.detail)
         except Exception as e:
             log.exception("snapshot handler failed for %s", name)
-            return self._reject(500, "handler_error", f"{type(e).__name__}: {e}", nonce)
+            return self._refusal(500, "handler_error", f"{type(e).__name__}: {e}")
         if result not in ACK_RESULTS:
             log.error("snapshot handler returned %r for %s", result, name)
-            return self._reject(500, "handler_error", f"handler returned {result!r}", nonce)
+            return self._refusal(500, "handler_error", f"handler returned {result!r}")
         self._results[result] += 1
-        return _json(200, {"result": result})
+        return 200, {"result": result}
 
     async def _run_route(
         self, handler: RouteHandler | None, request: web.Request, nonce: str

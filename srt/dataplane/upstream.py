@@ -31,6 +31,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from sortedcontainers import SortedDict
 from yarl import URL
@@ -42,6 +43,16 @@ from srt.dataplane.name import SNAPSHOT_PATH, SnapshotName
 from srt.errors import DataPlaneError
 
 log = logging.getLogger(__name__)
+
+
+class SnapshotShortcut(Protocol):
+    """A cheaper way to the parent for small snapshots (:class:`~srt.dataplane.datagram.
+    SnapshotDatagrams`): ``send`` returns the acknowledgement, raises ``DataPlaneError`` as the
+    HTTP post would, or returns None for no reply (the sender posts over HTTP at once)."""
+
+    def fits(self, size: int) -> bool: ...
+
+    async def send(self, node: Any, name: SnapshotName, body: bytes, path: str) -> str | None: ...
 
 
 def check_url(url: str | None) -> None:
@@ -70,6 +81,7 @@ class UpstreamSender:
         tunables: Tunables = DEFAULT_TUNABLES,
         path: str = SNAPSHOT_PATH,
         max_queued: int | None = None,
+        shortcut: SnapshotShortcut | None = None,
     ) -> None:
         SnapshotName(job, tree, 0, 0 if sender is None else sender)  # validates the fields
         check_url(parent_url)
@@ -78,6 +90,8 @@ class UpstreamSender:
         self.path = path
         self.max_queued = max_queued
         self.client = client
+        self.shortcut = shortcut
+        self._via: Any = None  # the parent's overlay node, for the shortcut (set_parent)
         self.job = job
         self.tree = tree
         self.sender = sender
@@ -141,8 +155,11 @@ class UpstreamSender:
             )
         self.enqueue(name.epoch, payload)
 
-    def set_parent(self, url: str | None) -> None:
-        """Send every unacknowledged snapshot to ``url`` from now on (None: hold them)."""
+    def set_parent(self, url: str | None, via: Any = None) -> None:
+        """Send every unacknowledged snapshot to ``url`` from now on (None: hold them);
+        ``via``: the parent's overlay node, where the ``shortcut`` sends small snapshots
+        (None: every snapshot goes to ``url``)."""
+        self._via = via if url is not None else None
         if url == self._parent:
             return
         check_url(url)
@@ -249,9 +266,7 @@ class UpstreamSender:
             self._attempts += 1
             self._retarget.clear()
             try:
-                result = await self.client.send_snapshot(
-                    url, name, payload, attempts=1, path=self.path
-                )
+                result = await self._deliver(url, name, payload)
             except DataPlaneError as e:
                 self._in_flight = None
                 self._last_error = str(e)
@@ -294,3 +309,14 @@ class UpstreamSender:
             delay = self.backoff
             assert self._progress is not None
             self._progress.set()
+
+    async def _deliver(self, url: str, name: SnapshotName, payload: bytes) -> str:
+        """One attempt: by the shortcut when it takes the snapshot and answers, else HTTP."""
+        shortcut, via = self.shortcut, self._via
+        if shortcut is not None and via is not None and shortcut.fits(len(payload)):
+            result = await shortcut.send(via, name, payload, self.path)
+            if result is not None:
+                self.counters["by_datagram"] += 1
+                return result
+            self.counters["datagram_unanswered"] += 1
+        return await self.client.send_snapshot(url, name, payload, attempts=1, path=self.path)

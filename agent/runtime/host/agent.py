@@ -75,6 +75,12 @@ from agent.runtime.results.lake_sink import lake_target
 from overlay import OverlayNode
 from overlay.tasks import BackgroundTasks
 from srt import DataPlaneClient, DataPlaneServer, TreeManager
+from srt.dataplane.datagram import (
+    DATAGRAM_KIND,
+    FIELDS_ALLOWANCE,
+    SnapshotDatagrams,
+    SnapshotDatagramServer,
+)
 from srt.dataplane.guard import ConnectionLimits
 from srt.trees.types import JoinTimeout
 
@@ -129,6 +135,16 @@ class Agent:
             config.secret, host=config.host, port=config.data_port, tunables=self.srt_tunables
         )
         self.client = DataPlaneClient(config.secret, tunables=self.srt_tunables)
+        # small snapshots go to the parent as one overlay datagram (srt/dataplane/datagram.py),
+        # at most what fits the overlay's datagram beside the request's other fields
+        room = config.tunables.max_datagram - FIELDS_ALLOWANCE
+        self.snapshot_datagrams = SnapshotDatagrams(
+            lambda node, kind, payload, timeout: self.overlay.request(
+                node, kind, payload, timeout=timeout, retries=0
+            ),
+            limit=max(0, min(self.srt_tunables.snapshot_datagram_bytes, room)),
+            timeout=self.srt_tunables.snapshot_datagram_timeout,
+        )
         self.trees: TreeManager | None = None
         table = JobTable(stopped_ttl=t.stopped_job_ttl, tombstone_seconds=t.tombstone_seconds)
         self.runtimes: dict[str, JobRuntime] = {}
@@ -191,6 +207,7 @@ class Agent:
             trees=lambda: self.trees,
             data_url=lambda: self.data_url,
             count=self.count,
+            snapshot_datagrams=self.snapshot_datagrams,
         )
         s = self.supervisor
         self.job_table = JobTablePort(
@@ -326,6 +343,7 @@ class Agent:
         self.peers.install(self.server)
         self.dashboard.attach()
         self.overlay.handle("agent.where", lambda payload, sender: {"data_url": self.data_url})
+        self.overlay.handle(DATAGRAM_KIND, SnapshotDatagramServer(self.server).serve)
         self.data_url = await self.server.start()
         self.trees = TreeManager(
             self.overlay,

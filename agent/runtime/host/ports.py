@@ -31,6 +31,7 @@ from agent.jobs.table import JobEntry
 from overlay import NodeInfo
 from srt import DataPlaneClient, TreeManager
 from srt import Tunables as SrtTunables
+from srt.dataplane.upstream import SnapshotShortcut
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,11 @@ class NetworkPort:
         trees: Callable[[], TreeManager | None],
         data_url: Callable[[], str],
         count: Callable[[str], None],
+        snapshot_datagrams: SnapshotShortcut | None = None,
     ) -> None:
         self.overlay = overlay
+        #: small snapshots to a parent as one overlay datagram (srt/dataplane/datagram.py)
+        self.snapshot_datagrams = snapshot_datagrams
         self.client = client
         self.srt_tunables = srt_tunables
         self.domain = domain

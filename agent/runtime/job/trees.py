@@ -78,6 +78,7 @@ class TreeLinks:
                 tree=tid,
                 sender=host.network.node_id,
                 tunables=host.network.srt_tunables,
+                shortcut=host.network.snapshot_datagrams,
             )
             host.senders[tid].on_refused = lambda url, tid=tid: self._parent_refused(tid, url)
         return combiner
@@ -210,7 +211,7 @@ class TreeLinks:
         if parent is not None and self.host.recovery.replicated():
             # the old position's replicas hold what was queued for a dead parent (counted)
             self.host.recovery.hand_off(tid, parent.id)
-        self.host.senders[tid].set_parent(view.parent_url)
+        self.host.senders[tid].set_parent(view.parent_url, via=parent)
 
     def _parent_refused(self, tid: int, url: str) -> None:
         """Our parent's data-plane port refused the snapshot: its process is gone (a master

@@ -114,6 +114,7 @@ class Network:
     srt_tunables: Tunables = field(default_factory=lambda: Tunables(upstream_backoff=0.01))
     dead: set[int] = field(default_factory=set)
     domain: str = "default"
+    snapshot_datagrams: Any = None  # every snapshot by HTTP
 
     def routable(self, node_id: int) -> bool:
         return node_id not in self.dead

@@ -43,6 +43,7 @@ class FakeAgent:
         self.data_url = "http://127.0.0.1:1"
         self.client = DataPlaneClient(SECRET.encode())
         self.srt_tunables = srt.Tunables()
+        self.snapshot_datagrams = None  # every snapshot by HTTP
         self.recorded: list[JobEntry] = []
         self.ticked: list[list[str]] = []
         self.spawned: list[str] = []
