@@ -22,7 +22,9 @@ import math
 from dataclasses import dataclass, fields
 
 #: settings where 0 switches the feature off (every other value must be positive)
-_ZERO_MEANS_OFF = frozenset({"lake_retention_days", "max_cores", "nice", "parse_processes"})
+_ZERO_MEANS_OFF = frozenset(
+    {"lake_retention_days", "max_cores", "multicast_bundle_wait", "nice", "parse_processes"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,9 @@ class RuntimeTunables:
     tombstone_seconds: float = 86_400.0  # a removed job's version is remembered this long
     # ---- one job (agent/runtime/job/runtime.py)
     multicast_timeout: float = 5.0  # a master's multicast down a job tree
+    # a master's per-epoch multicasts of a tree ("empty", "commit") wait this long for each
+    # other and go down as one (agent/runtime/job/control.py); 0: each goes alone at once
+    multicast_bundle_wait: float = 0.25
     master_url_ttl: float = 5.0  # a master's data-plane URL is reused this long
     late_attempts: int = 12  # tries to deliver a late contribution (~20 s with back-off)
     # a master that became the root with nothing handed over (a restart, the job's first
