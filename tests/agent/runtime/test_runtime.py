@@ -103,6 +103,19 @@ async def test_synchronous_batches_roll_up_exactly_and_empty_reaches_every_worke
             for s in empties():
                 kinds = {m["kind"] for m in heard if m.get("sent_at") == s["sent_at"]}
                 assert kinds == {"empty", "commit"}, (a.config.node_id, kinds)
+        # a malformed bundle (too many messages, nested, not a list) is counted and dropped
+        member = agents[3].runtimes["wc"]
+        tid = member.tree_list[0]
+        before = len(member.control.multicasts)
+        note = {"kind": "note", "epoch": e}
+        for bad in (
+            {"kind": "bundle", "messages": [note] * 9},
+            {"kind": "bundle", "messages": "not a list"},
+            {"kind": "bundle", "messages": [{"kind": "bundle", "messages": [note]}, 7]},
+        ):
+            await member.control.on_multicast(tid, bad)
+        assert member.counters["bad_multicast_bundle"] == 4
+        assert len(member.control.multicasts) == before
 
 
 async def test_the_commit_lag_each_agent_hears_times_its_recovery_timers() -> None:
