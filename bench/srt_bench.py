@@ -676,11 +676,14 @@ def marginal_agent(seconds: float, code: Path | None = None, more: int = 8) -> d
     }
 
 
-async def per_agent_idle(n: int, seconds: float, warm: float = 0.0) -> dict[str, Any]:
+async def per_agent_idle(
+    n: int, seconds: float, warm: float = 0.0, epoch_seconds: float = 1.0
+) -> dict[str, Any]:
     """``n`` logical agents in this process (production timings): the process's CPU per agent
-    with no job, then with one job and no input, each over ``seconds`` once settled and
-    ``warm`` seconds more (the overlay's upkeep slows down while nothing changes). Each agent
-    tails a log file (one, empty: a webserver's quiet log) that the job reads."""
+    with no job, then with one job (of ``epoch_seconds`` epochs) and no input, each over
+    ``seconds`` once settled and ``warm`` seconds more (the overlay's upkeep slows down while
+    nothing changes). Each agent tails a log file (one, empty: a webserver's quiet log) that
+    the job reads."""
     quiet_log = Path(tempfile.mkdtemp(prefix="elf-per-agent-")) / "access.jsonl"
     quiet_log.touch()
     cfg = load_config(env={"ELF_SECRET": SECRET}, overrides={"logical_agents": n})
@@ -703,25 +706,29 @@ async def per_agent_idle(n: int, seconds: float, warm: float = 0.0) -> dict[str,
         freeze_heap()
         await asyncio.sleep(warm)
         no_job = await cpu_percent()
-        await agents[0].submit({"name": "idle", "creator": "bench", "job_class": "wordcount"})
-        await asyncio.sleep(5.0)  # the job's trees form and its first epochs pass
+        job = {"name": "idle", "creator": "bench", "job_class": "wordcount"}
+        await agents[0].submit({**job, "epoch_seconds": epoch_seconds})
+        await asyncio.sleep(max(5.0, 2 * epoch_seconds))  # the trees form, first epochs pass
         one_job = await cpu_percent()
     finally:
         await stop_agents(agents, timeout=60)
     return {
         "agents": n,
         "warm_s": warm,
+        "epoch_seconds": epoch_seconds,
         "cpu_percent_per_agent": {"no_job": round(no_job / n, 3), "one_job": round(one_job / n, 3)},
         "goal_percent": {"no_job": 0.02, "one_job": 0.05},
     }
 
 
-def per_agent_idle_of(code: Path, n: int, seconds: float, warm: float = 0.0) -> dict[str, Any]:
+def per_agent_idle_of(
+    code: Path, n: int, seconds: float, warm: float = 0.0, epoch_seconds: float = 1.0
+) -> dict[str, Any]:
     """:func:`per_agent_idle` with the agents of checkout ``code`` (this script, run with it
     first on the import path)."""
     env = {**os.environ, "PYTHONPATH": str(code)}
     args = [sys.executable, __file__, "--only", "per-agent", "--agents", str(n)]
-    args += ["--seconds", str(seconds), "--warm", str(warm)]
+    args += ["--seconds", str(seconds), "--warm", str(warm), "--epoch-seconds", str(epoch_seconds)]
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout)["per_agent_idle"]
 
@@ -769,7 +776,8 @@ def main() -> None:
         "--epoch-seconds",
         type=float,
         default=1.0,
-        help="the cluster run's epoch length (the paper's applications use 30 s)",
+        help="the job's epoch length in the cluster and per-agent runs (the paper's "
+        "applications use 30 s)",
     )
     parser.add_argument(
         "--trees",
@@ -799,12 +807,13 @@ def main() -> None:
     }
     if args.only == "per-agent":
         n = (args.agents or [64])[0]
-        out["per_agent_idle"] = asyncio.run(per_agent_idle(n, args.seconds, args.warm))
+        timing = (args.seconds, args.warm, args.epoch_seconds)
+        out["per_agent_idle"] = asyncio.run(per_agent_idle(n, *timing))
         if args.baseline:
             with checkout(args.baseline) as code:
                 out["baseline"] = {
                     "ref": args.baseline,
-                    "per_agent_idle": per_agent_idle_of(code, n, args.seconds, args.warm),
+                    "per_agent_idle": per_agent_idle_of(code, n, *timing),
                 }
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
