@@ -184,7 +184,7 @@ async def tree_vs_star(n: int, epochs: int, seed: int) -> dict[str, Any]:
                 m["received_at"]
                 for a in members
                 for m in a.runtimes["bench"].control.multicasts
-                if m.get("sent_at") == stat["sent_at"]
+                if same_multicast(m, stat)
             ]
             if len(received) == len(members):
                 multicast_delivery.append(1000 * (max(received) - stat["sent_at"]))
@@ -249,6 +249,12 @@ async def wait_epochs(runtime: Any, tid: int, count: int, timeout: float, since:
             return
         await asyncio.sleep(0.1)
     raise RuntimeError(f"fewer than {count} epochs completed in {timeout}s")
+
+
+def same_multicast(received: dict[str, Any], sent: dict[str, Any]) -> bool:
+    """A message received is this one the master sent: the same send (a bundle carries
+    several messages in one), kind and epoch."""
+    return all(received.get(k) == sent.get(k) for k in ("sent_at", "kind", "epoch"))
 
 
 def tree_shape(agents: list[Agent], tid: int) -> dict[str, int]:
@@ -395,7 +401,12 @@ def cluster_run(
                 found = master_patiently(first_client, clients, name, 120.0)
                 others.append(check_exact(found, measured, expected, 60.0, name))
             timings = [c.timings("bench") for c in clients.values()]
-            views = [c.status()["jobs"]["bench"]["trees"] for c in clients.values()]
+            statuses = [c.status()["jobs"]["bench"] for c in clients.values()]
+            views = [st["trees"] for st in statuses]
+            upstream: Counter[str] = Counter()  # how the snapshots went up: datagram or HTTP
+            for st in statuses:
+                for sender in st.get("upstream", {}).values():
+                    upstream.update(sender.get("counters", {}))
         finally:
             stop.set()
             local.stop(timeout=60)
@@ -422,7 +433,7 @@ def cluster_run(
             m["received_at"]
             for nid in view_of
             for m in by_node[nid]["multicasts_received"]
-            if m.get("sent_at") == stat["sent_at"]
+            if same_multicast(m, stat)
         ]
         if len(received) == len(view_of):
             delivery.append(1000 * (max(received) - stat["sent_at"]))
@@ -456,6 +467,9 @@ def cluster_run(
         # role moved mid-run) or multicasts some agent never recorded (overload).
         "epochs_without_timing": epochs - len(rollup),
         "multicasts_not_seen_by_all": partial,
+        # every agent's upstream senders summed: snapshots acknowledged, by datagram, and
+        # datagrams unanswered (then posted), failed attempts (the whole run)
+        "upstream": dict(upstream),
     }
 
 

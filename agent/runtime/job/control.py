@@ -6,14 +6,17 @@ Contract (:class:`JobControl`, one per job runtime, on the event loop):
   ``sent_at``), within ``RuntimeTunables.multicast_timeout``; how many agents it reached and
   how long it took are kept (the 64 newest, ``multicast_stats``) and told to the observer.
 * **One multicast per epoch.** A master sends two messages down a tree each epoch: the
-  result's ``empty`` (or ``feedback``) and the ``commit`` that follows the standby's copy. The
-  first of them waits up to ``RuntimeTunables.multicast_bundle_wait`` for the other, and the
-  two go down as one ``{"kind": "bundle", "messages": [...]}`` (nothing waits longer: alone
-  after the wait). Every agent in the tree then handles one multicast instead of two: a
-  receive, a forward per child and their replies (docs/agent-runtime.md, "Benchmark").
-  Messages of other kinds go at once, alone. A receiver takes a bundle's messages in order,
-  each as if it came alone; a bundle holds at most :data:`MAX_BUNDLE` messages, never another
-  bundle.
+  result's ``empty`` (batch jobs) and the ``commit`` that follows the standby's copy. The
+  ``empty`` waits up to ``RuntimeTunables.multicast_bundle_wait`` for the commit, and the
+  two go down as one ``{"kind": "bundle", "messages": [...]}`` (alone after
+  the wait). A commit never waits - the members' recovery timers follow its pace
+  (``recovery/commit_lag.py``), and a later commit makes them checkpoint and probe more: one
+  that comes first goes alone, at once. Every agent in the tree then handles one multicast
+  instead of two: a receive, a forward per child and their replies (docs/agent-runtime.md,
+  "Benchmark"). Messages of other kinds go at once, alone, after what waits (a ``feedback``
+  value may fill a datagram by itself, so it never shares one). A receiver takes a bundle's
+  messages in order, each as if it came alone; a bundle holds at most :data:`MAX_BUNDLE`
+  messages, never another bundle.
 * :meth:`~JobControl.on_multicast` takes each message the tree delivers here (the 64 newest are
   kept, ``multicasts``): a runtime ``change`` goes to the changes part, fault tolerance's own
   kinds to the job's fault tolerance (:class:`~agent.runtime.job.host.
@@ -42,8 +45,10 @@ from srt.errors import Incompatible, Reject
 
 log = logging.getLogger(__name__)
 
-#: the per-epoch kinds that wait for each other (module contract)
-BUNDLED_KINDS = frozenset({"empty", "feedback", "commit"})
+#: the per-epoch kinds that may wait for company, and the one that takes them along but never
+#: waits itself (module contract)
+WAITING_KINDS = frozenset({"empty"})  # tiny; a feedback value may fill a datagram alone
+COMPANY_KINDS = frozenset({"commit"})
 BUNDLE = "bundle"
 MAX_BUNDLE = 8  # messages a received bundle may hold
 
@@ -87,17 +92,26 @@ class JobControl:
         """Send ``message`` down tree ``tid`` (as its master); the tree layer's result. A
         per-epoch kind may wait for company first (module contract)."""
         wait = self.host.tunables.multicast_bundle_wait
-        if message.get("kind") not in BUNDLED_KINDS or wait <= 0:
-            return await self._send(tid, [message])
-        waiting = self._waiting.pop(tid, None)
-        if waiting is None:  # the first: park it until company comes or the wait ends
+        kind = message.get("kind")
+        parked = self._waiting.get(tid)
+        if parked is not None and kind in WAITING_KINDS:  # it waits with them (room kept for
+            parked.messages.append(message)  # the company; a full bundle goes at once)
+            if len(parked.messages) >= MAX_BUNDLE - 1:
+                self._send_parked(tid)
+            return await asyncio.shield(parked.done)
+        if parked is not None:  # company: they go with it; anything else goes after them
+            del self._waiting[tid]
+            parked.timer.cancel()
+            if kind in COMPANY_KINDS:
+                return await self._send_bundle(tid, [*parked.messages, message], parked.done)
+            await _failure_to_caller(self._send_bundle(tid, parked.messages, parked.done))
+        elif kind in WAITING_KINDS and wait > 0:  # park it until company comes or the wait ends
             loop = asyncio.get_running_loop()
             done = loop.create_future()
             timer = loop.call_later(wait, self._send_parked, tid)
             self._waiting[tid] = _Waiting([message], done, timer)
             return await asyncio.shield(done)
-        waiting.timer.cancel()
-        return await self._send_bundle(tid, [*waiting.messages, message], waiting.done)
+        return await self._send(tid, [message])
 
     def _send_parked(self, tid: int) -> None:
         """The wait ended with no company: the parked messages go down alone."""
