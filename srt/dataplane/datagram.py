@@ -141,7 +141,7 @@ class SnapshotDatagrams:
 
     def fits(self, size: int) -> bool:
         """May a body of ``size`` bytes go by datagram?"""
-        return 0 < self.limit and size <= self.limit
+        return self.limit > 0 and size <= self.limit
 
     async def send(self, node: Any, name: SnapshotName, body: bytes, path: str) -> str | None:
         """One datagram to ``node`` (module contract): the acknowledgement, a raised

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -47,7 +48,9 @@ async def pair(*, handler: Any = None, serve_datagrams: bool = True, child_secre
     await child.start([])
     client = DataPlaneClient(SECRET)
     try:
-        yield parent, child, server, rec, client, url
+        yield SimpleNamespace(
+            parent=parent, child=child, server=server, rec=rec, client=client, url=url
+        )
     finally:
         await client.close()
         await child.stop()
@@ -76,11 +79,11 @@ def sender_of(client: DataPlaneClient, shortcut: SnapshotDatagrams, **kw) -> Ups
 
 
 async def test_small_snapshots_go_by_datagram_and_large_ones_by_http() -> None:
-    async with pair() as (parent, child, server, rec, client, url):
-        shortcut = shortcut_of(child, limit=1024)
-        sender = sender_of(client, shortcut)
+    async with pair() as p:
+        shortcut = shortcut_of(p.child, limit=1024)
+        sender = sender_of(p.client, shortcut)
         try:
-            sender.set_parent(url, via=parent.info)
+            sender.set_parent(p.url, via=p.parent.info)
             small = snap_of(["a", "b", "a"])
             large = snap_of([f"word-{i}" for i in range(2000)])
             assert len(small.to_bytes()) <= 1024 < len(large.to_bytes())
@@ -88,31 +91,31 @@ async def test_small_snapshots_go_by_datagram_and_large_ones_by_http() -> None:
             sender.enqueue(1, large)
             sender.enqueue(2, snap_of([]))  # an empty epoch: the case this exists for
             assert await sender.flush(timeout=10)
-            assert rec.merged[name(0)].to_dict() == {"a": 2, "b": 1}
-            assert rec.merged[name(1)].to_dict() == {f"word-{i}": 1 for i in range(2000)}
-            assert rec.merged[name(2)].to_dict() == {}
+            assert p.rec.merged[name(0)].to_dict() == {"a": 2, "b": 1}
+            assert p.rec.merged[name(1)].to_dict() == {f"word-{i}": 1 for i in range(2000)}
+            assert p.rec.merged[name(2)].to_dict() == {}
             counters = sender.pending()["counters"]
             assert counters["by_datagram"] == 2 and counters["merged"] == 3
-            assert client.stats()["requests"] == 1  # only the large one was posted
+            assert p.client.stats()["requests"] == 1  # only the large one was posted
             assert shortcut.counters["acknowledged"] == 2
             # the server counts the datagrams like posts
-            assert server.stats()["results"] == {"merged": 3}
+            assert p.server.stats()["results"] == {"merged": 3}
             # the same name again by datagram: a duplicate, merged once
-            again = await shortcut.send(parent.info, name(0), small.to_bytes(), SNAPSHOT_PATH)
-            assert again == "duplicate" and rec.calls == 4
+            again = await shortcut.send(p.parent.info, name(0), small.to_bytes(), SNAPSHOT_PATH)
+            assert again == "duplicate" and p.rec.calls == 4
         finally:
             await sender.close()
 
 
 async def test_without_the_parents_node_every_snapshot_is_posted() -> None:
-    async with pair() as (parent, child, server, rec, client, url):
-        shortcut = shortcut_of(child)
-        sender = sender_of(client, shortcut, parent_url=url)  # no via: HTTP only
+    async with pair() as p:
+        shortcut = shortcut_of(p.child)
+        sender = sender_of(p.client, shortcut, parent_url=p.url)  # no via: HTTP only
         try:
             sender.enqueue(0, snap_of(["x"]))
             assert await sender.flush(timeout=5)
-            assert rec.merged[name(0)].to_dict() == {"x": 1}
-            assert shortcut.counters["sent"] == 0 and client.stats()["requests"] == 1
+            assert p.rec.merged[name(0)].to_dict() == {"x": 1}
+            assert shortcut.counters["sent"] == 0 and p.client.stats()["requests"] == 1
         finally:
             await sender.close()
 
@@ -120,14 +123,14 @@ async def test_without_the_parents_node_every_snapshot_is_posted() -> None:
 async def test_a_parent_without_the_handler_gets_the_snapshot_by_http() -> None:
     """A peer of an older version (no handler: the overlay answers an error) or a datagram
     lost on the way: no reply means the same attempt posts it."""
-    async with pair(serve_datagrams=False) as (parent, child, server, rec, client, url):
-        shortcut = shortcut_of(child)
-        sender = sender_of(client, shortcut)
+    async with pair(serve_datagrams=False) as p:
+        shortcut = shortcut_of(p.child)
+        sender = sender_of(p.client, shortcut)
         try:
-            sender.set_parent(url, via=parent.info)
+            sender.set_parent(p.url, via=p.parent.info)
             sender.enqueue(0, snap_of(["x"]))
             assert await sender.flush(timeout=5)
-            assert rec.merged[name(0)].to_dict() == {"x": 1}
+            assert p.rec.merged[name(0)].to_dict() == {"x": 1}
             counters = sender.pending()["counters"]
             assert counters["datagram_unanswered"] == 1 and "by_datagram" not in counters
             assert shortcut.counters["no_reply"] == 1
@@ -138,16 +141,16 @@ async def test_a_parent_without_the_handler_gets_the_snapshot_by_http() -> None:
 async def test_a_datagram_of_another_cluster_is_dropped_and_the_post_is_refused() -> None:
     """Authentication holds on both ways: the overlay drops the datagram unanswered (the MAC
     fails), and the fallback post fails its signature check (401), which is not retried."""
-    async with pair(child_secret=OTHER_SECRET) as (parent, child, server, rec, client, url):
+    async with pair(child_secret=OTHER_SECRET) as p:
         stranger = DataPlaneClient(OTHER_SECRET)
         try:
-            shortcut = shortcut_of(child)
-            assert await shortcut.send(parent.info, name(0), b"x", SNAPSHOT_PATH) is None
-            assert parent.stats()["drops"].get("bad_mac", 0) >= 1
+            shortcut = shortcut_of(p.child)
+            assert await shortcut.send(p.parent.info, name(0), b"x", SNAPSHOT_PATH) is None
+            assert p.parent.stats()["drops"].get("bad_mac", 0) >= 1
             with pytest.raises(DataPlaneError) as ei:
-                await stranger.send_snapshot(url, name(0), snap_of(["x"]).to_bytes())
+                await stranger.send_snapshot(p.url, name(0), snap_of(["x"]).to_bytes())
             assert ei.value.status == 401
-            assert rec.calls == 0
+            assert p.rec.calls == 0
         finally:
             await stranger.close()
 
@@ -156,29 +159,29 @@ async def test_a_refusal_reads_as_the_http_doors_refusal() -> None:
     async def refuse(n, body):
         raise Reject(409, "incompatible", "aggregate sum, expected count")
 
-    async with pair(handler=refuse) as (parent, child, server, rec, client, url):
-        shortcut = shortcut_of(child)
+    async with pair(handler=refuse) as p:
+        shortcut = shortcut_of(p.child)
         with pytest.raises(DataPlaneError) as by_datagram:
-            await shortcut.send(parent.info, name(0), snap_of(["x"]).to_bytes(), SNAPSHOT_PATH)
+            await shortcut.send(p.parent.info, name(0), snap_of(["x"]).to_bytes(), SNAPSHOT_PATH)
         with pytest.raises(DataPlaneError) as by_post:
-            await client.send_snapshot(url, name(0), snap_of(["x"]).to_bytes(), attempts=1)
+            await p.client.send_snapshot(p.url, name(0), snap_of(["x"]).to_bytes(), attempts=1)
         for e in (by_datagram.value, by_post.value):
             assert (e.status, e.reason, e.transient) == (409, "incompatible", False)
-        assert server.stats()["rejected"] == {"incompatible": 2}
+        assert p.server.stats()["rejected"] == {"incompatible": 2}
 
 
 async def test_the_replica_door_gets_its_position_by_datagram() -> None:
-    async with pair() as (parent, child, server, rec, client, url):
-        server.on_snapshot(rec, path=REPLICA_SNAPSHOT_PATH)
-        shortcut = shortcut_of(child)
+    async with pair() as p:
+        p.server.on_snapshot(p.rec, path=REPLICA_SNAPSHOT_PATH)
+        shortcut = shortcut_of(p.child)
         body = snap_of(["r"]).to_bytes()
         path = f"{REPLICA_SNAPSHOT_PATH}?position=abc"
-        assert await shortcut.send(parent.info, name(5), body, path) == "merged"
-        assert rec.position == 0xABC
+        assert await shortcut.send(p.parent.info, name(5), body, path) == "merged"
+        assert p.rec.position == 0xABC
 
 
 async def test_hostile_datagrams_get_400_and_never_reach_a_handler() -> None:
-    async with pair() as (parent, child, server, rec, client, url):
+    async with pair() as p:
         good = request_of(name(0), SNAPSHOT_PATH, snap_of(["x"]).to_bytes())
         hostile: list[Any] = [
             {**good, "path": "/srt/v1/../admin"},
@@ -191,13 +194,15 @@ async def test_hostile_datagrams_get_400_and_never_reach_a_handler() -> None:
             {"name": good["name"], "body": good["body"]},
         ]
         for payload in hostile:
-            reply = await child.request(parent.info, DATAGRAM_KIND, payload)
+            reply = await p.child.request(p.parent.info, DATAGRAM_KIND, payload)
             assert reply["status"] == 400 and reply["error"] == "bad_name", payload
-        assert rec.calls == 0
-        assert (await child.request(parent.info, DATAGRAM_KIND, good))["result"] == "merged"
+        assert p.rec.calls == 0
+        assert (await p.child.request(p.parent.info, DATAGRAM_KIND, good))["result"] == "merged"
         # a body that is no snapshot is the HTTP door's 422 (the sender resends at once)
         with pytest.raises(DataPlaneError) as corrupt:
-            await shortcut_of(child).send(parent.info, name(1), b"not a snapshot", SNAPSHOT_PATH)
+            await shortcut_of(p.child).send(
+                p.parent.info, name(1), b"not a snapshot", SNAPSHOT_PATH
+            )
         assert (corrupt.value.status, corrupt.value.reason) == (422, "corrupt")
 
 
@@ -243,15 +248,15 @@ def test_limits_are_checked() -> None:
 
 async def test_unanswered_datagrams_wait_no_longer_than_the_timeout() -> None:
     """A stopped parent node: the datagram waits its timeout, then the post goes at once."""
-    async with pair() as (parent, child, server, rec, client, url):
-        shortcut = shortcut_of(child, timeout=0.2)
-        sender = sender_of(client, shortcut)
-        info = parent.info
-        await parent.stop()
+    async with pair() as p:
+        shortcut = shortcut_of(p.child, timeout=0.2)
+        sender = sender_of(p.client, shortcut)
+        info = p.parent.info
+        await p.parent.stop()
         try:
-            sender.set_parent(url, via=info)
+            sender.set_parent(p.url, via=info)
             sender.enqueue(0, snap_of(["late"]))
-            await wait_for(lambda: name(0) in rec.merged, 5)
+            await wait_for(lambda: name(0) in p.rec.merged, 5)
             assert shortcut.counters["no_reply"] == 1
         finally:
             await sender.close()
