@@ -52,7 +52,7 @@ Example file::
     stopped_job_ttl = 600.0    # a stopped job leaves every agent's job table after this
     tombstone_seconds = 86400.0  # a removed job's last version is remembered this long
     multicast_timeout = 5.0    # a master's multicast down a job tree
-    multicast_bundle_wait = 0.25   # its per-epoch multicasts wait this long to go as one
+    multicast_bundle_wait = 0.25   # an epoch's "empty" waits this long for its commit
     master_url_ttl = 5.0       # a master's data-plane URL is cached this long
     late_attempts = 12         # tries to deliver a late contribution to the master
     stop_flush_seconds = 10.0  # a stopping job waits this long for its lake rollups

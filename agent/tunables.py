@@ -58,8 +58,8 @@ class RuntimeTunables:
     tombstone_seconds: float = 86_400.0  # a removed job's version is remembered this long
     # ---- one job (agent/runtime/job/runtime.py)
     multicast_timeout: float = 5.0  # a master's multicast down a job tree
-    # a master's per-epoch multicasts of a tree ("empty", "commit") wait this long for each
-    # other and go down as one (agent/runtime/job/control.py); 0: each goes alone at once
+    # a master's "empty" of an epoch waits this long for the epoch's "commit" (which never
+    # waits) and the two go down as one (agent/runtime/job/control.py); 0: each alone at once
     multicast_bundle_wait: float = 0.25
     master_url_ttl: float = 5.0  # a master's data-plane URL is reused this long
     late_attempts: int = 12  # tries to deliver a late contribution (~20 s with back-off)

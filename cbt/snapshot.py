@@ -134,6 +134,9 @@ def _give_decompressor(d: zstandard.ZstdDecompressor) -> None:
 # encoding that once passed the full decode decodes the same, so both are kept (a dict's get
 # and set are atomic; a full cache is emptied and refilled).
 EMPTY_KEPT = 64
+#: an empty snapshot's encoding is ~130 bytes; a larger body is not looked up (hashing a
+#: many-megabyte body for the lookup would cost more than the cache saves)
+EMPTY_MAX_BYTES = 1024
 _EMPTY_BYTES: dict[tuple[str, bytes, str, int], bytes] = {}
 #: (encoding, the hash_function asked for) -> what the full decode gave
 _EMPTY_DECODED: dict[tuple[bytes, HashFunction | None], tuple[Aggregator, HashFunction]] = {}
@@ -475,10 +478,11 @@ class Snapshot:
     ) -> Snapshot:
         """Decode ``to_bytes`` output; raises :class:`SnapshotError` on any defect."""
         data = bytes(data)
-        empty = _EMPTY_DECODED.get((data, hash_function))
+        size = len(data)
+        small = size <= EMPTY_MAX_BYTES
+        empty = _EMPTY_DECODED.get((data, hash_function)) if small else None
         if empty is not None:
             return cls.empty(*empty)
-        size = len(data)
         if size < _MIN_SIZE:
             raise SnapshotError(
                 f"truncated snapshot: {size} bytes, the fixed header alone needs {_MIN_SIZE}"
@@ -503,7 +507,7 @@ class Snapshot:
             raise
         except Exception as e:  # any decoding failure past the checksum is still a bad snapshot
             raise SnapshotError(f"invalid snapshot contents: {e}") from e
-        if not len(snap):
+        if small and not len(snap):
             _keep(_EMPTY_DECODED, (data, hash_function), (snap.agg, snap._hash_fn))
         return snap
 

@@ -18,11 +18,11 @@ Contract:
   returns None when no reply came (lost, timed out, or a peer without the handler): the caller
   then posts the same snapshot over HTTP at once. A snapshot that arrived after all is then
   acknowledged ``duplicate`` by name or lineage, as any re-send is.
-* **Receiver** (:class:`SnapshotDatagramServer`, the overlay handler of
-  :data:`DATAGRAM_KIND`): the request is checked as strictly as the HTTP door checks its
-  headers (400 ``bad_name`` for a non-canonical name, a path not a snapshot door, a body that
-  is not bytes) and then goes through :meth:`DataPlaneServer.take_snapshot`, the same
-  handlers and counters as a POST.
+* **Receiver** (:meth:`DataPlaneServer.serve_datagram <srt.dataplane.server.DataPlaneServer.
+  serve_datagram>`, the overlay handler of :data:`DATAGRAM_KIND`): :func:`parse_request`
+  checks the request as strictly as the HTTP door checks its headers (400 ``bad_name`` for a
+  non-canonical name, a path not a snapshot door, a body that is not bytes); then the door's
+  handler takes it, with the same answers and counters as a POST.
 * **Security.** The overlay authenticates every datagram with the cluster secret (HMAC over
   the whole datagram), bounds its timestamp and rejects replays (:mod:`overlay.wire`), so a
   datagram snapshot is as authenticated and as intact as a signed POST; a damaged datagram is
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from overlay.errors import OverlayError
 from srt.dataplane.name import (
@@ -56,15 +56,6 @@ DATAGRAM_KIND = "srt.snapshot"
 #: percent-encoded, two 40-digit ids, an epoch, a path) plus msgpack framing: with the
 #: overlay's own header and MAC, a body of ``snapshot_datagram_bytes`` must still fit
 FIELDS_ALLOWANCE = 1200
-
-
-class SnapshotTaker(Protocol):
-    """The data-plane server's door for snapshots that came another authenticated way
-    (:meth:`srt.dataplane.server.DataPlaneServer.take_snapshot`)."""
-
-    async def take_snapshot(
-        self, path: str, name: SnapshotName, body: bytes, position: int | None = None
-    ) -> tuple[int, dict[str, str]]: ...
 
 
 #: one overlay request: (node, kind, payload, timeout) -> the handler's reply; raises
@@ -104,27 +95,6 @@ def parse_request(payload: Any) -> tuple[str, int | None, SnapshotName, bytes]:
         raise SnapshotNameError("a snapshot datagram's name is four texts")
     headers = dict(zip((H_JOB, H_TREE, H_EPOCH, H_SENDER), fields, strict=True))
     return door, position, SnapshotName.from_headers(headers), body
-
-
-class SnapshotDatagramServer:
-    """The receiving side (module contract): an overlay request handler over a
-    :class:`SnapshotTaker`."""
-
-    def __init__(self, taker: SnapshotTaker) -> None:
-        self.taker = taker
-        self.counters: Counter[str] = Counter()
-
-    async def serve(self, payload: Any, sender: Any) -> dict[str, Any]:
-        """The overlay handler: ``{"status": 200, "result": ack}`` or ``{"status": s,
-        "error": reason, "detail": text}``."""
-        self.counters["received"] += 1
-        try:
-            door, position, name, body = parse_request(payload)
-        except SnapshotNameError as e:
-            self.counters["bad_name"] += 1
-            return {"status": 400, "error": "bad_name", "detail": str(e)[:300]}
-        status, reply = await self.taker.take_snapshot(door, name, body, position)
-        return {"status": status, **reply}
 
 
 class SnapshotDatagrams:

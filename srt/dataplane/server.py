@@ -33,6 +33,7 @@ from aiohttp import web
 from cbt.errors import SnapshotError
 from srt.config import DEFAULT_TUNABLES, Tunables
 from srt.dataplane.auth import AuthError, RequestAuth, body_digest
+from srt.dataplane.datagram import parse_request
 from srt.dataplane.guard import ConnectionGuard, ConnectionLimits, GuardedHttpServer
 from srt.dataplane.name import (
     ACK_RESULTS,
@@ -96,6 +97,7 @@ class DataPlaneServer:
         self._server: GuardedHttpServer | None = None
         self.url: str | None = None
         self._requests = 0
+        self._datagrams = 0  # of the requests, those that came as overlay datagrams
         self._bytes_in = 0
         self._rejected: Counter[str] = Counter()
         self._results: Counter[str] = Counter()
@@ -147,6 +149,7 @@ class DataPlaneServer:
         connection guard's (open, pre-auth, closed by reason)."""
         return {
             "requests": self._requests,
+            "datagrams": self._datagrams,
             "bytes_in": self._bytes_in,
             "results": dict(self._results),
             "rejected": dict(self._rejected),
@@ -214,28 +217,33 @@ class DataPlaneServer:
         self.guard.authenticated(request)  # signed, fresh, intact: no longer pre-auth
         if is_snapshot:
             assert name is not None
-            handler = self._snapshot_handlers[path]
-            if path == REPLICA_SNAPSHOT_PATH and handler is not None:
-                handler = functools.partial(handler, position=position)
-            status, reply = await self._run_snapshot(handler, name, body)
+            status, reply = await self._run_snapshot(self._door(path, position), name, body)
             return self._sign(_json(status, reply), nonce)
         return self._sign(await self._run_route(self._routes[key], request, nonce), nonce)
 
-    async def take_snapshot(
-        self, path: str, name: SnapshotName, body: bytes, position: int | None = None
-    ) -> tuple[int, dict[str, str]]:
-        """A snapshot that came by another authenticated way (a datagram:
-        :mod:`srt.dataplane.datagram`) through the handler of ``path``, as if it were posted
-        there: the HTTP status and JSON reply it would have had (``{"result": ...}`` or
-        ``{"error": ..., "detail": ...}``), counted the same way."""
+    async def serve_datagram(self, payload: Any, sender: Any = None) -> dict[str, Any]:
+        """The overlay handler of a snapshot datagram (:mod:`srt.dataplane.datagram`; the
+        overlay authenticated it): checked as strictly as the door's headers (400
+        ``bad_name``), then through the door's handler as if it were posted there, counted
+        the same way. Replies ``{"status": s, "result": ...}`` or ``{"status": s, "error":
+        ..., "detail": ...}``."""
         self._requests += 1
-        self._bytes_in += len(body)
-        if path not in self._snapshot_handlers:
-            return self._refusal(404, "not_found", path)
+        self._datagrams += 1
+        try:
+            door, position, name, body = parse_request(payload)
+        except SnapshotNameError as e:
+            status, reply = self._refusal(400, "bad_name", str(e)[:300])
+        else:
+            self._bytes_in += len(body)
+            status, reply = await self._run_snapshot(self._door(door, position), name, body)
+        return {"status": status, **reply}
+
+    def _door(self, path: str, position: int | None) -> SnapshotHandler | None:
+        """The handler of snapshot door ``path`` (the replica door's with its position)."""
         handler = self._snapshot_handlers[path]
         if path == REPLICA_SNAPSHOT_PATH and handler is not None:
             handler = functools.partial(handler, position=position)
-        return await self._run_snapshot(handler, name, body)
+        return handler
 
     def _refusal(self, status: int, reason: str, detail: str) -> tuple[int, dict[str, str]]:
         self._rejected[reason] += 1

@@ -75,12 +75,7 @@ from agent.runtime.results.lake_sink import lake_target
 from overlay import OverlayNode
 from overlay.tasks import BackgroundTasks
 from srt import DataPlaneClient, DataPlaneServer, TreeManager
-from srt.dataplane.datagram import (
-    DATAGRAM_KIND,
-    FIELDS_ALLOWANCE,
-    SnapshotDatagrams,
-    SnapshotDatagramServer,
-)
+from srt.dataplane.datagram import DATAGRAM_KIND, FIELDS_ALLOWANCE, SnapshotDatagrams
 from srt.dataplane.guard import ConnectionLimits
 from srt.trees.types import JoinTimeout
 
@@ -343,7 +338,7 @@ class Agent:
         self.peers.install(self.server)
         self.dashboard.attach()
         self.overlay.handle("agent.where", lambda payload, sender: {"data_url": self.data_url})
-        self.overlay.handle(DATAGRAM_KIND, SnapshotDatagramServer(self.server).serve)
+        self.overlay.handle(DATAGRAM_KIND, self.server.serve_datagram)
         self.data_url = await self.server.start()
         self.trees = TreeManager(
             self.overlay,
@@ -524,6 +519,8 @@ class Agent:
             "loop_lag": self.loop_lag.stats(),
             "overlay": self.overlay.stats(),
             "data_plane": self.server.stats(),
+            # this agent's small snapshots to its parents: sent, acknowledged, unanswered
+            "snapshot_datagrams": dict(self.snapshot_datagrams.counters),
             "api": self.api.stats(),
             "dashboard": self.dashboard_routes.stats(),
         }

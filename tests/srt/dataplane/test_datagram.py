@@ -21,7 +21,6 @@ from srt.dataplane import DataPlaneClient, DataPlaneServer
 from srt.dataplane.datagram import (
     DATAGRAM_KIND,
     SnapshotDatagrams,
-    SnapshotDatagramServer,
     parse_request,
     request_of,
 )
@@ -42,7 +41,7 @@ async def pair(*, handler: Any = None, serve_datagrams: bool = True, child_secre
     rec = Recorder()
     server.on_snapshot(handler or rec)
     if serve_datagrams:
-        parent.handle(DATAGRAM_KIND, SnapshotDatagramServer(server).serve)
+        parent.handle(DATAGRAM_KIND, server.serve_datagram)
     url = await server.start()
     await parent.start([])
     await child.start([])
