@@ -6,11 +6,17 @@ Contract:
   replies teach second-hand news, ignored for known or tombstoned nodes. A node is tracked only
   if it would enter the :class:`~overlay.neighbourhood.Neighbourhood` (leaf set or table); a
   contact that the table evicts and the leaf set does not hold is forgotten again.
-* **Probes and suspicion.** Each :meth:`FailureDetector.tick` (every ``probe_interval``) pings
+* **Probes and suspicion.** Each :meth:`FailureDetector.tick` (every ``probe_interval``) takes
   one watched contact (leaf set ∪ designated entries, round-robin in a shuffled order) and
-  every suspected one. After ``misses_before_suspect`` consecutive missed replies — probes,
-  routed hops or requests, reported through :meth:`on_missed_reply` — a node is suspected and
-  leaves routing at once; any reply (:meth:`on_reply_from`) revives it.
+  pings it - unless it was heard from (a request or a reply of any kind: its own probe of us,
+  a tree's heartbeat) within the last round (``probe_interval`` × the round's length, × 0.9
+  for the ticks' jitter): a pair that watches each other then exchanges one probe a round
+  instead of two, and a parent and child of a tree none. The price: a contact that dies just
+  after it was heard is probed a round later at most (detection within two rounds, not one).
+  Every suspected contact is pinged at every tick. After ``misses_before_suspect``
+  consecutive missed replies — probes, routed hops or requests, reported through
+  :meth:`on_missed_reply` — a node is suspected and leaves routing at once; any reply
+  (:meth:`on_reply_from`) revives it.
 * **Local health.** A reply that comes after its request timed out (a *late reply*, reported
   through :meth:`on_late_reply`) counts as a reply - the peer is revived, its misses reset -
   and raises the node's :class:`~overlay.health.LocalHealth`: the probe timeout, the
@@ -57,6 +63,10 @@ from overlay.protocol import OK, TIMEOUT
 log = logging.getLogger(__name__)
 
 RUMOURS_PER_MESSAGE = 32  # read at most this many rumours from one ping or pong
+#: a watched contact heard from within this share of a probe round is not probed in it: below
+#: 1 so that of a pair probing each other, the one whose turn comes a round after its own
+#: probe (a round and the ticks' jitter later) still probes
+HEARD_LATELY_SHARE = 0.9
 
 Event = Callable[[NodeInfo], None]
 
@@ -101,6 +111,8 @@ class FailureDetector:
         self.membership = Membership(me.id, tunables)
         self.health = LocalHealth(tunables.health_max_level, tunables.health_decay_after)
         self._probe_queue: list[int] = []
+        # a contact heard from within the last round needs no probe (module docstring)
+        self._heard_lately = 0.0
         self._probing: set[int] = set()  # peers with a probe in flight
         # Failed nodes, re-pinged now and then: after a partition heals each side finds the
         # other again this way (tombstones stop second-hand news of them meanwhile).
@@ -336,11 +348,16 @@ class FailureDetector:
                 self._spawn(self._probe(info), "probe")
         if not self._probe_queue:
             self._probe_queue = self._probe_order()
+            round_s = self.timeout(self._t.probe_interval) * len(self._probe_queue)
+            self._heard_lately = HEARD_LATELY_SHARE * round_s
         while self._probe_queue:
             node_id = self._probe_queue.pop()
             state = self.membership.get(node_id)
             if state is not None and state.suspected_since is None:
-                if node_id not in self._probing:
+                heard = state.last_heard
+                if heard is not None and now - heard < self._heard_lately:
+                    self._metrics.event("probes_skipped")  # it spoke lately: its turn passes
+                elif node_id not in self._probing:
                     self._spawn(self._probe(state.info), "probe")
                 break
         if self._rng.random() < 0.05:
