@@ -709,21 +709,34 @@ async def per_agent_idle(
     )
     agents = await start_agents(cfg)
 
-    async def cpu_percent() -> float:
-        t0, w0 = os.times(), time.monotonic()
+    sent: dict[str, dict[str, float]] = {}
+
+    def datagrams() -> Counter[str]:
+        total: Counter[str] = Counter()
+        for a in agents:
+            total.update(a.overlay.stats()["sent_msgs"])
+        return total
+
+    async def cpu_percent(phase: str) -> float:
+        t0, w0, d0 = os.times(), time.monotonic(), datagrams()
         await asyncio.sleep(seconds)
-        t1 = os.times()
-        return 100 * (t1.user + t1.system - t0.user - t0.system) / (time.monotonic() - w0)
+        t1, d1 = os.times(), datagrams()
+        wall = time.monotonic() - w0
+        # overlay datagrams sent per agent per second, by kind (a reply is its request's
+        # kind with ".reply"): the upkeep counted, not timed
+        sent[phase] = {k: round(v / n / wall, 3) for k, v in sorted((d1 - d0).items()) if v}
+        sent[phase]["all"] = round(sum((d1 - d0).values()) / n / wall, 3)
+        return 100 * (t1.user + t1.system - t0.user - t0.system) / wall
 
     try:
         await settle(agents, 120)
         freeze_heap()
         await asyncio.sleep(warm)
-        no_job = await cpu_percent()
+        no_job = await cpu_percent("no_job")
         job = {"name": "idle", "creator": "bench", "job_class": "wordcount"}
         await agents[0].submit({**job, "epoch_seconds": epoch_seconds})
         await asyncio.sleep(max(5.0, 2 * epoch_seconds))  # the trees form, first epochs pass
-        one_job = await cpu_percent()
+        one_job = await cpu_percent("one_job")
     finally:
         await stop_agents(agents, timeout=60)
     return {
@@ -732,6 +745,7 @@ async def per_agent_idle(
         "epoch_seconds": epoch_seconds,
         "cpu_percent_per_agent": {"no_job": round(no_job / n, 3), "one_job": round(one_job / n, 3)},
         "goal_percent": {"no_job": 0.02, "one_job": 0.05},
+        "datagrams_sent_per_agent_per_s": sent,
     }
 
 

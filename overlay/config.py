@@ -2,9 +2,9 @@
 
 Contract: a frozen dataclass; tests pass shorter timings via ``dataclasses.replace``. With the
 defaults a node takes one contact to probe every ``probe_interval`` and skips those heard from
-lately (overlay/detector.py): about 0.9 probes + 0.9 probe replies per second, plus one
+lately (overlay/detector.py): about 1.24 probes + 1.24 probe replies per second, plus one
 leaf-set refresh every 5-40 s and one slot lookup every 2-32 s (the longer periods while its
-neighbourhood does not change: ≈ 2.0 maintenance datagrams per node per second, 4.2 when
+neighbourhood does not change: ≈ 2.7 maintenance datagrams per node per second, 4.2 when
 every turn probed, under the paper's 10), suspects a
 silent peer after ``misses_before_suspect`` consecutive unanswered probes (≈ 1.5 s once it is
 probed) and declares it failed ``fail_timeout`` seconds later. Late replies stretch those

@@ -1,7 +1,7 @@
 """The failure detector's probes (overlay/detector.py, "Probes and suspicion"): a contact
-heard from within the last round is not probed in it - a pair that watches each other
+heard from within the last half round is not probed in it - a pair that watches each other
 exchanges one probe a round instead of two - and a crashed node is still found by every node
-that watched it, within two rounds plus the misses and ``fail_timeout``. Measured in the
+that watched it, within 1.5 rounds plus the misses and ``fail_timeout``. Measured in the
 deterministic simulator, against the same run with the skip turned off."""
 
 from __future__ import annotations
@@ -60,14 +60,14 @@ def test_contacts_heard_lately_are_not_probed_and_a_crash_is_still_found(
     always = _run(0.0, monkeypatch)
     lately = _run(SHARE, monkeypatch)
     assert always["skipped"] == 0 and lately["skipped"] > 0
-    # every node probes one contact a tick (2 a second) without the skip; with it about half
+    # every node probes one contact a tick (2 a second) without the skip; with it 1.24
     assert always["pings"] == pytest.approx(2.0, abs=0.1)
-    assert lately["pings"] <= 0.6 * always["pings"], (always["pings"], lately["pings"])
+    assert lately["pings"] <= 0.7 * always["pings"], (always["pings"], lately["pings"])
     t = Tunables()
     for r in (always, lately):
         assert r["watchers"] > 0 and len(r["found"]) == r["watchers"], r
-    # found within two rounds (its last word just before the crash skips one turn), the
+    # found within 1.5 rounds (its last word just before the crash skips one turn), the
     # misses and fail_timeout; without the skip within one round and the same
     slack = t.misses_before_suspect * t.probe_timeout + t.fail_timeout + 1.0
     assert max(always["found"].values()) <= always["round"] + slack, always
-    assert max(lately["found"].values()) <= 2 * lately["round"] + slack, lately
+    assert max(lately["found"].values()) <= 1.5 * lately["round"] + slack, lately
