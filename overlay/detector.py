@@ -116,7 +116,8 @@ class FailureDetector:
         self.membership = Membership(me.id, tunables)
         self.health = LocalHealth(tunables.health_max_level, tunables.health_decay_after)
         self._probe_queue: list[int] = []
-        # a contact heard from within the last round needs no probe (module docstring)
+        # a contact heard from within this many seconds (half the round the probe queue was
+        # filled for) needs no probe in it (module docstring)
         self._heard_lately = 0.0
         self._probing: set[int] = set()  # peers with a probe in flight
         # Failed nodes, re-pinged now and then: after a partition heals each side finds the
